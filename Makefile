@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# One entry point for set-up, checks and the demo.  `make test` is what CI runs.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+BUILD := build
+COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
+NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
+# Debian packages the checks need (installed only when missing; needs root).
+DEBIAN_PACKAGES := gcc make git
+PY_SOURCES := src tests plugins tools
+
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup system-deps venv collection-link nvml-double test lint ruff ansible-lint sanity unit \
+        collection-build collection-install-check demo clean
+
+setup: system-deps venv collection-link nvml-double
+
+system-deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root or install them)" >&2; exit 2; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Re-install when pyproject.toml changes; the stamp keeps warm runs fast.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+collection-link:
+	@mkdir -p $(dir $(COLLECTION_LINK))
+	@ln -sfn $(CURDIR) $(COLLECTION_LINK)
+
+nvml-double: $(NVML_DOUBLE)
+$(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes/nvml/Makefile)
+	$(MAKE) -s -C tests/fakes/nvml OUT=$(CURDIR)/$(BUILD)/nvml
+
+test: setup lint sanity unit collection-install-check
+
+lint: ruff ansible-lint
+
+ruff: venv
+	$(BIN)/ruff check $(PY_SOURCES)
+
+ansible-lint: venv collection-link
+	$(BIN)/ansible-lint --offline --profile production
+
+sanity: venv
+	$(BIN)/python tools/sanity.py
+
+unit: venv collection-link nvml-double
+	$(BIN)/python -m pytest -q
+
+collection-build: venv
+	@mkdir -p $(BUILD)/dist
+	$(BIN)/ansible-galaxy collection build --force --output-path $(BUILD)/dist .
+
+# Install the built tarball into a scratch path and run its module there, away from this checkout.
+collection-install-check: collection-build nvml-double
+	$(BIN)/python tools/install_check.py $(BUILD)/dist/gpuharden-k8s-*.tar.gz
+
+demo: setup
+	$(BIN)/python -m gpuharden.lab.demo
+
+clean:
+	rm -rf $(BUILD) $(VENV) ansible_collections
