@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuharden maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -148,7 +147,7 @@ def char_majors(root):
             in_char = False
             continue
         if in_char and stripped:
-            number, _, name = stripped.partition(" ")
+            number, _sep, name = stripped.partition(" ")
             if number.isdigit():
                 majors[name.strip()] = int(number)
     return majors
@@ -156,7 +155,7 @@ def char_majors(root):
 
 def sysfs_bdf(nvml_bus_id):
     """NVML's ``00000000:07:00.0`` as sysfs spells it: ``0000:07:00.0``."""
-    domain, _, rest = nvml_bus_id.partition(":")
+    domain, _sep, rest = nvml_bus_id.partition(":")
     try:
         return "%04x:%s" % (int(domain, 16), rest.lower())
     except ValueError:

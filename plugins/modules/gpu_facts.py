@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuharden maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -25,7 +24,7 @@ description:
     install it with M(ansible.builtin.pip) using C(name: /tmp/nvidia_ml_py-<version>-py3-none-any.whl);
     the bootstrap playbook does exactly this."
 author:
-  - gpuharden maintainers
+  - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.facts
@@ -194,7 +193,6 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _host, _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 

@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Lay out what the NVIDIA driver would show on a node, under a directory, from an NVML fixture.
+
+The result is a directory tree with real character device nodes (mknod), the driver's /proc
+files and the sysfs NUMA view.  Modules read it through their ``root`` option; the NVML double
+opens the device nodes under it, so the kernel's permission checks are the real ones.  The lab's
+network-namespace nodes bind-mount the same tree over /dev, /proc/driver and /sys/bus/pci/devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuharden.lab import NVML_FIXTURES, NVML_LIBRARY_DIR
+
+NVIDIA_MAJOR = 195
+# Majors the kernel hands out dynamically; any free numbers do, these are common values.
+UVM_MAJOR = 510
+CAPS_MAJOR = 235
+
+DRIVER_DEFAULT_PARAMS = {
+    "ResmanDebugLevel": 4294967295,
+    "RmLogonRC": 1,
+    "ModifyDeviceFiles": 1,
+    "DeviceFileUID": 0,
+    "DeviceFileGID": 0,
+    "DeviceFileMode": 438,
+    "InitializeSystemMemoryAllocations": 1,
+    "UsePageAttributeTable": 4294967295,
+    "EnableMSI": 1,
+}
+
+
+@dataclass
+class DeviceNode:
+    path: str  # as seen on the node, e.g. /dev/nvidia0
+    major: int
+    minor: int
+    mode: int = 0o666
+    uid: int = 0
+    gid: int = 0
+
+
+@dataclass
+class NodeRoot:
+    """One node's driver view; ``env()`` is what a process needs to use its NVML double."""
+
+    root: Path
+    fixture: Path
+    devices: list[DeviceNode] = field(default_factory=list)
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "var" / "lib" / "nvml-double" / "state.json"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "LD_LIBRARY_PATH": str(NVML_LIBRARY_DIR),
+            "NVML_DOUBLE_FIXTURE": str(self.fixture),
+            "NVML_DOUBLE_STATE": str(self.state_file),
+            "NVML_DOUBLE_DEV_DIR": str(self.root / "dev"),
+        }
+
+
+def load_fixture(name_or_path: str | os.PathLike) -> tuple[Path, dict]:
+    path = Path(name_or_path)
+    if not path.exists():
+        path = NVML_FIXTURES / (str(name_or_path) + ("" if str(name_or_path).endswith(".json") else ".json"))
+    return path, json.loads(path.read_text())
+
+
+def sysfs_bdf(nvml_bus_id: str) -> str:
+    domain, _sep, rest = nvml_bus_id.partition(":")
+    return "%04x:%s" % (int(domain, 16), rest.lower())
+
+
+def default_devices(fixture: dict) -> list[DeviceNode]:
+    devices = [DeviceNode("/dev/nvidia%d" % gpu["minor"], NVIDIA_MAJOR, gpu["minor"]) for gpu in fixture["gpus"]]
+    devices += [
+        DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
+        DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
+        DeviceNode("/dev/nvidia-uvm", UVM_MAJOR, 0),
+        DeviceNode("/dev/nvidia-uvm-tools", UVM_MAJOR, 1),
+    ]
+    if any("mig" in gpu for gpu in fixture["gpus"]):
+        devices += [
+            DeviceNode("/dev/nvidia-caps/nvidia-cap1", CAPS_MAJOR, 1, mode=0o400),
+            DeviceNode("/dev/nvidia-caps/nvidia-cap2", CAPS_MAJOR, 2, mode=0o444),
+        ]
+    return devices
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def build_node_root(
+    root: Path,
+    fixture: str | os.PathLike,
+    *,
+    device_overrides: dict[str, dict] | None = None,
+    driver_params: dict | None = None,
+) -> NodeRoot:
+    """(Re)create ``root`` as the driver view of the fixture's node.
+
+    ``device_overrides`` maps a device path to attributes to change (``mode``, ``uid``, ``gid``,
+    ``major``, ``minor``) or to ``None`` to leave that node out.
+    """
+    fixture_path, data = load_fixture(fixture)
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    overrides = device_overrides or {}
+    devices = []
+    for device in default_devices(data):
+        if device.path in overrides and overrides[device.path] is None:
+            continue
+        for key, value in (overrides.get(device.path) or {}).items():
+            setattr(device, key, value)
+        target = root / device.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(target, stat.S_IFCHR | device.mode, os.makedev(device.major, device.minor))
+        os.chmod(target, device.mode)  # mknod applies the umask
+        os.chown(target, device.uid, device.gid)
+        devices.append(device)
+
+    params = dict(DRIVER_DEFAULT_PARAMS, **(driver_params or {}))
+    _write(root / "proc/driver/nvidia/params", "".join("%s: %s\n" % item for item in params.items()))
+    _write(
+        root / "proc/devices",
+        "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n %3d nvidia-frontend\n %3d nvidia-caps\n"
+        " %3d nvidia-uvm\n\nBlock devices:\n  7 loop\n  8 sd\n" % (NVIDIA_MAJOR, CAPS_MAJOR, UVM_MAJOR),
+    )
+    for gpu in data["gpus"]:
+        bdf = sysfs_bdf(gpu["pci_bus_id"])
+        _write(
+            root / "proc/driver/nvidia/gpus" / bdf / "information",
+            "Model: \t\t %s\nIRQ:   \t\t 0\nGPU UUID: \t %s\nBus Location: \t %s\nDevice Minor: \t %d\n"
+            % (gpu["name"], gpu["uuid"], bdf, gpu["minor"]),
+        )
+        _write(root / "sys/bus/pci/devices" / bdf / "numa_node", "%d\n" % gpu.get("numa_node", -1))
+    (root / "var/lib/nvml-double").mkdir(parents=True, exist_ok=True)
+    return NodeRoot(root=root, fixture=fixture_path, devices=devices)

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Make the collection importable as ansible_collections.gpuharden.k8s from this checkout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+COLLECTIONS = REPO / "build" / "collections"
+LINK = COLLECTIONS / "ansible_collections" / "gpuharden" / "k8s"
+
+if not LINK.exists():
+    LINK.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(REPO, LINK)
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
