@@ -45,8 +45,8 @@ collection-link:
 	@ln -sfn $(CURDIR) $(COLLECTION_LINK)
 
 nvml-double: $(NVML_DOUBLE)
-$(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes/nvml/Makefile)
-	$(MAKE) -s -C tests/fakes/nvml OUT=$(CURDIR)/$(BUILD)/nvml
+$(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes/nvml/build.sh)
+	sh tests/fakes/nvml/build.sh $(CURDIR)/$(BUILD)/nvml >/dev/null
 
 test: setup lint sanity unit collection-install-check
 

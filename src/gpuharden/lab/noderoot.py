@@ -146,4 +146,7 @@ def build_node_root(
         )
         _write(root / "sys/bus/pci/devices" / bdf / "numa_node", "%d\n" % gpu.get("numa_node", -1))
     (root / "var/lib/nvml-double").mkdir(parents=True, exist_ok=True)
-    return NodeRoot(root=root, fixture=fixture_path, devices=devices)
+    # The node keeps its own copy, where the double looks by default, readable by every user.
+    node_fixture = root / "etc/nvml-double/fixture.json"
+    _write(node_fixture, fixture_path.read_text())
+    return NodeRoot(root=root, fixture=node_fixture, devices=devices)

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fixtures that run product code against the NVML double, in-process and as real module runs."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT
+from gpuharden.lab.noderoot import build_node_root
+
+LIBRARY = NVML_LIBRARY_DIR / "libnvidia-ml.so.1"
+COLLECTIONS = REPO_ROOT / "build" / "collections"
+UNPRIVILEGED_UID = 65534
+
+
+@pytest.fixture(scope="session")
+def nvml_library():
+    """Build the double if needed and load it, so pynvml's dlopen("libnvidia-ml.so.1") finds it by soname."""
+    sources = sorted((REPO_ROOT / "tests/fakes/nvml").glob("*.[ch]"))
+    if not LIBRARY.exists() or any(src.stat().st_mtime > LIBRARY.stat().st_mtime for src in sources):
+        subprocess.run(["sh", str(REPO_ROOT / "tests/fakes/nvml/build.sh"), str(NVML_LIBRARY_DIR)], check=True)
+    return ctypes.CDLL(str(LIBRARY))
+
+
+@pytest.fixture
+def world_tmp():
+    """A scratch directory every uid can traverse (pytest's own tmp_path is 0700 root)."""
+    path = Path(tempfile.mkdtemp(prefix="gpuharden-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_node(world_tmp, monkeypatch, nvml_library):
+    """make_node(fixture, **overrides) -> NodeRoot, with this process's NVML double pointed at it."""
+
+    def factory(fixture, **kwargs):
+        node = build_node_root(world_tmp / "node", fixture, **kwargs)
+        for key, value in node.env().items():
+            if key != "LD_LIBRARY_PATH":
+                monkeypatch.setenv(key, value)
+        return node
+
+    return factory
+
+
+def run_as(uid, function, *args):
+    """Run function(*args) in a forked child with uid/gid dropped; return its JSON-able result."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 0
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            payload = json.dumps({"result": function(*args)})
+        except BaseException as error:  # report anything to the parent, never run pytest's code here
+            payload = json.dumps({"error": repr(error)})
+            status = 1
+        with os.fdopen(write_end, "w") as pipe:
+            pipe.write(payload)
+        os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        payload = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    if "error" in payload:
+        raise AssertionError("child failed: %s" % payload["error"])
+    return payload["result"]
+
+
+def run_module(name, args, env):
+    """Run a module file as Ansible would run it locally (a fresh Python, args in a JSON file)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
+    try:
+        full_env = dict(os.environ, PYTHONPATH=str(COLLECTIONS), **env)
+        completed = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "plugins/modules" / (name + ".py")), handle.name],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.unlink(handle.name)
+    try:
+        return json.loads(completed.stdout)
+    except json.JSONDecodeError as error:
+        raise AssertionError("module printed no JSON: %s\n%s" % (completed.stdout, completed.stderr)) from error

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Install the built collection tarball somewhere else and use it from there.
+
+Proves the tarball is complete: `ansible-galaxy collection install` into a scratch collections
+path, then `ansible-doc` and an ad-hoc gpu_facts run against a simulated H100 node, from a working
+directory outside this checkout and without its ansible.cfg.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpuharden.lab.noderoot import build_node_root
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def main(tarball: str) -> int:
+    with tempfile.TemporaryDirectory(prefix="gpuharden-install-") as scratch:
+        scratch_path = Path(scratch)
+        scratch_path.chmod(0o755)
+        collections = scratch_path / "collections"
+        env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
+        env["ANSIBLE_LOCALHOST_WARNING"] = "false"
+        subprocess.run(
+            [str(VENV_BIN / "ansible-galaxy"), "collection", "install", "-p", str(collections), tarball],
+            env=env, cwd=scratch, check=True, stdout=subprocess.DEVNULL,
+        )
+        installed = collections / "ansible_collections" / "gpuharden" / "k8s"
+        assert (installed / "plugins/modules/gpu_facts.py").is_file(), "gpu_facts missing from the tarball"
+        doc = subprocess.run(
+            [str(VENV_BIN / "ansible-doc"), "--json", "gpuharden.k8s.gpu_facts"],
+            env=env, cwd=scratch, check=True, capture_output=True, text=True,
+        )
+        assert json.loads(doc.stdout)["gpuharden.k8s.gpu_facts"]["doc"]["module"] == "gpu_facts"
+
+        node = build_node_root(scratch_path / "node", "h100-sxm5-80gb")
+        env.update(node.env())
+        run = subprocess.run(
+            [
+                str(VENV_BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+                "-e", "ansible_python_interpreter=%s" % sys.executable,
+                "-m", "gpuharden.k8s.gpu_facts", "-a", "root=%s" % node.root, "-o",
+            ],
+            env=env, cwd=scratch, check=True, capture_output=True, text=True,
+        )
+        result = json.loads(run.stdout.split("=>", 1)[1])
+        facts = result["ansible_facts"]["gpuharden"]
+        assert facts["nvml"]["available"], facts["nvml"]["reason"]
+        assert facts["gpu_count"] == 4, facts["gpu_count"]
+        print(
+            "installed collection at %s: ansible-doc renders, gpu_facts saw %d GPUs (%s)"
+            % (installed, facts["gpu_count"], facts["gpus"][0]["name"])
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(os.path.abspath(sys.argv[1])))
