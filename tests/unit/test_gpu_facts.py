@@ -7,8 +7,8 @@ import json
 import os
 
 import pytest
-
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_facts
+
 from gpuharden.lab import NVML_FIXTURES, NVML_LIBRARY_DIR
 from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module
 
