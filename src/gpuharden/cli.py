@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+from importlib.metadata import entry_points
 
 from gpuharden import __version__
 
@@ -22,10 +24,20 @@ def _facts(args: argparse.Namespace) -> int:
     except ImportError:
         print("gpuharden facts needs ansible-runner (pip install ansible-runner)", file=sys.stderr)
         return 2
+    inventory = os.path.abspath(args.inventory)
+    if not os.path.exists(inventory):
+        print("gpuharden facts: inventory %s does not exist" % args.inventory, file=sys.stderr)
+        return 2
+    # ansible-runner starts `ansible` from PATH in a scratch directory: prefer the one installed beside
+    # this Python, and keep the ansible.cfg of the directory the user ran us from.
+    envvars = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
+        envvars["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
     with tempfile.TemporaryDirectory(prefix="gpuharden-runner-") as private_data_dir:
         runner = ansible_runner.run(
+            envvars=envvars,
             private_data_dir=private_data_dir,
-            inventory=args.inventory,
+            inventory=inventory,
             host_pattern=args.limit,
             module="gpuharden.k8s.gpu_facts",
             module_args="root=%s" % args.root,
@@ -42,9 +54,10 @@ def _facts(args: argparse.Namespace) -> int:
                 results[host] = data["res"]["ansible_facts"]["gpuharden"]
             elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
                 failed[host] = data.get("res", {}).get("msg", event["event"])
-    if runner.status not in ("successful", "failed") and not results and not failed:
-        print("ansible-runner could not run: status %s" % runner.status, file=sys.stderr)
-        return 2
+        if not results and not failed:
+            output = runner.stdout.read().strip() if runner.stdout else ""
+            print("gpuharden facts: ansible did not run (%s, rc %s): %s" % (runner.status, runner.rc, output), file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"hosts": results, "failed": failed}, indent=2, sort_keys=True))
     else:
@@ -85,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("-f", "--forks", type=int, default=16)
     facts.add_argument("--json", action="store_true", help="print JSON instead of a table")
     facts.set_defaults(handler=_facts)
+    # Further commands (the lab, in a source checkout) plug in here without this module naming them.
+    for entry_point in entry_points(group="gpuharden.commands"):
+        entry_point.load()(commands)
     return parser
 
 

@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One lab node: a network namespace on the lab bridge, with private mount and cgroup namespaces,
+its own /dev, driver views, /etc, /usr/local, /var/lib and /run, running a real OpenSSH server.
+
+How a node is laid out on the host (``<lab>/nodes/<name>/``):
+  root/            dev/, proc/devices, proc/driver/, sys/bus/pci/devices/ (see noderoot.py)
+  upper/<layer>    the node's writes on top of the host's /etc, /usr/local and /var/lib (overlayfs)
+  work/<layer>     overlayfs work directories
+  launch.sh        runs in the node's network namespace, sets up the mounts and execs sshd
+The sshd process holds the namespaces: ``enter_argv()`` runs a command inside the node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuharden.lab import layout
+from gpuharden.lab.noderoot import build_node_root
+from gpuharden.lab.system import LabError, run, spawn, wait_for_tcp
+
+OVERLAY_LAYERS = {"/etc": "etc", "/usr/local": "usr-local", "/var/lib": "var-lib"}
+SYSTEM_DEVICES = {  # path: (major, minor, mode)
+    "null": (1, 3, 0o666), "zero": (1, 5, 0o666), "full": (1, 7, 0o666), "random": (1, 8, 0o666),
+    "urandom": (1, 9, 0o666), "tty": (5, 0, 0o666),
+}
+
+
+@dataclass
+class NodeSpec:
+    """What a scenario says about one node."""
+
+    name: str
+    fixture: str
+    device_overrides: dict = field(default_factory=dict)
+    driver_params: dict = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # absolute node path -> content
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Node:
+    spec: NodeSpec
+    index: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def directory(self) -> Path:
+        return layout.NODES_DIR / self.name
+
+    @property
+    def address(self) -> str:
+        return layout.node_address(self.index)
+
+    @property
+    def netns(self) -> str:
+        return layout.netns_name(self.index)
+
+    @property
+    def cgroup(self) -> Path:
+        return layout.lab_cgroup() / "nodes" / self.name
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "sshd.pid"
+
+    def holder_pid(self) -> int:
+        try:
+            return int(self.pid_file.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            raise LabError("node %s is not running (no sshd pid in %s)" % (self.name, self.pid_file)) from None
+
+    def enter_argv(self, *, net: bool = True) -> list[str]:
+        """argv prefix that runs a command inside the node's namespaces."""
+        argv = ["nsenter", "--target", str(self.holder_pid()), "--mount", "--cgroup"]
+        return argv + (["--net"] if net else [])
+
+    def upper_path(self, node_path: str) -> Path:
+        for prefix, layer in OVERLAY_LAYERS.items():
+            if node_path == prefix or node_path.startswith(prefix + "/"):
+                return self.directory / "upper" / layer / node_path[len(prefix) :].lstrip("/")
+        raise LabError("node %s: file %s is outside the node's private trees %s" % (self.name, node_path, sorted(OVERLAY_LAYERS)))
+
+    def write_file(self, node_path: str, content: str | bytes, mode: int = 0o644) -> None:
+        """Create or replace a file as the node sees it (goes into the node's overlay upper layer)."""
+        target = self.upper_path(node_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+        target.chmod(mode)
+
+    def read_file(self, node_path: str) -> str | None:
+        target = self.upper_path(node_path)
+        if target.exists():
+            return target.read_text()
+        host = Path(node_path)
+        return host.read_text() if host.exists() else None
+
+
+def _system_devices(dev: Path) -> None:
+    for name, (major, minor, mode) in SYSTEM_DEVICES.items():
+        path = dev / name
+        os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))
+        path.chmod(mode)
+    for name in ("pts", "shm", "char"):
+        (dev / name).mkdir(exist_ok=True)
+    (dev / "shm").chmod(0o1777)
+    os.symlink("pts/ptmx", dev / "ptmx")
+    os.symlink("/proc/self/fd", dev / "fd")
+    for number, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink("/proc/self/fd/%d" % number, dev / name)
+
+
+def _sshd_config(node: Node) -> str:
+    return "\n".join(
+        [
+            "# gpuharden lab node %s" % node.name,
+            "ListenAddress %s:22" % node.address,
+            "HostKey %s" % (layout.SSH_DIR / "host_ed25519"),
+            "PidFile %s" % node.pid_file,
+            "AuthorizedKeysFile %s" % (layout.SSH_DIR / "authorized_keys"),
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "MaxSessions 64",
+            "MaxStartups 64:30:128",
+            "Subsystem sftp internal-sftp",
+            "",
+        ]
+    )
+
+
+def _launch_script(node: Node) -> str:
+    directory = node.directory
+    mounts = []
+    for prefix, layer in OVERLAY_LAYERS.items():
+        mounts.append(
+            "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s"
+            % (prefix, directory / "upper" / layer, directory / "work" / layer, prefix)
+        )
+    return """#!/bin/sh
+# Runs inside the node's network namespace (ip netns exec); generated by gpuharden lab.
+set -eu
+# The lab already moved this process into the node's cgroup (before `ip netns exec`, which
+# remounts /sys and so hides the host's cgroup2 mount here).
+if [ "${1:-}" != inside ]; then
+    exec unshare --mount --cgroup --propagation private "$0" inside
+fi
+%(overlays)s
+mount --bind %(root)s/dev /dev
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount --bind %(root)s/proc/driver /proc/driver
+mount --bind %(root)s/proc/devices /proc/devices
+mount --bind %(root)s/sys/bus/pci/devices /sys/bus/pci/devices
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /run/sshd /run/systemd/system
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mkdir -p /sys/fs/cgroup/system.slice/sshd.service
+echo $$ > /sys/fs/cgroup/system.slice/sshd.service/cgroup.procs
+ldconfig
+hostname %(name)s 2>/dev/null || true
+exec /usr/sbin/sshd -D -f %(directory)s/sshd_config -E %(directory)s/sshd.log
+""" % {
+        "overlays": "\n".join(mounts),
+        "root": directory / "root",
+        "directory": directory,
+        "name": node.name,
+    }
+
+
+def prepare(node: Node) -> None:
+    """Lay out the node's directory on the host (nothing runs yet)."""
+    directory = node.directory
+    if directory.exists():
+        shutil.rmtree(directory)
+    for layer in OVERLAY_LAYERS.values():
+        (directory / "upper" / layer).mkdir(parents=True)
+        (directory / "work" / layer).mkdir(parents=True)
+    root = build_node_root(
+        directory / "root",
+        node.spec.fixture,
+        device_overrides=node.spec.device_overrides,
+        driver_params=node.spec.driver_params,
+    )
+    _system_devices(directory / "root" / "dev")
+    # The double's defaults (/etc/nvml-double/fixture.json, /var/lib/nvml-double/state.json) are node-private.
+    node.write_file("/etc/nvml-double/fixture.json", root.fixture.read_text())
+    (node.upper_path("/var/lib/nvml-double")).mkdir(parents=True, exist_ok=True)
+    for path, content in node.spec.files.items():
+        node.write_file(path, content)
+    (directory / "sshd_config").write_text(_sshd_config(node))
+    launcher = directory / "launch.sh"
+    launcher.write_text(_launch_script(node))
+    launcher.chmod(0o755)
+
+
+def start(node: Node, timeout: float = 15.0) -> float:
+    """Create the namespace and veth, launch sshd; returns seconds until SSH answered."""
+    run(["ip", "netns", "add", node.netns])
+    veth = layout.host_veth(node.index)
+    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+    run(["ip", "link", "set", veth, "master", layout.BRIDGE, "up"])
+    run(["ip", "-n", node.netns, "addr", "add", "%s/%d" % (node.address, layout.PREFIX_LENGTH), "dev", "eth0"])
+    run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+    run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
+    node.cgroup.mkdir(parents=True, exist_ok=True)
+    spawn(
+        ["ip", "netns", "exec", node.netns, str(node.directory / "launch.sh")],
+        log=node.directory / "launch.log",
+        cgroup=node.cgroup,
+    )
+    return wait_for_tcp(node.address, 22, timeout, what="sshd of node %s" % node.name, log=node.directory / "launch.log")
+
+
+def run_in(node: Node, argv: list[str], **kwargs):
+    """Run a command inside the node (as root, all of its namespaces)."""
+    return run(node.enter_argv() + ["--"] + argv, **kwargs)

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Scenarios: YAML files under scenarios/ that say which nodes a lab has and what is wrong with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gpuharden.lab.node import NodeSpec
+from gpuharden.lab.system import LabError
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    nodes: list[NodeSpec]
+    pods: list[dict] = field(default_factory=list)
+    cluster: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+
+
+def available() -> list[str]:
+    return sorted(path.stem for path in SCENARIO_DIR.glob("*.yaml"))
+
+
+def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpec:
+    merged = {**defaults, **entry}
+    unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count"}
+    if unknown:
+        raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
+    for key in ("name", "fixture"):
+        if not isinstance(merged.get(key), str):
+            raise LabError("%s: %s: %r must be a string, got %r" % (source, where, key, merged.get(key)))
+    devices = {}
+    for path, attrs in (merged.get("devices") or {}).items():
+        if attrs is None:
+            devices[path] = None
+            continue
+        devices[path] = {key: (int(str(value), 8) if key == "mode" else value) for key, value in attrs.items()}
+    files = dict(defaults.get("files") or {})
+    files.update(entry.get("files") or {})
+    return NodeSpec(
+        name=merged["name"],
+        fixture=merged["fixture"],
+        device_overrides=devices,
+        driver_params=merged.get("driver_params") or {},
+        files=files,
+        labels=merged.get("labels") or {},
+    )
+
+
+def load(name: str, *, node_count: int | None = None) -> Scenario:
+    source = SCENARIO_DIR / (name + ".yaml")
+    if not source.exists():
+        raise LabError("unknown scenario %r: choose one of %s" % (name, ", ".join(available())))
+    try:
+        data = yaml.safe_load(source.read_text())
+    except yaml.YAMLError as error:
+        raise LabError("%s: invalid YAML: %s" % (source, error)) from None
+    defaults = data.get("node_defaults") or {}
+    nodes: list[NodeSpec] = []
+    for position, entry in enumerate(data.get("nodes") or []):
+        count = entry.get("count")
+        if count is None:
+            nodes.append(_node_spec(entry, defaults, source, "nodes[%d]" % position))
+            continue
+        total = node_count if node_count is not None else int(count)
+        for number in range(total):
+            expanded = {k: v for k, v in entry.items() if k != "count"}
+            expanded["name"] = entry["name"].format(n=number)
+            nodes.append(_node_spec(expanded, defaults, source, "nodes[%d]" % position))
+    names = [node.name for node in nodes]
+    if len(set(names)) != len(names):
+        raise LabError("%s: node names must be unique: %s" % (source, names))
+    if not nodes:
+        raise LabError("%s: no nodes" % source)
+    return Scenario(
+        name=name,
+        description=data.get("description", ""),
+        nodes=nodes,
+        pods=data.get("pods") or [],
+        cluster=data.get("cluster") or {},
+        raw=data,
+    )
