@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, layout, node as lab_node
+from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, layout
+from gpuharden.lab import node as lab_node
 from gpuharden.lab.scenario import Scenario, load
 from gpuharden.lab.system import LabError, kill_cgroup_tree, require_root, run
 
@@ -209,6 +210,7 @@ def down() -> list[str]:
 
 
 def status() -> dict:
+    require_root()
     state = load_state()
     if state is None:
         return {"status": "down", "leftovers": leftovers()}

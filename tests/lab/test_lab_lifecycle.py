@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab itself: nodes reached over real SSH see their own GPUs, and `lab down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuharden.lab import NVML_FIXTURES, REPO_ROOT, layout, manager
+from gpuharden.lab.scenario import load
+from gpuharden.lab.system import LabError
+
+pytestmark = pytest.mark.lab
+
+ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+LIST_UUIDS = (
+    "%s -c 'import pynvml; pynvml.nvmlInit(); "
+    "print([pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())])'"
+)
+
+
+@pytest.fixture
+def clean_lab():
+    assert os.geteuid() == 0, "the lab tests need root"
+    manager.down()
+    yield
+    assert manager.down() == []
+
+
+def test_healthy_fleet_over_ssh(clean_lab):
+    state = manager.up("healthy")
+    scenario = load("healthy")
+    assert manager.status()["nodes"] == {
+        node: {"address": info["address"], "sshd": "running"} for node, info in state["nodes"].items()
+    }
+    completed = subprocess.run(
+        [ANSIBLE, "-i", state["inventory"], "all", "-m", "gpuharden.k8s.gpu_facts"],
+        capture_output=True, text=True, check=False, cwd=REPO_ROOT,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg")),
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    for spec in scenario.nodes:
+        fixture = json.loads((NVML_FIXTURES / (spec.fixture + ".json")).read_text())
+        assert "%s | SUCCESS" % spec.name in completed.stdout
+        # Each node answers with its own fixture's GPUs, through its own libnvidia-ml.so.1.
+        result = manager.ssh(state["nodes"][spec.name]["address"], LIST_UUIDS % (layout.NODE_PYTHON / "bin/python"))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == str([gpu["uuid"] for gpu in fixture["gpus"]])
+
+
+def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
+    state = manager.up("healthy")
+    first, second = (info["address"] for info in list(state["nodes"].values())[:2])
+    marker = "/var/lib/kubelet/gpuharden-isolation-marker"
+    assert manager.ssh(first, "mkdir -p /var/lib/kubelet && echo one > %s" % marker).returncode == 0
+    assert manager.ssh(second, "test ! -e %s" % marker).returncode == 0
+    assert not os.path.exists(marker)
+    # The node sees cgroup2 at /sys/fs/cgroup, rooted at its own subtree.
+    cgroup = manager.ssh(first, "stat -f -c %T /sys/fs/cgroup; grep '^0::' /proc/self/cgroup")
+    fs_type, own_cgroup = cgroup.stdout.split()
+    assert fs_type == "cgroup2fs"
+    assert own_cgroup.startswith("0::/system.slice/")
+
+
+def test_up_down_cycles_leave_nothing(clean_lab):
+    for _ in range(2):
+        manager.up("healthy")
+        assert manager.leftovers()  # something exists while up
+        assert manager.down() == []
+
+
+def test_crashed_up_is_cleaned_by_down(clean_lab):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuharden.cli", "lab", "up", "--scenario", "healthy"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not list(layout.NODES_DIR.glob("*/sshd.pid")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)  # no cleanup handler runs
+    process.wait()
+    assert manager.leftovers(), "the crash should have left something to clean"
+    assert manager.down() == []
+
+
+def test_up_refuses_a_second_lab_and_unknown_scenarios(clean_lab):
+    manager.up("healthy")
+    with pytest.raises(LabError, match="already up"):
+        manager.up("healthy")
+    with pytest.raises(LabError, match="unknown scenario"):
+        load("no-such-scenario")
+
+
+def test_lab_needs_root_and_says_so():
+    script = (
+        "import os, gpuharden.cli, gpuharden.lab.cli\n"
+        "parser = gpuharden.cli.build_parser()\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "args = parser.parse_args(['lab', 'status'])\n"
+        "raise SystemExit(args.handler(args))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert completed.returncode == 2, completed.stderr
+    assert "needs root" in completed.stderr
