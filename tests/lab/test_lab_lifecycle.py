@@ -34,7 +34,7 @@ def clean_lab():
 
 
 def test_healthy_fleet_over_ssh(clean_lab):
-    state = manager.up("healthy")
+    state = manager.up("healthy", with_cluster=False)
     scenario = load("healthy")
     assert manager.status()["nodes"] == {
         node: {"address": info["address"], "sshd": "running"} for node, info in state["nodes"].items()
@@ -55,7 +55,7 @@ def test_healthy_fleet_over_ssh(clean_lab):
 
 
 def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
-    state = manager.up("healthy")
+    state = manager.up("healthy", with_cluster=False)
     first, second = (info["address"] for info in list(state["nodes"].values())[:2])
     marker = "/var/lib/kubelet/gpuharden-isolation-marker"
     assert manager.ssh(first, "mkdir -p /var/lib/kubelet && echo one > %s" % marker).returncode == 0
@@ -70,14 +70,14 @@ def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
 
 def test_up_down_cycles_leave_nothing(clean_lab):
     for _ in range(2):
-        manager.up("healthy")
+        manager.up("healthy", with_cluster=False)
         assert manager.leftovers()  # something exists while up
         assert manager.down() == []
 
 
 def test_crashed_up_is_cleaned_by_down(clean_lab):
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpuharden.cli", "lab", "up", "--scenario", "healthy"],
+        [sys.executable, "-m", "gpuharden.cli", "lab", "up", "--scenario", "healthy", "--no-cluster"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 20
@@ -90,9 +90,9 @@ def test_crashed_up_is_cleaned_by_down(clean_lab):
 
 
 def test_up_refuses_a_second_lab_and_unknown_scenarios(clean_lab):
-    manager.up("healthy")
+    manager.up("healthy", with_cluster=False)
     with pytest.raises(LabError, match="already up"):
-        manager.up("healthy")
+        manager.up("healthy", with_cluster=False)
     with pytest.raises(LabError, match="unknown scenario"):
         load("no-such-scenario")
 

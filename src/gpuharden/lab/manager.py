@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, layout
+from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout
 from gpuharden.lab import node as lab_node
+from gpuharden.lab.noderoot import load_fixture
 from gpuharden.lab.scenario import Scenario, load
 from gpuharden.lab.system import LabError, kill_cgroup_tree, require_root, run
 
@@ -66,7 +67,7 @@ def _node_files(node: lab_node.Node, library: Path) -> None:
     node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
 
 
-def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path) -> Path:
+def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path, kube: dict | None) -> Path:
     host_key = (layout.SSH_DIR / "host_ed25519.pub").read_text().split()
     known_hosts = "".join("%s %s %s\n" % (node.address, host_key[0], host_key[1]) for node in nodes)
     (layout.SSH_DIR / "known_hosts").write_text(known_hosts)
@@ -80,6 +81,11 @@ def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path
                 % (layout.SSH_DIR / "known_hosts"),
                 "ansible_python_interpreter": str(python),
                 "gpuharden_lab_scenario": scenario.name,
+                **(
+                    {"gpuharden_kubeconfig": kube["tool_kubeconfig"], "gpuharden_lab_admin_kubeconfig": kube["admin_kubeconfig"]}
+                    if kube
+                    else {}
+                ),
             },
             "children": {"gpu_nodes": {"hosts": hosts}},
         }
@@ -109,7 +115,7 @@ def nodes_from_state(state: dict) -> list[lab_node.Node]:
     return [lab_node.Node(spec, index) for index, spec in enumerate(scenario.nodes)]
 
 
-def up(scenario_name: str, node_count: int | None = None) -> dict:
+def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True) -> dict:
     require_root()
     if layout.STATE_FILE.exists() or layout.LAB_DIR.exists():
         raise LabError("a lab is already up (%s): run `gpuharden lab down` first" % layout.LAB_DIR)
@@ -134,11 +140,24 @@ def up(scenario_name: str, node_count: int | None = None) -> dict:
             _node_files(node, library)
             state["nodes"][node.name] = {"address": node.address, "netns": node.netns, "fixture": node.spec.fixture}
         timings["prepare_nodes"] = time.monotonic() - phase
+        credentials = controlplane.prepare([node.name for node in nodes]) if with_cluster else None
+        if credentials:
+            for node in nodes:
+                node.write_file("/etc/kubernetes/kubelet.conf", controlplane.node_kubeconfig(credentials, node.name), 0o600)
         phase = time.monotonic()
         for node in nodes:
             lab_node.start(node)
         timings["start_nodes"] = time.monotonic() - phase
-        state["inventory"] = str(write_inventory(scenario, nodes, python))
+        kube = None
+        if credentials:
+            kube = controlplane.start(credentials, [node.netns for node in nodes])
+            timings.update(kube.pop("timings"))
+            api = cluster.api_client(kube["admin_kubeconfig"])
+            fixtures = {node.name: load_fixture(node.spec.fixture)[1] for node in nodes}
+            cluster.create_nodes(api, nodes, fixtures)
+            timings["nodes_ready"] = cluster.wait_nodes_ready(api, [node.name for node in nodes])
+            state["cluster"] = kube
+        state["inventory"] = str(write_inventory(scenario, nodes, python, kube))
         state["status"] = "up"
         timings["total"] = time.monotonic() - started
         state["timings"] = {key: round(value, 2) for key, value in timings.items()}
@@ -223,6 +242,11 @@ def status() -> dict:
             alive = False
         report["nodes"][node.name] = {"address": node.address, "sshd": "running" if alive else "stopped"}
     report["inventory"] = state.get("inventory")
+    if state.get("cluster"):
+        try:
+            report["cluster"] = cluster.node_summary(cluster.api_client(state["cluster"]["admin_kubeconfig"]))
+        except Exception as error:  # the status report must not die with the apiserver
+            report["cluster"] = {"error": str(error)}
     report["timings"] = state.get("timings")
     return report
 

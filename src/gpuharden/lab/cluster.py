@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Lab objects in the real apiserver: a Node per lab node (kwok keeps it Ready) and helpers for tests."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kubernetes import client, config
+
+from gpuharden.lab.node import Node
+from gpuharden.lab.system import LabError
+
+
+def api_client(kubeconfig: str) -> client.ApiClient:
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def _cpu_count(fixture: dict) -> int:
+    highest = 0
+    for gpu in fixture.get("gpus", []):
+        for part in str(gpu.get("cpu_affinity", "0")).split(","):
+            highest = max(highest, int(part.split("-")[-1]))
+    return highest + 1
+
+
+def node_object(node: Node, fixture: dict) -> dict:
+    labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "gpuharden.io/lab": "true"}
+    labels.update(node.spec.labels)
+    capacity = {"cpu": str(max(_cpu_count(fixture), 8)), "memory": "512Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def create_nodes(api: client.ApiClient, nodes: list[Node], fixtures: dict[str, dict]) -> None:
+    core = client.CoreV1Api(api)
+    for node in nodes:
+        core.create_node(node_object(node, fixtures[node.name]))
+
+
+def wait_nodes_ready(api: client.ApiClient, names: list[str], timeout: float = 60.0) -> float:
+    core = client.CoreV1Api(api)
+    start = time.monotonic()
+    pending = set(names)
+    while pending:
+        for item in core.list_node().items:
+            conditions = {c.type: c.status for c in (item.status.conditions or [])}
+            if conditions.get("Ready") == "True":
+                pending.discard(item.metadata.name)
+        if not pending:
+            break
+        if time.monotonic() - start > timeout:
+            raise LabError("lab Nodes not Ready within %.0fs: %s" % (timeout, sorted(pending)))
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def node_summary(api: client.ApiClient) -> dict:
+    core = client.CoreV1Api(api)
+    summary = {}
+    for item in core.list_node().items:
+        conditions = {c.type: c.status for c in (item.status.conditions or [])}
+        gpu = {k: v for k, v in (item.status.allocatable or {}).items() if k.startswith("nvidia.com/")}
+        summary[item.metadata.name] = {"ready": conditions.get("Ready") == "True", "allocatable_gpu": gpu}
+    return summary
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)
