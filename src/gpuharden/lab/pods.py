@@ -111,8 +111,10 @@ class ContainerSpec:
       toolkit hook injects those GPUs and allows them, whatever the pod requested.
     * ``lost_gpu_access``: the device nodes are there but every NVIDIA allow rule is gone, as after
       a ``systemctl daemon-reload`` re-applied the unit's DeviceAllow= list on a systemd-driver node.
-    * ``extra_devices``: further node device paths, injected and allowed rw (``"path"``) or
-      given as dicts ``{"path", "access", "allow"}``; ``allow: False`` only adds the rule.
+    * ``extra_devices``: further node device paths, injected and allowed rw (``"path"``), or dicts
+      ``{"path", "inject": True, "access": "rw", "allow": True}``: ``inject`` puts the node in the
+      container, ``access``/``allow`` make its rule (``access: None``: no rule, so the node is
+      there but the default deny applies).
     """
 
     pod_uid: str
@@ -173,8 +175,11 @@ def kubelet_cgroup_path(pod_uid: str, container_id: str, qos: str, cgroup_driver
         escaped = pod_uid.replace("-", "_")
         if qos == "guaranteed":
             return "/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (escaped, container_id)
-        return "/kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{u}.slice/cri-containerd-{c}.scope".format(
-            q=qos, u=escaped, c=container_id
+        return "/kubepods.slice/kubepods-%s.slice/kubepods-%s-pod%s.slice/cri-containerd-%s.scope" % (
+            qos,
+            qos,
+            escaped,
+            container_id,
         )
     if cgroup_driver == "cgroupfs":
         if qos == "guaranteed":
@@ -208,14 +213,15 @@ def _node_run(node_enter_argv, argv, *, input_text=None, timeout=60, check=True,
 
 
 def _node_python(node_enter_argv, script, payload=None, timeout=60):
-    proc = _node_run(
-        node_enter_argv, [NODE_PYTHON, "-c", script], input_text=json.dumps(payload or {}), timeout=timeout
-    )
+    proc = _node_run(node_enter_argv, [NODE_PYTHON, "-c", script], input_text=json.dumps(payload or {}), timeout=timeout)
     return json.loads(proc.stdout) if proc.stdout.strip() else None
 
 
 def _runc(node_enter_argv, runc_root, *args, check=True, timeout=60):
-    return _node_run(node_enter_argv, [RUNC, "--root", runc_root, *args], check=check, timeout=timeout)
+    # runc creates its --root on every command; only `run` may (cleanup must leave nothing behind).
+    guard = 'test -d "$1" || { echo "runc root $1 does not exist" >&2; exit 3; }; shift; exec "$@"'
+    argv = ["sh", "-c", guard, "sh", runc_root, RUNC, "--root", runc_root, *args]
+    return _node_run(node_enter_argv, argv, check=check, timeout=timeout)
 
 
 # Reads the node's NVIDIA device nodes, /proc/devices and bounding set, and which top-level
@@ -276,9 +282,7 @@ def _rule(major, minor, access, allow=True, dev_type="c"):
 
 def _gpu_minors_on_node(facts) -> list[int]:
     return sorted(
-        d["minor"]
-        for d in facts["devices"]
-        if d["major"] == NVIDIA_MAJOR and d["path"][len("/dev/nvidia") :].isdigit()
+        d["minor"] for d in facts["devices"] if d["major"] == NVIDIA_MAJOR and d["path"][len("/dev/nvidia") :].isdigit()
     )
 
 
@@ -316,9 +320,10 @@ def device_plan(spec: ContainerSpec, facts: dict) -> tuple[list[dict], list[dict
         dev = by_path.get(extra["path"])
         if dev is None:
             raise PodError("extra device %s is not a device node of the node" % extra["path"])
-        if extra.get("allow", True) and dev not in inject:
+        if extra.get("inject", True) and dev not in inject:
             inject.append(dict(dev))
-        rules.append(_rule(dev["major"], dev["minor"], extra.get("access", "rw"), extra.get("allow", True), dev["type"]))
+        if extra.get("access", "rw"):
+            rules.append(_rule(dev["major"], dev["minor"], extra.get("access", "rw"), extra.get("allow", True), dev["type"]))
     return inject, rules
 
 
@@ -336,10 +341,12 @@ def oci_config(spec: ContainerSpec, facts: dict) -> dict:
     env.update(spec.env)
     mounts = [
         {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
         {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
          "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]},
-        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=1777", "size=65536k"]},
@@ -460,8 +467,9 @@ def start_container(node_enter_argv, spec: ContainerSpec, bundle_root: str, runc
     return int(state["pid"])
 
 
-def stop_container(node_enter_argv, container_id: str, runc_root: str = RUNC_ROOT, timeout: float = 10) -> None:
+def stop_container(node_enter_argv, container, runc_root: str = RUNC_ROOT, timeout: float = 10) -> None:
     """SIGKILL the container's processes and wait until runc reports it stopped (idempotent)."""
+    container_id = _cid(container)
     state = container_state(node_enter_argv, container_id, runc_root)
     if not state or state.get("status") == "stopped":
         return
@@ -475,8 +483,9 @@ def stop_container(node_enter_argv, container_id: str, runc_root: str = RUNC_ROO
     raise PodError("container %s did not stop" % container_id[:12])
 
 
-def delete_container(node_enter_argv, container_id: str, runc_root: str = RUNC_ROOT) -> None:
+def delete_container(node_enter_argv, container, runc_root: str = RUNC_ROOT) -> None:
     """Kill and delete the container and its own cgroup (idempotent); pod/QoS cgroups stay."""
+    container_id = _cid(container)
     if container_state(node_enter_argv, container_id, runc_root) is None:
         return
     proc = _runc(node_enter_argv, runc_root, "delete", "--force", container_id, check=False)
@@ -631,23 +640,32 @@ def _probe_result(proc, path, access) -> ProbeResult:
     return ProbeResult(verdict, err, path, access)
 
 
-def _check_access(access):
+_ACCESS_ALIASES = {"read": "r", "write": "w", "readwrite": "rw", "mknod": "m", "wr": "rw"}
+
+
+def _check_access(access: str) -> str:
+    access = _ACCESS_ALIASES.get(access, access)
     if access not in ACCESS_MODES:
-        raise ValueError("access must be one of %s, not %r" % (ACCESS_MODES, access))
+        raise ValueError("access must be one of %s (or read/write/mknod), not %r" % (ACCESS_MODES, access))
+    return access
 
 
-def exec_probe(node_enter_argv, container_id: str, path: str, access: str, runc_root: str = RUNC_ROOT) -> ProbeResult:
+def _cid(container) -> str:
+    return container.container_id if isinstance(container, ContainerSpec) else container
+
+
+def exec_probe(node_enter_argv, container, path: str, access: str, runc_root: str = RUNC_ROOT) -> ProbeResult:
     """Open ``path`` (as the container sees it) for ``access`` r/w/rw, or mknod a copy of it (m),
-    from a process started in the container with ``runc exec``."""
-    _check_access(access)
-    proc = _runc(node_enter_argv, runc_root, "exec", container_id, NODE_PYTHON, "-c", _PROBE, path, access, check=False)
+    from a process started in the container with ``runc exec``.  ``container``: a spec or an ID."""
+    access = _check_access(access)
+    proc = _runc(node_enter_argv, runc_root, "exec", _cid(container), NODE_PYTHON, "-c", _PROBE, path, access, check=False)
     return _probe_result(proc, path, access)
 
 
 def probe_from_cgroup(node_enter_argv, cgroup_path: str, device_path: str, access: str) -> ProbeResult:
     """The kernel's verdict for ``access`` to the node's ``device_path`` from inside ``cgroup_path``
     (relative to the node's cgroup2 root): a child joins the cgroup first, then opens/mknods."""
-    _check_access(access)
+    access = _check_access(access)
     procs = "%s/%s/cgroup.procs" % (CGROUP_MOUNT, cgroup_path.strip("/"))
     proc = _node_run(
         node_enter_argv,
