@@ -39,6 +39,7 @@ class NodeSpec:
     driver_params: dict = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # absolute node path -> content
     labels: dict[str, str] = field(default_factory=dict)
+    kubelet_unit: str = "kubelet"
 
 
 @dataclass

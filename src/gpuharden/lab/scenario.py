@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from gpuharden.lab import nodefiles
 from gpuharden.lab.node import NodeSpec
 from gpuharden.lab.system import LabError
 
@@ -30,7 +31,7 @@ def available() -> list[str]:
 
 def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpec:
     merged = {**defaults, **entry}
-    unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count"}
+    unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd"}
     if unknown:
         raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
     for key in ("name", "fixture"):
@@ -42,7 +43,11 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
             devices[path] = None
             continue
         devices[path] = {key: (int(str(value), 8) if key == "mode" else value) for key, value in attrs.items()}
-    files = dict(defaults.get("files") or {})
+    kubelet = {**(defaults.get("kubelet") or {}), **(entry.get("kubelet") or {})}
+    kubelet["config"] = {**((defaults.get("kubelet") or {}).get("config") or {}), **((entry.get("kubelet") or {}).get("config") or {})}
+    containerd = {**(defaults.get("containerd") or {}), **(entry.get("containerd") or {})}
+    files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
+    files.update(defaults.get("files") or {})
     files.update(entry.get("files") or {})
     return NodeSpec(
         name=merged["name"],
@@ -51,6 +56,7 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         driver_params=merged.get("driver_params") or {},
         files=files,
         labels=merged.get("labels") or {},
+        kubelet_unit=nodefiles.kubelet_unit(kubelet),
     )
 
 

@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A scenario's pods, real on both sides: the Pod object in the apiserver (bound to its node, kwok
+runs it) and a runc container on the node in the cgroup the kubelet would use, with device rules from
+its GPU allocation.  Containers that use their GPUs show up as processes in the node's NVML state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gpuharden.lab import NVML_DOUBLE_DIR, layout, pods
+from gpuharden.lab.node import Node
+from gpuharden.lab.noderoot import load_fixture
+from gpuharden.lab.system import LabError, run
+
+POD_KEYS = {
+    "name", "namespace", "node", "gpus", "qos", "cgroup_driver", "privileged", "env", "lost_gpu_access",
+    "gpu_memory_mib", "memory_limit", "labels",
+}
+
+
+@dataclass
+class PlacedPod:
+    name: str
+    namespace: str
+    node: str
+    uid: str
+    container_id: str
+    pid: int
+    gpu_minors: list[int] = field(default_factory=list)
+    visible_minors: list[int] = field(default_factory=list)
+
+
+def _pod_object(entry: dict) -> dict:
+    resources: dict = {}
+    limits = {}
+    if entry.get("gpus"):
+        limits["nvidia.com/gpu"] = str(entry["gpus"])
+    if entry.get("memory_limit"):
+        limits["memory"] = entry["memory_limit"]
+    if entry.get("qos") == "guaranteed":
+        limits.setdefault("cpu", "1")
+        limits.setdefault("memory", entry.get("memory_limit") or "1Gi")
+        resources["requests"] = dict(limits)
+    if limits:
+        resources["limits"] = limits
+    container = {
+        "name": "main",
+        "image": "registry.example/gpu-workload:1",
+        "resources": resources,
+        "env": [{"name": key, "value": str(value)} for key, value in (entry.get("env") or {}).items()],
+    }
+    if entry.get("privileged"):
+        container["securityContext"] = {"privileged": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": entry["name"], "namespace": entry.get("namespace", "default"), "labels": entry.get("labels") or {}},
+        "spec": {"nodeName": entry["node"], "containers": [container], "tolerations": [{"operator": "Exists"}]},
+    }
+
+
+def _ensure_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def _create_pod(core: client.CoreV1Api, body: dict, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return core.create_namespaced_pod(body["metadata"]["namespace"], body)
+        except ApiException as error:
+            # Until kube-controller-manager made the namespace's default ServiceAccount, admission refuses pods.
+            if error.status != 403 or "serviceaccount" not in (error.body or "") or time.monotonic() > deadline:
+                raise LabError("creating pod %s/%s: %s" % (body["metadata"]["namespace"], body["metadata"]["name"], error.body)) from None
+            time.sleep(0.2)
+
+
+def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) -> list[PlacedPod]:
+    core = client.CoreV1Api(api)
+    free: dict[str, list[int]] = {}
+    gpu_index_of: dict[str, dict[int, int]] = {}
+    for name, node in nodes.items():
+        fixture = load_fixture(node.spec.fixture)[1]
+        free[name] = sorted(gpu["minor"] for gpu in fixture["gpus"])
+        gpu_index_of[name] = {gpu["minor"]: index for index, gpu in enumerate(fixture["gpus"])}
+    placed = []
+    processes: dict[str, dict[int, list[dict]]] = {}
+    for position, entry in enumerate(entries):
+        unknown = set(entry) - POD_KEYS
+        if unknown or entry.get("node") not in nodes:
+            raise LabError("scenario pods[%d] (%s): unknown keys %s or unknown node %r" % (position, entry.get("name"), sorted(unknown), entry.get("node")))
+        node = nodes[entry["node"]]
+        wanted = int(entry.get("gpus") or 0)
+        if wanted > len(free[node.name]):
+            raise LabError("scenario pods[%d] (%s): asks for %d GPUs, node %s has %d free" % (position, entry["name"], wanted, node.name, len(free[node.name])))
+        minors, free[node.name] = free[node.name][:wanted], free[node.name][wanted:]
+        _ensure_namespace(core, entry.get("namespace", "default"))
+        pod = _create_pod(core, _pod_object(entry))
+        spec = pods.ContainerSpec.new(
+            entry["name"], entry.get("namespace", "default"),
+            pod_uid=pod.metadata.uid,
+            qos=entry.get("qos", "besteffort"),
+            cgroup_driver=entry.get("cgroup_driver", "systemd"),
+            gpu_minors=minors,
+            privileged=bool(entry.get("privileged")),
+            env={key: str(value) for key, value in (entry.get("env") or {}).items()},
+            lost_gpu_access=bool(entry.get("lost_gpu_access")),
+        )
+        enter = node.enter_argv()
+        pid = pods.start_container(enter, spec, "/run/gpuharden-bundles", pods.RUNC_ROOT)
+        all_minors = sorted(gpu_index_of[node.name])
+        visible = sorted(set(minors) | set(spec.visible_minors(all_minors)) | (set(all_minors) if spec.privileged else set()))
+        placed.append(PlacedPod(entry["name"], entry.get("namespace", "default"), node.name, pod.metadata.uid, spec.container_id, pid, minors, visible))
+        if entry.get("gpu_memory_mib"):
+            # The workload uses every GPU it can open, which is the point of the cross-sharing seeds.
+            for minor in visible:
+                processes.setdefault(node.name, {}).setdefault(gpu_index_of[node.name][minor], []).append(
+                    {"pid": pid, "used_memory_mib": int(entry["gpu_memory_mib"])}
+                )
+    for node_name, per_gpu in processes.items():
+        for index, entries_for_gpu in per_gpu.items():
+            set_nvml_processes(nodes[node_name], index, entries_for_gpu)
+    return placed
+
+
+def set_nvml_processes(node: Node, gpu_index: int, processes: list[dict]) -> None:
+    """Replace a GPU's running processes in the node's NVML state (inside the node, under the double's lock)."""
+    run(
+        node.enter_argv() + ["--", str(layout.NODE_PYTHON / "bin/python"), str(NVML_DOUBLE_DIR / "nvml_double_ctl.py"),
+                             "set-processes", "--state", "/var/lib/nvml-double/state.json",
+                             "--fixture", "/etc/nvml-double/fixture.json", "--gpu", str(gpu_index), "--json", json.dumps(processes)]
+    )
