@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from kubernetes import client, config
+from kubernetes import client, config, utils
 
 from gpuharden.lab.node import Node
 from gpuharden.lab.system import LabError
@@ -72,3 +72,16 @@ def node_summary(api: client.ApiClient) -> dict:
 
 def dump(obj) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, default=str)
+
+
+def apply_objects(api: client.ApiClient, objects: list[dict]) -> None:
+    """Create a scenario's existing cluster objects (an old plugin install, RuntimeClasses ...) as admin."""
+    for obj in objects:
+        namespace = obj.get("metadata", {}).get("namespace")
+        if namespace:
+            try:
+                client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            except client.exceptions.ApiException as error:
+                if error.status != 409:
+                    raise
+        utils.create_from_dict(api, obj)

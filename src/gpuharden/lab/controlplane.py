@@ -9,6 +9,7 @@ for the kubelet stand-in (Node authorizer).
 
 from __future__ import annotations
 
+import base64
 import secrets
 import subprocess
 import sys
@@ -46,17 +47,33 @@ def binaries() -> Path:
 
 
 def kubeconfig(token: str, user: str, server: str = API_URL) -> str:
+    ca = base64.b64encode((layout.CONTROL_PLANE_DIR / "pki" / "ca.crt").read_bytes()).decode()
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "gpuharden-lab", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+            "clusters": [{"name": "gpuharden-lab", "cluster": {"server": server, "certificate-authority-data": ca}}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [{"name": "gpuharden-lab", "context": {"cluster": "gpuharden-lab", "user": user}}],
             "current-context": "gpuharden-lab",
         },
         sort_keys=False,
     )
+
+
+def _serving_certificate(pki: Path) -> None:
+    """A lab CA and the apiserver's serving certificate for 127.0.0.1, so clients verify TLS for real."""
+    pki.mkdir(parents=True, exist_ok=True)
+    run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+         "-days", "30", "-subj", "/CN=gpuharden-lab-ca"])
+    run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"),
+         "-subj", "/CN=kube-apiserver"])
+    (pki / "apiserver.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    )
+    run(["openssl", "x509", "-req", "-in", str(pki / "apiserver.csr"), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+         "-CAcreateserial", "-out", str(pki / "apiserver.crt"), "-days", "30", "-extfile", str(pki / "apiserver.ext")])
 
 
 def _credentials(directory: Path, node_names: list[str]) -> Credentials:
@@ -72,6 +89,7 @@ def _credentials(directory: Path, node_names: list[str]) -> Credentials:
     rows += ['%s,system:node:%s,node-%s,"system:nodes"' % (token, name, name) for name, token in credentials.node_tokens.items()]
     (directory / "tokens.csv").write_text("\n".join(rows) + "\n")
     (directory / "tokens.csv").chmod(0o600)
+    _serving_certificate(directory / "pki")
     run(["openssl", "genrsa", "-out", str(directory / "sa.key"), "2048"])
     run(["openssl", "rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub")])
     for name, token, user in (("admin", credentials.admin_token, "admin"), (TOOL_USER, credentials.tool_token, TOOL_USER)):
@@ -85,7 +103,7 @@ def _wait_http(url: str, token: str, timeout: float, what: str, log: Path) -> fl
     start = time.monotonic()
     while True:
         completed = subprocess.run(
-            ["curl", "-sk", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}",
+            ["curl", "-s", "--cacert", str(layout.CONTROL_PLANE_DIR / "pki/ca.crt"), "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}",
              "-H", "Authorization: Bearer " + token, url],
             capture_output=True, text=True, check=False,
         )
@@ -135,7 +153,8 @@ def start(credentials: Credentials, netns_names: list[str]) -> dict:
         [
             str(bin_dir / "kube-apiserver"), "--etcd-servers=http://127.0.0.1:%d" % ETCD_PORT,
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % API_PORT,
-            "--cert-dir=%s" % (directory / "pki"), "--token-auth-file=%s" % (directory / "tokens.csv"),
+            "--tls-cert-file=%s" % (directory / "pki/apiserver.crt"), "--tls-private-key-file=%s" % (directory / "pki/apiserver.key"),
+            "--token-auth-file=%s" % (directory / "tokens.csv"),
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-account-key-file=%s" % (directory / "sa.pub"),

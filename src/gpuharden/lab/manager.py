@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout
+from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, workloads
 from gpuharden.lab import node as lab_node
 from gpuharden.lab.noderoot import load_fixture
 from gpuharden.lab.scenario import Scenario, load
@@ -61,10 +61,31 @@ def _bridge() -> None:
     run(["ip", "link", "set", layout.BRIDGE, "up"])
 
 
-def _node_files(node: lab_node.Node, library: Path) -> None:
-    """What every lab node has besides its scenario files: the NVML double as its driver library."""
+STANDINS = {"/usr/local/sbin/systemctl": "systemctl", "/usr/local/bin/kubelet": "kubelet", "/usr/local/bin/containerd": "containerd"}
+
+
+def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> None:
+    """What every lab node has besides its scenario files: the NVML double as its driver library and
+    the stand-ins for systemctl, kubelet and containerd (the only doubles besides NVML)."""
     node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
     node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
+    for path, standin in STANDINS.items():
+        node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden.lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
+    environment = ["GPUHARDEN_NODE_NAME=%s" % node.name]
+    if validator is not None:
+        environment.append("GPUHARDEN_KUBELET_VALIDATE=%s" % validator)
+    # Services start with systemd's default environment, not the SSH session's.
+    node.write_file("/etc/systemd/system.conf", "[Manager]\nDefaultEnvironment=%s\n" % " ".join(environment))
+
+
+def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
+    """Start containerd and the kubelet in every node through its systemctl, as boot would."""
+    states = {}
+    for node in nodes:
+        for unit in ("containerd", node.spec.kubelet_unit):
+            lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
+        states[node.name] = lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
+    return states
 
 
 def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path, kube: dict | None) -> Path:
@@ -137,10 +158,12 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
         phase = time.monotonic()
         for node in nodes:
             lab_node.prepare(node)
-            _node_files(node, library)
             state["nodes"][node.name] = {"address": node.address, "netns": node.netns, "fixture": node.spec.fixture}
         timings["prepare_nodes"] = time.monotonic() - phase
         credentials = controlplane.prepare([node.name for node in nodes]) if with_cluster else None
+        validator = Path(controlplane.binaries()) / "kubelet-validate" if with_cluster else None
+        for node in nodes:
+            _node_files(node, library, validator)
         if credentials:
             for node in nodes:
                 node.write_file("/etc/kubernetes/kubelet.conf", controlplane.node_kubeconfig(credentials, node.name), 0o600)
@@ -156,6 +179,13 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             fixtures = {node.name: load_fixture(node.spec.fixture)[1] for node in nodes}
             cluster.create_nodes(api, nodes, fixtures)
             timings["nodes_ready"] = cluster.wait_nodes_ready(api, [node.name for node in nodes])
+            phase = time.monotonic()
+            state["services"] = _start_services(nodes)
+            timings["services"] = time.monotonic() - phase
+            cluster.apply_objects(api, scenario.cluster.get("objects") or [])
+            phase = time.monotonic()
+            state["pods"] = [vars(pod) for pod in workloads.place(api, {node.name: node for node in nodes}, scenario.pods)]
+            timings["pods"] = time.monotonic() - phase
             state["cluster"] = kube
         state["inventory"] = str(write_inventory(scenario, nodes, python, kube))
         state["status"] = "up"

@@ -73,7 +73,8 @@ After=network-online.target
 Type=simple
 EnvironmentFile=-/etc/default/%N
 EnvironmentFile=-/etc/sysconfig/%N
-ExecStart=/usr/local/bin/kubelet --k3s-config /etc/rancher/k3s/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf --config-dir=/var/lib/rancher/k3s/agent/etc/kubelet.conf.d
+ExecStart=/usr/local/bin/kubelet --k3s-config /etc/rancher/k3s/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf \
+    --config-dir=/var/lib/rancher/k3s/agent/etc/kubelet.conf.d
 KillMode=process
 Restart=always
 RestartSec=5s
