@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab's cluster half: a real apiserver with kwok Nodes, kubelet stand-ins that behave like the kubelet."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from kubernetes import client
+
+from gpuharden.lab import cluster, manager
+
+pytestmark = pytest.mark.lab
+
+PLUGIN = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {
+        "selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+        "template": {
+            "metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+            "spec": {
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
+            },
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    assert os.geteuid() == 0, "the lab tests need root"
+    manager.down()
+    state = manager.up("healthy")
+    yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
+    assert manager.down() == []
+
+
+def _wait(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError("condition not met within %.0fs" % timeout)
+
+
+def _address(state, node):
+    return state["nodes"][node]["address"]
+
+
+def test_nodes_ready_and_kubelets_healthy(lab):
+    state, api = lab
+    summary = cluster.node_summary(api)
+    assert set(summary) == set(state["nodes"])
+    assert all(info["ready"] for info in summary.values())
+    for node in state["nodes"]:
+        result = manager.ssh(_address(state, node), "systemctl is-active kubelet && curl -sf http://127.0.0.1:10248/healthz")
+        assert result.stdout.split() == ["active", "ok"], result.stdout + result.stderr
+
+
+def test_tool_identity_is_not_admin(lab):
+    state, _api = lab
+    tool = cluster.api_client(state["cluster"]["tool_kubeconfig"])
+    with pytest.raises(client.exceptions.ApiException) as raised:
+        client.CoreV1Api(tool).list_node()
+    assert raised.value.status == 403
+
+
+def test_device_plugin_registration_is_mirrored(lab):
+    state, api = lab
+    cluster.apply_objects(api, [PLUGIN])
+    expected = {"gpu-a100-0": "8", "gpu-h100-0": "4", "gpu-l4-0": "2"}
+    _wait(lambda: {n: i["allocatable_gpu"].get("nvidia.com/gpu") for n, i in cluster.node_summary(api).items()} == expected)
+    client.AppsV1Api(api).delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
+    _wait(lambda: all(not info["allocatable_gpu"] for info in cluster.node_summary(api).values()))
+
+
+def test_kubelet_refuses_a_config_the_real_validation_rejects(lab):
+    state, _api = lab
+    address = _address(state, "gpu-l4-0")
+    config = "/var/lib/kubelet/config.yaml"
+    broken = manager.ssh(
+        address,
+        "cp %s /root/config.good && sed -i 's/^topologyManagerPolicy: .*/topologyManagerPolicy: bogus/' %s "
+        "&& systemctl restart kubelet; sleep 2; systemctl is-active kubelet; curl -s -o /dev/null -w '%%{http_code}' "
+        "http://127.0.0.1:10248/healthz; echo; grep -c 'failed to validate kubelet configuration' /var/log/kubelet.log" % (config, config),
+    )
+    lines = broken.stdout.split()
+    assert lines[0] == "failed", broken.stdout + broken.stderr
+    assert lines[1] == "000"  # nothing listens: the kubelet is not running
+    assert int(lines[2]) >= 1
+    fixed = manager.ssh(
+        address,
+        "cp /root/config.good %s && systemctl restart kubelet; for i in $(seq 50); do "
+        "curl -sf http://127.0.0.1:10248/healthz && break; sleep 0.2; done; echo; systemctl is-active kubelet" % config,
+    )
+    assert fixed.stdout.split() == ["ok", "active"], fixed.stdout + fixed.stderr
