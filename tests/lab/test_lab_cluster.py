@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from gpuharden.lab import cluster, manager
+from tests.lab.test_lab_lifecycle import host_files_changed_since
 
 pytestmark = pytest.mark.lab
 
@@ -31,12 +32,16 @@ PLUGIN = {
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(tmp_path_factory):
     assert os.geteuid() == 0, "the lab tests need root"
     manager.down()
+    marker = tmp_path_factory.mktemp("marker") / "marker"
+    marker.write_text("")
     state = manager.up("healthy")
     yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
     assert manager.down() == []
+    # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
+    assert host_files_changed_since(str(marker)) == []
 
 
 def _wait(predicate, timeout=30.0):
@@ -86,7 +91,7 @@ def test_kubelet_refuses_a_config_the_real_validation_rejects(lab):
     config = "/var/lib/kubelet/config.yaml"
     broken = manager.ssh(
         address,
-        "cp %s /root/config.good && sed -i 's/^topologyManagerPolicy: .*/topologyManagerPolicy: bogus/' %s "
+        "cp %s /run/config.good && sed -i 's/^topologyManagerPolicy: .*/topologyManagerPolicy: bogus/' %s "
         "&& systemctl restart kubelet; sleep 2; systemctl is-active kubelet; curl -s -o /dev/null -w '%%{http_code}' "
         "http://127.0.0.1:10248/healthz; echo; grep -c 'failed to validate kubelet configuration' /var/log/kubelet.log" % (config, config),
     )
@@ -96,7 +101,7 @@ def test_kubelet_refuses_a_config_the_real_validation_rejects(lab):
     assert int(lines[2]) >= 1
     fixed = manager.ssh(
         address,
-        "cp /root/config.good %s && systemctl restart kubelet; for i in $(seq 50); do "
+        "cp /run/config.good %s && systemctl restart kubelet; for i in $(seq 50); do "
         "curl -sf http://127.0.0.1:10248/healthz && break; sleep 0.2; done; echo; systemctl is-active kubelet" % config,
     )
     assert fixed.stdout.split() == ["ok", "active"], fixed.stdout + fixed.stderr

@@ -68,11 +68,28 @@ def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
     assert own_cgroup.startswith("0::/system.slice/")
 
 
-def test_up_down_cycles_leave_nothing(clean_lab):
+HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/dev"]
+
+
+def host_files_changed_since(marker: str) -> list[str]:
+    """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's)."""
+    completed = subprocess.run(
+        ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*",
+         "-not", "-path", "/run/netns*", "-not", "-type", "d"],
+        capture_output=True, text=True, check=False,
+    )
+    return sorted(line for line in completed.stdout.splitlines() if line)
+
+
+def test_up_down_cycles_leave_nothing(clean_lab, tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("")
+    before = set(host_files_changed_since(str(marker)))
     for _ in range(2):
         manager.up("healthy", with_cluster=False)
         assert manager.leftovers()  # something exists while up
         assert manager.down() == []
+    assert set(host_files_changed_since(str(marker))) - before == set()
 
 
 def test_crashed_up_is_cleaned_by_down(clean_lab):

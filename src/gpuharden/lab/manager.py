@@ -67,8 +67,9 @@ STANDINS = {"/usr/local/sbin/systemctl": "systemctl", "/usr/local/bin/kubelet": 
 def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> None:
     """What every lab node has besides its scenario files: the NVML double as its driver library and
     the stand-ins for systemctl, kubelet and containerd (the only doubles besides NVML)."""
-    node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
-    node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
+    if node.spec.fixture is not None:  # CPU-only nodes have no driver library
+        node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
+        node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
     for path, standin in STANDINS.items():
         node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden.lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
     environment = ["GPUHARDEN_NODE_NAME=%s" % node.name]

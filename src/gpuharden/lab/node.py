@@ -22,7 +22,7 @@ from gpuharden.lab import layout
 from gpuharden.lab.noderoot import build_node_root
 from gpuharden.lab.system import LabError, run, spawn, wait_for_tcp
 
-OVERLAY_LAYERS = {"/etc": "etc", "/usr/local": "usr-local", "/var/lib": "var-lib"}
+OVERLAY_LAYERS = {"/etc": "etc", "/usr/local": "usr-local", "/var/lib": "var-lib", "/var/log": "var-log"}
 SYSTEM_DEVICES = {  # path: (major, minor, mode)
     "null": (1, 3, 0o666), "zero": (1, 5, 0o666), "full": (1, 7, 0o666), "random": (1, 8, 0o666),
     "urandom": (1, 9, 0o666), "tty": (5, 0, 0o666),
@@ -34,7 +34,7 @@ class NodeSpec:
     """What a scenario says about one node."""
 
     name: str
-    fixture: str
+    fixture: str | None  # None: a CPU-only node
     device_overrides: dict = field(default_factory=dict)
     driver_params: dict = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # absolute node path -> content
@@ -196,9 +196,10 @@ def prepare(node: Node) -> None:
         driver_params=node.spec.driver_params,
     )
     _system_devices(directory / "root" / "dev")
-    # The double's defaults (/etc/nvml-double/fixture.json, /var/lib/nvml-double/state.json) are node-private.
-    node.write_file("/etc/nvml-double/fixture.json", root.fixture.read_text())
-    (node.upper_path("/var/lib/nvml-double")).mkdir(parents=True, exist_ok=True)
+    if root.fixture is not None:
+        # The double's defaults (/etc/nvml-double/fixture.json, /var/lib/nvml-double/state.json) are node-private.
+        node.write_file("/etc/nvml-double/fixture.json", root.fixture.read_text())
+        (node.upper_path("/var/lib/nvml-double")).mkdir(parents=True, exist_ok=True)
     for path, content in node.spec.files.items():
         node.write_file(path, content)
     (directory / "sshd_config").write_text(_sshd_config(node))

@@ -51,7 +51,7 @@ class NodeRoot:
     """One node's driver view; ``env()`` is what a process needs to use its NVML double."""
 
     root: Path
-    fixture: Path
+    fixture: Path | None
     devices: list[DeviceNode] = field(default_factory=list)
 
     @property
@@ -67,7 +67,10 @@ class NodeRoot:
         }
 
 
-def load_fixture(name_or_path: str | os.PathLike) -> tuple[Path, dict]:
+def load_fixture(name_or_path: str | os.PathLike | None) -> tuple[Path | None, dict]:
+    """(path, data) of an NVML fixture; ``None`` is a CPU-only node (no GPUs, no driver)."""
+    if name_or_path is None:
+        return None, {"gpus": []}
     path = Path(name_or_path)
     if not path.exists():
         path = NVML_FIXTURES / (str(name_or_path) + ("" if str(name_or_path).endswith(".json") else ".json"))
@@ -87,6 +90,8 @@ def default_devices(fixture: dict) -> list[DeviceNode]:
         DeviceNode("/dev/nvidia-uvm", UVM_MAJOR, 0),
         DeviceNode("/dev/nvidia-uvm-tools", UVM_MAJOR, 1),
     ]
+    if not fixture["gpus"]:
+        return []
     if any("mig" in gpu for gpu in fixture["gpus"]):
         devices += [
             DeviceNode("/dev/nvidia-caps/nvidia-cap1", CAPS_MAJOR, 1, mode=0o400),
@@ -130,6 +135,12 @@ def build_node_root(
         os.chown(target, device.uid, device.gid)
         devices.append(device)
 
+    (root / "proc/driver").mkdir(parents=True)
+    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    (root / "var/lib/nvml-double").mkdir(parents=True, exist_ok=True)
+    if fixture_path is None:  # CPU-only: no driver loaded
+        _write(root / "proc/devices", "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n\nBlock devices:\n  7 loop\n  8 sd\n")
+        return NodeRoot(root=root, fixture=None, devices=devices)
     params = dict(DRIVER_DEFAULT_PARAMS, **(driver_params or {}))
     _write(root / "proc/driver/nvidia/params", "".join("%s: %s\n" % item for item in params.items()))
     _write(
@@ -145,7 +156,6 @@ def build_node_root(
             % (gpu["name"], gpu["uuid"], bdf, gpu["minor"]),
         )
         _write(root / "sys/bus/pci/devices" / bdf / "numa_node", "%d\n" % gpu.get("numa_node", -1))
-    (root / "var/lib/nvml-double").mkdir(parents=True, exist_ok=True)
     # The node keeps its own copy, where the double looks by default, readable by every user.
     node_fixture = root / "etc/nvml-double/fixture.json"
     _write(node_fixture, fixture_path.read_text())

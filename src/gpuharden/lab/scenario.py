@@ -34,9 +34,11 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
     unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd"}
     if unknown:
         raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
-    for key in ("name", "fixture"):
-        if not isinstance(merged.get(key), str):
-            raise LabError("%s: %s: %r must be a string, got %r" % (source, where, key, merged.get(key)))
+    if not isinstance(merged.get("name"), str):
+        raise LabError("%s: %s: 'name' must be a string, got %r" % (source, where, merged.get("name")))
+    if merged.get("fixture") is not None and not isinstance(merged["fixture"], str):
+        raise LabError("%s: %s: 'fixture' must be an NVML fixture name or null (CPU-only), got %r" % (source, where, merged["fixture"]))
+    labels = {**(defaults.get("labels") or {}), **(entry.get("labels") or {})}
     devices = {}
     for path, attrs in (merged.get("devices") or {}).items():
         if attrs is None:
@@ -51,11 +53,11 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
     files.update(entry.get("files") or {})
     return NodeSpec(
         name=merged["name"],
-        fixture=merged["fixture"],
+        fixture=merged.get("fixture"),
         device_overrides=devices,
         driver_params=merged.get("driver_params") or {},
         files=files,
-        labels=merged.get("labels") or {},
+        labels={key: str(value) for key, value in labels.items() if value is not None},
         kubelet_unit=nodefiles.kubelet_unit(kubelet),
     )
 

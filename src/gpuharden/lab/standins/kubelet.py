@@ -433,6 +433,13 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
     strategy = _container_setting(c, "mig-strategy", "MIG_STRATEGY") or flags.get("migStrategy") or "none"
     if strategy not in ("none", "single", "mixed"):
         raise PluginError("unknown MIG strategy: %s" % strategy)
+    # The plugin refuses an unknown device list strategy at start ("none" is the classic mistake).
+    list_strategies = _container_setting(c, "device-list-strategy", "DEVICE_LIST_STRATEGY") or (flags.get("plugin") or {}).get(
+        "deviceListStrategy", "envvar"
+    )
+    for list_strategy in list_strategies if isinstance(list_strategies, list) else str(list_strategies).split(","):
+        if list_strategy not in ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"):
+            raise PluginError("invalid --device-list-strategy option: %s" % list_strategy)
     resources = cfg.get("resources") or {}
     gpu_patterns = list(resources.get("gpus") or [])
     mig_patterns = list(resources.get("mig") or [])
