@@ -11,16 +11,16 @@ BUILD := build
 COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 # Debian packages the checks need (installed only when missing; needs root).
-DEBIAN_PACKAGES := gcc make git
+DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux
 PY_SOURCES := src tests plugins tools
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system-deps venv collection-link nvml-double test lint ruff ansible-lint sanity unit \
-        collection-build collection-install-check demo clean
+.PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit \
+        integration molecule collection-build collection-install-check demo lab-down clean
 
-setup: system-deps venv collection-link nvml-double
+setup: system-deps venv collection-link nvml-double control-plane
 
 system-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -48,7 +48,12 @@ nvml-double: $(NVML_DOUBLE)
 $(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes/nvml/build.sh)
 	sh tests/fakes/nvml/build.sh $(CURDIR)/$(BUILD)/nvml >/dev/null
 
-test: setup lint sanity unit collection-install-check
+# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok and kubelet-validate, built from the
+# Go module proxy into ~/.cache/gpuharden (cold: minutes; warm: a second).
+control-plane:
+	bash lab/controlplane/build.sh >/dev/null
+
+test: setup lint sanity unit integration molecule collection-install-check
 
 lint: ruff ansible-lint
 
@@ -62,7 +67,14 @@ sanity: venv
 	$(BIN)/python tools/sanity.py
 
 unit: venv collection-link nvml-double
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not lab"
+
+# The lab: network namespaces, sshd, runc and the control plane (root).
+integration: setup
+	$(BIN)/python -m pytest -q -m lab
+
+molecule: setup
+	$(BIN)/molecule test
 
 collection-build: venv
 	@mkdir -p $(BUILD)/dist
@@ -74,6 +86,9 @@ collection-install-check: collection-build nvml-double
 
 demo: setup
 	$(BIN)/python -m gpuharden.lab.demo
+
+lab-down: venv
+	$(BIN)/gpuharden lab down
 
 clean:
 	rm -rf $(BUILD) $(VENV) ansible_collections

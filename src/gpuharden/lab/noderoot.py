@@ -121,6 +121,7 @@ def build_node_root(
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    (root / "dev").mkdir()
     overrides = device_overrides or {}
     devices = []
     for device in default_devices(data):
