@@ -94,6 +94,9 @@ def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path
     known_hosts = "".join("%s %s %s\n" % (node.address, host_key[0], host_key[1]) for node in nodes)
     (layout.SSH_DIR / "known_hosts").write_text(known_hosts)
     hosts = {node.name: {"ansible_host": node.address} for node in nodes}
+    for node in nodes:
+        if node.upper_path(workloads.MEMORY_VIEW_ROOT).exists():
+            hosts[node.name]["gpuharden_cgroup_root"] = workloads.MEMORY_VIEW_ROOT
     inventory = {
         "all": {
             "vars": {

@@ -98,6 +98,10 @@ class Node:
             target.write_text(content)
         target.chmod(mode)
 
+    def write_live(self, node_path: str, content: str) -> None:
+        """Write a file inside the running node (through its overlay, not behind its back)."""
+        run(self.enter_argv() + ["--", "sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", node_path], input=content)
+
     def read_file(self, node_path: str) -> str | None:
         target = self.upper_path(node_path)
         if target.exists():

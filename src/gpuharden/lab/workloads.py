@@ -18,6 +18,13 @@ from gpuharden.lab.node import Node
 from gpuharden.lab.noderoot import load_fixture
 from gpuharden.lab.system import LabError, run
 
+# This host's cgroup2 hierarchy has no memory controller (memory is on cgroup v1), so memory.max and
+# memory.high cannot exist in the nodes' real cgroup2 trees.  Nodes with memory-limited pods get a view
+# of those files at the same cgroup paths under this directory, and their inventory points
+# gpuharden_cgroup_root at it.  Device programs and cgroup.procs stay in the real tree.
+MEMORY_VIEW_ROOT = "/var/lib/gpuharden-memcg"
+QUANTITY_SUFFIXES = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
+
 POD_KEYS = {
     "name", "namespace", "node", "gpus", "qos", "cgroup_driver", "privileged", "env", "lost_gpu_access",
     "gpu_memory_mib", "memory_limit", "labels",
@@ -34,6 +41,21 @@ class PlacedPod:
     pid: int
     gpu_minors: list[int] = field(default_factory=list)
     visible_minors: list[int] = field(default_factory=list)
+
+
+def quantity_bytes(quantity: str) -> int:
+    for suffix, factor in sorted(QUANTITY_SUFFIXES.items(), key=lambda item: -len(item[0])):
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(quantity)
+
+
+def _memory_view(node: Node, spec: pods.ContainerSpec, limit: str) -> None:
+    """memory.max = the limit, memory.high = max: what a kubelet without MemoryQoS leaves behind."""
+    for cgroup in (spec.pod_cgroup_path, spec.cgroup_path):
+        base = MEMORY_VIEW_ROOT + cgroup
+        node.write_live(base + "/memory.max", "%d\n" % quantity_bytes(limit))
+        node.write_live(base + "/memory.high", "max\n")
 
 
 def _pod_object(entry: dict) -> dict:
@@ -120,6 +142,8 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
         pid = pods.start_container(enter, spec, "/run/gpuharden-bundles", pods.RUNC_ROOT)
         all_minors = sorted(gpu_index_of[node.name])
         visible = sorted(set(minors) | set(spec.visible_minors(all_minors)) | (set(all_minors) if spec.privileged else set()))
+        if entry.get("memory_limit"):
+            _memory_view(node, spec, entry["memory_limit"])
         placed.append(PlacedPod(entry["name"], entry.get("namespace", "default"), node.name, pod.metadata.uid, spec.container_id, pid, minors, visible))
         if entry.get("gpu_memory_mib"):
             # The workload uses every GPU it can open, which is the point of the cross-sharing seeds.
