@@ -13,7 +13,7 @@ from gpuharden.lab.system import LabError
 
 
 def _up(args: argparse.Namespace) -> int:
-    state = manager.up(args.scenario, args.nodes, with_cluster=not args.no_cluster)
+    state = manager.up(args.scenario, args.nodes, with_cluster=not args.no_cluster, kwok_nodes=args.kwok_nodes)
     print(json.dumps(manager.status() | {"timings": state["timings"]}, indent=2))
     return 0
 
@@ -50,6 +50,7 @@ def register(commands) -> None:
     up.add_argument("--scenario", required=True, choices=available())
     up.add_argument("--nodes", type=int, default=None, help="node count for scenarios that scale (scale)")
     up.add_argument("--no-cluster", action="store_true", help="nodes only, no control plane (faster)")
+    up.add_argument("--kwok-nodes", type=int, default=0, help="extra Nodes that exist only in the apiserver (scale checks)")
     up.set_defaults(handler=_guard(_up))
     actions.add_parser("status", help="show the lab's nodes and services").set_defaults(handler=_guard(_status))
     actions.add_parser("down", help="remove everything the lab created").set_defaults(handler=_guard(_down))

@@ -85,3 +85,24 @@ def apply_objects(api: client.ApiClient, objects: list[dict]) -> None:
                 if error.status != 409:
                     raise
         utils.create_from_dict(api, obj)
+
+
+def create_kwok_only_nodes(api: client.ApiClient, count: int, gpus_per_node: int = 8, prefix: str = "kwok-gpu-") -> list[str]:
+    """Nodes that exist only in the apiserver (kwok keeps them Ready), for cluster-side checks at scale.
+
+    Their GPUs are advertised in capacity/allocatable from the start: no kubelet runs for them.
+    """
+    core = client.CoreV1Api(api)
+    names = []
+    for number in range(count):
+        name = "%s%d" % (prefix, number)
+        capacity = {"cpu": "128", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": str(gpus_per_node)}
+        core.create_node({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "gpuharden.io/lab": "true", "gpuharden.io/kwok-only": "true",
+                                    "nvidia.com/gpu.present": "true"}},
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        })
+        names.append(name)
+    return names

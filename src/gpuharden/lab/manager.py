@@ -140,7 +140,7 @@ def nodes_from_state(state: dict) -> list[lab_node.Node]:
     return [lab_node.Node(spec, index) for index, spec in enumerate(scenario.nodes)]
 
 
-def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True) -> dict:
+def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True, kwok_nodes: int = 0) -> dict:
     require_root()
     if layout.STATE_FILE.exists() or layout.LAB_DIR.exists():
         raise LabError("a lab is already up (%s): run `gpuharden lab down` first" % layout.LAB_DIR)
@@ -182,7 +182,13 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             api = cluster.api_client(kube["admin_kubeconfig"])
             fixtures = {node.name: load_fixture(node.spec.fixture)[1] for node in nodes}
             cluster.create_nodes(api, nodes, fixtures)
-            timings["nodes_ready"] = cluster.wait_nodes_ready(api, [node.name for node in nodes])
+            names = [node.name for node in nodes]
+            if kwok_nodes:
+                phase = time.monotonic()
+                names += cluster.create_kwok_only_nodes(api, kwok_nodes)
+                timings["kwok_nodes"] = time.monotonic() - phase
+                state["kwok_nodes"] = kwok_nodes
+            timings["nodes_ready"] = cluster.wait_nodes_ready(api, names, timeout=60 + kwok_nodes / 20)
             phase = time.monotonic()
             state["services"] = _start_services(nodes)
             timings["services"] = time.monotonic() - phase
