@@ -23,6 +23,9 @@ from gpuharden.lab import REPO_ROOT
 from gpuharden.lab.standins import kubelet as kl
 from gpuharden.lab.standins import systemctl as sc
 
+# They need root and the kubelet-validate binary the control-plane build makes.
+pytestmark = pytest.mark.lab
+
 PY = sys.executable
 VENV_BIN = Path(PY).parent
 
