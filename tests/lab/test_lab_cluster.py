@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from kubernetes import client
 
 from gpuharden.lab import cluster, manager
 from tests.lab.test_lab_lifecycle import host_files_changed_since
+from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -33,13 +33,10 @@ PLUGIN = {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    assert os.geteuid() == 0, "the lab tests need root"
-    manager.down()
     marker = tmp_path_factory.mktemp("marker") / "marker"
     marker.write_text("")
-    state = manager.up("healthy")
-    yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
-    assert manager.down() == []
+    with running_lab("healthy") as state:
+        yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
     # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
     assert host_files_changed_since(str(marker)) == []
 

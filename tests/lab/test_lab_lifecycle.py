@@ -15,6 +15,7 @@ import pytest
 from gpuharden.lab import NVML_FIXTURES, REPO_ROOT, layout, manager
 from gpuharden.lab.scenario import load
 from gpuharden.lab.system import LabError
+from tests.labfixtures import lab_lock
 
 pytestmark = pytest.mark.lab
 
@@ -28,9 +29,10 @@ LIST_UUIDS = (
 @pytest.fixture
 def clean_lab():
     assert os.geteuid() == 0, "the lab tests need root"
-    manager.down()
-    yield
-    assert manager.down() == []
+    with lab_lock():
+        manager.down()
+        yield
+        assert manager.down() == []
 
 
 def test_healthy_fleet_over_ssh(clean_lab):
@@ -74,7 +76,7 @@ HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/d
 def host_files_changed_since(marker: str) -> list[str]:
     """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's)."""
     completed = subprocess.run(
-        ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*",
+        ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*", "-not", "-path", "/root/.config/go/*",
          "-not", "-path", "/run/netns*", "-not", "-type", "d"],
         capture_output=True, text=True, check=False,
     )
