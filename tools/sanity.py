@@ -20,7 +20,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
-TREE = BUILD / "sanity" / "ansible_collections" / "gpuharden" / "k8s"
+# One tree per run, so that concurrent runs (several developers on one machine) do not collide.
+RUN_DIR = BUILD / ("sanity-%d" % os.getpid())
+TREE = RUN_DIR / "ansible_collections" / "gpuharden" / "k8s"
 VENV_BIN = Path(sys.executable).parent
 
 GET_PIP_STAND_IN = '''\
@@ -51,7 +53,7 @@ def write_get_pip_stand_in() -> None:
 
 
 def build_tree() -> None:
-    dist = BUILD / "sanity-dist"
+    dist = RUN_DIR / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     subprocess.run(
         [str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path", str(dist), str(REPO)],
@@ -77,7 +79,10 @@ def main() -> int:
     command = [str(VENV_BIN / "ansible-test"), "sanity", "--python", "%d.%d" % sys.version_info[:2], "--color", "no"]
     command += sys.argv[1:]
     print("+ (cd %s && %s)" % (TREE, " ".join(command)), flush=True)
-    return subprocess.run(command, cwd=TREE, env=env, check=False).returncode
+    try:
+        return subprocess.run(command, cwd=TREE, env=env, check=False).returncode
+    finally:
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":
