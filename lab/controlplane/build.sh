@@ -10,6 +10,9 @@
 #                            (default: under $GPUHARDEN_CACHE/go/)
 #        GO                 go binary (default: `go` on PATH, else /usr/local/go/bin/go)
 #        BUILD_NICE         nice level for go builds (default 10)
+#        GPUHARDEN_CP_PRUNE=1  after a successful build delete the Go module and
+#                            build caches if they are the defaults under
+#                            $GPUHARDEN_CACHE/go (only bin/ is needed afterwards)
 set -euo pipefail
 
 # ---- pinned versions (the only place they are set) -------------------------
@@ -30,7 +33,8 @@ log() { echo "build.sh: $*" >&2; }
 
 # Hash of the kubelet-validate sources: a change there rebuilds only that binary.
 kv_hash() {
-  (cd "$HERE/kubelet-validate" && cat $(ls | LC_ALL=C sort)) | sha256sum | cut -d' ' -f1
+  (cd "$HERE/kubelet-validate" && find . -type f | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done) |
+    sha256sum | cut -d' ' -f1
 }
 
 all_built() {
@@ -165,4 +169,12 @@ if [[ ! -x "$BIN/kubelet-validate" || "$(cat "$BIN/.kubelet-validate.srchash" 2>
 fi
 
 all_built || { log "build incomplete"; exit 1; }
+if [[ "${GPUHARDEN_CP_PRUNE:-0}" == 1 ]]; then
+  for c in "$GOCACHE" "$GOMODCACHE"; do
+    case "$c" in
+      "$CACHE_ROOT/go/"*) log "pruning $c"; rm -rf "$c" ;;
+      *) log "not pruning $c (not under $CACHE_ROOT/go)" ;;
+    esac
+  done
+fi
 echo "$BIN"

@@ -7,6 +7,8 @@
 #
 # Usage: lab/controlplane/smoke.sh [BIN_DIR]   (default: output of build.sh)
 # Env:   SMOKE_KEEP=1 keeps the temp dir (logs) after the run.
+#        SMOKE_SOAK=N  after the checks wait N s and check the node is still Ready
+#                      (e.g. 90: longer than the node-monitor grace period).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,20 +19,39 @@ done
 
 D="$(mktemp -d "${TMPDIR:-/tmp}/gpuharden-cp.XXXXXX")"
 PIDS=()
+stop_pids() { # <timeout s> <pid...>: TERM, wait, then KILL
+  local t="$1"; shift
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null
+  local n=$((t * 10)) p alive
+  while ((n-- > 0)); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
+    sleep 0.1
+  done
+  echo "smoke: escalating to SIGKILL for $*" >&2
+  kill -KILL "$@" 2>/dev/null
+}
 cleanup() {
   local rc=$?
   set +e
-  # TERM everything (reverse start order), give 10 s, then KILL.
-  local i
-  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[i]}" 2>/dev/null; done
-  for _ in $(seq 100); do
-    local alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
-    sleep 0.1
-  done
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  local t0=$SECONDS
+  # Everything but etcd first (PIDS[0]): kube-apiserver's graceful shutdown
+  # hangs if etcd is already gone.
+  stop_pids 15 "${PIDS[@]:1}"
+  stop_pids 10 "${PIDS[@]:0:1}"
   wait 2>/dev/null
+  echo "smoke: teardown took $((SECONDS - t0))s" >&2
+  # Leak check: no process may still reference the temp dir.
+  local leaked
+  leaked="$(ps -eo pid=,args= | grep -F "$D" | grep -v grep || true)"
+  if [[ -n "$leaked" ]]; then
+    echo "smoke: LEAKED processes:" >&2; echo "$leaked" >&2
+    ((rc != 0)) || rc=1
+  else
+    echo "smoke: no processes left behind" >&2
+  fi
   if ((rc != 0)); then
     echo "smoke: FAILED (rc=$rc); last log lines:" >&2
     for f in "$D"/*.log; do [[ -f "$f" ]] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
@@ -70,6 +91,9 @@ mkdir -p "$D/pki" "$D/etcd"
 openssl genrsa -out "$D/sa.key" 2048 2>/dev/null
 openssl rsa -in "$D/sa.key" -pubout -out "$D/sa.pub" 2>/dev/null
 echo "$TOKEN,admin,admin,\"system:masters\"" >"$D/tokens.csv"
+write_kubeconfig() {
+# certificate-authority: kube-apiserver's self-signed pki/apiserver.crt holds the
+# serving cert and its CA; SANs include 127.0.0.1 (insecure-skip-tls-verify: true also works).
 cat >"$D/admin.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -77,7 +101,7 @@ clusters:
 - name: lab
   cluster:
     server: $API
-    insecure-skip-tls-verify: true
+    certificate-authority: $D/pki/apiserver.crt
 users:
 - name: admin
   user:
@@ -89,8 +113,9 @@ contexts:
     user: admin
 current-context: lab
 EOF
+}
 
-api() { curl -sS -k --max-time 10 -H "Authorization: Bearer $TOKEN" "$@"; }
+api() { curl -sS --cacert "$D/pki/apiserver.crt" --max-time 10 -H "Authorization: Bearer $TOKEN" "$@"; }
 # POST $2 (JSON) to path $1; retried because the ServiceAccount admission
 # plugin refuses pods until kube-controller-manager created the namespace's "default" SA.
 create() {
@@ -128,7 +153,8 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-cluster-ip-range=10.96.0.0/16 \
   --endpoint-reconciler-type=none \
   --allow-privileged=true
-wait_for 90 "apiserver /readyz" api -f "$API/readyz"
+wait_for 90 "apiserver /readyz" curl -sSfk -H "Authorization: Bearer $TOKEN" "$API/readyz"
+write_kubeconfig
 READYZ_S=$(elapsed "$T1")
 echo "smoke: kube-apiserver /readyz ok after ${READYZ_S}s"
 
@@ -189,6 +215,15 @@ api -o /dev/null -f -X DELETE "$API/api/v1/namespaces/default/pods/bound"
 gone() { [[ "$(api -o /dev/null -w '%{http_code}' "$API/api/v1/namespaces/default/pods/bound")" == 404 ]]; }
 wait_for 60 "pod bound deleted" gone
 echo "smoke: pod default/bound deleted after $(elapsed "$T4")s"
+
+if ((${SMOKE_SOAK:-0} > 0)); then
+  # Node must stay Ready past kube-controller-manager's node-monitor grace
+  # period (lease renewals by kwok, condition heartbeats by the stage).
+  sleep "$SMOKE_SOAK"
+  ready || { echo "smoke: node not Ready after ${SMOKE_SOAK}s soak" >&2; exit 1; }
+  running default scheduled || { echo "smoke: pod not Running after soak" >&2; exit 1; }
+  echo "smoke: after ${SMOKE_SOAK}s soak node still Ready (taints: $(jget /api/v1/nodes/gpu-node-0 'o["spec"].get("taints")')), lease renewTime $(jget /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/gpu-node-0 'o["spec"]["renewTime"]'), Ready heartbeat $(jget /api/v1/nodes/gpu-node-0 '[c["lastHeartbeatTime"] for c in o["status"]["conditions"] if c["type"]=="Ready"][0]')"
+fi
 
 echo "smoke: control plane OK; total $(elapsed "$T0")s (apiserver readyz ${READYZ_S}s, node Ready ${NODE_READY_S}s)"
 
