@@ -1,0 +1,308 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_device_nodes
+short_description: Repair NVIDIA device nodes and make their permissions stick
+version_added: 0.1.0
+description:
+  - Inspects and repairs C(/dev/nvidia<minor>) (195:minor) for every GPU the driver lists in
+    C(/proc/driver/nvidia/gpus/<bdf>/information), C(/dev/nvidiactl) (195:255), C(/dev/nvidia-modeset)
+    (195:254, when it exists or nvidia_modeset is loaded), C(/dev/nvidia-uvm) and C(/dev/nvidia-uvm-tools)
+    (minors 0 and 1 of the C(nvidia-uvm) major in C(/proc/devices)) and C(/dev/nvidia-caps/nvidia-cap<m>)
+    (the C(nvidia-caps) major; the capabilities announced under C(/proc/driver/nvidia/capabilities), plus
+    existing C(nvidia-cap1) (MIG config, 0400) and C(nvidia-cap2) (MIG monitor, 0444)).
+  - Creates missing nodes, replaces nodes of the wrong type or numbers (a new node is made next to the old
+    one and renamed over it), and fixes owner, group and mode.
+  - "Creates the C(/dev/char/<major>:<minor>) symlinks that runc's systemd cgroup driver resolves device
+    rules through; without them containers lose their GPUs after a C(systemctl daemon-reload) and NVML
+    fails with C(Failed to initialize NVML: Unknown Error)."
+  - The driver resets C(/dev/nvidia*) to its C(NVreg_DeviceFileUID), C(NVreg_DeviceFileGID) and
+    C(NVreg_DeviceFileMode) parameters, so a plain chmod does not last. With O(persist=true) the module
+    writes those options to O(modprobe_file) and a udev rule for C(nvidia-uvm), C(nvidia-uvm-tools) and the
+    capability nodes (no NVreg option covers them) to O(udev_rules_file).
+  - Reports RV(reboot_or_reload_required) when C(/proc/driver/nvidia/params) shows the running driver
+    still uses other values, and RV(conflicts) when another modprobe.d file or the kernel command line
+    sets the same options differently.
+  - Does not need NVML, which may be exactly what is broken.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.node_root
+  - gpuharden.k8s._files
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details:
+      - "Device-node and link changes appear as one text diff, one line per path
+        (C(/dev/nvidia0: char 195:0 root:root 0600) before, C(... 0666) after), followed by the file diffs."
+options:
+  policy:
+    description:
+      - V(default) is the driver's own default, C(root:root 0666); O(owner), O(group) and O(mode) must not be set.
+      - V(restricted) limits the GPUs to one group; O(group) is required, O(mode) defaults to C(0660), may give
+        others nothing and must give the group read and write. B(Consequence:) pods then need that GID in
+        C(securityContext.supplementalGroups) (or run as it); the NVIDIA container toolkit creates the nodes
+        inside containers with the host's owner and mode, so a pod without the group fails with
+        C(Insufficient Permissions).
+      - V(custom) takes O(owner) (default C(root)), O(group) (default C(root)) and O(mode) (required) as given.
+      - Capability nodes never get more than the driver's mode. Under a policy with a group, the group gets
+        what others get by default, and others keep it only when O(mode) grants others anything.
+    type: str
+    choices: [default, restricted, custom]
+    default: default
+  owner:
+    description: Owner of the device nodes, a user name or a numeric uid. Only with O(policy=restricted) or O(policy=custom).
+    type: raw
+  group:
+    description:
+      - Group of the device nodes, a group name or a numeric gid. Required with O(policy=restricted).
+      - Names are resolved on the node (its C(/etc/group) when O(root) is not C(/)).
+    type: raw
+  mode:
+    description:
+      - Mode of the device nodes as octal digits, quoted (V('0660')). An unquoted YAML number like V(0660)
+        is read as YAML does (octal); an unquoted V(660) is rejected.
+    type: raw
+  create_missing:
+    description: Create device nodes that the driver's state calls for but that are missing.
+    type: bool
+    default: true
+  char_links:
+    description: Create or repair C(/dev/char/<major>:<minor>) symlinks for every managed node.
+    type: bool
+    default: true
+  persist:
+    description: Write O(modprobe_file) and O(udev_rules_file) so that the permissions survive driver reloads and reboots.
+    type: bool
+    default: true
+  modprobe_file:
+    description:
+      - The modprobe.d file for C(options nvidia NVreg_DeviceFileUID=... NVreg_DeviceFileGID=... NVreg_DeviceFileMode=...).
+      - modprobe reads C(*.conf) files in name order and the last value wins, so the default name sorts after
+        the usual C(nvidia.conf) and C(nvidia-*.conf) files. Other lines and parameters in the file are kept.
+      - If C(nvidia) is loaded from the initramfs, rebuild it (for example C(update-initramfs -u)) after a change.
+    type: path
+    default: /etc/modprobe.d/zz-gpuharden-nvidia.conf
+  udev_rules_file:
+    description: The udev rules file for C(nvidia-uvm), C(nvidia-uvm-tools), C(nvidia-cap1) and C(nvidia-cap2). Lines for other devices are kept.
+    type: path
+    default: /etc/udev/rules.d/70-gpuharden-nvidia.rules
+  on_conflict:
+    description:
+      - What to do when another modprobe.d file (read after O(modprobe_file)) or the kernel command line sets
+        C(NVreg_DeviceFile*) differently, or C(NVreg_ModifyDeviceFiles=0) is set.
+      - V(warn) reports them in RV(conflicts) and as warnings; V(fail) fails before changing anything.
+    type: str
+    choices: [warn, fail]
+    default: warn
+requirements:
+  - root on the node (mknod, chown)
+notes:
+  - The module does not reload the nvidia module or udev; the role M(gpuharden.k8s.device_permissions) reloads udev rules.
+seealso:
+  - module: gpuharden.k8s.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Make the device nodes what the driver would make them (root:root 0666)
+  gpuharden.k8s.nvidia_device_nodes:
+
+- name: Only members of the gpu group (pods need supplementalGroups with its GID)
+  gpuharden.k8s.nvidia_device_nodes:
+    policy: restricted
+    group: gpu
+    mode: "0660"
+    backup: true
+
+- name: Refuse to run when another modprobe.d file would override the options
+  gpuharden.k8s.nvidia_device_nodes:
+    on_conflict: fail
+  register: device_nodes
+
+- name: Tell when the running driver still uses other values
+  ansible.builtin.debug:
+    msg: "Reload the nvidia module or reboot to apply {{ device_nodes.driver_params.desired }}"
+  when: device_nodes.reboot_or_reload_required
+"""
+
+RETURN = r"""
+policy:
+  description: The resolved policy.
+  returned: always
+  type: dict
+  sample: {"policy": "default", "uid": 0, "gid": 0, "mode": "0666", "owner": "root", "group": "root"}
+nodes:
+  description: Every managed device node, keyed by path, with C(action) (V(ok), V(create), V(replace), V(fix), V(missing)), C(before) and C(after).
+  returned: always
+  type: dict
+  sample: {"/dev/nvidia0": {"action": "fix", "before": "char 195:0 root:root 0600", "after": "char 195:0 root:root 0666"}}
+links:
+  description: Every C(/dev/char) link for a managed node, keyed by path, with C(action), C(before) and C(after).
+  returned: always
+  type: dict
+  sample: {"/dev/char/195:0": {"action": "create", "before": "absent", "after": "link -> ../nvidia0"}}
+actions:
+  description: The node, link and directory changes as text lines (planned in check mode, done otherwise).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/dev/nvidia0: char 195:0 root:root 0600 -> char 195:0 root:root 0666"]
+files:
+  description: The files the module manages, with C(path), C(changed), C(action) (create, update) and C(reason).
+  returned: always
+  type: list
+  elements: dict
+conflicts:
+  description:
+    - Settings elsewhere that differ from the wanted ones, with C(file), C(line), C(parameter), C(value),
+      C(expected), C(overrides) (true when it wins over O(modprobe_file)) and C(message).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"file": "/etc/modprobe.d/nvidia.conf", "line": 3, "parameter": "NVreg_DeviceFileMode", "value": "0600",
+            "expected": "0666", "overrides": false, "message": "read before ...: overridden"}]
+reboot_or_reload_required:
+  description: The running driver (C(/proc/driver/nvidia/params)) uses other C(DeviceFile*) values than wanted.
+  returned: always
+  type: bool
+driver_params:
+  description:
+    - C(running) (V(null) without a driver) and C(desired) values of C(DeviceFileUID), C(DeviceFileGID) and
+      C(DeviceFileMode), in decimal as the params file shows them.
+  returned: always
+  type: dict
+  sample: {"running": {"DeviceFileUID": 0, "DeviceFileGID": 0, "DeviceFileMode": 438},
+           "desired": {"DeviceFileUID": 0, "DeviceFileGID": 0, "DeviceFileMode": 438}}
+driver_loaded:
+  description: Whether the NVIDIA driver is loaded (no node is managed without it; the files still are).
+  returned: always
+  type: bool
+unknown_nodes:
+  description: Existing C(/dev/nvidia*) entries the driver does not account for; reported, never touched.
+  returned: always
+  type: list
+  elements: str
+backup_files:
+  description: Backup copies made, keyed by the edited file.
+  returned: when backup is true and a file changed
+  type: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes, _files
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "policy": {"type": "str", "choices": list(_device_nodes.POLICIES), "default": "default"},
+        "owner": {"type": "raw"},
+        "group": {"type": "raw"},
+        "mode": {"type": "raw"},
+        "create_missing": {"type": "bool", "default": True},
+        "char_links": {"type": "bool", "default": True},
+        "persist": {"type": "bool", "default": True},
+        "modprobe_file": {"type": "path", "default": "/etc/modprobe.d/zz-gpuharden-nvidia.conf"},
+        "udev_rules_file": {"type": "path", "default": "/etc/udev/rules.d/70-gpuharden-nvidia.rules"},
+        "on_conflict": {"type": "str", "choices": ["warn", "fail"], "default": "warn"},
+        "backup": {"type": "bool", "default": False},
+    }
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def _check_paths(params):
+    for option, suffix in (("modprobe_file", ".conf"), ("udev_rules_file", ".rules")):
+        value = params[option]
+        if not value.startswith("/") or not value.endswith(suffix) or value.endswith("/" + suffix):
+            raise GpuhardenError("option %s=%s: give an absolute path ending in %s (other names are ignored by %s)"
+                                 % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
+
+
+def decide(params):
+    """Parse the options, read the node, plan everything (nothing changes here)."""
+    _check_paths(params)
+    root = params["root"]
+    observed = _device_nodes.observe(root, params["modprobe_file"], params["udev_rules_file"])
+    lookup_user, lookup_group, name_of = _device_nodes.id_lookups(root)
+    policy = _device_nodes.resolve_policy(params["policy"], params["owner"], params["group"], params["mode"],
+                                          lookup_user, lookup_group, name_of)
+    planned = _device_nodes.plan(
+        observed, policy, create_missing=params["create_missing"], char_links=params["char_links"],
+        persist=params["persist"], modprobe_file=params["modprobe_file"],
+        udev_rules_file=params["udev_rules_file"], root=root, name_of=name_of)
+    effective = [conflict for conflict in planned["conflicts"] if conflict["overrides"]]
+    if effective and params["on_conflict"] == "fail":
+        raise GpuhardenError(
+            "conflicting NVIDIA device-file settings (on_conflict=fail, nothing changed): %s" % "; ".join(
+                "%s%s: %s=%s (wanted %s)" % (c["file"], "" if c["line"] is None else " line %d" % c["line"],
+                                             c["parameter"], c["value"], c["expected"]) for c in effective),
+            conflicts=planned["conflicts"])
+    return policy, planned
+
+
+def run(module):
+    policy, planned = decide(module.params)
+    changed = _device_nodes.changed(planned)
+    backups = {}
+    if changed and not module.check_mode:
+        label = None
+        if module.selinux_enabled():
+            def label(path):
+                module.set_default_selinux_context(path, False)
+        _device_nodes.apply_nodes(planned, module.params["root"], label=label)
+        backups = _files.apply_changes(module, planned["changes"], backup=module.params["backup"])
+    for warning in planned["warnings"]:
+        module.warn(warning)
+    for conflict in planned["conflicts"]:
+        where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
+        module.warn("%s: %s=%s, wanted %s: %s" % (where, conflict["parameter"], conflict["value"], conflict["expected"], conflict["message"]))
+    result = {
+        "changed": changed,
+        "policy": dict(policy, mode="%04o" % policy["mode"]),
+        "nodes": planned["nodes"],
+        "links": planned["links"],
+        "actions": ["%s: directory created (0755)" % path for path in planned["dirs"]] + planned["actions"],
+        "files": [change.as_dict() for change in planned["changes"]],
+        "conflicts": planned["conflicts"],
+        "reboot_or_reload_required": planned["reboot_or_reload_required"],
+        "driver_params": planned["driver_params"],
+        "driver_loaded": planned["driver_loaded"],
+        "unknown_nodes": planned["unknown_nodes"],
+    }
+    if backups:
+        result["backup_files"] = backups
+    if module._diff:
+        diffs = []
+        if planned["diff_before"] or planned["diff_after"] or planned["dirs"]:
+            diffs.append({"before": planned["diff_before"],
+                          "after": "".join("%s: directory 0755\n" % path for path in planned["dirs"]) + planned["diff_after"],
+                          "before_header": "device nodes (before)", "after_header": "device nodes (after)"})
+        result["diff"] = diffs + _files.diffs(planned["changes"])
+    return result
+
+
+def main():
+    module = build_module()
+    try:
+        result = run(module)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
