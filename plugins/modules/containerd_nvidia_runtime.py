@@ -1,0 +1,235 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: containerd_nvidia_runtime
+short_description: Ensure containerd has the NVIDIA container runtime
+version_added: 0.1.0
+description:
+  - Ensures containerd's CRI plugin has a runtime named O(runtime_name) with C(runtime_type = "io.containerd.runc.v2")
+    and C(options.BinaryName) set to the NVIDIA container runtime, its other options copied from the existing
+    O(base_runtime) runtime (so C(SystemdCgroup) matches what the kubelet uses), as C(nvidia-ctk runtime configure) does.
+  - Reads the main config and every file its C(imports) globs load (relative globs are relative to the importing
+    file's directory) before deciding anything. A runtime that is already defined correctly in any of them is left
+    alone; one that differs is corrected in the file whose value containerd uses; the runtime is never defined twice.
+  - Config C(version = 3) (containerd 2.x, C(plugins."io.containerd.cri.v1.runtime")) merges drop-ins key by key, so
+    a new runtime goes into the drop-in O(drop_in) when an C(imports) glob loads it (the layout C(nvidia-ctk) 1.18 and
+    later writes), otherwise into the main file.
+  - Config C(version = 2) (C(plugins."io.containerd.grpc.v1.cri")) may run on containerd 1.x, which replaces a whole
+    plugin section with that of the last file defining it; the runtime goes into that file, never into a drop-in that
+    would wipe the other CRI settings.
+  - Version 1 configs (no C(version) key) are refused with a clear message.
+  - Does not restart containerd; RV(restart_required) says when a restart is needed (the C(container_runtime)
+    role's handler does it).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.node_root
+  - gpuharden.k8s._files
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  path:
+    description: containerd's main configuration file, as a path on the node.
+    type: path
+    default: /etc/containerd/config.toml
+  runtime_name:
+    description:
+      - Name of the runtime, which is also the C(handler) a RuntimeClass must use. A DNS label.
+    type: str
+    default: nvidia
+  binary_name:
+    description: The OCI runtime binary containerd's runc shim runs for this runtime (C(options.BinaryName)).
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  runtime_type:
+    description: The containerd shim of the runtime.
+    type: str
+    default: io.containerd.runc.v2
+  base_runtime:
+    description:
+      - The runtime whose table and options are copied into a new runtime, and whose options an existing runtime must
+        match. When it does not exist, the runtime named by C(default_runtime_name) is used; without either the
+        runtime gets only C(runtime_type) and C(BinaryName), with a warning.
+    type: str
+    default: runc
+  set_as_default:
+    description:
+      - Make the runtime containerd's C(default_runtime_name), where that key is set (or next to the runtime).
+      - V(false) leaves C(default_runtime_name) as it is.
+    type: bool
+    default: false
+  enable_cdi:
+    description:
+      - Set C(enable_cdi = true) in the CRI plugin section. V(false) leaves the setting as it is.
+    type: bool
+    default: false
+  drop_in:
+    description:
+      - The drop-in to create for a config version 3 whose C(imports) load it. When the imports load another directory
+        with a matching glob, the same file name in that directory is used.
+    type: path
+    default: /etc/containerd/conf.d/99-nvidia.toml
+notes:
+  - Every file is parsed before anything is written; invalid TOML, a wrong type (for example C(imports) that is not an
+    array, or C(runtimes) that is not a table) or an unsupported version fails with the file, the field and the value,
+    and no file is changed.
+  - The planned files are parsed again and checked to define exactly the planned runtime before any is written.
+"""
+
+EXAMPLES = r"""
+- name: Ensure containerd has the nvidia runtime
+  gpuharden.k8s.containerd_nvidia_runtime:
+    backup: true
+  register: containerd_runtime
+  notify: Containerd | restart
+
+- name: Make nvidia the default runtime and enable CDI
+  gpuharden.k8s.containerd_nvidia_runtime:
+    set_as_default: true
+    enable_cdi: true
+
+- name: RKE2-style config location
+  gpuharden.k8s.containerd_nvidia_runtime:
+    path: /var/lib/rancher/rke2/agent/etc/containerd/config.toml
+"""
+
+RETURN = r"""
+runtime_name:
+  description: The runtime's name; a RuntimeClass for it must use this C(handler).
+  returned: always
+  type: str
+  sample: nvidia
+restart_required:
+  description: Whether containerd must be restarted to load the change (true when a file changed, also in check mode).
+  returned: always
+  type: bool
+config_version:
+  description: The main config's C(version).
+  returned: always
+  type: int
+  sample: 3
+files:
+  description: The config files containerd loads, in its load order (the main file first).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"]
+runtime_file:
+  description: The file that holds (or will hold) the runtime.
+  returned: always
+  type: str
+  sample: /etc/containerd/conf.d/99-nvidia.toml
+base_runtime:
+  description: The runtime options were copied from, or V(null) when there was none.
+  returned: always
+  type: str
+  sample: runc
+current:
+  description: The runtime table, C(default_runtime_name) and C(enable_cdi) containerd reads before the change.
+  returned: always
+  type: dict
+  sample: {"runtime": null, "default_runtime_name": "runc", "enable_cdi": null}
+desired:
+  description: The same, after the change.
+  returned: always
+  type: dict
+  sample: {"runtime": {"runtime_type": "io.containerd.runc.v2",
+           "options": {"SystemdCgroup": true, "BinaryName": "/usr/bin/nvidia-container-runtime"}},
+           "default_runtime_name": "runc", "enable_cdi": null}
+actions:
+  description: What was (or in check mode would be) done, one line each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["add runtime 'nvidia' to /etc/containerd/conf.d/99-nvidia.toml"]
+changes:
+  description: One entry per changed file with C(path), C(action) (V(create) or V(update)) and C(reason).
+  returned: always
+  type: list
+  elements: dict
+backup_files:
+  description: Backup copies made, keyed by the edited file; empty unless O(backup) and an existing file changed.
+  returned: always
+  type: dict
+  sample: {"/etc/containerd/config.toml": "/etc/containerd/config.toml.1234.2026-01-01@00:00:00~"}
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd, _files
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "path": {"type": "path", "default": "/etc/containerd/config.toml"},
+        "runtime_name": {"type": "str", "default": "nvidia"},
+        "binary_name": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
+        "runtime_type": {"type": "str", "default": "io.containerd.runc.v2"},
+        "base_runtime": {"type": "str", "default": "runc"},
+        "set_as_default": {"type": "bool", "default": False},
+        "enable_cdi": {"type": "bool", "default": False},
+        "drop_in": {"type": "path", "default": "/etc/containerd/conf.d/99-nvidia.toml"},
+        "backup": {"type": "bool", "default": False},
+    }
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def plan(params):
+    _containerd.validate_params(params)
+    files = _containerd.read_config_set(params["root"], params["path"])
+    return _containerd.plan_runtime(files, params, root=params["root"])
+
+
+def main():
+    module = build_module()
+    if not _containerd.HAS_TOMLKIT:
+        module.fail_json(msg=missing_required_lib("tomlkit"), exception=_containerd.TOMLKIT_IMPORT_ERROR)
+    try:
+        result = plan(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    changes = result["changes"]
+    changed = bool(changes)
+    backups = {}
+    if changed and not module.check_mode:
+        root = module.params["root"]
+        backups = _files.apply_changes(module, changes, backup=module.params["backup"])
+        backups = {_containerd.node_path(root, path): _containerd.node_path(root, backup) for path, backup in backups.items()}
+    for warning in result["warnings"]:
+        module.warn(warning)
+    output = {
+        "changed": changed,
+        "restart_required": changed,
+        "runtime_name": result["runtime_name"],
+        "config_version": result["config_version"],
+        "files": result["files"],
+        "runtime_file": result["runtime_file"],
+        "base_runtime": result["base_runtime"],
+        "current": result["current"],
+        "desired": result["desired"],
+        "actions": result["actions"],
+        "changes": [dict(change.as_dict(), path=_containerd.node_path(module.params["root"], change.path)) for change in changes],
+        "backup_files": backups,
+    }
+    if module._diff:
+        output["diff"] = _files.diffs(changes)
+    module.exit_json(**output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""container_runtime role over SSH on the seed-failures lab: check mode, apply, re-apply, fixtures, broken config."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import ansible_runner
+import pytest
+
+from gpuharden.lab import manager
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = Path(__file__).parent / "playbooks"
+FIXTURES = REPO / "tests/unit/fixtures/containerd"
+MISSING = "seed-no-runtime"
+SEEDED = "seed-topology-none"
+CONFIG = "/etc/containerd/config.toml"
+DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+MODULE_TASK = "Ensure containerd has the NVIDIA runtime"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        yield state
+
+
+def playbook(state, name, *extra, check=False):
+    """Run a test playbook through ansible-runner; results come from its job events, never from stdout."""
+    cmdline = " ".join(shlex.quote(arg) for arg in extra) + (" --check --diff" if check else "")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpuharden-runner-") as private:
+        run = ansible_runner.run(private_data_dir=private, playbook=str(PLAYBOOKS / name), inventory=state["inventory"],
+                                 cmdline=cmdline.strip() or None, envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+                                 project_dir=str(REPO), quiet=True)
+        tasks = {}
+        for event in run.events:
+            data = event.get("event_data", {})
+            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
+                result = dict(data.get("res") or {})
+                result["failed"] = event["event"] in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors")
+                tasks.setdefault(data.get("task", ""), {})[data["host"]] = result
+        stats = {}
+        for key, per_host in (run.stats or {}).items():
+            for host, count in (per_host or {}).items():
+                stats.setdefault(host, {})[key] = count
+        hosts = set(state["nodes"])
+        for host in hosts:
+            stats.setdefault(host, {}).setdefault("changed", 0)
+    return {"rc": run.rc, "tasks": tasks, "stats": stats, "seconds": round(time.monotonic() - started, 1)}
+
+
+def task_results(report, task_name):
+    out = {}
+    for name, hosts in report["tasks"].items():
+        if name.endswith(task_name):
+            out.update(hosts)
+    return out
+
+
+def sh(state, node, command):
+    result = manager.ssh(state["nodes"][node]["address"], command)
+    assert result.returncode == 0, (command, result.stdout, result.stderr)
+    return result.stdout
+
+
+def fingerprint(state, node):
+    """sha256 and mtime of every file under /etc/containerd (and the list of files)."""
+    return sh(state, node, "find /etc/containerd -type f -printf '%p %T@ ' -exec sha256sum {} \\; | sort")
+
+
+def main_pid(state, node):
+    return sh(state, node, "systemctl show containerd --property=MainPID --value").strip()
+
+
+def test_check_apply_reapply_on_the_fleet(lab):
+    nodes = sorted(lab["nodes"])
+    before = {node: fingerprint(lab, node) for node in nodes}
+    pids = {node: main_pid(lab, node) for node in nodes}
+
+    checked = playbook(lab, "container_runtime.yml", check=True)
+    assert checked["rc"] == 0, checked["stats"]
+    results = task_results(checked, MODULE_TASK)
+    assert results[MISSING]["changed"] is True and results[MISSING]["restart_required"] is True
+    assert results[MISSING]["runtime_file"] == DROP_IN and results[MISSING]["config_version"] == 3
+    assert results[MISSING]["diff"][0]["before"] == "" and "runtimes.nvidia]" in results[MISSING]["diff"][0]["after"]
+    assert all(results[node]["changed"] is False for node in nodes if node != MISSING)
+    assert {node: fingerprint(lab, node) for node in nodes} == before  # check mode touched nothing
+    assert {node: main_pid(lab, node) for node in nodes} == pids  # and restarted nothing
+
+    applied = playbook(lab, "container_runtime.yml")
+    assert applied["rc"] == 0, applied["stats"]
+    assert applied["stats"][MISSING]["changed"] >= 2  # the module and the restart handler
+    assert all(applied["stats"][node]["changed"] == 0 for node in nodes if node != MISSING)
+    assert main_pid(lab, MISSING) != pids[MISSING]
+    assert sh(lab, MISSING, "systemctl is-active containerd").strip() == "active"
+    assert all(main_pid(lab, node) == pids[node] for node in nodes if node != MISSING)
+    handler = task_results(applied, "Containerd | wait ready")
+    assert set(handler) == {MISSING}
+    # exactly the runtime: the main config is byte-identical, the drop-in holds only the runtime
+    after = fingerprint(lab, MISSING)
+    assert [line for line in before[MISSING].splitlines() if CONFIG in line] == [line for line in after.splitlines() if CONFIG in line]
+    drop_in = tomllib.loads(sh(lab, MISSING, "cat " + DROP_IN))
+    runtime = drop_in["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"].pop("nvidia")
+    assert runtime == {"runtime_type": "io.containerd.runc.v2",
+                       "options": {"SystemdCgroup": True, "BinaryName": "/usr/bin/nvidia-container-runtime"}}
+    assert drop_in == {"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {}}}}}
+
+    again_before = {node: fingerprint(lab, node) for node in nodes}
+    again = playbook(lab, "container_runtime.yml")
+    assert again["rc"] == 0
+    assert all(again["stats"][node]["changed"] == 0 for node in nodes), again["stats"]
+    assert {node: fingerprint(lab, node) for node in nodes} == again_before  # checksum and mtime unchanged
+    facts = task_results(again, "Record the runtime name for the RuntimeClass check")
+    assert {host["ansible_facts"]["container_runtime_handler"] for host in facts.values()} == {"nvidia"}
+    print("per-run seconds (11 nodes): check %.1f, apply %.1f, re-apply %.1f" % (checked["seconds"], applied["seconds"], again["seconds"]))
+
+
+@pytest.mark.parametrize("fixture", ["v2-comments.toml", "v3-single.toml"])
+def test_single_file_fixture_gains_exactly_the_runtime(lab, fixture):
+    seeded = playbook(lab, "container_runtime_seed.yml", "-e", "target=%s" % SEEDED, "-e", "fixture=%s" % (FIXTURES / fixture))
+    assert seeded["rc"] == 0, seeded["stats"]
+    original = (FIXTURES / fixture).read_text()
+    applied = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED)
+    assert applied["rc"] == 0, applied["stats"]
+    result = task_results(applied, MODULE_TASK)[SEEDED]
+    assert result["changed"] is True and result["runtime_file"] == CONFIG
+    text = sh(lab, SEEDED, "cat " + CONFIG)
+    before, after = tomllib.loads(original), tomllib.loads(text)
+    cri = "io.containerd.grpc.v1.cri" if before["version"] == 2 else "io.containerd.cri.v1.runtime"
+    runtime = after["plugins"][cri]["containerd"]["runtimes"].pop("nvidia")
+    assert after == before
+    assert runtime["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime" and runtime["options"]["SystemdCgroup"] is True
+    for line in original.splitlines():
+        if "#" in line:
+            assert line[line.index("#"):] in text
+    assert sh(lab, SEEDED, "systemctl is-active containerd").strip() == "active"
+    backups = result["backup_files"]
+    assert list(backups) == [CONFIG] and sh(lab, SEEDED, "cat '%s'" % backups[CONFIG]) == original
+    stamp = fingerprint(lab, SEEDED)
+    again = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED)
+    assert again["stats"][SEEDED]["changed"] == 0 and fingerprint(lab, SEEDED) == stamp
+
+
+def test_broken_config_fails_clearly_and_nothing_changes(lab):
+    seeded = playbook(lab, "container_runtime_seed.yml", "-e", "target=%s" % SEEDED, "-e", "fixture=%s" % (FIXTURES / "broken.toml"))
+    assert seeded["rc"] == 0
+    stamp, pid = fingerprint(lab, SEEDED), main_pid(lab, SEEDED)
+    failed = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED)
+    assert failed["rc"] != 0
+    result = task_results(failed, MODULE_TASK)[SEEDED]
+    assert result["failed"] is True and CONFIG in result["msg"] and "invalid TOML" in result["msg"]
+    assert fingerprint(lab, SEEDED) == stamp and main_pid(lab, SEEDED) == pid
+
+
+def test_containerd_that_does_not_come_back_fails_the_readiness_wait(lab):
+    # The module refuses every config it finds invalid, so stand in for a containerd that dies after the
+    # restart with a unit whose daemon exits 1, as containerd does on a config it cannot load.
+    seeded = playbook(lab, "container_runtime_seed.yml", "-e", "target=%s" % SEEDED, "-e", "fixture=%s" % (FIXTURES / "v2-single.toml"))
+    assert seeded["rc"] == 0
+    sh(lab, SEEDED, "printf '[Service]\\nExecStart=/bin/sh -c \\x27sleep 0.2; exit 1\\x27\\n' > /etc/systemd/system/gpuhtest-dying.service"
+                    " && systemctl daemon-reload")
+    failing = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED, "-e", "container_runtime_service=gpuhtest-dying",
+                       "-e", "container_runtime_ready_delay=1")
+    assert failing["rc"] != 0
+    assert task_results(failing, MODULE_TASK)[SEEDED]["changed"] is True
+    wait = task_results(failing, "Containerd | wait ready")[SEEDED]
+    assert wait["failed"] is True and wait["stdout"] == "failed", wait

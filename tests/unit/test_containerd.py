@@ -1,0 +1,420 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""containerd_nvidia_runtime: the pure planner on fixtures, and the module run as Ansible runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from tests.unit.conftest import run_module
+
+FIXTURES = Path(__file__).parent / "fixtures" / "containerd"
+CONFIG = "/etc/containerd/config.toml"
+DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+V2 = ("plugins", "io.containerd.grpc.v1.cri")
+V3 = ("plugins", "io.containerd.cri.v1.runtime")
+BINARY = "/usr/bin/nvidia-container-runtime"
+
+
+def params(**overrides):
+    base = {"path": CONFIG, "runtime_name": "nvidia", "binary_name": BINARY, "runtime_type": "io.containerd.runc.v2",
+            "base_runtime": "runc", "set_as_default": False, "enable_cdi": False, "drop_in": DROP_IN}
+    base.update(overrides)
+    return base
+
+
+def install(root: Path, fixture: str | None = None, files: dict[str, str] | None = None) -> Path:
+    """A node root with the fixture as /etc/containerd (a directory fixture) or as config.toml (a file)."""
+    (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
+    if fixture:
+        source = FIXTURES / fixture
+        if source.is_dir():
+            shutil.copytree(source, root / "etc/containerd", dirs_exist_ok=True)
+        else:
+            shutil.copy(source, root / "etc/containerd/config.toml")
+    for path, text in (files or {}).items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def plan(root: Path, **overrides):
+    files = _containerd.read_config_set(str(root), CONFIG)
+    return _containerd.plan_runtime(files, params(**overrides), root=str(root))
+
+
+def apply(plan_result):
+    for change in plan_result["changes"]:
+        Path(change.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(change.path).write_text(change.after)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def dig(data, keys):
+    for key in keys:
+        data = data[key]
+    return data
+
+
+def pop(data, keys):
+    for key in keys[:-1]:
+        data = data[key]
+    return data.pop(keys[-1])
+
+
+def prune(data):
+    """Drop tables left empty (an added runtime may have created its parents)."""
+    for key in list(data):
+        if isinstance(data[key], dict):
+            prune(data[key])
+            if not data[key]:
+                del data[key]
+    return data
+
+
+def comments(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        if "#" in line:
+            out.append(line[line.index("#"):].strip())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# exactly the runtime and nothing else
+
+
+@pytest.mark.parametrize(("fixture", "cri"), [("v2-single.toml", V2), ("v3-single.toml", V3), ("v2-comments.toml", V2)])
+def test_single_file_gains_exactly_the_runtime(world_tmp, fixture, cri):
+    root = install(world_tmp, fixture)
+    before_text = (root / "etc/containerd/config.toml").read_text()
+    result = plan(root)
+    assert [change.path for change in result["changes"]] == [str(root / "etc/containerd/config.toml")]
+    after_text = result["changes"][0].after
+    before, after = tomllib.loads(before_text), tomllib.loads(after_text)
+    runtime = pop(after, (*cri, "containerd", "runtimes", "nvidia"))
+    assert after == before
+    runc = dig(before, (*cri, "containerd", "runtimes", "runc"))
+    assert runtime["runtime_type"] == "io.containerd.runc.v2"
+    assert runtime["options"] == {**runc.get("options", {}), "BinaryName": BINARY}
+    assert runtime["options"]["SystemdCgroup"] is True
+    assert {key: value for key, value in runtime.items() if key != "options"} == {key: value for key, value in runc.items() if key != "options"}
+    for comment in comments(before_text):
+        assert comment in after_text
+    assert after_text.startswith(before_text.split("[", 1)[0])  # the header block is byte-identical
+    assert result["restart_required"] if "restart_required" in result else result["changes"]
+
+
+def test_comment_before_next_table_stays_with_it(world_tmp):
+    root = install(world_tmp, "v2-comments.toml")
+    after = plan(root)["changes"][0].after
+    assert "# Registry\n[plugins.\"io.containerd.grpc.v1.cri\".registry]" in after
+    assert after.index("runtimes.nvidia]") < after.index("# Registry")
+
+
+def test_conf_d_layout_writes_a_drop_in(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    before = snapshot(root)
+    result = plan(root)
+    assert result["runtime_file"] == DROP_IN
+    assert len(result["changes"]) == 1
+    change = result["changes"][0]
+    assert change.path == str(root / DROP_IN.lstrip("/")) and change.before is None and change.mode == 0o644
+    drop_in = tomllib.loads(change.after)
+    runtime = pop(drop_in, (*V3, "containerd", "runtimes", "nvidia"))
+    assert prune(drop_in) == {"version": 3}
+    assert runtime == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True, "BinaryName": BINARY}}
+    assert snapshot(root) == before  # planning wrote nothing
+
+
+def test_conf_d_layout_set_as_default_and_cdi_go_to_the_drop_in(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    result = plan(root, set_as_default=True, enable_cdi=True)
+    drop_in = tomllib.loads(result["changes"][0].after)
+    assert dig(drop_in, (*V3, "containerd", "default_runtime_name")) == "nvidia"
+    assert dig(drop_in, (*V3, "enable_cdi")) is True
+    assert result["desired"]["default_runtime_name"] == "nvidia"
+
+
+def test_nvidia_ctk_drop_in_is_compliant(world_tmp):
+    root = install(world_tmp, "v3-confd-nvidia")
+    result = plan(root)
+    assert result["changes"] == [] and result["actions"] == []
+    assert result["runtime_file"] == DROP_IN
+    assert result["files"] == [CONFIG, DROP_IN]
+
+
+def test_relative_import_glob_and_other_directory(world_tmp):
+    main = ("version = 3\nimports = [\"config.d/*.toml\"]\n\n"
+            "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/config.d/00-base.toml": "version = 3\n"})
+    result = plan(root)
+    assert result["runtime_file"] == "/etc/containerd/config.d/99-nvidia.toml"
+    assert result["files"] == [CONFIG, "/etc/containerd/config.d/00-base.toml"]
+
+
+def test_v3_imports_without_a_glob_keep_the_runtime_in_the_main_file(world_tmp):
+    main = "version = 3\nimports = [\"/etc/containerd/extra.toml\"]\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/extra.toml": "version = 3\n"})
+    result = plan(root)
+    assert result["runtime_file"] == CONFIG
+    assert len(result["changes"]) == 1 and result["changes"][0].path.endswith("config.toml")
+
+
+def test_v2_with_imports_writes_where_the_cri_section_lives(world_tmp):
+    # containerd 1.x replaces a plugin section per file: a drop-in with only the runtime would wipe the others
+    main = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+    cri = "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/50-cri.toml": cri})
+    result = plan(root)
+    assert result["runtime_file"] == "/etc/containerd/conf.d/50-cri.toml"
+    assert [change.path for change in result["changes"]] == [str(root / "etc/containerd/conf.d/50-cri.toml")]
+
+
+def test_drop_in_already_correct_and_main_untouched_even_with_set_as_default_done(world_tmp):
+    root = install(world_tmp, "v3-confd-nvidia")
+    text = (root / DROP_IN.lstrip("/")).read_text()
+    (root / DROP_IN.lstrip("/")).write_text(text.replace("[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n",
+                                                           "[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n      default_runtime_name = \"nvidia\"\n"))
+    assert plan(root, set_as_default=True)["changes"] == []
+
+
+def test_existing_runtime_that_differs_is_corrected_in_place(world_tmp):
+    root = install(world_tmp, "v2-nvidia-differs.toml")
+    before_text = (root / "etc/containerd/config.toml").read_text()
+    result = plan(root)
+    assert len(result["changes"]) == 1
+    after_text = result["changes"][0].after
+    before, after = tomllib.loads(before_text), tomllib.loads(after_text)
+    old = pop(before, (*V2, "containerd", "runtimes", "nvidia"))
+    new = pop(after, (*V2, "containerd", "runtimes", "nvidia"))
+    assert after == before
+    assert new["runtime_type"] == "io.containerd.runc.v2"
+    assert new["options"] == {"BinaryName": BINARY, "Root": "/run/nvidia-runc", "SystemdCgroup": True}
+    assert new["privileged_without_host_devices"] == old["privileged_without_host_devices"]  # extra keys kept
+    assert after_text.count("runtimes.nvidia]") == 1  # never defined twice
+    for comment in comments(before_text):
+        assert comment in after_text
+    assert any("update" in action for action in result["actions"])
+
+
+def test_set_as_default_edits_the_existing_key(world_tmp):
+    root = install(world_tmp, "v2-single.toml")
+    after = plan(root, set_as_default=True)["changes"][0].after
+    assert dig(tomllib.loads(after), (*V2, "containerd", "default_runtime_name")) == "nvidia"
+    assert after.count("default_runtime_name") == 1
+
+
+def test_default_runtime_name_already_nvidia_copies_its_options_when_runc_missing(world_tmp):
+    root = install(world_tmp, "v2-default-nvidia.toml")
+    result = plan(root, enable_cdi=True)
+    after = tomllib.loads(result["changes"][0].after)
+    assert dig(after, (*V2, "enable_cdi")) is True
+    assert dig(after, (*V2, "containerd", "runtimes", "nvidia", "options")) == {"SystemdCgroup": False, "BinaryName": BINARY}
+    assert result["changes"][0].after.count("enable_cdi") == 1
+
+
+def test_no_base_runtime_warns(world_tmp):
+    root = install(world_tmp, files={CONFIG: "version = 2\n"})
+    result = plan(root)
+    assert result["base_runtime"] is None
+    assert any("SystemdCgroup" in warning for warning in result["warnings"])
+    runtime = dig(tomllib.loads(result["changes"][0].after), (*V2, "containerd", "runtimes", "nvidia"))
+    assert runtime == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": BINARY}}
+
+
+def test_out_of_order_tables(world_tmp):
+    text = ("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"\"\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+    root = install(world_tmp, files={CONFIG: text})
+    after = tomllib.loads(plan(root)["changes"][0].after)
+    assert dig(after, (*V2, "containerd", "runtimes", "nvidia", "options")) == {"SystemdCgroup": True, "BinaryName": BINARY}
+
+
+@pytest.mark.parametrize("fixture", ["v2-single.toml", "v3-single.toml", "v2-comments.toml", "v2-nvidia-differs.toml", "v3-confd",
+                                     "v2-default-nvidia.toml"])
+@pytest.mark.parametrize("flags", [{}, {"set_as_default": True, "enable_cdi": True}])
+def test_second_plan_is_empty(world_tmp, fixture, flags):
+    root = install(world_tmp, fixture)
+    first = plan(root, **flags)
+    assert first["changes"]
+    apply(first)
+    second = plan(root, **flags)
+    assert second["changes"] == [] and second["actions"] == []
+    assert second["current"] == first["desired"]
+
+
+def test_custom_runtime_name_and_binary(world_tmp):
+    root = install(world_tmp, "v3-single.toml")
+    result = plan(root, runtime_name="nvidia-cdi", binary_name="/usr/local/nvidia/toolkit/nvidia-container-runtime.cdi")
+    runtime = dig(tomllib.loads(result["changes"][0].after), (*V3, "containerd", "runtimes", "nvidia-cdi"))
+    assert runtime["options"]["BinaryName"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime.cdi"
+    assert result["runtime_name"] == "nvidia-cdi"
+
+
+# ---------------------------------------------------------------------------------------------
+# the module, as Ansible runs it
+
+
+def module_args(root, **extra):
+    return {"root": str(root), **extra}
+
+
+def test_module_check_mode_apply_reapply(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    before = snapshot(root)
+    checked = run_module("containerd_nvidia_runtime", module_args(root, _ansible_check_mode=True, _ansible_diff=True), {})
+    assert checked["changed"] is True and checked["restart_required"] is True, checked
+    assert checked["runtime_name"] == "nvidia"
+    assert checked["diff"][0]["before"] == "" and "runtimes.nvidia]" in checked["diff"][0]["after"]
+    assert checked["changes"] == [{"path": DROP_IN, "changed": True, "action": "create", "reason": checked["actions"][0]}]
+    assert snapshot(root) == before and not (root / "etc/containerd/conf.d/99-nvidia.toml").exists()
+
+    applied = run_module("containerd_nvidia_runtime", module_args(root, backup=True), {})
+    assert applied["changed"] is True and applied["backup_files"] == {}, applied  # a new file has nothing to back up
+    drop_in = root / DROP_IN.lstrip("/")
+    assert oct(drop_in.stat().st_mode & 0o777) == "0o644"
+    stat = drop_in.stat()
+    again = run_module("containerd_nvidia_runtime", module_args(root), {})
+    assert again["changed"] is False and again["restart_required"] is False and again["actions"] == []
+    assert drop_in.stat().st_mtime_ns == stat.st_mtime_ns and drop_in.stat().st_ino == stat.st_ino
+
+
+def test_module_backup_and_mode_kept(world_tmp):
+    root = install(world_tmp, "v2-single.toml")
+    config = root / "etc/containerd/config.toml"
+    config.chmod(0o600)
+    original = config.read_text()
+    result = run_module("containerd_nvidia_runtime", module_args(root, backup=True), {})
+    assert result["changed"] is True, result
+    backup = result["backup_files"][CONFIG]
+    assert Path(root / backup.lstrip("/")).read_text() == original
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    assert not any(name.startswith(".gpuharden-") for name in os.listdir(config.parent))
+
+
+def test_module_compliant_lab_shape(world_tmp):
+    # what the lab seeds on every node but seed-no-runtime: v2, single file, runtime already there
+    text = ("# containerd configuration (generated for this node by its installer)\nversion = 2\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+            "  SystemdCgroup = true\n")
+    root = install(world_tmp, files={CONFIG: text})
+    result = run_module("containerd_nvidia_runtime", module_args(root), {})
+    assert result["changed"] is False and result["runtime_file"] == CONFIG, result
+
+
+# ---------------------------------------------------------------------------------------------
+# malformed input: a clear message naming file, field and value; nothing on the node changes
+
+RUNC = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+MALFORMED = {
+    "broken-toml-fixture": ({"fixture": "broken.toml"}, {}, [CONFIG, "invalid TOML", "line"]),
+    "wrong-types-fixture": ({"fixture": "wrong-types.toml"}, {}, [CONFIG, "runtimes", "'runc'", "must be a table"]),
+    "v1-fixture": ({"fixture": "v1.toml"}, {}, [CONFIG, "version", "version 1"]),
+    "duplicate-key": ({CONFIG: "version = 2\nversion = 3\n"}, {}, [CONFIG, "invalid TOML"]),
+    "duplicate-table": ({CONFIG: "version = 2\n" + RUNC + RUNC}, {}, [CONFIG, "invalid TOML"]),
+    "version-string": ({CONFIG: "version = \"2\"\n"}, {}, [CONFIG, "version", "'2'", "integer"]),
+    "version-bool": ({CONFIG: "version = true\n"}, {}, [CONFIG, "version", "True"]),
+    "version-4": ({CONFIG: "version = 4\n"}, {}, [CONFIG, "version = 4"]),
+    "imports-string": ({CONFIG: "version = 3\nimports = \"/etc/containerd/conf.d/*.toml\"\n"}, {}, [CONFIG, "imports", "array"]),
+    "imports-number": ({CONFIG: "version = 3\nimports = [1]\n"}, {}, [CONFIG, "imports[0]", "1"]),
+    "import-missing": ({CONFIG: "version = 3\nimports = [\"/etc/containerd/nope.toml\"]\n"}, {}, [CONFIG, "imports", "/etc/containerd/nope.toml"]),
+    "plugins-string": ({CONFIG: "version = 2\nplugins = \"cri\"\n"}, {}, [CONFIG, "plugins", "'cri'", "table"]),
+    "cri-number": ({CONFIG: "version = 2\n[plugins]\n\"io.containerd.grpc.v1.cri\" = 5\n"}, {}, [CONFIG, "io.containerd.grpc.v1.cri", "5"]),
+    "containerd-array": ({CONFIG: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\ncontainerd = [1, 2]\n"}, {},
+                         [CONFIG, "containerd", "[1, 2]", "table"]),
+    "runc-string": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\nrunc = \"x\"\n"}, {},
+                    [CONFIG, "runtimes.runc", "'x'"]),
+    "runc-options-string": ({CONFIG: "version = 2\n" + RUNC + "  options = \"SystemdCgroup\"\n"}, {}, [CONFIG, "runc.options", "'SystemdCgroup'"]),
+    "nvidia-number": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\nnvidia = 1\n"}, {},
+                      [CONFIG, "runtimes.nvidia", "1"]),
+    "nvidia-options-array": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\noptions = []\n"}, {},
+                             [CONFIG, "nvidia.options", "[]"]),
+    "default-runtime-number": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = 5\n"},
+                               {}, [CONFIG, "default_runtime_name", "5", "string"]),
+    "enable-cdi-string": ({CONFIG: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = \"yes\"\n"}, {"enable_cdi": True},
+                          [CONFIG, "enable_cdi", "'yes'", "boolean"]),
+    "drop-in-broken": ({"fixture": "v3-confd", DROP_IN: "version = 3\n[plugins\n"}, {}, [DROP_IN, "invalid TOML"]),
+    "drop-in-newer-version": ({CONFIG: "version = 2\nimports = [\"conf.d/*.toml\"]\n", DROP_IN: "version = 3\n"}, {}, [DROP_IN, "version = 3", "version = 2"]),
+    "drop-in-v1-with-plugins": ({"fixture": "v3-confd", DROP_IN: "[plugins.cri]\nx = 1\n"}, {}, [DROP_IN, "version"]),
+    "drop-in-wrong-runtimes": ({"fixture": "v3-confd", DROP_IN: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\nruntimes = 3\n"},
+                               {}, [DROP_IN, "runtimes", "3"]),
+    "v2-shadowed-runtime": ({CONFIG: "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+                             "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"x\"\n",
+                             "/etc/containerd/conf.d/50-cri.toml": "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = false\n"},
+                            {}, [CONFIG, "50-cri.toml", "containerd 1.x"]),
+    "not-utf8": ({CONFIG: None}, {}, [CONFIG, "UTF-8"]),
+    "config-missing": ({}, {}, [CONFIG, "no containerd config"]),
+    "config-is-directory": ({"dir": CONFIG}, {}, [CONFIG, "directory"]),
+    "runtime-name-uppercase": ({"fixture": "v2-single.toml"}, {"runtime_name": "NVIDIA"}, ["runtime_name", "'NVIDIA'", "DNS label"]),
+    "runtime-name-dots": ({"fixture": "v2-single.toml"}, {"runtime_name": "nvidia.cdi"}, ["runtime_name", "nvidia.cdi"]),
+    "binary-relative": ({"fixture": "v2-single.toml"}, {"binary_name": "nvidia-container-runtime"}, ["binary_name", "absolute"]),
+    "drop-in-not-toml": ({"fixture": "v3-confd"}, {"drop_in": "/etc/containerd/conf.d/99-nvidia.conf"}, ["drop_in", "99-nvidia.conf", ".toml"]),
+    "set-as-default-wrong-type": ({"fixture": "v2-single.toml"}, {"set_as_default": "perhaps"}, ["set_as_default", "perhaps"]),
+}
+
+
+def _write_case(root: Path, spec: dict):
+    (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
+    for key, value in spec.items():
+        if key == "fixture":
+            install(root, value)
+        elif key == "dir":
+            (root / value.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        elif value is None:
+            (root / key.lstrip("/")).write_bytes(b"version = 2\n# caf\xe9\n")
+        else:
+            target = root / key.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(value)
+
+
+def test_at_least_15_malformed_cases():
+    assert len(MALFORMED) >= 15
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_input_fails_clearly_and_changes_nothing(world_tmp, case):
+    spec, extra, expected = MALFORMED[case]
+    _write_case(world_tmp, spec)
+    before = snapshot(world_tmp)
+    listing = sorted(str(p) for p in world_tmp.rglob("*"))
+    result = run_module("containerd_nvidia_runtime", module_args(world_tmp, backup=True, **extra), {})
+    assert result.get("failed") is True, result
+    for fragment in expected:
+        assert fragment in result["msg"], (fragment, result["msg"])
+    assert snapshot(world_tmp) == before
+    assert sorted(str(p) for p in world_tmp.rglob("*")) == listing
+
+
+def test_planner_raises_domain_error_only(world_tmp):
+    root = install(world_tmp, "broken.toml")
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    assert "line 2" in raised.value.msg
+
+
+def test_integer_is_not_a_boolean(world_tmp):
+    text = ("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+            "  SystemdCgroup = 1\n")
+    root = install(world_tmp, files={CONFIG: text})
+    result = plan(root)
+    assert result["actions"] == ["update options.SystemdCgroup of runtime 'nvidia' in %s" % CONFIG]
+    assert "SystemdCgroup = true" in result["changes"][0].after.split("runtimes.nvidia.options]")[1]
