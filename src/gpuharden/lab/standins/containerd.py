@@ -37,7 +37,11 @@ class ConfigError(Exception):
 
 
 def load_config(path: str, seen: set[str] | None = None) -> dict:
-    """Load a config file and its imports; returns the merged document (imports first, file wins)."""
+    """Load a config file and its imports as containerd does: the file first, then each import over it.
+
+    containerd 2.x (config version 3) merges imports key by key; containerd 1.x (version 2) replaces
+    each top-level plugin section that an import defines as a whole (containerd#5837).
+    """
     seen = set() if seen is None else seen
     real = rooted(path)
     if str(real) in seen:
@@ -53,6 +57,7 @@ def load_config(path: str, seen: set[str] | None = None) -> dict:
     if not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise ConfigError("unsupported config version %r in %s (containerd %s supports 1-3)" % (version, path, VERSION))
     merged: dict = {}
+    imported: list[dict] = []
     imports = data.get("imports", [])
     if not isinstance(imports, list):
         raise ConfigError("failed to load TOML from %s: imports must be a list of strings" % path)
@@ -68,8 +73,17 @@ def load_config(path: str, seen: set[str] | None = None) -> dict:
             if "version" in imp and imp["version"] > version:
                 raise ConfigError("unsupported config version %r in %s (importing file has version %r)"
                                   % (imp["version"], node_path, version))
-            _merge(merged, imp)
+            imported.append(imp)
     _merge(merged, data)
+    for imp in imported:
+        if version >= 3:
+            _merge(merged, imp)
+            continue
+        for key, value in imp.items():
+            if key == "plugins" and isinstance(value, dict):
+                merged.setdefault("plugins", {}).update(value)  # whole plugin sections replaced
+            elif key not in ("version", "imports"):
+                merged[key] = value
     return merged
 
 
