@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,7 +58,11 @@ def test_healthy_fleet_over_ssh(clean_lab):
 
 
 def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
+    host_name = socket.gethostname()
     state = manager.up("healthy", with_cluster=False)
+    for node, info in state["nodes"].items():  # each node has its own UTS namespace
+        assert manager.ssh(info["address"], "hostname").stdout.strip() == node
+    assert socket.gethostname() == host_name
     first, second = (info["address"] for info in list(state["nodes"].values())[:2])
     marker = "/var/lib/kubelet/gpuharden-isolation-marker"
     assert manager.ssh(first, "mkdir -p /var/lib/kubelet && echo one > %s" % marker).returncode == 0
@@ -76,8 +81,8 @@ HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/d
 def host_files_changed_since(marker: str) -> list[str]:
     """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's)."""
     completed = subprocess.run(
-        ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*", "-not", "-path", "/root/.config/go/*",
-         "-not", "-path", "/run/netns*", "-not", "-type", "d"],
+        ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*",
+         "-not", "-path", "/root/.config/go/*", "-not", "-path", "/run/netns*", "-not", "-type", "d"],
         capture_output=True, text=True, check=False,
     )
     return sorted(line for line in completed.stdout.splitlines() if line)

@@ -160,7 +160,7 @@ set -eu
 # The lab already moved this process into the node's cgroup (before `ip netns exec`, which
 # remounts /sys and so hides the host's cgroup2 mount here).
 if [ "${1:-}" != inside ]; then
-    exec unshare --mount --cgroup --propagation private "$0" inside
+    exec unshare --mount --cgroup --uts --propagation private "$0" inside
 fi
 %(overlays)s
 mount --bind %(root)s/dev /dev
