@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The scenarios hold what they promise: every seed of seed-failures is really there, mixed-fleet is mixed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from kubernetes import client
+
+from gpuharden.lab import cluster, layout, manager
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+NODE_PYTHON = layout.NODE_PYTHON / "bin/python"
+PROCESSES = (
+    "%s -c 'import json, pynvml; pynvml.nvmlInit(); print(json.dumps({i: sorted(p.pid for p in "
+    "pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))) "
+    "for i in range(pynvml.nvmlDeviceGetCount())}))'"
+)
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    with running_lab("seed-failures") as state:
+        yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
+
+
+def _ssh(state, node, command):
+    result = manager.ssh(state["nodes"][node]["address"], command)
+    assert result.returncode == 0, "%s: %s\n%s" % (node, command, result.stderr)
+    return result.stdout
+
+
+def test_device_permission_seed(seeded):
+    state, _api = seeded
+    assert _ssh(state, "seed-dev-perm", "stat -c '%U:%G %a %t:%T' /dev/nvidia0").split() == ["root:root", "600", "c3:0"]
+    assert _ssh(state, "seed-isolation", "stat -c '%a' /dev/nvidia0").strip() == "666"
+
+
+def test_plugin_seeds_show_in_allocatable(seeded):
+    state, api = seeded
+    summary = cluster.node_summary(api)
+    assert summary["seed-no-plugin"]["allocatable_gpu"] == {}
+    assert summary["seed-resource-typo"]["allocatable_gpu"] == {"nvidia.com/nvidia-gpu": "2"}
+    assert summary["seed-list-none"]["allocatable_gpu"] == {}  # the plugin refuses deviceListStrategy none
+    assert summary["seed-mig-strategy"]["allocatable_gpu"] == {"nvidia.com/gpu": "4"}  # MIG slices hidden
+    assert summary["seed-dev-perm"]["allocatable_gpu"] == {"nvidia.com/gpu": "8"}
+
+
+def test_kubelet_seeds(seeded):
+    state, _api = seeded
+    assert _ssh(state, "seed-stale-cpu-state", "systemctl is-active kubelet || true").strip() == "failed"
+    assert "please drain this node and delete the CPU manager checkpoint file" in _ssh(
+        state, "seed-stale-cpu-state", "cat /var/log/kubelet.log"
+    )
+    config = yaml.safe_load(_ssh(state, "seed-topology-none", "cat /var/lib/kubelet/config.yaml"))
+    assert config["topologyManagerPolicy"] == "none"
+    assert _ssh(state, "seed-topology-none", "systemctl is-active kubelet").strip() == "active"
+
+
+def test_runtime_seeds(seeded):
+    state, api = seeded
+    assert "nvidia" not in _ssh(state, "seed-no-runtime", "cat /etc/containerd/config.toml /etc/containerd/conf.d/*.toml 2>/dev/null || true")
+    assert 'runtimes.nvidia' in _ssh(state, "seed-isolation", "cat /etc/containerd/config.toml")
+    classes = {rc.metadata.name: rc for rc in client.NodeV1Api(api).list_runtime_class().items}
+    assert classes["nvidia"].handler == "nvidia-legacy"
+    assert classes["nvidia-overhead"].overhead.pod_fixed["nvidia.com/gpu"] == "1"
+
+
+def test_pods_are_real_on_both_sides(seeded):
+    state, api = seeded
+    pods = {p.metadata.name: p for p in client.CoreV1Api(api).list_namespaced_pod("ml").items}
+    placed = {pod["name"]: pod for pod in state["pods"]}
+    assert set(pods) == set(placed)
+    for name, pod in placed.items():
+        assert pods[name].metadata.uid == pod["uid"]
+        assert pods[name].status.phase == "Running"
+        # The container's init process lives in the kubelet's cgroup for that pod, inside the node.
+        cgroup = _ssh(state, pod["node"], "cat /proc/%d/cgroup" % pod["pid"])
+        assert pod["uid"].replace("-", "_") in cgroup and pod["container_id"] in cgroup
+    # GPU-using containers are NVML processes on the GPUs they can open.
+    processes = json.loads(_ssh(state, "seed-isolation", PROCESSES % NODE_PYTHON))
+    sneaky = placed["sneaky-all-gpus"]["pid"]
+    assert all(sneaky in pids for pids in processes.values())  # NVIDIA_VISIBLE_DEVICES=all: on every GPU
+    assert sum(placed["train-ok"]["pid"] in pids for pids in processes.values()) == 1
+
+
+def test_memory_view_and_inventory(seeded):
+    state, _api = seeded
+    with open(state["inventory"]) as handle:
+        inventory = yaml.safe_load(handle)["all"]["children"]["gpu_nodes"]["hosts"]
+    assert inventory["seed-memory-high"]["gpuharden_cgroup_root"] == "/var/lib/gpuharden-memcg"
+    assert "gpuharden_cgroup_root" not in inventory["seed-dev-perm"]  # no memory-limited pods there
+    highs = _ssh(state, "seed-memory-high", "find /var/lib/gpuharden-memcg -name memory.high | xargs cat | sort | uniq -c")
+    assert highs.split() == ["4", "max"]  # pod + container cgroup of infer-0 and infer-1; notebook has no limit
+
+
+def test_mixed_fleet():
+    with running_lab("mixed-fleet") as state:
+        address = state["nodes"]["l4-k3s-0"]["address"]
+        result = manager.ssh(address, "systemctl is-active k3s-agent && curl -sf http://127.0.0.1:10248/healthz")
+        assert result.stdout.split() == ["active", "ok"]
+        cpu = manager.ssh(state["nodes"]["cpu-0"]["address"], "ls /dev/nvidia* 2>/dev/null | wc -l; ls /proc/driver/nvidia 2>&1 | wc -l")
+        assert cpu.stdout.split()[0] == "0"
+        labels = client.CoreV1Api(cluster.api_client(state["cluster"]["admin_kubeconfig"])).read_node("cpu-0").metadata.labels
+        assert "nvidia.com/gpu.present" not in labels
