@@ -274,3 +274,194 @@ def collect_inventory(read_numa_node):
         except pynvml.NVMLError:
             pass
     return inventory
+
+
+# ---------------------------------------------------------------------------------------------
+# Post-check readings (gpuharden.k8s.nvml_check).  Added for the post-check; the inventory
+# functions above are unchanged.
+
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_UNKNOWN = 999
+NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG
+TOPOLOGY_LEVELS = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
+
+
+def load_library():
+    """Load libnvidia-ml.so.1 into this process without initialising NVML; None or a structured reason.
+
+    A process that later drops its privileges calls this first: the library is then mapped before the
+    uid changes, and only ``nvmlInit`` (which opens the device nodes) runs as the unprivileged user.
+    """
+    if not HAS_PYNVML:
+        return missing_pynvml_reason()
+    try:
+        pynvml._LoadNvmlLibrary()
+    except pynvml.NVMLError as error:
+        return failure_reason(error)
+    return None
+
+
+def probe_access():
+    """What the calling identity can open: NVML init, the GPU count and each GPU's handle.
+
+    Returns ``{"available", "reason", "gpu_count", "gpus": [{"index", "uuid", "error"}]}``; nothing raises.
+    """
+    probe = {"available": False, "reason": None, "gpu_count": None, "gpus": []}
+    if not HAS_PYNVML:
+        probe["reason"] = missing_pynvml_reason()
+        return probe
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        probe["reason"] = failure_reason(error)
+        return probe
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        probe["gpu_count"] = count
+        for index in range(count):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                probe["gpus"].append({"index": index, "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)), "error": None})
+            except pynvml.NVMLError as error:
+                probe["gpus"].append({"index": index, "uuid": None, "error": failure_reason(error)})
+        probe["available"] = True
+    except pynvml.NVMLError as error:
+        probe["reason"] = failure_reason(error)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+    return probe
+
+
+def _reading(errors, name, call, *args):
+    """One health reading: its value, None when unsupported, or None plus an entry in ``errors``."""
+    try:
+        return _optional(call, *args)
+    except pynvml.NVMLError as error:
+        errors[name] = failure_reason(error)
+        return None
+
+
+def _nvlink_states(handle, errors):
+    """{"links": n, "down": [...]} for a GPU with NVLink, None without (or when unreadable)."""
+    links, down = 0, []
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            active = pynvml.nvmlDeviceGetNvLinkState(handle, link)
+        except pynvml.NVMLError as error:
+            value = getattr(error, "value", None)
+            if value == NVML_ERROR_INVALID_ARGUMENT:
+                break  # past the GPU's last link
+            if value in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND):
+                continue  # this link does not exist on this board
+            errors["nvlink"] = failure_reason(error)
+            return None
+        links += 1
+        if not active:
+            down.append(link)
+    return {"links": links, "down": down} if links else None
+
+
+def gpu_health(handle):
+    """ECC, row remapping and NVLink readings of one full GPU; None where the GPU does not support them."""
+    errors = {}
+    ecc = None
+    volatile = _reading(errors, "ecc", pynvml.nvmlDeviceGetTotalEccErrors, handle, 1, 0)
+    if volatile is not None:
+        ecc = {
+            "volatile_uncorrected": volatile,
+            "aggregate_uncorrected": _reading(errors, "ecc", pynvml.nvmlDeviceGetTotalEccErrors, handle, 1, 1),
+            "volatile_corrected": _reading(errors, "ecc", pynvml.nvmlDeviceGetTotalEccErrors, handle, 0, 0),
+        }
+    rows = _reading(errors, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, handle)
+    remapped = None
+    if rows is not None:
+        remapped = {"correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]), "failure": bool(rows[3])}
+    return {
+        "ecc": ecc,
+        "remapped_rows": remapped,
+        "nvlink": _nvlink_states(handle, errors),
+        "errors": errors,
+    }
+
+
+def gpu_processes(handle):
+    """Compute processes on one GPU: [{pid, used_memory_mib, gpu_instance_id, compute_instance_id}]."""
+    found = []
+    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        used = getattr(proc, "usedGpuMemory", None)
+        gi = getattr(proc, "gpuInstanceId", NO_INSTANCE)
+        ci = getattr(proc, "computeInstanceId", NO_INSTANCE)
+        found.append({
+            "pid": proc.pid,
+            "used_memory_mib": None if used is None else used // (1024 * 1024),
+            "gpu_instance_id": None if gi in (None, NO_INSTANCE) else gi,
+            "compute_instance_id": None if ci in (None, NO_INSTANCE) else ci,
+        })
+    return sorted(found, key=lambda entry: entry["pid"])
+
+
+def _common_ancestors(handles):
+    pairs = []
+    indexes = sorted(handles)
+    for position, first in enumerate(indexes):
+        for second in indexes[position + 1:]:
+            try:
+                level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[first], handles[second])
+            except pynvml.NVMLError:
+                continue
+            pairs.append({"gpus": [first, second], "level": TOPOLOGY_LEVELS.get(level, str(level))})
+    return pairs
+
+
+def collect_health(read_numa_node):
+    """``collect_inventory`` plus, per readable GPU, ``health`` and ``processes``, and the GPU pairs' PCIe paths.
+
+    Returns the inventory dict with ``topology_pairs`` ([{gpus: [a, b], level}], level as nvml.h names it:
+    SINGLE/MULTIPLE = PCIe switch, HOSTBRIDGE, NODE = same NUMA node, SYSTEM = across sockets).
+    """
+    inventory = {
+        "available": False, "reason": None, "driver_version": None, "nvml_version": None,
+        "gpu_count": None, "gpus": [], "topology_pairs": [],
+    }
+    if not HAS_PYNVML:
+        inventory["reason"] = missing_pynvml_reason()
+        return inventory
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        inventory["reason"] = failure_reason(error)
+        return inventory
+    try:
+        inventory["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        inventory["nvml_version"] = _text(pynvml.nvmlSystemGetNVMLVersion())
+        count = pynvml.nvmlDeviceGetCount()
+        inventory["gpu_count"] = count
+        handles = {}
+        for index in range(count):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                gpu = _gpu_facts(index, handle, read_numa_node)
+            except pynvml.NVMLError as error:
+                inventory["gpus"].append({"index": index, "error": failure_reason(error)})
+                continue
+            gpu["health"] = gpu_health(handle)
+            try:
+                gpu["processes"] = gpu_processes(handle)
+            except pynvml.NVMLError as error:
+                gpu["processes"] = None
+                gpu["health"]["errors"]["processes"] = failure_reason(error)
+            handles[index] = handle
+            inventory["gpus"].append(gpu)
+        inventory["topology_pairs"] = _common_ancestors(handles)
+        inventory["available"] = True
+    except pynvml.NVMLError as error:
+        inventory["reason"] = failure_reason(error)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+    return inventory

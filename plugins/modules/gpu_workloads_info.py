@@ -1,0 +1,171 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_workloads_info
+short_description: List the GPU workloads of a cluster and its nodes' labels and taints
+version_added: 0.1.0
+description:
+  - Lists, with one paginated LIST per kind for the whole cluster, the workloads that ask for GPUs (O(resources)),
+    namely bare pods that have not finished, and the pod templates of Deployments, StatefulSets, DaemonSets, Jobs (those not
+    owned by a CronJob) and CronJobs. Pods owned by a controller are covered by their controller's template.
+  - For each it returns what placement and topology depend on (C(nodeName), C(nodeSelector), required node affinity,
+    tolerations) and the GPUs each container asks for; plus every Node's labels, taints and GPU allocatable.
+  - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); the identity needs C(list) on pods, nodes,
+    deployments, statefulsets, daemonsets, jobs and cronjobs. Input of M(gpuharden.k8s.topology_check).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._k8s_auth
+options:
+  resources:
+    description: Extended resources that count as GPUs.
+    type: list
+    elements: str
+    default: [nvidia.com/gpu]
+  page_limit:
+    description: Objects per page of each LIST (C(limit)); the module follows C(continue) until the end.
+    type: int
+    default: 500
+requirements:
+  - kubernetes (Python client) on the controller
+seealso:
+  - module: gpuharden.k8s.topology_check
+  - module: gpuharden.k8s.gpu_pods_info
+"""
+
+EXAMPLES = r"""
+- name: GPU workloads of the whole cluster
+  gpuharden.k8s.gpu_workloads_info:
+    kubeconfig: /etc/gpuharden/kubeconfig
+  delegate_to: localhost
+  run_once: true
+  register: gpu_workloads
+"""
+
+RETURN = r"""
+workloads:
+  description:
+    - One entry per GPU workload, sorted by kind, namespace and name, with C(kind), C(namespace), C(name),
+      C(node_name), C(phase) (pods), C(node_selector), C(tolerations), C(node_affinity) (required node selector
+      terms), C(containers) and C(init_containers) (C(name), C(gpus); init containers also C(sidecar)) and
+      C(max_container_gpus).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"kind": "Deployment", "namespace": "ml", "name": "train-8g", "node_name": null, "phase": null,
+            "node_selector": {"nvidia.com/gpu.present": "true"}, "tolerations": [], "node_affinity": [],
+            "containers": [{"name": "trainer", "gpus": 8}], "init_containers": [], "max_container_gpus": 8}]
+nodes:
+  description: Every Node by name, with C(labels), C(taints) (C(key), C(value), C(effect)) and C(gpu_allocatable).
+  returned: always
+  type: dict
+api_requests:
+  description: LIST requests (pages) made, all kinds together.
+  returned: always
+  type: int
+"""
+
+import json
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_workloads, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+MAX_RESTARTS = 1  # a continue token that expired (410 Gone) restarts that kind's list once
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
+        page_limit={"type": "int", "default": 500},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def _listers(api):
+    core = _k8s.k8s_client.CoreV1Api(api)
+    apps = _k8s.k8s_client.AppsV1Api(api)
+    batch = _k8s.k8s_client.BatchV1Api(api)
+    return {
+        "Node": core.list_node,
+        "Pod": core.list_pod_for_all_namespaces,
+        "Deployment": apps.list_deployment_for_all_namespaces,
+        "StatefulSet": apps.list_stateful_set_for_all_namespaces,
+        "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+        "Job": batch.list_job_for_all_namespaces,
+        "CronJob": batch.list_cron_job_for_all_namespaces,
+    }
+
+
+def list_all(call, kind, page_limit, timeout):
+    """Every object of one kind, following ``continue``; returns (objects, requests made)."""
+    items, requests, restarts, token = [], 0, 0, None
+    while True:
+        kwargs = {"limit": page_limit, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        if timeout:
+            kwargs["_request_timeout"] = timeout
+        requests += 1
+        try:
+            response = call(**kwargs)
+        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
+            if isinstance(error, _k8s.ApiException) and error.status == 410 and token and restarts < MAX_RESTARTS:
+                items, token, restarts = [], None, restarts + 1
+                continue
+            raise _k8s.api_error(error, "gpu_workloads_info: listing %ss" % kind) from None
+        try:
+            page = json.loads(response.data)
+        except ValueError:
+            raise GpuhardenError("gpu_workloads_info: the API server's %s list is not JSON" % kind) from None
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items, requests
+
+
+def gather(params):
+    if not params["page_limit"] or params["page_limit"] < 1:
+        raise GpuhardenError("gpu_workloads_info: option page_limit=%r must be a positive number of objects" % params["page_limit"])
+    resources = [resource for resource in params["resources"] if resource]
+    if not resources:
+        raise GpuhardenError("gpu_workloads_info: option resources is empty: name at least one resource such as nvidia.com/gpu")
+    api = _k8s.api_client(params)
+    timeout = getattr(api, "gpuharden_request_timeout", None)
+    objects, total = {}, 0
+    try:
+        for kind, call in _listers(api).items():
+            objects[kind], requests = list_all(call, kind, params["page_limit"], timeout)
+            total += requests
+    finally:
+        api.close()
+    nodes = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources) for node in objects.pop("Node")}
+    return {"workloads": _gpu_workloads.collect(objects, resources), "nodes": nodes, "api_requests": total}
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    try:
+        result = gather(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

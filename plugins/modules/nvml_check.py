@@ -1,0 +1,337 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvml_check
+short_description: Post-check a GPU node through NVML, as root and as an unprivileged user
+version_added: 0.1.0
+description:
+  - Read-only. Initialises NVML as root and, in a forked child that drops to O(unprivileged_user), as an
+    unprivileged user; that second run is the real test of a device-permission fix.
+  - The child drops its privileges after C(pynvml) and the NVML library are loaded and before C(nvmlInit), so a node
+    whose Python lives where the unprivileged user cannot read (for example under C(/root)) still works.
+  - Compares the GPU count with the driver's own list (C(/proc/driver/nvidia/gpus)) and with O(expected_gpus), and
+    the MIG device count with O(expected_mig_devices) and, where the driver shows it, with
+    C(/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/ci<id>).
+  - Checks every GPU whose handle can be obtained (as root and as the unprivileged user; C(NO_PERMISSION) and
+    C(UNKNOWN) are told apart, the latter being what a devices-cgroup denial looks like) for volatile uncorrectable ECC
+    errors, pending or failed row remapping, a lost GPU, a PCIe link trained below its maximum generation or width
+    (current and maximum bandwidth and their ratio), and NVLink links that are down on GPUs that have NVLink.
+  - "PCIe bandwidth per direction is lanes x transfer rate x line-code efficiency / 8: 2.5, 5, 8, 16, 32 and 64 GT/s
+    for generations 1 to 6, with 8b/10b for generations 1-2, 128b/130b for 3-5 and 242b/256b (FLIT) for 6."
+  - Lists the compute processes on every GPU with their PID, used memory and MIG GPU/compute instance.
+  - Returns structured findings (C(id), C(severity), C(node), C(gpu), C(pod), C(expected), C(found), C(hint)); fails
+    only when O(fail_on) says so.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._attributes.node_root
+options:
+  node_name:
+    description:
+      - The node's name as findings report it (the Kubernetes node name). Default is the host name.
+    type: str
+  check_unprivileged:
+    description:
+      - Also run NVML as O(unprivileged_user). Needs root.
+    type: bool
+    default: true
+  unprivileged_user:
+    description:
+      - User name or uid the unprivileged check runs as; its primary group is used.
+    type: str
+    default: nobody
+  unprivileged_groups:
+    description:
+      - Supplementary groups (names or gids) the unprivileged check keeps, for example the device group that pods
+        get through C(securityContext.supplementalGroups) under a restricted device policy.
+    type: list
+    elements: str
+    default: []
+  unprivileged_timeout:
+    description:
+      - Seconds the unprivileged check may take before it is killed and reported.
+    type: int
+    default: 60
+  expected_gpus:
+    description:
+      - The number of GPUs the node should have (from the inventory). Not compared when not set.
+    type: int
+  expected_mig_devices:
+    description:
+      - The number of MIG devices the node should have. Not compared when not set.
+    type: int
+  fail_on:
+    description:
+      - Fail the task when a finding has this severity or a higher one; V(never) only reports.
+    type: str
+    choices: [never, info, warning, error, critical]
+    default: never
+requirements:
+  - nvidia-ml-py (import name C(pynvml)) on the node's Python
+notes:
+  - Runs as root (C(become=true)), because the unprivileged check forks and calls C(setuid).
+seealso:
+  - module: gpuharden.k8s.gpu_facts
+  - module: gpuharden.k8s.topology_check
+"""
+
+EXAMPLES = r"""
+- name: Check NVML as root and as nobody; expect 8 GPUs
+  gpuharden.k8s.nvml_check:
+    node_name: "{{ inventory_hostname }}"
+    expected_gpus: 8
+  become: true
+  register: nvml
+
+- name: Under a restricted device policy, check as a user in the device group
+  gpuharden.k8s.nvml_check:
+    unprivileged_user: nobody
+    unprivileged_groups: [video]
+    fail_on: error
+  become: true
+"""
+
+RETURN = r"""
+findings:
+  description:
+    - One entry per problem, with C(id), C(severity) (V(info), V(warning), V(error), V(critical)), C(node), C(gpu)
+      (index, minor, uuid, pci_bus_id) or V(null), C(pod) (always V(null) here), C(expected), C(found) and C(hint).
+    - Ids are V(nvml_init_failed), V(nvml_unprivileged_init_failed), V(nvml_root_gpu_denied),
+      V(nvml_unprivileged_gpu_denied), V(gpu_lost), V(gpu_count_driver_mismatch), V(gpu_count_unexpected),
+      V(mig_device_count_unexpected), V(mig_device_count_driver_mismatch), V(ecc_uncorrectable),
+      V(remapped_rows_pending), V(remapped_rows_failure), V(pcie_link_degraded), V(nvlink_down),
+      V(gpu_health_unreadable), V(mig_mode_pending).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"id": "pcie_link_degraded", "severity": "error", "node": "gpu-1", "pod": null,
+            "gpu": {"index": 3, "minor": 3, "uuid": "GPU-...", "pci_bus_id": "00000000:4E:00.0"},
+            "expected": {"gen": 4, "width": 16, "bandwidth_gbps": 31.508},
+            "found": {"gen": 3, "width": 8, "bandwidth_gbps": 7.877, "bandwidth_ratio": 0.25},
+            "hint": "the PCIe link trained below its maximum ..."}]
+max_severity:
+  description: The highest severity among the findings, or V(null) without findings.
+  returned: always
+  type: str
+gpu_count:
+  description: GPUs counted by NVML as root, or V(null) when NVML could not be initialised.
+  returned: always
+  type: int
+driver_gpu_count:
+  description: GPUs in the driver's C(/proc/driver/nvidia/gpus), or V(null) when the driver shows none.
+  returned: always
+  type: int
+mig_device_count:
+  description: MIG devices NVML shows on all GPUs.
+  returned: always
+  type: int
+gpus:
+  description:
+    - Per GPU index, C(minor), C(uuid), C(name), C(pci_bus_id), C(numa_node) (sysfs), C(cpu_affinity),
+      C(memory_total_mib), C(memory_used_mib), C(mig), C(pcie) (with C(bandwidth_gbps_current),
+      C(bandwidth_gbps_max), C(bandwidth_ratio)), C(ecc), C(remapped_rows), C(nvlink) (C(links), C(down)) or
+      V(null), C(error) (root) and C(unprivileged_error). An entry with C(error) holds only C(index), C(error),
+      C(unprivileged_error) and, when the driver lists as many GPUs as NVML counts, C(minor) and C(pci_bus_id) from
+      the driver's list in PCI bus order (C(identified_by=pci_bus_order)).
+  returned: always
+  type: list
+  elements: dict
+processes:
+  description:
+    - Compute processes, with C(gpu) (index), C(gpu_uuid), C(pid), C(used_memory_mib), C(gpu_instance_id),
+      C(compute_instance_id) and C(mig_device_uuid) (V(null) outside MIG).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"gpu": 1, "gpu_uuid": "GPU-8e0a...", "pid": 4242, "used_memory_mib": 1024, "gpu_instance_id": null,
+            "compute_instance_id": null, "mig_device_uuid": null}]
+unprivileged:
+  description:
+    - The unprivileged run, V(null) when O(check_unprivileged=false). C(user), C(uid), C(gid), C(groups),
+      C(available), C(reason) (as in gpu_facts), C(gpu_count) and C(gpus) (C(index), C(uuid), C(error)).
+  returned: always
+  type: dict
+topology:
+  description:
+    - C(numa_nodes) maps a NUMA node (sysfs; V(-1) = no hint) to GPU indexes; C(pairs) gives the PCIe path between
+      two GPUs as nvml.h names it (V(SINGLE)/V(MULTIPLE) PCIe switch, V(HOSTBRIDGE), V(NODE), V(SYSTEM));
+      C(nvlink_active) the active NVLinks per GPU index.
+  returned: always
+  type: dict
+  sample: {"numa_nodes": {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}, "pairs": [{"gpus": [0, 1], "level": "SINGLE"}],
+           "nvlink_active": {"0": 12}}
+"""
+
+import grp
+import json
+import os
+import pwd
+import select
+import signal
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _host, _nvml, _nvml_health
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "node_name": {"type": "str"},
+        "check_unprivileged": {"type": "bool", "default": True},
+        "unprivileged_user": {"type": "str", "default": "nobody"},
+        "unprivileged_groups": {"type": "list", "elements": "str", "default": []},
+        "unprivileged_timeout": {"type": "int", "default": 60},
+        "expected_gpus": {"type": "int"},
+        "expected_mig_devices": {"type": "int"},
+        "fail_on": {"type": "str", "choices": list(_nvml_health.FAIL_CHOICES), "default": "never"},
+    }
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def resolve_identity(user, groups):
+    """(uid, gid, [gids]) of the unprivileged user; names or numbers."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, ValueError):
+        raise GpuhardenError("nvml_check: option unprivileged_user=%r: no such user on the node" % user) from None
+    if entry.pw_uid == 0:
+        raise GpuhardenError("nvml_check: option unprivileged_user=%r is root, not an unprivileged user" % user)
+    gids = []
+    for group in groups:
+        try:
+            gids.append(grp.getgrgid(int(group)).gr_gid if str(group).isdigit() else grp.getgrnam(group).gr_gid)
+        except (KeyError, ValueError):
+            raise GpuhardenError("nvml_check: option unprivileged_groups: group %r does not exist on the node" % group) from None
+    return entry.pw_uid, entry.pw_gid, gids
+
+
+def run_unprivileged(function, uid, gid, groups, timeout):
+    """function() in a forked child running as uid/gid; its JSON-able result, or {"child_error": text}.
+
+    Everything the child needs is imported before the fork: after setuid it may not be able to read
+    the module's own files.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into Ansible's code
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            if os.geteuid() != uid or os.getegid() != gid:
+                raise OSError("privileges not dropped")
+            payload = json.dumps({"result": function()})
+        except BaseException as error:  # report everything to the parent
+            payload = json.dumps({"child_error": "%s: %s" % (type(error).__name__, error)})
+        data = payload.encode("utf-8")
+        while data:
+            data = data[os.write(write_end, data):]
+        os._exit(0)
+    os.close(write_end)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    with os.fdopen(read_end, "rb") as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            ready, _w, _x = select.select([pipe], [], [], max(left, 0))
+            if not ready:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                break
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.waitpid(pid, 0)
+    if timed_out:
+        return {"child_error": "the unprivileged NVML check did not finish within %d s" % timeout}
+    try:
+        payload = json.loads(b"".join(chunks).decode("utf-8"))
+    except ValueError:
+        return {"child_error": "the unprivileged NVML check died without a result"}
+    return payload.get("result", payload)
+
+
+def driver_mig_devices(root, minors):
+    """Compute instances in the driver's MIG capability tree, or None when the driver shows no such tree."""
+    base = _host.host_path(root, "/proc/driver/nvidia/capabilities")
+    if not os.path.isdir(base):
+        return None
+    total, seen = 0, False
+    for minor in minors:
+        mig = os.path.join(base, "gpu%d" % minor, "mig")
+        if not os.path.isdir(mig):
+            continue
+        seen = True
+        for gi in os.listdir(mig):
+            if gi.startswith("gi") and os.path.isdir(os.path.join(mig, gi)):
+                total += sum(1 for ci in os.listdir(os.path.join(mig, gi)) if ci.startswith("ci"))
+    return total if seen else None
+
+
+def check(params):
+    root = params["root"]
+    if not os.path.isdir(root):
+        raise GpuhardenError("nvml_check: option root=%s is not a directory" % root)
+    if params["unprivileged_timeout"] < 1:
+        raise GpuhardenError("nvml_check: option unprivileged_timeout=%r must be at least 1 second" % params["unprivileged_timeout"])
+    node = params["node_name"] or os.uname().nodename
+    unprivileged = None
+    probe = None
+    if params["check_unprivileged"]:
+        if os.geteuid() != 0:
+            raise GpuhardenError("nvml_check: the unprivileged check needs root (become: true), or set check_unprivileged=false")
+        uid, gid, groups = resolve_identity(params["unprivileged_user"], params["unprivileged_groups"])
+        load_error = _nvml.load_library()
+        if load_error is None:
+            outcome = run_unprivileged(_nvml.probe_access, uid, gid, groups, params["unprivileged_timeout"])
+        else:
+            outcome = {"available": False, "reason": load_error, "gpu_count": None, "gpus": []}
+        if "child_error" in outcome:
+            outcome = {"available": False, "gpu_count": None, "gpus": [], "reason": {
+                "code": "nvml_error", "nvml_return": None, "message": outcome["child_error"],
+                "hint": "the forked unprivileged check failed outside NVML"}}
+        probe = outcome
+        unprivileged = dict(outcome, user=params["unprivileged_user"], uid=uid, gid=gid, groups=groups)
+    reading = _nvml.collect_health(lambda bus_id: _host.numa_node(root, bus_id))
+    driver_gpus = _host.driver_gpus(root)
+    minors = sorted({gpu["minor"] for gpu in (driver_gpus or {}).values() if isinstance(gpu.get("minor"), int)})
+    result = _nvml_health.evaluate(
+        node, reading, probe=probe, user=params["unprivileged_user"], driver_gpus=driver_gpus,
+        expected_gpus=params["expected_gpus"], expected_mig_devices=params["expected_mig_devices"],
+        driver_mig_devices=driver_mig_devices(root, minors))
+    result["unprivileged"] = unprivileged
+    result["max_severity"] = _nvml_health.max_severity(result["findings"])
+    return result
+
+
+def main():
+    module = build_module()
+    try:
+        result = check(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    failing = _nvml_health.at_or_above(result["findings"], module.params["fail_on"])
+    if failing:
+        module.fail_json(msg="nvml_check: %d finding(s) at or above %s: %s" % (
+            len(failing), module.params["fail_on"], ", ".join(sorted({entry["id"] for entry in failing}))), **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
