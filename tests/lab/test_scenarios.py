@@ -95,7 +95,9 @@ def test_memory_view_and_inventory(seeded):
     assert inventory["seed-memory-high"]["gpuharden_cgroup_root"] == "/var/lib/gpuharden-memcg"
     assert "gpuharden_cgroup_root" not in inventory["seed-dev-perm"]  # no memory-limited pods there
     highs = _ssh(state, "seed-memory-high", "find /var/lib/gpuharden-memcg -name memory.high | xargs cat | sort | uniq -c")
-    assert highs.split() == ["4", "max"]  # pod + container cgroup of infer-0 and infer-1; notebook has no limit
+    assert highs.split() == ["6", "max"]  # pod + container cgroups of infer-0, infer-1 and notebook (no limit)
+    maxes = _ssh(state, "seed-memory-high", "find /var/lib/gpuharden-memcg -name memory.max | xargs cat | sort | uniq -c")
+    assert maxes.split() == ["4", "17179869184", "2", "max"]
 
 
 def test_mixed_fleet():

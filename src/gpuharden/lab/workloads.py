@@ -50,12 +50,22 @@ def quantity_bytes(quantity: str) -> int:
     return int(quantity)
 
 
-def _memory_view(node: Node, spec: pods.ContainerSpec, limit: str) -> None:
-    """memory.max = the limit, memory.high = max: what a kubelet without MemoryQoS leaves behind."""
+def _memory_view(node: Node, spec: pods.ContainerSpec, limit: str | None) -> None:
+    """memory.max = the limit (or max), memory.high = max: what a kubelet without MemoryQoS leaves behind."""
     for cgroup in (spec.pod_cgroup_path, spec.cgroup_path):
         base = MEMORY_VIEW_ROOT + cgroup
-        node.write_live(base + "/memory.max", "%d\n" % quantity_bytes(limit))
+        node.write_live(base + "/memory.max", ("%d\n" % quantity_bytes(limit)) if limit else "max\n")
         node.write_live(base + "/memory.high", "max\n")
+
+
+def _write_memory_views(nodes: dict[str, Node], placed_specs: list[tuple[str, pods.ContainerSpec, str | None]]) -> None:
+    """Every pod of a node that has memory-limited pods gets a view; the view's root looks like a cgroup2 root."""
+    with_limits = {node for node, _spec, limit in placed_specs if limit}
+    for node_name in with_limits:
+        nodes[node_name].write_live(MEMORY_VIEW_ROOT + "/cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
+    for node_name, spec, limit in placed_specs:
+        if node_name in with_limits:
+            _memory_view(nodes[node_name], spec, limit)
 
 
 def _pod_object(entry: dict) -> dict:
@@ -116,6 +126,7 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
         free[name] = sorted(gpu["minor"] for gpu in fixture["gpus"])
         gpu_index_of[name] = {gpu["minor"]: index for index, gpu in enumerate(fixture["gpus"])}
     placed = []
+    placed_specs: list[tuple[str, pods.ContainerSpec, str | None]] = []
     processes: dict[str, dict[int, list[dict]]] = {}
     for position, entry in enumerate(entries):
         unknown = set(entry) - POD_KEYS
@@ -142,8 +153,7 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
         pid = pods.start_container(enter, spec, "/run/gpuharden-bundles", pods.RUNC_ROOT)
         all_minors = sorted(gpu_index_of[node.name])
         visible = sorted(set(minors) | set(spec.visible_minors(all_minors)) | (set(all_minors) if spec.privileged else set()))
-        if entry.get("memory_limit"):
-            _memory_view(node, spec, entry["memory_limit"])
+        placed_specs.append((node.name, spec, entry.get("memory_limit")))
         placed.append(PlacedPod(entry["name"], entry.get("namespace", "default"), node.name, pod.metadata.uid, spec.container_id, pid, minors, visible))
         if entry.get("gpu_memory_mib"):
             # The workload uses every GPU it can open, which is the point of the cross-sharing seeds.
@@ -151,6 +161,7 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
                 processes.setdefault(node.name, {}).setdefault(gpu_index_of[node.name][minor], []).append(
                     {"pid": pid, "used_memory_mib": int(entry["gpu_memory_mib"])}
                 )
+    _write_memory_views(nodes, placed_specs)
     for node_name, per_gpu in processes.items():
         for index, entries_for_gpu in per_gpu.items():
             set_nvml_processes(nodes[node_name], index, entries_for_gpu)

@@ -1,0 +1,190 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_pods_info
+short_description: List the pods bound to given nodes that request NVIDIA (or other) device resources
+version_added: 0.1.0
+description:
+  - Lists, with one paginated LIST of pods for the whole call, the pods bound to O(nodes) that request a resource
+    whose name starts with one of O(resource_prefixes) (V(nvidia.com/) by default), and returns for each its UID,
+    namespace, name, node, phase, QoS class, memory limits and requests (pod and containers) and GPU requests.
+  - For one node the API server filters on C(spec.nodeName); for several nodes the list is cluster-wide over bound
+    pods and filtered here, because a field selector cannot name several nodes. Never one GET per pod.
+  - Pods that finished (C(Succeeded), C(Failed)) hold no cgroups and are left out unless O(include_terminated).
+  - Runs on the controller (C(delegate_to=localhost)); needs C(list) on C(pods) across all namespaces.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._k8s_auth
+options:
+  nodes:
+    description:
+      - Names of the Kubernetes nodes (C(metadata.name) of the Node objects).
+    type: list
+    elements: str
+    required: true
+  resource_prefixes:
+    description:
+      - A pod is a GPU pod when one of its containers requests a resource whose name starts with one of these.
+    type: list
+    elements: str
+    default: [nvidia.com/]
+  include_terminated:
+    description:
+      - Also return pods in phase C(Succeeded) or C(Failed).
+    type: bool
+    default: false
+  page_limit:
+    description:
+      - Pods per page of the LIST (C(limit) parameter); the module follows C(continue) until the end.
+    type: int
+    default: 500
+requirements:
+  - kubernetes (Python client) on the controller
+seealso:
+  - module: gpuharden.k8s.cgroup_memory
+"""
+
+EXAMPLES = r"""
+- name: GPU pods on every host of the play, in one request
+  gpuharden.k8s.gpu_pods_info:
+    kubeconfig: /etc/gpuharden/kubeconfig
+    nodes: "{{ ansible_play_batch | map('extract', hostvars, 'gpuharden_k8s_node_name') }}"
+  delegate_to: localhost
+  run_once: true
+  register: gpu_pods
+
+- name: Pods that run on a GPU without any memory limit
+  ansible.builtin.debug:
+    msg: "{{ gpu_pods.unlimited_pods | map(attribute='name') }}"
+
+- name: Count MIG slices as GPUs too
+  gpuharden.k8s.gpu_pods_info:
+    nodes: [gpu-node-1]
+    resource_prefixes: [nvidia.com/gpu, nvidia.com/mig-]
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+pods:
+  description:
+    - The GPU pods, sorted by node, namespace and name.
+    - C(memory_limit_bytes) is the pod's limit when every running container has one, else V(null);
+      C(memory_unlimited) is true when no running container has a memory limit at all.
+    - C(gpu_requests) maps each matching resource to the pod's effective request.
+    - C(containers) lists C(name), C(init), C(memory_limit_bytes), C(memory_request_bytes) and C(gpu_requests).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"uid": "0f3c2a1e-5b7d-4c8e-9a6f-1d2e3f405162", "namespace": "ml", "name": "infer-0", "node": "gpu-1",
+            "phase": "Running", "qos_class": "Burstable", "gpu_requests": {"nvidia.com/gpu": 1},
+            "memory_limit_bytes": 17179869184, "memory_unlimited": false, "containers": []}]
+pod_uids_by_node:
+  description: UIDs of the GPU pods per node; every node of O(nodes) is a key, also without pods.
+  returned: always
+  type: dict
+  sample: {"gpu-1": ["0f3c2a1e-5b7d-4c8e-9a6f-1d2e3f405162"], "gpu-2": []}
+unlimited_pods:
+  description: The GPU pods without any memory limit, as C(uid), C(namespace), C(name), C(node).
+  returned: always
+  type: list
+  elements: dict
+api_requests:
+  description: Number of LIST requests (pages) the call made.
+  returned: always
+  type: int
+  sample: 1
+"""
+
+import json
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+MAX_RESTARTS = 1  # a continue token that expired (410 Gone) restarts the list once
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        nodes={"type": "list", "elements": "str", "required": True},
+        resource_prefixes={"type": "list", "elements": "str", "default": ["nvidia.com/"]},
+        include_terminated={"type": "bool", "default": False},
+        page_limit={"type": "int", "default": 500},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def list_pods(api, field_selector, page_limit):
+    """Every pod the selector matches, following ``continue``; returns (pods, requests made)."""
+    core = _k8s.k8s_client.CoreV1Api(api)
+    timeout = getattr(api, "gpuharden_request_timeout", None)
+    pods, requests, restarts, token = [], 0, 0, None
+    while True:
+        kwargs = {"field_selector": field_selector, "limit": page_limit, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        if timeout:
+            kwargs["_request_timeout"] = timeout
+        requests += 1
+        try:
+            response = core.list_pod_for_all_namespaces(**kwargs)
+        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
+            if isinstance(error, _k8s.ApiException) and error.status == 410 and token and restarts < MAX_RESTARTS:
+                pods, token, restarts = [], None, restarts + 1
+                continue
+            raise _k8s.api_error(error, "gpu_pods_info: listing pods (fieldSelector %s)" % field_selector) from None
+        try:
+            page = json.loads(response.data)
+        except ValueError:
+            raise GpuhardenError("gpu_pods_info: the API server's pod list is not JSON") from None
+        pods.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return pods, requests
+
+
+def gather(params):
+    if not params["page_limit"] or params["page_limit"] < 1:
+        raise GpuhardenError("gpu_pods_info: option page_limit=%r must be a positive number of pods" % params["page_limit"])
+    prefixes = [prefix for prefix in params["resource_prefixes"] if prefix]
+    if not prefixes:
+        raise GpuhardenError("gpu_pods_info: option resource_prefixes is empty: name at least one resource prefix such as nvidia.com/")
+    field_selector, names = _gpu_pods.list_plan(params["nodes"], params["include_terminated"])
+    if not names:
+        return {"pods": [], "pod_uids_by_node": {}, "unlimited_pods": [], "api_requests": 0}
+    api = _k8s.api_client(params)
+    try:
+        pods, requests = list_pods(api, field_selector, params["page_limit"])
+    finally:
+        api.close()
+    found, by_node, unlimited = _gpu_pods.collect(pods, names, prefixes)
+    return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests}
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    try:
+        result = gather(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
