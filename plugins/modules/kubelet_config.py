@@ -1,0 +1,308 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kubelet_config
+short_description: Enforce kubelet topology, CPU and memory manager settings where the kubelet really reads them
+version_added: 0.1.0
+description:
+  - Sets KubeletConfiguration fields (Topology Manager, CPU Manager, Memory Manager, and any further fields given
+    in O(settings), for example MemoryQoS) so that the running kubelet actually gets them.
+  - Finds where the kubelet reads its settings. The service unit and its drop-ins are parsed the way systemd
+    does (ExecStart= with C($VAR) expansion, Environment=, EnvironmentFile=; an EnvironmentFile beats
+    Environment=), which gives the C(--config) file (kubeadm C(/var/lib/kubelet/config.yaml)), the
+    C(--config-dir) drop-in directory, and the command-line flags from C(kubeadm-flags.env)
+    (C(KUBELET_KUBEADM_ARGS)), C(/etc/default/kubelet) or C(/etc/sysconfig/kubelet) (C(KUBELET_EXTRA_ARGS)).
+    On k3s and rke2 the kubelet flags are the C(kubelet-arg) lists of C(/etc/rancher/<k3s|rke2>/config.yaml) and
+    its C(config.yaml.d/*.yaml), and the drop-in directory is C(/var/lib/rancher/<k3s|rke2>/agent/etc/kubelet.conf.d).
+  - Where the kubelet reads a drop-in directory, the values go into an own drop-in (O(dropin_name)), which sorts
+    after the distribution's C(00-*-defaults.conf) (never edited); otherwise into the C(--config) file.
+  - A command-line flag beats the files. A flag that sets a managed field to another value is fixed where it
+    lives (removed from that environment file variable or C(kubelet-arg) list; for C(--feature-gates) only the
+    managed gates are removed) with O(on_flag_conflict=fix), or named in a failure with O(on_flag_conflict=fail).
+    A later drop-in that overrides a managed field is treated the same way. Flags written directly in the unit's
+    ExecStart= or in an Environment= line are never edited; the module fails and names them.
+  - Before returning, the planned files are read again as the kubelet would read them; the module never writes a
+    value that something else would silently override.
+  - Reports the CPU and Memory Manager checkpoints (C(cpu_manager_state), C(memory_manager_state) in the kubelet's
+    root directory) that name a policy other than the one configured after the change; the kubelet refuses to
+    start with them. O(remove_stale_state=true) removes them, which is only safe while the kubelet is stopped
+    (the M(gpuharden.k8s.kubelet_config) caller, role C(gpuharden.k8s.kubelet_topology), drains the node and stops
+    the kubelet first).
+  - Does not restart the kubelet; RV(restart_required) and RV(service) tell the caller what to restart.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.node_root
+  - gpuharden.k8s._files
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  topology_manager_policy:
+    description: C(topologyManagerPolicy). Left unmanaged when not set.
+    type: str
+    choices: [none, best-effort, restricted, single-numa-node]
+  topology_manager_scope:
+    description: C(topologyManagerScope). Left unmanaged when not set.
+    type: str
+    choices: [container, pod]
+  topology_manager_policy_options:
+    description:
+      - C(topologyManagerPolicyOptions); the keys given are set, other keys already there are kept.
+      - Known options are V(prefer-closest-numa-nodes) (true/false) and V(max-allowable-numa-nodes) (an integer;
+        the kubelet refuses hosts with more than 8 NUMA nodes unless it is raised).
+    type: dict
+  cpu_manager_policy:
+    description:
+      - C(cpuManagerPolicy). V(static) needs reserved CPUs (O(reserved_system_cpus), or C(kubeReserved.cpu) /
+        C(systemReserved.cpu)), else the kubelet refuses to start and the module fails first.
+    type: str
+    choices: [none, static]
+  reserved_system_cpus:
+    description: C(reservedSystemCPUs), a CPU list such as V(0-1) or V(0,64).
+    type: str
+  memory_manager_policy:
+    description: C(memoryManagerPolicy). V(Static) needs O(reserved_memory).
+    type: str
+    choices: [None, Static]
+  reserved_memory:
+    description: C(reservedMemory), one entry per NUMA node.
+    type: list
+    elements: dict
+    suboptions:
+      numaNode:
+        description: NUMA node number.
+        type: int
+        required: true
+      limits:
+        description: "Resource name to quantity, for example C({memory: 1Gi})."
+        type: dict
+        required: true
+  settings:
+    description:
+      - Further KubeletConfiguration fields to enforce, deep-merged (mappings key by key; lists and scalars as a
+        whole), for example C(featureGates), C(memoryThrottlingFactor), C(kubeReserved), C(systemReserved),
+        C(enforceNodeAllocatable).
+      - MemoryQoS (C(featureGates.MemoryQoS=true) or C(memoryThrottlingFactor)) is refused on a node whose memory
+        controller is on cgroup v1.
+    type: dict
+    default: {}
+  flavor:
+    description: How the kubelet is installed; V(auto) detects it from the service.
+    type: str
+    choices: [auto, kubeadm, k3s, rke2]
+    default: auto
+  service:
+    description:
+      - The kubelet's systemd service. V(auto) looks for C(kubelet), C(k3s-agent), C(k3s), C(rke2-agent) and
+        C(rke2-server) unit files (only those of O(flavor) when it is set) and fails when none or several exist.
+    type: str
+    default: auto
+  on_flag_conflict:
+    description: What to do about a command-line flag (or later drop-in) that overrides a managed field.
+    type: str
+    choices: [fix, fail]
+    default: fix
+  dropin_name:
+    description: The drop-in written where the kubelet reads a C(--config-dir).
+    type: str
+    default: 50-gpuharden.conf
+  remove_stale_state:
+    description:
+      - Also remove the stale checkpoints listed in RV(stale_state_files). Only while the kubelet is stopped.
+    type: bool
+    default: false
+requirements:
+  - ruamel.yaml on the node's Python
+notes:
+  - kubeadm rewrites C(kubeadm-flags.env) on C(kubeadm upgrade); a flag removed there can come back, and the next
+    run removes it again.
+seealso:
+  - name: Kubelet configuration file and drop-in directory
+    description: Merge order of the config file, drop-ins and flags.
+    link: https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/
+"""
+
+EXAMPLES = r"""
+- name: Single NUMA node alignment with exclusive CPUs
+  gpuharden.k8s.kubelet_config:
+    topology_manager_policy: single-numa-node
+    topology_manager_scope: container
+    cpu_manager_policy: static
+    reserved_system_cpus: "0-1"
+    backup: true
+  register: kubelet
+
+- name: Memory Manager and MemoryQoS
+  gpuharden.k8s.kubelet_config:
+    memory_manager_policy: Static
+    reserved_memory:
+      - {numaNode: 0, limits: {memory: 1100Mi}}
+    settings:
+      featureGates: {MemoryQoS: true}
+      memoryThrottlingFactor: 0.9
+      kubeReserved: {memory: 1Gi}
+
+- name: Only report where the kubelet reads its topology policy
+  gpuharden.k8s.kubelet_config:
+    topology_manager_policy: single-numa-node
+    on_flag_conflict: fail
+  check_mode: true
+  register: where
+"""
+
+RETURN = r"""
+changed:
+  description: Whether a file changed (or would change in check mode).
+  type: bool
+  returned: always
+backup_files:
+  description: Backup copy of each changed file, keyed by the file's path; empty without O(backup).
+  type: dict
+  returned: always
+  sample: {"/var/lib/kubelet/config.yaml": "/var/lib/kubelet/config.yaml.12345.2026-01-01@10:00:00~"}
+files:
+  description: Each file the plan touches, with C(path), C(action) (create, update, remove), C(changed) and C(reason).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"path": "/etc/default/kubelet", "action": "update", "changed": true,
+            "reason": "removed --topology-manager-policy=none from KUBELET_EXTRA_ARGS: it overrode topologyManagerPolicy"}]
+sources:
+  description:
+    - For each managed field (dotted path), the effective value before and after and where it comes from.
+    - C(kind) is V(file), V(dropin), V(flag) (with C(flag), C(where) and C(path)/C(variable)) or V(default).
+  type: dict
+  returned: always
+  sample: {"topologyManagerPolicy": {"before": "none", "after": "single-numa-node",
+           "source_before": {"kind": "flag", "flag": "--topology-manager-policy=none", "where": "envfile",
+                             "path": "/etc/default/kubelet", "variable": "KUBELET_EXTRA_ARGS"},
+           "source_after": {"kind": "file", "path": "/var/lib/kubelet/config.yaml"}}}
+cpu_manager_policy_changed:
+  description: The effective CPU Manager policy changes.
+  type: bool
+  returned: always
+memory_manager_policy_changed:
+  description: The effective Memory Manager policy changes.
+  type: bool
+  returned: always
+stale_state_files:
+  description:
+    - Checkpoints that name another policy than the one configured after the change (or cannot be read); the
+      kubelet refuses to start until they are removed. Each has C(path), C(policy), C(configured_policy), C(reason).
+  type: list
+  elements: dict
+  returned: always
+restart_required:
+  description: The kubelet must be restarted (files changed, or a stale checkpoint must go).
+  type: bool
+  returned: always
+service:
+  description: The kubelet's systemd service.
+  type: str
+  returned: always
+  sample: kubelet
+flavor:
+  description: V(kubeadm), V(k3s) or V(rke2).
+  type: str
+  returned: always
+config_file:
+  description: The kubelet's C(--config) file, or V(null).
+  type: str
+  returned: always
+config_dir:
+  description: The kubelet's C(--config-dir), or V(null).
+  type: str
+  returned: always
+diff:
+  description: Before and after of each changed file, in diff mode.
+  type: list
+  elements: dict
+  returned: when diff mode is on
+"""
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _host, _kubelet
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    return {
+        "topology_manager_policy": {"type": "str", "choices": list(_kubelet.TOPOLOGY_POLICIES)},
+        "topology_manager_scope": {"type": "str", "choices": list(_kubelet.TOPOLOGY_SCOPES)},
+        "topology_manager_policy_options": {"type": "dict"},
+        "cpu_manager_policy": {"type": "str", "choices": list(_kubelet.CPU_POLICIES)},
+        "reserved_system_cpus": {"type": "str"},
+        "memory_manager_policy": {"type": "str", "choices": list(_kubelet.MEMORY_POLICIES)},
+        "reserved_memory": {"type": "list", "elements": "dict", "options": {
+            "numaNode": {"type": "int", "required": True},
+            "limits": {"type": "dict", "required": True},
+        }},
+        "settings": {"type": "dict", "default": {}},
+        "flavor": {"type": "str", "choices": ["auto"] + list(_kubelet.FLAVORS), "default": "auto"},
+        "service": {"type": "str", "default": "auto"},
+        "on_flag_conflict": {"type": "str", "choices": ["fix", "fail"], "default": "fix"},
+        "dropin_name": {"type": "str", "default": "50-gpuharden.conf"},
+        "remove_stale_state": {"type": "bool", "default": False},
+        "backup": {"type": "bool", "default": False},
+        "root": {"type": "path", "default": "/"},
+    }
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def run(module):
+    root = module.params["root"]
+    if not os.path.isdir(root):
+        raise GpuhardenError("kubelet_config: option root=%s is not a directory" % root)
+    reader = _kubelet.NodeReader(root)
+    plan = _kubelet.plan(reader, module.params, cgroup_version=_host.cgroup_version(root))
+    changes = plan.pop("changes")
+    changed = any(change.changed for change in changes)
+    backups = {}
+    if changed and not module.check_mode:
+        backups = _files.apply_changes(module, changes, backup=module.params["backup"])
+    files = []
+    for change in changes:
+        entry = change.as_dict()
+        entry["path"] = change.node_path
+        files.append(entry)
+    result = dict(plan, changed=changed, files=files,
+                  backup_files={_node_path(root, path): backup for path, backup in backups.items()})
+    if module._diff:
+        result["diff"] = _files.diffs(changes)
+    return result
+
+
+def _node_path(root, path):
+    if root in ("/", ""):
+        return path
+    return "/" + os.path.relpath(path, root)
+
+
+def main():
+    module = build_module()
+    if not _kubelet.HAS_RUAMEL:
+        module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=str(_kubelet.RUAMEL_IMPORT_ERROR))
+    try:
+        result = run(module)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

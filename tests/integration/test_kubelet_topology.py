@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kubelet_topology over SSH on the seed-failures lab.
+
+Flags that override the file, a stale checkpoint, check mode, apply, re-apply, and a configuration the real
+kubelet validation rejects (rolled back, host failed, kubelet healthy again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ansible_runner
+import pytest
+
+from gpuharden.lab import manager
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = Path(__file__).parent / "playbooks" / "kubelet_topology.yml"
+TOPOLOGY_NONE = "seed-topology-none"  # config none/none; we add a flag in /etc/default/kubelet
+STALE = "seed-stale-cpu-state"  # config static, checkpoint none: kubelet failed at boot
+FLAGGED = "seed-pcie"  # compliant config; we add --cpu-manager-policy=none to kubeadm-flags.env
+NODES = (TOPOLOGY_NONE, STALE, FLAGGED)
+FILES = ("/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet",
+         "/var/lib/kubelet/cpu_manager_state", "/var/lib/kubelet/memory_manager_state")
+HOOK_LOG = "/var/log/gpuharden-test-drain-hook.log"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        sh(state, TOPOLOGY_NONE, "printf 'KUBELET_EXTRA_ARGS=--topology-manager-policy=best-effort --v=2\\n' "
+                                 "> /etc/default/kubelet")
+        sh(state, FLAGGED, "sed -i 's|^KUBELET_KUBEADM_ARGS=\"|&--cpu-manager-policy=none |' "
+                           "/var/lib/kubelet/kubeadm-flags.env")
+        yield state
+
+
+def sh(state, node, command, check=True):
+    done = manager.ssh(state["nodes"][node]["address"], command)
+    if check:
+        assert done.returncode == 0, "%s: %s: %s" % (node, command, done.stderr)
+    return done
+
+
+def playbook(state, *extra, check=False, limit=NODES):
+    """Run the test playbook through ansible-runner; returns {rc, seconds, stats, results: {task: {host: res}}}."""
+    cmdline = ["--limit", ",".join(limit), *extra] + (["--check", "--diff"] if check else [])
+    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+               "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpuharden-kubelet-test-") as private_data_dir:
+        runner = ansible_runner.run(private_data_dir=private_data_dir, playbook=str(PLAYBOOK), inventory=state["inventory"],
+                                    cmdline=shlex.join(cmdline), envvars=envvars, quiet=True, json_mode=False)
+        task_results = {}
+        for event in runner.events:
+            data = event.get("event_data", {})
+            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
+                res = dict(data.get("res") or {})
+                res.setdefault("failed", event["event"] == "runner_on_failed")
+                task_results.setdefault(data.get("task", ""), {})[data["host"]] = res
+        stats = runner.stats or {}
+        report = {"rc": runner.rc, "seconds": round(time.monotonic() - started, 1), "results": task_results,
+                  "stats": {host: {key: (stats.get(key) or {}).get(host, 0) for key in ("ok", "changed", "failures")}
+                            for host in limit}}
+        if not task_results:
+            raise AssertionError("ansible did not run (%s, rc %s): %s" % (runner.status, runner.rc, runner.stdout.read()))
+    return report
+
+
+def results(report, task_suffix):
+    found = {}
+    for name, hosts in report["results"].items():
+        if name.endswith(task_suffix):
+            found.update(hosts)
+    return found
+
+
+def fingerprint(state, node):
+    """sha256 and mtime of each kubelet file on the node ('-' when absent)."""
+    script = "for f in %s; do if [ -e $f ]; then echo $f $(sha256sum < $f | cut -c1-64) $(stat -c %%Y.%%y $f); " \
+             "else echo $f -; fi; done" % " ".join(FILES)
+    return sh(state, node, script).stdout
+
+
+def healthy(state, node):
+    done = sh(state, node, "curl -sf --max-time 5 http://127.0.0.1:10248/healthz", check=False)
+    return done.returncode == 0 and done.stdout == "ok"
+
+
+def last_validated(state, node):
+    """The kubelet stand-in's log line with the effective configuration it validated last."""
+    done = sh(state, node, "grep 'Validated kubelet configuration' /var/log/kubelet.log | tail -n 1")
+    return done.stdout
+
+
+def test_before_the_seeds_are_wrong(lab):
+    assert not healthy(lab, STALE)  # the kubelet refused the stale checkpoint at boot
+    assert "topologyManagerPolicy=\"none\"" in last_validated(lab, TOPOLOGY_NONE) or \
+        "topologyManagerPolicy=none" in last_validated(lab, TOPOLOGY_NONE)
+
+
+def test_check_mode_changes_nothing(lab):
+    before = {node: fingerprint(lab, node) for node in NODES}
+    report = playbook(lab, check=True)
+    assert report["rc"] == 0, report["stats"]
+    for node in NODES:
+        assert report["stats"][node]["changed"] >= 1, node
+        assert report["stats"][node]["failures"] == 0
+    written = results(report, "Kubelet | write the configuration")
+    assert written[TOPOLOGY_NONE]["changed"] is True
+    paths = {entry["path"] for entry in written[TOPOLOGY_NONE]["files"] if entry["changed"]}
+    # the policy changes to static, so the "none" checkpoint must go too (the kubelet is stopped first)
+    assert paths == {"/var/lib/kubelet/config.yaml", "/etc/default/kubelet", "/var/lib/kubelet/cpu_manager_state"}
+    assert written[STALE]["stale_state_files"][0]["path"] == "/var/lib/kubelet/cpu_manager_state"
+    assert {node: fingerprint(lab, node) for node in NODES} == before
+    for node in NODES:
+        assert sh(lab, node, "test -e %s" % HOOK_LOG, check=False).returncode != 0
+
+
+def test_apply_fixes_flags_where_they_live_and_handles_the_stale_checkpoint(lab):
+    report = playbook(lab)
+    print("apply took %.1fs" % report["seconds"])
+    assert report["rc"] == 0, json.dumps(report["stats"])
+    for node in NODES:
+        assert report["stats"][node]["changed"] >= 1
+        assert healthy(lab, node), node
+        validated = last_validated(lab, node)
+        assert "single-numa-node" in validated and "static" in validated, (node, validated)
+    plan = results(report, "Kubelet | plan the configuration (read-only)")
+    source = plan[TOPOLOGY_NONE]["sources"]["topologyManagerPolicy"]["source_before"]
+    assert (source["kind"], source["path"]) == ("flag", "/etc/default/kubelet")
+    source = plan[FLAGGED]["sources"]["cpuManagerPolicy"]["source_before"]
+    assert (source["kind"], source["path"]) == ("flag", "/var/lib/kubelet/kubeadm-flags.env")
+    assert sh(lab, TOPOLOGY_NONE, "cat /etc/default/kubelet").stdout == "KUBELET_EXTRA_ARGS=--v=2\n"
+    assert "--cpu-manager-policy" not in sh(lab, FLAGGED, "cat /var/lib/kubelet/kubeadm-flags.env").stdout
+    config = sh(lab, TOPOLOGY_NONE, "cat /var/lib/kubelet/config.yaml").stdout
+    assert "topologyManagerPolicy: single-numa-node" in config and "reservedSystemCPUs: 0-1" in config
+    # a policy change or a stale checkpoint went through the drain hook and a stopped kubelet
+    for node in (TOPOLOGY_NONE, STALE, FLAGGED):
+        assert "kubelet stopped next: True" in sh(lab, node, "cat %s" % HOOK_LOG).stdout, node
+    assert '"policyName":"static"' in sh(lab, STALE, "cat /var/lib/kubelet/cpu_manager_state").stdout
+
+
+def test_second_run_changes_nothing(lab):
+    before = {node: fingerprint(lab, node) for node in NODES}
+    hooks = {node: sh(lab, node, "cat %s" % HOOK_LOG).stdout for node in NODES}
+    report = playbook(lab)
+    print("re-apply took %.1fs" % report["seconds"])
+    assert report["rc"] == 0
+    for node in NODES:
+        assert report["stats"][node]["changed"] == 0, node
+    assert {node: fingerprint(lab, node) for node in NODES} == before
+    assert {node: sh(lab, node, "cat %s" % HOOK_LOG).stdout for node in NODES} == hooks
+
+
+def test_config_the_kubelet_rejects_is_rolled_back(lab):
+    node = FLAGGED
+    before = fingerprint(lab, node)
+    bad = {"kubelet_topology_extra_settings": {"imageGCHighThresholdPercent": 10, "imageGCLowThresholdPercent": 50},
+           "kubelet_topology_health_timeout": 20}
+    report = playbook(lab, "-e", json.dumps(bad), limit=(node,))
+    print("rollback run took %.1fs" % report["seconds"])
+    assert report["rc"] != 0
+    failures = {name: hosts[node] for name, hosts in report["results"].items()
+                if hosts.get(node, {}).get("failed") and not hosts[node].get("ignore_errors")}
+    assert list(failures) == ["Kubelet | fail the host with the kubelet's reason"], failures
+    assert report["stats"][node]["failures"] == 1
+    failed = failures["Kubelet | fail the host with the kubelet's reason"]
+    assert failed["failed"] is True
+    assert "did not become healthy" in failed["msg"]
+    assert "imageGC" in failed["msg"], failed["msg"]
+    assert "/var/lib/kubelet/config.yaml" in failed["msg"]
+    assert healthy(lab, node)
+    after = fingerprint(lab, node)
+    config_line = [line for line in after.splitlines() if line.startswith("/var/lib/kubelet/config.yaml ")][0]
+    assert config_line.split()[1] == [line for line in before.splitlines()
+                                      if line.startswith("/var/lib/kubelet/config.yaml ")][0].split()[1]
+    assert "imageGC" not in sh(lab, node, "cat /var/lib/kubelet/config.yaml").stdout

@@ -1,0 +1,407 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""kubelet_config: where the kubelet really reads its settings, the plan, and the module run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _kubelet
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from tests.unit.conftest import run_module
+
+FIXTURES = Path(__file__).parent / "fixtures" / "kubelet"
+TOPOLOGY = {"topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static", "reserved_system_cpus": "0-1"}
+CONFIG = "/var/lib/kubelet/config.yaml"
+K3S_CONFIG = "/etc/rancher/k3s/config.yaml"
+K3S_DIR = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d"
+
+
+@pytest.fixture
+def node(world_tmp):
+    """node(flavor, **{node_path: text or None}) -> root of a copy of the fixture node."""
+
+    def make(flavor="kubeadm", **files):
+        root = world_tmp / flavor
+        shutil.copytree(FIXTURES / flavor, root)
+        for path, text in files.items():
+            write(root, path, text)
+        return root
+
+    return make
+
+
+def write(root, path, text):
+    target = Path(str(root) + path)
+    if text is None:
+        target.unlink(missing_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def read(root, path):
+    target = Path(str(root) + path)
+    return target.read_text() if target.exists() else None
+
+
+def plan(root, cgroup_version=None, **params):
+    return _kubelet.plan(_kubelet.NodeReader(str(root)), params, cgroup_version=cgroup_version)
+
+
+def applied(root, result):
+    """Write a plan's changes the simple way (the module uses _files.apply_changes)."""
+    for change in result["changes"]:
+        write(root, change.node_path, change.after)
+
+
+def tree_digest(root):
+    digest = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as handle:
+                digest[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
+    return digest
+
+
+def changed_paths(result):
+    return sorted(change.node_path for change in result["changes"] if change.changed)
+
+
+# --------------------------------------------------------------------------------------------
+# pure helpers
+
+
+def test_flag_names_follow_the_kubelet():
+    assert _kubelet.flag_for_field("topologyManagerPolicy") == "topology-manager-policy"
+    assert _kubelet.flag_for_field("reservedSystemCPUs") == "reserved-cpus"
+    assert _kubelet.flag_for_field("featureGates") == "feature-gates"
+    assert _kubelet.flag_for_field("kubeAPIQPS") == "kube-api-qps"
+    assert _kubelet.flag_for_field("enforceNodeAllocatable") == "enforce-node-allocatable"
+
+
+def test_parse_flags_pflag_forms():
+    words = ["--a=1", "--b", "2", "--fail-swap-on", "--c_d=3", "positional", "--", "--e=4"]
+    flags = _kubelet.parse_flags([(word, None) for word in words])
+    assert [(flag.name, flag.value) for flag in flags] == [("a", "1"), ("b", "2"), ("fail-swap-on", None), ("c-d", "3")]
+
+
+def test_reserved_memory_flag_is_parsed_like_the_kubelet():
+    assert _kubelet.parse_reserved_memory(["0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi"]) == [
+        {"numaNode": 0, "limits": {"memory": "1Gi", "hugepages-1Gi": "2Gi"}},
+        {"numaNode": 1, "limits": {"memory": "2Gi"}},
+    ]
+
+
+def test_env_file_keeps_quotes_comments_and_other_variables():
+    env = _kubelet.EnvFile("/e", '# comment\nA="x y"\nexport B=\'z\'\nC=plain value\n')
+    assert env.values == {"A": "x y", "B": "z", "C": "plain value"}
+    env.set("A", 'new "q"')
+    env.set("C", "v")
+    assert env.render() == '# comment\nA="new \\"q\\""\nexport B=\'z\'\nC=v\n'
+
+
+def test_unit_environment_file_beats_environment_and_drop_ins_sort(node):
+    root = node("kubeadm", **{
+        "/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--topology-manager-policy=restricted\n",
+        "/lib/systemd/system/kubelet.service.d/20-extra.conf":
+            '[Service]\nEnvironment="KUBELET_EXTRA_ARGS=--topology-manager-policy=best-effort"\n',
+    })
+    view = _kubelet.discover(_kubelet.NodeReader(str(root)))
+    flag = _kubelet.last_flag(view["flags"], "topology-manager-policy")
+    assert (flag.value, flag.origin.kind, flag.origin.path) == ("restricted", "envfile", "/etc/default/kubelet")
+    assert view["unit"]["fragments"][-1] == "/lib/systemd/system/kubelet.service.d/20-extra.conf"
+
+
+def test_etc_drop_in_masks_the_same_name_below_lib(node):
+    root = node("kubeadm", **{
+        "/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": "[Service]\nExecStart=\nExecStart=/bin/false\n",
+    })
+    view = _kubelet.discover(_kubelet.NodeReader(str(root)))
+    assert view["config"] == CONFIG
+
+
+# --------------------------------------------------------------------------------------------
+# planning: kubeadm
+
+
+def test_kubeadm_sets_the_config_file_keeping_comments_and_order(node):
+    root = node()
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == [CONFIG]
+    after = result["changes"][0].after
+    assert after.startswith("# Written by kubeadm join; edited by hand since.\napiVersion:")
+    assert "cpuManagerPolicy: static # TODO exclusive CPUs for training pods\n" in after
+    assert after.index("cpuManagerPolicy") < after.index("topologyManagerPolicy") < after.index("reservedSystemCPUs")
+    assert result["cpu_manager_policy_changed"] is True
+    assert result["sources"]["topologyManagerPolicy"]["before"] == "none"
+    assert result["sources"]["topologyManagerPolicy"]["source_after"] == {"kind": "file", "path": CONFIG}
+    assert result["restart_required"] is True
+
+
+def test_second_plan_after_apply_changes_nothing(node):
+    root = node()
+    applied(root, plan(root, **TOPOLOGY))
+    again = plan(root, **TOPOLOGY)
+    assert changed_paths(again) == []
+    assert again["cpu_manager_policy_changed"] is False
+
+
+def test_stale_cpu_checkpoint_is_reported_and_removed_on_request(node):
+    root = node()
+    result = plan(root, **TOPOLOGY)
+    assert [entry["path"] for entry in result["stale_state_files"]] == ["/var/lib/kubelet/cpu_manager_state"]
+    result = plan(root, remove_stale_state=True, **TOPOLOGY)
+    removal = [change for change in result["changes"] if change.after is None]
+    assert [change.node_path for change in removal] == ["/var/lib/kubelet/cpu_manager_state"]
+
+
+def test_checkpoint_already_stale_without_a_config_change(node):
+    root = node(**{"/var/lib/kubelet/cpu_manager_state": '{"policyName":"static"}'})
+    result = plan(root, topology_manager_policy="none")
+    assert changed_paths(result) == []
+    assert result["stale_state_files"][0]["configured_policy"] == "none"
+    assert result["restart_required"] is True
+
+
+def test_root_dir_flag_moves_the_checkpoints(node):
+    root = node(**{"/var/lib/kubelet/kubeadm-flags.env": 'KUBELET_KUBEADM_ARGS="--root-dir=/data/kubelet"\n',
+                   "/data/kubelet/memory_manager_state": "not json"})
+    result = plan(root, **TOPOLOGY)
+    assert [entry["path"] for entry in result["stale_state_files"]] == ["/data/kubelet/memory_manager_state"]
+
+
+def test_flag_in_default_kubelet_is_removed_where_it_lives(node):
+    root = node(**{"/etc/default/kubelet": "# site overrides\nKUBELET_EXTRA_ARGS=--max-pods=200 --cpu-manager-policy none\n"})
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == ["/etc/default/kubelet", CONFIG]
+    env = [change for change in result["changes"] if change.node_path == "/etc/default/kubelet"][0]
+    assert env.after == "# site overrides\nKUBELET_EXTRA_ARGS=--max-pods=200\n"
+    assert "--cpu-manager-policy=none" in env.reason
+    source = result["sources"]["cpuManagerPolicy"]["source_before"]
+    assert (source["kind"], source["path"], source["variable"]) == ("flag", "/etc/default/kubelet", "KUBELET_EXTRA_ARGS")
+
+
+def test_flag_in_kubeadm_flags_env_fails_with_on_flag_conflict_fail(node):
+    flags = 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=x --topology-manager-policy=best-effort"\n'
+    root = node(**{"/var/lib/kubelet/kubeadm-flags.env": flags})
+    with pytest.raises(GpuhardenError) as error:
+        plan(root, on_flag_conflict="fail", **TOPOLOGY)
+    assert "--topology-manager-policy=best-effort" in error.value.msg
+    assert "KUBELET_KUBEADM_ARGS in /var/lib/kubelet/kubeadm-flags.env" in error.value.msg
+    fixed = plan(root, **TOPOLOGY)
+    env = [change for change in fixed["changes"] if change.node_path.endswith("kubeadm-flags.env")][0]
+    assert env.after == 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=x"\n'
+
+
+def test_flag_that_agrees_is_left_alone(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--topology-manager-policy=single-numa-node\n"})
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == [CONFIG]
+    assert result["sources"]["topologyManagerPolicy"]["source_after"]["kind"] == "flag"
+
+
+def test_feature_gate_flag_loses_only_the_managed_gate(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--feature-gates=MemoryQoS=false,Foo=true\n"})
+    result = plan(root, settings={"featureGates": {"MemoryQoS": True}})
+    env = [change for change in result["changes"] if change.node_path == "/etc/default/kubelet"][0]
+    assert env.after == "KUBELET_EXTRA_ARGS=--feature-gates=Foo=true\n"
+
+
+def test_flag_in_execstart_is_never_edited(node):
+    root = node(**{"/etc/systemd/system/kubelet.service.d/99-local.conf":
+                   "[Service]\nExecStart=\nExecStart=/usr/local/bin/kubelet --config=/var/lib/kubelet/config.yaml "
+                   "--cpu-manager-policy=none\n"})
+    with pytest.raises(GpuhardenError, match="ExecStart= in /etc/systemd/system/kubelet.service.d/99-local.conf"):
+        plan(root, **TOPOLOGY)
+
+
+def test_config_dir_gets_an_own_drop_in_and_later_drop_ins_are_fixed(node):
+    root = node(**{
+        "/var/lib/kubelet/kubeadm-flags.env": 'KUBELET_KUBEADM_ARGS="--config-dir=/etc/kubernetes/kubelet.conf.d"\n',
+        "/etc/kubernetes/kubelet.conf.d/90-late.conf":
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntopologyManagerPolicy: none\n"
+            "maxPods: 200\n",
+    })
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == ["/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf",
+                                     "/etc/kubernetes/kubelet.conf.d/90-late.conf"]
+    late = [change for change in result["changes"] if change.node_path.endswith("90-late.conf")][0]
+    assert "topologyManagerPolicy" not in late.after and "maxPods: 200" in late.after
+    assert result["changes"][0].before is None
+    assert result["sources"]["topologyManagerPolicy"]["source_after"]["path"].endswith("50-gpuharden.conf")
+
+
+def test_static_without_reserved_cpus_is_refused(node):
+    with pytest.raises(GpuhardenError, match="static without reserved CPUs"):
+        plan(node(), cpu_manager_policy="static")
+
+
+def test_kube_reserved_cpu_is_a_reservation_too(node):
+    result = plan(node(), cpu_manager_policy="static", settings={"kubeReserved": {"cpu": "500m"}})
+    assert changed_paths(result) == [CONFIG]
+
+
+def test_memory_manager_static_needs_reserved_memory(node):
+    with pytest.raises(GpuhardenError, match="reservedMemory"):
+        plan(node(), memory_manager_policy="Static")
+
+
+def test_memory_manager_static_with_reserved_memory(node):
+    root = node()
+    result = plan(root, memory_manager_policy="Static", reserved_memory=[{"numaNode": 0, "limits": {"memory": "1Gi"}}])
+    assert result["memory_manager_policy_changed"] is True
+    assert "reservedMemory:\n  - numaNode: 0\n    limits:\n      memory: 1Gi\n" in result["changes"][0].after
+
+
+def test_memory_qos_is_refused_on_cgroup_v1(node):
+    with pytest.raises(GpuhardenError, match="cgroup v2"):
+        plan(node(), cgroup_version=1, settings={"memoryThrottlingFactor": 0.9})
+    assert plan(node("k3s"), cgroup_version=2, settings={"memoryThrottlingFactor": 0.9})["changes"]
+
+
+# --------------------------------------------------------------------------------------------
+# planning: k3s
+
+
+def test_k3s_drop_in_and_kubelet_arg_fix(node):
+    root = node("k3s")
+    result = plan(root, **TOPOLOGY)
+    assert result["service"] == "k3s-agent" and result["flavor"] == "k3s"
+    assert changed_paths(result) == [K3S_CONFIG, K3S_DIR + "/50-gpuharden.conf"]
+    k3s = [change for change in result["changes"] if change.node_path == K3S_CONFIG][0]
+    assert k3s.after == (
+        "# k3s agent configuration\nnode-label:\n  - gpuharden.io/distribution=k3s\nkubelet-arg:\n  - max-pods=200\n")
+    assert read(root, K3S_DIR + "/00-k3s-defaults.conf") is not None
+    assert all("00-k3s-defaults" not in path for path in changed_paths(result))
+    applied(root, result)
+    assert changed_paths(plan(root, **TOPOLOGY)) == []
+
+
+def test_k3s_config_yaml_d_replaces_and_appends(node):
+    root = node("k3s", **{K3S_CONFIG + ".d/10-more.yaml": "kubelet-arg+:\n  - topology-manager-scope=pod\n"})
+    result = plan(root, topology_manager_scope="container")
+    more = [change for change in result["changes"] if change.node_path.endswith("10-more.yaml")][0]
+    assert more.after == "kubelet-arg+: []\n"
+
+
+def test_service_detection(node):
+    root = node("k3s", **{"/etc/systemd/system/kubelet.service": "[Service]\nExecStart=/usr/bin/kubelet\n"})
+    with pytest.raises(GpuhardenError, match="more than one kubelet service"):
+        plan(root, **TOPOLOGY)
+    assert plan(root, flavor="k3s", **TOPOLOGY)["service"] == "k3s-agent"
+
+
+# --------------------------------------------------------------------------------------------
+# malformed input: a clear message and every file byte-identical
+
+MALFORMED = [
+    ("broken config YAML", {CONFIG: "apiVersion: [unclosed\n"}, TOPOLOGY, "not valid YAML"),
+    ("config is a list", {CONFIG: "- a\n- b\n"}, TOPOLOGY, "must be a YAML mapping"),
+    ("config wrong kind", {CONFIG: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n"}, TOPOLOGY, "kind is 'Pod'"),
+    ("config missing", {CONFIG: None}, TOPOLOGY, "--config file does not exist"),
+    ("featureGates not a map", {CONFIG: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                                        "featureGates: [MemoryQoS]\n"},
+     {"settings": {"featureGates": {"MemoryQoS": True}}}, "field featureGates is [\"MemoryQoS\"], expected a mapping"),
+    ("env file unterminated quote", {"/etc/default/kubelet": 'KUBELET_EXTRA_ARGS="--max-pods=1\n'}, TOPOLOGY,
+     "unterminated \" quote"),
+    ("env file garbage line", {"/etc/default/kubelet": "this is not an assignment\n"}, TOPOLOGY, "is not KEY=VALUE"),
+    ("unit without ExecStart", {"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf": "[Service]\nExecStart=\n"},
+     TOPOLOGY, "set no ExecStart="),
+    ("unit unbalanced quote", {"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf":
+                               '[Service]\nExecStart=\nExecStart=/usr/bin/kubelet "--config=/x\n'}, TOPOLOGY, "ExecStart="),
+    ("kubelet without config", {"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf":
+                                "[Service]\nExecStart=\nExecStart=/usr/bin/kubelet --v=2\n"}, TOPOLOGY,
+     "without --config or --config-dir"),
+    ("unknown topology policy", {}, {"topology_manager_policy": "numa-please"}, "must be one of"),
+    ("unknown cpu policy in settings", {}, {"settings": {"cpuManagerPolicy": "dynamic"}}, "settings.cpuManagerPolicy"),
+    ("bad cpulist", {}, {"cpu_manager_policy": "static", "reserved_system_cpus": "zero-one"}, "not a CPU list"),
+    ("backwards cpulist", {}, {"cpu_manager_policy": "static", "reserved_system_cpus": "3-1"}, "runs backwards"),
+    ("factor too big", {}, {"settings": {"memoryThrottlingFactor": 1.5}}, "at most 1"),
+    ("factor is a string", {}, {"settings": {"memoryThrottlingFactor": "0.9"}}, "settings.memoryThrottlingFactor"),
+    ("feature gate not bool", {}, {"settings": {"featureGates": {"MemoryQoS": "yes"}}}, "true/false"),
+    ("unknown topology option", {}, {"topology_manager_policy_options": {"prefer-far": "true"}}, "prefer-far"),
+    ("max numa not int", {}, {"topology_manager_policy_options": {"max-allowable-numa-nodes": "many"}},
+     "positive integer"),
+    ("reserved memory without limits", {}, {"memory_manager_policy": "Static", "reserved_memory": [{"numaNode": 0}]},
+     "missing required arguments: limits found in reserved_memory"),
+    ("reserved memory bad quantity", {}, {"memory_manager_policy": "Static",
+                                          "reserved_memory": [{"numaNode": 0, "limits": {"memory": "lots"}}]},
+     "not a Kubernetes quantity"),
+    ("enforce bad value", {}, {"settings": {"enforceNodeAllocatable": ["pods", "gpus"]}}, "enforceNodeAllocatable"),
+    ("settings field not camelCase", {}, {"settings": {"topology-manager-policy": "none"}}, "not a KubeletConfiguration"),
+    ("settings kind", {}, {"settings": {"kind": "Pod"}}, "is fixed"),
+    ("settings conflicts with option", {}, {"cpu_manager_policy": "none", "settings": {"cpuManagerPolicy": "static"}},
+     "conflicts with option cpu_manager_policy"),
+    ("nothing to manage", {}, {}, "nothing to manage"),
+    ("bad drop-in name", {}, dict(TOPOLOGY, dropin_name="00-first.conf"), "dropin_name"),
+]
+K3S_MALFORMED = [
+    ("k3s config broken", {K3S_CONFIG: "kubelet-arg: [\n"}, TOPOLOGY, "not valid YAML"),
+    ("k3s kubelet-arg is a map", {K3S_CONFIG: "kubelet-arg: {max-pods: 1}\n"}, TOPOLOGY, "must be a list of strings"),
+    ("k3s drop-in without kind", {K3S_DIR + "/20-x.conf": "maxPods: 10\n"}, TOPOLOGY, "without apiVersion"),
+    ("k3s drop-in broken", {K3S_DIR + "/20-x.conf": "apiVersion: : :\n"}, TOPOLOGY, "not valid YAML"),
+    ("k3s config not UTF-8", {}, TOPOLOGY, "not UTF-8"),
+]
+
+
+def _module_args(root, params, **extra):
+    args = {key: value for key, value in params.items()}
+    args.update(root=str(root), **extra)
+    return args
+
+
+@pytest.mark.parametrize(("case", "files", "params", "message"), MALFORMED + K3S_MALFORMED,
+                         ids=[case[0] for case in MALFORMED + K3S_MALFORMED])
+def test_malformed_input_fails_clearly_and_touches_nothing(node, case, files, params, message):
+    root = node("k3s" if (case, files, params, message) in K3S_MALFORMED else "kubeadm", **files)
+    if case == "k3s config not UTF-8":
+        Path(str(root) + K3S_CONFIG).write_bytes(b"kubelet-arg:\n- max-pods=\xff\n")
+    before = tree_digest(root)
+    result = run_module("kubelet_config", _module_args(root, params), {})
+    assert result.get("failed") is True, result
+    assert message in result["msg"], result["msg"]
+    assert tree_digest(root) == before
+
+
+# --------------------------------------------------------------------------------------------
+# the module run: check mode, apply, re-apply, backup, diff
+
+
+def test_module_check_apply_reapply(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--topology-manager-policy=none\n"})
+    before = tree_digest(root)
+    checked = run_module("kubelet_config", _module_args(root, TOPOLOGY, _ansible_check_mode=True, _ansible_diff=True), {})
+    assert checked["changed"] is True and not checked.get("failed")
+    assert tree_digest(root) == before
+    assert {entry["path"] for entry in checked["files"]} == {CONFIG, "/etc/default/kubelet"}
+    assert len(checked["diff"]) == 2 and checked["backup_files"] == {}
+
+    config = Path(str(root) + CONFIG)
+    os.chmod(config, 0o600)
+    done = run_module("kubelet_config", _module_args(root, TOPOLOGY, backup=True), {})
+    assert done["changed"] is True
+    assert set(done["backup_files"]) == {CONFIG, "/etc/default/kubelet"}
+    assert all(os.path.exists(path) for path in done["backup_files"].values())
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert read(root, "/etc/default/kubelet") == "KUBELET_EXTRA_ARGS=\n"
+    assert [entry["path"] for entry in done["stale_state_files"]] == ["/var/lib/kubelet/cpu_manager_state"]
+
+    digest, mtime = tree_digest(root), config.stat().st_mtime_ns
+    again = run_module("kubelet_config", _module_args(root, TOPOLOGY), {})
+    assert again["changed"] is False
+    assert tree_digest(root) == digest and config.stat().st_mtime_ns == mtime
+
+
+def test_module_removes_stale_state_on_request(node):
+    root = node()
+    done = run_module("kubelet_config", _module_args(root, TOPOLOGY, remove_stale_state=True), {})
+    assert done["changed"] is True
+    assert read(root, "/var/lib/kubelet/cpu_manager_state") is None
+    assert json.loads(json.dumps(done["sources"]))["cpuManagerPolicy"]["after"] == "static"
