@@ -74,7 +74,8 @@ integration: setup
 	$(BIN)/python -m pytest -q -m lab
 
 molecule: setup
-	$(BIN)/molecule test
+	# One lab at a time on a machine: the same lock the lab tests take (tests/labfixtures.py).
+	flock /var/tmp/gpuharden-lab.lock $(BIN)/molecule test
 
 collection-build: venv
 	@mkdir -p $(BUILD)/dist

@@ -59,13 +59,12 @@ def _memory_view(node: Node, spec: pods.ContainerSpec, limit: str | None) -> Non
 
 
 def _write_memory_views(nodes: dict[str, Node], placed_specs: list[tuple[str, pods.ContainerSpec, str | None]]) -> None:
-    """Every pod of a node that has memory-limited pods gets a view; the view's root looks like a cgroup2 root."""
-    with_limits = {node for node, _spec, limit in placed_specs if limit}
-    for node_name in with_limits:
-        nodes[node_name].write_live(MEMORY_VIEW_ROOT + "/cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
+    """Every node gets a view whose root looks like a cgroup2 root with the memory controller, and every pod a
+    view of its memory files (the inventory points gpuharden_cgroup_root there)."""
+    for node in nodes.values():
+        node.write_live(MEMORY_VIEW_ROOT + "/cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
     for node_name, spec, limit in placed_specs:
-        if node_name in with_limits:
-            _memory_view(nodes[node_name], spec, limit)
+        _memory_view(nodes[node_name], spec, limit)
 
 
 def _pod_object(entry: dict) -> dict:
