@@ -212,7 +212,7 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
 def _lab_pids() -> list[int]:
     """Processes left from a lab whose cgroup is gone: anything whose command line names the lab dir."""
     pids = []
-    marker = str(layout.LAB_DIR).encode()
+    marker = (str(layout.LAB_DIR) + "/").encode()  # not the lock file beside it
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
