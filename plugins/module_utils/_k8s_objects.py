@@ -1,0 +1,272 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Server-side apply of whole objects, with honest check mode and diffs, for the controller-side modules.
+
+``ensure`` decides first (every write it plans is made with ``dryRun=All`` to learn the server's answer), then,
+outside check mode, makes the same writes for real.  An object is *changed* only when the server's dry-run
+result differs from the live object outside ``managedFields``, ``resourceVersion``, ``generation`` and
+``status``; that is: when it differs in the fields this collection owns (SSA keeps everybody else's).
+
+An existing object that this collection never applied (no ``gpuharden`` Apply entry in its managedFields) is
+*adopted*: replaced (PUT) by the desired object, so that fields left by the previous installer cannot survive
+(server-side apply would keep them: they are not ours), then applied, so that gpuharden owns the fields.
+
+Everything goes through the typed clients with ``_preload_content=False`` and plain dicts; nothing here
+knows about a particular kind beyond the ``KINDS`` table.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+try:
+    import yaml
+
+    HAS_YAML = True
+except ImportError:
+    yaml = None
+    HAS_YAML = False
+
+FIELD_MANAGER = "gpuharden"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_CONTENT_TYPE = "application/merge-patch+json"
+MAX_LIST_RESTARTS = 1
+
+# kind: (client class, method suffix, namespaced)
+KINDS = {
+    "ConfigMap": ("CoreV1Api", "config_map", True),
+    "DaemonSet": ("AppsV1Api", "daemon_set", True),
+    "RuntimeClass": ("NodeV1Api", "runtime_class", False),
+    "Node": ("CoreV1Api", "node", False),
+    "Pod": ("CoreV1Api", "pod", True),
+}
+
+# Never compared: the server writes them on every write, or they are not part of what we declare.
+IGNORED_METADATA = ("managedFields", "resourceVersion", "generation")
+IGNORED_ANNOTATIONS = ("deprecated.daemonset.template.generation",)
+
+
+def describe(obj):
+    meta = obj.get("metadata") or {}
+    if meta.get("namespace"):
+        return "%s %s/%s" % (obj.get("kind"), meta["namespace"], meta.get("name"))
+    return "%s %s" % (obj.get("kind"), meta.get("name"))
+
+
+def comparable(obj):
+    """The object without what the server rewrites on every write (pure)."""
+    if obj is None:
+        return None
+    out = copy.deepcopy(obj)
+    out.pop("status", None)
+    meta = out.get("metadata") or {}
+    for key in IGNORED_METADATA:
+        meta.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    for key in IGNORED_ANNOTATIONS:
+        annotations.pop(key, None)
+    if "annotations" in meta and not annotations:
+        meta.pop("annotations")
+    return out
+
+
+def for_diff(obj):
+    """YAML text of the comparable object, without the server-set identity fields; "" for no object."""
+    data = comparable(obj)
+    if data is None:
+        return ""
+    meta = data.get("metadata") or {}
+    for key in ("uid", "creationTimestamp"):
+        meta.pop(key, None)
+    if HAS_YAML:
+        return yaml.safe_dump(data, default_flow_style=False, sort_keys=True)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def owned_by_us(obj):
+    """True when gpuharden applied this object (it holds an Apply entry in managedFields)."""
+    return any(entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply"
+               for entry in ((obj or {}).get("metadata") or {}).get("managedFields") or [])
+
+
+class Client:
+    """Thin wrapper over the typed clients: JSON in, dicts out, one clear error per failed request."""
+
+    def __init__(self, api, who):
+        self.api = api
+        self.who = who
+        self.timeout = getattr(api, "gpuharden_request_timeout", None)
+        self.requests = 0
+
+    def _method(self, kind, verb, namespaced_override=None):
+        class_name, suffix, namespaced = KINDS[kind]
+        if namespaced_override is not None:
+            namespaced = namespaced_override
+        name = "%s_%s%s" % (verb, "namespaced_" if namespaced else "", suffix)
+        return getattr(getattr(_k8s.k8s_client, class_name)(self.api), name)
+
+    def _call(self, action, method, *args, **kwargs):
+        kwargs["_preload_content"] = False
+        if self.timeout:
+            kwargs["_request_timeout"] = self.timeout
+        self.requests += 1
+        try:
+            response = method(*args, **kwargs)
+        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
+            raise _k8s.api_error(error, "%s: %s" % (self.who, action)) from None
+        try:
+            return json.loads(response.data) if response.data else {}
+        except ValueError:
+            raise GpuhardenError("%s: %s: the API server's answer is not JSON" % (self.who, action)) from None
+
+    @staticmethod
+    def _target(kind, name, namespace):
+        return (name, namespace) if KINDS[kind][2] else (name,)
+
+    def read(self, kind, name, namespace=None):
+        """The live object, or None when it does not exist."""
+        try:
+            return self._call("reading %s %s" % (kind, name), self._method(kind, "read"), *self._target(kind, name, namespace))
+        except GpuhardenError as error:
+            if error.result.get("status") == 404:
+                return None
+            raise
+
+    def apply(self, obj, dry_run, force):
+        kind, meta = obj["kind"], obj["metadata"]
+        kwargs = {"field_manager": FIELD_MANAGER, "force": bool(force), "_content_type": APPLY_CONTENT_TYPE}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        return self._call("server-side apply of %s%s" % (describe(obj), " (dry run)" if dry_run else ""),
+                          self._method(kind, "patch"), *self._target(kind, meta["name"], meta.get("namespace")), obj, **kwargs)
+
+    def replace(self, obj, dry_run):
+        kind, meta = obj["kind"], obj["metadata"]
+        kwargs = {"field_manager": FIELD_MANAGER}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        return self._call("replacing %s%s" % (describe(obj), " (dry run)" if dry_run else ""),
+                          self._method(kind, "replace"), *self._target(kind, meta["name"], meta.get("namespace")), obj, **kwargs)
+
+    def merge_patch(self, kind, name, patch, dry_run, namespace=None):
+        kwargs = {"field_manager": FIELD_MANAGER, "_content_type": MERGE_CONTENT_TYPE}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        return self._call("patching %s %s" % (kind, name), self._method(kind, "patch"), *self._target(kind, name, namespace), patch, **kwargs)
+
+    def delete(self, kind, name, namespace, dry_run):
+        kwargs = {"propagation_policy": "Background"}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        try:
+            return self._call("deleting %s %s%s" % (kind, name, " (dry run)" if dry_run else ""),
+                              self._method(kind, "delete"), *self._target(kind, name, namespace), **kwargs)
+        except GpuhardenError as error:
+            if error.result.get("status") == 404:
+                return None
+            raise
+
+    def list(self, kind, page_limit, namespace=None, **selectors):
+        """Every object of the kind (one namespace, or all), following ``continue``: one paginated LIST."""
+        if namespace is None and KINDS[kind][2]:
+            method = getattr(getattr(_k8s.k8s_client, KINDS[kind][0])(self.api), "list_%s_for_all_namespaces" % KINDS[kind][1])
+            args = ()
+        else:
+            method = self._method(kind, "list")
+            args = (namespace,) if KINDS[kind][2] else ()
+        items, token, restarts = [], None, 0
+        while True:
+            kwargs = dict(limit=page_limit, **selectors)
+            if token:
+                kwargs["_continue"] = token
+            try:
+                page = self._call("listing %ss%s" % (kind, " in %s" % namespace if namespace else ""), method, *args, **kwargs)
+            except GpuhardenError as error:
+                if error.result.get("status") == 410 and token and restarts < MAX_LIST_RESTARTS:  # continue token expired
+                    items, token, restarts = [], None, restarts + 1
+                    continue
+                raise
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+
+def _immutable_message(check, live, desired):
+    return check(live, desired) if check else None
+
+
+def plan(client, desired, force_conflicts=True, immutable=None):
+    """Decide what to do with one object: the live object and the server's dry-run answer (no write persists).
+
+    ``immutable(live, desired)`` returns a message when the object can only be changed by delete + create.
+    Returns a dict: ``action`` (none, create, update, adopt, recreate), ``live``, ``after``, ``changed``, ``message``.
+    """
+    meta = desired["metadata"]
+    live = client.read(desired["kind"], meta["name"], meta.get("namespace"))
+    if live is None:
+        after = client.apply(desired, dry_run=True, force=force_conflicts)
+        return {"action": "create", "live": None, "after": after, "changed": True, "message": "created"}
+    message = _immutable_message(immutable, live, desired)
+    if message:
+        after = copy.deepcopy(desired)  # a dry-run create is refused while the old object exists: predict it
+        return {"action": "recreate", "live": live, "after": after, "changed": True, "message": message}
+    if not owned_by_us(live):
+        replacement = copy.deepcopy(desired)
+        replacement["metadata"]["resourceVersion"] = (live.get("metadata") or {}).get("resourceVersion")
+        after = client.replace(replacement, dry_run=True)
+        return {"action": "adopt", "live": live, "after": after, "changed": True,
+                "message": "adopted: replaced by the desired object, then applied by %s" % FIELD_MANAGER}
+    after = client.apply(desired, dry_run=True, force=force_conflicts)
+    changed = comparable(after) != comparable(live)
+    return {"action": "update" if changed else "none", "live": live, "after": after, "changed": changed,
+            "message": "updated" if changed else "unchanged"}
+
+
+def execute(client, desired, decision, force_conflicts=True, recreate=False):
+    """Make the decided writes for real; returns the object as stored."""
+    action = decision["action"]
+    if action == "none":
+        return decision["live"]
+    if action == "recreate":
+        if not recreate:
+            raise GpuhardenError(decision["message"])
+        meta = desired["metadata"]
+        client.delete(desired["kind"], meta["name"], meta.get("namespace"), dry_run=False)
+        wait_gone(client, desired["kind"], meta["name"], meta.get("namespace"))
+    if action == "adopt":
+        replacement = copy.deepcopy(desired)
+        replacement["metadata"]["resourceVersion"] = (decision["live"].get("metadata") or {}).get("resourceVersion")
+        client.replace(replacement, dry_run=False)
+        return client.apply(desired, dry_run=False, force=True)  # take the fields over from our own Update entry
+    return client.apply(desired, dry_run=False, force=force_conflicts)
+
+
+def wait_gone(client, kind, name, namespace, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while client.read(kind, name, namespace) is not None:
+        if time.monotonic() > deadline:
+            raise GpuhardenError("%s: %s %s still exists %d s after its deletion (finalizers?)" % (client.who, kind, name, timeout))
+        time.sleep(0.5)
+
+
+def diff_entry(decision, desired):
+    header = describe(desired)
+    return {"before": for_diff(decision["live"]), "after": for_diff(decision["after"]),
+            "before_header": "%s (live)" % header, "after_header": "%s (desired, %s)" % (header, decision["action"])}
+
+
+def summary(decision, desired, stored=None):
+    obj = stored if stored is not None else (decision["after"] if decision["action"] != "none" else decision["live"])
+    meta = (obj or {}).get("metadata") or {}
+    return {"kind": desired["kind"], "name": desired["metadata"]["name"], "namespace": desired["metadata"].get("namespace"),
+            "action": decision["action"], "changed": decision["changed"], "message": decision["message"],
+            "resource_version": meta.get("resourceVersion")}

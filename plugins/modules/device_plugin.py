@@ -1,0 +1,438 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: device_plugin
+short_description: Install or repair the NVIDIA device plugin (0.15 or newer) on the GPU nodes only
+version_added: 0.1.0
+description:
+  - Renders the device plugin's ConfigMap (its config file), its DaemonSet and optionally the gpu-feature-discovery
+    DaemonSet, and applies them with server-side apply (field manager C(gpuharden)).
+  - The DaemonSet keeps off CPU-only nodes (O(node_selector)), tolerates the C(nvidia.com/gpu) taint, runs at
+    C(system-node-critical) priority without privilege escalation and with every capability dropped, mounts
+    C(/var/lib/kubelet/device-plugins) and reads the config file from the ConfigMap. A checksum of the config file in the
+    pod template restarts the pods when the config changes (the plugin reads it only at start).
+  - "Version gate: O(version) must be a release tag of 0.15.0 or newer; C(latest), digests and older releases are
+    refused. Options a release does not understand are refused too: O(nvidia_dev_root) and O(device_discovery_strategy)
+    need 0.16, O(shared_devices_allocation_policy) 0.20. C(failOnInitError) is always written (since 0.18 the static
+    manifests no longer set it to false, so a plugin without a node selector crash-loops on CPU-only nodes)."
+  - Audits every existing plugin DaemonSet (one paginated LIST of DaemonSets and one of Nodes, one GET per ConfigMap a
+    plugin reads) and returns findings - releases below 0.15 or unparseable tags, resource-name typos such as
+    C(nvidia-gpu), C(deviceListStrategy) values that are not strategies (C(none)), invalid C(migStrategy), a missing config
+    file, an initContainer gating on C(nvidia-smi) without a readiness probe, plugins landing on CPU-only nodes, and a second
+    plugin DaemonSet competing for the same nodes - each with its repair.
+  - A live DaemonSet or ConfigMap with the managed name that gpuharden never applied is adopted - replaced by the desired
+    object (so nothing the previous installer set survives), then applied. Competing plugin DaemonSets are deleted with
+    O(remove_competing) when every node they land on is served by the managed plugin.
+  - The result is changed only when the server's dry-run answer differs from the live object outside C(managedFields),
+    C(resourceVersion), C(generation) and C(status). In check mode every write is sent with C(dryRun=All), so nothing
+    is stored and the prediction is the API server's own.
+  - After a change (and on every run with O(wait)) waits until the DaemonSet's desired, updated and ready pod counts
+    agree, and on timeout fails naming the nodes whose pod is not ready, and why.
+  - Runs on the controller (C(delegate_to=localhost), C(run_once)).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._k8s_auth
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Writes are sent with C(dryRun=All); no rollout wait.
+  diff_mode:
+    support: full
+    details:
+      - One diff per object, live against the server's dry-run answer, as YAML.
+options:
+  version:
+    description: Plugin release, the image tag, for example V(v0.17.4). 0.15.0 or newer.
+    type: str
+    default: v0.20.0
+  image_registry:
+    description: Registry and path of the image, without the repository name; change it for an air-gapped mirror.
+    type: str
+    default: nvcr.io/nvidia
+  image_repository:
+    description: Repository name of the image.
+    type: str
+    default: k8s-device-plugin
+  pull_policy:
+    description: The container's C(imagePullPolicy).
+    type: str
+    default: IfNotPresent
+    choices: [Always, IfNotPresent, Never]
+  image_pull_secrets:
+    description: Names of Secrets in O(namespace) used to pull the image.
+    type: list
+    elements: str
+    default: []
+  namespace:
+    description: Namespace of the DaemonSets and the ConfigMap.
+    type: str
+    default: kube-system
+  name:
+    description:
+      - Name of the plugin DaemonSet. The default is the static manifest's, so an existing static install is adopted.
+    type: str
+    default: nvidia-device-plugin-daemonset
+  config_map_name:
+    description: Name of the ConfigMap holding the plugin's config file.
+    type: str
+    default: nvidia-device-plugin-config
+  selector_value:
+    description:
+      - Value of the C(name) label the DaemonSet selects its pods by (the static manifest's). C(spec.selector) is immutable.
+    type: str
+    default: nvidia-device-plugin-ds
+  node_selector:
+    description:
+      - Labels a node must have to run the plugin. Must not be empty, so that the plugin stays off CPU-only nodes.
+      - M(gpuharden.k8s.gpu_node_labels) sets them.
+    type: dict
+    default: {nvidia.com/gpu.present: "true"}
+  tolerations:
+    description: Tolerations of the plugin pods.
+    type: list
+    elements: dict
+    default: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  priority_class_name:
+    description: The pods' C(priorityClassName); empty for none.
+    type: str
+    default: system-node-critical
+  mig_strategy:
+    description: C(flags.migStrategy), from the MIG layout of the nodes.
+    type: str
+    default: none
+    choices: [none, single, mixed]
+  device_list_strategy:
+    description:
+      - C(flags.plugin.deviceListStrategy), one or more of V(envvar), V(volume-mounts), V(cdi-annotations), V(cdi-cri).
+      - V(none) is not a strategy (the plugin refuses to start) and is refused.
+      - V(volume-mounts) gives the container C(CAP_SYS_ADMIN) from 0.16 on; the C(cdi-*) strategies mount C(/var/run/cdi).
+    type: list
+    elements: str
+    default: [envvar]
+  device_id_strategy:
+    description: C(flags.plugin.deviceIDStrategy).
+    type: str
+    default: uuid
+    choices: [uuid, index]
+  fail_on_init_error:
+    description: C(flags.failOnInitError). Written explicitly, whatever the release's default.
+    type: bool
+    default: true
+  pass_device_specs:
+    description: C(flags.plugin.passDeviceSpecs) (needed with the CPU manager's static policy on old runtimes).
+    type: bool
+    default: false
+  nvidia_driver_root:
+    description:
+      - C(flags.nvidiaDriverRoot), the driver's root on the node (V(/run/nvidia/driver) with the driver container).
+      - Another root than V(/) is mounted read-only at C(/driver-root) (C(containerDriverRoot)).
+    type: str
+    default: /
+  nvidia_dev_root:
+    description: C(flags.nvidiaDevRoot) (0.16 or newer); unset writes V(/) on releases that know the key.
+    type: str
+  device_discovery_strategy:
+    description: C(flags.deviceDiscoveryStrategy) (0.16 or newer); unset leaves the plugin's V(auto).
+    type: str
+    choices: [auto, nvml, tegra]
+  shared_devices_allocation_policy:
+    description: C(flags.plugin.sharedDevicesAllocationPolicy) (0.20 or newer).
+    type: str
+    choices: [distributed, packed]
+  time_slicing:
+    description:
+      - Time-slicing, written as C(sharing.timeSlicing). Keys C(replicas) (at least 2), C(resources) (default
+        V([nvidia.com/gpu])), C(rename_by_default), C(fail_requests_greater_than_one).
+    type: dict
+  gpu_feature_discovery:
+    description: Also install the gpu-feature-discovery DaemonSet (same image, privileged, reads C(/sys)).
+    type: bool
+    default: false
+  expected_resource_names:
+    description: Resource names a plugin's C(resources.gpus) may advertise; others are reported as typos.
+    type: list
+    elements: str
+    default: [nvidia.com/gpu]
+  remove_competing:
+    description:
+      - Delete the other plugin DaemonSets that land only on nodes the managed plugin serves. Others are only reported.
+    type: bool
+    default: false
+  force:
+    description:
+      - Delete and create the plugin DaemonSet when its immutable C(spec.selector) differs. Without it that is an error.
+    type: bool
+    default: false
+  force_conflicts:
+    description: Take over fields another field manager set (server-side apply C(force)); without it such a conflict fails.
+    type: bool
+    default: true
+  wait:
+    description: Wait for the rollout (not in check mode).
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for the rollout.
+    type: int
+    default: 300
+  page_limit:
+    description: Objects per page of each LIST.
+    type: int
+    default: 500
+requirements:
+  - kubernetes (Python client), jinja2 and PyYAML on the controller
+seealso:
+  - module: gpuharden.k8s.gpu_node_labels
+  - module: gpuharden.k8s.runtime_class
+"""
+
+EXAMPLES = r"""
+- name: Install the device plugin on the GPU nodes, repairing an existing install
+  gpuharden.k8s.device_plugin:
+    kubeconfig: /etc/gpuharden/kubeconfig
+    version: v0.17.4
+    mig_strategy: "{{ gpuharden_mig_strategy | default('none') }}"
+    remove_competing: true
+  delegate_to: localhost
+  run_once: true
+  register: plugin
+
+- name: Air-gapped mirror, CDI, time-slicing in 4
+  gpuharden.k8s.device_plugin:
+    image_registry: registry.internal:5000/nvidia
+    version: v0.20.0
+    device_list_strategy: [cdi-cri]
+    time_slicing: {replicas: 4}
+  delegate_to: localhost
+  run_once: true
+
+- name: Audit only
+  gpuharden.k8s.device_plugin:
+  check_mode: true
+  delegate_to: localhost
+  run_once: true
+  register: plugin_audit
+"""
+
+RETURN = r"""
+findings:
+  description:
+    - Problems of the plugin DaemonSets found before this run, as C(id), C(severity), C(object), C(message), C(expected),
+      C(actual) and C(repair) (V(replace) - fixed by applying the managed DaemonSet, V(delete) - fixed by deleting the
+      DaemonSet with O(remove_competing), V(manual)).
+    - Ids are plugin_version_too_old, plugin_version_unparseable, plugin_resource_name_typo, plugin_resource_name_invalid,
+      plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_config_missing, plugin_config_invalid,
+      plugin_config_unreadable,
+      plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes, plugin_competing.
+  returned: always
+  type: list
+  elements: dict
+repairs:
+  description: One entry per DaemonSet to repair, C(action) (replace, delete, manual), C(object), C(reason).
+  returned: always
+  type: list
+  elements: dict
+deleted:
+  description: The competing DaemonSets deleted (or, in check mode, that would be), as C(namespace/name).
+  returned: always
+  type: list
+  elements: str
+objects:
+  description:
+    - Per managed object, C(kind), C(name), C(namespace), C(action) (none, create, update, adopt, recreate), C(changed),
+      C(message), C(resource_version).
+  returned: always
+  type: list
+  elements: dict
+config:
+  description: The plugin config file written to the ConfigMap.
+  returned: always
+  type: dict
+  sample: {"version": "v1", "flags": {"migStrategy": "none", "failOnInitError": true, "plugin": {"deviceListStrategy": "envvar"}}}
+image:
+  description: The image reference of the plugin.
+  returned: always
+  type: str
+  sample: nvcr.io/nvidia/k8s-device-plugin:v0.20.0
+target_nodes:
+  description: The nodes the managed plugin lands on (selector, affinity and taints evaluated on the Node list).
+  returned: always
+  type: list
+  elements: str
+rollout:
+  description:
+    - The plugin DaemonSet's C(desired), C(current), C(updated), C(ready), C(available), C(misscheduled) pod counts,
+      C(done), and C(nodes_not_ready) (C(node), C(pod), C(phase), C(reason)). Empty in check mode or without O(wait).
+  returned: always
+  type: dict
+api_requests:
+  description: Requests made to the API server.
+  returned: always
+  type: int
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+POLL_SECONDS = 1.0
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        version={"type": "str", "default": "v0.20.0"},
+        image_registry={"type": "str", "default": "nvcr.io/nvidia"},
+        image_repository={"type": "str", "default": "k8s-device-plugin"},
+        pull_policy={"type": "str", "default": "IfNotPresent", "choices": ["Always", "IfNotPresent", "Never"]},
+        image_pull_secrets={"type": "list", "elements": "str", "default": [], "no_log": False},  # Secret names, not secrets
+        namespace={"type": "str", "default": "kube-system"},
+        name={"type": "str", "default": "nvidia-device-plugin-daemonset"},
+        config_map_name={"type": "str", "default": "nvidia-device-plugin-config"},
+        selector_value={"type": "str", "default": "nvidia-device-plugin-ds"},
+        node_selector={"type": "dict", "default": {"nvidia.com/gpu.present": "true"}},
+        tolerations={"type": "list", "elements": "dict", "default": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        priority_class_name={"type": "str", "default": "system-node-critical"},
+        mig_strategy={"type": "str", "default": "none", "choices": ["none", "single", "mixed"]},
+        device_list_strategy={"type": "list", "elements": "str", "default": ["envvar"]},
+        device_id_strategy={"type": "str", "default": "uuid", "choices": ["uuid", "index"]},
+        fail_on_init_error={"type": "bool", "default": True},
+        pass_device_specs={"type": "bool", "default": False},
+        nvidia_driver_root={"type": "str", "default": "/"},
+        nvidia_dev_root={"type": "str"},
+        device_discovery_strategy={"type": "str", "choices": ["auto", "nvml", "tegra"]},
+        shared_devices_allocation_policy={"type": "str", "choices": ["distributed", "packed"]},
+        time_slicing={"type": "dict"},
+        gpu_feature_discovery={"type": "bool", "default": False},
+        expected_resource_names={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
+        remove_competing={"type": "bool", "default": False},
+        force={"type": "bool", "default": False},
+        force_conflicts={"type": "bool", "default": True},
+        wait={"type": "bool", "default": True},
+        wait_timeout={"type": "int", "default": 300},
+        page_limit={"type": "int", "default": 500},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def check_module_params(params):
+    if params["page_limit"] is None or params["page_limit"] < 1:
+        raise GpuhardenError("device_plugin: option page_limit=%r must be a positive number of objects" % params["page_limit"])
+    if params["wait_timeout"] is None or params["wait_timeout"] < 1:
+        raise GpuhardenError("device_plugin: option wait_timeout=%r must be a positive number of seconds" % params["wait_timeout"])
+    expected = [_device_plugin.qualify_resource(name) for name in params["expected_resource_names"] or []]
+    if not expected:
+        raise GpuhardenError("device_plugin: option expected_resource_names is empty")
+    return _device_plugin.check_params(params), expected
+
+
+def wait_rollout(client, ds, targets, timeout, page_limit):
+    meta = ds["metadata"]
+    deadline = time.monotonic() + timeout
+    while True:
+        live = client.read("DaemonSet", meta["name"], meta["namespace"]) or ds
+        state = _device_plugin.rollout(live)
+        if state["done"]:
+            return state
+        if time.monotonic() > deadline:
+            selector = ",".join("%s=%s" % kv for kv in sorted(live["spec"]["selector"].get("matchLabels", {}).items()))
+            pods = client.list("Pod", page_limit, namespace=meta["namespace"], label_selector=selector)
+            state = _device_plugin.rollout(live, pods, targets)
+            raise GpuhardenError(_device_plugin.rollout_message(_k8s_objects.describe(live), state, timeout), rollout=state)
+        time.sleep(POLL_SECONDS)
+
+
+def run(module):
+    params = module.params
+    settings, expected = check_module_params(params)
+    objects, config = _device_plugin.desired_objects(settings)
+    plugin = objects[1]
+    client = _k8s_objects.Client(_k8s.api_client(params), "device_plugin")
+    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": []}
+    try:
+        # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
+        daemonsets = client.list("DaemonSet", params["page_limit"])
+        nodes = client.list("Node", params["page_limit"])
+        config_maps = {}
+        for namespace, name in _device_plugin.referenced_config_maps(daemonsets):
+            try:
+                live = client.read("ConfigMap", name, namespace)
+            except GpuhardenError as error:
+                if error.result.get("status") != 403:
+                    raise
+                config_maps[(namespace, name)] = _device_plugin.Unreadable(error.msg)  # another team's namespace: say so
+                continue
+            config_maps[(namespace, name)] = (live or {}).get("data") or {} if live is not None else None
+        findings, repairs, targets = _device_plugin.audit(daemonsets, config_maps, nodes, plugin, expected)
+        result.update(findings=findings, repairs=repairs, target_nodes=targets)
+        # Decide: dry runs of every write.
+        decisions = []
+        for obj in objects:
+            immutable = _device_plugin.selector_immutable if obj["kind"] == "DaemonSet" else None
+            decision = _k8s_objects.plan(client, obj, params["force_conflicts"], immutable)
+            if decision["action"] == "recreate" and not params["force"]:
+                raise GpuhardenError(decision["message"], findings=findings, repairs=repairs)
+            decisions.append(decision)
+        to_delete = [r for r in repairs if r["action"] == "delete"] if params["remove_competing"] else []
+        for repair in to_delete:
+            client.delete("DaemonSet", repair["name"], repair["namespace"], dry_run=True)
+        changed = any(d["changed"] for d in decisions) or bool(to_delete)
+        stored = [None] * len(objects)
+        # Act once.
+        if not module.check_mode:
+            for index, obj in enumerate(objects):
+                stored[index] = _k8s_objects.execute(client, obj, decisions[index], params["force_conflicts"], recreate=params["force"])
+            for repair in to_delete:
+                client.delete("DaemonSet", repair["name"], repair["namespace"], dry_run=False)
+        result["deleted"] = ["%s/%s" % (r["namespace"], r["name"]) for r in to_delete]
+        result["objects"] = [_k8s_objects.summary(decisions[i], obj, stored[i]) for i, obj in enumerate(objects)]
+        if module._diff:
+            result["diff"] = [_k8s_objects.diff_entry(decisions[i], obj) for i, obj in enumerate(objects) if decisions[i]["changed"]]
+            result["diff"] += [{"before": "%s\n" % r["object"], "after": "", "before_header": "%s (deleted: %s)" % (r["object"], r["reason"]),
+                                "after_header": "(none)"} for r in to_delete]
+        if params["wait"] and not module.check_mode:
+            states = [wait_rollout(client, stored[i] or obj, targets, params["wait_timeout"], params["page_limit"])
+                      for i, obj in enumerate(objects) if obj["kind"] == "DaemonSet"]
+            result["rollout"] = dict(states[0], target_count=len(targets))
+            if len(states) > 1:
+                result["rollout"]["gpu_feature_discovery"] = states[1]
+        result["changed"] = changed
+    except GpuhardenError as error:
+        error.result.setdefault("api_requests", client.requests)
+        raise
+    finally:
+        client.api.close()
+    result["api_requests"] = client.requests
+    for warning in settings["warnings"]:
+        module.warn(warning)
+    return result
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    try:
+        result = run(module)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Roles device_plugin (with gpu_node_labels) and runtime_class on the seed-failures lab, over SSH and the real API server.
+
+Check mode changes nothing (resourceVersions equal) and reports every seeded plugin misconfiguration; the RuntimeClass
+with the wrong (immutable) handler fails clearly without force; the apply adopts the static install, deletes the
+competing DaemonSets, rolls out to the GPU nodes only (not to a CPU-only kwok node), the stand-in kubelets then
+advertise nvidia.com/gpu on the typo and list-none nodes; a second run is changed=0 with resourceVersions unchanged;
+the version gate, deviceListStrategy none and the podFixed GPU trap are refused with nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuharden.lab import REPO_ROOT
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = REPO_ROOT / "tests/integration/playbooks/device_plugin.yml"
+# The identity the product runs as: switch to "tool_kubeconfig" once the RBAC role set lands.
+IDENTITY = "admin_kubeconfig"
+NS = "kube-system"
+PLUGIN = "nvidia-device-plugin-daemonset"
+CPU_NODE = "dp-cpu-0"
+LEGACY_NS = "gpu-legacy"
+LEGACY = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "legacy-plugin", "namespace": LEGACY_NS},
+    "spec": {
+        "selector": {"matchLabels": {"app": "legacy-plugin"}},
+        "template": {
+            "metadata": {"labels": {"app": "legacy-plugin"}},
+            "spec": {
+                "nodeSelector": {"gpuharden.io/legacy": "yes"},  # no node has it: reported, never deleted
+                "initContainers": [{"name": "wait-driver", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                                    "command": ["sh", "-c", "until nvidia-smi; do sleep 5; done"]}],
+                "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.14.5"}],
+            },
+        },
+    },
+}
+
+
+def _api(state):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=state["cluster"]["admin_kubeconfig"])
+
+
+def _play(state, *args, **extra):
+    """Run the test playbook; returns (saved result, seconds)."""
+    with tempfile.TemporaryDirectory() as results:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
+        variables = dict({"dp_test_results": results, "gpuharden_kubeconfig": state["cluster"][IDENTITY]}, **extra)
+        started = time.monotonic()
+        completed = subprocess.run(["ansible-playbook", "-i", state["inventory"], str(PLAYBOOK), "-e", json.dumps(variables), *args],
+                                   cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - started
+        path = Path(results, "result.json")
+        assert path.exists(), "no result saved: %s\n%s" % (completed.stdout[-4000:], completed.stderr[-3000:])
+        return json.loads(path.read_text()), elapsed
+
+
+def _versions(state):
+    """resourceVersion of every object the roles could touch, once the controllers have stopped updating statuses."""
+    previous = _read_versions(state)
+    for _attempt in range(15):
+        time.sleep(2)
+        current = _read_versions(state)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
+def _read_versions(state):
+    from kubernetes import client
+
+    api = _api(state)
+    try:
+        out = {}
+        for ds in client.AppsV1Api(api).list_daemon_set_for_all_namespaces().items:
+            out["ds/%s/%s" % (ds.metadata.namespace, ds.metadata.name)] = ds.metadata.resource_version
+        for cm in client.CoreV1Api(api).list_namespaced_config_map(NS).items:
+            out["cm/%s" % cm.metadata.name] = cm.metadata.resource_version
+        for rc in client.NodeV1Api(api).list_runtime_class().items:
+            out["rc/%s" % rc.metadata.name] = rc.metadata.resource_version
+        for node in client.CoreV1Api(api).list_node().items:
+            out["node-labels/%s" % node.metadata.name] = (node.metadata.labels, node.spec.taints)
+        return out
+    finally:
+        api.close()
+
+
+def _findings(result, ident):
+    return [f for f in result["plugin"].get("findings") or [] if f["id"] == ident]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        from kubernetes import client
+
+        api = _api(state)
+        core = client.CoreV1Api(api)
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEGACY_NS}})
+        client.AppsV1Api(api).create_namespaced_daemon_set(LEGACY_NS, LEGACY)
+        # A CPU-only node that exists only in the API server (kwok keeps it Ready and runs pods bound to it).
+        core.create_node({"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": CPU_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                       "labels": {"kubernetes.io/hostname": CPU_NODE, "gpuharden.io/lab": "true"}},
+                          "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                                     "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}})
+        api.close()
+        yield state
+
+
+@pytest.fixture(scope="module")
+def check_run(lab):
+    before = _versions(lab)
+    result, elapsed = _play(lab, "--check", "--diff", runtime_class_force=True)
+    print("check mode: %.1fs" % elapsed)
+    return before, result, _versions(lab)
+
+
+def test_check_mode_reports_changes_and_changes_nothing(check_run):
+    before, result, after = check_run
+    assert result["ok"], result.get("msg")
+    assert before == after  # every resourceVersion, every node's labels and taints
+    plugin = result["plugin"]
+    assert plugin["changed"] is True
+    actions = {(o["kind"], o["name"]): o["action"] for o in plugin["objects"]}
+    assert actions == {("ConfigMap", "nvidia-device-plugin-config"): "create", ("DaemonSet", PLUGIN): "adopt"}
+    assert sorted(plugin["deleted"]) == ["kube-system/nvidia-device-plugin-list-none", "kube-system/nvidia-device-plugin-typo"]
+    assert plugin["rollout"] == {}
+    assert result["runtime_class"]["changed"] is True and result["runtime_class"]["action"] == "recreate"
+    assert result["labels"]["changed"] is False
+
+
+def test_seed_misconfigurations_are_caught_with_clear_messages(check_run):
+    _before, result, _after = check_run
+    (typo,) = _findings(result, "plugin_resource_name_typo")
+    assert typo["object"] == "DaemonSet kube-system/nvidia-device-plugin-typo" and typo["actual"] == "nvidia.com/nvidia-gpu"
+    assert "'nvidia-gpu'" in typo["message"] and "nvidia.com/gpu" in typo["message"]
+    (none,) = _findings(result, "plugin_device_list_strategy_invalid")
+    assert none["object"] == "DaemonSet kube-system/nvidia-device-plugin-list-none" and none["actual"] == "none"
+    assert "refuses to start" in none["message"]
+    competing = {f["object"]: f["actual"] for f in _findings(result, "plugin_competing")}
+    assert competing == {"DaemonSet kube-system/nvidia-device-plugin-list-none": ["seed-list-none"],
+                         "DaemonSet kube-system/nvidia-device-plugin-typo": ["seed-resource-typo"]}
+    (old,) = _findings(result, "plugin_version_too_old")
+    assert old["object"] == "DaemonSet gpu-legacy/legacy-plugin" and old["actual"] == "v0.14.5" and old["repair"] == "manual"
+    (gate,) = _findings(result, "plugin_init_gate_without_readiness")
+    assert gate["object"] == "DaemonSet gpu-legacy/legacy-plugin" and "nvidia-smi" in gate["message"]
+    rc = {f["id"]: f for f in result["runtime_class"]["findings"]}
+    assert rc["runtime_class_handler_mismatch"]["actual"] == "nvidia-legacy"
+    assert rc["runtime_class_overhead_gpu"]["object"] == "RuntimeClass nvidia-overhead"
+    assert "phantom" in rc["runtime_class_overhead_gpu"]["message"]
+
+
+def test_wrong_handler_without_force_fails_clearly_and_changes_nothing(lab, check_run):
+    before = _versions(lab)
+    result, _elapsed = _play(lab, dp_test_plugin=False)
+    assert not result["ok"]
+    assert "handler 'nvidia-legacy'" in result["msg"] and "immutable" in result["msg"] and "force=true" in result["msg"]
+    assert _versions(lab) == before
+
+
+@pytest.fixture(scope="module")
+def applied(lab, check_run):
+    result, elapsed = _play(lab, runtime_class_force=True)
+    print("apply with rollout: %.1fs" % elapsed)
+    return result
+
+
+def test_apply_installs_and_rolls_out_to_gpu_nodes_only(lab, applied):
+    from kubernetes import client
+
+    assert applied["ok"], applied.get("msg")
+    plugin = applied["plugin"]
+    assert plugin["changed"] is True
+    assert plugin["rollout"]["done"] is True and plugin["rollout"]["ready"] == len(lab["nodes"]) == plugin["rollout"]["target_count"]
+    assert sorted(plugin["target_nodes"]) == sorted(lab["nodes"])
+    api = _api(lab)
+    try:
+        apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+        names = {ds.metadata.name for ds in apps.list_namespaced_daemon_set(NS).items}
+        assert names == {PLUGIN}  # the competing DaemonSets are gone
+        ds = apps.read_namespaced_daemon_set(PLUGIN, NS)
+        assert ds.spec.template.spec.node_selector == {"nvidia.com/gpu.present": "true"}  # the seed's selector did not survive
+        assert ds.spec.template.spec.containers[0].image == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+        assert any(entry.manager == "gpuharden" and entry.operation == "Apply" for entry in ds.metadata.managed_fields)
+        pods = core.list_namespaced_pod(NS, label_selector="name=nvidia-device-plugin-ds").items
+        assert sorted(p.spec.node_name for p in pods if p.metadata.deletion_timestamp is None) == sorted(lab["nodes"])
+        assert CPU_NODE not in {p.spec.node_name for p in pods}
+        rc = client.NodeV1Api(api).read_runtime_class("nvidia")
+        assert rc.handler == "nvidia"
+        # The stand-in kubelets mirror the running plugin: the typo and list-none nodes now advertise nvidia.com/gpu.
+        deadline = time.monotonic() + 30
+        while True:
+            allocatable = {name: core.read_node(name).status.allocatable or {} for name in ("seed-resource-typo", "seed-list-none")}
+            if all(a.get("nvidia.com/gpu") == "2" and "nvidia.com/nvidia-gpu" not in a for a in allocatable.values()):
+                break
+            assert time.monotonic() < deadline, allocatable
+            time.sleep(1)
+    finally:
+        api.close()
+
+
+def test_second_run_is_unchanged(lab, applied):
+    before = _versions(lab)
+    result, elapsed = _play(lab, runtime_class_force=True)
+    print("second run: %.1fs" % elapsed)
+    assert result["ok"], result.get("msg")
+    assert result["plugin"]["changed"] is False and result["labels"]["changed"] is False
+    assert result["runtime_class"]["changed"] is False
+    assert [o["action"] for o in result["plugin"]["objects"]] == ["none", "none"]
+    assert _findings(result, "plugin_competing") == []
+    after = _versions(lab)
+    for key in ("ds/kube-system/%s" % PLUGIN, "cm/nvidia-device-plugin-config", "rc/nvidia"):
+        assert before[key] == after[key]
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"device_plugin_version": "v0.14.2"}, "'v0.14.2' is below 0.15.0"),
+    ({"device_plugin_version": "latest"}, "'latest' is not a device plugin release tag"),
+    ({"device_plugin_version": "v0.15.0-rc.2"}, "is below 0.15.0"),
+    ({"device_plugin_version": "v0.15.1", "device_plugin_nvidia_dev_root": "/"}, "nvidia_dev_root='/' needs release 0.16.0"),
+    ({"device_plugin_device_list_strategy": ["none"]}, "device_list_strategy=none is not a device list strategy"),
+])
+def test_refused_plugin_settings_change_nothing(lab, applied, extra, needle):
+    before = _versions(lab)
+    result, _elapsed = _play(lab, dp_test_runtime_class=False, **extra)
+    assert not result["ok"] and needle in result["msg"], result["msg"]
+    assert _versions(lab) == before
+
+
+def test_gpu_overhead_is_refused(lab, applied):
+    before = _versions(lab)
+    result, _elapsed = _play(lab, dp_test_plugin=False, runtime_class_overhead_pod_fixed={"cpu": "100m", "nvidia.com/gpu": "1"})
+    assert not result["ok"] and "phantom GPUs" in result["msg"], result["msg"]
+    assert _versions(lab) == before

@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The RuntimeClass planner: the desired object, the podFixed GPU trap, the immutable handler, the audit of existing
+RuntimeClasses, and malformed options refused with the option and value before any API request."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _runtime_class as rc
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.modules import runtime_class as module
+
+from tests.unit.conftest import run_module
+
+DEFAULTS = {name: spec.get("default") for name, spec in module.argument_spec().items()}
+
+
+def params(**overrides):
+    out = copy.deepcopy(DEFAULTS)
+    out.update(overrides)
+    return out
+
+
+def test_minimal_object_is_the_device_plugin_readme_one():
+    assert rc.check_params(params()) == {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                         "metadata": {"name": "nvidia", "labels": {"app.kubernetes.io/managed-by": "gpuharden"}},
+                                         "handler": "nvidia"}
+
+
+def test_scheduling_and_cpu_memory_overhead():
+    obj = rc.check_params(params(handler="nvidia-cdi", node_selector={"nvidia.com/gpu.present": "true"},
+                                 tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                                 overhead_pod_fixed={"cpu": "250m", "memory": "128Mi"}))
+    assert obj["handler"] == "nvidia-cdi"
+    assert obj["scheduling"] == {"nodeSelector": {"nvidia.com/gpu.present": "true"},
+                                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    assert obj["overhead"] == {"podFixed": {"cpu": "250m", "memory": "128Mi"}}
+
+
+@pytest.mark.parametrize("pod_fixed", [{"nvidia.com/gpu": "1"}, {"cpu": "250m", "memory": "128Mi", "nvidia.com/gpu": "1"},
+                                       {"nvidia.com/mig-1g.10gb": 1}])
+def test_gpu_overhead_is_refused_with_the_reason(pod_fixed):
+    with pytest.raises(GpuhardenError) as caught:
+        rc.check_params(params(overhead_pod_fixed=pod_fixed))
+    assert "option overhead_pod_fixed names nvidia.com/" in caught.value.msg and "phantom GPUs" in caught.value.msg
+
+
+def test_handler_immutable():
+    desired = rc.check_params(params())
+    assert rc.handler_immutable({"handler": "nvidia"}, desired) is None
+    message = rc.handler_immutable({"handler": "nvidia-legacy"}, desired)
+    assert "handler 'nvidia-legacy' but containerd's runtime is 'nvidia'" in message and "force=true" in message
+
+
+def test_audit_reports_overhead_traps_and_the_handler_mismatch():
+    live = [{"metadata": {"name": "nvidia"}, "handler": "nvidia-legacy"},
+            {"metadata": {"name": "nvidia-overhead"}, "handler": "nvidia",
+             "overhead": {"podFixed": {"cpu": "250m", "memory": "128Mi", "nvidia.com/gpu": "1"}}},
+            {"metadata": {"name": "fpga"}, "handler": "runc", "overhead": {"podFixed": {"example.com/fpga": "1"}}},
+            {"metadata": {"name": "runc"}, "handler": "runc", "overhead": {"podFixed": {"cpu": "1", "hugepages-2Mi": "2Mi"}}}]
+    findings = rc.audit(live, rc.check_params(params()))
+    assert [(f["object"], f["id"], f["severity"], f["repair"]) for f in findings] == [
+        ("RuntimeClass fpga", "runtime_class_overhead_extended", "warning", "manual"),
+        ("RuntimeClass nvidia", "runtime_class_handler_mismatch", "error", "recreate (force)"),
+        ("RuntimeClass nvidia-overhead", "runtime_class_overhead_gpu", "error", "manual"),
+    ]
+    assert findings[2]["actual"] == {"nvidia.com/gpu": "1"} and "phantom GPUs" in findings[2]["message"]
+
+
+MALFORMED = [
+    ({"handler": "Nvidia"}, "option handler (the containerd runtime name)='Nvidia' is not a DNS label"),
+    ({"handler": "nvidia.runtime"}, "is not a DNS label"),
+    ({"handler": ""}, "is not a DNS label"),
+    ({"handler": "a" * 64}, "is not a DNS label"),
+    ({"name": "NVIDIA"}, "option name='NVIDIA' is not a DNS subdomain"),
+    ({"name": "nvidia_rc"}, "option name='nvidia_rc' is not a DNS subdomain"),
+    ({"overhead_pod_fixed": {"nvidia.com/gpu": "1"}}, "option overhead_pod_fixed names nvidia.com/gpu"),
+    ({"overhead_pod_fixed": {"example.com/fpga": "1"}}, "names extended resource(s) example.com/fpga"),
+    ({"overhead_pod_fixed": {"cpu": "lots"}}, "option overhead_pod_fixed.cpu: 'lots' is not a Kubernetes quantity"),
+    ({"overhead_pod_fixed": {"memory": "12 Mi"}}, "option overhead_pod_fixed.memory: '12 Mi' is not a Kubernetes quantity"),
+    ({"node_selector": {"nvidia.com/gpu.present": True}}, "value True must be a string"),
+    ({"node_selector": {"-bad": "x"}}, "label key '-bad'"),
+    ({"node_selector": {"nvidia.com/gpu.present": "a b"}}, "value 'a b' must be empty or 1-63"),
+    ({"tolerations": [{"operator": "Equal", "value": "x"}]}, "a toleration without key must use operator Exists"),
+    ({"tolerations": ["nvidia.com/gpu"]}, "is not a toleration mapping"),
+    ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equals"}]}, "operator='Equals' is not Equal or Exists"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), MALFORMED)
+def test_malformed_options_are_refused(overrides, needle):
+    with pytest.raises(GpuhardenError) as caught:
+        rc.check_params(params(**overrides))
+    assert needle in caught.value.msg
+
+
+@pytest.fixture
+def dead_kubeconfig(world_tmp):
+    path = world_tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return str(path)
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    ({"overhead_pod_fixed": {"nvidia.com/gpu": "1"}}, "phantom GPUs"),
+    ({"handler": "Bad"}, "is not a DNS label"),
+    ({"page_limit": -1}, "option page_limit=-1 must be a positive number"),
+])
+def test_module_refuses_before_any_request(dead_kubeconfig, overrides, needle):
+    result = run_module("runtime_class", dict(overrides, kubeconfig=dead_kubeconfig), {})
+    assert result.get("failed") and needle in result["msg"], result
+    assert "cannot reach the API server" not in result["msg"]
