@@ -65,11 +65,13 @@ def test_nodes_ready_and_kubelets_healthy(lab):
         assert result.stdout.split() == ["active", "ok"], result.stdout + result.stderr
 
 
-def test_tool_identity_is_not_admin(lab):
+def test_tool_identity_is_the_shipped_service_account_and_not_admin(lab):
     state, _api = lab
+    assert state["cluster"]["tool_identity"] == "system:serviceaccount:gpuharden-system:gpuharden"
     tool = cluster.api_client(state["cluster"]["tool_kubeconfig"])
+    assert client.CoreV1Api(tool).list_node().items  # granted by deploy/rbac
     with pytest.raises(client.exceptions.ApiException) as raised:
-        client.CoreV1Api(tool).list_node()
+        client.CoreV1Api(tool).list_secret_for_all_namespaces()
     assert raised.value.status == 403
 
 

@@ -106,3 +106,16 @@ def create_kwok_only_nodes(api: client.ApiClient, count: int, gpus_per_node: int
         })
         names.append(name)
     return names
+
+
+def install_tool_identity(api: client.ApiClient, rbac_manifest, namespace: str = "gpuharden-system",
+                          service_account: str = "gpuharden", hours: int = 24) -> str:
+    """Apply the product's shipped RBAC as admin and mint a token for its ServiceAccount.
+
+    The tool then runs in the lab exactly as the docs tell users to run it: as that ServiceAccount,
+    bound to nothing but the shipped roles.  Returns the token.
+    """
+    utils.create_from_yaml(api, str(rbac_manifest))
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": hours * 3600}}
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+    return answer.status.token

@@ -180,6 +180,11 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             kube = controlplane.start(credentials, [node.netns for node in nodes])
             timings.update(kube.pop("timings"))
             api = cluster.api_client(kube["admin_kubeconfig"])
+            rbac = REPO_ROOT / "deploy" / "rbac" / "gpuharden-rbac.yaml"
+            if rbac.exists():
+                token = cluster.install_tool_identity(api, rbac)
+                Path(kube["tool_kubeconfig"]).write_text(controlplane.kubeconfig(token, "system:serviceaccount:gpuharden-system:gpuharden"))
+                kube["tool_identity"] = "system:serviceaccount:gpuharden-system:gpuharden"
             fixtures = {node.name: load_fixture(node.spec.fixture)[1] for node in nodes}
             cluster.create_nodes(api, nodes, fixtures)
             names = [node.name for node in nodes]
