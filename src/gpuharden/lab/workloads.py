@@ -161,9 +161,10 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
                     {"pid": pid, "used_memory_mib": int(entry["gpu_memory_mib"])}
                 )
     _write_memory_views(nodes, placed_specs)
-    for node_name, per_gpu in processes.items():
-        for index, entries_for_gpu in per_gpu.items():
-            set_nvml_processes(nodes[node_name], index, entries_for_gpu)
+    # Only the scenario's containers run on the lab's GPUs: the fixtures' sample PIDs are not processes here.
+    for node_name, node in nodes.items():
+        for index in gpu_index_of[node_name].values():
+            set_nvml_processes(node, index, processes.get(node_name, {}).get(index, []))
     return placed
 
 

@@ -1,0 +1,218 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_consistency
+short_description: Compare declared, allocated and used GPUs per node (device plugin, pods, NVML)
+version_added: 0.1.0
+description:
+  - Read-only, controller side. For each node compares three states -
+    declared (the Node's allocatable C(nvidia.com/gpu) and C(nvidia.com/mig-*)),
+    allocated (the GPU requests of the non-terminated pods bound to it, and where given the exact device IDs per
+    container from the kubelet's pod-resources API),
+    used (GPUs, MIG devices and GPU processes as NVML sees them on the node, from O(node_reports)).
+  - "Findings: declared differs from physical (C(gpu_not_advertised): allocatable 0 with GPUs present, the device plugin
+    missing or failing; C(gpu_partially_advertised); C(gpu_over_advertised); C(mig_not_advertised); C(unknown_gpu_resource),
+    a resource name typo such as C(nvidia.com/nvidia-gpu)), C(allocated_exceeds_declared), a GPU process whose cgroup
+    belongs to a pod that was allocated no GPU (C(gpu_process_without_allocation), the memory cross-sharing of
+    C(NVIDIA_VISIBLE_DEVICES=all) without a request) or fewer GPUs than it uses (C(gpu_process_exceeds_allocation)),
+    devices used by a container other than the one they were allocated to (C(device_used_by_other_container),
+    C(gpu_process_on_unallocated_device); needs O(pod_resources)), C(visible_devices_without_request) from the pod spec,
+    and C(gpu_process_outside_pods), C(gpu_process_unknown_pod), C(gpu_process_unattributed), C(node_not_found),
+    C(pod_unreadable)."
+  - One paginated LIST of nodes and one of pods for the whole cluster, whatever the number of nodes; memory and time
+    grow linearly with the number of nodes plus pods.
+  - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes) and on C(pods) in
+    all namespaces.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._k8s_auth
+options:
+  nodes:
+    description:
+      - Node names to check. Default is every GPU node (labelled with O(gpu_node_label)=true or with C(nvidia.com/*)
+        capacity) and every node in O(node_reports).
+    type: list
+    elements: str
+    default: []
+  node_reports:
+    description:
+      - "What NVML sees per node, keyed by node name: C({gpu_count, gpus: [{index, uuid, minor, mig, processes}],
+        mig_devices: [{uuid, gpu, profile}], processes: [{gpu, gpu_uuid, pid, used_memory_mib, mig_device_uuid, cgroup}],
+        process_cgroups: {pid: cgroup}, missing_pids: [pid]})."
+      - The result of M(gpuharden.k8s.nvml_check) (C(gpu_count), C(gpus) with C(mig), C(processes)) fits as it is; add
+        C(process_cgroups) from M(gpuharden.k8s.process_cgroup_info) (or a C(cgroup) per process) so processes are tied to pods.
+      - A C(cgroup) is the process's cgroup path or the text of C(/proc/<pid>/cgroup).
+      - C(missing_pids) (C(missing) of M(gpuharden.k8s.process_cgroup_info)) are processes that exited between the two
+        reads; they are left out.
+    type: dict
+    default: {}
+  pod_resources:
+    description:
+      - "Optional, per node, the kubelet pod-resources API's C(List) answer as
+        C([{namespace, name, containers: [{name, devices: [{resource_name, device_ids}]}]}])."
+      - With it, a process is checked against the exact devices its container was allocated.
+    type: dict
+    default: {}
+  gpu_node_label:
+    description:
+      - A node with this label set to C(true) is a GPU node; without a node report it must still advertise GPUs.
+    type: str
+    default: nvidia.com/gpu.present
+  sharing_replicas:
+    description:
+      - Time-slicing or MPS replicas per GPU the device plugin is configured with (advertised = GPUs x replicas).
+    type: int
+    default: 1
+  page_limit:
+    description:
+      - Objects per page of each LIST (C(limit)); the module follows C(continue) to the end.
+    type: int
+    default: 500
+  fail_on:
+    description:
+      - Fail the task when a finding has this severity or a higher one; V(never) only reports.
+    type: str
+    choices: [never, info, warning, error, critical]
+    default: never
+requirements:
+  - kubernetes (Python client) on the controller
+seealso:
+  - module: gpuharden.k8s.nvml_check
+  - module: gpuharden.k8s.process_cgroup_info
+"""
+
+EXAMPLES = r"""
+- name: NVML view of each node
+  gpuharden.k8s.nvml_check:
+    check_unprivileged: false
+  become: true
+  register: nvml
+
+- name: Cgroups of the GPU processes
+  gpuharden.k8s.process_cgroup_info:
+    pids: "{{ nvml.processes | map(attribute='pid') | list }}"
+  register: cgroups
+
+- name: This node's report
+  ansible.builtin.set_fact:
+    gpu_node_report: "{{ nvml | combine({'process_cgroups': cgroups.cgroups, 'missing_pids': cgroups.missing}) }}"
+
+- name: Declared vs allocated vs used, whole cluster in two LISTs
+  gpuharden.k8s.gpu_consistency:
+    kubeconfig: /etc/gpuharden/kubeconfig
+    nodes: "{{ ansible_play_hosts }}"
+    node_reports: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'gpu_node_report'))) }}"
+    fail_on: critical
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+findings:
+  description:
+    - One entry per problem, with C(id), C(severity) (V(info), V(warning), V(error), V(critical)), C(node), C(gpu)
+      (C(index), C(minor), C(uuid), C(mig_device_uuid)) or V(null), C(pod) (C(namespace), C(name), C(uid)) or V(null),
+      C(expected), C(found) and C(hint).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"id": "gpu_process_without_allocation", "severity": "critical", "node": "gpu-1", "gpu": null,
+            "pod": {"namespace": "ml", "name": "sneaky", "uid": "0f3c..."}, "expected": {"gpu_requests": {"nvidia.com/gpu": 0}},
+            "found": {"devices": 8, "pids": [4242], "used_memory_mib": 16384}, "hint": "the pod requested no GPU ..."}]
+max_severity:
+  description: The highest severity among the findings, or V(null) without findings.
+  returned: always
+  type: str
+nodes:
+  description:
+    - Per checked node, C(declared) and C(allocated) (resource to count), C(physical) (C(gpus), C(mig_devices),
+      C(mig_profiles)) and C(used) (C(gpus), C(processes), C(used_memory_mib)), the last two V(null) without a node
+      report, and C(pod_resources) (whether exact allocations were given).
+  returned: always
+  type: dict
+api_requests:
+  description: LIST requests (pages) per kind.
+  returned: always
+  type: dict
+  sample: {"nodes": 1, "pods": 1}
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
+
+MODULE = "gpu_consistency"
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        nodes={"type": "list", "elements": "str", "default": []},
+        node_reports={"type": "dict", "default": {}},
+        pod_resources={"type": "dict", "default": {}},
+        gpu_node_label={"type": "str", "default": "nvidia.com/gpu.present"},
+        sharing_replicas={"type": "int", "default": 1},
+        page_limit={"type": "int", "default": 500},
+        fail_on={"type": "str", "choices": list(_consistency.FAIL_CHOICES), "default": "never"},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def read_cluster(api, page_limit):
+    """The two LISTs: (nodes, pods, {kind: pages})."""
+    core = _k8s.k8s_client.CoreV1Api(api)
+    nodes, node_pages = list_all(MODULE, api, core.list_node, Target("list", "nodes"), page_limit)
+    pods, pod_pages = list_all(MODULE, api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
+                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+    return nodes, pods, {"nodes": node_pages, "pods": pod_pages}
+
+
+def gather(params):
+    if not params["page_limit"] or params["page_limit"] < 1:
+        raise GpuhardenError("%s: option page_limit=%r must be a positive number of objects" % (MODULE, params["page_limit"]))
+    for position, node in enumerate(params["nodes"]):
+        if not node or not node.strip():
+            raise GpuhardenError("%s: option nodes[%d]=%r is not a node name" % (MODULE, position, node))
+    # Validate the reports before any request: bad input fails fast and clearly.
+    _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
+    api = _k8s.api_client(params)
+    try:
+        nodes, pods, requests = read_cluster(api, params["page_limit"])
+    finally:
+        api.close()
+    findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"], wanted=params["nodes"] or None,
+                                           label=params["gpu_node_label"], replicas=params["sharing_replicas"])
+    return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests}
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    try:
+        result = gather(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    if _consistency.should_fail(result["findings"], module.params["fail_on"]):
+        message = "%s: %d finding(s), the worst %s (fail_on=%s)" % (MODULE, len(result["findings"]), result["max_severity"], module.params["fail_on"])
+        module.fail_json(msg=message, changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_maintenance
+short_description: Cordon, drain (Eviction API, PodDisruptionBudgets honoured) and uncordon Kubernetes nodes
+version_added: 0.1.0
+description:
+  - V(cordoned) marks the nodes unschedulable; V(drained) cordons them and evicts their pods through the Eviction API
+    (C(policy/v1)), so every PodDisruptionBudget is honoured; V(uncordoned) makes them schedulable again.
+  - An eviction a budget refuses (HTTP 429) is retried every O(retry_interval) seconds until O(timeout); then the pod is
+    reported in RV(blocked) and the task fails. It is never deleted instead, not even with O(force).
+  - DaemonSet pods (the node's own agents, the NVIDIA device plugin among them) and mirror pods are skipped. Pods
+    without a controller are evicted only with O(force), pods with C(emptyDir) volumes only with
+    O(delete_emptydir_data); otherwise the task fails before it changes anything and names them.
+  - After the evictions it waits, with one LIST of pods per poll, until the evicted pods are gone (by UID).
+  - Check mode changes nothing and reports the cordon change, the pods it would evict and those the budgets'
+    current C(disruptionsAllowed) would refuse (RV(would_block)).
+  - Runs on the controller (C(delegate_to=localhost)). Needs C(get) and C(patch) on C(nodes), C(list) on C(pods) and
+    C(poddisruptionbudgets) in all namespaces and C(create) on C(pods/eviction); O(disable_eviction) needs C(delete) on
+    C(pods), which the shipped RBAC (C(deploy/rbac/gpuharden-rbac.yaml)) does not grant.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._k8s_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details:
+      - The diff shows C(spec.unschedulable) per node and the pods to evict.
+options:
+  nodes:
+    description:
+      - Names of the Kubernetes nodes (C(metadata.name)).
+    type: list
+    elements: str
+    required: true
+    aliases: [name]
+  state:
+    description:
+      - V(cordoned) sets C(spec.unschedulable); V(drained) also evicts the pods; V(uncordoned) clears it.
+    type: str
+    choices: [cordoned, drained, uncordoned]
+    default: drained
+  force:
+    description:
+      - Also evict pods without a controller (no ReplicaSet, StatefulSet, Job, ... recreates them).
+      - Does not override PodDisruptionBudgets.
+    type: bool
+    default: false
+  delete_emptydir_data:
+    description:
+      - Also evict pods with C(emptyDir) volumes; their data is lost.
+    type: bool
+    default: false
+  disable_eviction:
+    description:
+      - Delete the pods instead of evicting them, which bypasses every PodDisruptionBudget (C(kubectl drain
+        --disable-eviction)). For clusters without the Eviction API only; needs C(delete) on C(pods).
+    type: bool
+    default: false
+  grace_period:
+    description:
+      - Seconds each pod gets to terminate; default is the pod's own C(terminationGracePeriodSeconds).
+    type: int
+  timeout:
+    description:
+      - Seconds for the whole drain, evictions and waiting for the pods to be gone.
+    type: float
+    default: 300
+  retry_interval:
+    description:
+      - Seconds between retries of an eviction a PodDisruptionBudget refused.
+    type: float
+    default: 5
+  poll_interval:
+    description:
+      - Seconds between the LISTs that wait for evicted pods to be gone.
+    type: float
+    default: 1
+  page_limit:
+    description:
+      - Objects per page of each LIST (C(limit)); the module follows C(continue) to the end.
+    type: int
+    default: 500
+requirements:
+  - kubernetes (Python client) on the controller
+notes:
+  - Not C(kubernetes.core.k8s_drain) - that module deletes or evicts once and does not retry a 429 until a timeout,
+    and it would pull in the kubernetes.core collection for one call.
+seealso:
+  - module: gpuharden.k8s.gpu_consistency
+"""
+
+EXAMPLES = r"""
+- name: Drain the node before a disruptive change (PodDisruptionBudgets honoured)
+  gpuharden.k8s.node_maintenance:
+    kubeconfig: /etc/gpuharden/kubeconfig
+    nodes: ["{{ gpuharden_k8s_node_name | default(inventory_hostname) }}"]
+    state: drained
+    timeout: 600
+  delegate_to: localhost
+
+- name: Put it back into service
+  gpuharden.k8s.node_maintenance:
+    nodes: [gpu-node-1]
+    state: uncordoned
+  delegate_to: localhost
+
+- name: Drain a node that also runs bare pods and pods with scratch space
+  gpuharden.k8s.node_maintenance:
+    nodes: [gpu-node-2]
+    force: true
+    delete_emptydir_data: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+nodes:
+  description: Per node, C(unschedulable_before) and C(unschedulable_after) (predicted in check mode).
+  returned: always
+  type: dict
+  sample: {"gpu-1": {"unschedulable_before": false, "unschedulable_after": true}}
+evicted:
+  description:
+    - Pods evicted (or, in check mode, that would be), as C(namespace), C(name), C(uid), C(node), C(controller).
+  returned: always
+  type: list
+  elements: dict
+blocked:
+  description:
+    - Pods whose eviction a PodDisruptionBudget still refused at the timeout (or that are under several budgets),
+      with the API server's C(message). They were not deleted. The task fails when this is not empty.
+  returned: always
+  type: list
+  elements: dict
+would_block:
+  description:
+    - Check mode only - evictions the budgets would refuse now, with C(pdb) and C(message). Empty outside check mode.
+  returned: always
+  type: list
+  elements: dict
+skipped_pods:
+  description: DaemonSet and mirror pods left on the nodes, with C(reason).
+  returned: always
+  type: list
+  elements: dict
+refused:
+  description: Pods without a controller (without O(force)) or with emptyDir (without O(delete_emptydir_data)), with C(reason).
+  returned: always
+  type: list
+  elements: dict
+not_gone:
+  description: Evicted pods still present at the timeout (the task fails).
+  returned: always
+  type: list
+  elements: dict
+api_requests:
+  description: API requests the call made.
+  returned: always
+  type: int
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _drain, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, call, list_all
+
+MODULE = "node_maintenance"
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        nodes={"type": "list", "elements": "str", "required": True, "aliases": ["name"]},
+        state={"type": "str", "choices": list(_drain.STATES), "default": "drained"},
+        force={"type": "bool", "default": False},
+        delete_emptydir_data={"type": "bool", "default": False},
+        disable_eviction={"type": "bool", "default": False},
+        grace_period={"type": "int"},
+        timeout={"type": "float", "default": 300},
+        retry_interval={"type": "float", "default": 5},
+        poll_interval={"type": "float", "default": 1},
+        page_limit={"type": "int", "default": 500},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+class Cluster:
+    """The API calls of a drain, counted."""
+
+    def __init__(self, api, page_limit):
+        self.api, self.page_limit, self.requests = api, page_limit, 0
+        self.core = _k8s.k8s_client.CoreV1Api(api)
+        self.policy = _k8s.k8s_client.PolicyV1Api(api)
+
+    def unschedulable(self, node):
+        self.requests += 1
+        _status, body = call(MODULE, self.api, self.core.read_node, Target("get", "nodes", name=node), node)
+        return bool((body.get("spec") or {}).get("unschedulable"))
+
+    def set_unschedulable(self, node, value):
+        self.requests += 1
+        call(MODULE, self.api, self.core.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value))
+
+    def pods(self, nodes):
+        selector = "spec.nodeName=%s" % nodes[0] if len(nodes) == 1 else "spec.nodeName!="
+        items, pages = list_all(MODULE, self.api, self.core.list_pod_for_all_namespaces, Target("list", "pods"),
+                                self.page_limit, field_selector=selector)
+        self.requests += pages
+        wanted = set(nodes)
+        return [pod for pod in items if (pod.get("spec") or {}).get("nodeName") in wanted]
+
+    def pdbs(self):
+        items, pages = list_all(MODULE, self.api, self.policy.list_pod_disruption_budget_for_all_namespaces,
+                                Target("list", "poddisruptionbudgets", "policy"), self.page_limit)
+        self.requests += pages
+        return items
+
+    def evict(self, ref, grace_period):
+        self.requests += 1
+        target = Target("create", "pods/eviction", namespace=ref["namespace"], name=ref["name"])
+        status, body = call(MODULE, self.api, self.core.create_namespaced_pod_eviction, target, ref["name"], ref["namespace"],
+                            _drain.eviction_body(ref, grace_period), accept=(404, 409, 429, 500))
+        outcome, message = _drain.eviction_outcome(status, body)
+        if outcome is None:
+            raise GpuhardenError("%s: evicting pod %s: API server answered %s: %s" % (MODULE, _drain.label(ref), status, message))
+        return outcome, message
+
+    def delete(self, ref, grace_period):
+        self.requests += 1
+        options = {"preconditions": {"uid": ref["uid"]}}
+        if grace_period is not None:
+            options["gracePeriodSeconds"] = grace_period
+        target = Target("delete", "pods", namespace=ref["namespace"], name=ref["name"])
+        status, body = call(MODULE, self.api, self.core.delete_namespaced_pod, target, ref["name"], ref["namespace"],
+                            body=options, accept=(404, 409))
+        return ("gone", "") if status in (404, 409) else ("evicted", (body or {}).get("message") or "")
+
+
+def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
+    """The whole call; returns the module result. ``cluster`` does the API calls."""
+    _drain.check_options(params)
+    nodes = _drain.check_nodes(params["nodes"])
+    deadline = clock() + params["timeout"]
+    current = {node: cluster.unschedulable(node) for node in nodes}
+    flips = _drain.cordon_plan(nodes, current, params["state"])
+    result = {
+        "nodes": {node: {"unschedulable_before": current[node], "unschedulable_after": flips.get(node, current[node])} for node in nodes},
+        "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [],
+    }
+    plan = None
+    if params["state"] == "drained":
+        plan = _drain.classify(cluster.pods(nodes), nodes, params["force"], params["delete_emptydir_data"])
+        result["skipped_pods"] = [_drain.public(ref, "reason") for ref in plan["skipped"]]
+        result["refused"] = [_drain.public(ref, "reason") for ref in plan["refused"]]
+        if plan["refused"]:
+            raise GpuhardenError(_drain.refusal_message(plan["refused"]), changed=False, **result)
+    changed = bool(flips) or bool(plan and (plan["evict"] or plan["waiting"]))
+    if check_mode:
+        if plan and plan["evict"]:
+            result["evicted"] = [_drain.public(ref) for ref in plan["evict"]]
+            if not params["disable_eviction"]:
+                result["would_block"] = [_drain.public(ref, "pdb", "message") for ref in _drain.predict_blocks(plan["evict"], cluster.pdbs())]
+        return dict(result, changed=changed)
+    for node, value in flips.items():
+        cluster.set_unschedulable(node, value)
+    if plan is None:
+        return dict(result, changed=changed)
+    # Pods that were scheduled between the first LIST and the cordon: list again, now that nothing new lands.
+    if flips:
+        plan = _drain.classify(cluster.pods(nodes), nodes, params["force"], params["delete_emptydir_data"])
+        result["skipped_pods"] = [_drain.public(ref, "reason") for ref in plan["skipped"]]
+        if plan["refused"]:
+            result["refused"] = [_drain.public(ref, "reason") for ref in plan["refused"]]
+            raise GpuhardenError(_drain.refusal_message(plan["refused"]) + " The nodes stay cordoned.", changed=True, **result)
+        changed = changed or bool(plan["evict"] or plan["waiting"])
+    remove = cluster.delete if params["disable_eviction"] else cluster.evict
+    evicted, gone, blocked = _drain.run_evictions(plan["evict"], lambda ref: remove(ref, params["grace_period"]),
+                                                  clock, sleep, deadline, params["retry_interval"])
+    result["evicted"] = [_drain.public(ref) for ref in evicted]
+    result["blocked"] = [_drain.public(ref, "message") for ref in blocked]
+    waiting = evicted + plan["waiting"]
+    if waiting:
+        remaining = _drain.wait_gone(waiting, lambda: {(pod.get("metadata") or {}).get("uid") for pod in cluster.pods(nodes)},
+                                     clock, sleep, deadline, params["poll_interval"])
+        result["not_gone"] = [_drain.public(ref) for ref in remaining]
+    result["changed"] = changed
+    problems = []
+    if result["blocked"]:
+        problems.append("%d eviction(s) blocked by PodDisruptionBudgets until the %gs timeout, pods left running (not forced): %s"
+                        % (len(blocked), params["timeout"], "; ".join("%s: %s" % (_drain.label(ref), ref.get("message")) for ref in blocked)))
+    if result["not_gone"]:
+        problems.append("%d evicted pod(s) still present after %gs: %s"
+                        % (len(result["not_gone"]), params["timeout"], ", ".join(_drain.label(ref) for ref in result["not_gone"])))
+    if problems:
+        raise GpuhardenError("%s: drain of %s incomplete, the nodes stay cordoned: %s" % (MODULE, ", ".join(nodes), " | ".join(problems)), **result)
+    return result
+
+
+def diff(result):
+    before = {node: {"unschedulable": state["unschedulable_before"]} for node, state in result["nodes"].items()}
+    after = {node: {"unschedulable": state["unschedulable_after"]} for node, state in result["nodes"].items()}
+    for ref in result["evicted"]:
+        after.setdefault(ref["node"], {}).setdefault("evicted", []).append("%s/%s" % (ref["namespace"], ref["name"]))
+    return {"before": before, "after": after, "before_header": "nodes (live)", "after_header": "nodes (after %s)" % MODULE}
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    cluster = None
+    try:
+        api = _k8s.api_client(module.params)
+        cluster = Cluster(api, module.params["page_limit"])
+        try:
+            result = run(module.params, module.check_mode, cluster)
+        finally:
+            api.close()
+    except GpuhardenError as error:
+        partial = dict(error.result)
+        partial.setdefault("changed", False)
+        partial["api_requests"] = cluster.requests if cluster else 0
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **partial)
+    result["api_requests"] = cluster.requests
+    if module._diff:
+        result["diff"] = diff(result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

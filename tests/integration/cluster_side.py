@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Helpers for the cluster-side lab tests: run modules and playbooks with ansible-runner, read results from its
+events, and talk to the lab's apiserver as admin."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import ansible_runner
+from kubernetes import client, config
+
+from gpuharden.lab import REPO_ROOT
+
+PLAYBOOKS = REPO_ROOT / "tests/integration/playbooks"
+
+
+def admin(state):
+    return config.new_client_from_config(config_file=state["cluster"]["admin_kubeconfig"])
+
+
+def run(state, *, module=None, args=None, playbook=None, check=False, extravars=None, hosts="localhost"):
+    """ansible-runner over the lab inventory: (results, stats, seconds). Module runs use this Python (it has the
+    kubernetes client) on localhost."""
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    }
+    extravars = dict(extravars or {})
+    with tempfile.TemporaryDirectory(prefix="gpuharden-cluster-test-") as private:
+        started = time.monotonic()
+        if module:
+            extravars.setdefault("ansible_python_interpreter", sys.executable)
+            kwargs = {"module": module, "module_args": args, "host_pattern": hosts}
+        else:
+            kwargs = {"playbook": str(PLAYBOOKS / playbook)}
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=str(REPO_ROOT), inventory=state["inventory"], envvars=envvars,
+            extravars=extravars, cmdline="--check --diff" if check else None, quiet=True, **kwargs,
+        )
+        elapsed = time.monotonic() - started
+        events = list(runner.events)
+        stats = runner.stats or {}
+    return results(events), stats, elapsed
+
+
+def results(events, action=None):
+    found = []
+    for event in events:
+        if event.get("event") not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
+            continue
+        data = event["event_data"]
+        if action and data.get("task_action") != action:
+            continue
+        found.append(dict(data.get("res") or {}, _host=data["host"], _event=event["event"], _task=data.get("task"),
+                          _action=data.get("task_action")))
+    return found
+
+
+def failures(found):
+    return [(r["_host"], r["_task"], r.get("msg")) for r in found if r["_event"] in ("runner_on_failed", "runner_on_unreachable")]
+
+
+def module_args(**options):
+    """Module arguments as the JSON ad-hoc ``-a`` accepts."""
+    return json.dumps(options)
+
+
+def wait_for(predicate, timeout=60.0, interval=0.5, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def ensure_namespace(core: client.CoreV1Api, name: str):
+    try:
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except client.exceptions.ApiException as error:
+        if error.status != 409:
+            raise

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpu_consistency on the seed-failures lab: nvml_check and process_cgroup_info over SSH on every node feed one
+gpu_consistency run on the controller (one LIST of nodes, one of pods).
+
+seed-no-plugin: allocatable 0 with GPUs present.  seed-isolation: sneaky-all-gpus (NVIDIA_VISIBLE_DEVICES=all,
+no request) has processes on GPUs it was not allocated - every GPU of the node - and its spec is flagged; train-ok
+(1 GPU, its process on 1 GPU) is not.  The plugin seeds (typo, list-none) and MIG under migStrategy none are
+caught; the nodes without a consistency seed report nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+
+from tests.integration import cluster_side as cs
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+# Nodes whose device plugin runs normally and that carry no allocation seed: nothing to report.
+CLEAN = ["seed-dev-perm", "seed-topology-none", "seed-memory-high", "seed-pcie"]
+# The NVML fixtures' own processes carry made-up PIDs; where such a PID happens to exist on the host it is some host
+# process outside any pod, correctly reported as gpu_process_outside_pods (see the report: lab change wanted).
+FIXTURE_PIDS = {3131, 4242, 5151, 5152, 7001}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        core = client.CoreV1Api(cs.admin(state))
+
+        def advertised():
+            nodes = {n.metadata.name: n for n in core.list_node().items}
+            return all("nvidia.com/gpu" in (nodes[name].status.allocatable or {}) for name in CLEAN + ["seed-isolation"])
+
+        # The kubelet stand-in mirrors the plugin's registration into the Node once the plugin pod runs.
+        cs.wait_for(advertised, 120, 1, what="device plugin resources on the plugin nodes")
+        yield state
+
+
+@pytest.fixture(scope="module")
+def result(lab):
+    found, _stats, seconds = cs.run(lab, playbook="gpu_consistency.yml")
+    assert cs.failures(found) == []
+    [check] = [r for r in found if r["_action"] == "gpuharden.k8s.gpu_consistency"]
+    print("\ngpu_consistency over %d nodes: playbook %.1fs" % (len(check["nodes"]), seconds))
+    print(json.dumps([(f["node"], f["id"], f["pod"] and f["pod"]["name"]) for f in check["findings"]], indent=0))
+    return check
+
+
+def _findings(result, node, ident=None):
+    return [f for f in result["findings"] if f["node"] == node and (ident is None or f["id"] == ident)
+            and not (f["id"] == "gpu_process_outside_pods" and (f["found"] or {}).get("pid") in FIXTURE_PIDS)]
+
+
+def test_one_list_per_kind(result):
+    assert result["api_requests"] == {"nodes": 1, "pods": 1}
+    assert result["changed"] is False
+
+
+def test_no_plugin_allocatable_zero_with_gpus_present(result):
+    [item] = _findings(result, "seed-no-plugin", "gpu_not_advertised")
+    assert item["severity"] == "critical" and item["expected"]["gpus_present"] >= 1
+    assert result["nodes"]["seed-no-plugin"]["physical"]["gpus"] == item["expected"]["gpus_present"]
+
+
+def test_sneaky_all_gpus_uses_gpus_it_was_not_allocated(lab, result):
+    pods = {p["name"]: p for p in lab["pods"]}
+    sneaky, train = pods["sneaky-all-gpus"], pods["train-ok"]
+    [item] = _findings(result, "seed-isolation", "gpu_process_without_allocation")
+    assert item["pod"]["uid"] == sneaky["uid"] and item["severity"] == "critical"
+    assert item["found"]["pids"] == [sneaky["pid"]]
+    assert sorted(g["minor"] for g in item["found"]["gpus"]) == sorted(sneaky["visible_minors"])
+    assert not sneaky["gpu_minors"]
+    [spec] = _findings(result, "seed-isolation", "visible_devices_without_request")
+    assert spec["pod"]["uid"] == sneaky["uid"]
+    assert not [f for f in result["findings"] if f["pod"] and f["pod"]["uid"] == train["uid"]]
+    assert result["nodes"]["seed-isolation"]["allocated"] == {"nvidia.com/gpu": 2}  # train-ok + lost-access
+
+
+def test_plugin_seeds(result):
+    assert _findings(result, "seed-resource-typo", "unknown_gpu_resource")
+    assert _findings(result, "seed-resource-typo", "gpu_not_advertised")
+    assert _findings(result, "seed-list-none", "gpu_not_advertised")
+    assert _findings(result, "seed-mig-strategy", "mig_not_advertised")
+
+
+def test_clean_nodes_report_nothing(result):
+    for node in CLEAN:
+        assert _findings(result, node) == [], node
+        assert result["nodes"][node]["declared"]["nvidia.com/gpu"] == result["nodes"][node]["physical"]["gpus"]

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The whole cluster side under the least-privilege identity of deploy/rbac/gpuharden-rbac.yaml.
+
+As admin: apply the RBAC file, mint a token for ServiceAccount gpuharden-system/gpuharden (TokenRequest API) and
+write a kubeconfig with it and the lab's CA.  Under that token: gpu_consistency, gpu_pods_info, node_maintenance
+(check mode, cordon + drain + uncordon) and, when they are in this checkout, the device_plugin / runtime_class /
+node label modules (check mode).  Then forbidden actions fail with a message naming the identity, the verb and
+the resource: a drain with disable_eviction (delete on pods, not granted), deleting a Node, reading Secrets.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+
+import pytest
+import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, call
+from kubernetes import client, utils
+
+from gpuharden.lab import REPO_ROOT
+from tests.integration import cluster_side as cs
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+RBAC = REPO_ROOT / "deploy/rbac/gpuharden-rbac.yaml"
+IDENTITY = "system:serviceaccount:gpuharden-system:gpuharden"
+NODE = "gpu-l4-0"
+NS = "identity-test"
+# Modules of issue 5 sections 1-3, written in parallel: run when present (check mode, auth options only).
+OTHER_MODULES = ["device_plugin", "runtime_class", "node_labels", "gpu_node_labels"]
+
+
+def _tool_kubeconfig(state, token, directory):
+    with open(state["cluster"]["admin_kubeconfig"]) as handle:
+        admin = yaml.safe_load(handle)
+    cluster = admin["clusters"][0]["cluster"]
+    assert base64.b64decode(cluster["certificate-authority-data"])  # TLS verified against the lab CA
+    config = {"apiVersion": "v1", "kind": "Config",
+              "clusters": [{"name": "lab", "cluster": {"server": cluster["server"], "certificate-authority-data": cluster["certificate-authority-data"]}}],
+              "users": [{"name": "gpuharden", "user": {"token": token}}],
+              "contexts": [{"name": "gpuharden", "context": {"cluster": "lab", "user": "gpuharden"}}],
+              "current-context": "gpuharden"}
+    path = os.path.join(directory, "gpuharden-sa.kubeconfig")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("healthy") as state, tempfile.TemporaryDirectory(prefix="gpuharden-identity-") as directory:
+        api = cs.admin(state)
+        utils.create_from_yaml(api, str(RBAC))
+        core = client.CoreV1Api(api)
+        request = core.create_namespaced_service_account_token("gpuharden", "gpuharden-system", {"spec": {"expirationSeconds": 3600}})
+        state["sa_kubeconfig"] = _tool_kubeconfig(state, request.status.token, directory)
+        cs.ensure_namespace(core, NS)
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"},
+                                        "spec": {"nodeName": NODE, "tolerations": [{"operator": "Exists"}],
+                                                 "containers": [{"name": "main", "image": "registry.example/app:1"}]}})
+        state["_api"] = api
+        yield state
+        api.close()
+
+
+def _module(lab, module, check=False, **options):
+    found, _stats, _s = cs.run(lab, module="gpuharden.k8s." + module, args=cs.module_args(kubeconfig=lab["sa_kubeconfig"], **options), check=check)
+    [result] = found
+    return result
+
+
+def test_token_is_the_service_account(lab):
+    api = _k8s.api_client({"kubeconfig": lab["sa_kubeconfig"]})
+    try:
+        review = client.AuthenticationV1Api(api).create_self_subject_review({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    finally:
+        api.close()
+    assert review.status.user_info.username == IDENTITY
+
+
+def test_gpu_consistency_and_gpu_pods_info(lab):
+    result = _module(lab, "gpu_consistency", nodes=[NODE])
+    assert result["_event"] == "runner_on_ok", result.get("msg")
+    assert result["api_requests"] == {"nodes": 1, "pods": 1} and NODE in result["nodes"]
+    result = _module(lab, "gpu_pods_info", nodes=[NODE])
+    assert result["_event"] == "runner_on_ok", result.get("msg")
+
+
+def test_node_maintenance_cycle(lab):
+    checked = _module(lab, "node_maintenance", check=True, nodes=[NODE], force=True)
+    assert checked["_event"] == "runner_on_ok", checked.get("msg")
+    assert [p["name"] for p in checked["evicted"]] == ["bare"]
+    drained = _module(lab, "node_maintenance", nodes=[NODE], force=True, timeout=60)
+    assert drained["_event"] == "runner_on_ok", drained.get("msg")
+    assert [p["name"] for p in drained["evicted"]] == ["bare"] and drained["changed"] is True
+    uncordoned = _module(lab, "node_maintenance", nodes=[NODE], state="uncordoned")
+    assert uncordoned["_event"] == "runner_on_ok" and uncordoned["changed"] is True
+
+
+@pytest.mark.parametrize("name", OTHER_MODULES)
+def test_other_cluster_modules_when_present(lab, name):
+    if not (REPO_ROOT / "plugins/modules" / (name + ".py")).exists():
+        pytest.skip("module gpuharden.k8s.%s is not in this checkout yet" % name)
+    result = _module(lab, name, check=True)
+    assert "forbidden" not in (result.get("msg") or "").lower(), result.get("msg")
+
+
+def test_forbidden_drain_without_eviction_names_identity_verb_resource(lab):
+    core = client.CoreV1Api(lab["_api"])
+    core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare-2"},
+                                    "spec": {"nodeName": NODE, "tolerations": [{"operator": "Exists"}],
+                                             "containers": [{"name": "main", "image": "registry.example/app:1"}]}})
+    result = _module(lab, "node_maintenance", nodes=[NODE], force=True, disable_eviction=True, timeout=30)
+    assert result["_event"] == "runner_on_failed"
+    assert "forbidden: %s may not delete pods 'bare-2'" % IDENTITY in result["msg"], result["msg"]
+    assert "in namespace %s" % NS in result["msg"] and "deploy/rbac/gpuharden-rbac.yaml" in result["msg"]
+    assert result["forbidden"] == {"verb": "delete", "resource": "pods", "group": "", "namespace": NS, "name": "bare-2", "identity": IDENTITY}
+    assert core.read_namespaced_pod("bare-2", NS).metadata.deletion_timestamp is None
+    _module(lab, "node_maintenance", nodes=[NODE], state="uncordoned")
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "call_args"), [
+    ("delete", "nodes", None, lambda core: (core.delete_node, NODE)),
+    ("list", "secrets", "kube-system", lambda core: (core.list_namespaced_secret, "kube-system")),
+    ("get", "secrets", "gpuharden-system", lambda core: (core.read_namespaced_secret, "anything", "gpuharden-system")),
+])
+def test_forbidden_calls_fail_clearly(lab, verb, resource, namespace, call_args):
+    api = _k8s.api_client({"kubeconfig": lab["sa_kubeconfig"]})
+    try:
+        method, *args = call_args(client.CoreV1Api(api))
+        name = args[0] if verb in ("delete", "get") else None
+        with pytest.raises(GpuhardenError) as error:
+            call("identity_test", api, method, Target(verb, resource, namespace=namespace, name=name), *args)
+    finally:
+        api.close()
+    assert "forbidden: %s may not %s %s" % (IDENTITY, verb, resource) in error.value.msg, error.value.msg
+    assert error.value.result["status"] == 403
+    assert client.CoreV1Api(lab["_api"]).read_node(NODE).metadata.name == NODE  # still there

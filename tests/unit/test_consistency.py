@@ -1,0 +1,276 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpu_consistency: declared vs allocated vs used findings (pure), the node reports' two shapes, malformed input,
+and process_cgroup_info on a temp /proc."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from tests.unit.conftest import run_module
+
+UID_A = "0f3c2a1e-5b7d-4c8e-9a6f-1d2e3f405162"
+UID_B = "1a2b3c4d-0000-4000-8000-00000000000b"
+UID_C = "2b3c4d5e-0000-4000-8000-00000000000c"
+CID_A = "a" * 64
+CID_B = "b" * 64
+CID_C = "c" * 64
+
+
+def node(name, gpus=None, labels=None, extra=None):
+    allocatable = {"cpu": "8"}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    allocatable.update(extra or {})
+    return {"metadata": {"name": name, "labels": labels if labels is not None else {"nvidia.com/gpu.present": "true"}},
+            "status": {"capacity": dict(allocatable), "allocatable": allocatable}}
+
+
+def pod(name, node_name, uid, gpus=0, container_id=None, env=None, phase="Running", resource="nvidia.com/gpu"):
+    container = {"name": "main", "resources": {"limits": {resource: str(gpus)}} if gpus else {}, "env": env or []}
+    status = {"phase": phase}
+    if container_id:
+        status["containerStatuses"] = [{"name": "main", "containerID": "containerd://" + container_id}]
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid}, "spec": {"nodeName": node_name, "containers": [container]}, "status": status}
+
+
+def cgroup(uid, cid, qos="besteffort"):
+    if qos == "guaranteed":
+        return "/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (uid.replace("-", "_"), cid)
+    return "/kubepods.slice/kubepods-%s.slice/kubepods-%s-pod%s.slice/cri-containerd-%s.scope" % (qos, qos, uid.replace("-", "_"), cid)
+
+
+def gpus(count):
+    return [{"index": i, "minor": i, "uuid": "GPU-%d" % i} for i in range(count)]
+
+
+def ids(findings, node_name=None):
+    return sorted(f["id"] for f in findings if node_name is None or f["node"] == node_name)
+
+
+def test_healthy_node_has_no_findings():
+    report = {"gpu_count": 2, "gpus": gpus(2), "processes": [{"gpu": 0, "pid": 10, "used_memory_mib": 100, "cgroup": cgroup(UID_A, CID_A)}]}
+    findings, summary = _consistency.check([node("n1", 2)], [pod("a", "n1", UID_A, 1, CID_A)], {"n1": report})
+    assert findings == []
+    assert summary["n1"]["declared"] == {"nvidia.com/gpu": 2} and summary["n1"]["allocated"] == {"nvidia.com/gpu": 1}
+    assert summary["n1"]["used"] == {"gpus": 1, "processes": 1, "used_memory_mib": 100, "exited_processes": 0}
+
+
+def test_no_plugin_allocatable_zero_with_gpus_present():
+    findings, _ = _consistency.check([node("n1")], [], {"n1": {"gpu_count": 2, "gpus": gpus(2)}})
+    [item] = findings
+    assert item["id"] == "gpu_not_advertised" and item["severity"] == "critical"
+    assert item["expected"]["gpus_present"] == 2
+
+
+def test_labelled_node_without_report_and_without_gpus():
+    findings, _ = _consistency.check([node("n1"), node("cpu", labels={})], [], {})
+    assert ids(findings) == ["gpu_not_advertised"] and findings[0]["node"] == "n1"
+
+
+def test_resource_name_typo():
+    findings, _ = _consistency.check([node("n1", extra={"nvidia.com/nvidia-gpu": "2"})], [], {"n1": {"gpu_count": 2, "gpus": gpus(2)}})
+    assert ids(findings) == ["gpu_not_advertised", "unknown_gpu_resource"]
+    typo = next(f for f in findings if f["id"] == "unknown_gpu_resource")
+    assert typo["found"] == {"nvidia.com/nvidia-gpu": 2}
+
+
+def test_partially_and_over_advertised():
+    assert ids(_consistency.check([node("n1", 1)], [], {"n1": {"gpu_count": 2}})[0]) == ["gpu_partially_advertised"]
+    assert ids(_consistency.check([node("n1", 8)], [], {"n1": {"gpu_count": 2}})[0]) == ["gpu_over_advertised"]
+    assert _consistency.check([node("n1", 8)], [], {"n1": {"gpu_count": 2}}, replicas=4)[0] == []
+
+
+def _mig_gpu(index, profiles):
+    devices = [{"uuid": "MIG-%d-%d" % (index, n), "gpu_instance_id": n, "compute_instance_id": 0} for n in range(sum(profiles.values()))]
+    return {"index": index, "uuid": "GPU-%d" % index, "mig": {"mode_current": "enabled", "layout": profiles, "devices": devices}}
+
+
+def test_mig_not_advertised_under_strategy_none():
+    report = {"gpu_count": 2, "gpus": [_mig_gpu(0, {"1g.10gb": 7}), _mig_gpu(1, {"1g.10gb": 7})]}
+    findings, summary = _consistency.check([node("n1", 2)], [], {"n1": report})
+    assert ids(findings) == ["mig_not_advertised"]
+    assert summary["n1"]["physical"] == {"gpus": 2, "mig_devices": 14, "mig_profiles": {"1g.10gb": 14}}
+    assert _consistency.check([node("n1", extra={"nvidia.com/mig-1g.10gb": "14"})], [], {"n1": report})[0] == []  # mixed
+    assert _consistency.check([node("n1", 14)], [], {"n1": report})[0] == []  # single
+    wrong = node("n1", extra={"nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "7"})
+    assert ids(_consistency.check([wrong], [], {"n1": report})[0]) == ["mig_not_advertised"]
+
+
+def test_generic_mig_devices_shape():
+    report = {"gpu_count": 1, "mig_devices": [{"uuid": "MIG-1", "gpu": 0, "profile": "3g.40gb"}, {"uuid": "MIG-2", "gpu": 0, "profile": "3g.40gb"}]}
+    assert _consistency.check([node("n1", extra={"nvidia.com/mig-3g.40gb": "2"})], [], {"n1": report})[0] == []
+
+
+def test_allocated_exceeds_declared():
+    pods = [pod("a", "n1", UID_A, 2), pod("b", "n1", UID_B, 1), pod("done", "n1", UID_C, 4, phase="Succeeded")]
+    findings, summary = _consistency.check([node("n1", 2)], pods, {})
+    assert ids(findings) == ["allocated_exceeds_declared"] and findings[0]["found"] == {"nvidia.com/gpu": 3}
+    assert summary["n1"]["allocated"] == {"nvidia.com/gpu": 3}
+
+
+def test_memory_cross_sharing_without_request():
+    processes = [{"gpu": i, "pid": 77, "used_memory_mib": 2048, "cgroup": cgroup(UID_B, CID_B)} for i in range(4)]
+    processes.append({"gpu": 1, "pid": 10, "used_memory_mib": 4096, "cgroup": cgroup(UID_A, CID_A, "guaranteed")})
+    env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    pods = [pod("train", "n1", UID_A, 1, CID_A), pod("sneaky", "n1", UID_B, 0, CID_B, env=env)]
+    findings, _ = _consistency.check([node("n1", 4)], pods, {"n1": {"gpu_count": 4, "gpus": gpus(4), "processes": processes}})
+    assert ids(findings) == ["gpu_process_without_allocation", "visible_devices_without_request"]
+    sneaky = next(f for f in findings if f["id"] == "gpu_process_without_allocation")
+    assert sneaky["pod"]["name"] == "sneaky" and sneaky["found"]["devices"] == 4 and sneaky["found"]["pids"] == [77]
+    assert [g["minor"] for g in sneaky["found"]["gpus"]] == [0, 1, 2, 3]
+
+
+def test_pod_uses_more_gpus_than_requested():
+    processes = [{"gpu": i, "pid": 10, "used_memory_mib": 1, "cgroup": cgroup(UID_A, CID_A)} for i in range(2)]
+    findings, _ = _consistency.check([node("n1", 2)], [pod("a", "n1", UID_A, 1, CID_A)], {"n1": {"gpu_count": 2, "gpus": gpus(2), "processes": processes}})
+    assert ids(findings) == ["gpu_process_exceeds_allocation"]
+
+
+def test_processes_outside_pods_unknown_pods_and_unattributed():
+    processes = [
+        {"gpu": 0, "pid": 1, "cgroup": "/system.slice/dcgm.service"},
+        {"gpu": 0, "pid": 2, "cgroup": cgroup(UID_C, CID_C)},
+        {"gpu": 0, "pid": 3},
+    ]
+    findings, _ = _consistency.check([node("n1", 1)], [], {"n1": {"gpu_count": 1, "gpus": gpus(1), "processes": processes}})
+    assert ids(findings) == ["gpu_process_outside_pods", "gpu_process_unattributed", "gpu_process_unknown_pod"]
+
+
+def test_nvml_check_shape_with_process_cgroups():
+    nvml = {"changed": False, "gpu_count": 2, "findings": [],
+            "gpus": [{"index": 0, "minor": 0, "uuid": "GPU-0", "mig": {"capable": False}}, {"index": 1, "minor": 1, "uuid": "GPU-1", "mig": None}],
+            "processes": [{"gpu": 1, "gpu_uuid": "GPU-1", "pid": 42, "used_memory_mib": 5, "gpu_instance_id": None, "mig_device_uuid": None}],
+            "process_cgroups": {"42": "0::" + cgroup(UID_B, CID_B) + "\n"}}
+    findings, _ = _consistency.check([node("n1", 2)], [pod("b", "n1", UID_B, 0, CID_B)], {"n1": nvml})
+    assert ids(findings) == ["gpu_process_without_allocation"]
+    assert findings[0]["found"]["gpus"][0]["uuid"] == "GPU-1"
+
+
+def test_exact_devices_from_pod_resources():
+    processes = [{"gpu_uuid": "GPU-1", "pid": 10, "used_memory_mib": 1, "cgroup": cgroup(UID_A, CID_A)},
+                 {"gpu_uuid": "GPU-0", "pid": 20, "used_memory_mib": 1, "cgroup": cgroup(UID_B, CID_B)}]
+    pods = [pod("a", "n1", UID_A, 1, CID_A), pod("b", "n1", UID_B, 1, CID_B)]
+    resources = {"n1": [
+        {"namespace": "ml", "name": "a", "containers": [{"name": "main", "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-0"]}]}]},
+        {"namespace": "ml", "name": "b", "containers": [{"name": "main", "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-2::1"]}]}]},
+    ]}
+    report = {"gpu_count": 3, "gpus": gpus(3), "processes": processes}
+    findings, summary = _consistency.check([node("n1", 3)], pods, {"n1": report}, resources)
+    assert ids(findings) == ["device_used_by_other_container", "gpu_process_on_unallocated_device"]
+    other = next(f for f in findings if f["id"] == "device_used_by_other_container")
+    assert other["pod"]["name"] == "b" and other["found"]["allocated_to"] == ["ml/a/main"]
+    assert summary["n1"]["pod_resources"] is True
+
+
+def test_nodes_option_limits_and_reports_missing_nodes():
+    findings, summary = _consistency.check([node("n1"), node("n2")], [], {}, wanted=["n2", "ghost"])
+    assert set(summary) == {"n2"}
+    assert ids(findings) == ["gpu_not_advertised", "node_not_found"]
+
+
+def test_one_unreadable_pod_does_not_stop_the_check():
+    bad = pod("bad", "n1", UID_A, 1)
+    bad["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+    findings, _ = _consistency.check([node("n1", 1)], [bad], {})
+    assert ids(findings) == ["pod_unreadable"]
+
+
+def test_cgroup_path_forms():
+    assert _consistency.cgroup_path("0::/a/b\n") == "/a/b"
+    assert _consistency.cgroup_path("/a/b") == "/a/b"
+    assert _consistency.cgroup_path("12:devices:/kubepods/besteffort/podx/y\n1:name=systemd:/init.scope\n") == "/kubepods/besteffort/podx/y"
+    assert _consistency.cgroup_path("") is None and _consistency.cgroup_path(None) is None
+
+
+def test_severity_helpers():
+    findings = [{"severity": "warning"}, {"severity": "critical"}]
+    assert _consistency.max_severity(findings) == "critical" and _consistency.max_severity([]) is None
+    assert _consistency.should_fail(findings, "error") and not _consistency.should_fail([{"severity": "info"}], "warning")
+    assert not _consistency.should_fail(findings, "never")
+
+
+def test_linear_in_nodes_and_pods():
+    nodes = [node("k%d" % n, 8) for n in range(2000)]
+    pods = [pod("p%d" % n, "k%d" % (n % 2000), "uid-%d" % n, 2) for n in range(8000)]
+    findings, summary = _consistency.check(nodes, pods, {})
+    assert findings == [] and len(summary) == 2000 and summary["k0"]["allocated"] == {"nvidia.com/gpu": 8}
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed input: clear message naming the option, node and field
+
+
+@pytest.mark.parametrize(("reports", "resources", "message"), [
+    ({"n1": []}, None, "node_reports[n1]=[] must be a dictionary"),
+    ({"n1": {"gpu_count": -1}}, None, "node_reports[n1].gpu_count=-1 must be an integer >= 0"),
+    ({"n1": {"gpu_count": "8"}}, None, "node_reports[n1].gpu_count='8'"),
+    ({"n1": {"gpu_count": True}}, None, "node_reports[n1].gpu_count=True"),
+    ({"n1": {"gpus": "GPU-0"}}, None, "node_reports[n1].gpus='GPU-0' must be a list"),
+    ({"n1": {"gpus": ["GPU-0"]}}, None, "node_reports[n1].gpus[0]='GPU-0' must be a dictionary"),
+    ({"n1": {"gpus": [{"index": "zero"}]}}, None, "node_reports[n1].gpus[0].index='zero'"),
+    ({"n1": {"gpus": [{"index": 0, "uuid": 5}]}}, None, "node_reports[n1].gpus[0].uuid=5 must be a string"),
+    ({"n1": {"gpus": [{"index": 0, "mig": "on"}]}}, None, "node_reports[n1].gpus[0].mig='on' must be a dictionary"),
+    ({"n1": {"gpus": [{"index": 0, "mig": {"mode_current": "enabled", "layout": {"1g.10gb": "x"}}}]}}, None, "mig.layout[1g.10gb]='x'"),
+    ({"n1": {"processes": [{"gpu": 0}]}}, None, "node_reports[n1].processes[0].pid=None must be an integer >= 1"),
+    ({"n1": {"processes": [{"pid": 5}]}}, None, "node_reports[n1].processes[0] names no GPU"),
+    ({"n1": {"processes": [{"pid": 5, "gpu": 0, "used_memory_mib": -3}]}}, None, "processes[0].used_memory_mib=-3"),
+    ({"n1": {"processes": [{"pid": 5, "gpu": 0, "cgroup": ["/a"]}]}}, None, "processes[0].cgroup=['/a'] must be a string"),
+    ({"n1": {"processes": "none"}}, None, "node_reports[n1].processes='none' must be a list"),
+    ({"n1": {"process_cgroups": ["/a"]}}, None, "node_reports[n1].process_cgroups=['/a'] must be a dictionary"),
+    ({"n1": {"mig_devices": [3]}}, None, "node_reports[n1].mig_devices[0]=3 must be a dictionary"),
+    ({}, {"n1": {"pods": []}}, "pod_resources[n1]={'pods': []} must be a list"),
+    ({}, {"n1": [{"containers": "main"}]}, "pod_resources[n1][0].containers='main' must be a list"),
+    ({}, {"n1": [{"containers": [{"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": "GPU-0"}]}]}]}, "device_ids='GPU-0' must be a list"),
+])
+def test_malformed_reports(reports, resources, message):
+    with pytest.raises(GpuhardenError) as error:
+        _consistency.validate(reports, resources)
+    assert message in error.value.msg, error.value.msg
+
+
+def test_malformed_replicas():
+    with pytest.raises(GpuhardenError, match="option sharing_replicas=0 must be an integer >= 1"):
+        _consistency.validate({}, None, 0)
+
+
+def test_module_refuses_bad_report_before_connecting(world_tmp):
+    # No kubeconfig exists: a clean failure about the report shows validation ran first.
+    result = run_module("gpu_consistency", {"node_reports": {"n1": {"gpu_count": -1}}, "kubeconfig": str(world_tmp / "missing")}, {})
+    assert result["failed"] is True and "node_reports[n1].gpu_count=-1" in result["msg"]
+
+
+def test_module_bad_page_limit():
+    result = run_module("gpu_consistency", {"page_limit": 0}, {})
+    assert result["failed"] is True and "option page_limit=0" in result["msg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# process_cgroup_info
+
+
+def test_process_cgroup_info_reads_a_temp_proc(world_tmp):
+    path = cgroup(UID_A, CID_A)
+    (world_tmp / "proc/100").mkdir(parents=True)
+    (world_tmp / "proc/100/cgroup").write_text("0::%s\n" % path)
+    (world_tmp / "proc/200").mkdir(parents=True)
+    (world_tmp / "proc/200/cgroup").write_text("0::/system.slice/sshd.service\n")
+    result = run_module("process_cgroup_info", {"root": str(world_tmp), "pids": [100, 200, 300]}, {})
+    assert result["changed"] is False
+    assert result["cgroups"] == {"100": path, "200": "/system.slice/sshd.service"}
+    assert result["containers"] == {"100": {"pod_uid": UID_A, "container_id": CID_A, "driver": "systemd", "qos": "besteffort"}}
+    assert result["missing"] == [300]
+
+
+def test_process_cgroup_info_rejects_bad_pid(world_tmp):
+    result = run_module("process_cgroup_info", {"root": str(world_tmp), "pids": [0]}, {})
+    assert result["failed"] is True and "pids[0]=0 is not a process ID" in result["msg"]
+
+
+def test_exited_processes_are_left_out():
+    report = {"gpu_count": 1, "gpus": gpus(1), "processes": [{"gpu": 0, "pid": 4242, "used_memory_mib": 5}], "missing_pids": [4242]}
+    findings, summary = _consistency.check([node("n1", 1)], [], {"n1": report})
+    assert findings == [] and summary["n1"]["used"]["exited_processes"] == 1
+    with pytest.raises(GpuhardenError, match=r"node_reports\[n1\].missing_pids\[0\]='x'"):
+        _consistency.validate({"n1": {"missing_pids": ["x"]}})

@@ -1,0 +1,383 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""node_maintenance: the pure drain planner, the retry loops with a fake clock, the module's flow against a
+fake cluster, and the 403 message helper."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _drain, _k8s_access
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from tests.unit.conftest import run_module
+
+node_maintenance = importlib.import_module("ansible_collections.gpuharden.k8s.plugins.modules.node_maintenance")
+
+
+def pod(name, node="n1", namespace="ml", owner=("ReplicaSet", "rs"), phase="Running", labels=None, volumes=None, mirror=False,
+        deleting=False, uid=None):
+    meta = {"name": name, "namespace": namespace, "uid": uid or "uid-" + name, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    if mirror:
+        meta["annotations"] = {_drain.MIRROR_ANNOTATION: "x"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node, "volumes": volumes or []}, "status": {"phase": phase}}
+
+
+def pdb(name, match, allowed, namespace="ml"):
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"selector": {"matchLabels": match}},
+            "status": {"disruptionsAllowed": allowed}}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# classify
+
+
+def test_classify_sorts_pods_like_kubectl_drain():
+    pods = [
+        pod("web-1"),
+        pod("plugin", owner=("DaemonSet", "nvidia-device-plugin")),
+        pod("static", owner=("Node", "n1"), mirror=True),
+        pod("bare", owner=None),
+        pod("scratch", volumes=[{"name": "tmp", "emptyDir": {}}]),
+        pod("done", owner=None, phase="Succeeded"),
+        pod("leaving", deleting=True),
+        pod("elsewhere", node="n2"),
+    ]
+    plan = _drain.classify(pods, ["n1"])
+    assert [ref["name"] for ref in plan["evict"]] == ["done", "web-1"]
+    assert {ref["name"]: ref["reason"] for ref in plan["skipped"]} == {
+        "plugin": "DaemonSet pod", "static": "mirror pod (static pod of the kubelet)"}
+    assert [ref["name"] for ref in plan["waiting"]] == ["leaving"]
+    refused = {ref["name"]: ref["reason"] for ref in plan["refused"]}
+    assert set(refused) == {"bare", "scratch"}
+    assert "force" in refused["bare"] and "delete_emptydir_data" in refused["scratch"]
+
+
+def test_classify_force_and_emptydir_flags():
+    pods = [pod("bare", owner=None), pod("scratch", volumes=[{"name": "tmp", "emptyDir": {}}])]
+    assert [r["name"] for r in _drain.classify(pods, ["n1"], force=True)["evict"]] == ["bare"]
+    plan = _drain.classify(pods, ["n1"], force=True, delete_emptydir_data=True)
+    assert [r["name"] for r in plan["evict"]] == ["bare", "scratch"] and plan["refused"] == []
+
+
+def test_refusal_message_names_pods_and_reasons():
+    plan = _drain.classify([pod("bare", owner=None)], ["n1"])
+    message = _drain.refusal_message(plan["refused"])
+    assert "ml/bare on n1" in message and "no controller" in message and "Nothing was evicted" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# PodDisruptionBudgets
+
+
+def test_pdb_selector_matching():
+    ref = {"namespace": "ml", "labels": {"app": "web", "tier": "front"}}
+    assert _drain.matching_pdbs(ref, [pdb("a", {"app": "web"}, 1)]) == ["a"]
+    assert _drain.matching_pdbs(ref, [pdb("a", {"app": "db"}, 1)]) == []
+    assert _drain.matching_pdbs(ref, [pdb("a", {"app": "web"}, 1, namespace="other")]) == []
+    everything = {"metadata": {"name": "all", "namespace": "ml"}, "spec": {"selector": {}}}
+    nothing = {"metadata": {"name": "none", "namespace": "ml"}, "spec": {}}
+    assert _drain.matching_pdbs(ref, [everything, nothing]) == ["all"]
+    expressions = {"metadata": {"name": "expr", "namespace": "ml"}, "spec": {"selector": {"matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["front"]}, {"key": "canary", "operator": "DoesNotExist"}]}}}
+    assert _drain.matching_pdbs(ref, [expressions]) == ["expr"]
+    expressions["spec"]["selector"]["matchExpressions"].append({"key": "app", "operator": "NotIn", "values": ["web"]})
+    assert _drain.matching_pdbs(ref, [expressions]) == []
+
+
+def test_predict_blocks_consumes_disruptions_in_order():
+    pods = [pod("web-%d" % n, labels={"app": "web"}) for n in range(3)] + [pod("db-0", labels={"app": "db"})]
+    plan = _drain.classify(pods, ["n1"])
+    blocked = _drain.predict_blocks(plan["evict"], [pdb("web", {"app": "web"}, 1), pdb("db", {"app": "db"}, 0)])
+    assert [(ref["name"], ref["pdb"]) for ref in blocked] == [("db-0", ["db"]), ("web-1", ["web"]), ("web-2", ["web"])]
+    assert "allows no more disruptions" in blocked[0]["message"]
+
+
+def test_predict_blocks_two_budgets_and_pending_pods():
+    pods = [pod("web-0", labels={"app": "web"}), pod("web-1", labels={"app": "web"}, phase="Pending")]
+    plan = _drain.classify(pods, ["n1"])
+    blocked = _drain.predict_blocks(plan["evict"], [pdb("a", {"app": "web"}, 5), pdb("b", {"app": "web"}, 5)])
+    assert [ref["name"] for ref in blocked] == ["web-0"]  # the Pending pod is not counted by budgets
+    assert _drain.MULTIPLE_PDBS in blocked[0]["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Eviction answers and the loops
+
+
+def test_eviction_body_has_uid_precondition_and_grace():
+    body = _drain.eviction_body({"name": "p", "namespace": "ml", "uid": "u1"}, grace_period=30)
+    assert body["apiVersion"] == "policy/v1" and body["kind"] == "Eviction"
+    assert body["deleteOptions"] == {"gracePeriodSeconds": 30, "preconditions": {"uid": "u1"}}
+    assert "deleteOptions" not in _drain.eviction_body({"name": "p", "namespace": "ml"})
+
+
+@pytest.mark.parametrize(("status", "body", "outcome"), [
+    (201, {}, "evicted"),
+    (200, {}, "evicted"),
+    (404, {"message": "pods \"p\" not found"}, "gone"),
+    (409, {"message": "Precondition failed: UID in precondition: u1, UID in object meta: u2"}, "gone"),
+    (429, {"message": "Cannot evict pod as it would violate the pod's disruption budget.",
+           "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]}},
+     "retry"),
+    (500, {"message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}, "blocked"),
+    (500, {"message": "etcd is down"}, None),
+])
+def test_eviction_outcome(status, body, outcome):
+    assert _drain.eviction_outcome(status, body)[0] == outcome
+
+
+def test_eviction_outcome_keeps_the_budget_cause():
+    body = {"message": "Cannot evict pod", "details": {"causes": [{"message": "The disruption budget web needs 2 healthy pods"}]}}
+    assert "The disruption budget web needs 2 healthy pods" in _drain.eviction_outcome(429, body)[1]
+
+
+def test_run_evictions_retries_429_until_timeout_then_blocked():
+    clock = Clock()
+    answers = {"a": iter([("retry", "budget"), ("evicted", "")]), "b": iter([("retry", "budget web")] * 100)}
+    refs = [{"name": "a", "namespace": "ml", "uid": "1"}, {"name": "b", "namespace": "ml", "uid": "2"}]
+    evicted, gone, blocked = _drain.run_evictions(refs, lambda ref: next(answers[ref["name"]]), clock, clock.sleep, deadline=12, retry_interval=5)
+    assert [ref["name"] for ref in evicted] == ["a"]
+    assert gone == []
+    assert [(ref["name"], ref["message"]) for ref in blocked] == [("b", "budget web")]
+    assert clock.sleeps == [5, 5] and clock.now == 10
+
+
+def test_run_evictions_gone_and_permanently_blocked():
+    clock = Clock()
+    outcomes = {"a": ("gone", ""), "b": ("blocked", "more than one PodDisruptionBudget")}
+    refs = [{"name": "a"}, {"name": "b"}]
+    evicted, gone, blocked = _drain.run_evictions(refs, lambda ref: outcomes[ref["name"]], clock, clock.sleep, 100, 5)
+    assert evicted == [] and [r["name"] for r in gone] == ["a"] and [r["name"] for r in blocked] == ["b"]
+    assert clock.sleeps == []
+
+
+def test_wait_gone_until_deadline():
+    clock = Clock()
+    present = [{"1", "2"}, {"2"}, {"2"}, {"2"}]
+    refs = [{"uid": "1"}, {"uid": "2"}]
+    remaining = _drain.wait_gone(refs, lambda: present.pop(0) if present else {"2"}, clock, clock.sleep, deadline=2.5, poll_interval=1)
+    assert remaining == [{"uid": "2"}]
+    clock = Clock()
+    assert _drain.wait_gone(refs, lambda: set(), clock, clock.sleep, 10, 1) == []
+
+
+def test_cordon_plan_and_patch():
+    current = {"a": False, "b": True}
+    assert _drain.cordon_plan(["a", "b"], current, "drained") == {"a": True}
+    assert _drain.cordon_plan(["a", "b"], current, "cordoned") == {"a": True}
+    assert _drain.cordon_plan(["a", "b"], current, "uncordoned") == {"b": False}
+    assert _drain.cordon_patch(True) == {"spec": {"unschedulable": True}}
+    assert _drain.cordon_patch(False) == {"spec": {"unschedulable": None}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed input: a clear message, nothing touched
+
+
+def params(**overrides):
+    base = {"nodes": ["n1"], "state": "drained", "force": False, "delete_emptydir_data": False, "disable_eviction": False,
+            "grace_period": None, "timeout": 30.0, "retry_interval": 5.0, "poll_interval": 1.0, "page_limit": 500}
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"nodes": []}, "option nodes is empty"),
+    ({"nodes": [""]}, "nodes[0]=''"),
+    ({"nodes": ["a,b"]}, "nodes[0]='a,b' is not a node name"),
+    ({"nodes": ["ok", "spec.nodeName=x"]}, "nodes[1]="),
+    ({"nodes": ["with space"]}, "is not a node name"),
+    ({"state": "drain"}, "option state='drain' must be one of cordoned, drained, uncordoned"),
+    ({"timeout": 0}, "option timeout=0 must be a positive number of seconds"),
+    ({"timeout": -5.0}, "option timeout=-5.0"),
+    ({"retry_interval": 0}, "option retry_interval=0"),
+    ({"poll_interval": -1}, "option poll_interval=-1"),
+    ({"grace_period": -1}, "option grace_period=-1 must be 0 or more seconds"),
+    ({"page_limit": 0}, "option page_limit=0"),
+])
+def test_malformed_options_are_refused_before_any_request(overrides, message):
+    cluster = FakeCluster({"n1": False}, [])
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(**overrides), False, cluster)
+    assert message in error.value.msg
+    assert cluster.calls == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The module's flow against a fake cluster
+
+
+class FakeCluster:
+    requests = 0
+
+    def __init__(self, unschedulable, pods, pdbs=(), evictions=None):
+        self.state = dict(unschedulable)
+        self.pod_list = list(pods)
+        self.pdb_list = list(pdbs)
+        self.evictions = evictions or {}
+        self.calls = []
+
+    def unschedulable(self, node):
+        self.calls.append(("get", node))
+        return self.state[node]
+
+    def set_unschedulable(self, node, value):
+        self.calls.append(("patch", node, value))
+        self.state[node] = value
+
+    def pods(self, nodes):
+        self.calls.append(("list", "pods"))
+        return list(self.pod_list)
+
+    def pdbs(self):
+        self.calls.append(("list", "pdbs"))
+        return self.pdb_list
+
+    def evict(self, ref, grace_period):
+        self.calls.append(("evict", ref["name"]))
+        outcome = self.evictions.get(ref["name"], ("evicted", ""))
+        if outcome[0] == "evicted":
+            self.pod_list = [p for p in self.pod_list if p["metadata"]["uid"] != ref["uid"]]
+        return outcome
+
+    def delete(self, ref, grace_period):
+        self.calls.append(("delete", ref["name"]))
+        return "evicted", ""
+
+
+def _writes(cluster):
+    return [call for call in cluster.calls if call[0] in ("patch", "evict", "delete")]
+
+
+def test_check_mode_reports_and_changes_nothing():
+    pods = [pod("web-0", labels={"app": "web"}), pod("web-1", labels={"app": "web"}), pod("ds", owner=("DaemonSet", "x"))]
+    cluster = FakeCluster({"n1": False}, pods, [pdb("web", {"app": "web"}, 1)])
+    result = node_maintenance.run(params(), True, cluster)
+    assert result["changed"] is True
+    assert [p["name"] for p in result["evicted"]] == ["web-0", "web-1"]
+    assert [p["name"] for p in result["would_block"]] == ["web-1"]
+    assert [p["name"] for p in result["skipped_pods"]] == ["ds"]
+    assert not {"skipped", "failed"} & set(result)  # keys Ansible reads as the task's own status
+    assert result["nodes"] == {"n1": {"unschedulable_before": False, "unschedulable_after": True}}
+    assert _writes(cluster) == []
+
+
+def test_drain_evicts_waits_and_reapply_is_unchanged():
+    clock = Clock()
+    cluster = FakeCluster({"n1": False}, [pod("web-0"), pod("ds", owner=("DaemonSet", "x"))])
+    result = node_maintenance.run(params(), False, cluster, clock, clock.sleep)
+    assert result["changed"] is True and [p["name"] for p in result["evicted"]] == ["web-0"]
+    assert result["blocked"] == [] and result["not_gone"] == []
+    assert _writes(cluster) == [("patch", "n1", True), ("evict", "web-0")]
+    cluster.calls = []
+    again = node_maintenance.run(params(), False, cluster, clock, clock.sleep)
+    assert again["changed"] is False and again["evicted"] == [] and _writes(cluster) == []
+
+
+def test_blocked_eviction_fails_reported_not_forced():
+    clock = Clock()
+    cluster = FakeCluster({"n1": False}, [pod("web-0")], evictions={"web-0": ("retry", "The disruption budget web needs 1 healthy pods")})
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(force=True, timeout=12), False, cluster, clock, clock.sleep)
+    assert "blocked by PodDisruptionBudgets" in error.value.msg and "not forced" in error.value.msg
+    assert "ml/web-0: The disruption budget web needs 1 healthy pods" in error.value.msg
+    assert [p["name"] for p in error.value.result["blocked"]] == ["web-0"]
+    assert error.value.result["changed"] is True
+    assert not any(call[0] == "delete" for call in cluster.calls)
+    assert cluster.state["n1"] is True  # stays cordoned
+
+
+def test_refused_pods_fail_before_the_cordon():
+    cluster = FakeCluster({"n1": False}, [pod("bare", owner=None)])
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(), False, cluster)
+    assert "cannot drain" in error.value.msg and error.value.result["changed"] is False
+    assert _writes(cluster) == []
+
+
+def test_disable_eviction_deletes():
+    clock = Clock()
+    cluster = FakeCluster({"n1": True}, [pod("web-0")])
+    cluster.delete = lambda ref, grace: (cluster.calls.append(("delete", ref["name"])), cluster.pod_list.clear(), ("evicted", ""))[2]
+    result = node_maintenance.run(params(disable_eviction=True), False, cluster, clock, clock.sleep)
+    assert ("delete", "web-0") in cluster.calls and not any(call[0] == "evict" for call in cluster.calls)
+    assert result["changed"] is True
+
+
+def test_cordon_and_uncordon_only_touch_the_flag():
+    cluster = FakeCluster({"n1": False, "n2": True}, [pod("web-0")])
+    result = node_maintenance.run(params(nodes=["n1", "n2"], state="cordoned"), False, cluster)
+    assert result["changed"] is True and _writes(cluster) == [("patch", "n1", True)]
+    cluster.calls = []
+    result = node_maintenance.run(params(nodes=["n1", "n2"], state="uncordoned"), False, cluster)
+    assert _writes(cluster) == [("patch", "n1", False), ("patch", "n2", False)]
+    assert not any(call == ("list", "pods") for call in cluster.calls)
+    cluster.calls = []
+    assert node_maintenance.run(params(nodes=["n1", "n2"], state="uncordoned"), False, cluster)["changed"] is False
+
+
+def test_diff_shows_flag_and_evictions():
+    cluster = FakeCluster({"n1": False}, [pod("web-0")])
+    result = node_maintenance.run(params(), True, cluster)
+    diff = node_maintenance.diff(result)
+    assert diff["before"] == {"n1": {"unschedulable": False}}
+    assert diff["after"] == {"n1": {"unschedulable": True, "evicted": ["ml/web-0"]}}
+
+
+# ---------------------------------------------------------------------------------------------
+# 403 messages and module-level errors
+
+
+def test_forbidden_message_names_identity_verb_resource():
+    message = ('nodes "gpu-1" is forbidden: User "system:serviceaccount:gpuharden-system:gpuharden" cannot delete resource '
+               '"nodes" in API group "" at the cluster scope')
+    target = _k8s_access.Target("delete", "nodes", name="gpu-1")
+    text = _k8s_access.forbidden_message("node_maintenance", target, message)
+    assert text.startswith("node_maintenance: forbidden: system:serviceaccount:gpuharden-system:gpuharden may not delete nodes 'gpu-1'")
+    assert "at cluster scope" in text and "deploy/rbac/gpuharden-rbac.yaml" in text and "verb 'delete' on resource 'nodes'" in text
+    target = _k8s_access.Target("create", "pods/eviction", namespace="ml", name="p")
+    assert "in namespace ml" in _k8s_access.forbidden_message("m", target, "no user here")
+    assert "the identity in use" in _k8s_access.forbidden_message("m", target, "no user here")
+
+
+def test_failure_turns_a_403_into_the_message():
+    from kubernetes.client.rest import ApiException
+
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "message": 'secrets is forbidden: User "alice" cannot list resource "secrets" in API group "" '
+                                                          'in the namespace "kube-system"'})
+    converted = _k8s_access.failure("gpu_consistency", _k8s_access.Target("list", "secrets", namespace="kube-system"), error)
+    assert "forbidden: alice may not list secrets" in converted.msg
+    assert converted.result["forbidden"]["identity"] == "alice" and converted.result["status"] == 403
+    other = _k8s_access.failure("m", _k8s_access.Target("get", "nodes"), ApiException(status=500, reason="Internal"))
+    assert "500" in other.msg
+
+
+def test_module_without_reachable_kubeconfig_is_a_clear_error(world_tmp):
+    result = run_module("node_maintenance", {"nodes": ["n1"], "kubeconfig": str(world_tmp / "missing")}, {})
+    assert result["failed"] is True
+    assert "no such file on the controller" in result["msg"]
+
+
+def test_module_rejects_unknown_state():
+    result = run_module("node_maintenance", {"nodes": ["n1"], "state": "drain"}, {})
+    assert result["failed"] is True and "state" in result["msg"]
