@@ -77,11 +77,13 @@ def test_tool_identity_is_the_shipped_service_account_and_not_admin(lab):
 
 def test_device_plugin_registration_is_mirrored(lab):
     state, api = lab
-    cluster.apply_objects(api, [PLUGIN])
     expected = {"gpu-a100-0": "8", "gpu-h100-0": "4", "gpu-l4-0": "2"}
-    _wait(lambda: {n: i["allocatable_gpu"].get("nvidia.com/gpu") for n, i in cluster.node_summary(api).items()} == expected)
+    allocatable = lambda: {n: i["allocatable_gpu"].get("nvidia.com/gpu") for n, i in cluster.node_summary(api).items()}  # noqa: E731
+    _wait(lambda: allocatable() == expected)  # the healthy scenario's plugin install
     client.AppsV1Api(api).delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
     _wait(lambda: all(not info["allocatable_gpu"] for info in cluster.node_summary(api).values()))
+    cluster.apply_objects(api, [PLUGIN])
+    _wait(lambda: allocatable() == expected)
 
 
 def test_kubelet_refuses_a_config_the_real_validation_rejects(lab):
