@@ -226,6 +226,19 @@ def _gpu_facts(index, handle, read_numa_node):
     }
 
 
+def _init(inventory):
+    """nvmlInit(); on failure the reason goes into ``inventory`` and the answer is False."""
+    if not HAS_PYNVML:
+        inventory["reason"] = missing_pynvml_reason()
+        return False
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        inventory["reason"] = failure_reason(error)
+        return False
+    return True
+
+
 def collect_inventory(read_numa_node):
     """Everything NVML says about the node's GPUs.
 
@@ -243,13 +256,7 @@ def collect_inventory(read_numa_node):
         "gpu_count": None,
         "gpus": [],
     }
-    if not HAS_PYNVML:
-        inventory["reason"] = missing_pynvml_reason()
-        return inventory
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        inventory["reason"] = failure_reason(error)
+    if not _init(inventory):
         return inventory
     try:
         inventory["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -426,13 +433,7 @@ def collect_health(read_numa_node):
         "available": False, "reason": None, "driver_version": None, "nvml_version": None,
         "gpu_count": None, "gpus": [], "topology_pairs": [],
     }
-    if not HAS_PYNVML:
-        inventory["reason"] = missing_pynvml_reason()
-        return inventory
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        inventory["reason"] = failure_reason(error)
+    if not _init(inventory):
         return inventory
     try:
         inventory["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
