@@ -162,8 +162,9 @@ def test_check_apply_reapply(lab):
 
 
 def test_node_without_memory_controller_is_refused(lab):
-    # seed-dev-perm has no memory view: its real cgroup2 root has no memory controller on this machine.
-    events, _stats, _s = _run(lab, extravars=dict(_extravars(), cgroup_limits_test_hosts="seed-dev-perm"))
+    # The node's real cgroup2 root (not the lab's memory view) has no memory controller on this machine.
+    events, _stats, _s = _run(lab, extravars=dict(_extravars(), cgroup_limits_test_hosts="seed-dev-perm",
+                                                  cgroup_limits_cgroup_root="/sys/fs/cgroup"))
     [(host, task, msg)] = _failures(events)
     assert host == "seed-dev-perm" and "Preflight" in task
     assert "/sys/fs/cgroup is cgroup v2 but its cgroup.controllers" in msg and "has no memory controller" in msg
@@ -188,7 +189,7 @@ def test_gpu_pods_info_one_list_for_several_nodes(lab):
 
 
 def test_gpu_pods_info_without_rbac_is_a_clear_error(lab):
-    args = "nodes=%s kubeconfig=%s" % (NODE, lab["cluster"]["tool_kubeconfig"])
+    args = "nodes=%s kubeconfig=%s" % (NODE, lab["cluster"]["no_rbac_kubeconfig"])
     events, _stats, _s = _run(lab, module="gpuharden.k8s.gpu_pods_info", module_args=args, host_pattern="localhost",
                               extravars={"ansible_python_interpreter": sys.executable})
     [result] = _results(events)

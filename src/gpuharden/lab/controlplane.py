@@ -29,6 +29,7 @@ API_PORT = 6443
 KCM_PORT, SCHEDULER_PORT = 10257, 10259
 API_URL = "https://127.0.0.1:%d" % API_PORT
 TOOL_USER = "gpuharden"
+NO_RBAC_USER = "lab-no-rbac"  # authenticated, bound to nothing: for tests of clear 403 messages
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _credentials(directory: Path, node_names: list[str]) -> Credentials:
     )
     rows = [
         '%s,admin,admin,"system:masters"' % credentials.admin_token,
-        "%s,%s,%s" % (credentials.tool_token, TOOL_USER, TOOL_USER),
+        "%s,%s,%s" % (credentials.tool_token, NO_RBAC_USER, NO_RBAC_USER),
     ]
     rows += ['%s,system:node:%s,node-%s,"system:nodes"' % (token, name, name) for name, token in credentials.node_tokens.items()]
     (directory / "tokens.csv").write_text("\n".join(rows) + "\n")
@@ -92,7 +93,7 @@ def _credentials(directory: Path, node_names: list[str]) -> Credentials:
     _serving_certificate(directory / "pki")
     run(["openssl", "genrsa", "-out", str(directory / "sa.key"), "2048"])
     run(["openssl", "rsa", "-in", str(directory / "sa.key"), "-pubout", "-out", str(directory / "sa.pub")])
-    for name, token, user in (("admin", credentials.admin_token, "admin"), (TOOL_USER, credentials.tool_token, TOOL_USER)):
+    for name, token, user in (("admin", credentials.admin_token, "admin"), ("no-rbac", credentials.tool_token, NO_RBAC_USER)):
         path = directory / ("%s.kubeconfig" % name)
         path.write_text(kubeconfig(token, user))
         path.chmod(0o600)
@@ -200,5 +201,6 @@ def start(credentials: Credentials, netns_names: list[str]) -> dict:
         "bin_dir": str(bin_dir),
         "admin_kubeconfig": str(admin),
         "tool_kubeconfig": str(directory / ("%s.kubeconfig" % TOOL_USER)),
+        "no_rbac_kubeconfig": str(directory / "no-rbac.kubeconfig"),
         "timings": timings,
     }
