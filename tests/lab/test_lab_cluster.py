@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -39,6 +40,9 @@ def lab(tmp_path_factory):
         yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
     # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
     assert host_files_changed_since(str(marker)) == []
+    # ... and the services themselves (started at boot through the node's systemctl) died with the lab.
+    survivors = subprocess.run(["pgrep", "-f", "gpuharden.lab.standins"], capture_output=True, text=True, check=False)
+    assert survivors.stdout.split() == []
 
 
 def _wait(predicate, timeout=30.0):

@@ -245,15 +245,40 @@ def leftovers() -> list[str]:
         found.append("directory " + str(layout.LAB_DIR))
     if (layout.INVENTORY_DIR / "hosts.yml").exists():
         found.append("inventory " + str(layout.INVENTORY_DIR / "hosts.yml"))
-    found += ["process %d" % pid for pid in _lab_pids()]
+    found += ["process %d" % pid for pid in sorted(set(_lab_pids() + _pids_in_netns(_lab_netns_inodes())))]
     return found
+
+
+def _lab_netns_inodes() -> set[int]:
+    inodes = set()
+    for entry in Path("/run/netns").glob(layout.PREFIX + "-*"):
+        try:
+            inodes.add(entry.stat().st_ino)
+        except OSError:
+            continue
+    return inodes
+
+
+def _pids_in_netns(inodes: set[int]) -> list[int]:
+    """Processes living in one of the lab's network namespaces, whatever cgroup they are in."""
+    pids = []
+    if not inodes:
+        return pids
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "ns" / "net").stat().st_ino in inodes:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 def down() -> list[str]:
     """Remove everything the lab created, whatever state it is in (also after a crashed `up`)."""
     require_root()
     kill_cgroup_tree(layout.lab_cgroup())
-    for pid in _lab_pids():
+    for pid in _lab_pids() + _pids_in_netns(_lab_netns_inodes()):
         try:
             os.kill(pid, 9)
         except ProcessLookupError:

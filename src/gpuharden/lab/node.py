@@ -78,8 +78,13 @@ class Node:
             raise LabError("node %s is not running (no sshd pid in %s)" % (self.name, self.pid_file)) from None
 
     def enter_argv(self, *, net: bool = True) -> list[str]:
-        """argv prefix that runs a command inside the node's namespaces."""
-        argv = ["nsenter", "--target", str(self.holder_pid()), "--mount", "--cgroup"]
+        """argv prefix that runs a command inside the node: in its cgroup subtree first (nsenter changes
+        namespaces, not cgroup membership, and whatever the command starts — services through the
+        systemctl stand-in — must die with the node), then in its namespaces."""
+        exec_cgroup = self.cgroup / "system.slice" / "lab-exec.scope"
+        exec_cgroup.mkdir(parents=True, exist_ok=True)
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(exec_cgroup)]
+        argv += ["nsenter", "--target", str(self.holder_pid()), "--mount", "--cgroup"]
         return argv + (["--net"] if net else [])
 
     def upper_path(self, node_path: str) -> Path:
