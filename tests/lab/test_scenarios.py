@@ -97,14 +97,3 @@ def test_memory_view_and_inventory(seeded):
     assert highs.split() == ["6", "max"]  # pod + container cgroups of infer-0, infer-1 and notebook (no limit)
     maxes = _ssh(state, "seed-memory-high", "find /var/lib/gpuharden-memcg -name memory.max | xargs cat | sort | uniq -c")
     assert maxes.split() == ["4", "17179869184", "2", "max"]
-
-
-def test_mixed_fleet():
-    with running_lab("mixed-fleet") as state:
-        address = state["nodes"]["l4-k3s-0"]["address"]
-        result = manager.ssh(address, "systemctl is-active k3s-agent && curl -sf http://127.0.0.1:10248/healthz")
-        assert result.stdout.split() == ["active", "ok"]
-        cpu = manager.ssh(state["nodes"]["cpu-0"]["address"], "ls /dev/nvidia* 2>/dev/null | wc -l; ls /proc/driver/nvidia 2>&1 | wc -l")
-        assert cpu.stdout.split()[0] == "0"
-        labels = client.CoreV1Api(cluster.api_client(state["cluster"]["admin_kubeconfig"])).read_node("cpu-0").metadata.labels
-        assert "nvidia.com/gpu.present" not in labels
