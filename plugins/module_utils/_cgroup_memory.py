@@ -28,6 +28,7 @@ import os
 import re
 from decimal import ROUND_FLOOR, Decimal
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._files import FileChange, read_text
 
@@ -360,3 +361,40 @@ def write_values(changes, root="/", host_path=None):
 
 def change_record(change):
     return {"path": change.path, "before": (change.before or "").strip(), "after": (change.after or "").strip()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the whole decision, shared by cgroup_memory and node_audit
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
+        "pod_uids": {"type": "list", "elements": "str", "default": []},
+        "factor": {"type": "float", "default": 0.9},
+        "page_size": {"type": "int"},
+    }
+
+
+def decide(params, mounts_text=None):
+    """Everything up to the plan: validation, the hierarchy check, one read of the wanted pods' files."""
+    root = params["root"]
+    cgroup_root = os.path.normpath(params["cgroup_root"])
+    uids = normalize_uids(params["pod_uids"] or [])
+    factor = check_factor(params["factor"])
+    page_size = params["page_size"] if params["page_size"] is not None else os.sysconf("SC_PAGE_SIZE")
+    check_page_size(page_size)
+    if not os.path.isdir(root):
+        raise GpuhardenError("cgroup_memory: option root=%s is not a directory" % root)
+    base = _host.host_path(root, cgroup_root)
+    if not os.path.isdir(base):
+        raise GpuhardenError("cgroup_memory: option cgroup_root=%s is not a directory on the node" % cgroup_root)
+    if mounts_text is None:
+        mounts_text = _host.read_text("/proc/self/mounts") or ""
+    controllers = read_text(os.path.join(base, "cgroup.controllers"))
+    check_hierarchy(cgroup_root, controllers, mounts_text, where=os.path.realpath(base))
+    snapshot = scan_pods(base, uids) if uids else {}
+    planned = plan(cgroup_root, uids, snapshot, factor, page_size)
+    planned.update(cgroup_root=cgroup_root, page_size=page_size)
+    return planned

@@ -676,3 +676,29 @@ def plan_runtime_view(files, params):
         if view.enable_cdi() is not None:
             cdi = view.enable_cdi()
     return {"runtime": runtime, "default_runtime_name": default_name, "enable_cdi": cdi}
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the whole decision, shared by containerd_nvidia_runtime and node_audit
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "path": {"type": "path", "default": "/etc/containerd/config.toml"},
+        "runtime_name": {"type": "str", "default": "nvidia"},
+        "binary_name": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
+        "runtime_type": {"type": "str", "default": "io.containerd.runc.v2"},
+        "base_runtime": {"type": "str", "default": "runc"},
+        "set_as_default": {"type": "bool", "default": False},
+        "enable_cdi": {"type": "bool", "default": False},
+        "drop_in": {"type": "path", "default": "/etc/containerd/conf.d/99-nvidia.toml"},
+        "backup": {"type": "bool", "default": False},
+    }
+
+
+def decide(params):
+    """Validate, read the whole config set, plan (nothing changes here)."""
+    validate_params(params)
+    files = read_config_set(params["root"], params["path"])
+    return plan_runtime(files, params, root=params["root"])

@@ -653,3 +653,54 @@ def apply_nodes(planned, root, label=None):
         raise GpuhardenError("%s: %s (after: %s)" % (error.filename or "device node", error.strerror, "; ".join(done) or "nothing"),
                              applied=done) from None
     return done
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the whole decision, shared by nvidia_device_nodes and node_audit
+
+
+def argument_spec():
+    return {
+        "root": {"type": "path", "default": "/"},
+        "policy": {"type": "str", "choices": list(POLICIES), "default": "default"},
+        "owner": {"type": "raw"},
+        "group": {"type": "raw"},
+        "mode": {"type": "raw"},
+        "create_missing": {"type": "bool", "default": True},
+        "char_links": {"type": "bool", "default": True},
+        "persist": {"type": "bool", "default": True},
+        "modprobe_file": {"type": "path", "default": "/etc/modprobe.d/zz-gpuharden-nvidia.conf"},
+        "udev_rules_file": {"type": "path", "default": "/etc/udev/rules.d/70-gpuharden-nvidia.rules"},
+        "on_conflict": {"type": "str", "choices": ["warn", "fail"], "default": "warn"},
+        "backup": {"type": "bool", "default": False},
+    }
+
+
+def check_paths(params):
+    for option, suffix in (("modprobe_file", ".conf"), ("udev_rules_file", ".rules")):
+        value = params[option]
+        if not value.startswith("/") or not value.endswith(suffix) or value.endswith("/" + suffix):
+            raise GpuhardenError("option %s=%s: give an absolute path ending in %s (other names are ignored by %s)"
+                                 % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
+
+
+def decide(params):
+    """Parse the options, read the node, plan everything (nothing changes here)."""
+    check_paths(params)
+    root = params["root"]
+    observed = observe(root, params["modprobe_file"], params["udev_rules_file"])
+    lookup_user, lookup_group, name_of = id_lookups(root)
+    policy = resolve_policy(params["policy"], params["owner"], params["group"], params["mode"],
+                            lookup_user, lookup_group, name_of)
+    planned = plan(
+        observed, policy, create_missing=params["create_missing"], char_links=params["char_links"],
+        persist=params["persist"], modprobe_file=params["modprobe_file"],
+        udev_rules_file=params["udev_rules_file"], root=root, name_of=name_of)
+    effective = [conflict for conflict in planned["conflicts"] if conflict["overrides"]]
+    if effective and params["on_conflict"] == "fail":
+        raise GpuhardenError(
+            "conflicting NVIDIA device-file settings (on_conflict=fail, nothing changed): %s" % "; ".join(
+                "%s%s: %s=%s (wanted %s)" % (c["file"], "" if c["line"] is None else " line %d" % c["line"],
+                                             c["parameter"], c["value"], c["expected"]) for c in effective),
+            conflicts=planned["conflicts"])
+    return policy, planned

@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _files
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._host import host_path
 
@@ -1164,3 +1164,38 @@ def plan(reader, params, cgroup_version=None):
 def memory_qos_requested(desired):
     gates = desired.get("featureGates") or {}
     return gates.get("MemoryQoS") is True or "memoryThrottlingFactor" in desired
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the whole decision, shared by kubelet_config and node_audit
+
+
+def argument_spec():
+    return {
+        "topology_manager_policy": {"type": "str", "choices": list(TOPOLOGY_POLICIES)},
+        "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
+        "topology_manager_policy_options": {"type": "dict"},
+        "cpu_manager_policy": {"type": "str", "choices": list(CPU_POLICIES)},
+        "reserved_system_cpus": {"type": "str"},
+        "memory_manager_policy": {"type": "str", "choices": list(MEMORY_POLICIES)},
+        "reserved_memory": {"type": "list", "elements": "dict", "options": {
+            "numaNode": {"type": "int", "required": True},
+            "limits": {"type": "dict", "required": True},
+        }},
+        "settings": {"type": "dict", "default": {}},
+        "flavor": {"type": "str", "choices": ["auto"] + list(FLAVORS), "default": "auto"},
+        "service": {"type": "str", "default": "auto"},
+        "on_flag_conflict": {"type": "str", "choices": ["fix", "fail"], "default": "fix"},
+        "dropin_name": {"type": "str", "default": "50-gpuharden.conf"},
+        "remove_stale_state": {"type": "bool", "default": False},
+        "backup": {"type": "bool", "default": False},
+        "root": {"type": "path", "default": "/"},
+    }
+
+
+def decide(params):
+    """Read the node as the kubelet would and plan (nothing changes here)."""
+    root = params["root"]
+    if not os.path.isdir(root):
+        raise GpuhardenError("kubelet_config: option root=%s is not a directory" % root)
+    return plan(NodeReader(root), params, cgroup_version=_host.cgroup_version(root))

@@ -620,3 +620,31 @@ def custom_compute_findings(gpus, plans):
                                  small[0]["size"], instance["profile"]),
                 })
     return findings
+
+
+def plan_node(gpus, entries, force, strategy):
+    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs."""
+    desired = resolve(entries, gpus)
+    for gpu in gpus:
+        if gpu["index"] in desired:
+            validate(gpu, desired[gpu["index"]], gpu["profile_table"])
+    plans = {index: plan_gpu(gpu, desired[index], gpu["profile_table"])
+             for index, gpu in ((gpu["index"], gpu) for gpu in gpus) if index in desired}
+    before = {gpu["index"]: current_layout(gpu) for gpu in gpus}
+    target = {gpu["index"]: predicted_layout(gpu, desired.get(gpu["index"]), {"pending": False}) for gpu in gpus}
+    findings = []
+    for gpu in gpus:
+        index = gpu["index"]
+        pending = gpu.get("mig_capable") and gpu.get("mode_current") != gpu.get("mode_pending")
+        if index in desired and (before[index] != target[index] or pending or plans[index]["steps"]):
+            findings.append({
+                "id": "mig_layout_drift", "severity": "warning", "gpu": index,
+                "expected": layout_text(target[index]),
+                "actual": layout_text(before[index]) + (" (mode change pending)" if pending else ""),
+            })
+    findings.extend(strategy_findings(gpus, target, strategy))
+    findings.extend(custom_compute_findings(gpus, plans))
+    return {
+        "desired": desired, "plans": plans, "before": before, "target": target, "findings": findings,
+        "busy": busy_gpus(gpus, plans, force),
+    }

@@ -12,9 +12,22 @@ GpuhardenError carrying the step and the state reached on every GPU, so that a r
 
 from __future__ import annotations
 
+import os
+import traceback
+
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig, _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml import HAS_PYNVML, pynvml
+
+try:
+    import yaml
+
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+except ImportError:
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = traceback.format_exc()
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -290,3 +303,49 @@ def apply(gpus, desired, plans):
                 raise GpuhardenError(getattr(error, "msg", str(error)), **result) from error
             raise _failure(tracker["step"], error, state, done) from error
     return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the desired layout, shared by mig_layout and node_audit
+
+OPTION_RULES = {
+    "mutually_exclusive": [("config", "config_file", "layout")],
+    "required_one_of": [("config", "config_file", "layout")],
+    "required_by": {"config": "selected", "config_file": "selected"},
+}
+
+
+def argument_spec():
+    return {
+        "config": {"type": "dict"},
+        "config_file": {"type": "path"},
+        "selected": {"type": "str"},
+        "layout": {"type": "dict"},
+        "force": {"type": "bool", "default": False},
+        "strategy": {"type": "str", "choices": list(_mig.STRATEGIES), "default": "mixed"},
+        "root": {"type": "path", "default": "/"},
+    }
+
+
+def load_config_file(root, path):
+    """A mig-parted file from the node, parsed once; errors name the file."""
+    full = os.path.join(root, path.lstrip("/")) if root != "/" else path
+    try:
+        with open(full, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise GpuhardenError("config_file %s cannot be read: %s" % (full, error), file=full) from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise GpuhardenError("config_file %s is not valid YAML: %s" % (full, error), file=full) from error
+    return data, full
+
+
+def entries_from_params(params):
+    if params["layout"] is not None:
+        return _mig.parse_short(params["layout"], "layout")
+    if params["config"] is not None:
+        return _mig.parse_mig_parted(params["config"], params["selected"], "config")
+    data, path = load_config_file(params["root"], params["config_file"])
+    return _mig.parse_mig_parted(data, params["selected"], path)

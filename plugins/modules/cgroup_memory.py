@@ -139,7 +139,6 @@ findings:
   elements: dict
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
@@ -147,47 +146,14 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_memor
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
-def argument_spec():
-    return {
-        "root": {"type": "path", "default": "/"},
-        "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
-        "pod_uids": {"type": "list", "elements": "str", "default": []},
-        "factor": {"type": "float", "default": 0.9},
-        "page_size": {"type": "int"},
-    }
-
-
 def build_module():
-    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-
-
-def decide(params, mounts_text=None):
-    """Everything up to the plan: validation, the hierarchy check, one read of the wanted pods' files."""
-    root = params["root"]
-    cgroup_root = os.path.normpath(params["cgroup_root"])
-    uids = _cgroup_memory.normalize_uids(params["pod_uids"] or [])
-    factor = _cgroup_memory.check_factor(params["factor"])
-    page_size = params["page_size"] if params["page_size"] is not None else os.sysconf("SC_PAGE_SIZE")
-    _cgroup_memory.check_page_size(page_size)
-    if not os.path.isdir(root):
-        raise GpuhardenError("cgroup_memory: option root=%s is not a directory" % root)
-    base = _host.host_path(root, cgroup_root)
-    if not os.path.isdir(base):
-        raise GpuhardenError("cgroup_memory: option cgroup_root=%s is not a directory on the node" % cgroup_root)
-    if mounts_text is None:
-        mounts_text = _host.read_text("/proc/self/mounts") or ""
-    controllers = _files.read_text(os.path.join(base, "cgroup.controllers"))
-    _cgroup_memory.check_hierarchy(cgroup_root, controllers, mounts_text, where=os.path.realpath(base))
-    snapshot = _cgroup_memory.scan_pods(base, uids) if uids else {}
-    planned = _cgroup_memory.plan(cgroup_root, uids, snapshot, factor, page_size)
-    planned.update(cgroup_root=cgroup_root, page_size=page_size)
-    return planned
+    return AnsibleModule(argument_spec=_cgroup_memory.argument_spec(), supports_check_mode=True)
 
 
 def main():
     module = build_module()
     try:
-        planned = decide(module.params)
+        planned = _cgroup_memory.decide(module.params)
         changes = [change for change in planned["changes"] if change.changed]
         if not module.check_mode:
             _cgroup_memory.write_values(changes, module.params["root"], _host.host_path)

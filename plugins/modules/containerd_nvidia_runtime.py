@@ -170,29 +170,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd, 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
-def argument_spec():
-    return {
-        "root": {"type": "path", "default": "/"},
-        "path": {"type": "path", "default": "/etc/containerd/config.toml"},
-        "runtime_name": {"type": "str", "default": "nvidia"},
-        "binary_name": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
-        "runtime_type": {"type": "str", "default": "io.containerd.runc.v2"},
-        "base_runtime": {"type": "str", "default": "runc"},
-        "set_as_default": {"type": "bool", "default": False},
-        "enable_cdi": {"type": "bool", "default": False},
-        "drop_in": {"type": "path", "default": "/etc/containerd/conf.d/99-nvidia.toml"},
-        "backup": {"type": "bool", "default": False},
-    }
-
-
 def build_module():
-    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-
-
-def plan(params):
-    _containerd.validate_params(params)
-    files = _containerd.read_config_set(params["root"], params["path"])
-    return _containerd.plan_runtime(files, params, root=params["root"])
+    return AnsibleModule(argument_spec=_containerd.argument_spec(), supports_check_mode=True)
 
 
 def main():
@@ -200,7 +179,7 @@ def main():
     if not _containerd.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit"), exception=_containerd.TOMLKIT_IMPORT_ERROR)
     try:
-        result = plan(module.params)
+        result = _containerd.decide(module.params)
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
     changes = result["changes"]

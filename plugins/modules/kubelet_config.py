@@ -233,43 +233,17 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _host, _kubelet
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _kubelet
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
-def argument_spec():
-    return {
-        "topology_manager_policy": {"type": "str", "choices": list(_kubelet.TOPOLOGY_POLICIES)},
-        "topology_manager_scope": {"type": "str", "choices": list(_kubelet.TOPOLOGY_SCOPES)},
-        "topology_manager_policy_options": {"type": "dict"},
-        "cpu_manager_policy": {"type": "str", "choices": list(_kubelet.CPU_POLICIES)},
-        "reserved_system_cpus": {"type": "str"},
-        "memory_manager_policy": {"type": "str", "choices": list(_kubelet.MEMORY_POLICIES)},
-        "reserved_memory": {"type": "list", "elements": "dict", "options": {
-            "numaNode": {"type": "int", "required": True},
-            "limits": {"type": "dict", "required": True},
-        }},
-        "settings": {"type": "dict", "default": {}},
-        "flavor": {"type": "str", "choices": ["auto"] + list(_kubelet.FLAVORS), "default": "auto"},
-        "service": {"type": "str", "default": "auto"},
-        "on_flag_conflict": {"type": "str", "choices": ["fix", "fail"], "default": "fix"},
-        "dropin_name": {"type": "str", "default": "50-gpuharden.conf"},
-        "remove_stale_state": {"type": "bool", "default": False},
-        "backup": {"type": "bool", "default": False},
-        "root": {"type": "path", "default": "/"},
-    }
-
-
 def build_module():
-    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    return AnsibleModule(argument_spec=_kubelet.argument_spec(), supports_check_mode=True)
 
 
 def run(module):
     root = module.params["root"]
-    if not os.path.isdir(root):
-        raise GpuhardenError("kubelet_config: option root=%s is not a directory" % root)
-    reader = _kubelet.NodeReader(root)
-    plan = _kubelet.plan(reader, module.params, cgroup_version=_host.cgroup_version(root))
+    plan = _kubelet.decide(module.params)
     changes = plan.pop("changes")
     changed = any(change.changed for change in changes)
     backups = {}

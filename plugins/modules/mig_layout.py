@@ -170,7 +170,6 @@ failed_step:
   returned: failure
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -178,89 +177,13 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig, _mig_nv
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml import HAS_PYNVML, PYNVML_IMPORT_ERROR
 
-try:
-    import yaml
-
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
-except ImportError:
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR = traceback.format_exc()
-
-
-def argument_spec():
-    return {
-        "config": {"type": "dict"},
-        "config_file": {"type": "path"},
-        "selected": {"type": "str"},
-        "layout": {"type": "dict"},
-        "force": {"type": "bool", "default": False},
-        "strategy": {"type": "str", "choices": list(_mig.STRATEGIES), "default": "mixed"},
-        "root": {"type": "path", "default": "/"},
-    }
-
 
 def build_module():
     return AnsibleModule(
-        argument_spec=argument_spec(),
-        mutually_exclusive=[("config", "config_file", "layout")],
-        required_one_of=[("config", "config_file", "layout")],
-        required_by={"config": "selected", "config_file": "selected"},
+        argument_spec=_mig_nvml.argument_spec(),
+        **_mig_nvml.OPTION_RULES,
         supports_check_mode=True,
     )
-
-
-def load_config_file(root, path):
-    """A mig-parted file from the node, parsed once; errors name the file."""
-    full = os.path.join(root, path.lstrip("/")) if root != "/" else path
-    try:
-        with open(full, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("config_file %s cannot be read: %s" % (full, error), file=full) from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise GpuhardenError("config_file %s is not valid YAML: %s" % (full, error), file=full) from error
-    return data, full
-
-
-def entries_from_params(params):
-    if params["layout"] is not None:
-        return _mig.parse_short(params["layout"], "layout")
-    if params["config"] is not None:
-        return _mig.parse_mig_parted(params["config"], params["selected"], "config")
-    data, path = load_config_file(params["root"], params["config_file"])
-    return _mig.parse_mig_parted(data, params["selected"], path)
-
-
-def plan_node(gpus, entries, force, strategy):
-    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs."""
-    desired = _mig.resolve(entries, gpus)
-    for gpu in gpus:
-        if gpu["index"] in desired:
-            _mig.validate(gpu, desired[gpu["index"]], gpu["profile_table"])
-    plans = {index: _mig.plan_gpu(gpu, desired[index], gpu["profile_table"])
-             for index, gpu in ((gpu["index"], gpu) for gpu in gpus) if index in desired}
-    before = {gpu["index"]: _mig.current_layout(gpu) for gpu in gpus}
-    target = {gpu["index"]: _mig.predicted_layout(gpu, desired.get(gpu["index"]), {"pending": False}) for gpu in gpus}
-    findings = []
-    for gpu in gpus:
-        index = gpu["index"]
-        pending = gpu.get("mig_capable") and gpu.get("mode_current") != gpu.get("mode_pending")
-        if index in desired and (before[index] != target[index] or pending or plans[index]["steps"]):
-            findings.append({
-                "id": "mig_layout_drift", "severity": "warning", "gpu": index,
-                "expected": _mig.layout_text(target[index]),
-                "actual": _mig.layout_text(before[index]) + (" (mode change pending)" if pending else ""),
-            })
-    findings.extend(_mig.strategy_findings(gpus, target, strategy))
-    findings.extend(_mig.custom_compute_findings(gpus, plans))
-    return {
-        "desired": desired, "plans": plans, "before": before, "target": target, "findings": findings,
-        "busy": _mig.busy_gpus(gpus, plans, force),
-    }
 
 
 def _keyed(layouts):
@@ -269,10 +192,10 @@ def _keyed(layouts):
 
 def run(module):
     params = module.params
-    entries = entries_from_params(params)
+    entries = _mig_nvml.entries_from_params(params)
     with _mig_nvml.Session():
         gpus = _mig_nvml.read_node()
-        decision = plan_node(gpus, entries, params["force"], params["strategy"])
+        decision = _mig.plan_node(gpus, entries, params["force"], params["strategy"])
         plans = decision["plans"]
         steps = [step for index in sorted(plans) for step in plans[index]["steps"]]
         by_index = {gpu["index"]: gpu for gpu in gpus}
@@ -323,8 +246,8 @@ def main():
     module = build_module()
     if not HAS_PYNVML:
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
-    if module.params["config_file"] and not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
+    if module.params["config_file"] and not _mig_nvml.HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=_mig_nvml.YAML_IMPORT_ERROR)
     try:
         result = run(module)
     except GpuhardenError as error:

@@ -203,59 +203,12 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
-def argument_spec():
-    return {
-        "root": {"type": "path", "default": "/"},
-        "policy": {"type": "str", "choices": list(_device_nodes.POLICIES), "default": "default"},
-        "owner": {"type": "raw"},
-        "group": {"type": "raw"},
-        "mode": {"type": "raw"},
-        "create_missing": {"type": "bool", "default": True},
-        "char_links": {"type": "bool", "default": True},
-        "persist": {"type": "bool", "default": True},
-        "modprobe_file": {"type": "path", "default": "/etc/modprobe.d/zz-gpuharden-nvidia.conf"},
-        "udev_rules_file": {"type": "path", "default": "/etc/udev/rules.d/70-gpuharden-nvidia.rules"},
-        "on_conflict": {"type": "str", "choices": ["warn", "fail"], "default": "warn"},
-        "backup": {"type": "bool", "default": False},
-    }
-
-
 def build_module():
-    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-
-
-def _check_paths(params):
-    for option, suffix in (("modprobe_file", ".conf"), ("udev_rules_file", ".rules")):
-        value = params[option]
-        if not value.startswith("/") or not value.endswith(suffix) or value.endswith("/" + suffix):
-            raise GpuhardenError("option %s=%s: give an absolute path ending in %s (other names are ignored by %s)"
-                                 % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
-
-
-def decide(params):
-    """Parse the options, read the node, plan everything (nothing changes here)."""
-    _check_paths(params)
-    root = params["root"]
-    observed = _device_nodes.observe(root, params["modprobe_file"], params["udev_rules_file"])
-    lookup_user, lookup_group, name_of = _device_nodes.id_lookups(root)
-    policy = _device_nodes.resolve_policy(params["policy"], params["owner"], params["group"], params["mode"],
-                                          lookup_user, lookup_group, name_of)
-    planned = _device_nodes.plan(
-        observed, policy, create_missing=params["create_missing"], char_links=params["char_links"],
-        persist=params["persist"], modprobe_file=params["modprobe_file"],
-        udev_rules_file=params["udev_rules_file"], root=root, name_of=name_of)
-    effective = [conflict for conflict in planned["conflicts"] if conflict["overrides"]]
-    if effective and params["on_conflict"] == "fail":
-        raise GpuhardenError(
-            "conflicting NVIDIA device-file settings (on_conflict=fail, nothing changed): %s" % "; ".join(
-                "%s%s: %s=%s (wanted %s)" % (c["file"], "" if c["line"] is None else " line %d" % c["line"],
-                                             c["parameter"], c["value"], c["expected"]) for c in effective),
-            conflicts=planned["conflicts"])
-    return policy, planned
+    return AnsibleModule(argument_spec=_device_nodes.argument_spec(), supports_check_mode=True)
 
 
 def run(module):
-    policy, planned = decide(module.params)
+    policy, planned = _device_nodes.decide(module.params)
     changed = _device_nodes.changed(planned)
     backups = {}
     if changed and not module.check_mode:

@@ -250,7 +250,7 @@ def test_argument_spec_matches_documentation():
     import yaml
 
     documented = yaml.safe_load(cgroup_memory.DOCUMENTATION)["options"]
-    spec = cgroup_memory.argument_spec()
+    spec = _cgroup_memory.argument_spec()
     assert set(documented) | {"root"} == set(spec)
     for name, option in documented.items():
         assert option["type"] == spec[name]["type"]
