@@ -1,0 +1,271 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Every node-side check in one process, for drift runs.
+
+Each check takes the options of the module that fixes (or checks) the same thing, validated against that
+module's own option spec, and calls the same ``decide`` function the module calls in check mode.  So the audit
+reports drift exactly when the remediation module would change something: they share one planner.
+
+A finding is ``{id, check, stage, severity, expected, found, hint, remediable}`` plus optional ``subject``,
+``gpu``, ``pod``, ``path``.  ``stage`` is the harden-gpu-nodes.yml tag that fixes it; ``remediable`` says
+whether running that stage changes something (informational findings and post-check findings are not).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.gpuharden.k8s.plugins.module_utils import (
+    _cgroup_memory,
+    _containerd,
+    _device_audit_node,
+    _device_nodes,
+    _kubelet,
+    _mig,
+    _mig_nvml,
+    _nvml,
+    _nvml_node,
+)
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+SEVERITIES = ("info", "warning", "error", "critical")
+
+# Kubelet fields that the cgroup_limits stage owns (it runs kubelet_topology with them merged in).
+CGROUP_LIMITS_KUBELET_FIELDS = ("memoryThrottlingFactor", "featureGates", "kubeReserved", "systemReserved",
+                                "kubeReservedCgroup", "systemReservedCgroup", "enforceNodeAllocatable")
+
+
+def severity_rank(severity):
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
+
+
+def finding(ident, check, stage, severity, expected, found, hint, remediable, **extra):
+    entry = {"id": ident, "check": check, "stage": stage, "severity": severity, "expected": expected,
+             "found": found, "hint": hint, "remediable": remediable}
+    entry.update((key, value) for key, value in extra.items() if value is not None)
+    return entry
+
+
+def section_params(name, spec, given, root, rules=None):
+    """The section's options validated like the module validates its own; None values mean 'not given'."""
+    if not isinstance(given, dict):
+        raise GpuhardenError("node_audit: option %s must be a dict of %s options, got %r" % (name, name, given))
+    given = {key: value for key, value in given.items() if value is not None}
+    given["root"] = root
+    validator = ArgumentSpecValidator(spec, **(rules or {}))
+    result = validator.validate(given)
+    if result.error_messages:
+        raise GpuhardenError("node_audit: option %s: %s" % (name, "; ".join(result.error_messages)))
+    return result.validated_parameters
+
+
+# ---------------------------------------------------------------------------------------------
+# One function per check: options -> (would_change, findings, details)
+
+
+def audit_device_nodes(params):
+    policy, planned = _device_nodes.decide(params)
+    findings = []
+    ids = {"create": "device_node_missing", "replace": "device_node_wrong_type", "fix": "device_node_permissions"}
+    for path, node in sorted(planned["nodes"].items()):
+        if node["action"] in ids:
+            findings.append(finding(
+                ids[node["action"]], "device_nodes", "device_permissions", "error", node["after"], node["before"],
+                "a wrong /dev/nvidia* node breaks or widens GPU access; device_permissions recreates it", True, path=path))
+        elif node["action"] == "missing":
+            findings.append(finding(
+                "device_node_missing", "device_nodes", "device_permissions", "error", node["after"], "missing",
+                "create_missing is false, so the stage will not create it", False, path=path))
+    for path, link in sorted(planned["links"].items()):
+        if link["action"] != "ok":
+            findings.append(finding(
+                "device_char_link", "device_nodes", "device_permissions", "warning", link["after"], link["before"],
+                "without /dev/char links runc's systemd cgroup driver drops GPU access after a daemon-reload", True,
+                path=path))
+    for change in planned["changes"]:
+        if change.changed:
+            findings.append(finding(
+                "device_permissions_not_persisted", "device_nodes", "device_permissions", "warning",
+                change.reason, "missing" if change.before is None else "differs", "a chmod alone is undone by the driver "
+                "on the next module load or device re-creation", True, path=change.path))
+    for conflict in planned["conflicts"]:
+        where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
+        findings.append(finding(
+            "device_settings_conflict", "device_nodes", "device_permissions", "warning" if conflict["overrides"] else "info",
+            "%s=%s" % (conflict["parameter"], conflict["expected"]), "%s=%s in %s" % (conflict["parameter"], conflict["value"], where),
+            conflict["message"], False))
+    if planned["reboot_or_reload_required"]:
+        running, desired = planned["driver_params"]["running"], planned["driver_params"]["desired"]
+        findings.append(finding(
+            "driver_params_stale", "device_nodes", "device_permissions", "info",
+            ", ".join("%s=%s" % item for item in sorted(desired.items())),
+            ", ".join("%s=%s" % item for item in sorted(running.items())),
+            "the running driver uses other NVreg_DeviceFile* values until it is reloaded or the node reboots", False))
+    changed = _device_nodes.changed(planned)
+    return changed, findings, {"policy": dict(policy, mode="%04o" % policy["mode"])}
+
+
+def audit_containerd(params):
+    plan = _containerd.decide(params)
+    findings = []
+    if plan["changes"]:
+        findings.append(finding(
+            "containerd_nvidia_runtime", "containerd", "container_runtime", "error",
+            {"runtime_name": plan["runtime_name"], "runtime": plan["desired"]["runtime"],
+             "default_runtime_name": plan["desired"]["default_runtime_name"], "enable_cdi": plan["desired"]["enable_cdi"]},
+            {"runtime": plan["current"]["runtime"], "default_runtime_name": plan["current"]["default_runtime_name"],
+             "enable_cdi": plan["current"]["enable_cdi"]},
+            "; ".join(plan["actions"]) or "containerd's config differs from the nvidia runtime the stage writes", True,
+            path=plan["runtime_file"]))
+    return bool(plan["changes"]), findings, {"config_version": plan["config_version"], "files": plan["files"]}
+
+
+def _where(source):
+    if not source or source.get("kind") == "default":
+        return "the kubelet's default"
+    detail = ", ".join(str(value) for key, value in sorted(source.items()) if key != "kind" and value is not None)
+    return "%s %s" % (source.get("kind", ""), detail) if detail else str(source.get("kind"))
+
+
+def _kubelet_stage(field):
+    return "cgroup_limits" if field.split(".")[0] in CGROUP_LIMITS_KUBELET_FIELDS else "kubelet_topology"
+
+
+def audit_kubelet(params):
+    # The role removes stale manager checkpoints whenever it finds them (with the kubelet stopped), so the
+    # audit plans with that option on: a stale checkpoint is drift the stage fixes.
+    plan = _kubelet.decide(dict(params, remove_stale_state=True))
+    changes = [change for change in plan["changes"] if change.changed]
+    findings = []
+    for field, source in sorted(plan["sources"].items()):
+        if source["before"] != source["after"] or source["source_before"] != source["source_after"]:
+            findings.append(finding(
+                "kubelet_setting", "kubelet", _kubelet_stage(field), "error",
+                source["after"], source["before"],
+                "the kubelet reads %s from %s; the stage sets it in %s" % (field, _where(source["source_before"]),
+                                                                          _where(source["source_after"])),
+                True, subject=field))
+    for entry in plan["stale_state_files"]:
+        findings.append(finding(
+            "kubelet_stale_checkpoint", "kubelet", "kubelet_topology", "error", "no checkpoint from another policy",
+            entry["reason"], "the kubelet refuses to start with it after the policy change; the stage removes it "
+            "with the kubelet stopped", True, path=entry["path"]))
+    if changes and not findings:
+        for change in changes:
+            findings.append(finding(
+                "kubelet_config_file", "kubelet", "kubelet_topology", "warning", change.reason,
+                "missing" if change.before is None else ("present" if change.after is None else "differs"),
+                "the effective settings match, but the stage rewrites this file", True, path=change.node_path))
+    return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"]}
+
+
+def audit_mig(params):
+    if not _nvml.HAS_PYNVML:
+        raise GpuhardenError("node_audit: the mig check needs nvidia-ml-py (pynvml) on the node's Python")
+    entries = _mig_nvml.entries_from_params(params)
+    with _mig_nvml.Session():
+        gpus = _mig_nvml.read_node()
+        decision = _mig.plan_node(gpus, entries, params["force"], params["strategy"])
+    steps = [step for index in sorted(decision["plans"]) for step in decision["plans"][index]["steps"]]
+    findings = []
+    for entry in decision["findings"]:
+        remediable = entry["id"] == "mig_layout_drift" and bool(decision["plans"].get(entry.get("gpu"), {}).get("steps"))
+        findings.append(finding(entry["id"], "mig", "mig", entry["severity"], entry["expected"],
+                                entry.get("actual", entry.get("found")), entry.get("hint") or
+                                "the mig stage drains the node and applies the layout", remediable, gpu=entry.get("gpu")))
+    for busy in decision["busy"]:
+        findings.append(finding(
+            "mig_gpu_busy", "mig", "mig", "warning", "no GPU processes on a GPU whose layout changes",
+            "pids %s on GPU %s" % (", ".join(map(str, busy["pids"])), busy["index"]),
+            "the mig stage drains the node first (mig_drain) or refuses without force", False, gpu=busy["index"]))
+    return bool(steps), findings, {"steps": len(steps)}
+
+
+def audit_cgroup_memory(params):
+    planned = _cgroup_memory.decide(params)
+    findings = [finding(entry["id"], "cgroup_memory", "cgroup_limits", entry["severity"], entry["expected"],
+                        entry.get("actual", entry.get("found")),
+                        "cgroup_limits sets memory.high below memory.max" if entry["severity"] != "warning"
+                        else "a GPU pod without a memory limit can take the node's memory", entry["severity"] != "warning",
+                        subject=entry.get("subject"))
+                for entry in planned["findings"]]
+    changed = any(change.changed for change in planned["changes"])
+    return changed, findings, {"pods": len(planned["pods"]), "not_found": planned["not_found"]}
+
+
+def _post_check_findings(check, entries):
+    keep = ("gpu", "pod", "pod_name", "container", "device", "cgroup")
+    return [finding(entry["id"], check, "postcheck", entry["severity"], entry.get("expected"), entry.get("found"),
+                    entry.get("hint"), False, **{key: entry.get(key) for key in keep})
+            for entry in entries]
+
+
+def audit_nvml(params):
+    result = _nvml_node.check(params)
+    return False, _post_check_findings("nvml", result["findings"]), {"gpu_count": result.get("gpu_count")}
+
+
+def audit_device_cgroups(params):
+    result = _device_audit_node.run(params)
+    return False, _post_check_findings("device_cgroups", result["findings"]), {"summary": result["summary"]}
+
+
+# name -> (spec, option rules, audit function); the order is the order of harden-gpu-nodes.yml
+CHECKS = (
+    ("device_nodes", _device_nodes.argument_spec, None, audit_device_nodes),
+    ("containerd", _containerd.argument_spec, None, audit_containerd),
+    ("kubelet", _kubelet.argument_spec, None, audit_kubelet),
+    ("mig", _mig_nvml.argument_spec, _mig_nvml.OPTION_RULES, audit_mig),
+    ("cgroup_memory", _cgroup_memory.argument_spec, None, audit_cgroup_memory),
+    ("nvml", _nvml_node.argument_spec, None, audit_nvml),
+    ("device_cgroups", _device_audit_node.argument_spec, None, audit_device_cgroups),
+)
+CHECK_NAMES = tuple(name for name, _spec, _rules, _function in CHECKS)
+
+
+def audit(params, clock=time.monotonic):
+    """Run every check whose options are given.  A check that cannot run is reported as an error finding and
+    the others still run: a drift report with one broken check is more useful than none."""
+    root = params["root"]
+    node = params.get("node_name")
+    findings, checks = [], {}
+    started = clock()
+    for name, spec, rules, function in CHECKS:
+        given = params.get(name)
+        if given is None:
+            checks[name] = {"status": "skipped"}
+            continue
+        begun = clock()
+        try:
+            options = section_params(name, spec(), given, root, rules)
+            if node and "node_name" in options and not options.get("node_name"):
+                options["node_name"] = node
+            would_change, found, details = function(options)
+        except (GpuhardenError, OSError) as error:
+            message = getattr(error, "msg", None) or str(error)
+            findings.append(finding("%s_check_failed" % name, name, None, "error", "the %s check runs" % name, message,
+                                    "fix the node or the options; the other checks still ran", False))
+            checks[name] = {"status": "error", "error": message, "seconds": round(clock() - begun, 4)}
+            continue
+        findings.extend(found)
+        checks[name] = {"status": "drift" if found else "ok", "would_change": would_change, "findings": len(found),
+                        "seconds": round(clock() - begun, 4), "details": details}
+    by_severity = {}
+    for entry in findings:
+        by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+    return {
+        "findings": findings,
+        "checks": checks,
+        "summary": {
+            "findings": len(findings),
+            "by_severity": by_severity,
+            "max_severity": max(by_severity, key=severity_rank) if by_severity else None,
+            "stages": sorted({entry["stage"] for entry in findings if entry["remediable"] and entry["stage"]}),
+            "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
+        },
+        "seconds": round(clock() - started, 4),
+    }

@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_audit
+short_description: Every node-side gpuharden check in one module run, for drift reports
+version_added: 0.2.0
+description:
+  - Runs, in one process on the node, the checks of the remediation and post-check modules against the desired state
+    given as options: device nodes and their persistence files (M(gpuharden.k8s.nvidia_device_nodes)), containerd's
+    nvidia runtime (M(gpuharden.k8s.containerd_nvidia_runtime)), the kubelet's effective settings and stale manager
+    checkpoints (M(gpuharden.k8s.kubelet_config)), the MIG layout (M(gpuharden.k8s.mig_layout)), memory.high of GPU
+    pods (M(gpuharden.k8s.cgroup_memory)), NVML health (M(gpuharden.k8s.nvml_check)) and the device-cgroup isolation
+    audit (M(gpuharden.k8s.device_cgroup_audit)).
+  - Each check takes the options of that module, validated by the same option spec, and calls the same planner the
+    module calls in check mode. A remediable finding is reported exactly when that module would change something.
+  - A check whose options are omitted is skipped. A check that cannot run (bad option, unreadable file) becomes an
+    error finding C(<check>_check_failed); the other checks still run.
+  - Read-only; never changes the node.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._attributes.node_root
+options:
+  node_name:
+    description:
+      - The Kubernetes node name, passed to the checks that report it (NVML, device cgroups). Defaults to the host name.
+    type: str
+  device_nodes:
+    description:
+      - Options of M(gpuharden.k8s.nvidia_device_nodes) (O(root) excluded). Omit to skip the check.
+      - Drift is a node with the wrong type, numbers, owner, group or mode, a missing C(/dev/char) link, or missing or
+        different persistence files (modprobe options, udev rule).
+    type: dict
+  containerd:
+    description:
+      - Options of M(gpuharden.k8s.containerd_nvidia_runtime) (O(root) excluded). Omit to skip the check.
+    type: dict
+  kubelet:
+    description:
+      - Options of M(gpuharden.k8s.kubelet_config) (O(root) excluded). Omit to skip the check.
+      - The check always plans with O(gpuharden.k8s.kubelet_config#module:remove_stale_state=true), as the
+        C(kubelet_topology) role does, so a stale CPU or memory manager checkpoint is drift.
+    type: dict
+  mig:
+    description:
+      - Options of M(gpuharden.k8s.mig_layout) (O(root) excluded). Omit to skip the check. Needs nvidia-ml-py.
+    type: dict
+  cgroup_memory:
+    description:
+      - Options of M(gpuharden.k8s.cgroup_memory) (O(root) excluded), with the GPU pods' UIDs from the cluster side
+        (M(gpuharden.k8s.gpu_pods_info)). Omit to skip the check.
+    type: dict
+  nvml:
+    description:
+      - Options of M(gpuharden.k8s.nvml_check) (O(root) excluded); its O(gpuharden.k8s.nvml_check#module:fail_on) is
+        ignored. Omit to skip the check.
+    type: dict
+  device_cgroups:
+    description:
+      - Options of M(gpuharden.k8s.device_cgroup_audit) (O(root) excluded). Omit to skip the check.
+    type: dict
+notes:
+  - Needs root for the device-cgroup check (bpf(2)) and the unprivileged NVML check (it forks and drops privileges).
+  - Playbook C(gpuharden.k8s.drift_check) and the C(gpuharden drift) command build these options from the same role
+    variables that C(harden-gpu-nodes.yml) uses.
+seealso:
+  - module: gpuharden.k8s.nvidia_device_nodes
+  - module: gpuharden.k8s.containerd_nvidia_runtime
+  - module: gpuharden.k8s.kubelet_config
+  - module: gpuharden.k8s.mig_layout
+  - module: gpuharden.k8s.cgroup_memory
+  - module: gpuharden.k8s.nvml_check
+  - module: gpuharden.k8s.device_cgroup_audit
+"""
+
+EXAMPLES = r"""
+- name: Audit a GPU node against the desired state in one module run
+  gpuharden.k8s.node_audit:
+    node_name: "{{ inventory_hostname }}"
+    device_nodes:
+      policy: default
+    containerd:
+      runtime_name: nvidia
+    kubelet:
+      topology_manager_policy: single-numa-node
+      cpu_manager_policy: static
+      reserved_system_cpus: "0-1"
+    nvml:
+      check_unprivileged: true
+    device_cgroups: {}
+  register: audit
+
+- name: Show the stages that would change
+  ansible.builtin.debug:
+    var: audit.summary.stages
+"""
+
+RETURN = r"""
+findings:
+  description:
+    - Every finding, in check order.
+    - C(remediable) is true when running C(stage) of C(harden-gpu-nodes.yml) changes something about it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: What is wrong, for example C(device_node_permissions), C(containerd_nvidia_runtime), C(kubelet_setting).
+      type: str
+    check:
+      description: The check that found it (C(device_nodes), C(containerd), C(kubelet), C(mig), C(cgroup_memory), C(nvml), C(device_cgroups)).
+      type: str
+    stage:
+      description: The harden-gpu-nodes.yml tag that fixes it; null for a check that could not run.
+      type: str
+    severity:
+      description: One of C(info), C(warning), C(error), C(critical).
+      type: str
+    expected:
+      description: The desired state.
+      type: raw
+    found:
+      description: What the node shows.
+      type: raw
+    hint:
+      description: Why it matters or what to do.
+      type: str
+    remediable:
+      description: Whether the stage would change something for it.
+      type: bool
+checks:
+  description: Per check, C(status) (C(ok), C(drift), C(error), C(skipped)), C(would_change), C(findings), C(seconds), C(details).
+  returned: always
+  type: dict
+summary:
+  description: C(findings), C(by_severity), C(max_severity), C(stages) (the stages to run to fix the remediable findings), C(would_change).
+  returned: always
+  type: dict
+seconds:
+  description: Time spent in the checks.
+  returned: always
+  type: float
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    spec = {
+        "root": {"type": "path", "default": "/"},
+        "node_name": {"type": "str"},
+    }
+    spec.update((name, {"type": "dict"}) for name in _node_audit.CHECK_NAMES)
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def main():
+    module = build_module()
+    try:
+        result = _node_audit.audit(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""node_audit: one module run reports drift exactly where the remediation modules in check mode would change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from gpuharden.lab.noderoot import build_node_root
+from tests.unit.conftest import run_module
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KUBELET = {"topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static", "reserved_system_cpus": "0-1"}
+# check name -> (remediation module, its options for this test)
+SECTIONS = {
+    "device_nodes": ("nvidia_device_nodes", {"policy": "default"}),
+    "containerd": ("containerd_nvidia_runtime", {"runtime_name": "nvidia"}),
+    "kubelet": ("kubelet_config", dict(KUBELET, remove_stale_state=True)),
+}
+
+
+def _node(world_tmp, **device_overrides):
+    """An L4 node root with a kubeadm kubelet and a containerd v2 config without the nvidia runtime."""
+    node = build_node_root(world_tmp / "node", "l4", device_overrides=device_overrides)
+    root = node.root
+    (root / "dev/char").mkdir(exist_ok=True)
+    shutil.copytree(FIXTURES / "kubelet/kubeadm", root, dirs_exist_ok=True)
+    (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURES / "containerd/v2-single.toml", root / "etc/containerd/config.toml")
+    for name, text in (("passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
+                       ("group", "root:x:0:\nnogroup:x:65534:\n")):
+        (root / "etc" / name).write_text(text)
+    return root
+
+
+def _snapshot(root):
+    snap = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            data = None
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            snap[path] = (st.st_mode, st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns, data)
+    return snap
+
+
+def _audit(root, **sections):
+    result = run_module("node_audit", dict({"root": str(root), "_ansible_check_mode": True}, **sections), {})
+    assert not result.get("failed"), result
+    return result
+
+
+def _remediate(root, name, check):
+    module, options = SECTIONS[name]
+    result = run_module(module, dict({"root": str(root), "_ansible_check_mode": check}, **options), {})
+    assert not result.get("failed"), result
+    return result["changed"]
+
+
+def _remediable(result, check):
+    return [entry for entry in result["findings"] if entry["check"] == check and entry["remediable"]]
+
+
+def test_audit_reports_exactly_what_check_mode_would_change_then_nothing_after_the_fix(world_tmp):
+    root = _node(world_tmp, **{"/dev/nvidia0": {"mode": 0o600}})
+    before = _snapshot(root)
+    audit = _audit(root, **{name: options for name, (_module, options) in SECTIONS.items()})
+    assert _snapshot(root) == before, "the audit changed the node"
+    for name in SECTIONS:
+        would_change = _remediate(root, name, check=True)
+        assert would_change, name
+        assert bool(_remediable(audit, name)) == would_change, (name, audit["checks"][name])
+        assert audit["checks"][name]["would_change"] is True
+    assert _snapshot(root) == before, "check mode changed the node"
+    ids = {entry["id"] for entry in audit["findings"]}
+    assert {"device_node_permissions", "device_permissions_not_persisted", "containerd_nvidia_runtime", "kubelet_setting"} <= ids
+    wrong = next(entry for entry in audit["findings"] if entry["id"] == "device_node_permissions")
+    assert wrong["path"] == "/dev/nvidia0" and "0600" in wrong["found"] and "0666" in wrong["expected"]
+    kubelet = {entry["subject"]: entry for entry in audit["findings"] if entry["id"] == "kubelet_setting"}
+    assert kubelet["topologyManagerPolicy"]["expected"] == "single-numa-node"
+    assert kubelet["topologyManagerPolicy"]["stage"] == "kubelet_topology"
+    assert audit["summary"]["stages"] == ["container_runtime", "device_permissions", "kubelet_topology"]
+
+    for name in SECTIONS:
+        assert _remediate(root, name, check=False)
+    clean = _audit(root, **{name: options for name, (_module, options) in SECTIONS.items()})
+    for name in SECTIONS:
+        assert _remediable(clean, name) == [], clean["findings"]
+        assert clean["checks"][name]["status"] == "ok"
+        assert not _remediate(root, name, check=True), name
+    assert clean["summary"]["stages"] == []
+
+
+def test_omitted_checks_are_skipped_and_a_broken_check_does_not_stop_the_others(world_tmp):
+    root = _node(world_tmp)
+    before = _snapshot(root)
+    audit = _audit(root, device_nodes={"policy": "custom-ish"}, containerd={"runtime_name": "nvidia"})
+    assert _snapshot(root) == before
+    assert audit["checks"]["kubelet"] == {"status": "skipped"}
+    assert audit["checks"]["device_nodes"]["status"] == "error"
+    failed = next(entry for entry in audit["findings"] if entry["id"] == "device_nodes_check_failed")
+    assert "policy" in failed["found"] and "custom-ish" in failed["found"]
+    assert failed["remediable"] is False and failed["severity"] == "error"
+    assert audit["checks"]["containerd"]["status"] == "drift"
+
+
+def test_root_of_a_section_is_the_audit_root(world_tmp):
+    root = _node(world_tmp)
+    audit = _audit(root, containerd={"runtime_name": "nvidia", "root": "/somewhere/else"})
+    assert audit["checks"]["containerd"]["status"] == "drift"
+
+
+def test_section_validation_names_the_section_and_field():
+    with pytest.raises(GpuhardenError, match=r"option kubelet: .*cpu_manager_policy"):
+        _node_audit.section_params("kubelet", _node_audit._kubelet.argument_spec(), {"cpu_manager_policy": "dynamic"}, "/")
+    with pytest.raises(GpuhardenError, match=r"option mig must be a dict"):
+        _node_audit.section_params("mig", _node_audit._mig_nvml.argument_spec(), ["2g.20gb"], "/")
+    with pytest.raises(GpuhardenError, match=r"option mig: .*(config|layout)"):
+        _node_audit.section_params("mig", _node_audit._mig_nvml.argument_spec(), {}, "/", _node_audit._mig_nvml.OPTION_RULES)
+    # None means "not given": the module default applies, as with omit
+    params = _node_audit.section_params("device_nodes", _node_audit._device_nodes.argument_spec(), {"owner": None}, "/r")
+    assert params["owner"] is None and params["policy"] == "default" and params["root"] == "/r"
+
+
+def test_summary_orders_severities_and_collects_stages():
+    def check(params):
+        return True, [
+            _node_audit.finding("a", "x", "device_permissions", "warning", 1, 2, "h", True),
+            _node_audit.finding("b", "x", "postcheck", "critical", 1, 2, "h", False),
+        ], {}
+
+    original = _node_audit.CHECKS
+    try:
+        _node_audit.CHECKS = (("device_nodes", lambda: {"root": {"type": "path"}}, None, check),)
+        result = _node_audit.audit({"root": "/", "device_nodes": {}})
+    finally:
+        _node_audit.CHECKS = original
+    assert result["summary"]["max_severity"] == "critical"
+    assert result["summary"]["stages"] == ["device_permissions"]
+    assert result["summary"]["by_severity"] == {"warning": 1, "critical": 1}
