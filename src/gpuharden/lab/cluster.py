@@ -28,11 +28,16 @@ def node_object(node: Node, fixture: dict) -> dict:
     labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "gpuharden.io/lab": "true"}
     labels.update(node.spec.labels)
     capacity = {"cpu": str(max(_cpu_count(fixture), 8)), "memory": "512Gi", "pods": "110"}
+    spec: dict = {}
+    if node.spec.unschedulable:  # registered cordoned, as a node joined with --register-schedulable=false
+        spec["unschedulable"] = True
+    if node.spec.taints:  # as kubelet --register-with-taints
+        spec["taints"] = [dict(taint) for taint in node.spec.taints]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": node.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
-        "spec": {},
+        "spec": spec,
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
 

@@ -31,7 +31,8 @@ def available() -> list[str]:
 
 def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpec:
     merged = {**defaults, **entry}
-    unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd"}
+    unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd",
+                                  "unschedulable", "taints", "python_missing"}
     if unknown:
         raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
     if not isinstance(merged.get("name"), str):
@@ -48,6 +49,12 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
     kubelet = {**(defaults.get("kubelet") or {}), **(entry.get("kubelet") or {})}
     kubelet["config"] = {**((defaults.get("kubelet") or {}).get("config") or {}), **((entry.get("kubelet") or {}).get("config") or {})}
     containerd = {**(defaults.get("containerd") or {}), **(entry.get("containerd") or {})}
+    taints = merged.get("taints") or []
+    if not isinstance(taints, list) or not all(isinstance(t, dict) and t.get("key") and t.get("effect") for t in taints):
+        raise LabError("%s: %s: 'taints' must be a list of {key, value, effect}, got %r" % (source, where, taints))
+    python_missing = merged.get("python_missing") or []
+    if not isinstance(python_missing, list) or not all(isinstance(name, str) for name in python_missing):
+        raise LabError("%s: %s: 'python_missing' must be a list of distribution names, got %r" % (source, where, python_missing))
     files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
     files.update(defaults.get("files") or {})
     files.update(entry.get("files") or {})
@@ -59,6 +66,9 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         files=files,
         labels={key: str(value) for key, value in labels.items() if value is not None},
         kubelet_unit=nodefiles.kubelet_unit(kubelet),
+        unschedulable=bool(merged.get("unschedulable", False)),
+        taints=[dict(taint) for taint in taints],
+        python_missing=list(python_missing),
     )
 
 
