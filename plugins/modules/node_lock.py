@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_lock
+short_description: Take or release the gpuharden run lock on a node
+version_added: 0.2.0
+description:
+  - Serialises gpuharden runs on one node, also between controllers (a scheduled drift check and a bootstrap
+    pipeline, for example): the lock is a file on the node created with C(O_EXCL), holding the owner and the time.
+  - O(state=acquired) creates the lock, keeps it when O(owner) already holds it, takes over a lock older than its
+    O(stale_after), and otherwise waits up to O(timeout) seconds before failing with the holder's name.
+  - O(state=released) removes the lock when O(owner) holds it (or it is unreadable); someone else's lock is left alone.
+  - Reports C(changed=false): the lock is bookkeeping the same run removes again, and a compliant node must give a
+    run with no changes.
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+options:
+  path:
+    description:
+      - The lock file on the node. The default is on tmpfs, so a reboot clears it.
+    type: path
+    default: /run/gpuharden/run.lock
+  owner:
+    description:
+      - Who holds the lock, for example C(drift@controller:1234). Use the same value to release it.
+    type: str
+    required: true
+  state:
+    description:
+      - V(acquired) to take the lock, V(released) to give it back.
+    type: str
+    choices: [acquired, released]
+    default: acquired
+  timeout:
+    description:
+      - Seconds to wait for another run's lock before failing. V(0) fails at once.
+    type: int
+    default: 0
+  stale_after:
+    description:
+      - Seconds after which this lock counts as abandoned and another run may take it over.
+    type: int
+    default: 7200
+attributes:
+  check_mode:
+    support: none
+    details:
+      - Skipped in check mode, which changes nothing that needs serialising.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Take the node's run lock, waiting up to a minute
+  gpuharden.k8s.node_lock:
+    owner: "harden@{{ lookup('ansible.builtin.env', 'HOSTNAME') }}"
+    timeout: 60
+
+- name: Give it back
+  gpuharden.k8s.node_lock:
+    owner: "harden@{{ lookup('ansible.builtin.env', 'HOSTNAME') }}"
+    state: released
+"""
+
+RETURN = r"""
+action:
+  description: What was done, C(create), C(keep), C(take_over), C(remove), C(absent) or C(foreign).
+  returned: success
+  type: str
+holder:
+  description: The lock's content before this call (C(owner), C(acquired_at), C(stale_after)), or null.
+  returned: always
+  type: dict
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+POLL_SECONDS = 1.0
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "default": "/run/gpuharden/run.lock"},
+            "owner": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
+            "timeout": {"type": "int", "default": 0},
+            "stale_after": {"type": "int", "default": 7200},
+        },
+        supports_check_mode=False,
+    )
+
+
+def run(params):
+    path, owner, state = params["path"], params["owner"], params["state"]
+    if params["timeout"] < 0 or params["stale_after"] < 1:
+        raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
+    deadline = time.monotonic() + params["timeout"]
+    while True:
+        current = _node_lock.read(path)
+        now = time.time()
+        action = _node_lock.decide(current, owner, now, state)
+        content = {"owner": owner, "acquired_at": now, "stale_after": params["stale_after"]}
+        holder = current or None
+        if action == "create" and not _node_lock.create(path, content):
+            continue  # another run created it between our read and our create: decide again
+        if action == "take_over":
+            _node_lock.take_over(path, content)
+            if (_node_lock.read(path) or {}).get("owner") != owner:
+                continue  # another run took it over at the same moment and won
+        if action == "remove":
+            _node_lock.remove(path)
+        if action != "wait":
+            return {"action": action, "holder": holder}
+        if time.monotonic() >= deadline:
+            raise GpuhardenError(
+                "node_lock: the node is locked by %s since %s (another gpuharden run); waited %d s. Remove %s if that run is gone"
+                % (current["owner"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(current["acquired_at"])), params["timeout"], path),
+                holder=current)
+        time.sleep(POLL_SECONDS)
+
+
+def main():
+    module = build_module()
+    try:
+        result = run(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
