@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""playbooks/bootstrap-gpu-node.yml on the bare lab: new nodes joined cordoned with the bootstrap taint, nothing
+configured, their Python without nvidia-ml-py.
+
+bare-l4-0 (2 L4s): the bootstrap ships pynvml.py to the node's Python, hardens every stage, the post-check passes,
+and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable; a second run changes
+nothing.  bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the post-check fails, the node stays
+cordoned and tainted, the run reports it in the custom stat gpuharden_bootstrap_failed and fails that host.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+import ansible_runner
+import pytest
+from kubernetes import client
+
+from gpuharden.lab import REPO_ROOT, manager
+from gpuharden.lab.node import node_site_packages
+from tests.integration import cluster_side as cs
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = REPO_ROOT / "playbooks" / "bootstrap-gpu-node.yml"
+GOOD, LOST = "bare-l4-0", "bare-dgx-lost-0"
+TAINT = "gpuharden.io/bootstrap"
+LABELS = {"gpuharden.io/hardened": "true", "nvidia.com/gpu.present": "true"}
+NODE_PYTHON = str(REPO_ROOT / "build" / "node-python" / "bin" / "python")
+
+
+def bootstrap(state, limit, **extravars):
+    """ansible-runner over the lab inventory (the tool's own identity for the API steps): a summary of the run."""
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuharden-bootstrap-test-") as private:
+        started = time.monotonic()
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=str(REPO_ROOT), inventory=state["inventory"], envvars=envvars,
+            playbook=str(PLAYBOOK), limit=limit, extravars=extravars, quiet=True,
+        )
+        seconds = time.monotonic() - started
+        events = list(runner.events)
+        stdout = runner.stdout.read()
+    custom = {}
+    for event in events:
+        if event.get("event") == "playbook_on_stats":
+            custom = (event["event_data"].get("artifact_data") or {})
+    found = cs.results(events)
+    changed = [(r["_host"], r["_task"]) for r in found if r["_event"] == "runner_on_ok" and r.get("changed")]
+    return {"rc": runner.rc, "stats": runner.stats or {}, "custom": custom, "results": found, "changed": changed,
+            "seconds": seconds, "stdout": stdout}
+
+
+def _explain(run):
+    return "rc=%s failures=%s\n%s" % (run["rc"], cs.failures(run["results"]), run["stdout"][-4000:])
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("bare") as state:
+        api = cs.admin(state)
+        state["_core"] = client.CoreV1Api(api)
+        yield state
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def first(lab):
+    run = bootstrap(lab, GOOD)
+    print("bootstrap of %s: %.1fs" % (GOOD, run["seconds"]))
+    return run
+
+
+@pytest.fixture(scope="module")
+def second(lab, first):
+    run = bootstrap(lab, GOOD)
+    print("second bootstrap of %s: %.1fs" % (GOOD, run["seconds"]))
+    return run
+
+
+@pytest.fixture(scope="module")
+def failed(lab, second):
+    run = bootstrap(lab, LOST)
+    print("bootstrap of %s (GPU lost): %.1fs" % (LOST, run["seconds"]))
+    return run
+
+
+def _ssh(state, node, command):
+    return manager.ssh(state["nodes"][node]["address"], command)
+
+
+def test_the_bare_nodes_start_bare(lab):
+    """What the scenario promises, read before any bootstrap ran."""
+    core = lab["_core"]
+    for name in (GOOD, LOST):
+        node = core.read_node(name)
+        assert node.spec.unschedulable is True
+        assert [(t.key, t.effect) for t in node.spec.taints or []] == [(TAINT, "NoSchedule")]
+        assert not set(LABELS) & set(node.metadata.labels)
+        assert "nvidia.com/gpu" not in (node.status.allocatable or {})
+        assert _ssh(lab, name, "%s -c 'import pynvml'" % NODE_PYTHON).returncode != 0
+        assert _ssh(lab, name, "ls /dev/nvidia0 /dev/nvidiactl").returncode == 0
+        assert "nvidia" not in _ssh(lab, name, "cat /etc/containerd/config.toml").stdout
+        assert "topologyManagerPolicy" not in _ssh(lab, name, "cat /var/lib/kubelet/config.yaml").stdout
+    assert client.AppsV1Api(core.api_client).list_daemon_set_for_all_namespaces().items == []
+    assert client.NodeV1Api(core.api_client).list_runtime_class().items == []
+    # the host (and the other lab nodes) keep their nvidia-ml-py: the whiteout is the node's own
+    assert (node_site_packages() / "pynvml.py").is_file()
+
+
+def test_bootstrap_succeeds(first):
+    assert first["rc"] == 0, _explain(first)
+    assert GOOD in first["custom"].get("gpuharden_bootstrap_ready", {}), first["custom"]
+    assert "gpuharden_bootstrap_failed" not in first["custom"]
+
+
+def test_pynvml_was_shipped_to_the_node_only(lab, first):
+    shipped = [r for r in first["results"] if r["_task"] == "Bootstrap | copy pynvml.py into the node Python's site-packages"]
+    assert [(r["_host"], r["_event"], r["changed"]) for r in shipped] == [(GOOD, "runner_on_ok", True)]
+    assert shipped[0]["dest"] == str(node_site_packages() / "pynvml.py")
+    assert _ssh(lab, GOOD, "%s -c 'import pynvml'" % NODE_PYTHON).returncode == 0
+    assert _ssh(lab, LOST, "%s -c 'import pynvml'" % NODE_PYTHON).returncode != 0  # not in the bootstrap yet
+
+
+def test_the_node_is_in_service(lab, first):
+    node = lab["_core"].read_node(GOOD)
+    conditions = {c.type: c.status for c in node.status.conditions or []}
+    assert conditions.get("Ready") == "True"
+    assert not node.spec.unschedulable
+    assert TAINT not in [t.key for t in node.spec.taints or []]
+    assert {key: node.metadata.labels.get(key) for key in LABELS} == LABELS
+
+
+def test_gpus_are_allocatable(lab, first):
+    """The device plugin the bootstrap installed registered both L4s (it tolerates the bootstrap taint)."""
+    node = lab["_core"].read_node(GOOD)
+    assert node.status.allocatable.get("nvidia.com/gpu") == "2"
+    assert node.status.capacity.get("nvidia.com/gpu") == "2"
+
+
+def test_the_stages_really_ran(lab, first):
+    assert "runtimes.nvidia" in _ssh(lab, GOOD, "cat /etc/containerd/config.toml /etc/containerd/conf.d/*.toml 2>/dev/null").stdout
+    assert _ssh(lab, GOOD, "systemctl is-active kubelet").stdout.strip() == "active"
+    classes = [rc.metadata.name for rc in client.NodeV1Api(lab["_core"].api_client).list_runtime_class().items]
+    assert classes == ["nvidia"]
+
+
+def test_second_run_changes_nothing(second):
+    assert second["rc"] == 0, _explain(second)
+    assert second["changed"] == []
+    assert second["stats"].get("changed", {}).get(GOOD, 0) == 0
+
+
+def test_failed_post_check_keeps_the_node_out_of_service(lab, failed):
+    assert failed["rc"] != 0
+    assert failed["stats"]["failures"].get(LOST) == 1
+    report = failed["custom"]["gpuharden_bootstrap_failed"][LOST]
+    assert report["node"] == LOST
+    assert report["stage"].startswith("Postcheck |"), report
+    assert "gpu_lost" in report["findings"] and "gpu_lost" in report["reason"]
+    assert report["kept_cordoned"] and report["kept_tainted"]
+    assert LOST not in failed["custom"].get("gpuharden_bootstrap_ready", {})
+    node = lab["_core"].read_node(LOST)
+    assert node.spec.unschedulable is True
+    assert [(t.key, t.effect) for t in node.spec.taints] == [(TAINT, "NoSchedule")]
+    assert "gpuharden.io/hardened" not in node.metadata.labels
+    # the node before it is untouched by the other node's failure
+    assert not lab["_core"].read_node(GOOD).spec.unschedulable
