@@ -11,6 +11,11 @@ The options are documented in ``plugins/doc_fragments/_k8s_auth.py`` and specifi
 ``auth_settings`` (pure) validates the options and decides where the configuration comes from;
 ``api_client`` builds a ``kubernetes.client.ApiClient`` from that.  Only the controller needs the
 ``kubernetes`` package: nodes never import this file.
+
+``list_all`` is the one paginated LIST of every module: raw JSON bodies decoded once by ``json.loads``
+(never the client's model classes, which cost several times the decoding at scale), ``continue`` followed
+to the end, one restart when a continue token expired.  ``list_concurrently`` runs several such LISTs at
+once, each on its own connection, so that one list's decoding overlaps the API server's work on the next.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import threading
 import traceback
 
 from ansible.module_utils.basic import env_fallback
@@ -219,3 +225,76 @@ def api_error(error, action):
             hint = ": the identity lacks the RBAC permission"
         return GpuhardenError("%s: API server answered %d %s%s: %s" % (action, error.status, error.reason, hint, message), status=error.status)
     return GpuhardenError("%s: cannot reach the API server: %s" % (action, error))
+
+
+MAX_LIST_RESTARTS = 1  # a continue token that expired (410 Gone) restarts the list once
+
+
+def _status(error):
+    return getattr(error, "status", None) if isinstance(error, ApiException) else None
+
+
+def list_all(api, method, action, page_limit=500, failure=None, args=(), **params):
+    """Every item of one paginated LIST: (items, pages).
+
+    ``method`` is a typed client's ``list_*`` method (``CoreV1Api(api).list_node``), called with ``args`` and
+    ``params`` (selectors) plus ``limit``, ``_continue``, the request timeout and ``_preload_content=False``:
+    each page's body is decoded by ``json.loads`` into plain dicts.  ``action`` says what the LIST is, for error
+    messages (``"gpu_consistency: listing pods"``); ``failure(error)`` turns a failed request into the
+    GpuhardenError to raise (default ``api_error(error, action)``).  A continue token that expired (410 Gone)
+    restarts the list from the start, once.
+    """
+    failure = failure or (lambda error: api_error(error, action))
+    timeout = getattr(api, "gpuharden_request_timeout", None)
+    items, pages, restarts, token = [], 0, 0, None
+    while True:
+        kwargs = dict(params, limit=page_limit, _preload_content=False)
+        if token:
+            kwargs["_continue"] = token
+        if timeout:
+            kwargs["_request_timeout"] = timeout
+        pages += 1
+        try:
+            data = method(*args, **kwargs).data
+        except Exception as error:  # ApiException, and urllib3's connection, TLS and read errors
+            if _status(error) == 410 and token and restarts < MAX_LIST_RESTARTS:
+                items, token, restarts = [], None, restarts + 1
+                continue
+            raise failure(error) from None
+        try:
+            page = json.loads(data) if data else {}
+        except ValueError:
+            raise GpuhardenError("%s: the API server's answer is not JSON" % action) from None
+        if not isinstance(page, dict):
+            raise GpuhardenError("%s: the API server's answer is not a list object" % action)
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items, pages
+
+
+def list_concurrently(lists):
+    """Run several ``list_all`` at once, one thread each: ``lists`` is ``{key: callable() -> result}``; returns
+    ``{key: result}``.  The first failure (in the order of ``lists``) is raised once every call has ended.
+
+    The threads only wait on sockets and decode JSON; the gain is that the API server encodes one list while
+    this process reads and decodes another.  Each callable must use its own ``ApiClient`` (connection pools are
+    shared per client; a client per thread keeps one connection per list).
+    """
+    results, errors = {}, {}
+
+    def work(key, function):
+        try:
+            results[key] = function()
+        except BaseException as error:  # re-raised in the caller's thread below
+            errors[key] = error
+
+    threads = [threading.Thread(target=work, args=item, daemon=True) for item in lists.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for key in lists:
+        if key in errors:
+            raise errors[key]
+    return results

@@ -20,7 +20,6 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 RBAC_FILE = "deploy/rbac/gpuharden-rbac.yaml"
-MAX_LIST_RESTARTS = 1  # a continue token that expired (410 Gone) restarts the list once
 _USER_RE = re.compile(r'User "([^"]*)"')
 
 
@@ -106,21 +105,6 @@ def call(module, api, method, target, *args, accept=(), **kwargs):
 
 
 def list_all(module, api, method, target, page_limit=500, **kwargs):
-    """Every item of one paginated LIST (follows ``continue``; restarts once on 410 Gone): (items, pages)."""
-    items, pages, restarts, token = [], 0, 0, None
-    while True:
-        args = dict(kwargs, limit=page_limit)
-        if token:
-            args["_continue"] = token
-        pages += 1
-        try:
-            _status, page = call(module, api, method, target, **args)
-        except GpuhardenError as error:
-            if error.result.get("status") == 410 and token and restarts < MAX_LIST_RESTARTS:
-                items, token, restarts = [], None, restarts + 1
-                continue
-            raise
-        items.extend((page or {}).get("items") or [])
-        token = ((page or {}).get("metadata") or {}).get("continue")
-        if not token:
-            return items, pages
+    """Every item of one paginated LIST (``_k8s.list_all``), a 403 named by ``failure``: (items, pages)."""
+    return _k8s.list_all(api, method, "%s: %s" % (module, target.describe()), page_limit,
+                         failure=lambda error: failure(module, target, error), **kwargs)

@@ -38,7 +38,6 @@ except ImportError:
 FIELD_MANAGER = "gpuharden"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
-MAX_LIST_RESTARTS = 1
 
 # kind: (client class, method suffix, namespaced)
 KINDS = {
@@ -182,22 +181,13 @@ class Client:
         else:
             method = self._method(kind, "list")
             args = (namespace,) if KINDS[kind][2] else ()
-        items, token, restarts = [], None, 0
-        while True:
-            kwargs = dict(limit=page_limit, **selectors)
-            if token:
-                kwargs["_continue"] = token
-            try:
-                page = self._call("listing %ss%s" % (kind, " in %s" % namespace if namespace else ""), method, *args, **kwargs)
-            except GpuhardenError as error:
-                if error.result.get("status") == 410 and token and restarts < MAX_LIST_RESTARTS:  # continue token expired
-                    items, token, restarts = [], None, restarts + 1
-                    continue
-                raise
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+
+        def counted(*call_args, **kwargs):
+            self.requests += 1
+            return method(*call_args, **kwargs)
+
+        action = "%s: listing %ss%s" % (self.who, kind, " in %s" % namespace if namespace else "")
+        return _k8s.list_all(self.api, counted, action, page_limit, args=args, **selectors)[0]
 
 
 def _immutable_message(check, live, desired):

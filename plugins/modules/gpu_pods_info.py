@@ -103,14 +103,11 @@ api_requests:
   sample: 1
 """
 
-import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-
-MAX_RESTARTS = 1  # a continue token that expired (410 Gone) restarts the list once
 
 
 def argument_spec():
@@ -131,30 +128,8 @@ def build_module():
 def list_pods(api, field_selector, page_limit):
     """Every pod the selector matches, following ``continue``; returns (pods, requests made)."""
     core = _k8s.k8s_client.CoreV1Api(api)
-    timeout = getattr(api, "gpuharden_request_timeout", None)
-    pods, requests, restarts, token = [], 0, 0, None
-    while True:
-        kwargs = {"field_selector": field_selector, "limit": page_limit, "_preload_content": False}
-        if token:
-            kwargs["_continue"] = token
-        if timeout:
-            kwargs["_request_timeout"] = timeout
-        requests += 1
-        try:
-            response = core.list_pod_for_all_namespaces(**kwargs)
-        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
-            if isinstance(error, _k8s.ApiException) and error.status == 410 and token and restarts < MAX_RESTARTS:
-                pods, token, restarts = [], None, restarts + 1
-                continue
-            raise _k8s.api_error(error, "gpu_pods_info: listing pods (fieldSelector %s)" % field_selector) from None
-        try:
-            page = json.loads(response.data)
-        except ValueError:
-            raise GpuhardenError("gpu_pods_info: the API server's pod list is not JSON") from None
-        pods.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return pods, requests
+    return _k8s.list_all(api, core.list_pod_for_all_namespaces, "gpu_pods_info: listing pods (fieldSelector %s)" % field_selector,
+                         page_limit, field_selector=field_selector)
 
 
 def gather(params):

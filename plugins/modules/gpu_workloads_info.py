@@ -72,14 +72,11 @@ api_requests:
   type: int
 """
 
-import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_workloads, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-
-MAX_RESTARTS = 1  # a continue token that expired (410 Gone) restarts that kind's list once
 
 
 def argument_spec():
@@ -110,33 +107,6 @@ def _listers(api):
     }
 
 
-def list_all(call, kind, page_limit, timeout):
-    """Every object of one kind, following ``continue``; returns (objects, requests made)."""
-    items, requests, restarts, token = [], 0, 0, None
-    while True:
-        kwargs = {"limit": page_limit, "_preload_content": False}
-        if token:
-            kwargs["_continue"] = token
-        if timeout:
-            kwargs["_request_timeout"] = timeout
-        requests += 1
-        try:
-            response = call(**kwargs)
-        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
-            if isinstance(error, _k8s.ApiException) and error.status == 410 and token and restarts < MAX_RESTARTS:
-                items, token, restarts = [], None, restarts + 1
-                continue
-            raise _k8s.api_error(error, "gpu_workloads_info: listing %ss" % kind) from None
-        try:
-            page = json.loads(response.data)
-        except ValueError:
-            raise GpuhardenError("gpu_workloads_info: the API server's %s list is not JSON" % kind) from None
-        items.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return items, requests
-
-
 def gather(params):
     if not params["page_limit"] or params["page_limit"] < 1:
         raise GpuhardenError("gpu_workloads_info: option page_limit=%r must be a positive number of objects" % params["page_limit"])
@@ -144,11 +114,10 @@ def gather(params):
     if not resources:
         raise GpuhardenError("gpu_workloads_info: option resources is empty: name at least one resource such as nvidia.com/gpu")
     api = _k8s.api_client(params)
-    timeout = getattr(api, "gpuharden_request_timeout", None)
     objects, total = {}, 0
     try:
         for kind, call in _listers(api).items():
-            objects[kind], requests = list_all(call, kind, params["page_limit"], timeout)
+            objects[kind], requests = _k8s.list_all(api, call, "gpu_workloads_info: listing %ss" % kind, params["page_limit"])
             total += requests
     finally:
         api.close()

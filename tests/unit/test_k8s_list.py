@@ -1,0 +1,186 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one paginated LIST helper (_k8s.list_all) and its concurrent runner, against fake list methods and, through
+the real kubernetes client, against a fake API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_access
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from kubernetes.client.rest import ApiException
+
+
+class Response:
+    def __init__(self, body):
+        self.data = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
+class FakeList:
+    """A list_* method over ``count`` items: pages of ``limit``, continue tokens, optional failures by call number."""
+
+    def __init__(self, count, fail=None):
+        self.items = [{"metadata": {"name": "o%d" % n}} for n in range(count)]
+        self.fail = fail or {}
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        failure = self.fail.get(len(self.calls))
+        if failure is not None:
+            raise failure
+        start = int(kwargs.get("_continue") or 0)
+        end = start + kwargs["limit"]
+        token = str(end) if end < len(self.items) else None
+        return Response({"kind": "List", "metadata": {"continue": token} if token else {}, "items": self.items[start:end]})
+
+
+class Api:
+    gpuharden_request_timeout = 7.0
+
+
+def api_exception(status, message="boom"):
+    error = ApiException(status=status, reason={403: "Forbidden", 410: "Gone", 500: "Internal Server Error"}.get(status, "Error"))
+    error.body = json.dumps({"kind": "Status", "message": message})
+    return error
+
+
+def test_follows_continue_and_passes_selectors_raw():
+    method = FakeList(5)
+    items, pages = _k8s.list_all(Api(), method, "t: listing things", 2, args=("ns",), field_selector="a!=")
+    assert [item["metadata"]["name"] for item in items] == ["o0", "o1", "o2", "o3", "o4"] and pages == 3
+    args, kwargs = method.calls[1]
+    assert args == ("ns",)
+    assert kwargs == {"field_selector": "a!=", "limit": 2, "_preload_content": False, "_continue": "2", "_request_timeout": 7.0}
+    assert "_continue" not in method.calls[0][1]
+
+
+def test_empty_list_is_one_page():
+    assert _k8s.list_all(Api(), FakeList(0), "t", 500) == ([], 1)
+
+
+def test_expired_continue_token_restarts_once():
+    method = FakeList(5, fail={2: api_exception(410)})
+    items, pages = _k8s.list_all(Api(), method, "t", 2)
+    assert len(items) == 5 and pages == 5  # page, 410, then the three pages again
+    assert "_continue" not in method.calls[2][1]
+
+
+def test_second_expiry_and_expiry_of_the_first_page_fail():
+    with pytest.raises(GpuhardenError) as error:
+        _k8s.list_all(Api(), FakeList(5, fail={2: api_exception(410), 4: api_exception(410)}), "t: listing things", 2)
+    assert error.value.msg.startswith("t: listing things: API server answered 410 Gone") and error.value.result["status"] == 410
+    with pytest.raises(GpuhardenError):
+        _k8s.list_all(Api(), FakeList(5, fail={1: api_exception(410)}), "t", 2)
+
+
+def test_default_failure_and_custom_failure():
+    with pytest.raises(GpuhardenError) as error:
+        _k8s.list_all(Api(), FakeList(1, fail={1: api_exception(500, "etcd down")}), "t: listing pods", 2)
+    assert error.value.msg == "t: listing pods: API server answered 500 Internal Server Error: etcd down"
+    target = _k8s_access.Target("list", "pods")
+    denied = api_exception(403, 'pods is forbidden: User "alice" cannot list resource "pods"')
+    with pytest.raises(GpuhardenError) as error:
+        _k8s.list_all(Api(), FakeList(1, fail={1: denied}), "m: listing pods", 2,
+                      failure=lambda failed: _k8s_access.failure("m", target, failed))
+    assert error.value.msg.startswith("m: forbidden: alice may not list pods (API group \"\" (core)) at cluster scope")
+    assert error.value.result["forbidden"]["identity"] == "alice"
+
+
+def test_unreachable_and_not_json():
+    with pytest.raises(GpuhardenError, match="t: cannot reach the API server: refused"):
+        _k8s.list_all(Api(), FakeList(1, fail={1: OSError("refused")}), "t", 2)
+    with pytest.raises(GpuhardenError, match="t: the API server's answer is not JSON"):
+        _k8s.list_all(Api(), lambda **kwargs: Response(b"<html>"), "t", 2)
+    with pytest.raises(GpuhardenError, match="t: the API server's answer is not a list object"):
+        _k8s.list_all(Api(), lambda **kwargs: Response(b"[1]"), "t", 2)
+
+
+def test_access_wrapper_keeps_its_forbidden_message():
+    denied = api_exception(403, 'nodes is forbidden: User "bob" cannot list resource "nodes"')
+    with pytest.raises(GpuhardenError) as error:
+        _k8s_access.list_all("gpu_consistency", Api(), FakeList(1, fail={1: denied}), _k8s_access.Target("list", "nodes"), 10)
+    assert "gpu_consistency: forbidden: bob may not list nodes" in error.value.msg and error.value.result["status"] == 403
+    assert _k8s_access.list_all("m", Api(), FakeList(3), _k8s_access.Target("list", "nodes"), 2)[1] == 2
+
+
+def test_concurrently_runs_at_once_and_raises_the_first_failure():
+    started = threading.Barrier(2, timeout=5)
+
+    def slow(value):
+        started.wait()  # both must be running at the same time, or this times out
+        return value
+
+    assert _k8s.list_concurrently({"a": lambda: slow(1), "b": lambda: slow(2)}) == {"a": 1, "b": 2}
+
+    def fail(message):
+        raise GpuhardenError(message)
+
+    ended = []
+    with pytest.raises(GpuhardenError, match="first"):
+        _k8s.list_concurrently({"x": lambda: fail("first"), "y": lambda: ended.append(time.sleep(0.2)), "z": lambda: fail("second")})
+    assert ended == [None]  # the caller waited for every list
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real kubernetes client: raw bodies, pages, one connection per client
+
+
+class FakeServer:
+    def __init__(self, count):
+        self.items = [{"metadata": {"name": "n%d" % n}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in range(count)]
+        self.requests = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+                server.requests.append((url.path, query))
+                start = int(query.get("continue") or 0)
+                end = start + int(query["limit"])
+                body = {"kind": "NodeList", "apiVersion": "v1", "metadata": {"continue": str(end) if end < len(server.items) else ""},
+                        "items": server.items[start:end]}
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_real_client_plain_dicts():
+    params = {name: None for name in _k8s.AUTH_OPTION_NAMES}
+    with FakeServer(7) as server:
+        params.update(host="http://127.0.0.1:%d" % server.httpd.server_address[1], api_key="t", request_timeout=5)
+        api = _k8s.api_client(params)
+        try:
+            core = _k8s.k8s_client.CoreV1Api(api)
+            items, pages = _k8s.list_all(api, core.list_node, "t: listing nodes", 3, label_selector="a=b")
+        finally:
+            api.close()
+    assert pages == 3 and [type(item) for item in items] == [dict] * 7
+    assert items[6] == {"metadata": {"name": "n6"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    assert [query.get("continue") for _path, query in server.requests] == [None, "3", "6"]
+    assert {query["labelSelector"] for _path, query in server.requests} == {"a=b"}
