@@ -3,7 +3,7 @@
 
 `gpuharden facts` runs the gpu_facts module over an inventory through ansible-runner and prints one
 line per GPU (or JSON).  Exit codes: 0 all hosts answered, 1 some host failed or was unreachable,
-2 usage or environment error.
+2 usage or environment error.  `gpuharden drift` checks an inventory for drift (see gpuharden/drift.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__
+from gpuharden import __version__, drift
 
 
 def _facts(args: argparse.Namespace) -> int:
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("-f", "--forks", type=int, default=16)
     facts.add_argument("--json", action="store_true", help="print JSON instead of a table")
     facts.set_defaults(handler=_facts)
+    drift.add_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.
     for entry_point in entry_points(group="gpuharden.commands"):
         entry_point.load()(commands)

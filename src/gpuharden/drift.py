@@ -1,0 +1,450 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`gpuharden drift`: the drift check over an inventory, as a report.
+
+Runs the collection's drift-check playbook (one node_audit module run per node) through ansible-runner, shows
+progress, and writes a JSON report, a table on the terminal and a Prometheus textfile-collector file.  With
+``--remediate`` it then runs harden-gpu-nodes.yml on the drifted hosts only, limited to the stages (tags) with
+remediable findings, and checks those hosts again.
+
+Exit codes: 0 every node answered and none drifted; 1 drift found, or a node unreachable or failed; 2 usage or
+environment error (nothing was checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+
+SEVERITIES = ("info", "warning", "error", "critical")
+DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
+HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
+AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
+EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
+
+
+class DriftError(Exception):
+    """A usage or environment problem: nothing (more) can be checked."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Turning ansible-runner events into per-host outcomes (pure: tested without Ansible)
+
+
+class Outcomes:
+    """Folds runner events into audited / unreachable / failed hosts, and calls ``progress`` as hosts finish."""
+
+    def __init__(self, progress=None):
+        self.audited = {}
+        self.unreachable = {}
+        self.failed = {}
+        self.seen = set()
+        self.progress = progress
+
+    def done(self):
+        return set(self.audited) | set(self.unreachable) | set(self.failed)
+
+    def feed(self, event):
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        kind = event.get("event")
+        if not host or kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
+            return True
+        self.seen.add(host)
+        result = data.get("res") or {}
+        if kind == "runner_on_unreachable" and host not in self.done():
+            self.unreachable[host] = _message(result) or "unreachable"
+            self._report(host, "UNREACHABLE: %s" % self.unreachable[host])
+        elif kind == "runner_on_failed" and not data.get("ignore_errors") and host not in self.done():
+            self.failed[host] = "%s: %s" % (data.get("task", "task"), _message(result) or "failed")
+            self._report(host, "FAILED: %s" % self.failed[host])
+        elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
+            self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
+                                  "checks": result.get("checks", {}), "seconds": result.get("seconds")}
+            summary = result.get("summary", {})
+            self._report(host, "%d finding(s)%s" % (summary.get("findings", 0),
+                                                     (", max " + summary["max_severity"]) if summary.get("max_severity") else ""))
+        return True
+
+    def _report(self, host, text):
+        if self.progress:
+            self.progress(len(self.done()), len(self.seen), host, text)
+
+
+def _message(result):
+    message = result.get("msg") or result.get("stderr") or ""
+    return " ".join(str(message).split())[:500]
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def counted(findings, threshold):
+    rank = SEVERITIES.index(threshold)
+    return [entry for entry in findings if entry.get("severity") in SEVERITIES[rank:]]
+
+
+def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
+    nodes = {}
+    by_severity, by_check = {}, {}
+    for host, audit in sorted(outcomes.audited.items()):
+        failing = counted(audit["findings"], fail_severity)
+        stages = sorted({entry["stage"] for entry in audit["findings"] if entry.get("remediable") and entry.get("stage")})
+        for entry in audit["findings"]:
+            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
+        nodes[host] = {
+            "node": (node_names or {}).get(host, host),
+            "status": "drift" if failing else "clean",
+            "findings": audit["findings"],
+            "remediable_stages": stages,
+            "checks": audit["checks"],
+            "audit_seconds": audit["seconds"],
+        }
+    drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
+    return {
+        "version": 1,
+        "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
+        "timestamp": finished,
+        "duration_seconds": round(finished - started, 3),
+        "inventory": inventory,
+        "limit": limit,
+        "fail_severity": fail_severity,
+        "summary": {
+            "nodes": len(nodes) + len(outcomes.unreachable) + len(outcomes.failed),
+            "clean": len(nodes) - len(drifted),
+            "drifted": len(drifted),
+            "unreachable": len(outcomes.unreachable),
+            "failed": len(outcomes.failed),
+            "findings": sum(len(node["findings"]) for node in nodes.values()),
+            "by_severity": by_severity,
+            "by_check": by_check,
+        },
+        "nodes": nodes,
+        "unreachable": dict(sorted(outcomes.unreachable.items())),
+        "failed": dict(sorted(outcomes.failed.items())),
+    }
+
+
+def exit_code(report):
+    summary = report["summary"]
+    return EXIT_DRIFT if summary["drifted"] or summary["unreachable"] or summary["failed"] else EXIT_CLEAN
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def prometheus_text(report):
+    """The textfile-collector exposition: findings per node/check/severity, per-node totals, run metadata."""
+    lines = [
+        "# HELP gpuharden_drift_findings Findings of the last gpuharden drift run, by node, check and severity.",
+        "# TYPE gpuharden_drift_findings gauge",
+    ]
+    for _host, node in sorted(report["nodes"].items()):
+        counts = {}
+        for entry in node["findings"]:
+            key = (entry["check"], entry["severity"])
+            counts[key] = counts.get(key, 0) + 1
+        for (check, severity), count in sorted(counts.items()):
+            lines.append('gpuharden_drift_findings{node="%s",check="%s",severity="%s"} %d'
+                         % (_label(node["node"]), _label(check), _label(severity), count))
+    lines += [
+        "# HELP gpuharden_drift_node_drifted 1 when the node has findings at or above the run's fail severity, else 0.",
+        "# TYPE gpuharden_drift_node_drifted gauge",
+    ]
+    for _host, node in sorted(report["nodes"].items()):
+        lines.append('gpuharden_drift_node_drifted{node="%s"} %d' % (_label(node["node"]), node["status"] == "drift"))
+    lines += [
+        "# HELP gpuharden_nodes_unreachable Nodes the last drift run could not reach.",
+        "# TYPE gpuharden_nodes_unreachable gauge",
+        "gpuharden_nodes_unreachable %d" % report["summary"]["unreachable"],
+        "# HELP gpuharden_nodes_failed Nodes whose drift check failed (for example locked by another run).",
+        "# TYPE gpuharden_nodes_failed gauge",
+        "gpuharden_nodes_failed %d" % report["summary"]["failed"],
+        "# HELP gpuharden_last_run_timestamp_seconds When the last drift run finished (Unix time).",
+        "# TYPE gpuharden_last_run_timestamp_seconds gauge",
+        "gpuharden_last_run_timestamp_seconds %.3f" % report["timestamp"],
+        "# HELP gpuharden_last_run_duration_seconds How long the last drift run took.",
+        "# TYPE gpuharden_last_run_duration_seconds gauge",
+        "gpuharden_last_run_duration_seconds %.3f" % report["duration_seconds"],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path, text):
+    """Temp file in the target's directory, then rename: the collector never reads half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def _cell(value, width):
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(report, width=120):
+    rows = [("NODE", "STATUS", "FINDINGS", "STAGES TO RUN")]
+    for host, node in sorted(report["nodes"].items()):
+        counts = {}
+        for entry in node["findings"]:
+            counts[entry["severity"]] = counts.get(entry["severity"], 0) + 1
+        text = ", ".join("%d %s" % (counts[s], s) for s in reversed(SEVERITIES) if s in counts) or "-"
+        rows.append((host, node["status"], text, ", ".join(node["remediable_stages"]) or "-"))
+    for host, message in report["unreachable"].items():
+        rows.append((host, "unreachable", _cell(message, 60), "-"))
+    for host, message in report["failed"].items():
+        rows.append((host, "failed", _cell(message, 60), "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    out = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
+    details = [("NODE", "CHECK", "FINDING", "SEVERITY", "EXPECTED", "FOUND")]
+    for host, node in sorted(report["nodes"].items()):
+        for entry in counted(node["findings"], report["fail_severity"]):
+            where = entry.get("path") or entry.get("subject") or ("GPU%s" % entry["gpu"] if entry.get("gpu") is not None else "")
+            details.append((host, entry["check"], entry["id"] + (" " + where if where else ""), entry["severity"],
+                            _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
+    if len(details) > 1:
+        dwidths = [max(len(row[i]) for row in details) for i in range(5)]
+        out.append("")
+        out += [_cell("  ".join(row[i].ljust(dwidths[i]) for i in range(5)) + "  " + row[5], width) for row in details]
+    summary = report["summary"]
+    out.append("")
+    out.append("%d node(s): %d clean, %d drifted, %d unreachable, %d failed; %d finding(s) in %.1f s"
+               % (summary["nodes"], summary["clean"], summary["drifted"], summary["unreachable"], summary["failed"],
+                  summary["findings"], report["duration_seconds"]))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running Ansible
+
+
+def _runner_env():
+    """ansible-runner starts ansible-playbook from PATH in a scratch directory: prefer the one beside this Python,
+    and keep the ansible.cfg of the directory the user ran us from."""
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
+        env["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
+    return env
+
+
+def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None):
+    import ansible_runner  # noqa: PLC0415 (keeps `gpuharden --help` fast)
+
+    with tempfile.TemporaryDirectory(prefix="gpuharden-drift-") as private_data_dir:
+        cmdline = []
+        if tags:
+            cmdline += ["--tags", ",".join(tags)]
+        runner = ansible_runner.run(
+            private_data_dir=private_data_dir,
+            envvars=_runner_env(),
+            inventory=inventory,
+            playbook=playbook,
+            limit=limit,
+            forks=forks,
+            extravars=extravars,
+            cmdline=" ".join(cmdline) or None,
+            quiet=True,
+            event_handler=event_handler,
+        )
+        stdout = runner.stdout.read() if runner.stdout else ""
+        stats = runner.stats or {}
+    return runner.status, runner.rc, stats, stdout
+
+
+def parse_extra_vars(values):
+    """-e KEY=VALUE, -e '{"json": 1}' or -e @file.yml/json, like ansible-playbook (later wins)."""
+    result = {}
+    for value in values or []:
+        if value.startswith("@"):
+            import yaml  # noqa: PLC0415
+
+            path = value[1:]
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = yaml.safe_load(handle) or {}
+            except (OSError, yaml.YAMLError) as error:
+                raise DriftError("-e %s: %s" % (value, error)) from None
+            if not isinstance(data, dict):
+                raise DriftError("-e %s: the file must hold a mapping of variables" % value)
+            result.update(data)
+        elif value.lstrip().startswith("{"):
+            try:
+                data = json.loads(value)
+            except ValueError as error:
+                raise DriftError("-e %s: not valid JSON: %s" % (value, error)) from None
+            result.update(data)
+        else:
+            for pair in value.split():
+                key, sep, item = pair.partition("=")
+                if not sep or not key:
+                    raise DriftError("-e %r: give KEY=VALUE, JSON or @FILE" % value)
+                result[key] = item
+    return result
+
+
+def _progress(stream):
+    def show(done, seen, host, text):
+        stream.write("[%d/%d] %s: %s\n" % (done, seen, host, text))
+        stream.flush()
+
+    return show
+
+
+def check(args, extravars, stream, limit):
+    outcomes = Outcomes(progress=None if args.quiet else _progress(stream))
+    names = {}
+
+    def handler(event):
+        outcomes.feed(event)
+        data = event.get("event_data") or {}
+        facts = (data.get("res") or {}).get("ansible_facts") or {}
+        if data.get("host") and "__drift_node" in facts:
+            names[data["host"]] = facts["__drift_node"]
+        return True
+
+    started = time.time()
+    status, rc, _stats, stdout = run_playbook(args.playbook, args.inventory, limit=limit, forks=args.forks,
+                                              extravars=extravars, event_handler=handler)
+    finished = time.time()
+    if not outcomes.seen:
+        raise DriftError("ansible-playbook did not run the drift check (%s, rc %s): %s"
+                         % (status, rc, " ".join(stdout.split())[-1500:] or "no output"))
+    return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
+                        started=started, finished=finished, node_names=names)
+
+
+def remediate(args, report, base_vars, stream):
+    """harden-gpu-nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
+    groups = {}
+    for host, node in report["nodes"].items():
+        if node["remediable_stages"]:
+            groups.setdefault(tuple(node["remediable_stages"]), []).append(host)
+    runs = []
+    for stages, hosts in sorted(groups.items()):
+        if not args.quiet:
+            stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))
+        changed = {}
+
+        def handler(event, changed=changed):
+            data = event.get("event_data") or {}
+            if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+                changed[data["host"]] = changed.get(data["host"], 0) + 1
+            return True
+
+        status, rc, stats, _stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
+                                                  forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler)
+        runs.append({"hosts": sorted(hosts), "stages": list(stages), "status": status, "rc": rc,
+                     "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))})
+    return runs
+
+
+def run(args, stream=sys.stderr, out=sys.stdout):
+    if not os.path.exists(args.inventory):
+        raise DriftError("inventory %s does not exist" % args.inventory)
+    try:
+        import ansible_runner  # noqa: F401, PLC0415
+    except ImportError:
+        raise DriftError("gpuharden drift needs ansible-runner (pip install ansible-runner)") from None
+    extravars = parse_extra_vars(args.extra_vars)
+    owner = "drift@%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+    extravars.update(gpuharden_drift_fail=False, gpuharden_run_owner=owner)
+    report = check(args, extravars, stream, args.limit)
+    if args.remediate:
+        before = report
+        base = dict(extravars)
+        base.pop("gpuharden_drift_fail")
+        base["gpuharden_run_owner"] = owner.replace("drift@", "remediate@")
+        runs = remediate(args, before, base, stream)
+        if runs:
+            hosts = sorted({host for entry in runs for host in entry["hosts"]})
+            after = check(args, extravars, stream, ",".join(hosts))
+            report = merge_after_remediation(before, after)
+        report["remediation"] = {"runs": runs, "before": before["summary"]}
+    if args.report:
+        write_atomically(args.report, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    if args.prometheus:
+        write_atomically(args.prometheus, prometheus_text(report))
+    if args.json:
+        out.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    else:
+        out.write(table(report) + "\n")
+    return exit_code(report)
+
+
+def merge_after_remediation(before, after):
+    """The report after --remediate: the re-checked hosts replaced, everything else as first seen."""
+    merged = json.loads(json.dumps(before))
+    for section in ("nodes", "unreachable", "failed"):
+        for host in list(after["nodes"]) + list(after["unreachable"]) + list(after["failed"]):
+            merged[section].pop(host, None)
+        merged[section].update(after[section])
+    nodes = merged["nodes"]
+    by_severity, by_check = {}, {}
+    for node in nodes.values():
+        for entry in node["findings"]:
+            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
+    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
+    merged["summary"].update(
+        clean=len(nodes) - drifted, drifted=drifted, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
+        findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
+    merged["timestamp"] = after["timestamp"]
+    merged["generated_at"] = after["generated_at"]
+    merged["duration_seconds"] = round(after["timestamp"] - before["timestamp"] + before["duration_seconds"], 3)
+    return merged
+
+
+def add_parser(commands):
+    parser = commands.add_parser("drift", help="check an inventory's GPU nodes for drift and report it",
+                                 description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Exit codes: 0 clean, 1 drift or unreachable/failed nodes, 2 usage or environment error.")
+    parser.add_argument("-i", "--inventory", required=True, help="Ansible inventory file or directory")
+    parser.add_argument("-l", "--limit", help="host pattern (default: the playbook's hosts, gpu_nodes)")
+    parser.add_argument("-f", "--forks", type=int, default=16, help="hosts checked in parallel (default 16)")
+    parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                        help="KEY=VALUE, JSON or @FILE, as for ansible-playbook (repeatable)")
+    parser.add_argument("--report", metavar="FILE.json", help="write the JSON report here")
+    parser.add_argument("--prometheus", metavar="FILE.prom", help="write Prometheus textfile-collector metrics here")
+    parser.add_argument("--fail-severity", choices=SEVERITIES, default="warning",
+                        help="findings at or above this severity make a node drifted (default: warning)")
+    parser.add_argument("--remediate", action="store_true",
+                        help="run harden-gpu-nodes.yml on the drifted nodes, only the stages with findings, then check again")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--playbook", default=DRIFT_PLAYBOOK, help=argparse.SUPPRESS)
+    parser.add_argument("--harden-playbook", default=HARDEN_PLAYBOOK, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=main)
+    return parser
+
+
+def main(args):
+    if args.forks < 1:
+        print("gpuharden drift: --forks must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(args)
+    except DriftError as error:
+        print("gpuharden drift: %s" % error, file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        print("gpuharden drift: %s" % error, file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpuharden drift: events -> outcomes -> report, exit codes, the Prometheus file and the table."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+import pytest
+
+from gpuharden import cli, drift
+
+
+def _finding(ident, check, severity, stage="device_permissions", remediable=True, **extra):
+    return dict({"id": ident, "check": check, "stage": stage, "severity": severity, "expected": "e", "found": "f",
+                 "hint": "h", "remediable": remediable}, **extra)
+
+
+def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
+    return {"event": kind, "event_data": {"host": host, "task_action": action, "task": "Audit the node", "res": res}}
+
+
+def _outcomes():
+    outcomes = drift.Outcomes()
+    for host in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
+        outcomes.feed(_event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": host}))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.1))
+    outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[
+        _finding("device_node_permissions", "device_nodes", "error", path="/dev/nvidia0"),
+        _finding("device_char_link", "device_nodes", "warning"),
+        _finding("gpu_access", "device_cgroups", "info", stage="postcheck", remediable=False),
+        _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject='topology"Manager'),
+    ], summary={"findings": 4, "max_severity": "error"}, checks={"device_nodes": {"status": "drift"}}, seconds=0.2))
+    outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="Failed to connect to the host via ssh: refused"))
+    outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
+    # a later event for an already failed host does not change its outcome
+    outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="second"))
+    return outcomes
+
+
+def _report(outcomes=None, fail_severity="warning"):
+    return drift.build_report(outcomes or _outcomes(), inventory="inv", limit=None, fail_severity=fail_severity,
+                              started=1000.0, finished=1012.5, node_names={"gpu-b": "node-b"})
+
+
+def test_outcomes_and_report():
+    report = _report()
+    assert sorted(report["nodes"]) == ["gpu-a", "gpu-b"]
+    assert report["nodes"]["gpu-a"]["status"] == "clean"
+    assert report["nodes"]["gpu-b"]["status"] == "drift"
+    assert report["nodes"]["gpu-b"]["node"] == "node-b"
+    assert report["nodes"]["gpu-b"]["remediable_stages"] == ["device_permissions", "kubelet_topology"]
+    assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
+    assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
+    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "unreachable": 1, "failed": 1, "findings": 4,
+                                 "by_severity": {"error": 2, "warning": 1, "info": 1},
+                                 "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1}}
+    assert report["duration_seconds"] == 12.5
+    assert drift.exit_code(report) == drift.EXIT_DRIFT
+
+
+def test_exit_codes():
+    clean = drift.Outcomes()
+    clean.feed(_event("runner_on_ok", "gpu-a", findings=[_finding("gpu_access", "device_cgroups", "info")], summary={}, checks={}))
+    assert drift.exit_code(_report(clean)) == drift.EXIT_CLEAN
+    # an info finding counts once the threshold is lowered to info
+    assert drift.exit_code(_report(clean, fail_severity="info")) == drift.EXIT_DRIFT
+    unreachable_only = drift.Outcomes()
+    unreachable_only.feed(_event("runner_on_unreachable", "gpu-a", msg="x"))
+    assert drift.exit_code(_report(unreachable_only)) == drift.EXIT_DRIFT
+
+
+def test_prometheus_text_is_valid_exposition():
+    text = drift.prometheus_text(_report())
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*",?)*\})? -?[0-9.e+]+$')
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# HELP") or line.startswith("# TYPE"):
+            names.add(line.split()[2])
+            continue
+        assert sample.match(line), line
+        assert line.split("{")[0].split()[0] in names, line
+    assert 'gpuharden_drift_findings{node="node-b",check="device_nodes",severity="error"} 1' in text
+    assert 'gpuharden_drift_findings{node="node-b",check="device_nodes",severity="warning"} 1' in text
+    assert 'gpuharden_drift_findings{node="node-b",check="kubelet",severity="error"} 1' in text
+    assert 'gpuharden_drift_node_drifted{node="gpu-a"} 0' in text
+    assert 'gpuharden_drift_node_drifted{node="node-b"} 1' in text
+    assert "gpuharden_nodes_unreachable 1" in text
+    assert "gpuharden_nodes_failed 1" in text
+    assert "gpuharden_last_run_timestamp_seconds 1012.500" in text
+    assert text.endswith("\n")
+
+
+def test_label_escaping():
+    assert drift._label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_write_atomically_replaces_whole_file(tmp_path):
+    target = tmp_path / "textfile" / "gpuharden.prom"
+    drift.write_atomically(str(target), "one\n")
+    drift.write_atomically(str(target), "two\n")
+    assert target.read_text() == "two\n"
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
+    assert os.listdir(target.parent) == ["gpuharden.prom"]
+
+
+def test_table_lists_nodes_findings_and_summary():
+    text = drift.table(_report())
+    assert re.search(r"gpu-b\s+drift\s+2 error, 1 warning, 1 info\s+device_permissions, kubelet_topology", text)
+    assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
+    assert "device_node_permissions /dev/nvidia0" in text
+    assert "gpu_access" not in text  # below the fail severity: counted, not listed
+    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 1 unreachable, 1 failed; 4 finding(s)")
+
+
+def test_extra_vars_forms(tmp_path):
+    varsfile = tmp_path / "vars.yml"
+    varsfile.write_text("a: 1\nb: [x]\n")
+    assert drift.parse_extra_vars(["k=v other=2", '{"j": true}', "@%s" % varsfile]) == {"k": "v", "other": "2", "j": True, "a": 1, "b": ["x"]}
+    with pytest.raises(drift.DriftError, match="KEY=VALUE"):
+        drift.parse_extra_vars(["novalue"])
+    with pytest.raises(drift.DriftError, match="No such file"):
+        drift.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")])
+
+
+def test_merge_after_remediation_replaces_rechecked_hosts():
+    before = _report()
+    fixed = drift.Outcomes()
+    fixed.feed(_event("runner_on_ok", "gpu-b", findings=[], summary={}, checks={}))
+    after = drift.build_report(fixed, inventory="inv", limit="gpu-b", fail_severity="warning", started=2000.0, finished=2003.0)
+    merged = drift.merge_after_remediation(before, after)
+    assert merged["nodes"]["gpu-b"]["status"] == "clean"
+    assert merged["summary"]["drifted"] == 0 and merged["summary"]["unreachable"] == 1
+    assert merged["timestamp"] == 2003.0
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert cli.main(["drift", "-i", str(tmp_path / "missing.yml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {}\n")
+    assert cli.main(["drift", "-i", str(inventory), "--forks", "0"]) == 2
+    assert cli.main(["drift", "-i", str(inventory), "-e", "broken"]) == 2
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["drift", "-i", str(inventory), "--fail-severity", "fatal"])
+    assert exited.value.code == 2
+    json.dumps(_report())  # the report is plain JSON
