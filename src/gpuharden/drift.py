@@ -25,6 +25,8 @@ import uuid
 SEVERITIES = ("info", "warning", "error", "critical")
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
 HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
+# Collection playbook names must be identifiers, the files keep the names users know.
+PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift-check.yml", HARDEN_PLAYBOOK: "harden-gpu-nodes.yml"}
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
 
@@ -218,13 +220,17 @@ def table(report, width=120):
     details = [("NODE", "CHECK", "FINDING", "SEVERITY", "EXPECTED", "FOUND")]
     for host, node in sorted(report["nodes"].items()):
         for entry in counted(node["findings"], report["fail_severity"]):
-            where = entry.get("path") or entry.get("subject") or ("GPU%s" % entry["gpu"] if entry.get("gpu") is not None else "")
-            details.append((host, entry["check"], entry["id"] + (" " + where if where else ""), entry["severity"],
+            gpu = entry.get("gpu")
+            gpu = gpu.get("index") if isinstance(gpu, dict) else gpu
+            where = entry.get("path") or entry.get("subject") or ("GPU%s" % gpu if gpu is not None else "")
+            details.append((host, entry["check"], _cell(entry["id"] + (" " + where if where else ""), 60), entry["severity"],
                             _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
     if len(details) > 1:
         dwidths = [max(len(row[i]) for row in details) for i in range(5)]
         out.append("")
-        out += [_cell("  ".join(row[i].ljust(dwidths[i]) for i in range(5)) + "  " + row[5], width) for row in details]
+        for row in details:
+            line = "  ".join(row[i].ljust(dwidths[i]) for i in range(5)) + "  " + row[5]
+            out.append(line if len(line) <= width else line[: width - 1] + "…")
     summary = report["summary"]
     out.append("")
     out.append("%d node(s): %d clean, %d drifted, %d unreachable, %d failed; %d finding(s) in %.1f s"
@@ -244,6 +250,26 @@ def _runner_env():
     if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
         env["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
     return env
+
+
+def resolve_playbook(name):
+    """A playbook path, or the installed collection's playbook file for one of PLAYBOOK_FILES's names."""
+    if os.path.isfile(name):
+        return os.path.abspath(name)
+    if name not in PLAYBOOK_FILES:
+        raise DriftError("playbook %s: no such file" % name)
+    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
+        os.environ["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
+    from ansible import constants  # noqa: PLC0415 (reads ansible.cfg like ansible-playbook does)
+
+    searched = []
+    for base in list(constants.COLLECTIONS_PATHS) + [path for path in sys.path if path]:
+        candidate = os.path.join(os.path.expanduser(base), "ansible_collections", "gpuharden", "k8s", "playbooks", PLAYBOOK_FILES[name])
+        searched.append(os.path.expanduser(base))
+        if os.path.isfile(candidate):
+            return candidate
+    raise DriftError("the gpuharden.k8s collection is not installed (no playbooks/%s below %s); install it with "
+                     "ansible-galaxy collection install" % (PLAYBOOK_FILES[name], ", ".join(searched[:4])))
 
 
 def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None):
@@ -365,6 +391,10 @@ def run(args, stream=sys.stderr, out=sys.stdout):
     except ImportError:
         raise DriftError("gpuharden drift needs ansible-runner (pip install ansible-runner)") from None
     extravars = parse_extra_vars(args.extra_vars)
+    args.playbook = resolve_playbook(args.playbook)
+    if args.remediate:
+        args.harden_playbook = resolve_playbook(args.harden_playbook)
+    args.inventory = os.path.abspath(args.inventory)
     owner = "drift@%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
     extravars.update(gpuharden_drift_fail=False, gpuharden_run_owner=owner)
     report = check(args, extravars, stream, args.limit)

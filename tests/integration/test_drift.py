@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Drift on the seed-failures lab: node_audit reports a check as drifted exactly when harden-gpu-nodes.yml in check
+mode would change it, on every seeded node; `gpuharden drift` reports, exits and writes metrics right, keeps going
+past an unreachable and a locked node, and --remediate fixes only the drifted stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+from gpuharden.lab import REPO_ROOT
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+NODE_SIDE_STAGES = ("device_permissions", "container_runtime", "kubelet_topology", "cgroup_limits")
+# remediation module -> the node_audit check that shares its planner
+CHECK_OF_ACTION = {
+    "gpuharden.k8s.nvidia_device_nodes": "device_nodes",
+    "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
+    "gpuharden.k8s.kubelet_config": "kubelet",
+    "gpuharden.k8s.cgroup_memory": "cgroup_memory",
+}
+ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        yield state
+
+
+def _playbook(state, playbook, tmp, *, check=False, tags=None, extravars=None, limit=None):
+    """Run a playbook through ansible-runner; its events."""
+    events = []
+    cmdline = (["--check"] if check else []) + (["--tags", ",".join(tags)] if tags else [])
+    runner = ansible_runner.run(private_data_dir=str(tmp), envvars=ENV, inventory=state["inventory"],
+                                playbook=str(REPO_ROOT / "playbooks" / playbook), cmdline=" ".join(cmdline) or None,
+                                extravars=extravars or {}, limit=limit, quiet=True,
+                                event_handler=lambda event: events.append(event) or True)
+    assert runner.status in ("successful", "failed"), runner.stdout.read()
+    return runner, events
+
+
+def _drift(state, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", state["inventory"], *args],
+                          cwd=REPO_ROOT, env=dict(os.environ, **ENV, **(env or {})), capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def audits(lab, tmp_path_factory):
+    runner, events = _playbook(lab, "drift-check.yml", tmp_path_factory.mktemp("drift"), extravars={"gpuharden_drift_fail": False})
+    results = {event["event_data"]["host"]: event["event_data"]["res"] for event in events
+               if event.get("event") == "runner_on_ok" and event["event_data"].get("task_action") == "gpuharden.k8s.node_audit"}
+    assert runner.rc == 0, runner.stdout.read()[-4000:]
+    return results
+
+
+def test_audit_iff_check_mode_harden_would_change(lab, audits, tmp_path):
+    runner, events = _playbook(lab, "harden-gpu-nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES)
+    would_change = {host: set() for host in audits}
+    for event in events:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+            pytest.fail("check-mode harden failed on %s: %s" % (data.get("host"), (data.get("res") or {}).get("msg")))
+        if event.get("event") == "runner_on_ok" and data.get("task_action") in CHECK_OF_ACTION and data["res"].get("changed"):
+            would_change[data["host"]].add(CHECK_OF_ACTION[data["task_action"]])
+    assert runner.rc == 0
+    assert len(audits) == 11
+    for host, audit in sorted(audits.items()):
+        reported = {entry["check"] for entry in audit["findings"] if entry["remediable"]} & set(CHECK_OF_ACTION.values())
+        assert reported == would_change[host], (host, reported, would_change[host], audit["checks"])
+        assert set(audit["summary"]["would_change"]) & set(CHECK_OF_ACTION.values()) == would_change[host], host
+    # the seeded node-side faults are each reported on their node
+    expected = {
+        "seed-dev-perm": ("device_node_permissions", "/dev/nvidia0"),
+        "seed-topology-none": ("kubelet_setting", "topologyManagerPolicy"),
+        "seed-stale-cpu-state": ("kubelet_stale_checkpoint", None),
+        "seed-no-runtime": ("containerd_nvidia_runtime", None),
+        "seed-memory-high": ("gpu-pod-memory-high-unset", None),
+    }
+    for host, (ident, where) in expected.items():
+        found = [entry for entry in audits[host]["findings"] if entry["id"] == ident]
+        assert found, (host, ident, [entry["id"] for entry in audits[host]["findings"]])
+        if where:
+            assert any(where in (entry.get("path"), entry.get("subject")) for entry in found), found
+        assert all(entry["remediable"] for entry in found)
+    # faults no playbook fixes are reported, and marked as such
+    pcie = [entry for entry in audits["seed-pcie"]["findings"] if entry["check"] == "nvml" and entry["gpu"] is not None]
+    assert pcie and not any(entry["remediable"] for entry in pcie)
+    isolation = {entry["id"] for entry in audits["seed-isolation"]["findings"] if entry["check"] == "device_cgroups"}
+    assert "privileged_container" in isolation
+    # only the stages with seeded faults besides the fresh node's missing persistence files
+    assert "container_runtime" not in audits["seed-dev-perm"]["summary"]["stages"]
+    assert "container_runtime" in audits["seed-no-runtime"]["summary"]["stages"]
+
+
+def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
+    inventory = yaml.safe_load(Path(lab["inventory"]).read_text())
+    # nothing listens on the discard port of loopback: ssh is refused at once
+    inventory["all"]["children"]["gpu_nodes"]["hosts"]["gone-node"] = {"ansible_host": "127.0.0.1", "ansible_port": 9}
+    with_gone = tmp_path / "hosts.yml"
+    with_gone.write_text(yaml.safe_dump(inventory))
+    report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
+    completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", str(with_gone), "--report", str(report),
+                                "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV), capture_output=True,
+                               text=True, check=False)
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["summary"]["unreachable"] == 1 and "gone-node" in data["unreachable"]
+    assert len(data["nodes"]) == 11 and data["summary"]["drifted"] >= 6
+    for node in data["nodes"].values():
+        for entry in node["findings"]:
+            assert {"id", "severity", "expected", "found", "hint", "check", "stage", "remediable"} <= set(entry)
+    assert re.search(r"^\[\d+/\d+\] gone-node: UNREACHABLE", completed.stderr, re.M)
+    assert re.search(r"^seed-no-runtime\s+drift\s+.*container_runtime", completed.stdout, re.M)
+    text = metrics.read_text()
+    assert "gpuharden_nodes_unreachable 1" in text
+    assert re.search(r'^gpuharden_drift_findings\{node="seed-no-runtime",check="containerd",severity="error"\} 1$', text, re.M)
+    assert re.search(r"^gpuharden_last_run_timestamp_seconds \d+\.\d+$", text, re.M)
+    for host, node in data["nodes"].items():
+        total = sum(int(value) for value in re.findall(r'^gpuharden_drift_findings\{node="%s",[^}]*\} (\d+)$' % node["node"], text, re.M))
+        assert total == len(node["findings"]), host
+
+
+def test_locked_node_is_reported_and_the_others_checked(lab, tmp_path):
+    lock = ["ansible", "-i", lab["inventory"], "seed-pcie", "-m", "gpuharden.k8s.node_lock"]
+    env = dict(os.environ, **ENV)
+    held = subprocess.run(lock + ["-a", "owner=harden@elsewhere"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    assert held.returncode == 0, held.stdout
+    try:
+        completed = _drift(lab, "-l", "seed-pcie,seed-list-none", "-e", "gpuharden_lock_timeout=1", "--json", "-q")
+        data = json.loads(completed.stdout)
+        assert completed.returncode == 1
+        assert "harden@elsewhere" in data["failed"]["seed-pcie"]
+        assert list(data["nodes"]) == ["seed-list-none"]
+    finally:
+        subprocess.run(lock + ["-a", "owner=harden@elsewhere state=released"], cwd=REPO_ROOT, env=env, capture_output=True, check=True)
+
+
+def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path):
+    hosts = "seed-no-runtime,seed-topology-none"
+    completed = _drift(lab, "-l", hosts, "--remediate", "--json", "-q")
+    data = json.loads(completed.stdout)
+    runs = data["remediation"]["runs"]
+    assert runs and all(run["rc"] == 0 for run in runs), runs
+    stages = {host: run["stages"] for run in runs for host in run["hosts"]}
+    assert "container_runtime" in stages["seed-no-runtime"] and "kubelet_topology" not in stages["seed-no-runtime"]
+    assert "kubelet_topology" in stages["seed-topology-none"] and "container_runtime" not in stages["seed-topology-none"]
+    assert data["remediation"]["before"]["drifted"] == 2
+    for host in hosts.split(","):
+        node = data["nodes"][host]
+        assert node["remediable_stages"] == [], (host, node["findings"])
+    assert completed.returncode == (1 if data["summary"]["drifted"] else 0)
+    again = _drift(lab, "-l", hosts, "--json", "-q")
+    assert all(not node["remediable_stages"] for node in json.loads(again.stdout)["nodes"].values())
