@@ -6,8 +6,10 @@ progress, and writes a JSON report, a table on the terminal and a Prometheus tex
 ``--remediate`` it then runs harden-gpu-nodes.yml on the drifted hosts only, limited to the stages (tags) with
 remediable findings, and checks those hosts again.
 
-Exit codes: 0 every node answered and none drifted; 1 drift found, or a node unreachable or failed; 2 usage or
-environment error (nothing was checked).
+A node is ``clean``, ``drift`` (findings at or above --fail-severity that harden fixes) or ``attention`` (only
+findings no playbook fixes: a PCIe link trained down, a privileged GPU pod).  Exit codes: 0 every node answered and
+is clean; 1 drift or attention found, or a node unreachable or failed; 2 usage or environment error (nothing was
+checked).
 """
 
 from __future__ import annotations
@@ -98,19 +100,22 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
     by_severity, by_check = {}, {}
     for host, audit in sorted(outcomes.audited.items()):
         failing = counted(audit["findings"], fail_severity)
+        # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
+        status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
         stages = sorted({entry["stage"] for entry in audit["findings"] if entry.get("remediable") and entry.get("stage")})
         for entry in audit["findings"]:
             by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
             by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
         nodes[host] = {
             "node": (node_names or {}).get(host, host),
-            "status": "drift" if failing else "clean",
+            "status": status,
             "findings": audit["findings"],
             "remediable_stages": stages,
             "checks": audit["checks"],
             "audit_seconds": audit["seconds"],
         }
     drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
+    attention = sorted(host for host, node in nodes.items() if node["status"] == "attention")
     return {
         "version": 1,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
@@ -121,8 +126,9 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         "fail_severity": fail_severity,
         "summary": {
             "nodes": len(nodes) + len(outcomes.unreachable) + len(outcomes.failed),
-            "clean": len(nodes) - len(drifted),
+            "clean": len(nodes) - len(drifted) - len(attention),
             "drifted": len(drifted),
+            "attention": len(attention),
             "unreachable": len(outcomes.unreachable),
             "failed": len(outcomes.failed),
             "findings": sum(len(node["findings"]) for node in nodes.values()),
@@ -137,7 +143,8 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
 
 def exit_code(report):
     summary = report["summary"]
-    return EXIT_DRIFT if summary["drifted"] or summary["unreachable"] or summary["failed"] else EXIT_CLEAN
+    problems = summary["drifted"] + summary.get("attention", 0) + summary["unreachable"] + summary["failed"]
+    return EXIT_DRIFT if problems else EXIT_CLEAN
 
 
 def _label(value):
@@ -164,6 +171,13 @@ def prometheus_text(report):
     ]
     for _host, node in sorted(report["nodes"].items()):
         lines.append('gpuharden_drift_node_drifted{node="%s"} %d' % (_label(node["node"]), node["status"] == "drift"))
+    lines += [
+        "# HELP gpuharden_drift_node_attention 1 when the node's only findings at or above the fail severity are ones no "
+        "playbook fixes (hardware, workloads), else 0.",
+        "# TYPE gpuharden_drift_node_attention gauge",
+    ]
+    for _host, node in sorted(report["nodes"].items()):
+        lines.append('gpuharden_drift_node_attention{node="%s"} %d' % (_label(node["node"]), node["status"] == "attention"))
     lines += [
         "# HELP gpuharden_nodes_unreachable Nodes the last drift run could not reach.",
         "# TYPE gpuharden_nodes_unreachable gauge",
@@ -233,9 +247,9 @@ def table(report, width=120):
             out.append(line if len(line) <= width else line[: width - 1] + "…")
     summary = report["summary"]
     out.append("")
-    out.append("%d node(s): %d clean, %d drifted, %d unreachable, %d failed; %d finding(s) in %.1f s"
-               % (summary["nodes"], summary["clean"], summary["drifted"], summary["unreachable"], summary["failed"],
-                  summary["findings"], report["duration_seconds"]))
+    out.append("%d node(s): %d clean, %d drifted, %d need attention (no playbook fixes it), %d unreachable, %d failed; "
+               "%d finding(s) in %.1f s" % (summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0),
+                                            summary["unreachable"], summary["failed"], summary["findings"], report["duration_seconds"]))
     return "\n".join(out)
 
 
@@ -434,8 +448,9 @@ def merge_after_remediation(before, after):
             by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
             by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
     drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
+    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
     merged["summary"].update(
-        clean=len(nodes) - drifted, drifted=drifted, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
+        clean=len(nodes) - drifted - attention, drifted=drifted, attention=attention, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
         findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
     merged["timestamp"] = after["timestamp"]
     merged["generated_at"] = after["generated_at"]

@@ -54,7 +54,7 @@ def test_outcomes_and_report():
     assert report["nodes"]["gpu-b"]["remediable_stages"] == ["device_permissions", "kubelet_topology"]
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
-    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "unreachable": 1, "failed": 1, "findings": 4,
+    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "unreachable": 1, "failed": 1, "findings": 4,
                                  "by_severity": {"error": 2, "warning": 1, "info": 1},
                                  "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1}}
     assert report["duration_seconds"] == 12.5
@@ -67,6 +67,14 @@ def test_exit_codes():
     assert drift.exit_code(_report(clean)) == drift.EXIT_CLEAN
     # an info finding counts once the threshold is lowered to info
     assert drift.exit_code(_report(clean, fail_severity="info")) == drift.EXIT_DRIFT
+    hardware = drift.Outcomes()
+    hardware.feed(_event("runner_on_ok", "gpu-a", findings=[_finding("pcie_link_degraded", "nvml", "warning", stage="postcheck",
+                                                                     remediable=False)], summary={}, checks={}))
+    report = _report(hardware)
+    assert report["nodes"]["gpu-a"]["status"] == "attention" and report["summary"]["attention"] == 1
+    assert report["nodes"]["gpu-a"]["remediable_stages"] == []
+    assert drift.exit_code(report) == drift.EXIT_DRIFT
+    assert 'gpuharden_drift_node_attention{node="gpu-a"} 1' in drift.prometheus_text(report)
     unreachable_only = drift.Outcomes()
     unreachable_only.feed(_event("runner_on_unreachable", "gpu-a", msg="x"))
     assert drift.exit_code(_report(unreachable_only)) == drift.EXIT_DRIFT
@@ -112,7 +120,8 @@ def test_table_lists_nodes_findings_and_summary():
     assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
     assert "device_node_permissions /dev/nvidia0" in text
     assert "gpu_access" not in text  # below the fail severity: counted, not listed
-    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 1 unreachable, 1 failed; 4 finding(s)")
+    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (no playbook fixes it), 1 unreachable, "
+                                            "1 failed; 4 finding(s)")
 
 
 def test_extra_vars_forms(tmp_path):
