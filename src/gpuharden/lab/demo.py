@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`make demo`: bring up the seed-failures lab and show the fleet's state through the product.
+"""`make demo`: the seed-failures lab, its drift report, hardening, a clean report, and a second harden run with
+no changes.
 
 The lab (simulated GPU nodes over real SSH, a real control plane) stays up afterwards so it can be
 explored: `ansible -i inventories/lab/hosts.yml all -m gpuharden.k8s.gpu_facts`; `gpuharden lab down`
@@ -8,9 +9,13 @@ removes it.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gpuharden.lab import REPO_ROOT, cluster, manager
@@ -18,6 +23,7 @@ from gpuharden.lab.system import LabError
 
 SCENARIO = os.environ.get("GPUHARDEN_DEMO_SCENARIO", "seed-failures")
 BIN = Path(sys.executable).parent
+LAB_LOCK = "/var/tmp/gpuharden-lab.lock"
 
 
 def _section(title: str) -> None:
@@ -30,6 +36,13 @@ def _run(argv: list[str]) -> int:
 
 
 def main() -> int:
+    # Other lab users (the lab tests, molecule) take the same lock: wait for them instead of pulling their lab down.
+    with open(LAB_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return demo()
+
+
+def demo() -> int:
     try:
         if manager.load_state() is not None or manager.leftovers():
             print("demo: removing the previous lab first", flush=True)
@@ -42,7 +55,50 @@ def main() -> int:
     print("lab up in %.1fs: %d nodes over SSH, kube-apiserver on 127.0.0.1:6443 (timings: %s)"
           % (state["timings"]["total"], len(state["nodes"]), state["timings"]))
 
-    _section("Fleet as the cluster sees it")
+    fleet(state)
+
+    reports = REPO_ROOT / "build" / "demo"
+    reports.mkdir(parents=True, exist_ok=True)
+    _section("gpuharden drift -i %s (before)" % os.path.relpath(state["inventory"], REPO_ROOT))
+    _run([str(BIN / "gpuharden"), "drift", "-i", state["inventory"], "--report", str(reports / "drift-before.json"),
+          "--prometheus", str(reports / "gpuharden-before.prom")])
+
+    _section("ansible-playbook playbooks/harden-gpu-nodes.yml")
+    # Every node in one batch, and a failing post-check (hardware the playbook cannot fix) reported, not fatal.
+    harden = [str(BIN / "ansible-playbook"), "-i", state["inventory"], str(REPO_ROOT / "playbooks/harden-gpu-nodes.yml"),
+              "-e", "gpuharden_max_fail_percentage=100", "-e", "gpuharden_postcheck_fail_severity=never"]
+    first = _recap(harden)
+
+    _section("Fleet after hardening")
+    fleet(state)
+
+    _section("gpuharden drift -i %s (after)" % os.path.relpath(state["inventory"], REPO_ROOT))
+    after_rc = _run([str(BIN / "gpuharden"), "drift", "-i", state["inventory"], "--report", str(reports / "drift-after.json"),
+                     "--prometheus", str(reports / "gpuharden.prom")])
+    after = json.loads((reports / "drift-after.json").read_text())
+
+    _section("ansible-playbook playbooks/harden-gpu-nodes.yml (again)")
+    second = _recap(harden)
+    changed = {host: counts["changed"] for host, counts in second.items() if counts["changed"]}
+    failed = {host for host, counts in {**first, **second}.items() if counts["failed"] or counts["unreachable"]}
+
+    _section("Summary")
+    summary = after["summary"]
+    print("drift before: %s" % _summary_line(json.loads((reports / "drift-before.json").read_text())["summary"]))
+    print("drift after:  %s (exit %d)" % (_summary_line(summary), after_rc))
+    for host, node in sorted(after["nodes"].items()):
+        if node["status"] == "attention":
+            ids = sorted({entry["id"] for entry in node["findings"] if entry["severity"] in ("warning", "error", "critical")})
+            print("  %s needs attention, no playbook fixes it: %s" % (host, ", ".join(ids)))
+    print("second harden run: %s" % ("changed=0 on all %d nodes" % len(second) if not changed
+                                     else "changed on %s" % ", ".join("%s (%d)" % item for item in sorted(changed.items()))))
+    print("reports: %s (JSON, Prometheus textfile)" % os.path.relpath(reports, REPO_ROOT))
+    print("\nThe lab is still up. Explore it with the inventory %s; remove it with `gpuharden lab down`." % state["inventory"])
+    ok = summary["drifted"] == 0 and summary["unreachable"] == 0 and summary["failed"] == 0 and not changed and not failed
+    return 0 if ok else 1
+
+
+def fleet(state) -> None:
     summary = cluster.node_summary(cluster.api_client(state["cluster"]["admin_kubeconfig"]))
     services = state.get("services", {})
     print("%-22s %-24s %-6s %-9s %s" % ("NODE", "FIXTURE", "READY", "KUBELET", "ALLOCATABLE (nvidia.com/*)"))
@@ -53,13 +109,28 @@ def main() -> int:
             kubelet.stdout.strip() or services.get(name), summary.get(name, {}).get("allocatable_gpu") or "-",
         ))
 
-    _section("gpuharden facts -i inventories/lab/hosts.yml")
-    _run([str(BIN / "gpuharden"), "facts", "-i", state["inventory"]])
 
-    _section("ansible-playbook playbooks/audit-node.yml (read-only)")
-    rc = _run([str(BIN / "ansible-playbook"), "-i", state["inventory"], str(REPO_ROOT / "playbooks/audit-node.yml")])
-    print("\nThe lab is still up. Explore it with the inventory %s; remove it with `gpuharden lab down`." % state["inventory"])
-    return rc
+def _summary_line(summary) -> str:
+    return "%d nodes: %d clean, %d drifted, %d need attention, %d unreachable, %d failed" % (
+        summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0), summary["unreachable"], summary["failed"])
+
+
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def _recap(argv: list[str]) -> dict:
+    """Run a playbook, print its PLAY RECAP (the whole output goes to build/demo/), return the counts per host."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
+    started = time.monotonic()
+    completed = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    log = REPO_ROOT / "build" / "demo" / ("harden-%d.log" % int(time.time()))
+    log.write_text(completed.stdout + completed.stderr)
+    counts = {match[1]: {"ok": int(match[2]), "changed": int(match[3]), "unreachable": int(match[4]), "failed": int(match[5])}
+              for match in RECAP.finditer(completed.stdout)}
+    for host, count in sorted(counts.items()):
+        print("%-22s ok=%-4d changed=%-4d unreachable=%d failed=%d" % (host, count["ok"], count["changed"], count["unreachable"], count["failed"]))
+    print("(%.0f s, rc %d, full output in %s)" % (time.monotonic() - started, completed.returncode, os.path.relpath(log, REPO_ROOT)))
+    return counts
 
 
 if __name__ == "__main__":
