@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Benchmarks (a), (b) and (c) of the operations issue, side by side on one lab fleet (the scale scenario).
+
+(a) ``gpuharden drift`` vs bench/baseline-drift.yml (the same checks with builtin modules) on 8 nodes; goal >= 10x.
+(b) ``gpuharden drift`` on 1, 8 and 32 nodes; goal: 32 nodes <= 2x one node.
+(c) a no-op ``harden-gpu-nodes.yml`` on a compliant node vs the drift check of that node; goal <= 3x.
+
+Brings up ``gpuharden lab up --scenario scale --nodes 32`` under the shared lab lock (or uses the running lab with
+``--use-running``), hardens scale-0 once (not timed) so that it is compliant, then times each run ``--runs`` times
+(best and median) and prints, per run, where the time goes: Ansible's own start-up and the per-task time of the
+slowest host.  Root only.
+
+    python bench/drift.py [--nodes 32] [--runs 2] [--json FILE] [--use-running]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "src"))
+
+import ansible_runner  # noqa: E402
+
+from gpuharden.lab import manager  # noqa: E402
+from tests.labfixtures import lab_lock  # noqa: E402
+
+ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+PLAYBOOKS = {"drift": REPO / "playbooks/drift-check.yml", "baseline": REPO / "bench/baseline-drift.yml",
+             "harden": REPO / "playbooks/harden-gpu-nodes.yml"}
+
+
+def timed_playbook(name, inventory, hosts, extravars=None, forks=32):
+    """One run: wall seconds, per-task seconds of the slowest host, tasks run, and the playbook's rc."""
+    events = []
+    with tempfile.TemporaryDirectory(prefix="gpuharden-bench-") as private:
+        started = time.monotonic()
+        runner = ansible_runner.run(private_data_dir=private, envvars=ENV, inventory=inventory, playbook=str(PLAYBOOKS[name]),
+                                    limit=",".join(hosts), forks=forks, extravars=extravars or {}, quiet=True,
+                                    event_handler=lambda event: events.append(event) or True)
+        wall = time.monotonic() - started
+    tasks, first_start = {}, None
+    for event in events:
+        data = event.get("event_data") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped") and data.get("duration") is not None:
+            key = data.get("task", "?")
+            tasks[key] = max(tasks.get(key, 0.0), float(data["duration"]))
+        if event.get("event") == "playbook_on_task_start" and first_start is None:
+            first_start = event.get("created")
+    failures = [(event["event_data"].get("host"), (event["event_data"].get("res") or {}).get("msg"))
+                for event in events if event.get("event") in ("runner_on_failed", "runner_on_unreachable")
+                and not event["event_data"].get("ignore_errors")]
+    changed = sum(1 for event in events if event.get("event") == "runner_on_ok" and (event["event_data"].get("res") or {}).get("changed"))
+    return {"wall_s": round(wall, 3), "rc": runner.rc, "tasks": len(tasks), "changed": changed, "failures": failures[:5],
+            "task_seconds": dict(sorted(tasks.items(), key=lambda item: -item[1])[:6]),
+            "task_seconds_total": round(sum(tasks.values()), 3)}
+
+
+def timed_cli(inventory, hosts, forks=32):
+    """`gpuharden drift` itself, as users run it: wall seconds, nodes reported, slowest node_audit run."""
+    started = time.monotonic()
+    completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", inventory, "-l", ",".join(hosts), "-f", str(forks),
+                                "-q", "--json"], cwd=REPO, env=dict(os.environ, **ENV), capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if completed.returncode not in (0, 1):
+        raise SystemExit("gpuharden drift failed (%d): %s" % (completed.returncode, completed.stderr[-2000:]))
+    data = json.loads(completed.stdout)
+    audits = [node["audit_seconds"] or 0 for node in data["nodes"].values()]
+    return {"wall_s": round(wall, 3), "nodes": len(data["nodes"]), "unreachable": data["summary"]["unreachable"],
+            "failed": data["summary"]["failed"], "slowest_audit_s": round(max(audits, default=0), 3)}
+
+
+def repeat(runs, function, *args, **kwargs):
+    samples = [function(*args, **kwargs) for _ in range(runs)]
+    best = min(samples, key=lambda sample: sample["wall_s"])
+    return dict(best, runs=[sample["wall_s"] for sample in samples], median_s=round(statistics.median(s["wall_s"] for s in samples), 3))
+
+
+def where(sample):
+    overhead = sample["wall_s"] - sample["task_seconds_total"]
+    top = ", ".join("%s %.2fs" % (name, seconds) for name, seconds in list(sample["task_seconds"].items())[:3])
+    return "%d tasks, %.2fs in tasks (slowest host), %.2fs Ansible start-up/scheduling; top: %s" % (
+        sample["tasks"], sample["task_seconds_total"], overhead, top)
+
+
+def measure(state, runs, nodes):
+    inventory = state["inventory"]
+    names = sorted(state["nodes"], key=lambda name: int(name.rsplit("-", 1)[1]))[:nodes]
+    drift_vars = {"gpuharden_drift_fail": False}
+    results = {}
+    # scale-0 compliant first (not timed): the no-op harden of (c) needs a node with nothing to do
+    prepare = timed_playbook("harden", inventory, names[:1], {"gpuharden_postcheck_fail_severity": "never"})
+    results["prepare_harden_s"] = prepare["wall_s"]
+    if prepare["rc"] != 0:
+        raise SystemExit("hardening %s failed: %s" % (names[0], prepare["failures"]))
+
+    eight = names[:8]
+    results["a"] = {"drift": repeat(runs, timed_cli, inventory, eight),
+                    "drift_tasks": timed_playbook("drift", inventory, eight, drift_vars),
+                    "baseline": repeat(runs, timed_playbook, "baseline", inventory, eight)}
+    results["a"]["ratio"] = round(results["a"]["baseline"]["wall_s"] / results["a"]["drift"]["wall_s"], 2)
+
+    results["b"] = {str(count): repeat(runs, timed_cli, inventory, names[:count])
+                    for count in (1, 8, len(names)) if count <= len(names)}
+    results["b"]["tasks_%d" % len(names)] = timed_playbook("drift", inventory, names, drift_vars)
+    results["b"]["ratio"] = round(results["b"][str(len(names))]["wall_s"] / results["b"]["1"]["wall_s"], 2)
+
+    results["c"] = {"harden_noop": repeat(runs, timed_playbook, "harden", inventory, names[:1], {"gpuharden_postcheck_fail_severity": "never"}),
+                    "drift": results["b"]["1"], "drift_tasks": timed_playbook("drift", inventory, names[:1], drift_vars)}
+    results["c"]["ratio"] = round(results["c"]["harden_noop"]["wall_s"] / results["c"]["drift"]["wall_s"], 2)
+    return results
+
+
+def report(results, nodes):
+    a, b, c = results["a"], results["b"], results["c"]
+    lines = [
+        "(a) drift vs builtin-module baseline, 8 nodes: drift %.2fs, baseline %.2fs: %.1fx faster (goal >= 10x)"
+        % (a["drift"]["wall_s"], a["baseline"]["wall_s"], a["ratio"]),
+        "    drift:    " + where(a["drift_tasks"]) + "; slowest node_audit %.2fs" % a["drift"]["slowest_audit_s"],
+        "    baseline: " + where(a["baseline"]),
+        "(b) drift on 1 / 8 / %d nodes: %s s: %d nodes take %.2fx one node (goal <= 2x)"
+        % (nodes, " / ".join("%.2f" % b[key]["wall_s"] for key in ("1", "8", str(nodes)) if key in b), nodes, b["ratio"]),
+        "    %d nodes: %s; slowest node_audit %.2fs" % (nodes, where(b["tasks_%d" % nodes]), b[str(nodes)]["slowest_audit_s"]),
+        "(c) no-op harden vs drift, one compliant node: harden %.2fs (%d changed), drift %.2fs: %.1fx (goal <= 3x)"
+        % (c["harden_noop"]["wall_s"], c["harden_noop"]["changed"], c["drift"]["wall_s"], c["ratio"]),
+        "    harden: " + where(c["harden_noop"]),
+        "    drift:  " + where(c["drift_tasks"]),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--use-running", action="store_true", help="use the lab that is up (scale scenario)")
+    options = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("root only (the lab)", file=sys.stderr)
+        return 2
+    if options.use_running:
+        state = manager.load_state()
+        results = measure(state, options.runs, options.nodes)
+    else:
+        with lab_lock():
+            manager.down()
+            started = time.monotonic()
+            state = manager.up("scale", options.nodes)
+            up = time.monotonic() - started
+            try:
+                results = measure(state, options.runs, options.nodes)
+            finally:
+                manager.down()
+        results["lab_up_s"] = round(up, 1)
+    results["nodes"] = options.nodes
+    print(report(results, options.nodes))
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
