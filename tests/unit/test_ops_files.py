@@ -24,6 +24,8 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
 
+from gpuharden.cli import build_parser
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 INVENTORY = REPO / "inventories" / "example"
@@ -334,6 +336,11 @@ def service_environment(service):
     return env
 
 
+def parse_cli(words):
+    """The CLI's own parser on a `gpuharden ...` command line (argparse exits 2 on anything it rejects)."""
+    return build_parser().parse_args(words[1:])
+
+
 def expand(argv, env):
     """systemd's ExecStart expansion: ${VAR} is one word, $VAR splits at whitespace."""
     words = []
@@ -366,6 +373,14 @@ def test_service_runs_gpuharden_drift(service):
     assert options["--report"] == "/var/lib/gpuharden/drift-report.json"
     assert options["--prometheus"].endswith(".prom")
     assert int(options["-f"]) > 0
+    parsed = parse_cli(words)
+    assert (parsed.inventory, parsed.report, parsed.prometheus) == (options["-i"], options["--report"], options["--prometheus"])
+    assert not parsed.remediate
+    # GPUHARDEN_DRIFT_ARGS as drift.env.example suggests it.
+    example = re.search(r"^#GPUHARDEN_DRIFT_ARGS=(.+)$", (SYSTEMD / "drift.env.example").read_text(), re.M).group(1)
+    env["GPUHARDEN_DRIFT_ARGS"] = example
+    parsed = parse_cli(expand(argv, env))
+    assert (parsed.limit, parsed.fail_severity, parsed.quiet) == ("dgx_a100", "error", True), example
     # The environment file can override every default, and is optional.
     assert one(unit, "EnvironmentFile") == "-/etc/gpuharden/drift.env"
 
@@ -487,6 +502,8 @@ def test_cronjob_command_volumes_and_secret(manifests):
     (container,) = pod["containers"]
     argv = container.get("command", []) + container.get("args", [])
     assert argv[:2] == ["gpuharden", "drift"]
+    parsed = parse_cli(argv)
+    assert not parsed.remediate
     options = dict(zip(argv[2::2], argv[3::2], strict=False))
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
