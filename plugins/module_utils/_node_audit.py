@@ -27,6 +27,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import (
     _kubelet,
     _mig,
     _mig_nvml,
+    _node_lock,
     _nvml,
     _nvml_node,
 )
@@ -227,9 +228,32 @@ CHECKS = (
 CHECK_NAMES = tuple(name for name, _spec, _rules, _function in CHECKS)
 
 
+LOCK_SPEC = {
+    "owner": {"type": "str", "required": True},
+    "path": {"type": "path", "default": _node_lock.DEFAULT_PATH},
+    "timeout": {"type": "int", "default": 0},
+    "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
+}
+
+
 def audit(params, clock=time.monotonic):
-    """Run every check whose options are given.  A check that cannot run is reported as an error finding and
-    the others still run: a drift report with one broken check is more useful than none."""
+    """Run every check whose options are given, holding the node's run lock when ``lock`` is given (in this
+    process: no extra round trips).  A check that cannot run is reported as an error finding and the others still
+    run: a drift report with one broken check is more useful than none."""
+    if not params.get("lock"):
+        return _audit(params, clock)
+    result = ArgumentSpecValidator(LOCK_SPEC).validate({k: v for k, v in params["lock"].items() if v is not None})
+    if result.error_messages:
+        raise GpuhardenError("node_audit: option lock: %s" % "; ".join(result.error_messages))
+    lock = dict(result.validated_parameters, state="acquired")
+    _node_lock.run(lock)
+    try:
+        return _audit(params, clock)
+    finally:
+        _node_lock.run(dict(lock, state="released"))
+
+
+def _audit(params, clock):
     root = params["root"]
     node = params.get("node_name")
     findings, checks = [], {}

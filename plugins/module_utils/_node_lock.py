@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+DEFAULT_PATH = "/run/gpuharden/run.lock"
+DEFAULT_STALE_AFTER = 7200
+POLL_SECONDS = 1.0
 
 
 def parse(text):
@@ -93,3 +98,32 @@ def remove(path):
         pass
     except OSError as error:
         raise GpuhardenError("node_lock: cannot remove %s: %s" % (path, error.strerror)) from None
+
+
+def run(params):
+    path, owner, state = params["path"], params["owner"], params["state"]
+    if params["timeout"] < 0 or params["stale_after"] < 1:
+        raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
+    deadline = time.monotonic() + params["timeout"]
+    while True:
+        current = read(path)
+        now = time.time()
+        action = decide(current, owner, now, state)
+        content = {"owner": owner, "acquired_at": now, "stale_after": params["stale_after"]}
+        holder = current or None
+        if action == "create" and not create(path, content):
+            continue  # another run created it between our read and our create: decide again
+        if action == "take_over":
+            take_over(path, content)
+            if (read(path) or {}).get("owner") != owner:
+                continue  # another run took it over at the same moment and won
+        if action == "remove":
+            remove(path)
+        if action != "wait":
+            return {"action": action, "holder": holder}
+        if time.monotonic() >= deadline:
+            raise GpuhardenError(
+                "node_lock: the node is locked by %s since %s (another gpuharden run); waited %d s. Remove %s if that run is gone"
+                % (current["owner"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(current["acquired_at"])), params["timeout"], path),
+                holder=current)
+        time.sleep(POLL_SECONDS)

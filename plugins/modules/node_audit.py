@@ -66,6 +66,29 @@ options:
     description:
       - Options of M(gpuharden.k8s.device_cgroup_audit) (O(root) excluded). Omit to skip the check.
     type: dict
+  lock:
+    description:
+      - Hold the node's gpuharden run lock (see M(gpuharden.k8s.node_lock)) while the checks run, so that the audit
+        never reads a node a harden run is changing. Taken and given back inside this module run.
+      - The module fails, naming the holder, when another run holds the lock longer than O(lock.timeout).
+    type: dict
+    suboptions:
+      owner:
+        description: Who holds the lock (unique per run).
+        type: str
+        required: true
+      path:
+        description: The lock file on the node.
+        type: path
+        default: /run/gpuharden/run.lock
+      timeout:
+        description: Seconds to wait for another run's lock.
+        type: int
+        default: 0
+      stale_after:
+        description: Seconds after which a lock counts as abandoned.
+        type: int
+        default: 7200
 notes:
   - Needs root for the device-cgroup check (bpf(2)) and the unprivileged NVML check (it forks and drops privileges).
   - Playbook C(gpuharden.k8s.drift_check) and the C(gpuharden drift) command build these options from the same role
@@ -162,6 +185,7 @@ def argument_spec():
         "node_name": {"type": "str"},
     }
     spec.update((name, {"type": "dict"}) for name in _node_audit.CHECK_NAMES)
+    spec["lock"] = {"type": "dict", "options": _node_audit.LOCK_SPEC}
     return spec
 
 

@@ -80,62 +80,30 @@ holder:
   type: dict
 """
 
-import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
-POLL_SECONDS = 1.0
-
 
 def build_module():
     return AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "default": "/run/gpuharden/run.lock"},
+            "path": {"type": "path", "default": _node_lock.DEFAULT_PATH},
             "owner": {"type": "str", "required": True},
             "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
             "timeout": {"type": "int", "default": 0},
-            "stale_after": {"type": "int", "default": 7200},
+            "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
         },
         supports_check_mode=False,
     )
 
 
-def run(params):
-    path, owner, state = params["path"], params["owner"], params["state"]
-    if params["timeout"] < 0 or params["stale_after"] < 1:
-        raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
-    deadline = time.monotonic() + params["timeout"]
-    while True:
-        current = _node_lock.read(path)
-        now = time.time()
-        action = _node_lock.decide(current, owner, now, state)
-        content = {"owner": owner, "acquired_at": now, "stale_after": params["stale_after"]}
-        holder = current or None
-        if action == "create" and not _node_lock.create(path, content):
-            continue  # another run created it between our read and our create: decide again
-        if action == "take_over":
-            _node_lock.take_over(path, content)
-            if (_node_lock.read(path) or {}).get("owner") != owner:
-                continue  # another run took it over at the same moment and won
-        if action == "remove":
-            _node_lock.remove(path)
-        if action != "wait":
-            return {"action": action, "holder": holder}
-        if time.monotonic() >= deadline:
-            raise GpuhardenError(
-                "node_lock: the node is locked by %s since %s (another gpuharden run); waited %d s. Remove %s if that run is gone"
-                % (current["owner"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(current["acquired_at"])), params["timeout"], path),
-                holder=current)
-        time.sleep(POLL_SECONDS)
-
-
 def main():
     module = build_module()
     try:
-        result = run(module.params)
+        result = _node_lock.run(module.params)
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
     module.exit_json(changed=False, **result)
