@@ -147,8 +147,8 @@ def audit_kubelet(params):
             findings.append(finding(
                 "kubelet_setting", "kubelet", _kubelet_stage(field), "error",
                 source["after"], source["before"],
-                "the kubelet reads %s from %s; the stage sets it in %s" % (field, _where(source["source_before"]),
-                                                                          _where(source["source_after"])),
+                "the kubelet reads %s from %s; the stage sets it in %s"
+                % (field, _where(source["source_before"]), _where(source["source_after"])),
                 True, subject=field))
     for entry in plan["stale_state_files"]:
         findings.append(finding(

@@ -11,7 +11,7 @@ short_description: Every node-side gpuharden check in one module run, for drift 
 version_added: 0.2.0
 description:
   - Runs, in one process on the node, the checks of the remediation and post-check modules against the desired state
-    given as options: device nodes and their persistence files (M(gpuharden.k8s.nvidia_device_nodes)), containerd's
+    given as options; device nodes and their persistence files (M(gpuharden.k8s.nvidia_device_nodes)), containerd's
     nvidia runtime (M(gpuharden.k8s.containerd_nvidia_runtime)), the kubelet's effective settings and stale manager
     checkpoints (M(gpuharden.k8s.kubelet_config)), the MIG layout (M(gpuharden.k8s.mig_layout)), memory.high of GPU
     pods (M(gpuharden.k8s.cgroup_memory)), NVML health (M(gpuharden.k8s.nvml_check)) and the device-cgroup isolation

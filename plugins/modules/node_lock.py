@@ -11,11 +11,11 @@ short_description: Take or release the gpuharden run lock on a node
 version_added: 0.2.0
 description:
   - Serialises gpuharden runs on one node, also between controllers (a scheduled drift check and a bootstrap
-    pipeline, for example): the lock is a file on the node created with C(O_EXCL), holding the owner and the time.
+    pipeline, for example). The lock is a file on the node created with C(O_EXCL), holding the owner and the time.
   - O(state=acquired) creates the lock, keeps it when O(owner) already holds it, takes over a lock older than its
     O(stale_after), and otherwise waits up to O(timeout) seconds before failing with the holder's name.
   - O(state=released) removes the lock when O(owner) holds it (or it is unreadable); someone else's lock is left alone.
-  - Reports C(changed=false): the lock is bookkeeping the same run removes again, and a compliant node must give a
+  - Reports C(changed=false). The lock is bookkeeping the same run removes again, and a compliant node must give a
     run with no changes.
 author:
   - gpuharden maintainers (@gpuharden)
