@@ -18,7 +18,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit \
-        integration molecule collection-build collection-install-check demo lab-down clean
+        integration molecule collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -87,6 +87,10 @@ collection-install-check: collection-build nvml-double
 
 demo: setup
 	$(BIN)/python -m gpuharden.lab.demo
+
+# Benchmarks (not part of `make test`): every goal side by side, as ratios; root, minutes.
+bench: setup
+	$(BIN)/python bench/run.py
 
 lab-down: venv
 	$(BIN)/gpuharden lab down

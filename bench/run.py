@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`make bench`: every benchmark goal of the operations issue in one run, printed side by side as ratios.
+
+(a)-(c) bench/drift.py (scale lab, 32 nodes), (d) bench/consistency.py (5,000 kwok nodes), (e) bench/ebpf_audit.py
+(1,000 cgroups).  Each script's own output is shown as it runs; the table at the end is also written to
+build/bench/results.md (the README's performance table is copied from it) and the figures to build/bench/*.json.
+Root only; the labs are taken one after the other under the shared lab lock.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "build" / "bench"
+
+
+def run(script, *args):
+    target = OUT / (Path(script).stem + ".json")
+    target.unlink(missing_ok=True)
+    print("\n=== %s %s" % (script, " ".join(args)), flush=True)
+    started = time.monotonic()
+    completed = subprocess.run([sys.executable, str(REPO / script), "--json", str(target), *args], cwd=REPO, check=False)
+    print("(%s: rc %d in %.0f s)" % (script, completed.returncode, time.monotonic() - started), flush=True)
+    return json.loads(target.read_text()) if target.exists() else None
+
+
+def row(goal, measured, target, ratio, verdict):
+    return "| %s | %s | %s | %s | %s |" % (goal, measured, target, ratio, verdict)
+
+
+def table(drift, consistency, ebpf):
+    lines = ["| goal | measured | target | ratio | met |", "| --- | --- | --- | --- | --- |"]
+    if drift:
+        a, b, c = drift["a"], drift["b"], drift["c"]
+        nodes = str(drift["nodes"])
+        lines.append(row("(a) drift vs builtin-module baseline, 8 nodes", "%.2f s vs %.2f s" % (a["drift"]["wall_s"], a["baseline"]["wall_s"]),
+                         ">= 10x faster", "%.1fx" % a["ratio"], "yes" if a["ratio"] >= 10 else "no"))
+        lines.append(row("(b) drift on 1 / 8 / %s nodes" % nodes, " / ".join("%.2f s" % b[k]["wall_s"] for k in ("1", "8", nodes) if k in b),
+                         "%s nodes <= 2x one" % nodes, "%.2fx" % b["ratio"], "yes" if b["ratio"] <= 2 else "no"))
+        lines.append(row("(c) no-op harden vs drift, 1 compliant node", "%.2f s vs %.2f s" % (c["harden_noop"]["wall_s"], c["drift"]["wall_s"]),
+                         "<= 3x", "%.1fx" % c["ratio"], "yes" if c["ratio"] <= 3 else "no"))
+    else:
+        lines.append(row("(a)-(c) drift", "did not run", "", "", "no"))
+    if consistency:
+        seconds = consistency["seconds"]
+        lines.append(row("(d) cluster consistency, %s nodes / %s GPUs / %s pods" % (consistency.get("nodes"), consistency.get("gpus"), consistency.get("pods")),
+                         "%.2f s" % seconds, "<= 5 s", "%.2fx of goal" % (seconds / 5.0), "yes" if seconds <= 5 else "no"))
+    else:
+        lines.append(row("(d) cluster consistency", "did not run", "<= 5 s", "", "no"))
+    if ebpf:
+        lines.append(row("(e) eBPF device-cgroup audit, %d cgroups" % ebpf["containers"], "%.3f s" % ebpf["best_audit_s"], "<= 1 s",
+                         "%.2fx of goal" % ebpf["best_audit_s"], "yes" if ebpf["best_audit_s"] <= 1 else "no"))
+    else:
+        lines.append(row("(e) eBPF audit", "did not run", "<= 1 s", "", "no"))
+    return "\n".join(lines)
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    drift = run("bench/drift.py")
+    consistency = run("bench/consistency.py")
+    ebpf = run("bench/ebpf_audit.py")
+    text = table(drift, consistency, ebpf)
+    (OUT / "results.md").write_text(text + "\n")
+    print("\n" + text)
+    return 0 if drift and consistency and ebpf else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
