@@ -30,6 +30,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import (
     _node_lock,
     _nvml,
     _nvml_node,
+    _process_cgroups,
 )
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
@@ -207,7 +208,11 @@ def _post_check_findings(check, entries):
 
 def audit_nvml(params):
     result = _nvml_node.check(params)
-    return False, _post_check_findings("nvml", result["findings"]), {"gpu_count": result.get("gpu_count")}
+    # What the controller-side gpu_consistency check takes per node (nvml_check's result and the GPU processes'
+    # cgroups), so a drift run needs no second trip to the node for it.
+    pids = [process["pid"] for process in result.get("processes") or []]
+    report = dict(result, process_cgroups=_process_cgroups.read(params["root"], pids)["cgroups"])
+    return False, _post_check_findings("nvml", result["findings"]), {"gpu_count": result.get("gpu_count"), "node_report": report}
 
 
 def audit_device_cgroups(params):
@@ -256,7 +261,7 @@ def audit(params, clock=time.monotonic):
 def _audit(params, clock):
     root = params["root"]
     node = params.get("node_name")
-    findings, checks = [], {}
+    findings, checks, node_report = [], {}, None
     started = clock()
     for name, spec, rules, function in CHECKS:
         given = params.get(name)
@@ -276,6 +281,8 @@ def _audit(params, clock):
             checks[name] = {"status": "error", "error": message, "seconds": round(clock() - begun, 4)}
             continue
         findings.extend(found)
+        if "node_report" in details:
+            node_report = details.pop("node_report")
         checks[name] = {"status": "drift" if found else "ok", "would_change": would_change, "findings": len(found),
                         "seconds": round(clock() - begun, 4), "details": details}
     by_severity = {}
@@ -291,5 +298,6 @@ def _audit(params, clock):
             "stages": sorted({entry["stage"] for entry in findings if entry["remediable"] and entry["stage"]}),
             "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
         },
+        "node_report": node_report,
         "seconds": round(clock() - started, 4),
     }

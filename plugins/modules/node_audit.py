@@ -166,6 +166,12 @@ summary:
   description: C(findings), C(by_severity), C(max_severity), C(stages) (the stages to run to fix the remediable findings), C(would_change).
   returned: always
   type: dict
+node_report:
+  description:
+    - When the NVML check ran, what M(gpuharden.k8s.gpu_consistency) takes in O(gpuharden.k8s.gpu_consistency#module:node_reports)
+      for this node (the NVML check's result and the GPU processes' cgroups); else null.
+  returned: always
+  type: dict
 seconds:
   description: Time spent in the checks.
   returned: always

@@ -68,10 +68,8 @@ missing:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils._consistency import cgroup_path
-from ansible_collections.gpuharden.k8s.plugins.module_utils._device_audit import parse_container_path
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _process_cgroups
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._host import host_path
 
 
 def argument_spec():
@@ -85,33 +83,10 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-def read(root, pids):
-    cgroups, containers, missing = {}, {}, []
-    for position, pid in enumerate(pids):
-        if pid < 1:
-            raise GpuhardenError("process_cgroup_info: option pids[%d]=%r is not a process ID" % (position, pid))
-        try:
-            with open(host_path(root, "/proc/%d/cgroup" % pid)) as handle:
-                text = handle.read()
-        except FileNotFoundError:
-            missing.append(pid)
-            continue
-        except OSError as error:
-            raise GpuhardenError("process_cgroup_info: cannot read /proc/%d/cgroup: %s" % (pid, error.strerror)) from None
-        path = cgroup_path(text)
-        if path is None:
-            continue
-        cgroups[str(pid)] = path
-        parsed = parse_container_path(path)
-        if parsed:
-            containers[str(pid)] = parsed
-    return {"cgroups": cgroups, "containers": containers, "missing": sorted(set(missing))}
-
-
 def main():
     module = build_module()
     try:
-        result = read(module.params["root"], module.params["pids"])
+        result = _process_cgroups.read(module.params["root"], module.params["pids"])
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
     module.exit_json(changed=False, **result)

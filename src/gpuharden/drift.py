@@ -30,6 +30,10 @@ HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
 # Collection playbook names must be identifiers, the files keep the names users know.
 PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift-check.yml", HARDEN_PLAYBOOK: "harden-gpu-nodes.yml"}
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
+CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
+# gpu_consistency findings that the device_plugin stage fixes (the plugin missing, misconfigured or not advertising
+# what the node has); every other consistency finding is about workloads or hardware.
+DEVICE_PLUGIN_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised", "mig_not_advertised")
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
 
 
@@ -48,6 +52,8 @@ class Outcomes:
         self.audited = {}
         self.unreachable = {}
         self.failed = {}
+        self.consistency = None
+        self.consistency_error = None
         self.seen = set()
         self.progress = progress
 
@@ -68,6 +74,13 @@ class Outcomes:
         elif kind == "runner_on_failed" and not data.get("ignore_errors") and host not in self.done():
             self.failed[host] = "%s: %s" % (data.get("task", "task"), _message(result) or "failed")
             self._report(host, "FAILED: %s" % self.failed[host])
+        elif kind == "runner_on_ok" and data.get("task_action") in CONSISTENCY_ACTIONS:
+            if result.get("skipped"):
+                return True
+            if result.get("failed_when_result") or "findings" not in result:
+                self.consistency_error = _message(result) or "gpu_consistency failed"
+            else:
+                self.consistency = result["findings"]
         elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
             self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
                                   "checks": result.get("checks", {}), "seconds": result.get("seconds")}
@@ -95,10 +108,24 @@ def counted(findings, threshold):
     return [entry for entry in findings if entry.get("severity") in SEVERITIES[rank:]]
 
 
+def consistency_findings(findings, node):
+    """The controller-side gpu_consistency findings of one node, in node_audit's finding shape."""
+    converted = []
+    for entry in findings or []:
+        if entry.get("node") != node:
+            continue
+        plugin = entry["id"] in DEVICE_PLUGIN_FINDINGS
+        converted.append(dict({key: value for key, value in entry.items() if key != "node" and value is not None},
+                              check="consistency", stage="device_plugin" if plugin else "postcheck", remediable=plugin))
+    return converted
+
+
 def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
     nodes = {}
     by_severity, by_check = {}, {}
     for host, audit in sorted(outcomes.audited.items()):
+        node_name = (node_names or {}).get(host, host)
+        audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
         failing = counted(audit["findings"], fail_severity)
         # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
         status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
@@ -107,7 +134,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
             by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
         nodes[host] = {
-            "node": (node_names or {}).get(host, host),
+            "node": node_name,
             "status": status,
             "findings": audit["findings"],
             "remediable_stages": stages,
@@ -138,6 +165,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         "nodes": nodes,
         "unreachable": dict(sorted(outcomes.unreachable.items())),
         "failed": dict(sorted(outcomes.failed.items())),
+        "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error},
     }
 
 

@@ -121,6 +121,10 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
         for entry in node["findings"]:
             assert {"id", "severity", "expected", "found", "hint", "check", "stage", "remediable"} <= set(entry)
     assert re.search(r"^\[\d+/\d+\] gone-node: UNREACHABLE", completed.stderr, re.M)
+    # the cluster side, from the node reports node_audit returned: one LIST per kind, no second trip to the nodes
+    assert data["cluster"]["consistency_checked"], data["cluster"]
+    missing_plugin = [entry for entry in data["nodes"]["seed-no-plugin"]["findings"] if entry["check"] == "consistency"]
+    assert any(entry["id"] == "gpu_not_advertised" and entry["stage"] == "device_plugin" for entry in missing_plugin), missing_plugin
     assert re.search(r"^seed-no-runtime\s+drift\s+.*container_runtime", completed.stdout, re.M)
     text = metrics.read_text()
     assert "gpuharden_nodes_unreachable 1" in text

@@ -33,6 +33,12 @@ def _outcomes():
         _finding("gpu_access", "device_cgroups", "info", stage="postcheck", remediable=False),
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject='topology"Manager'),
     ], summary={"findings": 4, "max_severity": "error"}, checks={"device_nodes": {"status": "drift"}}, seconds=0.2))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_consistency", findings=[
+        {"id": "gpu_not_advertised", "severity": "error", "node": "node-b", "gpu": None, "pod": None, "expected": 2, "found": 0, "hint": "h"},
+        {"id": "gpu_process_unattributed", "severity": "warning", "node": "node-b", "gpu": {"index": 1}, "pod": None,
+         "expected": "x", "found": "y", "hint": "h"},
+        {"id": "gpu_not_advertised", "severity": "error", "node": "elsewhere", "expected": 1, "found": 0, "hint": "h"},
+    ]))
     outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="Failed to connect to the host via ssh: refused"))
     outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
     # a later event for an already failed host does not change its outcome
@@ -51,12 +57,16 @@ def test_outcomes_and_report():
     assert report["nodes"]["gpu-a"]["status"] == "clean"
     assert report["nodes"]["gpu-b"]["status"] == "drift"
     assert report["nodes"]["gpu-b"]["node"] == "node-b"
-    assert report["nodes"]["gpu-b"]["remediable_stages"] == ["device_permissions", "kubelet_topology"]
+    assert report["nodes"]["gpu-b"]["remediable_stages"] == ["device_permissions", "device_plugin", "kubelet_topology"]
+    consistency = [entry for entry in report["nodes"]["gpu-b"]["findings"] if entry["check"] == "consistency"]
+    assert [(entry["id"], entry["stage"], entry["remediable"]) for entry in consistency] == [
+        ("gpu_not_advertised", "device_plugin", True), ("gpu_process_unattributed", "postcheck", False)]
+    assert report["cluster"] == {"consistency_checked": True, "consistency_error": None}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
-    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "unreachable": 1, "failed": 1, "findings": 4,
-                                 "by_severity": {"error": 2, "warning": 1, "info": 1},
-                                 "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1}}
+    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "unreachable": 1, "failed": 1, "findings": 6,
+                                 "by_severity": {"error": 3, "warning": 2, "info": 1},
+                                 "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1, "consistency": 2}}
     assert report["duration_seconds"] == 12.5
     assert drift.exit_code(report) == drift.EXIT_DRIFT
 
@@ -93,6 +103,7 @@ def test_prometheus_text_is_valid_exposition():
     assert 'gpuharden_drift_findings{node="node-b",check="device_nodes",severity="error"} 1' in text
     assert 'gpuharden_drift_findings{node="node-b",check="device_nodes",severity="warning"} 1' in text
     assert 'gpuharden_drift_findings{node="node-b",check="kubelet",severity="error"} 1' in text
+    assert 'gpuharden_drift_findings{node="node-b",check="consistency",severity="error"} 1' in text
     assert 'gpuharden_drift_node_drifted{node="gpu-a"} 0' in text
     assert 'gpuharden_drift_node_drifted{node="node-b"} 1' in text
     assert "gpuharden_nodes_unreachable 1" in text
@@ -116,12 +127,12 @@ def test_write_atomically_replaces_whole_file(tmp_path):
 
 def test_table_lists_nodes_findings_and_summary():
     text = drift.table(_report())
-    assert re.search(r"gpu-b\s+drift\s+2 error, 1 warning, 1 info\s+device_permissions, kubelet_topology", text)
+    assert re.search(r"gpu-b\s+drift\s+3 error, 2 warning, 1 info\s+device_permissions, device_plugin, kubelet_topology", text)
     assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
     assert "device_node_permissions /dev/nvidia0" in text
     assert "gpu_access" not in text  # below the fail severity: counted, not listed
     assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (no playbook fixes it), 1 unreachable, "
-                                            "1 failed; 4 finding(s)")
+                                            "1 failed; 6 finding(s)")
 
 
 def test_extra_vars_forms(tmp_path):
