@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_audit
 short_description: Every node-side gpuharden check in one module run, for drift reports
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Runs, in one process on the node, the checks of the remediation and post-check modules against the desired state
     given as options; device nodes and their persistence files (M(gpuharden.k8s.nvidia_device_nodes)), containerd's

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_lock
 short_description: Take or release the gpuharden run lock on a node
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Serialises gpuharden runs on one node, also between controllers (a scheduled drift check and a bootstrap
     pipeline, for example). The lock is a file on the node created with C(O_EXCL), holding the owner and the time.
