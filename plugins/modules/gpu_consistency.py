@@ -24,8 +24,9 @@ description:
     C(gpu_process_on_unallocated_device); needs O(pod_resources)), C(visible_devices_without_request) from the pod spec,
     and C(gpu_process_outside_pods), C(gpu_process_unknown_pod), C(gpu_process_unattributed), C(node_not_found),
     C(pod_unreadable)."
-  - One paginated LIST of nodes and one of pods for the whole cluster, whatever the number of nodes; memory and time
-    grow linearly with the number of nodes plus pods.
+  - One paginated LIST of nodes and one of pods for the whole cluster, whatever the number of nodes, made at the same
+    time; memory and time grow linearly with the number of nodes plus pods. Both are ordinary (consistent) LISTs, as
+    up to date as the API server's storage, not possibly stale reads from its watch cache (C(resourceVersion=0)).
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes) and on C(pods) in
     all namespaces.
 author:
@@ -173,12 +174,18 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
+POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # bound, not terminated
+
+
 def read_cluster(api, page_limit):
-    """The two LISTs: (nodes, pods, {kind: pages})."""
+    """The two LISTs, made at the same time: (nodes, pods, {kind: pages})."""
     core = _k8s.k8s_client.CoreV1Api(api)
-    nodes, node_pages = list_all(MODULE, api, core.list_node, Target("list", "nodes"), page_limit)
-    pods, pod_pages = list_all(MODULE, api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
-                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+    lists = _k8s.list_concurrently({
+        "nodes": lambda: list_all(MODULE, api, core.list_node, Target("list", "nodes"), page_limit),
+        "pods": lambda: list_all(MODULE, api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
+                                 field_selector=POD_SELECTOR),
+    })
+    (nodes, node_pages), (pods, pod_pages) = lists["nodes"], lists["pods"]
     return nodes, pods, {"nodes": node_pages, "pods": pod_pages}
 
 
@@ -191,12 +198,14 @@ def gather(params):
     # Validate the reports before any request: bad input fails fast and clearly.
     _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
     api = _k8s.api_client(params)
-    try:
-        nodes, pods, requests = read_cluster(api, params["page_limit"])
-    finally:
-        api.close()
-    findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"], wanted=params["nodes"] or None,
-                                           label=params["gpu_node_label"], replicas=params["sharing_replicas"])
+    # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again and again.
+    with _k8s.gc_paused():
+        try:
+            nodes, pods, requests = read_cluster(api, params["page_limit"])
+        finally:
+            api.close()
+        findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"], wanted=params["nodes"] or None,
+                                               label=params["gpu_node_label"], replicas=params["sharing_replicas"])
     return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests}
 
 

@@ -184,3 +184,95 @@ def test_real_client_plain_dicts():
     assert items[6] == {"metadata": {"name": "n6"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
     assert [query.get("continue") for _path, query in server.requests] == [None, "3", "6"]
     assert {query["labelSelector"] for _path, query in server.requests} == {"a=b"}
+
+
+def test_gc_paused_nests_and_restores():
+    import gc
+
+    assert gc.isenabled()
+    with _k8s.gc_paused():
+        assert not gc.isenabled()
+        with _k8s.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), _k8s.gc_paused():
+        raise ValueError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _k8s.gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+def test_gc_paused_from_concurrent_lists_ends_enabled():
+    import gc
+
+    barrier = threading.Barrier(4, timeout=5)
+
+    def work():
+        with _k8s.gc_paused():
+            barrier.wait()
+        return True
+
+    assert _k8s.list_concurrently({n: work for n in range(4)}) == {0: True, 1: True, 2: True, 3: True}
+    assert gc.isenabled()
+
+
+# ---------------------------------------------------------------------------------------------
+# gpu_consistency end to end: both LISTs at once, paginated, the same answer as the pure check
+
+
+class ClusterServer(FakeServer):
+    def __init__(self, nodes, pods):
+        super().__init__(0)
+        self.lists = {"/api/v1/nodes": nodes, "/api/v1/pods": pods}
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+                server.requests.append((url.path, query))
+                items = server.lists[url.path]
+                start = int(query.get("continue") or 0)
+                end = start + int(query["limit"])
+                data = json.dumps({"kind": "List", "metadata": {"continue": str(end) if end < len(items) else ""},
+                                   "items": items[start:end]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd.RequestHandlerClass = Handler
+
+
+def test_gpu_consistency_module_lists_both_kinds_and_matches_the_pure_check():
+    from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+
+    from tests.unit.conftest import run_module
+
+    nodes = [{"metadata": {"name": "k%d" % n, "labels": {"nvidia.com/gpu.present": "true"}},
+              "status": {"allocatable": {"nvidia.com/gpu": "8" if n else "4"}}} for n in range(25)]
+    pods = [{"metadata": {"name": "p%d" % n, "namespace": "ml", "uid": "u%d" % n},
+             "spec": {"nodeName": "k%d" % (n % 25), "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+             "status": {"phase": "Running"}} for n in range(60)]
+    with ClusterServer(nodes, pods) as server:
+        result = run_module("gpu_consistency", {"host": "http://127.0.0.1:%d" % server.httpd.server_address[1], "api_key": "test-token",
+                                                "page_limit": 10}, {})
+    assert result.get("failed") is not True, result
+    assert result["api_requests"] == {"nodes": 3, "pods": 6}
+    assert {query["fieldSelector"] for path, query in server.requests if path == "/api/v1/pods"} == {
+        "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
+    findings, summary = _consistency.check(nodes, pods, {})
+    assert result["findings"] == json.loads(json.dumps(findings)) and result["nodes"] == json.loads(json.dumps(summary))
+    assert [f["id"] for f in result["findings"]] == ["allocated_exceeds_declared"]  # k0: 4 declared, 3 pods x 2
