@@ -53,13 +53,14 @@ def bootstrap(state, limit, **extravars):
         seconds = time.monotonic() - started
         events = list(runner.events)
         stdout = runner.stdout.read()
+        stats = runner.stats or {}
     custom = {}
     for event in events:
         if event.get("event") == "playbook_on_stats":
             custom = (event["event_data"].get("artifact_data") or {})
     found = cs.results(events)
     changed = [(r["_host"], r["_task"]) for r in found if r["_event"] == "runner_on_ok" and r.get("changed")]
-    return {"rc": runner.rc, "stats": runner.stats or {}, "custom": custom, "results": found, "changed": changed,
+    return {"rc": runner.rc, "stats": stats, "custom": custom, "results": found, "changed": changed,
             "seconds": seconds, "stdout": stdout}
 
 
