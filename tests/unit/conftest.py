@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -100,3 +101,21 @@ def run_module(name, args, env):
         return json.loads(completed.stdout)
     except json.JSONDecodeError as error:
         raise AssertionError("module printed no JSON: %s\n%s" % (completed.stdout, completed.stderr)) from error
+
+
+def tree_snapshot(root):
+    """Every entry under root: bytes of files, link targets, type/rdev/owner/mode and mtimes: equal snapshots mean
+    nothing under root changed."""
+    snap = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            data = None
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            elif stat.S_ISLNK(st.st_mode):
+                data = os.readlink(path)
+            snap[path] = (st.st_mode, st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns, data)
+    return snap

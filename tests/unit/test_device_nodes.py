@@ -13,7 +13,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 from gpuharden.lab.noderoot import build_node_root
-from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module
+from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module, tree_snapshot
 
 MODPROBE = "/etc/modprobe.d/zz-gpuharden-nvidia.conf"
 UDEV = "/etc/udev/rules.d/70-gpuharden-nvidia.rules"
@@ -27,23 +27,6 @@ def _node(world_tmp, fixture="l4", **kwargs):
                        ("group", "root:x:0:\nvideo:x:44:\ngpu:x:2000:\nnogroup:x:65534:\n")):
         (node.root / "etc" / name).write_text(text)
     return node
-
-
-def _snapshot(root):
-    """Every entry under root: bytes of files, type/rdev/owner/mode of the rest, and mtimes."""
-    snap = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            data = None
-            if stat.S_ISREG(st.st_mode):
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            elif stat.S_ISLNK(st.st_mode):
-                data = os.readlink(path)
-            snap[path] = (st.st_mode, st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns, data)
-    return snap
 
 
 def _run(node, check=False, diff=True, **args):
@@ -137,10 +120,10 @@ def test_check_apply_reapply(world_tmp):
     node = _node(world_tmp, "h100-mig-enabled", device_overrides={
         "/dev/nvidia0": {"mode": 0o600}, "/dev/nvidia1": None, "/dev/nvidia2": {"minor": 7},
         "/dev/nvidia-uvm": {"uid": 65534, "gid": 44}})
-    before = _snapshot(node.root)
+    before = tree_snapshot(node.root)
     checked = _run(node, check=True)
     assert checked["changed"] is True, checked
-    assert _snapshot(node.root) == before
+    assert tree_snapshot(node.root) == before
     assert {path: node_["action"] for path, node_ in checked["nodes"].items() if node_["action"] != "ok"} == {
         "/dev/nvidia0": "fix", "/dev/nvidia1": "create", "/dev/nvidia2": "replace", "/dev/nvidia-uvm": "fix"}
     assert checked["diff"][0]["before_header"] == "device nodes (before)"
@@ -156,10 +139,10 @@ def test_check_apply_reapply(world_tmp):
     assert "NVreg_DeviceFileMode=0666" in (node.root / MODPROBE.lstrip("/")).read_text()
     assert 'KERNEL=="nvidia-uvm-tools"' in (node.root / UDEV.lstrip("/")).read_text()
 
-    after = _snapshot(node.root)
+    after = tree_snapshot(node.root)
     again = _run(node)
     assert again["changed"] is False and again["actions"] == [] and again["diff"] == []
-    assert _snapshot(node.root) == after
+    assert tree_snapshot(node.root) == after
 
 
 def test_restricted_policy_and_backup(world_tmp):
@@ -244,7 +227,7 @@ def _assert_refused(node, args, expected, before):
     result = _run(node, **args)
     assert result.get("failed") is True, result
     assert expected in result["msg"], result["msg"]
-    assert _snapshot(node.root) == before
+    assert tree_snapshot(node.root) == before
 
 
 @pytest.mark.parametrize("case", sorted(BAD_MODPROBE))
@@ -254,7 +237,7 @@ def test_malformed_modprobe_file(world_tmp, case):
     path = node.root / MODPROBE.lstrip("/")
     path.parent.mkdir(parents=True)
     path.write_text("# site comment\n" + text)
-    _assert_refused(node, {}, "%s line 2: %s" % (MODPROBE, expected), _snapshot(node.root))
+    _assert_refused(node, {}, "%s line 2: %s" % (MODPROBE, expected), tree_snapshot(node.root))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_UDEV))
@@ -264,14 +247,14 @@ def test_malformed_udev_file(world_tmp, case):
     path = node.root / UDEV.lstrip("/")
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    _assert_refused(node, {}, "%s line 1: %s" % (UDEV, expected), _snapshot(node.root))
+    _assert_refused(node, {}, "%s line 1: %s" % (UDEV, expected), tree_snapshot(node.root))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
 def test_malformed_options(world_tmp, case):
     args, expected = BAD_OPTIONS[case]
     node = _node(world_tmp, device_overrides={"/dev/nvidia0": {"mode": 0o600}})
-    _assert_refused(node, args, expected, _snapshot(node.root))
+    _assert_refused(node, args, expected, tree_snapshot(node.root))
 
 
 @pytest.mark.parametrize("case", ["not-utf8", "directory"])
@@ -285,7 +268,7 @@ def test_unreadable_own_files(world_tmp, case):
     else:
         path.write_bytes(b"options nvidia NVreg_DeviceFileMode=0666 # caf\xe9\n")
         expected = "not UTF-8 text"
-    _assert_refused(node, {}, expected, _snapshot(node.root))
+    _assert_refused(node, {}, expected, tree_snapshot(node.root))
 
 
 @pytest.mark.parametrize("case", ["node-is-directory", "char-link-is-file", "char-dir-is-file"])
@@ -301,7 +284,7 @@ def test_unexpected_entries_in_dev(world_tmp, case):
         (node.root / "dev/char").rmdir()
         (node.root / "dev/char").write_text("")
         expected = "/dev/char: exists and is not a directory"
-    _assert_refused(node, {}, expected, _snapshot(node.root))
+    _assert_refused(node, {}, expected, tree_snapshot(node.root))
 
 
 def test_effective_conflict_fails_before_any_change(world_tmp):
@@ -310,7 +293,7 @@ def test_effective_conflict_fails_before_any_change(world_tmp):
     other.parent.mkdir(parents=True)
     other.write_text("options nvidia NVreg_DeviceFileMode=0600\n")
     _assert_refused(node, {"on_conflict": "fail"},
-                    "/etc/modprobe.d/zzz-site.conf line 1: NVreg_DeviceFileMode=0600 (wanted 0666)", _snapshot(node.root))
+                    "/etc/modprobe.d/zzz-site.conf line 1: NVreg_DeviceFileMode=0600 (wanted 0666)", tree_snapshot(node.root))
     warned = _run(node, check=True)
     assert warned["conflicts"][0]["overrides"] is True and "zzz-site.conf" in str(warned["warnings"])
 

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 from gpuharden.lab.noderoot import build_node_root
-from tests.unit.conftest import run_module
+from tests.unit.conftest import run_module, tree_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KUBELET = {"topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static", "reserved_system_cpus": "0-1"}
@@ -39,20 +37,6 @@ def _node(world_tmp, **device_overrides):
     return root
 
 
-def _snapshot(root):
-    snap = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            data = None
-            if stat.S_ISREG(st.st_mode):
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            snap[path] = (st.st_mode, st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns, data)
-    return snap
-
-
 def _audit(root, **sections):
     result = run_module("node_audit", dict({"root": str(root), "_ansible_check_mode": True}, **sections), {})
     assert not result.get("failed"), result
@@ -72,15 +56,15 @@ def _remediable(result, check):
 
 def test_audit_reports_exactly_what_check_mode_would_change_then_nothing_after_the_fix(world_tmp):
     root = _node(world_tmp, **{"/dev/nvidia0": {"mode": 0o600}})
-    before = _snapshot(root)
+    before = tree_snapshot(root)
     audit = _audit(root, **{name: options for name, (_module, options) in SECTIONS.items()})
-    assert _snapshot(root) == before, "the audit changed the node"
+    assert tree_snapshot(root) == before, "the audit changed the node"
     for name in SECTIONS:
         would_change = _remediate(root, name, check=True)
         assert would_change, name
         assert bool(_remediable(audit, name)) == would_change, (name, audit["checks"][name])
         assert audit["checks"][name]["would_change"] is True
-    assert _snapshot(root) == before, "check mode changed the node"
+    assert tree_snapshot(root) == before, "check mode changed the node"
     ids = {entry["id"] for entry in audit["findings"]}
     assert {"device_node_permissions", "device_permissions_not_persisted", "containerd_nvidia_runtime", "kubelet_setting"} <= ids
     wrong = next(entry for entry in audit["findings"] if entry["id"] == "device_node_permissions")
@@ -102,9 +86,9 @@ def test_audit_reports_exactly_what_check_mode_would_change_then_nothing_after_t
 
 def test_omitted_checks_are_skipped_and_a_broken_check_does_not_stop_the_others(world_tmp):
     root = _node(world_tmp)
-    before = _snapshot(root)
+    before = tree_snapshot(root)
     audit = _audit(root, device_nodes={"policy": "custom-ish"}, containerd={"runtime_name": "nvidia"})
-    assert _snapshot(root) == before
+    assert tree_snapshot(root) == before
     assert audit["checks"]["kubelet"] == {"status": "skipped"}
     assert audit["checks"]["device_nodes"]["status"] == "error"
     failed = next(entry for entry in audit["findings"] if entry["id"] == "device_nodes_check_failed")
