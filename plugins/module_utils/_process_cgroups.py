@@ -35,5 +35,3 @@ def read(root, pids):
         if parsed:
             containers[str(pid)] = parsed
     return {"cgroups": cgroups, "containers": containers, "missing": sorted(set(missing))}
-
-
