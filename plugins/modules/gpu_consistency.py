@@ -206,6 +206,8 @@ def gather(params):
             api.close()
         findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"], wanted=params["nodes"] or None,
                                                label=params["gpu_node_label"], replicas=params["sharing_replicas"])
+        # Freed while the collector is still off: switched back on over them, it would walk them all once more.
+        del nodes, pods
     return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests}
 
 
