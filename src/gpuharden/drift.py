@@ -32,8 +32,11 @@ PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift-check.yml", HARDEN_PLAYBOOK: "harden-gp
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 # gpu_consistency findings that the device_plugin stage fixes (the plugin missing, misconfigured or not advertising
-# what the node has); every other consistency finding is about workloads or hardware.
-DEVICE_PLUGIN_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised", "mig_not_advertised")
+# what the node has).  MIG slices not advertised need a MIG strategy chosen first (gpuharden_mig_strategy), so they
+# are the device plugin's but not remediable by running it; every other consistency finding is about workloads or
+# hardware.
+DEVICE_PLUGIN_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")
+DEVICE_PLUGIN_DECISIONS = ("mig_not_advertised",)
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
 
 
@@ -115,8 +118,9 @@ def consistency_findings(findings, node):
         if entry.get("node") != node:
             continue
         plugin = entry["id"] in DEVICE_PLUGIN_FINDINGS
+        stage = "device_plugin" if plugin or entry["id"] in DEVICE_PLUGIN_DECISIONS else "postcheck"
         converted.append(dict({key: value for key, value in entry.items() if key != "node" and value is not None},
-                              check="consistency", stage="device_plugin" if plugin else "postcheck", remediable=plugin))
+                              check="consistency", stage=stage, remediable=plugin))
     return converted
 
 
