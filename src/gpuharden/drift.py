@@ -279,7 +279,7 @@ def table(report, width=120):
             out.append(line if len(line) <= width else line[: width - 1] + "…")
     summary = report["summary"]
     out.append("")
-    out.append("%d node(s): %d clean, %d drifted, %d need attention (no playbook fixes it), %d unreachable, %d failed; "
+    out.append("%d node(s): %d clean, %d drifted, %d need attention (hardware, workloads or a setting to choose), %d unreachable, %d failed; "
                "%d finding(s) in %.1f s" % (summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0),
                                             summary["unreachable"], summary["failed"], summary["findings"], report["duration_seconds"]))
     return "\n".join(out)

@@ -34,12 +34,7 @@ NODE_PYTHON = str(REPO_ROOT / "build" / "node-python" / "bin" / "python")
 
 
 def bootstrap(state, limit, **extravars):
-    """ansible-runner over the lab inventory: a summary of the run.
-
-    The API steps run as the lab's admin: the shipped RBAC (deploy/rbac/gpuharden-rbac.yaml) grants no ``create``
-    on runtimeclasses, so the tool's own identity cannot create the RuntimeClass a bare cluster lacks.
-    """
-    extravars.setdefault("gpuharden_kubeconfig", state["cluster"]["admin_kubeconfig"])
+    """ansible-runner over the lab inventory, the API steps as the tool's own identity (the shipped RBAC): a summary."""
     envvars = {
         "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
         "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),

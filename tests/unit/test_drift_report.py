@@ -131,7 +131,7 @@ def test_table_lists_nodes_findings_and_summary():
     assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
     assert "device_node_permissions /dev/nvidia0" in text
     assert "gpu_access" not in text  # below the fail severity: counted, not listed
-    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (no playbook fixes it), 1 unreachable, "
+    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (hardware, workloads or a setting to choose), 1 unreachable, "
                                             "1 failed; 6 finding(s)")
 
 

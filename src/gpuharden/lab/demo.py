@@ -93,7 +93,7 @@ def demo() -> int:
     for host, node in sorted(after["nodes"].items()):
         if node["status"] == "attention":
             ids = sorted({entry["id"] for entry in node["findings"] if entry["severity"] in ("warning", "error", "critical")})
-            print("  %s needs attention, no playbook fixes it: %s" % (host, ", ".join(ids)))
+            print("  %s needs attention (not fixed by running a stage): %s" % (host, ", ".join(ids)))
     print("second harden run: %s" % ("changed=0 on all %d nodes" % len(second) if not changed
                                      else "changed on %s" % ", ".join("%s (%d)" % item for item in sorted(changed.items()))))
     print("reports: %s (JSON, Prometheus textfile)" % os.path.relpath(reports, REPO_ROOT))
