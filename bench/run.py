@@ -48,7 +48,8 @@ def table(drift, consistency, ebpf):
         lines.append(row("(a)-(c) drift", "did not run", "", "", "no"))
     if consistency:
         seconds = consistency["seconds"]
-        lines.append(row("(d) cluster consistency, %s nodes / %s GPUs / %s pods" % (consistency.get("kwok_nodes"), consistency.get("gpus"), consistency.get("pods")),
+        scale = (consistency.get("kwok_nodes"), consistency.get("gpus"), consistency.get("pods"))
+        lines.append(row("(d) cluster consistency, %s nodes / %s GPUs / %s pods" % scale,
                          "%.2f s" % seconds, "<= 5 s", "%.2fx of goal" % (seconds / 5.0), "yes" if seconds <= 5 else "no"))
     else:
         lines.append(row("(d) cluster consistency", "did not run", "<= 5 s", "", "no"))
