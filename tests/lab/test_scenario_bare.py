@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuharden.lab import cluster, scenario
+from gpuharden.lab import cluster, manager, scenario
 from gpuharden.lab.node import Node, _dist_files, node_site_packages
 from gpuharden.lab.system import LabError
 
@@ -47,10 +47,11 @@ def test_bad_bare_keys_are_refused(tmp_path, monkeypatch, entry, message):
         scenario.load("broken")
 
 
+@pytest.mark.lab
 def test_whiteouts_cover_what_nvidia_ml_py_installed():
+    manager.ensure_node_python()  # what `lab up` builds first (pip install: the lab stage, not the unit suite)
     site_packages = node_site_packages()
-    if site_packages is None:
-        pytest.skip("no node Python built yet (build/node-python)")
+    assert site_packages is not None
     hidden = _dist_files(site_packages, "nvidia-ml-py")
     assert "pynvml.py" in hidden
     assert any(path.startswith("nvidia_ml_py-") and path.endswith(".dist-info") for path in hidden)
