@@ -31,6 +31,7 @@ HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
 PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift-check.yml", HARDEN_PLAYBOOK: "harden-gpu-nodes.yml"}
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
+RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 # gpu_consistency findings that the device_plugin stage fixes (the plugin missing, misconfigured or not advertising
 # what the node has).  MIG slices not advertised need a MIG strategy chosen first (gpuharden_mig_strategy), so they
 # are the device plugin's but not remediable by running it; every other consistency finding is about workloads or
@@ -57,6 +58,7 @@ class Outcomes:
         self.failed = {}
         self.consistency = None
         self.consistency_error = None
+        self.runtime_class = None
         self.seen = set()
         self.progress = progress
 
@@ -77,6 +79,9 @@ class Outcomes:
         elif kind == "runner_on_failed" and not data.get("ignore_errors") and host not in self.done():
             self.failed[host] = "%s: %s" % (data.get("task", "task"), _message(result) or "failed")
             self._report(host, "FAILED: %s" % self.failed[host])
+        elif kind == "runner_on_ok" and data.get("task_action") in RUNTIME_CLASS_ACTIONS:
+            if not result.get("skipped"):
+                self.runtime_class = result
         elif kind == "runner_on_ok" and data.get("task_action") in CONSISTENCY_ACTIONS:
             if result.get("skipped"):
                 return True
@@ -124,6 +129,28 @@ def consistency_findings(findings, node):
     return converted
 
 
+def runtime_class_findings(result):
+    """The RuntimeClass dry run as findings of the cluster (not of a node)."""
+    if result is None:
+        return []
+    findings = []
+    for entry in result.get("findings") or []:
+        repair = entry.get("repair") or ""
+        findings.append({"id": entry["id"], "check": "runtime_class", "stage": "runtime_class", "severity": entry["severity"],
+                         "expected": entry.get("expected"), "found": entry.get("actual", entry.get("found")),
+                         "hint": "%s (repair: %s)" % (entry.get("message", ""), repair or "run the stage"),
+                         "remediable": repair not in ("manual", "recreate (force)"), "subject": entry.get("object")})
+    if result.get("changed") and not findings:
+        findings.append({"id": "runtime_class_differs", "check": "runtime_class", "stage": "runtime_class", "severity": "error",
+                         "expected": "RuntimeClass as the runtime_class stage applies it", "found": result.get("action"),
+                         "hint": "pods with this runtimeClassName are refused or run on the wrong handler", "remediable": True,
+                         "subject": "RuntimeClass %s" % ((result.get("runtime_class") or {}).get("metadata") or {}).get("name", "")})
+    if result.get("msg") and not result.get("findings") and not result.get("changed"):
+        findings.append({"id": "runtime_class_check_failed", "check": "runtime_class", "stage": None, "severity": "error",
+                         "expected": "the RuntimeClass dry run runs", "found": _message(result), "hint": "", "remediable": False})
+    return findings
+
+
 def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
     nodes = {}
     by_severity, by_check = {}, {}
@@ -147,6 +174,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         }
     drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
     attention = sorted(host for host, node in nodes.items() if node["status"] == "attention")
+    cluster = runtime_class_findings(outcomes.runtime_class)
     return {
         "version": 1,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
@@ -165,17 +193,20 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             "findings": sum(len(node["findings"]) for node in nodes.values()),
             "by_severity": by_severity,
             "by_check": by_check,
+            "cluster_findings": len(counted(cluster, fail_severity)),
         },
         "nodes": nodes,
         "unreachable": dict(sorted(outcomes.unreachable.items())),
         "failed": dict(sorted(outcomes.failed.items())),
-        "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error},
+        "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
+                    "runtime_class_checked": outcomes.runtime_class is not None, "findings": cluster},
     }
 
 
 def exit_code(report):
     summary = report["summary"]
-    problems = summary["drifted"] + summary.get("attention", 0) + summary["unreachable"] + summary["failed"]
+    problems = (summary["drifted"] + summary.get("attention", 0) + summary["unreachable"] + summary["failed"]
+                + summary.get("cluster_findings", 0))
     return EXIT_DRIFT if problems else EXIT_CLEAN
 
 
@@ -197,6 +228,16 @@ def prometheus_text(report):
         for (check, severity), count in sorted(counts.items()):
             lines.append('gpuharden_drift_findings{node="%s",check="%s",severity="%s"} %d'
                          % (_label(node["node"]), _label(check), _label(severity), count))
+    lines += [
+        "# HELP gpuharden_drift_cluster_findings Findings of the last drift run about cluster objects (the RuntimeClass).",
+        "# TYPE gpuharden_drift_cluster_findings gauge",
+    ]
+    cluster_counts = {}
+    for entry in report.get("cluster", {}).get("findings", []):
+        key = (entry["check"], entry["severity"])
+        cluster_counts[key] = cluster_counts.get(key, 0) + 1
+    for (check, severity), count in sorted(cluster_counts.items()):
+        lines.append('gpuharden_drift_cluster_findings{check="%s",severity="%s"} %d' % (_label(check), _label(severity), count))
     lines += [
         "# HELP gpuharden_drift_node_drifted 1 when the node has findings at or above the run's fail severity, else 0.",
         "# TYPE gpuharden_drift_node_drifted gauge",
@@ -271,6 +312,9 @@ def table(report, width=120):
             where = entry.get("path") or entry.get("subject") or ("GPU%s" % gpu if gpu is not None else "")
             details.append((host, entry["check"], _cell(entry["id"] + (" " + where if where else ""), 60), entry["severity"],
                             _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
+    for entry in counted(report.get("cluster", {}).get("findings", []), report["fail_severity"]):
+        details.append(("(cluster)", entry["check"], _cell(entry["id"] + " " + (entry.get("subject") or ""), 60), entry["severity"],
+                        _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
     if len(details) > 1:
         dwidths = [max(len(row[i]) for row in details) for i in range(5)]
         out.append("")
@@ -484,6 +528,8 @@ def merge_after_remediation(before, after):
     merged["summary"].update(
         clean=len(nodes) - drifted - attention, drifted=drifted, attention=attention, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
         findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
+    merged["cluster"] = after.get("cluster", merged.get("cluster"))
+    merged["summary"]["cluster_findings"] = after["summary"].get("cluster_findings", 0)
     merged["timestamp"] = after["timestamp"]
     merged["generated_at"] = after["generated_at"]
     merged["duration_seconds"] = round(after["timestamp"] - before["timestamp"] + before["duration_seconds"], 3)

@@ -123,6 +123,10 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     assert re.search(r"^\[\d+/\d+\] gone-node: UNREACHABLE", completed.stderr, re.M)
     # the cluster side, from the node reports node_audit returned: one LIST per kind, no second trip to the nodes
     assert data["cluster"]["consistency_checked"], data["cluster"]
+    # the RuntimeClass traps of the scenario, from one dry run of the runtime_class module: cluster findings
+    assert data["cluster"]["runtime_class_checked"]
+    assert {"runtime_class_handler_mismatch", "runtime_class_overhead_gpu"} <= {entry["id"] for entry in data["cluster"]["findings"]}
+    assert re.search(r'^gpuharden_drift_cluster_findings\{check="runtime_class",severity="error"\} [1-9]', metrics.read_text(), re.M)
     missing_plugin = [entry for entry in data["nodes"]["seed-no-plugin"]["findings"] if entry["check"] == "consistency"]
     assert any(entry["id"] == "gpu_not_advertised" and entry["stage"] == "device_plugin" for entry in missing_plugin), missing_plugin
     assert re.search(r"^seed-no-runtime\s+drift\s+.*container_runtime", completed.stdout, re.M)
@@ -163,6 +167,7 @@ def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path
     for host in hosts.split(","):
         node = data["nodes"][host]
         assert node["remediable_stages"] == [], (host, node["findings"])
-    assert completed.returncode == (1 if data["summary"]["drifted"] else 0)
+    problems = ("drifted", "attention", "unreachable", "failed", "cluster_findings")
+    assert completed.returncode == (1 if any(data["summary"][key] for key in problems) else 0)
     again = _drift(lab, "-l", hosts, "--json", "-q")
     assert all(not node["remediable_stages"] for node in json.loads(again.stdout)["nodes"].values())

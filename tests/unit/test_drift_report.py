@@ -61,12 +61,14 @@ def test_outcomes_and_report():
     consistency = [entry for entry in report["nodes"]["gpu-b"]["findings"] if entry["check"] == "consistency"]
     assert [(entry["id"], entry["stage"], entry["remediable"]) for entry in consistency] == [
         ("gpu_not_advertised", "device_plugin", True), ("gpu_process_unattributed", "postcheck", False)]
-    assert report["cluster"] == {"consistency_checked": True, "consistency_error": None}
+    assert report["cluster"] == {"consistency_checked": True, "consistency_error": None, "runtime_class_checked": False,
+                                 "findings": []}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
     assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "unreachable": 1, "failed": 1, "findings": 6,
                                  "by_severity": {"error": 3, "warning": 2, "info": 1},
-                                 "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1, "consistency": 2}}
+                                 "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1, "consistency": 2},
+                                 "cluster_findings": 0}
     assert report["duration_seconds"] == 12.5
     assert drift.exit_code(report) == drift.EXIT_DRIFT
 
@@ -167,3 +169,25 @@ def test_usage_errors_exit_2(tmp_path, capsys):
         cli.main(["drift", "-i", str(inventory), "--fail-severity", "fatal"])
     assert exited.value.code == 2
     json.dumps(_report())  # the report is plain JSON
+
+
+def test_runtime_class_dry_run_becomes_cluster_findings():
+    outcomes = drift.Outcomes()
+    outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, checks={}))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.runtime_class", changed=False, failed_when_result=False,
+                         msg="handler is immutable: run with force=true", findings=[
+                             {"id": "runtime_class_handler_mismatch", "severity": "error", "object": "RuntimeClass nvidia",
+                              "expected": "nvidia", "actual": "nvidia-legacy", "message": "m", "repair": "recreate (force)"},
+                             {"id": "runtime_class_overhead_gpu", "severity": "error", "object": "RuntimeClass x",
+                              "expected": "none", "actual": {"nvidia.com/gpu": "1"}, "message": "m", "repair": "manual"}]))
+    report = _report(outcomes)
+    cluster = report["cluster"]["findings"]
+    assert [(entry["id"], entry["remediable"], entry["found"]) for entry in cluster] == [
+        ("runtime_class_handler_mismatch", False, "nvidia-legacy"), ("runtime_class_overhead_gpu", False, {"nvidia.com/gpu": "1"})]
+    assert report["nodes"]["gpu-a"]["status"] == "clean" and report["summary"]["cluster_findings"] == 2
+    assert drift.exit_code(report) == drift.EXIT_DRIFT
+    assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 2' in drift.prometheus_text(report)
+    assert "(cluster)" in drift.table(report)
+    missing = drift.runtime_class_findings({"changed": True, "action": "create", "findings": [], "runtime_class": {"metadata": {"name": "nvidia"}}})
+    assert [(entry["id"], entry["remediable"]) for entry in missing] == [("runtime_class_differs", True)]
+    assert drift.runtime_class_findings({"changed": False, "findings": []}) == []
