@@ -54,11 +54,37 @@ def main(tarball: str) -> int:
         facts = result["ansible_facts"]["gpuharden"]
         assert facts["nvml"]["available"], facts["nvml"]["reason"]
         assert facts["gpu_count"] == 4, facts["gpu_count"]
+        drift = drift_from_installed(scratch_path, env)
         print(
-            "installed collection at %s: ansible-doc renders, gpu_facts saw %d GPUs (%s)"
-            % (installed, facts["gpu_count"], facts["gpus"][0]["name"])
+            "installed collection at %s: ansible-doc renders, gpu_facts saw %d GPUs (%s), gpuharden drift ran its "
+            "drift-check.yml (exit %d, %d finding(s) on this machine)" % (installed, facts["gpu_count"], facts["gpus"][0]["name"], *drift)
         )
     return 0
+
+
+def drift_from_installed(scratch, env):
+    """`gpuharden drift` finds drift-check.yml in the installed collection (no checkout, no ansible.cfg) and reports.
+
+    It audits this machine itself (read-only; its run lock goes to the scratch directory), so the figures are
+    whatever this machine shows; what must hold is that the playbook ran and the report and metrics were written.
+    """
+    inventory = scratch / "hosts.yml"
+    inventory.write_text(json.dumps({"gpu_nodes": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "gpuharden_kubeconfig": str(scratch / "no-cluster.kubeconfig"),
+        "gpuharden_lock_path": str(scratch / "run" / "gpuharden.lock")}}}}))
+    report, metrics = scratch / "drift.json", scratch / "drift.prom"
+    run = subprocess.run(
+        [str(VENV_BIN / "gpuharden"), "drift", "-q", "-i", str(inventory), "--report", str(report), "--prometheus", str(metrics)],
+        env={key: value for key, value in env.items() if not key.startswith("GPUHARDEN_NVML")}, cwd=scratch,
+        capture_output=True, text=True, check=False,
+    )
+    assert run.returncode in (0, 1), "gpuharden drift exited %d: %s" % (run.returncode, run.stderr[-2000:])
+    data = json.loads(report.read_text())
+    assert list(data["nodes"]) == ["localhost"], data
+    assert "gpuharden_last_run_timestamp_seconds" in metrics.read_text()
+    assert not (scratch / "run" / "gpuharden.lock").exists(), "the drift run left its lock behind"
+    return run.returncode, len(data["nodes"]["localhost"]["findings"])
 
 
 if __name__ == "__main__":
