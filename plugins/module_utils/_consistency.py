@@ -99,6 +99,13 @@ def _process(raw, where, uuid_by_index, index_by_uuid, cgroups):
             "used_memory_mib": memory, "cgroup": cgroup_path(cgroup)}
 
 
+def mig_device_profile(name):
+    """The profile in a MIG device's NVML name ("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb" -> "1c.3g.40gb"), or None."""
+    if not isinstance(name, str) or "MIG " not in name:
+        return None
+    return name.rsplit("MIG ", 1)[1].strip() or None
+
+
 def normalize_report(node, raw):
     """A node report in either shape (the generic one or nvml_check's) as
     {gpu_count, gpus: {index: uuid}, mig_gpus, mig_devices, mig_profiles, processes}."""
@@ -124,10 +131,18 @@ def normalize_report(node, raw):
             raise GpuhardenError("gpu_consistency: %s.mig=%r must be a dictionary" % (gwhere, mig))
         if mig.get("mode_current") in ("enabled", 1, True):
             mig_gpus += 1
-            for name, count in (mig.get("layout") or {}).items():
-                profiles[name] = profiles.get(name, 0) + _int(count, "%s.mig.layout[%s]" % (gwhere, name))
-            for device in _list(mig.get("devices"), gwhere + ".mig.devices"):
-                mig_devices.append(dict(_dict(device, gwhere + ".mig.devices[]"), gpu=index))
+            devices = [_dict(device, gwhere + ".mig.devices[]") for device in _list(mig.get("devices"), gwhere + ".mig.devices")]
+            named = [mig_device_profile(device.get("name")) for device in devices]
+            if devices and all(named):
+                # What the device plugin advertises is per MIG device: a 3g GPU instance split into three 1-slice
+                # compute instances is three nvidia.com/mig-1c.3g.40gb, not one mig-3g.40gb.
+                for name in named:
+                    profiles[name] = profiles.get(name, 0) + 1
+            else:
+                for name, count in (mig.get("layout") or {}).items():
+                    profiles[name] = profiles.get(name, 0) + _int(count, "%s.mig.layout[%s]" % (gwhere, name))
+            for device in devices:
+                mig_devices.append(dict(device, gpu=index))
         for process in _list(gpu.get("processes"), gwhere + ".processes"):
             nested.append(dict(_dict(process, gwhere + ".processes[]"), gpu=index))
     for position, device in enumerate(_list(raw.get("mig_devices"), where + ".mig_devices")):

@@ -274,3 +274,20 @@ def test_exited_processes_are_left_out():
     assert findings == [] and summary["n1"]["used"]["exited_processes"] == 1
     with pytest.raises(GpuhardenError, match=r"node_reports\[n1\].missing_pids\[0\]='x'"):
         _consistency.validate({"n1": {"missing_pids": ["x"]}})
+
+
+def test_mig_profiles_come_from_the_mig_devices_when_they_are_named():
+    """A 3g instance split into three 1c compute instances is advertised as three mig-1c.3g.40gb (mixed strategy)."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+
+    devices = [{"uuid": "MIG-%d" % i, "name": "NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"} for i in range(3)]
+    devices.append({"uuid": "MIG-9", "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"})
+    raw = {"gpus": [{"index": 0, "uuid": "GPU-0", "mig": {"mode_current": "enabled", "layout": {"3g.40gb": 1, "1g.10gb": 1},
+                                                          "devices": devices}}]}
+    report = _consistency.normalize_report("n", raw)
+    assert report["mig_profiles"] == {"1c.3g.40gb": 3, "1g.10gb": 1} and report["mig_devices"] == 4
+    # without device names the GPU-instance layout is all there is
+    raw["gpus"][0]["mig"]["devices"] = [{"uuid": "MIG-0"}]
+    assert _consistency.normalize_report("n", raw)["mig_profiles"] == {"3g.40gb": 1, "1g.10gb": 1}
+    assert _consistency.mig_device_profile("NVIDIA A100 MIG 2g.20gb") == "2g.20gb"
+    assert _consistency.mig_device_profile("NVIDIA A100") is None
