@@ -283,7 +283,9 @@ def _audit(params, clock):
         findings.extend(found)
         if "node_report" in details:
             node_report = details.pop("node_report")
-        checks[name] = {"status": "drift" if found else "ok", "would_change": would_change, "findings": len(found),
+        # drift: the stage would change something; findings: only what running the stage does not change
+        status = "drift" if would_change else ("findings" if found else "ok")
+        checks[name] = {"status": status, "would_change": would_change, "findings": len(found),
                         "seconds": round(clock() - begun, 4), "details": details}
     by_severity = {}
     for entry in findings:

@@ -159,7 +159,10 @@ findings:
       description: Whether the stage would change something for it.
       type: bool
 checks:
-  description: Per check, C(status) (C(ok), C(drift), C(error), C(skipped)), C(would_change), C(findings), C(seconds), C(details).
+  description:
+    - Per check, C(status), C(would_change), C(findings) (a count), C(seconds), C(details).
+    - C(status) is C(drift) when the check's stage would change something, C(findings) when there are only findings
+      running the stage does not change (hardware, workloads), C(ok), C(error) (the check could not run) or C(skipped).
   returned: always
   type: dict
 summary:
