@@ -316,21 +316,23 @@ data:
   {{ config_key | j }}: {{ config_text | j }}
 """
 
-PLUGIN_TEMPLATE = """\
+# Both DaemonSets (the plugin and gpu-feature-discovery) share everything down to their containers; the
+# ds_* values say which one is rendered.
+DAEMONSET_HEAD = """\
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
-  name: {{ name | j }}
+  name: {{ ds_name | j }}
   namespace: {{ namespace | j }}
-  labels: {{ labels | j }}
+  labels: {{ ds_labels | j }}
 spec:
   selector:
-    matchLabels: {{ selector | j }}
+    matchLabels: {{ ds_selector | j }}
   updateStrategy:
     type: RollingUpdate
   template:
     metadata:
-      labels: {{ pod_labels | j }}
+      labels: {{ ds_pod_labels | j }}
       annotations: {{ {checksum_annotation: config_checksum} | j }}
     spec:
       nodeSelector: {{ node_selector | j }}
@@ -342,6 +344,9 @@ spec:
       imagePullSecrets: {{ image_pull_secrets | map('pull_secret') | list | j }}
 {% endif %}
       containers:
+"""
+
+PLUGIN_TEMPLATE = DAEMONSET_HEAD + """\
         - name: {{ container_name | j }}
           image: {{ image | j }}
           imagePullPolicy: {{ pull_policy | j }}
@@ -390,32 +395,7 @@ spec:
 {% endif %}
 """
 
-GFD_TEMPLATE = """\
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: {{ gfd_name | j }}
-  namespace: {{ namespace | j }}
-  labels: {{ gfd_labels | j }}
-spec:
-  selector:
-    matchLabels: {{ gfd_labels | j }}
-  updateStrategy:
-    type: RollingUpdate
-  template:
-    metadata:
-      labels: {{ gfd_labels | j }}
-      annotations: {{ {checksum_annotation: config_checksum} | j }}
-    spec:
-      nodeSelector: {{ node_selector | j }}
-      tolerations: {{ tolerations | j }}
-{% if priority_class_name %}
-      priorityClassName: {{ priority_class_name | j }}
-{% endif %}
-{% if image_pull_secrets %}
-      imagePullSecrets: {{ image_pull_secrets | map('pull_secret') | list | j }}
-{% endif %}
-      containers:
+GFD_TEMPLATE = DAEMONSET_HEAD + """\
         - name: gpu-feature-discovery-ctr
           image: {{ image | j }}
           imagePullPolicy: {{ pull_policy | j }}
@@ -477,9 +457,13 @@ def desired_objects(settings):
         "cdi": any(s.startswith("cdi-") for s in settings["device_list_strategy"]),
         "gfd_name": GFD_NAME, "gfd_labels": {APP_LABEL: GFD_NAME, "app.kubernetes.io/managed-by": "gpuharden"},
     }
-    objects = [_render(CONFIG_MAP_TEMPLATE, values), _render(PLUGIN_TEMPLATE, values)]
+    plugin = {"ds_name": values["name"], "ds_labels": values["labels"], "ds_selector": values["selector"],
+              "ds_pod_labels": values["pod_labels"]}
+    objects = [_render(CONFIG_MAP_TEMPLATE, values), _render(PLUGIN_TEMPLATE, dict(values, **plugin))]
     if settings["gpu_feature_discovery"]:
-        objects.append(_render(GFD_TEMPLATE, values))
+        gfd = {"ds_name": values["gfd_name"], "ds_labels": values["gfd_labels"], "ds_selector": values["gfd_labels"],
+               "ds_pod_labels": values["gfd_labels"]}
+        objects.append(_render(GFD_TEMPLATE, dict(values, **gfd)))
     return objects, config
 
 
