@@ -7,9 +7,24 @@ progress, and writes a JSON report, a table on the terminal and a Prometheus tex
 remediable findings, and checks those hosts again.
 
 A node is ``clean``, ``drift`` (findings at or above --fail-severity that harden fixes) or ``attention`` (only
-findings no playbook fixes: a PCIe link trained down, a privileged GPU pod).  Exit codes: 0 every node answered and
-is clean; 1 drift or attention found, or a node unreachable or failed; 2 usage or environment error (nothing was
-checked).
+findings no playbook fixes: a PCIe link trained down, a privileged GPU pod).  A run that finished reports every host
+of the play: audited, ``unreachable`` or ``failed`` (a host the play ended without a node_audit result for counts as
+failed, never as clean).
+
+Runs that did not finish never look clean.  An interrupted (SIGINT, SIGTERM), timed-out (--timeout) or canceled run,
+or one where ansible-playbook stopped before the end of the play (no closing stats), writes NOTHING: the previous
+JSON report and Prometheus file stay byte for byte as they were, no table or summary is printed, and stderr names
+every host without a final result.  So the Prometheus file always describes the last complete run:
+gpuharden_last_success_timestamp_seconds (equal to gpuharden_last_run_timestamp_seconds, which is kept for
+existing dashboards) stops advancing while runs do not complete, and the per-node series (drifted, attention,
+unreachable, failed) keep their last complete values instead of vanishing, so their alerts do not resolve.  Alert
+on ``time() - gpuharden_last_success_timestamp_seconds`` (or node_exporter's ``node_textfile_mtime_seconds``) above
+about two run intervals, and on the unit or Job failing (exit codes 3, 130, 143).
+
+Exit codes: 0 the run finished, every node answered and is clean; 1 the run finished and found drift or attention,
+a cluster finding, or a node unreachable or failed; 2 usage or environment error (nothing was checked, nothing
+written); 3 incomplete: timed out, canceled, or ansible-playbook stopped early (nothing written); 130 interrupted
+by SIGINT, 143 by SIGTERM (nothing written).  1 is an answer about the nodes; 3, 130 and 143 say there is no answer.
 """
 
 from __future__ import annotations
@@ -17,10 +32,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
+import re
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -38,11 +59,94 @@ RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 # hardware.
 DEVICE_PLUGIN_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")
 DEVICE_PLUGIN_DECISIONS = ("mig_not_advertised",)
-EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
+EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# A run stopped by a signal exits 128 + the signal's number, as a shell reports a process the signal killed.
+EXIT_SIGNAL_BASE = 128
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# ansible-runner's Runner.status values of a run that got to its end (ansible-runner src/ansible_runner/runner.py,
+# Runner.run: canceled, successful, timeout or failed).  Every other value (canceled, timeout, or a status the run
+# never left such as starting/running) is a run that did not finish.
+FINISHED_STATUSES = ("successful", "failed")
+# How often ansible-runner polls the cancel callback and the job timeout: its pexpect loop wakes up on the child's
+# output or after pexpect_timeout seconds (default 5; ansible-runner config/_base.py, read from env/settings).
+RUNNER_SETTINGS = {"pexpect_timeout": 1}
+LIST_HOSTS_TIMEOUT = 60
+EPILOG = """\
+Exit codes:
+  0    the run finished: every node answered and is clean (no cluster findings either)
+  1    the run finished and found something: drift, attention, a cluster finding, or a node unreachable or
+       failed (report and metrics written)
+  2    usage or environment error: nothing was checked, nothing written
+  3    INCOMPLETE: the run timed out (--timeout), was canceled, or ansible-playbook stopped before the end
+       of the play; nothing written, stderr names the hosts without a final result
+  130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: incomplete as for 3
+1 is an answer (something on the nodes needs a look); 3, 130 and 143 mean there is no answer.  An incomplete run
+leaves the previous --report and --prometheus files byte for byte as they were and prints no table or summary,
+so the metrics always describe the last complete run: gpuharden_last_success_timestamp_seconds stops advancing
+(alert on its age, or on node_textfile_mtime_seconds) and the per-node series keep their last complete values
+(gpuharden_drift_node_drifted, _attention, _unreachable, _failed), so their alerts do not resolve.
+"""
 
 
 class DriftError(Exception):
     """A usage or environment problem: nothing (more) can be checked."""
+
+
+class Incomplete(Exception):
+    """The run did not finish (a signal, the timeout, a canceled or cut-short playbook): nothing is reported.
+
+    ``pending``: hosts without a final result; ``checked``: hosts that had one when the run stopped (not reported
+    either, since the run's cluster-wide checks and the other hosts are missing); ``hosts_known``: False when the
+    play's host list could not be read, so hosts not yet started may be missing from ``pending``."""
+
+    def __init__(self, reason, code, pending=(), checked=(), hosts_known=True):
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.pending = sorted(pending)
+        self.checked = sorted(checked)
+        self.hosts_known = hosts_known
+
+
+class StopRequest:
+    """SIGINT and SIGTERM while a run is under way: remembered, not acted on where they land.
+
+    Handed to ansible-runner as its cancel callback: given one, ansible-runner installs no signal handlers of its own
+    (ansible-runner src/ansible_runner/interface.py, init_runner; its own ones are never uninstalled) and polls the
+    callback in its pexpect loop, then kills ansible-playbook's process group and ends with status ``canceled``
+    (src/ansible_runner/runner.py, Runner.run and Runner.handle_termination).  Used as a context manager: installs
+    the handlers in the main thread and puts the previous ones back on exit."""
+
+    def __init__(self):
+        self.signum = None
+        self.count = 0
+        self._previous = {}
+
+    def __call__(self, signum, _frame=None):
+        self.count += 1
+        if self.signum is None:
+            self.signum = signum
+
+    def requested(self):
+        return self.signum is not None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self)
+        return self
+
+    def __exit__(self, *_exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+        return False
+
+    def exit_code(self):
+        return EXIT_SIGNAL_BASE + int(self.signum)
+
+    def name(self):
+        return signal.Signals(self.signum).name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,6 +164,7 @@ class Outcomes:
         self.consistency_error = None
         self.runtime_class = None
         self.seen = set()
+        self.stats = None  # the playbook_on_stats event's data: the play got to its end
         self.progress = progress
 
     def done(self):
@@ -69,6 +174,12 @@ class Outcomes:
         data = event.get("event_data") or {}
         host = data.get("host")
         kind = event.get("event")
+        if kind == "playbook_on_stats":
+            self.stats = data
+            return True
+        if host and kind == "runner_on_start":
+            self.seen.add(host)
+            return True
         if not host or kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
             return True
         self.seen.add(host)
@@ -96,6 +207,23 @@ class Outcomes:
             self._report(host, "%d finding(s)%s" % (summary.get("findings", 0),
                                                      (", max " + summary["max_severity"]) if summary.get("max_severity") else ""))
         return True
+
+    def finished(self):
+        """True when ansible-playbook got to the end of the play (it sends its stats last)."""
+        return self.stats is not None
+
+    def play_hosts(self):
+        """Every host this run saw, from its events and from the closing stats."""
+        hosts = set(self.seen)
+        for key in ("processed", "ok", "failures", "dark", "skipped"):
+            hosts.update((self.stats or {}).get(key) or {})
+        return hosts
+
+    def close(self):
+        """At the end of a finished play: a host with no node_audit result is failed, never silently left out."""
+        for host in sorted(self.play_hosts() - self.done()):
+            self.failed[host] = "no result: the play ended without a node_audit result for this host"
+            self._report(host, "FAILED: %s" % self.failed[host])
 
     def _report(self, host, text):
         if self.progress:
@@ -198,6 +326,10 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         "nodes": nodes,
         "unreachable": dict(sorted(outcomes.unreachable.items())),
         "failed": dict(sorted(outcomes.failed.items())),
+        # the node label of every host of the run, unreachable and failed ones included (their set_fact ran on the
+        # controller), so their per-node metrics carry the same label as when they answer
+        "node_names": {host: (node_names or {}).get(host, host)
+                       for host in sorted(set(nodes) | set(outcomes.unreachable) | set(outcomes.failed))},
         "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
                     "runtime_class_checked": outcomes.runtime_class is not None, "findings": cluster},
     }
@@ -251,6 +383,16 @@ def prometheus_text(report):
     ]
     for _host, node in sorted(report["nodes"].items()):
         lines.append('gpuharden_drift_node_attention{node="%s"} %d' % (_label(node["node"]), node["status"] == "attention"))
+    # Every host of the run gets a 0/1 sample, so an unreachable or failed node keeps a per-node series to alert on.
+    others = {host: report.get("node_names", {}).get(host, host) for host in list(report["unreachable"]) + list(report["failed"])}
+    labels = sorted({node["node"] for node in report["nodes"].values()} | set(others.values()))
+    for metric, section, text in (
+            ("gpuharden_drift_node_unreachable", "unreachable", "1 when the last complete drift run could not reach the node, else 0."),
+            ("gpuharden_drift_node_failed", "failed", "1 when the node's drift check failed in the last complete run (for example "
+                                                      "locked by another run, or no result), else 0.")):
+        hit = {others[host] for host in report[section]}
+        lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric]
+        lines += ['%s{node="%s"} %d' % (metric, _label(label), label in hit) for label in labels]
     lines += [
         "# HELP gpuharden_nodes_unreachable Nodes the last drift run could not reach.",
         "# TYPE gpuharden_nodes_unreachable gauge",
@@ -258,9 +400,14 @@ def prometheus_text(report):
         "# HELP gpuharden_nodes_failed Nodes whose drift check failed (for example locked by another run).",
         "# TYPE gpuharden_nodes_failed gauge",
         "gpuharden_nodes_failed %d" % report["summary"]["failed"],
-        "# HELP gpuharden_last_run_timestamp_seconds When the last drift run finished (Unix time).",
+        "# HELP gpuharden_last_run_timestamp_seconds When the last complete drift run finished (Unix time); runs that "
+        "do not finish write nothing.",
         "# TYPE gpuharden_last_run_timestamp_seconds gauge",
         "gpuharden_last_run_timestamp_seconds %.3f" % report["timestamp"],
+        "# HELP gpuharden_last_success_timestamp_seconds When the last drift run that completed finished (Unix time). An "
+        "interrupted, timed-out or canceled run leaves this file as it was, so this stops advancing: alert on its age.",
+        "# TYPE gpuharden_last_success_timestamp_seconds gauge",
+        "gpuharden_last_success_timestamp_seconds %.3f" % report["timestamp"],
         "# HELP gpuharden_last_run_duration_seconds How long the last drift run took.",
         "# TYPE gpuharden_last_run_duration_seconds gauge",
         "gpuharden_last_run_duration_seconds %.3f" % report["duration_seconds"],
@@ -362,13 +509,21 @@ def resolve_playbook(name):
                      "ansible-galaxy collection install" % (PLAYBOOK_FILES[name], ", ".join(searched[:4])))
 
 
-def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None):
+def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
+    """One ansible-runner run; (status, rc, stats, stdout).  ``cancel``: a callable that says stop (then the status is
+    ``canceled``); ``timeout``: seconds, after which ansible-runner kills the run (status ``timeout``)."""
     import ansible_runner  # noqa: PLC0415 (keeps `gpuharden --help` fast)
 
     with tempfile.TemporaryDirectory(prefix="gpuharden-drift-") as private_data_dir:
         cmdline = []
         if tags:
             cmdline += ["--tags", ",".join(tags)]
+        # ansible-runner 2.4 drops a settings= argument when env/settings does not exist (config/_base.py,
+        # prepare_env), so the settings go in the file.
+        os.makedirs(os.path.join(private_data_dir, "env"))
+        with open(os.path.join(private_data_dir, "env", "settings"), "w", encoding="utf-8") as handle:
+            json.dump(RUNNER_SETTINGS, handle)
+        options = {"cancel_callback": cancel} if cancel is not None else {}
         runner = ansible_runner.run(
             private_data_dir=private_data_dir,
             envvars=_runner_env(),
@@ -380,10 +535,56 @@ def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, eve
             cmdline=" ".join(cmdline) or None,
             quiet=True,
             event_handler=event_handler,
+            timeout=timeout,
+            **options,
         )
         stdout = runner.stdout.read() if runner.stdout else ""
         stats = runner.stats or {}
     return runner.status, runner.rc, stats, stdout
+
+
+def parse_list_hosts(text):
+    """The hosts of `ansible-playbook --list-hosts` output, every play together (the ``hosts (N):`` blocks,
+    ansible-core lib/ansible/cli/playbook.py, PlaybookCLI.run)."""
+    hosts, inside = set(), False
+    for line in text.splitlines():
+        if re.match(r"^\s+hosts \(\d+\):\s*$", line):
+            inside = True
+        elif inside and line.startswith("      ") and line.strip():
+            hosts.add(line.strip())
+        else:
+            inside = False
+    return hosts
+
+
+def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST_HOSTS_TIMEOUT):
+    """The hosts the playbook's plays target, as ansible-playbook --list-hosts resolves them (the templated hosts
+    pattern, the inventory, --limit); None when that cannot be read.  Only for naming the hosts of a run that did
+    not finish, so a further SIGINT/SIGTERM (``stop.count`` grows) or the timeout abandons it."""
+    env = dict(os.environ, **_runner_env())
+    executable = shutil.which("ansible-playbook", path=env["PATH"])
+    if not executable:
+        return None
+    command = [executable, "--list-hosts", "-i", inventory, "-e", json.dumps(extravars), playbook]
+    if limit:
+        command += ["--limit", limit]
+    signals = stop.count if stop else 0
+    deadline = time.monotonic() + timeout
+    try:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                   start_new_session=True)
+    except OSError:
+        return None
+    while True:
+        try:
+            output, _ = process.communicate(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if (stop and stop.count > signals) or time.monotonic() > deadline:
+                process.kill()
+                process.communicate()
+                return None
+    return parse_list_hosts(output) if process.returncode == 0 else None
 
 
 def parse_extra_vars(values):
@@ -425,7 +626,34 @@ def _progress(stream):
     return show
 
 
-def check(args, extravars, stream, limit):
+def stopped(args, stop, deadline, status=None):
+    """(reason, exit code) when the run must end here without a report, else None.  Before a playbook (``status``
+    None): a signal came or the --timeout is used up; after one: a signal, or a runner status of a run that did not
+    get to its end (timeout, canceled, anything but successful/failed)."""
+    if stop is not None and stop.requested():
+        return "interrupted by %s" % stop.name(), stop.exit_code()
+    if status == "timeout" or (status is None and deadline is not None and time.monotonic() >= deadline):
+        return "timed out (--timeout %s s)" % args.timeout, EXIT_INCOMPLETE
+    if status is not None and status not in FINISHED_STATUSES:
+        return "ansible-runner ended the run with status %s" % status, EXIT_INCOMPLETE
+    return None
+
+
+def runner_timeout(deadline):
+    """ansible-runner's timeout= for a playbook started now: the whole seconds left of --timeout (at least 1)."""
+    return None if deadline is None else max(1, math.ceil(deadline - time.monotonic()))
+
+
+def incomplete(args, extravars, limit, outcomes, stop, reason, code):
+    """The Incomplete of a drift check that stopped: every host of the play without a final result named, from the
+    run's events and, for hosts not started yet, from the play's host list."""
+    listed = play_hosts(args.playbook, args.inventory, limit=limit, extravars=extravars, stop=stop)
+    done = outcomes.done()
+    return Incomplete(reason, code, pending=(outcomes.play_hosts() | (listed or set())) - done, checked=done,
+                      hosts_known=listed is not None)
+
+
+def check(args, extravars, stream, limit, stop=None, deadline=None):
     outcomes = Outcomes(progress=None if args.quiet else _progress(stream))
     names = {}
 
@@ -437,25 +665,49 @@ def check(args, extravars, stream, limit):
             names[data["host"]] = facts["__drift_node"]
         return True
 
+    before = stopped(args, stop, deadline)
+    if before:
+        raise incomplete(args, extravars, limit, outcomes, stop, *before)
     started = time.time()
     status, rc, _stats, stdout = run_playbook(args.playbook, args.inventory, limit=limit, forks=args.forks,
-                                              extravars=extravars, event_handler=handler)
+                                              extravars=extravars, event_handler=handler,
+                                              cancel=stop.requested if stop is not None else None, timeout=runner_timeout(deadline))
     finished = time.time()
+    after = stopped(args, stop, deadline, status)
+    if after:
+        raise incomplete(args, extravars, limit, outcomes, stop, *after)
     if not outcomes.seen:
         raise DriftError("ansible-playbook did not run the drift check (%s, rc %s): %s"
                          % (status, rc, " ".join(stdout.split())[-1500:] or "no output"))
+    if not outcomes.finished():
+        # killed, crashed or stopped by a play-wide error: the hosts it had not got to have no result, and the
+        # cluster-wide checks at the end of the play did not run for any host
+        raise incomplete(args, extravars, limit, outcomes, stop, "ansible-playbook stopped before the end of the play "
+                         "(%s, rc %s): %s" % (status, rc, " ".join(stdout.split())[-300:] or "no output"), EXIT_INCOMPLETE)
+    outcomes.close()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=names)
 
 
-def remediate(args, report, base_vars, stream):
+def remediate(args, report, base_vars, stream, stop=None, deadline=None):
     """harden-gpu-nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
     groups = {}
     for host, node in report["nodes"].items():
         if node["remediable_stages"]:
             groups.setdefault(tuple(node["remediable_stages"]), []).append(host)
+    targets = {host for hosts in groups.values() for host in hosts}
+
+    def stop_here(status=None):
+        reason = stopped(args, stop, deadline, status)
+        if reason:
+            # the remediated hosts' state is unknown until they are checked again; the others' results are final
+            # but the report is not written without them
+            raise Incomplete(reason[0] + " during --remediate (harden-gpu-nodes.yml may have stopped part way)", reason[1],
+                             pending=targets, checked=set(report["nodes"]) - targets)
+
     runs = []
     for stages, hosts in sorted(groups.items()):
+        stop_here()
         if not args.quiet:
             stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))
         changed = {}
@@ -467,13 +719,44 @@ def remediate(args, report, base_vars, stream):
             return True
 
         status, rc, stats, _stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
-                                                  forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler)
+                                                  forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler,
+                                                  cancel=stop.requested if stop is not None else None,
+                                                  timeout=runner_timeout(deadline))
+        stop_here(status)
         runs.append({"hosts": sorted(hosts), "stages": list(stages), "status": status, "rc": rc,
                      "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))})
     return runs
 
 
+def explain_incomplete(error, args, stream):
+    """What an incomplete run says on stderr: why, that nothing was written, and the hosts without a final result.
+    Never a table or a summary line (a consumer of stdout must not mistake it for a report)."""
+    files = [path for path in (args.report, args.prometheus) if path]
+    lines = ["gpuharden drift: INCOMPLETE, %s: no report written%s" % (
+        error.reason, (" (left as they were: %s)" % ", ".join(files)) if files else "")]
+    if error.pending:
+        lines.append("gpuharden drift: no final result for %d host(s): %s" % (len(error.pending), ", ".join(error.pending)))
+    elif error.hosts_known:
+        lines.append("gpuharden drift: every host had answered, but the run was stopped before its report")
+    if not error.hosts_known:
+        lines.append("gpuharden drift: the play's host list could not be read: hosts the run had not started are not named")
+    if error.checked:
+        lines.append("gpuharden drift: answered before the stop, not reported: %s" % ", ".join(error.checked))
+    stream.write("\n".join(lines) + "\n")
+    stream.flush()
+
+
 def run(args, stream=sys.stderr, out=sys.stdout):
+    with StopRequest() as stop:
+        try:
+            return _run(args, stream, out, stop)
+        except Incomplete as error:
+            explain_incomplete(error, args, stream)
+            return error.code
+
+
+def _run(args, stream, out, stop):
+    deadline = time.monotonic() + args.timeout if getattr(args, "timeout", None) else None
     if not os.path.exists(args.inventory):
         raise DriftError("inventory %s does not exist" % args.inventory)
     try:
@@ -487,18 +770,22 @@ def run(args, stream=sys.stderr, out=sys.stdout):
     args.inventory = os.path.abspath(args.inventory)
     owner = "drift@%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
     extravars.update(gpuharden_drift_fail=False, gpuharden_run_owner=owner)
-    report = check(args, extravars, stream, args.limit)
+    report = check(args, extravars, stream, args.limit, stop, deadline)
     if args.remediate:
         before = report
         base = dict(extravars)
         base.pop("gpuharden_drift_fail")
         base["gpuharden_run_owner"] = owner.replace("drift@", "remediate@")
-        runs = remediate(args, before, base, stream)
+        runs = remediate(args, before, base, stream, stop, deadline)
         if runs:
             hosts = sorted({host for entry in runs for host in entry["hosts"]})
-            after = check(args, extravars, stream, ",".join(hosts))
+            after = check(args, extravars, stream, ",".join(hosts), stop, deadline)
             report = merge_after_remediation(before, after)
         report["remediation"] = {"runs": runs, "before": before["summary"]}
+    # The last point where a signal still means "no report"; once writing starts the run is complete, and a
+    # signal from here on changes nothing (each file is replaced whole, by rename).
+    if stop.requested():
+        raise Incomplete("interrupted by %s" % stop.name(), stop.exit_code(), checked=report.get("node_names", {}))
     if args.report:
         write_atomically(args.report, json.dumps(report, indent=2, sort_keys=True) + "\n")
     if args.prometheus:
@@ -528,6 +815,7 @@ def merge_after_remediation(before, after):
     merged["summary"].update(
         clean=len(nodes) - drifted - attention, drifted=drifted, attention=attention, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
         findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
+    merged["node_names"] = dict(sorted(dict(before.get("node_names", {}), **after.get("node_names", {})).items()))
     merged["cluster"] = after.get("cluster", merged.get("cluster"))
     merged["summary"]["cluster_findings"] = after["summary"].get("cluster_findings", 0)
     merged["timestamp"] = after["timestamp"]
@@ -538,8 +826,8 @@ def merge_after_remediation(before, after):
 
 def add_parser(commands):
     parser = commands.add_parser("drift", help="check an inventory's GPU nodes for drift and report it",
-                                 description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Exit codes: 0 clean, 1 drift or unreachable/failed nodes, 2 usage or environment error.")
+                                 description="\n\n".join(__doc__.split("\n\n")[1:3]), formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=EPILOG)
     parser.add_argument("-i", "--inventory", required=True, help="Ansible inventory file or directory")
     parser.add_argument("-l", "--limit", help="host pattern (default: the playbook's hosts, gpu_nodes)")
     parser.add_argument("-f", "--forks", type=int, default=16, help="hosts checked in parallel (default 16)")
@@ -551,6 +839,9 @@ def add_parser(commands):
                         help="findings at or above this severity make a node drifted (default: warning)")
     parser.add_argument("--remediate", action="store_true",
                         help="run harden-gpu-nodes.yml on the drifted nodes, only the stages with findings, then check again")
+    parser.add_argument("--timeout", type=int, metavar="SECONDS",
+                        help="give up after this many seconds for the whole command (check and --remediate): exit 3, "
+                             "nothing written (default: no limit)")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--playbook", default=DRIFT_PLAYBOOK, help=argparse.SUPPRESS)
@@ -563,8 +854,15 @@ def main(args):
     if args.forks < 1:
         print("gpuharden drift: --forks must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    if args.timeout is not None and args.timeout < 1:
+        print("gpuharden drift: --timeout must be at least 1 second", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return run(args)
+    except KeyboardInterrupt:
+        # only before run() installs its handlers (or after it put the previous ones back): nothing was written
+        print("gpuharden drift: INCOMPLETE, interrupted by SIGINT: no report written", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + signal.SIGINT
     except DriftError as error:
         print("gpuharden drift: %s" % error, file=sys.stderr)
         return EXIT_USAGE
