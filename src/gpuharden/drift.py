@@ -746,7 +746,8 @@ def explain_incomplete(error, args, stream):
     stream.flush()
 
 
-def run(args, stream=sys.stderr, out=sys.stdout):
+def run(args, stream=None, out=None):
+    stream, out = stream or sys.stderr, out or sys.stdout  # looked up now: tests and callers may have replaced them
     with StopRequest() as stop:
         try:
             return _run(args, stream, out, stop)

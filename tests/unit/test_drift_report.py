@@ -114,6 +114,28 @@ def test_prometheus_text_is_valid_exposition():
     assert text.endswith("\n")
 
 
+def test_item05_unreachable_and_failed_nodes_keep_per_node_series():
+    """An unreachable or failed node has a per-node series (1), every other node of the run a 0, so an alert on the
+    node does not resolve while it cannot be checked; and the run's success time beside its run time."""
+    report = _report()
+    # gpu-c and gpu-d were named by set_fact (on the controller) before they failed: the same label as when they answer
+    assert report["node_names"] == {"gpu-a": "gpu-a", "gpu-b": "node-b", "gpu-c": "gpu-c", "gpu-d": "gpu-d"}
+    text = drift.prometheus_text(report)
+    for node, unreachable, failed in (("gpu-a", 0, 0), ("node-b", 0, 0), ("gpu-c", 1, 0), ("gpu-d", 0, 1)):
+        assert 'gpuharden_drift_node_unreachable{node="%s"} %d' % (node, unreachable) in text.splitlines()
+        assert 'gpuharden_drift_node_failed{node="%s"} %d' % (node, failed) in text.splitlines()
+    assert "# TYPE gpuharden_drift_node_unreachable gauge" in text and "# TYPE gpuharden_drift_node_failed gauge" in text
+    assert "gpuharden_last_success_timestamp_seconds 1012.500" in text.splitlines()
+    named = drift.build_report(_outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0,
+                               node_names={"gpu-b": "node-b", "gpu-c": "node-c"})
+    assert 'gpuharden_drift_node_unreachable{node="node-c"} 1' in drift.prometheus_text(named)
+    # after --remediate the re-checked hosts' names join the first check's
+    after = drift.build_report(drift.Outcomes(), inventory="inv", limit="gpu-c", fail_severity="warning", started=3.0, finished=4.0)
+    after["unreachable"], after["node_names"] = {"gpu-c": "still down"}, {"gpu-c": "node-c"}
+    merged = drift.merge_after_remediation(report, after)
+    assert merged["node_names"]["gpu-c"] == "node-c" and merged["node_names"]["gpu-b"] == "node-b"
+
+
 def test_label_escaping():
     assert drift._label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 

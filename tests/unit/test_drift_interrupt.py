@@ -1,0 +1,332 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpuharden drift: runs that did not finish never look clean (issue 12, item 5).
+
+An interrupted (SIGINT, SIGTERM), timed-out or canceled run, or one whose playbook stopped before the end of the
+play, exits 130/143/3, leaves the previous report and Prometheus file byte for byte as they were, prints no table or
+summary, and names every host without a final result.  ansible-runner is replaced by a fake that feeds the events
+a real run would; one test at the end runs the real ansible-runner on a local playbook (no lab)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+import types
+
+import pytest
+
+from gpuharden import cli, drift
+
+PREVIOUS_REPORT = '{"previous": "report", "summary": {"nodes": 3}}\n'
+PREVIOUS_METRICS = 'gpuharden_drift_node_drifted{node="gpu-b"} 1\ngpuharden_last_success_timestamp_seconds 1000.000\n'
+PLAY_HOSTS = {"gpu-a", "gpu-b", "gpu-c"}
+
+
+def _event(kind, host=None, action="gpuharden.k8s.node_audit", **res):
+    data = {"host": host, "task_action": action, "task": "Audit the node", "res": res} if host else dict(res)
+    return {"event": kind, "event_data": data}
+
+
+def _started(*hosts):
+    return [_event("runner_on_start", host) for host in hosts] + [
+        _event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": "node-" + host[-1]})
+        for host in hosts]
+
+
+def _audited(host, findings=()):
+    return _event("runner_on_ok", host, findings=list(findings), summary={"findings": len(findings)}, checks={}, seconds=0.1)
+
+
+def _stats(*hosts, dark=(), failures=()):
+    return _event("playbook_on_stats", processed=dict.fromkeys(hosts, 1), ok=dict.fromkeys(hosts, 1),
+                  dark=dict.fromkeys(dark, 1), failures=dict.fromkeys(failures, 1))
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """An inventory, a playbook file, the previous run's report and metrics, and a fake host listing."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {}\n")
+    playbook = tmp_path / "drift-check.yml"
+    playbook.write_text("---\n")
+    report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
+    metrics.parent.mkdir()
+    report.write_text(PREVIOUS_REPORT)
+    metrics.write_text(PREVIOUS_METRICS)
+    past = time.time() - 3600
+    for path in (report, metrics):
+        os.utime(path, (past, past))
+    listed = []
+
+    def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=None):
+        listed.append(limit)
+        return set(limit.split(",")) & PLAY_HOSTS if limit else set(PLAY_HOSTS)
+
+    monkeypatch.setattr(drift, "play_hosts", play_hosts)
+    state = {"inventory": inventory, "playbook": playbook, "report": report, "metrics": metrics, "listed": listed}
+    state["stat"] = {path: (path.read_bytes(), os.stat(path).st_mtime_ns) for path in (report, metrics)}
+    return state
+
+
+def _untouched(site):
+    for path, (content, mtime) in site["stat"].items():
+        assert path.read_bytes() == content, path
+        assert os.stat(path).st_mtime_ns == mtime, path
+    assert sorted(os.listdir(site["metrics"].parent)) == ["gpuharden.prom"]  # no temp file left either
+
+
+def _fake_runner(monkeypatch, events, status, rc, *, signum=None, signal_after=None, calls=None):
+    """run_playbook replaced: feeds ``events``; with ``signum``, delivers that signal to this process after
+    ``signal_after`` events and checks that the cancel callback handed to ansible-runner now says stop."""
+
+    def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
+        if calls is not None:
+            calls.append({"playbook": playbook, "limit": limit, "tags": tags, "timeout": timeout})
+        for index, event in enumerate(events):
+            if signum is not None and index == signal_after:
+                assert not cancel()
+                os.kill(os.getpid(), signum)
+                # the signal was taken by gpuharden's handler (no KeyboardInterrupt, no exit), and ansible-runner,
+                # polling the callback, cancels the run
+                assert cancel() is True
+                return "canceled", 254, {}, ""
+            event_handler(event)
+        return status, rc, {}, "PLAY RECAP"
+
+    monkeypatch.setattr(drift, "run_playbook", run_playbook)
+
+
+def _drift(site, *extra):
+    return cli.main(["drift", "-i", str(site["inventory"]), "--playbook", str(site["playbook"]), "--report", str(site["report"]),
+                     "--prometheus", str(site["metrics"]), *extra])
+
+
+def _no_clean_summary(out):
+    assert out == ""  # no table, no summary line, no JSON document: nothing a consumer could take for a report
+    assert "node(s):" not in out and "clean" not in out
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_item05_signal_mid_run_exits_128_plus_signal_and_writes_nothing(site, monkeypatch, capsys, signum, code):
+    previous = {number: signal.getsignal(number) for number in drift.STOP_SIGNALS}
+    events = _started("gpu-a", "gpu-b") + [_audited("gpu-a"), _audited("gpu-b"), _stats("gpu-a", "gpu-b")]
+    _fake_runner(monkeypatch, events, "successful", 0, signum=signum, signal_after=5)
+    assert _drift(site) == code
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "INCOMPLETE, interrupted by %s" % signal.Signals(signum).name in err
+    # gpu-a answered before the signal; gpu-b had started, gpu-c (from the play's host list) had not
+    assert "no final result for 2 host(s): gpu-b, gpu-c" in err
+    assert "answered before the stop, not reported: gpu-a" in err
+    assert str(site["report"]) in err and str(site["metrics"]) in err
+    assert site["listed"] == [None]
+    # the handlers are put back: a later Ctrl-C is a Ctrl-C again
+    assert {number: signal.getsignal(number) for number in drift.STOP_SIGNALS} == previous
+
+
+def test_item05_sigint_before_any_event_names_every_play_host(site, monkeypatch, capsys):
+    _fake_runner(monkeypatch, _started("gpu-a"), "successful", 0, signum=signal.SIGINT, signal_after=0)
+    assert _drift(site, "--json") == 130
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "no final result for 3 host(s): gpu-a, gpu-b, gpu-c" in err
+    assert "answered before the stop" not in err
+
+
+def test_item05_signal_before_the_playbook_starts(site, monkeypatch, capsys):
+    calls = []
+    _fake_runner(monkeypatch, [], "successful", 0, calls=calls)
+    resolve = drift.resolve_playbook
+
+    def resolve_then_ctrl_c(name):
+        os.kill(os.getpid(), signal.SIGINT)
+        return resolve(name)
+
+    monkeypatch.setattr(drift, "resolve_playbook", resolve_then_ctrl_c)
+    assert _drift(site) == 130
+    out, err = capsys.readouterr()
+    assert calls == []  # no playbook started after the signal
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "no final result for 3 host(s): gpu-a, gpu-b, gpu-c" in err
+
+
+@pytest.mark.parametrize("status", ["timeout", "canceled", "running"])
+def test_item05_runner_status_other_than_finished_is_incomplete(site, monkeypatch, capsys, status):
+    # even with every host audited and the closing stats: ansible-runner says the run did not end by itself
+    events = _started("gpu-a", "gpu-b", "gpu-c") + [_audited("gpu-a"), _audited("gpu-b"), _audited("gpu-c")]
+    _fake_runner(monkeypatch, events + [_stats("gpu-a", "gpu-b", "gpu-c")], status, 254)
+    assert _drift(site) == drift.EXIT_INCOMPLETE == 3
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "INCOMPLETE" in err
+    assert ("timed out" in err) if status == "timeout" else ("status %s" % status in err)
+
+
+def test_item05_timeout_is_handed_to_ansible_runner_and_names_the_hosts(site, monkeypatch, capsys):
+    calls = []
+    _fake_runner(monkeypatch, _started("gpu-a", "gpu-b") + [_audited("gpu-a")], "timeout", 254, calls=calls)
+    assert _drift(site, "--timeout", "30") == 3
+    out, err = capsys.readouterr()
+    assert 1 <= calls[0]["timeout"] <= 30
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "timed out (--timeout 30 s)" in err
+    assert "no final result for 2 host(s): gpu-b, gpu-c" in err
+
+
+def test_item05_timeout_used_up_before_the_recheck_of_remediate(site, monkeypatch, capsys):
+    calls = []
+    drifted = [{"id": "x", "check": "device_nodes", "stage": "device_permissions", "severity": "error", "remediable": True}]
+    _fake_runner(monkeypatch, _started("gpu-a") + [_audited("gpu-a", drifted), _stats("gpu-a")], "successful", 0, calls=calls)
+    clock = [1000.0]
+    monkeypatch.setattr(drift, "time", types.SimpleNamespace(time=time.time, monotonic=lambda: clock[0]))
+    real = drift.run_playbook
+
+    def slow(*args, **kwargs):
+        clock[0] += 20  # each playbook takes 20 s of the 30
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drift, "run_playbook", slow)
+    assert _drift(site, "--timeout", "30", "--remediate", "--harden-playbook", str(site["playbook"])) == 3
+    out, err = capsys.readouterr()
+    assert [call["timeout"] for call in calls] == [30, 10]  # the check, then harden with what was left; no re-check
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "timed out" in err and "no final result for 1 host(s): gpu-a" in err
+
+
+def test_item05_playbook_cut_short_without_stats_is_incomplete(site, monkeypatch, capsys):
+    # ansible-playbook killed or crashed (rc 250): no playbook_on_stats, gpu-b never got a node_audit result
+    _fake_runner(monkeypatch, _started("gpu-a", "gpu-b") + [_audited("gpu-a")], "failed", 250)
+    assert _drift(site) == 3
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "stopped before the end of the play (failed, rc 250)" in err
+    assert "no final result for 2 host(s): gpu-b, gpu-c" in err
+
+
+def test_item05_failed_run_with_host_results_is_a_report_not_clean(site, monkeypatch, capsys):
+    events = _started("gpu-a", "gpu-b", "gpu-c") + [
+        _audited("gpu-a"),
+        _event("runner_on_unreachable", "gpu-b", msg="ssh: connect to host gpu-b port 22: No route to host"),
+        _event("runner_on_failed", "gpu-c", action="gpuharden.k8s.node_audit", msg="node_lock: locked by harden@x"),
+        _stats("gpu-a", "gpu-b", "gpu-c", dark=["gpu-b"], failures=["gpu-c"])]
+    _fake_runner(monkeypatch, events, "failed", 2)
+    assert _drift(site) == drift.EXIT_DRIFT == 1
+    out, _err = capsys.readouterr()
+    report = json.loads(site["report"].read_text())
+    assert list(report["nodes"]) == ["gpu-a"] and list(report["unreachable"]) == ["gpu-b"] and list(report["failed"]) == ["gpu-c"]
+    metrics = site["metrics"].read_text()
+    assert 'gpuharden_drift_node_unreachable{node="node-b"} 1' in metrics  # labelled with the node name, as when it answers
+    assert 'gpuharden_drift_node_unreachable{node="node-a"} 0' in metrics
+    assert 'gpuharden_drift_node_failed{node="node-c"} 1' in metrics
+    assert 'gpuharden_drift_node_failed{node="node-b"} 0' in metrics
+    assert "gpuharden_last_success_timestamp_seconds %.3f" % report["timestamp"] in metrics
+    assert "3 node(s): 1 clean, 0 drifted" in out and "1 unreachable, 1 failed" in out
+
+
+def test_item05_host_without_result_in_a_finished_play_is_failed(site, monkeypatch, capsys):
+    # the play ended (stats) and rc 0, yet gpu-b has no node_audit result: failed, never dropped or clean
+    events = _started("gpu-a", "gpu-b") + [_audited("gpu-a"), _event("runner_on_skipped", "gpu-b"), _stats("gpu-a", "gpu-b")]
+    _fake_runner(monkeypatch, events, "successful", 0)
+    assert _drift(site) == 1
+    report = json.loads(site["report"].read_text())
+    assert "no result" in report["failed"]["gpu-b"]
+    assert report["summary"]["failed"] == 1 and report["summary"]["clean"] == 1
+    assert 'gpuharden_drift_node_failed{node="node-b"} 1' in site["metrics"].read_text()
+    capsys.readouterr()
+
+
+def test_item05_sigint_during_remediate(site, monkeypatch, capsys):
+    drifted = [{"id": "x", "check": "device_nodes", "stage": "device_permissions", "severity": "error", "remediable": True}]
+    check = _started("gpu-a", "gpu-b") + [_audited("gpu-a", drifted), _audited("gpu-b"), _stats("gpu-a", "gpu-b")]
+    calls = []
+    _fake_runner(monkeypatch, check, "successful", 0, calls=calls)
+    real = drift.run_playbook
+
+    def harden_interrupted(playbook, inventory, **kwargs):
+        if kwargs.get("tags"):
+            os.kill(os.getpid(), signal.SIGINT)
+            assert kwargs["cancel"]()
+            return "canceled", 254, {}, ""
+        return real(playbook, inventory, **kwargs)
+
+    monkeypatch.setattr(drift, "run_playbook", harden_interrupted)
+    assert _drift(site, "--remediate", "--harden-playbook", str(site["playbook"])) == 130
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "during --remediate" in err
+    assert "no final result for 1 host(s): gpu-a" in err and "answered before the stop, not reported: gpu-b" in err
+
+
+def test_item05_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["drift", "--help"])
+    text = capsys.readouterr().out
+    for line in ("0    the run finished", "1    the run finished and found something", "2    usage or environment error",
+                 "3    INCOMPLETE", "130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM", "--timeout SECONDS"):
+        assert line in text, line
+    assert "gpuharden_last_success_timestamp_seconds" in text
+
+
+def test_item05_timeout_must_be_positive(site, capsys):
+    assert _drift(site, "--timeout", "0") == 2
+    assert "--timeout" in capsys.readouterr().err
+    _untouched(site)
+
+
+def test_item05_parse_list_hosts():
+    text = textwrap.dedent("""
+        playbook: drift-check.yml
+
+          play #1 (gpu_nodes): Drift check (read-only)\tTAGS: []
+            pattern: ['gpu_nodes']
+            hosts (2):
+              gpu-b
+              gpu-a
+
+          play #2 (localhost): Other\tTAGS: []
+            pattern: ['localhost']
+            hosts (1):
+              localhost
+        """)
+    assert drift.parse_list_hosts(text) == {"gpu-a", "gpu-b", "localhost"}
+    assert drift.parse_list_hosts("ERROR! the playbook could not be found") == set()
+
+
+def test_item05_real_ansible_runner_sigint_end_to_end(tmp_path, capsys):
+    """ansible-runner and ansible-playbook for real (local connection, no lab): SIGINT two seconds in."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  vars: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+                         "  children:\n    gpu_nodes:\n      hosts: {gpu-a: {}, gpu-b: {}}\n" % sys.executable)
+    playbook = tmp_path / "slow.yml"
+    # pause runs in ansible-playbook itself: killing its process group leaves nothing behind
+    playbook.write_text("- hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n"
+                        "    - ansible.builtin.pause:\n        seconds: 60\n")
+    report, metrics = tmp_path / "report.json", tmp_path / "gpuharden.prom"
+    report.write_text(PREVIOUS_REPORT)
+    metrics.write_text(PREVIOUS_METRICS)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        code = cli.main(["drift", "-i", str(inventory), "--playbook", str(playbook), "--report", str(report),
+                         "--prometheus", str(metrics)])
+    finally:
+        timer.cancel()
+    out, err = capsys.readouterr()
+    assert code == 130, err
+    assert time.monotonic() - started < 30  # canceled within about a second, plus the host listing
+    assert report.read_text() == PREVIOUS_REPORT and metrics.read_text() == PREVIOUS_METRICS
+    _no_clean_summary(out)
+    assert "no final result for 2 host(s): gpu-a, gpu-b" in err
