@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ansible_runner
@@ -171,3 +173,41 @@ def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path
     assert completed.returncode == (1 if any(data["summary"][key] for key in problems) else 0)
     again = _drift(lab, "-l", hosts, "--json", "-q")
     assert all(not node["remediable_stages"] for node in json.loads(again.stdout)["nodes"].values())
+
+
+def test_item05_sigint_leaves_the_previous_report_and_metrics_byte_identical(lab, tmp_path):
+    """Ctrl-C two seconds into `gpuharden drift`: exit 130, the previous report and .prom untouched byte for byte, no
+    summary on stdout, every node without a result named; the nodes are not left locked (a complete run follows)."""
+    report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
+    files = ("--report", str(report), "--prometheus", str(metrics))
+    first = _drift(lab, "-l", "seed-pcie,seed-list-none", "-q", *files)
+    assert first.returncode in (0, 1), first.stderr[-3000:]
+    before = {path: (path.read_bytes(), os.stat(path).st_mtime_ns) for path in (report, metrics)}
+    process = subprocess.Popen([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], *files], cwd=REPO_ROOT,
+                               env=dict(os.environ, **ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        assert process.poll() is None, "the run ended before the signal: %s" % process.communicate()[1][-2000:]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err[-3000:]
+    for path, (content, mtime) in before.items():
+        assert path.read_bytes() == content and os.stat(path).st_mtime_ns == mtime, path
+    assert sorted(os.listdir(metrics.parent)) == ["gpuharden.prom"]
+    assert not re.search(r"node\(s\):|\bclean\b", out), out
+    assert "INCOMPLETE, interrupted by SIGINT" in err, err[-3000:]
+    pending = re.search(r"^gpuharden drift: no final result for \d+ host\(s\): (.+)$", err, re.M)
+    answered = re.search(r"^gpuharden drift: answered before the stop, not reported: (.+)$", err, re.M)
+    named = set(pending.group(1).split(", ") if pending else []) | set(answered.group(1).split(", ") if answered else [])
+    assert pending and named == set(yaml.safe_load(Path(lab["inventory"]).read_text())["all"]["children"]["gpu_nodes"]["hosts"])
+    # the killed run left no node lock behind, and a complete run writes fresh files again
+    again = _drift(lab, "-l", "seed-pcie,seed-list-none", "-q", "-e", "gpuharden_lock_timeout=30", *files)
+    assert again.returncode in (0, 1), again.stderr[-3000:]
+    assert not json.loads(report.read_text())["failed"], report.read_text()
+    assert report.read_bytes() != before[report][0]
+    stamps = re.findall(r"^gpuharden_last_success_timestamp_seconds (\S+)$", metrics.read_text(), re.M)
+    assert len(stamps) == 1 and float(stamps[0]) > json.loads(before[report][0])["timestamp"]
