@@ -25,7 +25,12 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import Gpuha
 
 MIG_PARTED_ENTRY_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 STRATEGIES = ("none", "single", "mixed")
-_PROFILE_RE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$")
+# A MIG profile name as go-nvlib parses it (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go parseMigProfile, vendored
+# by NVIDIA/mig-parted v0.15.0 as go-nvlib v0.12.0): "[<c>c.]<g>g.<gb>gb", then either "+" or "-" (never both) and a
+# comma-separated list of unique attributes, each of letters, digits and dots, not starting with a digit, not
+# starting or ending with a dot: 1g.10gb+me, 1g.24gb+me.all, 2g.48gb+gfx, 1g.24gb-me (no media extensions).
+_FIELDS_RE = re.compile(r"^(?:([0-9]+)c\.)?([0-9]+)g\.([0-9]+)gb$")
+_ATTRIBUTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]*$")
 _DISABLED_WORDS = ("disabled", "off", "none")
 
 # Built-in GPU-instance profile tables (mig.md section 2), used only where NVML cannot report the table:
@@ -68,6 +73,109 @@ def builtin_table(pci_device_id):
 
 
 # ---------------------------------------------------------------------------------------------
+# Profile names
+
+
+def parse_profile(name):
+    """A MIG profile name as {c, g, gb, attributes, negative}; raises ValueError saying what is wrong.
+
+    Follows go-nvlib ``parseMigProfile`` (pkg/nvlib/device/mig_profile.go): ``c`` equals ``g`` when the name has
+    no compute-instance part; ``attributes`` holds the ``+`` list, ``negative`` the ``-`` list (sorted tuples).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("the profile is empty")
+    if "+" in name and "-" in name:
+        raise ValueError("it has both '+' and '-' attributes")
+    sign = "+" if "+" in name else ("-" if "-" in name else None)
+    fields, _sep, attributes = name.partition(sign) if sign else (name, "", "")
+    match = _FIELDS_RE.match(fields)
+    if not match:
+        raise ValueError("%r is not [<c>c.]<g>g.<gb>gb" % fields)
+    listed = attributes.split(",") if sign else []
+    for attribute in listed:
+        if not _ATTRIBUTE_RE.match(attribute) or attribute.endswith("."):
+            raise ValueError("attribute %r must be letters, digits and dots, start with a letter and not end with a dot"
+                             % attribute)
+    if len(set(listed)) != len(listed):
+        raise ValueError("an attribute is listed twice")
+    g = int(match.group(2))
+    return {"c": int(match.group(1)) if match.group(1) else g, "g": g, "gb": int(match.group(3)),
+            "attributes": tuple(sorted(listed)) if sign == "+" else (),
+            "negative": tuple(sorted(listed)) if sign == "-" else ()}
+
+
+def same_profile(one, other):
+    """Whether two profile names name the same profile (attribute order does not matter, as in go-nvlib Matches)."""
+    try:
+        return parse_profile(one) == parse_profile(other)
+    except ValueError:
+        return False
+
+
+def table_name(name, table):
+    """The spelling ``table`` uses for profile ``name`` (``1g.10gb+me`` for ``1g.10gb+me``), or None."""
+    if name in table:
+        return name
+    for known in table:
+        if same_profile(name, known):
+            return known
+    return None
+
+
+# The NVIDIA device plugin's MIG resource names, mixed strategy (NVIDIA/k8s-device-plugin):
+# - internal/rm/rm.go AddDefaultResourcesToConfig registers one pattern per MIG profile of the node's GPUs whose
+#   compute-instance slices equal its GPU-instance slices (C == G: "1g.10gb", "1g.10gb+me", never "1c.3g.40gb"),
+#   in NVML enum order (go-nvlib pkg/nvlib/device/device.go VisitMigProfiles), each named "mig-" + the profile with
+#   "+" replaced by "." (nvidia.com/mig-1g.10gb.me);
+# - internal/rm/device_map.go buildMigDeviceMap gives each MIG device (one per compute instance) the first pattern
+#   that matches its profile (go-nvlib MigProfileInfo.String(): "1c.3g.40gb" for a 1-slice compute instance in a
+#   3g.40gb GPU instance); a device that matches none stops the plugin ("MIG profile ... does not match any resource
+#   patterns");
+# - api/config/v1/resources.go ResourcePattern.Matches: up to v0.19.x an unanchored regular expression, so pattern
+#   "3g.40gb" matches "1c.3g.40gb" and "1g.10gb" (registered first) matches "1g.10gb+me".  The real v0.18.2 binary,
+#   run on the NVML double, advertised three 1c.3g.40gb devices as nvidia.com/mig-3g.40gb x3.  From v0.20.0 the
+#   pattern is anchored (commit 0dfdfb97, #1807): attribute profiles are resources of their own and a compute
+#   instance smaller than its GPU instance matches nothing, so the plugin does not start.
+PLUGIN_ANCHORED_SINCE = "v0.20.0"
+
+
+def plugin_profile(name):
+    """go-nvlib's String() of a parsed profile: the compute-instance part only where it differs."""
+    info = parse_profile(name)
+    suffix = ("+" + ",".join(info["attributes"])) if info["attributes"] else (
+        "-" + ",".join(info["negative"]) if info["negative"] else "")
+    base = "%dg.%dgb" % (info["g"], info["gb"])
+    return (base if info["c"] == info["g"] else "%dc.%s" % (info["c"], base)) + suffix
+
+
+def mig_resource_name(profile, anchored=True, registered=None):
+    """The extended resource the device plugin (mixed strategy) advertises a MIG device of ``profile`` under.
+
+    ``anchored``: plugin v0.20.0 or newer.  ``registered``: the C == G profile names of the node's GPUs in NVML enum
+    order (the plugin's patterns); None assumes the device's own GPU-instance profile is one of them.  Returns None
+    where no pattern matches (the plugin does not start) or the name is not a MIG profile.
+    """
+    try:
+        device = plugin_profile(profile)
+    except ValueError:
+        return None
+    if registered is None:
+        # the plain profile's NVML enum precedes its attribute variants' (1_SLICE 0 < 1_SLICE_REV1 7 < 1_SLICE_NO_ME 0xD)
+        gi_profile = device.split(".", 1)[1] if device.split(".", 1)[0].endswith("c") else device
+        registered = [re.split(r"[+-]", gi_profile, maxsplit=1)[0], gi_profile]
+    for pattern in registered:
+        if (device == pattern) if anchored else (pattern in device):
+            return "nvidia.com/mig-" + pattern.replace("+", ".")
+    return None
+
+
+def mig_resource_names(profile, registered=None):
+    """{"mixed": name under plugin v0.20.0+ (None: no pattern matches), "mixed_legacy": name under v0.19.x and older}."""
+    return {"mixed": mig_resource_name(profile, True, registered),
+            "mixed_legacy": mig_resource_name(profile, False, registered)}
+
+
+# ---------------------------------------------------------------------------------------------
 # Parsing
 
 
@@ -97,10 +205,18 @@ def _parse_profile_counts(value, source, path):
                     field=".".join(map(str, path)), value=key,
                 )
             start = int(where)
-        if not _PROFILE_RE.match(name):
+        try:
+            info = parse_profile(name)
+        except ValueError as error:
             raise GpuhardenError(
-                "%s: %r is not a MIG profile name (expected e.g. 1g.10gb, 3g.40gb, 1g.10gb+me)"
-                % (_where(source, *path), key),
+                "%s: %r is not a MIG profile name: %s (expected e.g. 1g.10gb, 3g.40gb, 1g.10gb+me, 1g.24gb+me.all, "
+                "1g.24gb-me)" % (_where(source, *path), key, error),
+                field=".".join(map(str, path)), value=key,
+            ) from None
+        if info["c"] != info["g"]:
+            raise GpuhardenError(
+                "%s: %r names a compute-instance profile; layouts list GPU-instance profiles (%s), each of which gets "
+                "its default compute instance" % (_where(source, *path), key, name.split(".", 1)[1]),
                 field=".".join(map(str, path)), value=key,
             )
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -117,6 +233,14 @@ def _parse_profile_counts(value, source, path):
             pins.extend([(name, start)] * count)
         if count:
             counts[name] = counts.get(name, 0) + count
+    if value and not counts:
+        # mig-parted rejects it too (pkg/types/mig_config.go MigConfig.AssertValidFormat: "all counts for all
+        # MigProfiles are 0"); an empty mapping is MIG enabled without instances
+        raise GpuhardenError(
+            "%s: every count is 0 (%s); use an empty mapping for MIG enabled without instances, or set a count"
+            % (_where(source, *path), ", ".join("%s: %s" % item for item in value.items())),
+            field=".".join(map(str, path)), value=value,
+        )
     return counts, pins
 
 
@@ -188,6 +312,12 @@ def parse_mig_parted(config, selected, source="config"):
                                      % (_where(source, *path), device_filter),
                                      field=".".join(map(str, path + ("device-filter",))), value=device_filter)
             device_filter = [f[:10].upper().replace("0X", "0x") for f in device_filter]
+        if enabled and raw.get("mig-devices") is None:
+            # api/spec/v1/spec.go (MigConfigSpec.UnmarshalJSON): "missing required field 'mig-devices' when
+            # 'mig-enabled' is true"; mig-devices: {} (MIG enabled, no instances) is accepted
+            raise GpuhardenError("%s: mig-devices is required when mig-enabled is true (use {} for MIG enabled without "
+                                 "instances), as in mig-parted" % _where(source, *path),
+                                 field=".".join(map(str, path + ("mig-devices",))), value=None)
         counts, pins = _parse_profile_counts(raw.get("mig-devices"), source, path + ("mig-devices",))
         if not enabled and (counts or raw.get("mig-devices")):
             raise GpuhardenError("%s: mig-devices must be empty when mig-enabled is false, got %r"
@@ -243,34 +373,58 @@ def _filter_matches(entry, gpu):
     return (gpu.get("pci_device_id") or "").upper().replace("0X", "0x") in entry["device_filter"]
 
 
-def resolve(entries, gpus):
-    """Per-GPU desired state {index: {mig_enabled, mig_devices, pins}}; GPUs no entry selects are left alone.
+def resolve_entries(entries, gpus):
+    """Per-GPU desired state {index: {mig_enabled, mig_devices, pins}} and the entries (or parts) that select no GPU.
 
-    Entries apply in order and a later one overrides an earlier one for the same GPU.  An index that does
-    not exist on the node is an error.
+    Entries apply in order and a later one overrides an earlier one for the same GPU; GPUs no entry selects are
+    left alone.  As mig-parted walks the GPUs present and applies each entry to those it matches
+    (NVIDIA/mig-parted v0.15.0 cmd/nvidia-mig-parted/assert/assert.go WalkSelectedMigConfigForEachGPU), an index
+    the node does not have, or a device-filter no GPU matches, is skipped, not an error: the same config file
+    serves nodes with different GPUs.  ``skipped`` lists them: [{entry, devices?, device_filter?, reason}].
     """
-    indexes = {gpu["index"] for gpu in gpus}
-    desired = {}
-    for entry in entries:
+    by_index = {gpu["index"]: gpu for gpu in gpus}
+    desired, skipped = {}, []
+    for position, entry in enumerate(entries):
         if entry["devices"] == "all":
-            selected = sorted(indexes)
+            named = sorted(by_index)
         else:
-            missing = [i for i in entry["devices"] if i not in indexes]
+            named = [index for index in entry["devices"] if index in by_index]
+            missing = [index for index in entry["devices"] if index not in by_index]
             if missing:
-                raise GpuhardenError("layout names GPU index %s but the node has GPUs %s"
-                                     % (", ".join(map(str, missing)), sorted(indexes)),
-                                     field="devices", value=missing)
-            selected = entry["devices"]
-        by_index = {gpu["index"]: gpu for gpu in gpus}
+                skipped.append({"entry": position, "devices": missing,
+                                "reason": "no GPU with index %s on the node (GPUs %s)"
+                                          % (", ".join(map(str, missing)), sorted(by_index))})
+        selected = [index for index in named if _filter_matches(entry, by_index[index])]
+        if named and not selected and entry["device_filter"]:
+            skipped.append({"entry": position, "device_filter": list(entry["device_filter"]),
+                            "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
+                                      % ("on the node" if entry["devices"] == "all" else "of %s" % named,
+                                         ", ".join(entry["device_filter"]),
+                                         ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
         for index in selected:
-            if not _filter_matches(entry, by_index[index]):
-                continue
             desired[index] = {
                 "mig_enabled": entry["mig_enabled"],
                 "mig_devices": dict(entry["mig_devices"]),
                 "pins": list(entry["pins"]),
             }
-    return desired
+    return desired, skipped
+
+
+def resolve(entries, gpus):
+    """Per-GPU desired state only (see ``resolve_entries``)."""
+    return resolve_entries(entries, gpus)[0]
+
+
+def spelled(want, table):
+    """``want`` with its profiles spelled as ``table`` spells them (``1g.24gb+me.all,gfx`` -> the table's order);
+    names the table does not know stay, for ``validate`` to report."""
+    if not table or not want["mig_enabled"]:
+        return want
+    rename = {name: table_name(name, table) or name for name in want["mig_devices"]}
+    counts = {}
+    for name, count in want["mig_devices"].items():
+        counts[rename[name]] = counts.get(rename[name], 0) + count
+    return dict(want, mig_devices=counts, pins=[(rename.get(name, name), start) for name, start in want["pins"]])
 
 
 def validate(gpu, want, table):
@@ -541,26 +695,43 @@ def busy_gpus(gpus, plans, force):
 # Device-plugin strategies
 
 
+def _registered(gpus):
+    """The device plugin's MIG patterns for these GPUs: C == G profile names in NVML enum order (rm.go, see above)."""
+    seen = {}
+    for gpu in gpus:
+        for name, entry in (gpu.get("profile_table") or {}).items():
+            seen.setdefault(name, entry.get("enum", 0))
+    return sorted(seen, key=lambda name: (seen[name], name)) or None
+
+
 def advertised_resources(gpus, layouts):
     """Extended resources the NVIDIA device plugin advertises per MIG strategy, for the given layouts.
 
-    ``single`` is None where the strategy cannot serve the node (see ``strategy_findings``).
+    Every GPU instance of a layout holds its default compute instance (C == G): one MIG device each.  ``mixed``
+    is what plugin v0.20.0 and newer advertise (attribute profiles on their own: nvidia.com/mig-1g.10gb.me),
+    ``mixed_legacy`` what v0.19.x and older advertise (unanchored patterns: a 1g.10gb+me device counts as
+    nvidia.com/mig-1g.10gb); see the naming notes above.  ``single`` is None where the strategy cannot serve the
+    node (see ``strategy_findings``): every MIG device is one nvidia.com/gpu.
     """
     whole = len(gpus)
-    mixed = {}
+    registered = _registered(gpus)
+    mixed, legacy = {}, {}
     single_profiles, single_count, single_ok = set(), 0, bool(gpus)
     for gpu in gpus:
         layout = layouts[gpu["index"]]
         if layout["mig_enabled"]:
             for name, count in layout["mig_devices"].items():
-                key = "nvidia.com/mig-%s" % name
-                mixed[key] = mixed.get(key, 0) + count
+                names = mig_resource_names(name, registered)
+                for target, key in ((mixed, names["mixed"]), (legacy, names["mixed_legacy"])):
+                    key = key or "nvidia.com/mig-" + name.replace("+", ".")
+                    target[key] = target.get(key, 0) + count
                 single_profiles.add(name)
                 single_count += count
             if not layout["mig_devices"]:
                 single_ok = False
         else:
-            mixed["nvidia.com/gpu"] = mixed.get("nvidia.com/gpu", 0) + 1
+            for target in (mixed, legacy):
+                target["nvidia.com/gpu"] = target.get("nvidia.com/gpu", 0) + 1
             single_ok = False
     if len(single_profiles) > 1:
         single_ok = False
@@ -568,6 +739,7 @@ def advertised_resources(gpus, layouts):
         "none": {"nvidia.com/gpu": whole} if whole else {},
         "single": {"nvidia.com/gpu": single_count} if single_ok else None,
         "mixed": dict(sorted(mixed.items())),
+        "mixed_legacy": dict(sorted(legacy.items())),
     }
 
 
@@ -612,21 +784,25 @@ def custom_compute_findings(gpus, plans):
                 continue
             small = [ci for ci in cis if ci.get("size") is not None and ci["size"] != slices]
             if small:
+                device = "%dc.%s" % (small[0]["size"], instance["profile"])
+                legacy = mig_resource_name(device, False, _registered([gpu]))
                 findings.append({
                     "id": "mig_custom_compute_instances", "severity": "warning", "gpu": gpu["index"],
                     "expected": "one default compute instance in GPU instance %s (%s)" % (instance["id"], instance["profile"]),
-                    "actual": "%d compute instance(s) of %s slice(s): advertised as nvidia.com/mig-%sc.%s"
-                              % (len(small), ", ".join(sorted({str(ci["size"]) for ci in small})),
-                                 small[0]["size"], instance["profile"]),
+                    "actual": "%d compute instance(s) of %s slice(s) (MIG devices %s): the device plugin v0.19.x and older "
+                              "advertises each as one %s; v0.20.0 and newer match no resource pattern and do not start "
+                              "(internal/rm/device_map.go)"
+                              % (len(cis), ", ".join(sorted({str(ci["size"]) for ci in small})), device, legacy),
                 })
     return findings
 
 
 def plan_node(gpus, entries, force, strategy):
-    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs."""
-    desired = resolve(entries, gpus)
+    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs, skipped entries."""
+    desired, skipped = resolve_entries(entries, gpus)
     for gpu in gpus:
         if gpu["index"] in desired:
+            desired[gpu["index"]] = spelled(desired[gpu["index"]], gpu["profile_table"])
             validate(gpu, desired[gpu["index"]], gpu["profile_table"])
     plans = {index: plan_gpu(gpu, desired[index], gpu["profile_table"])
              for index, gpu in ((gpu["index"], gpu) for gpu in gpus) if index in desired}
@@ -646,5 +822,5 @@ def plan_node(gpus, entries, force, strategy):
     findings.extend(custom_compute_findings(gpus, plans))
     return {
         "desired": desired, "plans": plans, "before": before, "target": target, "findings": findings,
-        "busy": busy_gpus(gpus, plans, force),
+        "busy": busy_gpus(gpus, plans, force), "skipped": skipped,
     }

@@ -274,6 +274,7 @@ def apply_gpu(gpu, want, steps, done, tracker):
             fresh = read_gpu(gpu["index"])  # minor numbers may change after activation; the table is NVML's now
             gpu.clear()
             gpu.update(fresh)
+            want = _mig.spelled(want, gpu["profile_table"])
             _mig.validate(gpu, want, gpu["profile_table"])
             queue = _mig.plan_gpu(gpu, want, gpu["profile_table"])["steps"]
     return "applied"

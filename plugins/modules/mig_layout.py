@@ -15,6 +15,13 @@ description:
   - Validates the layout against each GPU's profile table as NVML reports it (names, instance limits,
     placements); an unknown profile, a layout that does not fit, or MIG asked of a GPU without MIG fails
     with the GPU and the profile named, before anything is changed.
+  - Profile names follow mig-parted (go-nvlib's parser) and may carry attributes, V(1g.10gb+me), V(1g.24gb+me.all),
+    V(2g.48gb+gfx), or negative ones, V(1g.24gb-me); the GPU's profile table says which exist.
+  - As mig-parted, rejects (naming the config, the entry and the field, before anything is changed) an entry whose
+    C(mig-devices) counts are all 0, and C(mig-enabled=true) without C(mig-devices) (V({}) is MIG enabled without
+    instances).
+  - As mig-parted, an entry whose C(devices) index is not on the node, or whose C(device-filter) matches none of the
+    GPUs it names, is skipped, not an error (one config serves nodes with different GPUs); RV(skipped) lists them.
   - Plans first, then acts. Nothing happens when every GPU already holds its layout; the comparison is by
     the multiset of GPU-instance profiles per GPU, placements only count where the layout pins them
     (V(3g.40gb@4)). Otherwise, per GPU, compute instances and then GPU instances that are not wanted are
@@ -28,7 +35,7 @@ description:
   - A failing step stops the run; the error carries the step, the steps done and the state reached on
     every GPU, and a re-run continues from there.
   - Also returns what the NVIDIA device plugin will advertise for the target layout under each MIG
-    strategy, and findings where the chosen strategy cannot serve it.
+    strategy (resource names as the plugin builds them), and findings where the chosen strategy cannot serve it.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -68,6 +75,7 @@ options:
         count (MIG enabled with those GPU instances; V({}) for MIG enabled without instances) or V(disabled)/V(false)
         (MIG disabled). Per-index keys override V(all).'
       - A profile written V(3g.40gb@4) pins the GPU instance at memory-slice start 4 (count 1).
+      - A mapping whose counts are all 0 is rejected (as mig-parted does); an index the node does not have is skipped.
     type: dict
   force:
     description:
@@ -146,15 +154,28 @@ advertised_resources:
   description:
     - The extended resources the NVIDIA device plugin advertises for the target layout, per MIG strategy
       (V(none), V(single), V(mixed)). V(single) is V(null) where that strategy cannot serve the layout.
+    - V(mixed) names each GPU-instance profile as plugin v0.20.0 and newer do, C(nvidia.com/mig-<profile>) with
+      C(+) replaced by C(.) (V(nvidia.com/mig-1g.10gb.me)); V(mixed_legacy) as v0.19.x and older do, whose unanchored
+      patterns give an attribute profile the name of its plain profile (V(nvidia.com/mig-1g.10gb)).
   type: dict
   returned: always
-  sample: {"none": {"nvidia.com/gpu": 8}, "single": {"nvidia.com/gpu": 56}, "mixed": {"nvidia.com/mig-1g.10gb": 56}}
+  sample: {"none": {"nvidia.com/gpu": 8}, "single": {"nvidia.com/gpu": 56}, "mixed": {"nvidia.com/mig-1g.10gb": 56},
+           "mixed_legacy": {"nvidia.com/mig-1g.10gb": 56}}
+skipped:
+  description:
+    - Entries (by position in the selected config or the short form) that select no GPU of the node, as mig-parted
+      skips them, with C(devices) (the indices the node does not have) or C(device_filter), and C(reason).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"entry": 1, "devices": [4, 5, 6, 7], "reason": "no GPU with index 4, 5, 6, 7 on the node (GPUs [0, 1, 2, 3])"}]
 findings:
   description:
     - C([{id, severity, expected, actual, gpu?}]); V(mig_layout_drift) per GPU whose layout differs from the target,
       V(mig_strategy_none_hides_slices) and V(mig_strategy_single_mismatch) for the chosen O(strategy),
       V(mig_custom_compute_instances) for a GPU instance that stays with compute instances smaller than itself
-      (the device plugin advertises those as C(nvidia.com/mig-<c>c.<profile>), not as RV(advertised_resources) says).
+      (one MIG device each, C(<c>c.<profile>): plugin v0.19.x and older advertise each as one C(nvidia.com/mig-<profile>),
+      v0.20.0 and newer match no resource pattern and do not start; RV(advertised_resources) assumes default ones).
   type: list
   elements: dict
   returned: always
@@ -204,6 +225,7 @@ def run(module):
             "before": _keyed(decision["before"]),
             "advertised_resources": _mig.advertised_resources(gpus, decision["target"]),
             "findings": decision["findings"],
+            "skipped": decision["skipped"],
         }
         if decision["busy"]:
             raise GpuhardenError(

@@ -176,9 +176,144 @@ def test_non_mig_gpu_asked_for_mig():
     assert _mig.validate(l4, {"mig_enabled": False, "mig_devices": {}, "pins": []}, None) == []
 
 
-def test_unknown_index_is_an_error():
-    with pytest.raises(GpuhardenError, match="names GPU index 9"):
-        _mig.resolve(_mig.parse_short({"9": {"1g.10gb": 1}}), [gpu(0)])
+# -- issue 13 item 19: entries that select no GPU are skipped, as mig-parted does ---------------
+
+
+def test_item19_index_the_node_does_not_have_is_skipped_and_reported():
+    config = {"version": "v1", "mig-configs": {"split": [
+        {"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"devices": [2, 3, 4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+        {"devices": [9], "mig-enabled": False},
+    ]}}
+    gpus = [gpu(i) for i in range(4)]
+    desired, skipped = _mig.resolve_entries(_mig.parse_mig_parted(config, "split"), gpus)
+    assert {i: d["mig_devices"] for i, d in desired.items()} == {0: {"1g.10gb": 7}, 1: {"1g.10gb": 7},
+                                                                 2: {"3g.40gb": 2}, 3: {"3g.40gb": 2}}
+    assert skipped == [
+        {"entry": 1, "devices": [4, 5, 6, 7], "reason": "no GPU with index 4, 5, 6, 7 on the node (GPUs [0, 1, 2, 3])"},
+        {"entry": 2, "devices": [9], "reason": "no GPU with index 9 on the node (GPUs [0, 1, 2, 3])"},
+    ]
+    # the short form too; GPU 0 keeps the layout of 'all'
+    assert _mig.resolve(_mig.parse_short({"all": {"1g.10gb": 7}, "9": "disabled"}), [gpu(0)]) == {
+        0: {"mig_enabled": True, "mig_devices": {"1g.10gb": 7}, "pins": []}}
+
+
+def test_item19_device_filter_matching_no_gpu_is_skipped_and_reported():
+    config = {"version": "v1", "mig-configs": {"c": [
+        {"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": "0x20B210DE", "devices": [1], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+    ]}}
+    decision = _mig.plan_node([gpu(0), gpu(1)], _mig.parse_mig_parted(config, "c"), False, "mixed")
+    assert set(decision["desired"]) == {1}
+    assert decision["skipped"] == [{"entry": 0, "device_filter": ["0x233010DE"],
+                                    "reason": "no GPU on the node matches device-filter 0x233010DE (their PCI ids: 0x20B210DE)"}]
+    assert [step["gpu"] for step in decision["plans"][1]["steps"]] and 0 not in decision["plans"]
+
+
+# -- issue 13 item 20: layouts mig-parted rejects ------------------------------------------------
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 0, "3g.40gb": 0}},
+     "/etc/mig.yaml: mig-configs.x.1.mig-devices: every count is 0 (1g.10gb: 0, 3g.40gb: 0)"),
+    ({"devices": [0], "mig-enabled": False, "mig-devices": {"1g.10gb": 0}},
+     "/etc/mig.yaml: mig-configs.x.1.mig-devices: every count is 0"),
+    ({"devices": "all", "mig-enabled": True},
+     "/etc/mig.yaml: mig-configs.x.1: mig-devices is required when mig-enabled is true"),
+    ({"devices": "all", "mig-enabled": True, "mig-devices": None},
+     "/etc/mig.yaml: mig-configs.x.1: mig-devices is required when mig-enabled is true"),
+])
+def test_item20_mig_parted_rejects_all_zero_counts_and_enabled_without_devices(entry, message):
+    config = {"version": "v1", "mig-configs": {"x": [{"devices": [1], "mig-enabled": False}, entry]}}
+    with pytest.raises(GpuhardenError) as caught:
+        _mig.parse_mig_parted(config, "x", "/etc/mig.yaml")
+    assert message in caught.value.msg
+    assert caught.value.result["field"] in ("mig-configs.x.1.mig-devices",)
+
+
+def test_item20_short_form_all_zero_is_rejected_empty_mapping_is_not():
+    with pytest.raises(GpuhardenError, match=r"layout: 3: every count is 0 \(2g.20gb: 0\)"):
+        _mig.parse_short({"all": {"1g.10gb": 7}, 3: {"2g.20gb": 0}})
+    assert _mig.parse_short({"all": {}})[0]["mig_devices"] == {}
+    # MIG enabled without instances stays valid in mig-parted's form too (its all-enabled example)
+    config = {"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]}}
+    assert _mig.parse_mig_parted(config, "x")[0]["mig_enabled"] is True
+
+
+# -- issue 13 item 18: profile names with attributes ----------------------------------------------
+
+# A board with attribute profiles (names as on RTX PRO 6000 Blackwell, mig-parted's config-default.yaml; slice
+# geometry kept within the planner's 7 compute / 8 memory slices).
+ATTR_TABLE = {
+    "1g.24gb": {"id": 14, "enum": 0, "slices": 1, "size": 2, "instance_count": 4, "starts": [0, 2, 4, 6]},
+    "1g.24gb+me.all": {"id": 21, "enum": 0xF, "slices": 1, "size": 2, "instance_count": 1, "starts": [0, 2, 4, 6]},
+    "1g.24gb-me": {"id": 22, "enum": 0xD, "slices": 1, "size": 2, "instance_count": 4, "starts": [0, 2, 4, 6]},
+    "1g.24gb+gfx": {"id": 23, "enum": 0xA, "slices": 1, "size": 2, "instance_count": 4, "starts": [0, 2, 4, 6]},
+    "2g.48gb": {"id": 5, "enum": 1, "slices": 2, "size": 4, "instance_count": 2, "starts": [0, 4]},
+}
+
+
+def attr_gpu(index=0):
+    return dict(gpu(index, device_id="0x2BB510DE"), name="NVIDIA RTX PRO 6000 Blackwell", profile_table=ATTR_TABLE)
+
+
+@pytest.mark.parametrize(("name", "parsed"), [
+    ("1g.10gb+me", {"c": 1, "g": 1, "gb": 10, "attributes": ("me",), "negative": ()}),
+    ("1g.24gb+me.all", {"c": 1, "g": 1, "gb": 24, "attributes": ("me.all",), "negative": ()}),
+    ("2g.48gb+gfx", {"c": 2, "g": 2, "gb": 48, "attributes": ("gfx",), "negative": ()}),
+    ("1g.24gb-me", {"c": 1, "g": 1, "gb": 24, "attributes": (), "negative": ("me",)}),
+    ("1c.3g.40gb", {"c": 1, "g": 3, "gb": 40, "attributes": (), "negative": ()}),
+    ("1g.24gb+me,gfx", {"c": 1, "g": 1, "gb": 24, "attributes": ("gfx", "me"), "negative": ()}),
+])
+def test_item18_profile_names_parse_as_go_nvlib(name, parsed):
+    assert _mig.parse_profile(name) == parsed
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("1g.24gb+me-x", "both '+' and '-'"),
+    ("1g.24gb+", "attribute ''"),
+    ("1g.24gb+1me", "attribute '1me'"),
+    ("1g.24gb+me.", "attribute 'me.'"),
+    ("1g.24gb+me,me", "listed twice"),
+    ("1g.24gb+m_e", "attribute 'm_e'"),
+    ("1.24gb", "is not [<c>c.]<g>g.<gb>gb"),
+])
+def test_item18_malformed_attribute_profiles_are_refused(name, message):
+    with pytest.raises(GpuhardenError) as caught:
+        _mig.parse_short({"all": {name: 1}})
+    assert "layout: all: %r is not a MIG profile name" % name in caught.value.msg and message in caught.value.msg
+
+
+def test_item18_compute_instance_profiles_are_not_layout_entries():
+    with pytest.raises(GpuhardenError, match=r"'1c.3g.40gb' names a compute-instance profile; layouts list GPU-instance "
+                                             r"profiles \(3g.40gb\)"):
+        _mig.parse_short({"all": {"1c.3g.40gb": 3}})
+
+
+def test_item18_attribute_profiles_validate_and_plan():
+    config = {"version": "v1", "mig-configs": {
+        "no-me": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb-me": 4}}],
+        "mixed": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.24gb+me.all": 1, "1g.24gb+gfx": 1,
+                                                                          "2g.48gb": 1}}],
+    }}
+    for name, expected in (("no-me", [("1g.24gb-me", 22)] * 4),
+                           ("mixed", [("2g.48gb", 5), ("1g.24gb+gfx", 23), ("1g.24gb+me.all", 21)])):
+        decision = _mig.plan_node([attr_gpu()], _mig.parse_mig_parted(config, name), False, "mixed")
+        created = [(step["profile"], step["profile_id"]) for step in decision["plans"][0]["steps"]
+                   if step["action"] == "create_gi"]
+        assert sorted(created) == sorted(expected), name
+    # the attribute order does not matter (go-nvlib Matches); the table's spelling is used
+    want = _mig.spelled({"mig_enabled": True, "mig_devices": {"1g.24gb+gfx": 1}, "pins": [("1g.24gb+gfx", 2)]}, ATTR_TABLE)
+    assert want["pins"] == [("1g.24gb+gfx", 2)]
+    table = dict(ATTR_TABLE, **{"1g.24gb+gfx,me": dict(ATTR_TABLE["1g.24gb+gfx"], id=24)})
+    assert _mig.spelled({"mig_enabled": True, "mig_devices": {"1g.24gb+me,gfx": 2}, "pins": []}, table)["mig_devices"] == {
+        "1g.24gb+gfx,me": 2}
+    # a profile the board does not have is still named
+    with pytest.raises(GpuhardenError, match=r"has no MIG profile 1g.24gb\+me \(its profiles: "):
+        _mig.plan_node([attr_gpu()], _mig.parse_short({"all": {"1g.24gb+me": 1}}), False, "mixed")
+    # A100/H100's own attribute profile, from the built-in table
+    decision = _mig.plan_node([gpu(0)], _mig.parse_short({"all": {"1g.10gb+me": 1, "1g.10gb": 6}}), False, "mixed")
+    assert ("1g.10gb+me", 20) in [(s.get("profile"), s.get("profile_id")) for s in decision["plans"][0]["steps"]]
 
 
 # -- minimal plans ---------------------------------------------------------------------------
@@ -283,3 +418,52 @@ def test_layout_text_for_drift_reports():
     assert _mig.layout_text({"mig_enabled": True, "mig_devices": {"1g.10gb": 7}}) == "7x 1g.10gb"
     assert _mig.layout_text({"mig_enabled": False}) == "MIG disabled"
     assert _mig.layout_text({"mig_enabled": True, "mig_devices": {"1g.10gb": 1, "3g.40gb": 2}}) == "2x 3g.40gb + 1x 1g.10gb"
+
+
+# -- issue 13 item 6: resource names as the real device plugin builds them ------------------------
+
+
+def test_item06_mixed_names_attribute_profiles_as_the_plugin_does():
+    gpus = [gpu(0), gpu(1)]
+    layouts = {0: {"mig_enabled": True, "mig_devices": {"1g.10gb+me": 1, "1g.10gb": 6}},
+               1: {"mig_enabled": False, "mig_devices": {}}}
+    resources = _mig.advertised_resources(gpus, layouts)
+    # v0.20.0+: anchored patterns, "+" becomes "." (internal/rm/rm.go)
+    assert resources["mixed"] == {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 6, "nvidia.com/mig-1g.10gb.me": 1}
+    # up to v0.19.x: the unanchored pattern 1g.10gb (NVML enum 0) is tried before 1g.10gb+me (enum 7)
+    assert resources["mixed_legacy"] == {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 7}
+
+
+@pytest.mark.parametrize(("profile", "mixed", "legacy"), [
+    ("1c.3g.40gb", None, "nvidia.com/mig-3g.40gb"),  # the real v0.18.2 binary: mig-3g.40gb, one per compute instance
+    ("2c.3g.40gb", None, "nvidia.com/mig-3g.40gb"),
+    ("3g.40gb", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-3g.40gb"),
+    ("1g.10gb+me", "nvidia.com/mig-1g.10gb.me", "nvidia.com/mig-1g.10gb"),
+    ("1g.24gb+me.all", "nvidia.com/mig-1g.24gb.me.all", "nvidia.com/mig-1g.24gb"),
+    ("1g.24gb-me", "nvidia.com/mig-1g.24gb-me", "nvidia.com/mig-1g.24gb"),
+    ("2g.48gb+gfx", "nvidia.com/mig-2g.48gb.gfx", "nvidia.com/mig-2g.48gb"),
+    ("1c.2g.48gb+gfx", None, "nvidia.com/mig-2g.48gb"),
+    ("big", None, None),
+])
+def test_item06_mig_resource_names(profile, mixed, legacy):
+    assert _mig.mig_resource_names(profile) == {"mixed": mixed, "mixed_legacy": legacy}
+
+
+def test_item06_legacy_names_follow_the_registered_patterns_in_enum_order():
+    registered = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"]
+    assert _mig.mig_resource_name("1g.10gb+me", False, registered) == "nvidia.com/mig-1g.10gb"
+    assert _mig.mig_resource_name("1c.4g.40gb", False, registered) == "nvidia.com/mig-4g.40gb"
+    assert _mig.mig_resource_name("1g.20gb", False, registered) == "nvidia.com/mig-1g.20gb"
+    assert _mig.mig_resource_name("1g.10gb+me", True, registered) == "nvidia.com/mig-1g.10gb.me"
+    assert _mig.mig_resource_name("1c.4g.40gb", True, registered) is None
+
+
+def test_item06_split_gpu_instance_is_advertised_per_compute_instance_under_the_gpu_instance_name():
+    split = dict(gi(1, "3g.40gb", 4), compute_instances=[{"id": i, "size": 1} for i in range(3)])
+    current = gpu(0, mode=1, instances=[split])
+    plans = {0: _mig.plan_gpu(current, want({"3g.40gb": 1}), TABLE)}
+    [finding] = _mig.custom_compute_findings([current], plans)
+    assert finding["id"] == "mig_custom_compute_instances"
+    assert "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb)" in finding["actual"]
+    assert "advertises each as one nvidia.com/mig-3g.40gb" in finding["actual"]
+    assert "mig-1c" not in finding["actual"]
