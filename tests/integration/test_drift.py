@@ -186,7 +186,13 @@ def test_item05_sigint_leaves_the_previous_report_and_metrics_byte_identical(lab
     process = subprocess.Popen([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], *files], cwd=REPO_ROOT,
                                env=dict(os.environ, **ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        # two seconds in, and once ansible-runner has started ansible-playbook (a loaded machine may still be
+        # importing Python at two seconds: that is not the case under test)
         time.sleep(2)
+        children = Path("/proc/%d/task/%d/children" % (process.pid, process.pid))
+        deadline = time.monotonic() + 60
+        while process.poll() is None and not children.read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert process.poll() is None, "the run ended before the signal: %s" % process.communicate()[1][-2000:]
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=90)
