@@ -22,6 +22,9 @@ import json
 import os
 import re
 import shlex
+import struct
+import subprocess
+from fractions import Fraction
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
@@ -75,8 +78,18 @@ BOOL_FLAGS = frozenset((
     "one-output", "skip-headers", "skip-log-headers", "local-storage-capacity-isolation",
     "enable-controller-attach-detach", "reregister-node",
 ))
-# KubeletConfiguration fields whose flag is not the kebab-case of the field name.
+# KubeletConfiguration fields whose flag is not the kebab-case of the field name
+# (kubernetes/kubernetes cmd/kubelet/app/options/options.go, AddKubeletConfigFlags).
 FIELD_FLAGS = {
+    "contentType": "kube-api-content-type",
+    "registryPullQPS": "registry-qps",
+    "eventRecordQPS": "event-qps",
+    "makeIPTablesUtilChains": "make-iptables-util-chains",
+    "serverTLSBootstrap": "rotate-server-certificates",
+    "enableContentionProfiling": "contention-profiling",
+    "imageMinimumGCAge": "minimum-image-ttl-duration",
+    "resolverConfig": "resolv-conf",
+    "staticPodURLHeader": "manifest-url-header",
     "reservedSystemCPUs": "reserved-cpus",
     "staticPodPath": "pod-manifest-path",
     "staticPodURL": "manifest-url",
@@ -92,6 +105,37 @@ FIELD_FLAGS = {
 }
 # Map-valued flags that the kubelet merges key by key over the file (all others replace the value).
 MERGED_MAP_FIELDS = ("featureGates",)
+# Map-valued flags (cliflag.MapStringString and friends in options.go): the first occurrence replaces the file's
+# map, later occurrences add to it.  ``--eviction-hard``/``--eviction-soft`` write ``signal<quantity``
+# (cliflag.NewLangleSeparatedMapStringString); the policy-option maps take one ``key=value`` per occurrence and do
+# not split on commas (cliflag.NewMapStringStringNoSplit).
+MAP_FLAG_FIELDS = ("featureGates", "kubeReserved", "systemReserved", "evictionHard", "evictionSoft",
+                   "evictionSoftGracePeriod", "evictionMinimumReclaim", "qosReserved", "cpuManagerPolicyOptions",
+                   "topologyManagerPolicyOptions")
+LANGLE_MAP_FIELDS = ("evictionHard", "evictionSoft")
+NOSPLIT_MAP_FIELDS = ("cpuManagerPolicyOptions", "topologyManagerPolicyOptions")
+# Fields the kubelet reads only from a configuration file: no command-line flag sets them.
+FLAGLESS_FIELDS = ("memoryThrottlingFactor", "memoryReservationPolicy", "shutdownGracePeriod",
+                   "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority", "memorySwap")
+# kubeadm: `kubeadm upgrade node` rewrites this file from the kubelet-config ConfigMap (kubernetes/website
+# content/en/docs/reference/setup-tools/kubeadm/generated/kubeadm_upgrade_node_phase_kubelet-config.md) and may
+# regenerate kubeadm-flags.env; the --config-dir drop-ins and /etc/default|sysconfig/kubelet are never touched.
+KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
+KUBEADM_FLAGS_ENV = "/var/lib/kubelet/kubeadm-flags.env"
+# k3s (and rke2, which embeds the same agent) read kubelet drop-ins correctly only from v1.32 on: the kubelet
+# merged drop-ins through its internal types before kubernetes/kubernetes#127421 (k3s-io/docs#433, k3s-io/k3s#2116).
+RANCHER_DROPIN_SINCE = (1, 32)
+# kubelet flags k3s/rke2 pass themselves before the kubelet-arg entries (a kubelet-arg of the same name replaces
+# them): k3s-io/k3s pkg/daemons/agent/agent_linux.go.  Only those that matter to a check here.
+RANCHER_BUILTIN_FLAGS = ("--eviction-hard=imagefs.available<5%,nodefs.available<5%",)
+# kubelet default for evictionHard memory.available (kubernetes/kubernetes pkg/kubelet/eviction/defaults_linux.go,
+# applied in cmd/kubelet/app/server.go loadConfigFile when the file sets no evictionHard).
+DEFAULT_EVICTION_MEMORY = "100Mi"
+VERSION_RE = re.compile(r"(?:\b(k3s|rke2) version|Kubernetes) v(\d+)\.(\d+)\.(\d+)\S*")
+QUANTITY_PARTS_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m))?$")
+QUANTITY_SUFFIX = {None: 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
+                   "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+                   "m": Fraction(1, 1000)}
 DROPIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.conf$")
 FIELD_RE = re.compile(r"^[a-z][A-Za-z0-9]*$")
 CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -474,12 +518,23 @@ class KubeletConfigFile(YamlFile):
         self.dropin = dropin
         if self.doc is None:
             return
+        # The kubelet refuses an empty --config file ("kubelet config file ... was empty") and decodes it with the
+        # universal decoder, which needs apiVersion and kind (kubernetes/kubernetes
+        # pkg/kubelet/kubeletconfig/configfiles/configfiles.go, .../util/codec/codec.go); a drop-in without them, or
+        # with another group/version/kind than kubelet.config.k8s.io/v1beta1 KubeletConfiguration, is refused in
+        # cmd/kubelet/app/server.go mergeKubeletConfigurations.  KubeletConfiguration exists only in v1beta1.
+        what = "kubelet drop-in" if dropin else "kubelet config file"
+        if not (text or "").strip():
+            raise GpuhardenError("%s: the %s is empty; the kubelet refuses it (it needs at least apiVersion: %s and "
+                                 "kind: %s)" % (path, what, API_VERSION, KIND))
+        missing = [field for field in ("apiVersion", "kind") if self.doc.get(field) is None]
+        if missing:
+            raise GpuhardenError("%s: %s without %s (the kubelet refuses it; expected apiVersion: %s, kind: %s)"
+                                 % (path, what, " and ".join(missing), API_VERSION, KIND))
         for field, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
             value = self.doc.get(field)
-            if value is None and dropin:
-                raise GpuhardenError("%s: kubelet drop-in without %s (the kubelet refuses it)" % (path, field))
-            if value is not None and value != expected:
-                raise GpuhardenError("%s: %s is %r, expected %r" % (path, field, _plain(value), expected))
+            if value != expected:
+                raise GpuhardenError("%s: %s is %r, expected %r (the kubelet refuses it)" % (path, field, _plain(value), expected))
 
     def lookup(self, path):
         """(state, value): state 'absent' (says nothing), 'unset' (null / replaced by a non-map), 'set'."""
@@ -563,8 +618,69 @@ def detect_flavor(flavor, service, unit):
     return "kubeadm"
 
 
-def rancher_kubelet_args(reader, flavor, tokens, env):
-    """kubelet flags of a k3s/rke2 node: the distribution's --config-dir, then kubelet-arg entries."""
+def _default_run_command(argv):
+    """(rc, stdout, stderr) of a command, C locale; the module passes AnsibleModule.run_command instead."""
+    env = dict(os.environ, LANG="C", LC_ALL="C")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        return 127, "", str(error)
+    return done.returncode, done.stdout, done.stderr
+
+
+class DistributionVersion:
+    """The k3s/rke2 version: option distribution_version, else ``<ExecStart binary> --version`` (read once)."""
+
+    def __init__(self, root="/", given=None, run_command=None):
+        self.root = root
+        self.given = given
+        self.run_command = run_command or _default_run_command
+        self.found = None
+
+    def parse(self, text, source):
+        match = VERSION_RE.search(text or "")
+        if not match:
+            return None
+        return {"version": match.group(0).split()[-1], "minor": (int(match.group(2)), int(match.group(3))),
+                "source": source}
+
+    def require(self, flavor, binary):
+        if self.found is not None:
+            return self.found
+        if self.given:
+            found = self.parse("Kubernetes v" + self.given.strip().lstrip("v"), "option distribution_version")
+            if found is None:
+                raise GpuhardenError("option distribution_version=%r: not a version such as v1.31.4+%s1"
+                                     % (self.given, flavor))
+            self.found = found
+            return found
+        why = "the unit's ExecStart= names no program"
+        if binary:
+            path = host_path(self.root, binary)
+            if not os.path.isfile(path) or not os.access(path, os.X_OK):
+                why = "%s is not an executable file" % path
+            else:
+                rc, out, err = self.run_command([path, "--version"])
+                found = self.parse(out, "%s --version" % binary) if rc == 0 else None
+                if found is not None:
+                    self.found = found
+                    return found
+                why = "%s --version answered rc=%s: %s" % (binary, rc, (out or err or "").strip()[:200] or "nothing")
+        # Never guessed: before v1.32 the kubelet drop-in directory must not be written (RANCHER_DROPIN_SINCE).
+        raise GpuhardenError("%s: cannot tell the %s version (%s); %s before v1.32 reads no kubelet drop-in "
+                             "directory, so the place to write depends on it. Set option distribution_version (the "
+                             "node's status.nodeInfo.kubeletVersion, e.g. v1.31.4+%s1)" % (flavor, flavor, why, flavor, flavor))
+
+
+def _arg_name(entry):
+    return str(entry).lstrip("-").split("=", 1)[0].replace("_", "-")
+
+
+def rancher_kubelet_args(reader, flavor, tokens, env, dropins=True):
+    """kubelet flags of a k3s/rke2 node: the distribution's own (its --config-dir from v1.32 on), then kubelet-arg.
+
+    Also returns the loaded config files and where a new kubelet-arg entry goes: the last file whose list the
+    distribution uses (``kubelet-arg`` replaces the lists before it, ``kubelet-arg+`` appends)."""
     settings = RANCHER[flavor]
     config = env.get(settings["config_env"], (settings["config"], None))[0] or settings["config"]
     exec_args = []
@@ -592,6 +708,7 @@ def rancher_kubelet_args(reader, flavor, tokens, env):
         files += ["%s/%s" % (config_d, rel) for rel in reader.files_below(config_d)
                   if "/" not in rel and rel.endswith((".yaml", ".yml"))]
     yaml_args = []
+    arg_target = None
     for path in files:
         loaded = YamlFile(path, reader.read(path), "%s config file" % flavor)
         if loaded.doc is None:
@@ -609,12 +726,25 @@ def rancher_kubelet_args(reader, flavor, tokens, env):
             entries = [("--" + item.lstrip("-"), Origin("rancher-config", path, key, number))
                        for number, item in enumerate(value or [])]
             yaml_args = entries if key == "kubelet-arg" else yaml_args + entries
+            if value is not None:
+                arg_target = (path, key)
     user_args = exec_args if exec_args else yaml_args
-    default = [("--config-dir=" + settings["config_dir"], Origin("default"))]
-    return parse_flags([("kubelet", None)] + default + user_args), yaml_files
+    user_names = {_arg_name(word) for word, _origin in user_args}
+    if dropins:
+        default = [("--config-dir=" + settings["config_dir"], Origin("default"))]
+    else:
+        # Before v1.32 the distribution passes its defaults as flags; a kubelet-arg of the same name replaces one.
+        default = [(word, Origin("default")) for word in RANCHER_BUILTIN_FLAGS if _arg_name(word) not in user_names]
+    arg_info = {"exec": bool(exec_args), "target": arg_target or (config, "kubelet-arg")}
+    return parse_flags([("kubelet", None)] + default + user_args), yaml_files, arg_info
 
 
-def discover(reader, service="auto", flavor="auto"):
+def _exec_binary(unit):
+    words = unit["exec_start"][0].lstrip("-@+!:").split()
+    return words[0] if words else None
+
+
+def discover(reader, service="auto", flavor="auto", versions=None):
     """Everything the kubelet reads, parsed: unit, env files, flags, config file and drop-ins."""
     service = detect_service(reader, service, flavor)
     unit = load_unit(reader, service)
@@ -622,15 +752,20 @@ def discover(reader, service="auto", flavor="auto"):
     env, env_files = unit_environment(reader, unit)
     tokens = exec_tokens(unit, env)
     rancher_files = {}
+    arg_info = None
+    version = None
+    legacy = False
     if flavor == "kubeadm":
         flags = parse_flags(tokens[1:])
     else:
-        flags, rancher_files = rancher_kubelet_args(reader, flavor, tokens, env)
+        version = (versions or DistributionVersion(reader.root)).require(flavor, _exec_binary(unit))
+        legacy = version["minor"] < RANCHER_DROPIN_SINCE
+        flags, rancher_files, arg_info = rancher_kubelet_args(reader, flavor, tokens, env, dropins=not legacy)
     config_flag = last_flag(flags, "config")
     dir_flag = last_flag(flags, "config-dir")
     config_path = config_flag.value if config_flag else None
     config_dir = dir_flag.value.rstrip("/") if dir_flag and dir_flag.value else None
-    if not config_path and not config_dir:
+    if not config_path and not config_dir and not legacy:
         raise GpuhardenError("service %s: the kubelet is started without --config or --config-dir (%s), so it reads "
                              "no configuration file; add --config first" % (service, unit["path"]))
     layers = []
@@ -652,6 +787,7 @@ def discover(reader, service="auto", flavor="auto"):
         "service": service, "flavor": flavor, "unit": unit, "env_files": env_files, "flags": flags,
         "rancher_files": rancher_files, "config": config_path, "config_dir": config_dir, "layers": layers,
         "dropin_names": dropin_names, "root_dir": root_flag.value if root_flag and root_flag.value else DEFAULT_ROOT_DIR,
+        "version": version, "kubelet_args_only": legacy, "kubelet_arg": arg_info,
     }
 
 
@@ -659,12 +795,23 @@ def discover(reader, service="auto", flavor="auto"):
 # effective values
 
 
-def parse_map_flag(value):
+def parse_map_flag(value, field=None):
+    """One occurrence of a map flag as {key: value} (``<`` for the eviction thresholds, one pair for NoSplit maps)."""
+    separator = "<" if field in LANGLE_MAP_FIELDS else "="
+    items = [value or ""] if field in NOSPLIT_MAP_FIELDS else (value or "").split(",")
     result = {}
-    for item in (value or "").split(","):
+    for item in items:
         if item.strip():
-            key, _sep, val = item.partition("=")
+            key, _sep, val = item.partition(separator)
             result[key.strip()] = val.strip()
+    return result
+
+
+def flag_map(found, field):
+    """All occurrences of a map flag: the first replaces the file's map, the next ones add to it."""
+    result = {}
+    for flag in found:
+        result.update(parse_map_flag(flag.value, field))
     return result
 
 
@@ -701,6 +848,9 @@ def flag_setting(flags, path, desired):
         return (setter, parse_map_flag(setter.value)[path[1]]) if setter else (None, None)
     if field == "reservedMemory":
         return found[-1], parse_reserved_memory([flag.value for flag in found])
+    if field in MAP_FLAG_FIELDS:
+        merged = flag_map(found, field)
+        return found[-1], (merged.get(path[1]) if len(path) > 1 else merged)
     value = found[-1].value
     if len(path) > 1:
         return found[-1], parse_map_flag(value).get(path[1])
@@ -942,10 +1092,11 @@ def _fix_token_flags(tokens, field, leaf_keys):
 
 
 class Planner:
-    def __init__(self, reader, params, cgroup_version=None):
+    def __init__(self, reader, params, cgroup_version=None, run_command=None):
         self.reader = reader
         self.params = params
         self.cgroup_version = cgroup_version
+        self.versions = DistributionVersion(reader.root, params.get("distribution_version"), run_command)
         self.envfile_edits = {}
         self.yaml_edits = {}
         self.reasons = {}
@@ -1007,12 +1158,16 @@ class Planner:
         if memory_qos_requested(desired) and self.cgroup_version in (1, "hybrid"):
             raise GpuhardenError("MemoryQoS (featureGates.MemoryQoS / memoryThrottlingFactor) needs cgroup v2, and this "
                                  "node's memory controller is on cgroup v1 (%s): refusing" % self.cgroup_version)
-        view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto")
+        view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto", self.versions)
         managed = leaves(desired)
         before = {path: effective(view, path, value) for path, value in managed}
         self.policies_before = {field: effective(view, (field,))["value"] or DEFAULTS[field]
                                 for field in ("cpuManagerPolicy", "memoryManagerPolicy")}
 
+        if view["kubelet_args_only"]:
+            # k3s/rke2 before v1.32: the values become kubelet-arg entries (no drop-in is read correctly there)
+            self.plan_kubelet_args(view, desired)
+            return self.finish(view, None, desired, managed, before)
         # 1. where the values go: the drop-in when the kubelet reads a drop-in directory, else the --config file
         if view["config_dir"]:
             target_path = "%s/%s" % (view["config_dir"], dropin_name)
@@ -1054,21 +1209,119 @@ class Planner:
                 if merged and not keys & set(parse_map_flag(each.value)):
                     continue
                 self.fix_flag(view, each, field, keys if merged else None, _show(desired[field]))
+        return self.finish(view, target, desired, managed, before)
 
+    def finish(self, view, target, desired, managed, before):
         changes = self.changes(view, target)
         after_reader = self.reader.with_overlay({change.node_path: change.after for change in changes})
-        after_view = discover(after_reader, view["service"], view["flavor"])
+        after_view = discover(after_reader, view["service"], view["flavor"], self.versions)
         after = {path: effective(after_view, path, value) for path, value in managed}
         for path, value in managed:
             if not effective_matches(after[path], value):  # pragma: no cover - a planner bug, never a silent write
                 raise GpuhardenError("planned %s=%s but the kubelet would still read %s from %s"
                                      % (".".join(path), _show(value), _show(after[path]["value"]), after[path]["source"]))
         self.check_result(view, after_view, desired)
-        return self.result(view, after_view, managed, before, after, changes)
+        persistence, why = self.persistence(view, managed, after, changes)
+        if persistence != "durable" and self.params.get("require_durable"):
+            raise GpuhardenError("require_durable: nothing written, the settings would not last: %s" % why)
+        result = self.result(view, after_view, managed, before, after, changes)
+        result.update(persistence=persistence, persistence_reason=why)
+        return result
+
+    def plan_kubelet_args(self, view, desired):
+        """Set each managed field as kubelet-arg entries of the k3s/rke2 config file the distribution reads last."""
+        flavor = view["flavor"]
+        version = view["version"]["version"]
+        if view["kubelet_arg"]["exec"]:
+            raise GpuhardenError("%s %s reads kubelet settings only from kubelet-arg, and this unit passes --kubelet-arg "
+                                 "in ExecStart= (%s), which beats the config files and is never edited; move them to %s"
+                                 % (flavor, version, view["unit"]["path"], RANCHER[flavor]["config"]))
+        target_path, target_key = view["kubelet_arg"]["target"]
+        for field, value in desired.items():
+            if field in FLAGLESS_FIELDS:
+                raise GpuhardenError("%s: %s %s reads kubelet settings only from kubelet-arg flags (no drop-in "
+                                     "directory before v1.32), and the kubelet has no flag for it; upgrade %s to "
+                                     "v1.32 or later" % (field, flavor, version, flavor))
+            name = flag_for_field(field)
+            words = ["%s=%s" % (name, text) for text in self.flag_values(view, field, value)]
+            self.set_kubelet_arg(view, name, words, target_path, target_key, field)
+
+    def flag_values(self, view, field, value):
+        """The text of each occurrence of ``field``'s flag that gives it ``value`` (maps keep the other keys)."""
+        if field == "reservedMemory":
+            return ["%d:%s" % (entry["numaNode"], ",".join("%s=%s" % item for item in entry["limits"].items()))
+                    for entry in value]
+        if isinstance(value, dict):
+            found = [flag for flag in view["flags"] if flag.name == flag_for_field(field)]
+            merged = dict(flag_map(found, field), **{key: _flag_text(item) for key, item in value.items()})
+            separator = "<" if field in LANGLE_MAP_FIELDS else "="
+            pairs = ["%s%s%s" % (key, separator, item) for key, item in merged.items()]
+            return pairs if field in NOSPLIT_MAP_FIELDS else [",".join(pairs)]
+        if isinstance(value, list):
+            return [",".join(_flag_text(item) for item in value)]
+        return [_flag_text(value)]
+
+    def set_kubelet_arg(self, view, name, words, target_path, target_key, field):
+        files = view["rancher_files"]
+        current = [(path, key, entry) for path, loaded in files.items() for key in ("kubelet-arg", "kubelet-arg+")
+                   if isinstance(loaded.doc.get(key), list) for entry in loaded.doc[key] if _arg_name(entry) == name]
+        if [entry.lstrip("-") for _path, _key, entry in current] == words and \
+                all((path, key) == (target_path, target_key) for path, key, _entry in current):
+            return
+        if target_path not in files:
+            loaded = YamlFile(target_path, "", "%s config file" % view["flavor"])
+            loaded.created = True
+            files[target_path] = loaded
+        for path, loaded in files.items():
+            for key in ("kubelet-arg", "kubelet-arg+"):
+                entries = loaded.doc.get(key)
+                if (path, key) == (target_path, target_key) and not isinstance(entries, list):
+                    loaded.doc[key] = entries = []
+                if not isinstance(entries, list):
+                    continue
+                positions = [index for index, entry in enumerate(entries) if _arg_name(entry) == name]
+                is_target = (path, key) == (target_path, target_key)
+                if not positions and not is_target:
+                    continue
+                at = positions[0] if positions else len(entries)
+                for index in reversed(positions):
+                    del entries[index]
+                if is_target:
+                    for offset, word in enumerate(words):
+                        entries.insert(at + offset, word)
+                loaded.modified = True
+                self.yaml_edits[path] = loaded
+                self.reason(path, ("sets %s in %s" % (", ".join(words), key)) if is_target
+                            else "removed --%s from %s: %s now sets %s" % (name, key, target_path, field))
+
+    def persistence(self, view, managed, after, changes):
+        """("durable" | "reverts_on_kubeadm_upgrade", why): whether the managed values outlive the distribution's
+        own rewrites of its files."""
+        if view["flavor"] != "kubeadm":
+            where = "kubelet-arg in %s" % view["kubelet_arg"]["target"][0] if view["kubelet_args_only"] else \
+                "the drop-in directory %s" % view["config_dir"]
+            return "durable", "%s never rewrites %s or its config files" % (view["flavor"], where)
+        in_config = sorted(".".join(path) for path, _value in managed
+                           if after[path]["source"].get("kind") == "file" and after[path]["source"].get("path") == KUBEADM_CONFIG)
+        flags_removed = [change.node_path for change in changes if change.node_path == KUBEADM_FLAGS_ENV and change.changed]
+        reasons = []
+        if in_config:
+            reasons.append("%s come from %s, which `kubeadm upgrade node` rewrites from the kubelet-config ConfigMap "
+                           "(they last only if the ConfigMap carries them too)" % (", ".join(in_config), KUBEADM_CONFIG))
+            if not view["config_dir"]:
+                reasons.append("the kubelet has no --config-dir: add --config-dir=/etc/kubernetes/kubelet.conf.d to "
+                               "KUBELET_EXTRA_ARGS (kubelet v1.32 or later) and run again, so the values go to a drop-in "
+                               "kubeadm never touches")
+        if flags_removed:
+            reasons.append("a flag removed from %s can come back: kubeadm regenerates that file" % KUBEADM_FLAGS_ENV)
+        if reasons:
+            return "reverts_on_kubeadm_upgrade", "; ".join(reasons)
+        where = "the drop-in directory %s" % view["config_dir"] if view["config_dir"] else "files kubeadm does not manage"
+        return "durable", "the values live in %s and flags kubeadm does not rewrite" % where
 
     def changes(self, view, target):
         changes = []
-        edited = {target.path: target} if target.modified else {}
+        edited = {target.path: target} if target is not None and target.modified else {}
         edited.update(self.yaml_edits)
         for path, loaded in sorted(edited.items()):
             for key in ("kubelet-arg", "kubelet-arg+"):
@@ -1105,6 +1358,56 @@ class Planner:
         if memory == "Static" and not effective(after_view, ("reservedMemory",))["value"]:
             raise GpuhardenError("memoryManagerPolicy Static without reservedMemory: the kubelet refuses to start; set "
                                  "reserved_memory (one entry per NUMA node)")
+        if memory == "Static":
+            self.check_reserved_memory(after_view)
+
+    def check_reserved_memory(self, view):
+        """Memory Manager Static: for memory and each hugepages size, the reservedMemory limits over all NUMA nodes
+        must equal kubeReserved + systemReserved (+ the evictionHard memory.available threshold for memory), or the
+        kubelet refuses to start (kubernetes/kubernetes pkg/kubelet/cm/memorymanager/memory_manager.go
+        validateReservedMemory; the reservation is GetNodeAllocatableReservation in pkg/kubelet/cm, the eviction
+        part hardEvictionReservation).  Checked on the values the kubelet would read after the change."""
+        reserved = {}
+        for entry in effective(view, ("reservedMemory",))["value"] or []:
+            for name, quantity in (entry.get("limits") or {}).items():
+                reserved[name] = reserved.get(name, 0) + _quantity("reservedMemory[numaNode=%s].limits.%s"
+                                                                  % (entry.get("numaNode"), name), quantity)
+        kube, system = effective_map(view, "kubeReserved"), effective_map(view, "systemReserved")
+        eviction_text, eviction_source = eviction_memory(view)
+        types = {name for name in list(reserved) + list(kube) + list(system)
+                 if name == "memory" or name.startswith("hugepages-")} | {"memory"}
+        for name in sorted(types):
+            parts = [("kubeReserved.%s" % name, kube.get(name)), ("systemReserved.%s" % name, system.get(name))]
+            if name == "memory":
+                parts.append(("evictionHard memory.available (%s)" % eviction_source, eviction_text))
+            wanted = 0
+            for label, text in parts:
+                if text is not None:
+                    wanted += self.eviction_bytes(text) if label.startswith("evictionHard") else _quantity(label, text)
+            have = reserved.get(name, 0)
+            if have != wanted:
+                raise GpuhardenError(
+                    "memoryManagerPolicy Static: reservedMemory reserves %s=%s over all NUMA nodes, but %s = %s; the "
+                    "kubelet refuses to start unless they are equal (pkg/kubelet/cm/memorymanager/memory_manager.go): "
+                    "make reserved_memory add up to %s or change the reservations; nothing written"
+                    % (name, _show_bytes(have), " + ".join("%s %s" % (label, text if text is not None else "(unset: 0)")
+                                                           for label, text in parts), _show_bytes(wanted), _show_bytes(wanted)))
+
+    def eviction_bytes(self, text):
+        if not str(text).endswith("%"):
+            return _quantity("evictionHard memory.available", text)
+        # A percentage of the node's memory capacity (cadvisor: MemTotal), computed as the kubelet does: the
+        # percentage is a float32 (pkg/kubelet/eviction/helpers.go parsePercentage, api GetThresholdQuantity).
+        meminfo = self.reader.read("/proc/meminfo") or ""
+        match = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
+        if not match:
+            raise GpuhardenError("evictionHard memory.available=%s is a percentage and /proc/meminfo has no MemTotal: "
+                                 "cannot check the Memory Manager reservation; give it as a quantity" % text)
+        try:
+            percent = _float32(_float32(float(str(text)[:-1])) / 100)
+        except ValueError:
+            raise GpuhardenError("evictionHard memory.available=%s is not a percentage" % text) from None
+        return int(int(match.group(1)) * 1024 * percent)
 
     def stale_state(self, view, after_view):
         stale = []
@@ -1141,6 +1444,9 @@ class Planner:
                 "before": before[path]["value"], "after": after[path]["value"],
                 "source_before": before[path]["source"], "source_after": after[path]["source"],
             }
+        # A restart only matters when what the kubelet reads changes (a flag that already carries the value,
+        # or a file value shadowed by it, changes nothing effective) or a stale checkpoint must go.
+        effective_change = any(not _same_effective(before[path], after[path]) for path, _value in managed)
         return {
             "changes": changes,
             "service": view["service"],
@@ -1152,13 +1458,101 @@ class Planner:
             "memory_manager_policy_changed":
                 self.policies_before["memoryManagerPolicy"] != policy_after("memoryManagerPolicy"),
             "stale_state_files": stale,
-            "restart_required": any(change.changed for change in changes) or bool(stale),
+            "restart_required": effective_change or bool(stale),
+            "effective_changed": effective_change,
+            "distribution_version": (view["version"] or {}).get("version"),
+            "kubelet_args_only": view["kubelet_args_only"],
         }
 
 
-def plan(reader, params, cgroup_version=None):
+def plan(reader, params, cgroup_version=None, run_command=None):
     """The whole plan: {changes: [FileChange], service, flavor, sources, stale_state_files, ...}."""
-    return Planner(reader, params, cgroup_version).run()
+    return Planner(reader, params, cgroup_version, run_command).run()
+
+
+def _same_effective(before, after):
+    if before["flag"] is not None:
+        return flag_agrees(before["value"], after["value"])
+    if after["flag"] is not None:
+        return flag_agrees(after["value"], before["value"])
+    return _same(before["value"], after["value"])
+
+
+def _float32(value):
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _quantity(label, text):
+    """A Kubernetes quantity as an exact number (bytes for memory)."""
+    match = QUANTITY_PARTS_RE.match(str(text).strip())
+    if not match:
+        raise GpuhardenError("%s=%s is not a Kubernetes quantity" % (label, text))
+    number = Fraction(match.group(1))
+    if match.group(2):
+        return number * Fraction(10) ** int(match.group(2)[1:])
+    return number * QUANTITY_SUFFIX[match.group(3)]
+
+
+def _show_bytes(value):
+    for suffix, size in (("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10)):
+        if value and value % size == 0:
+            return "%d%s" % (value // size, suffix)
+    return str(int(value)) if value == int(value) else str(float(value))
+
+
+def effective_map(view, field):
+    """A map field as the kubelet reads it: the --config file, drop-ins merged key by key (JSON merge patch,
+    null removes), then the flag (replacing the map, or merged into it for featureGates)."""
+    merged = {}
+    for layer in view["layers"]:
+        state, found = layer.lookup((field,))
+        if state == "unset":
+            merged = {}
+        elif state == "set" and isinstance(found, dict):
+            if not layer.dropin:
+                merged = {}
+            for key, item in found.items():
+                if item is None:
+                    merged.pop(str(key), None)
+                else:
+                    merged[str(key)] = _plain(item)
+    found = [flag for flag in view["flags"] if flag.name == flag_for_field(field)]
+    if found:
+        flags = flag_map(found, field)
+        merged = dict(merged, **flags) if field in MERGED_MAP_FIELDS else flags
+    return merged
+
+
+def eviction_memory(view):
+    """(threshold text or None, where it comes from) of evictionHard memory.available.
+
+    The kubelet uses its default (100Mi) only when the --config file sets no evictionHard map at all, or with
+    mergeDefaultEvictionSettings (cmd/kubelet/app/server.go loadConfigFile); drop-ins merge key by key over that;
+    a --eviction-hard flag replaces the whole map."""
+    base_sets = False
+    merge_defaults = False
+    for layer in view["layers"]:
+        if not layer.dropin:
+            state, _found = layer.lookup(("evictionHard",))
+            base_sets = state == "set"
+            merge_defaults = layer.lookup(("mergeDefaultEvictionSettings",)) == ("set", True)
+    flags = [flag for flag in view["flags"] if flag.name == "eviction-hard"]
+    if flags:
+        origin = flags[-1].origin
+        where = "flag %s, %s" % (flags[-1].text(), origin.describe())
+        return flag_map(flags, "evictionHard").get("memory.available"), where
+    merged = effective_map(view, "evictionHard")
+    if "memory.available" in merged:
+        return merged["memory.available"], "the kubelet configuration files"
+    if not base_sets or merge_defaults:
+        return DEFAULT_EVICTION_MEMORY, "the kubelet's default"
+    return None, "not set: the --config file's evictionHard has no memory.available"
+
+
+def _flag_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(_plain(value))
 
 
 def memory_qos_requested(desired):
@@ -1188,14 +1582,17 @@ def argument_spec():
         "on_flag_conflict": {"type": "str", "choices": ["fix", "fail"], "default": "fix"},
         "dropin_name": {"type": "str", "default": "50-gpuharden.conf"},
         "remove_stale_state": {"type": "bool", "default": False},
+        "distribution_version": {"type": "str"},
+        "require_durable": {"type": "bool", "default": False},
         "backup": {"type": "bool", "default": False},
         "root": {"type": "path", "default": "/"},
     }
 
 
-def decide(params):
-    """Read the node as the kubelet would and plan (nothing changes here)."""
+def decide(params, run_command=None):
+    """Read the node as the kubelet would and plan (nothing changes here).  ``run_command(argv) -> (rc, out, err)``
+    asks k3s/rke2 for its version when option distribution_version is not given."""
     root = params["root"]
     if not os.path.isdir(root):
         raise GpuhardenError("kubelet_config: option root=%s is not a directory" % root)
-    return plan(NodeReader(root), params, cgroup_version=_host.cgroup_version(root))
+    return plan(NodeReader(root), params, cgroup_version=_host.cgroup_version(root), run_command=run_command)

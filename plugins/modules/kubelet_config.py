@@ -243,7 +243,8 @@ def build_module():
 
 def run(module):
     root = module.params["root"]
-    plan = _kubelet.decide(module.params)
+    plan = _kubelet.decide(module.params, run_command=lambda argv: module.run_command(
+        argv, environ_update={"LANG": "C", "LC_ALL": "C"}))
     changes = plan.pop("changes")
     changed = any(change.changed for change in changes)
     backups = {}

@@ -255,7 +255,8 @@ def test_memory_manager_static_needs_reserved_memory(node):
 
 def test_memory_manager_static_with_reserved_memory(node):
     root = node()
-    result = plan(root, memory_manager_policy="Static", reserved_memory=[{"numaNode": 0, "limits": {"memory": "1Gi"}}])
+    result = plan(root, memory_manager_policy="Static", reserved_memory=[{"numaNode": 0, "limits": {"memory": "1Gi"}}],
+                  settings={"kubeReserved": {"memory": "924Mi"}})
     assert result["memory_manager_policy_changed"] is True
     assert "reservedMemory:\n  - numaNode: 0\n    limits:\n      memory: 1Gi\n" in result["changes"][0].after
 
