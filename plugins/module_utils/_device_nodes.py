@@ -3,16 +3,49 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
-"""NVIDIA device nodes, their /dev/char links and the files that make their permissions stick.
+"""NVIDIA device nodes, their /dev/char links and what keeps their owner, group and mode.
 
 ``observe`` reads the node once; ``plan`` is pure and decides everything (node actions, link
-actions, planned file changes, conflicts, whether the running driver still uses other values);
-``apply_nodes`` carries out the node and link actions.  File changes go through ``_files``.
+actions, planned file changes, conflicts, whether the running driver still uses other values,
+which parts of the policy cannot stick); ``apply_nodes`` carries out the node and link actions.
+File changes go through ``_files``.
 
 Numbers and defaults follow the driver and nvidia-modprobe: ``/dev/nvidia<minor>`` is 195:minor,
 ``/dev/nvidiactl`` 195:255, ``/dev/nvidia-modeset`` 195:254, ``/dev/nvidia-uvm`` and ``-uvm-tools``
 are minors 0 and 1 of the ``nvidia-uvm`` major, ``/dev/nvidia-caps/nvidia-cap<m>`` minors of the
 ``nvidia-caps`` major (config 1 mode 0400, monitor 2 mode 0444).
+
+Who sets the permissions (what this module predicts, and where it comes from):
+
+* The kernel modules create no device node and send no uevent: nvidia, nvidia-uvm and nvidia-caps
+  register their numbers with ``alloc_chrdev_region`` + ``cdev_add`` only, without ``device_create``
+  (NVIDIA/open-gpu-kernel-modules ``kernel-open/nvidia/nv-caps.c``
+  ``nv_cap_drv_init``; ``kernel-open/nvidia-uvm/uvm.c`` ``uvm_chardev_create``).  So udev never sees these
+  devices and a udev rule for ``nvidia-uvm*`` or ``nvidia-cap*`` never fires.  Earlier versions of
+  this module wrote such rules; ``plan_udev_cleanup`` now removes them.
+* The nodes are made, and their owner/group/mode reset in place, by nvidia-modprobe's
+  ``mknod_helper`` (NVIDIA/nvidia-modprobe ``modprobe-utils/nvidia-modprobe-utils.c``): a node with
+  the right type and numbers is chmod/chown'ed back to the wanted values, one with the wrong type or
+  numbers is removed and made again with mknod, a missing one is made.  libnvidia-container runs it
+  for nvidiactl, every nvidia<N>, the MIG capabilities, nvidia-uvm* and nvidia-modeset at every
+  container start (NVIDIA/libnvidia-container ``src/nvc.c`` ``load_kernel_modules``), and CUDA runs
+  it when it opens UVM.  The values it uses:
+    - nvidia<N>, nvidiactl, nvidia-modeset: ``DeviceFileUID/GID/Mode`` from
+      ``/proc/driver/nvidia/params``, i.e. the ``NVreg_DeviceFile*`` options the module was loaded
+      with (``nvidia_mknod``, ``nvidia_modeset_mknod``).  This part of a policy sticks, once the
+      module runs with the options in ``modprobe_file``.
+    - nvidia-uvm, nvidia-uvm-tools: always root:root 0666 (``nvidia_uvm_mknod`` passes no proc file,
+      so the built-in defaults apply and no parameter, not even ``NVreg_ModifyDeviceFiles``, changes
+      them).  No other owner, group or mode sticks.
+    - nvidia-caps/nvidia-cap<m>: root:root and the ``DeviceFileMode`` of the capability's file under
+      ``/proc/driver/nvidia/capabilities`` (``nvidia_cap_mknod``), which the driver fixes per
+      capability; ``DeviceFileModify`` there comes from ``NVreg_ModifyDeviceFiles``
+      (``nv_cap_alloc`` in nv-caps.c).  No other owner, group or mode sticks.
+  Restricting nvidiactl and nvidia<N> still restricts the GPUs: UVM works only on a GPU registered
+  with a file descriptor of /dev/nvidiactl (``UVM_REGISTER_GPU_PARAMS.rmCtrlFd``,
+  ``kernel-open/nvidia-uvm/uvm_ioctl.h``), and a capability is only checked by the RM behind them.
+  So uvm and caps are kept at nvidia-modprobe's values under every policy, and a policy that asks
+  for others is reported (``not_persistable``) rather than applied until the next container start.
 """
 
 from __future__ import annotations
@@ -43,12 +76,21 @@ MODPROBE_HEADER = (
     "# Managed by gpuharden.k8s (module nvidia_device_nodes, role device_permissions).\n"
     "# The NVIDIA driver (re)creates /dev/nvidia* with these values; a plain chmod does not last.\n"
 )
-UDEV_HEADER = (
-    "# Managed by gpuharden.k8s (module nvidia_device_nodes, role device_permissions).\n"
-    "# nvidia-uvm and nvidia-caps have no NVreg_ option: udev keeps their owner, group and mode.\n"
+# What nvidia-modprobe gives /dev/nvidia-uvm*, whatever the module parameters: its built-in defaults
+# NV_DEVICE_FILE_UID/GID/MODE (NVIDIA/nvidia-modprobe modprobe-utils/nvidia-modprobe-utils.c,
+# nvidia_uvm_mknod -> mknod_helper(..., NULL) -> init_device_file_parameters).
+NVIDIA_MODPROBE_UVM = {"uid": 0, "gid": 0, "mode": 0o666}
+KEPT_BY_NVREG = "NVreg_DeviceFileUID/GID/Mode (nvidia-modprobe reads them from /proc/driver/nvidia/params)"
+KEPT_BY_UVM = "nvidia-modprobe: always root:root 0666 (no parameter changes it)"
+KEPT_BY_CAP = "nvidia-modprobe: root:root and the DeviceFileMode of /proc/driver/nvidia/capabilities/%s"
+KEPT_BY_NONE = "nothing: DeviceFileModify is 0, nvidia-modprobe leaves it alone"
+# The lines earlier versions wrote to udev_rules_file (removed now: these devices send no uevent).
+OLD_UDEV_HEADERS = (
+    "# Managed by gpuharden.k8s (module nvidia_device_nodes, role device_permissions).",
+    "# nvidia-uvm and nvidia-caps have no NVreg_ option: udev keeps their owner, group and mode.",
 )
-_UDEV_KERNEL = re.compile(r'KERNEL\s*==\s*"([^"]*)"')
-_UDEV_LINE = re.compile(r'^\s*[A-Za-z_]+(\{[^}]*\})?\s*(==|!=|\+=|-=|:=|=)\s*"[^"]*"\s*(,\s*[A-Za-z_]+(\{[^}]*\})?\s*(==|!=|\+=|-=|:=|=)\s*"[^"]*"\s*)*,?\s*$')
+_OLD_UDEV_RULE = re.compile(
+    r'^KERNEL=="(nvidia-uvm|nvidia-uvm-tools|nvidia-cap[0-9]+)", OWNER="[^"]*", GROUP="[^"]*", MODE="0[0-7]{3}"$')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +133,7 @@ def parse_id(value, field, lookup):
 
 
 def resolve_policy(policy, owner=None, group=None, mode=None, lookup_user=None, lookup_group=None, name_of=None):
-    """The wanted uid, gid and mode of /dev/nvidia*, nvidiactl, modeset and uvm, from the module's options.
+    """The wanted uid, gid and mode of /dev/nvidia<N>, nvidiactl and nvidia-modeset, from the module's options.
 
     ``default``: the driver's own default, root:root 0666; owner/group/mode must not be given.
     ``restricted``: mode (default 0660) without any bit for others, group read-write; ``group`` required.
@@ -136,8 +178,9 @@ def resolve_policy(policy, owner=None, group=None, mode=None, lookup_user=None, 
 
 
 def cap_mode(driver_mode, policy):
-    """A capability node's mode: never more than the driver's; under a group policy the group gets what
-    others get by default, and others keep it only when the policy mode grants others anything."""
+    """The mode a policy would give a capability node: never more than the driver's; under a group policy the
+    group gets what others get by default, and others keep it only when the policy mode grants others anything.
+    nvidia-modprobe resets the node to the driver's mode, so a different result is reported, not applied."""
     if policy["gid"] == DRIVER_DEFAULT["gid"] and policy["mode"] & 0o007:
         return driver_mode
     others = driver_mode & 0o007
@@ -294,7 +337,10 @@ def describe(desc, name_of=None):
 
 
 def _wanted_nodes(observed, policy, warnings):
-    """[(path, major, minor, uid, gid, mode, fix_permissions)] the driver's state calls for."""
+    """[(path, major, minor, uid, gid, mode, fix_permissions, kept_by, policy_wants)] the driver's state calls for.
+
+    ``uid, gid, mode`` are what the node gets and keeps; ``policy_wants`` is (uid, gid, mode) the policy would give
+    it, which differs only for nodes whose permissions no setting keeps (see the module docstring)."""
     if not observed["driver_loaded"]:
         return []
     base = (policy["uid"], policy["gid"], policy["mode"])
@@ -303,13 +349,14 @@ def _wanted_nodes(observed, policy, warnings):
         if not isinstance(gpu.get("minor"), int):
             warnings.append("driver GPU %s has no Device Minor in /proc/driver/nvidia/gpus/%s/information: skipped" % (bdf, bdf))
             continue
-        wanted.append(("/dev/nvidia%d" % gpu["minor"], _host.NVIDIA_MAJOR, gpu["minor"]) + base + (True,))
-    wanted.append(("/dev/nvidiactl", _host.NVIDIA_MAJOR, _host.NVIDIACTL_MINOR) + base + (True,))
+        wanted.append(("/dev/nvidia%d" % gpu["minor"], _host.NVIDIA_MAJOR, gpu["minor"]) + base + (True, KEPT_BY_NVREG, base))
+    wanted.append(("/dev/nvidiactl", _host.NVIDIA_MAJOR, _host.NVIDIACTL_MINOR) + base + (True, KEPT_BY_NVREG, base))
     if observed["modeset_loaded"] or observed["nodes"]["/dev/nvidia-modeset"].get("exists"):
-        wanted.append(("/dev/nvidia-modeset", _host.NVIDIA_MAJOR, _host.NVIDIA_MODESET_MINOR) + base + (True,))
+        wanted.append(("/dev/nvidia-modeset", _host.NVIDIA_MAJOR, _host.NVIDIA_MODESET_MINOR) + base + (True, KEPT_BY_NVREG, base))
     uvm_major = observed["majors"].get("nvidia-uvm")
+    uvm = (NVIDIA_MODPROBE_UVM["uid"], NVIDIA_MODPROBE_UVM["gid"], NVIDIA_MODPROBE_UVM["mode"])
     if uvm_major is not None:
-        wanted.extend((path, uvm_major, minor) + base + (True,) for path, minor in UVM_NODES)
+        wanted.extend((path, uvm_major, minor) + uvm + (True, KEPT_BY_UVM, base) for path, minor in UVM_NODES)
     elif any(observed["nodes"][path].get("exists") for path, _minor in UVM_NODES):
         warnings.append("nvidia-uvm has no major in /proc/devices (module not loaded?): /dev/nvidia-uvm* left as they are")
     caps = dict(observed["caps"])
@@ -320,11 +367,26 @@ def _wanted_nodes(observed, policy, warnings):
     if caps and caps_major is None:
         warnings.append("nvidia-caps has no major in /proc/devices: /dev/nvidia-caps/* left as they are")
     elif caps:
-        gid = policy["gid"]
         for minor, cap in sorted(caps.items()):
-            wanted.append(("%s/nvidia-cap%d" % (CAPS_DIR, minor), caps_major, minor, 0, gid,
-                           cap_mode(cap["mode"], policy), cap["modify"]))
+            kept_by = KEPT_BY_CAP % cap["name"] if cap["modify"] else KEPT_BY_NONE
+            wanted.append(("%s/nvidia-cap%d" % (CAPS_DIR, minor), caps_major, minor, 0, 0, cap["mode"], cap["modify"],
+                           kept_by, (0, policy["gid"], cap_mode(cap["mode"], policy))))
     return wanted
+
+
+def not_persistable(wanted, name_of=None):
+    """[{path, wanted, kept, kept_by}] for the nodes where the policy asks for what nothing keeps."""
+    name_of = name_of or (lambda kind, ident: "root" if ident == 0 else None)
+
+    def text(uid, gid, mode):
+        return "%s:%s %04o" % (name_of("user", uid) or uid, name_of("group", gid) or gid, mode)
+
+    def access(uid, gid, mode):  # the group does not matter when the mode gives it nothing
+        return uid, gid if mode & 0o070 else None, mode
+
+    return [{"path": path, "wanted": text(*wants), "kept": text(uid, gid, mode), "kept_by": kept_by}
+            for path, _major, _minor, uid, gid, mode, fix, kept_by, wants in wanted
+            if fix and access(*wants) != access(uid, gid, mode)]
 
 
 def _node_action(path, current, major, minor, uid, gid, mode, fix, create_missing):
@@ -411,46 +473,20 @@ def plan_modprobe(path, text, policy):
     return "\n".join(lines)
 
 
-def udev_rules(policy, caps_modes, name_of=None):
-    """[(kernel name, rule line)] for uvm, uvm-tools and the capability nodes."""
-    name_of = name_of or (lambda kind, ident: "root" if ident == 0 else None)
-    owner = name_of("user", policy["uid"]) or "%d" % policy["uid"]
-    group = name_of("group", policy["gid"]) or "%d" % policy["gid"]
-    rules = [(kernel, owner, group, policy["mode"]) for kernel in ("nvidia-uvm", "nvidia-uvm-tools")]
-    cap_group = name_of("group", policy["gid"]) or "%d" % policy["gid"]
-    rules += [("nvidia-cap%d" % minor, "root", cap_group, mode) for minor, mode in sorted(caps_modes.items())]
-    return [(kernel, 'KERNEL=="%s", OWNER="%s", GROUP="%s", MODE="%04o"' % (kernel, o, g, m)) for kernel, o, g, m in rules]
+def plan_udev_cleanup(text):
+    """The rules file without the header and rules earlier versions wrote (``None``: remove the file).
 
-
-def plan_udev(path, text, rules):
-    """The rules file with one line per managed kernel name; other lines kept in place."""
-    wanted = dict(rules)
+    Only lines exactly as those versions wrote them go; every other line, a site's own rules for these
+    devices included, is kept as it is.  (Those never fire either: the devices send no uevent.)"""
     if text is None:
-        return UDEV_HEADER + "".join(line + "\n" for _kernel, line in rules)
+        return None
     lines = text.split("\n")
-    seen = set()
-    keep = []
-    for index, line in enumerate(lines):
-        match = _UDEV_KERNEL.search(line)
-        if not match or match.group(1) not in wanted or line.lstrip().startswith("#"):
-            keep.append(line)
-            continue
-        if line.rstrip().endswith("\\") or not _UDEV_LINE.match(line):
-            raise GpuhardenError(
-                "%s line %d: cannot parse the rule for KERNEL==\"%s\": %r (expected KEY==\"value\", KEY=\"value\", ...)"
-                % (path, index + 1, match.group(1), line))
-        kernel = match.group(1)
-        if kernel in seen:
-            continue  # a duplicate of a rule already set: dropped
-        seen.add(kernel)
-        keep.append(wanted[kernel])
-    body = "\n".join(keep)
-    missing = [line for kernel, line in rules if kernel not in seen]
-    if missing:
-        if body and not body.endswith("\n"):
-            body += "\n"
-        body += "".join(line + "\n" for line in missing)
-    return body
+    keep = [line for line in lines if line not in OLD_UDEV_HEADERS and not _OLD_UDEV_RULE.match(line)]
+    if len(keep) == len(lines):
+        return text
+    if not "".join(keep).strip():
+        return None
+    return "\n".join(keep)
 
 
 def find_conflicts(others, own_path, shadow, cmdline, policy):
@@ -505,21 +541,23 @@ def find_conflicts(others, own_path, shadow, cmdline, policy):
 def plan(observed, policy, *, create_missing=True, char_links=True, persist=True,
          modprobe_file="/etc/modprobe.d/zz-gpuharden-nvidia.conf",
          udev_rules_file="/etc/udev/rules.d/70-gpuharden-nvidia.rules", root="/", name_of=None):
-    """Decide every change. Returns a dict: nodes, links, dirs, actions, changes (FileChange list),
-    conflicts, reboot_or_reload_required, driver_params, unknown_nodes, warnings, diff_before/after."""
+    """Decide every change. Returns a dict: nodes, links, dirs, actions, changes (FileChange list; udev_cleanup is
+    the one removing old udev rules, or None), conflicts, reboot_or_reload_required, driver_params, unknown_nodes, not_persistable, warnings,
+    diff_before/after."""
     name_of = name_of or (lambda kind, ident: "root" if ident == 0 else None)
     warnings = []
     wanted = _wanted_nodes(observed, policy, warnings)
     nodes, node_actions, lines_before, lines_after, actions = {}, [], [], [], []
     dirs = []
-    for path, major, minor, uid, gid, mode, fix in wanted:
+    for path, major, minor, uid, gid, mode, fix, kept_by, _wants in wanted:
         current = observed["nodes"].get(path) or {"exists": False}
         action = _node_action(path, current, major, minor, uid, gid, mode, fix, create_missing)
         after = {"exists": True, "type": "char", "major": major, "minor": minor, "uid": uid, "gid": gid,
                  "owner": name_of("user", uid), "group": name_of("group", gid), "mode": "%04o" % mode}
         if action in ("ok", "missing"):
             after = dict(current)
-        nodes[path] = {"action": action, "before": describe(current, name_of), "after": describe(after, name_of)}
+        nodes[path] = {"action": action, "before": describe(current, name_of), "after": describe(after, name_of),
+                       "kept_by": kept_by}
         if action in ("create", "replace", "fix"):
             node_actions.append({"path": path, "action": action, "major": major, "minor": minor, "uid": uid, "gid": gid,
                                  "mode": mode, "chown": (current.get("uid"), current.get("gid")) != (uid, gid),
@@ -556,16 +594,24 @@ def plan(observed, policy, *, create_missing=True, char_links=True, persist=True
                 actions.append("%s: %s -> %s" % (link, links[link]["before"], links[link]["after"]))
                 if not observed["dirs"][CHAR_DIR].get("exists") and CHAR_DIR not in dirs:
                     dirs.append(CHAR_DIR)
-    changes = []
+    changes, udev_cleanup = [], None
     if persist:
         changes.append(_files.FileChange(_host.host_path(root, modprobe_file), observed["modprobe_text"],
                                          plan_modprobe(modprobe_file, observed["modprobe_text"], policy), mode=0o644,
                                          reason="NVreg_DeviceFile* options for the nvidia module"))
-        caps_modes = {minor: cap_mode(observed["caps"].get(minor, {"mode": mode})["mode"], policy)
-                      for minor, (_name, mode) in CAP_DEFAULTS.items()}
-        changes.append(_files.FileChange(_host.host_path(root, udev_rules_file), observed["udev_text"],
-                                         plan_udev(udev_rules_file, observed["udev_text"], udev_rules(policy, caps_modes, name_of)),
-                                         mode=0o644, reason="owner/group/mode of nvidia-uvm* and nvidia-caps"))
+        if observed["udev_text"] is not None:
+            udev_cleanup = _files.FileChange(_host.host_path(root, udev_rules_file), observed["udev_text"],
+                                             plan_udev_cleanup(observed["udev_text"]), mode=0o644,
+                                             reason="udev rules for nvidia-uvm*/nvidia-cap* that never fire (the devices "
+                                                    "send no uevent): removed")
+            changes.append(udev_cleanup)
+    kept = not_persistable(wanted, name_of)
+    if kept:
+        warnings.append(
+            "policy %s cannot stick for %s: nvidia-modprobe resets them to %s at every container start, whatever the "
+            "module parameters; they are kept at that, and access stays limited through /dev/nvidiactl and "
+            "/dev/nvidia<N>" % (policy["policy"], ", ".join(sorted(entry["path"] for entry in kept)),
+                                " / ".join(sorted({entry["kept"] for entry in kept}))))
     params = observed["params"]
     running = None
     if params is not None:
@@ -584,12 +630,14 @@ def plan(observed, policy, *, create_missing=True, char_links=True, persist=True
         "link_actions": link_actions,
         "actions": actions,
         "changes": changes,
+        "udev_cleanup": udev_cleanup,
         "conflicts": find_conflicts(observed["modprobe_others"], modprobe_file, observed["modprobe_shadow"],
                                     observed["cmdline"], policy),
         "reboot_or_reload_required": reload_required,
         "driver_params": {"running": running, "desired": desired_params},
         "driver_loaded": observed["driver_loaded"],
         "unknown_nodes": unknown,
+        "not_persistable": kept,
         "warnings": warnings,
         "diff_before": "".join(line + "\n" for line in lines_before),
         "diff_after": "".join(line + "\n" for line in lines_after),

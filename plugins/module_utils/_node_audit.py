@@ -89,11 +89,21 @@ def audit_device_nodes(params):
                 "without /dev/char links runc's systemd cgroup driver drops GPU access after a daemon-reload", True,
                 path=path))
     for change in planned["changes"]:
-        if change.changed:
+        if change.changed and change is planned["udev_cleanup"]:  # the udev rules earlier versions wrote
+            findings.append(finding(
+                "device_udev_rules_obsolete", "device_nodes", "device_permissions", "warning", "absent",
+                "udev rules for nvidia-uvm*/nvidia-cap*", "these devices send no uevent, so the rules never fire; "
+                "device_permissions removes them", True, path=change.path))
+        elif change.changed:
             findings.append(finding(
                 "device_permissions_not_persisted", "device_nodes", "device_permissions", "warning",
                 change.reason, "missing" if change.before is None else "differs", "a chmod alone is undone by the driver "
                 "on the next module load or device re-creation", True, path=change.path))
+    for entry in planned["not_persistable"]:
+        findings.append(finding(
+            "device_permissions_not_persistable", "device_nodes", "device_permissions", "info", entry["wanted"],
+            entry["kept"], "the policy cannot stick here: %s; the node is kept at that, and GPU access stays limited "
+            "through /dev/nvidiactl and /dev/nvidia<N>" % entry["kept_by"], False, path=entry["path"]))
     for conflict in planned["conflicts"]:
         where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
         findings.append(finding(

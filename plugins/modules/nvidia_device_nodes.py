@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: nvidia_device_nodes
-short_description: Repair NVIDIA device nodes and make their permissions stick
+short_description: Repair NVIDIA device nodes and make their permissions stick where anything can
 version_added: 0.1.0
 description:
   - Inspects and repairs C(/dev/nvidia<minor>) (195:minor) for every GPU the driver lists in
@@ -21,13 +21,27 @@ description:
   - "Creates the C(/dev/char/<major>:<minor>) symlinks that runc's systemd cgroup driver resolves device
     rules through; without them containers lose their GPUs after a C(systemctl daemon-reload) and NVML
     fails with C(Failed to initialize NVML: Unknown Error)."
-  - The driver resets C(/dev/nvidia*) to its C(NVreg_DeviceFileUID), C(NVreg_DeviceFileGID) and
-    C(NVreg_DeviceFileMode) parameters, so a plain chmod does not last. With O(persist=true) the module
-    writes those options to O(modprobe_file) and a udev rule for C(nvidia-uvm), C(nvidia-uvm-tools) and the
-    capability nodes (no NVreg option covers them) to O(udev_rules_file).
+  - With O(persist=true) the module writes the C(NVreg_DeviceFile*) options to O(modprobe_file), and removes
+    the udev rules for C(nvidia-uvm*) and C(nvidia-cap*) that earlier versions wrote to O(udev_rules_file)
+    (they never fired).
   - Reports RV(reboot_or_reload_required) when C(/proc/driver/nvidia/params) shows the running driver
     still uses other values, and RV(conflicts) when another modprobe.d file or the kernel command line
     sets the same options differently.
+  - "The kernel modules make no device node and send no uevent (they register their numbers with C(cdev_add)
+    only), so udev never sees these devices. The nodes are made, and their owner, group and mode reset in place,
+    by C(nvidia-modprobe), which the NVIDIA container toolkit runs at every container start and CUDA runs when it
+    opens UVM. What it uses decides what can stick:"
+  - "C(/dev/nvidia<N>), C(/dev/nvidiactl), C(/dev/nvidia-modeset): the C(NVreg_DeviceFileUID),
+    C(NVreg_DeviceFileGID) and C(NVreg_DeviceFileMode) the nvidia module runs with (C(/proc/driver/nvidia/params)).
+    The policy sticks once the module is loaded with the options the module writes to O(modprobe_file)."
+  - "C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools): always C(root:root 0666); no parameter changes that.
+    C(/dev/nvidia-caps/nvidia-cap<m>): C(root:root) with the mode the driver gives the capability in
+    C(/proc/driver/nvidia/capabilities) (MIG config 0400, monitor and instance access 0444). No policy can stick
+    for these nodes, so the module keeps them at exactly those values under every policy (a narrower mode would
+    last only until the next container start, and the drift check would flap), and reports a policy that asks for
+    something else in RV(not_persistable). GPU access is still limited by the policy: UVM works only on a GPU
+    registered through a file descriptor of C(/dev/nvidiactl), and capabilities are checked by the driver behind
+    C(/dev/nvidiactl) and C(/dev/nvidia<N>)."
   - Does not need NVML, which may be exactly what is broken.
 author:
   - gpuharden maintainers (@gpuharden)
@@ -47,14 +61,17 @@ options:
   policy:
     description:
       - V(default) is the driver's own default, C(root:root 0666); O(owner), O(group) and O(mode) must not be set.
-      - V(restricted) limits the GPUs to one group; O(group) is required, O(mode) defaults to C(0660), may give
+      - V(restricted) limits C(/dev/nvidia<N>), C(/dev/nvidiactl) and C(/dev/nvidia-modeset), and so the GPUs,
+        to one group; O(group) is required, O(mode) defaults to C(0660), may give
         others nothing and must give the group read and write. B(Consequence:) pods then need that GID in
         C(securityContext.supplementalGroups) (or run as it); the NVIDIA container toolkit creates the nodes
         inside containers with the host's owner and mode, so a pod without the group fails with
         C(Insufficient Permissions).
       - V(custom) takes O(owner) (default C(root)), O(group) (default C(root)) and O(mode) (required) as given.
-      - Capability nodes never get more than the driver's mode. Under a policy with a group, the group gets
-        what others get by default, and others keep it only when O(mode) grants others anything.
+      - C(/dev/nvidia-uvm*) stay C(root:root 0666) and C(/dev/nvidia-caps/*) C(root:root) with the driver's mode
+        under every policy, because nothing keeps anything else (see the description). A policy that asks for
+        other values there (any policy but V(default) or C(root:root 0666)) is reported in RV(not_persistable)
+        and as a warning on every run.
     type: str
     choices: [default, restricted, custom]
     default: default
@@ -80,7 +97,10 @@ options:
     type: bool
     default: true
   persist:
-    description: Write O(modprobe_file) and O(udev_rules_file) so that the permissions survive driver reloads and reboots.
+    description:
+      - Write O(modprobe_file) so that the permissions of C(/dev/nvidia<N>), C(/dev/nvidiactl) and
+        C(/dev/nvidia-modeset) survive driver reloads, reboots and nvidia-modprobe, and remove the ineffective udev
+        rules earlier versions wrote to O(udev_rules_file).
     type: bool
     default: true
   modprobe_file:
@@ -92,7 +112,10 @@ options:
     type: path
     default: /etc/modprobe.d/zz-gpuharden-nvidia.conf
   udev_rules_file:
-    description: The udev rules file for C(nvidia-uvm), C(nvidia-uvm-tools), C(nvidia-cap1) and C(nvidia-cap2). Lines for other devices are kept.
+    description:
+      - The udev rules file earlier versions of this module wrote for C(nvidia-uvm), C(nvidia-uvm-tools) and
+        C(nvidia-cap<m>). Those rules never fire (the devices send no uevent); with O(persist=true) the module
+        removes the lines it wrote there, and the file when nothing else is left. Other lines are kept.
     type: path
     default: /etc/udev/rules.d/70-gpuharden-nvidia.rules
   on_conflict:
@@ -106,7 +129,8 @@ options:
 requirements:
   - root on the node (mknod, chown)
 notes:
-  - The module does not reload the nvidia module or udev; the role M(gpuharden.k8s.device_permissions) reloads udev rules.
+  - The module does not reload the nvidia module. Until it is reloaded with the new options (RV(reboot_or_reload_required)),
+    nvidia-modprobe resets C(/dev/nvidia<N>) and C(/dev/nvidiactl) to the running values at the next container start.
 seealso:
   - module: gpuharden.k8s.gpu_facts
 """
@@ -140,10 +164,13 @@ policy:
   type: dict
   sample: {"policy": "default", "uid": 0, "gid": 0, "mode": "0666", "owner": "root", "group": "root"}
 nodes:
-  description: Every managed device node, keyed by path, with C(action) (V(ok), V(create), V(replace), V(fix), V(missing)), C(before) and C(after).
+  description:
+    - Every managed device node, keyed by path, with C(action) (V(ok), V(create), V(replace), V(fix), V(missing)),
+      C(before), C(after) and C(kept_by) (what makes its owner, group and mode stick, or resets them).
   returned: always
   type: dict
-  sample: {"/dev/nvidia0": {"action": "fix", "before": "char 195:0 root:root 0600", "after": "char 195:0 root:root 0666"}}
+  sample: {"/dev/nvidia0": {"action": "fix", "before": "char 195:0 root:root 0600", "after": "char 195:0 root:root 0666",
+                            "kept_by": "NVreg_DeviceFileUID/GID/Mode (nvidia-modprobe reads them from /proc/driver/nvidia/params)"}}
 links:
   description: Every C(/dev/char) link for a managed node, keyed by path, with C(action), C(before) and C(after).
   returned: always
@@ -156,7 +183,7 @@ actions:
   elements: str
   sample: ["/dev/nvidia0: char 195:0 root:root 0600 -> char 195:0 root:root 0666"]
 files:
-  description: The files the module manages, with C(path), C(changed), C(action) (create, update) and C(reason).
+  description: The files the module manages, with C(path), C(changed), C(action) (create, update, remove) and C(reason).
   returned: always
   type: list
   elements: dict
@@ -185,6 +212,15 @@ driver_loaded:
   description: Whether the NVIDIA driver is loaded (no node is managed without it; the files still are).
   returned: always
   type: bool
+not_persistable:
+  description:
+    - Nodes where the policy asks for an owner, group or mode that nothing keeps, with C(path), C(wanted) (what
+      the policy asks for), C(kept) (what the node gets and keeps) and C(kept_by). Empty under O(policy=default).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/dev/nvidia-uvm", "wanted": "root:video 0660", "kept": "root:root 0666",
+            "kept_by": "nvidia-modprobe: always root:root 0666 (no parameter changes it)"}]
 unknown_nodes:
   description: Existing C(/dev/nvidia*) entries the driver does not account for; reported, never touched.
   returned: always
@@ -235,6 +271,7 @@ def run(module):
         "driver_params": planned["driver_params"],
         "driver_loaded": planned["driver_loaded"],
         "unknown_nodes": planned["unknown_nodes"],
+        "not_persistable": planned["not_persistable"],
     }
     if backups:
         result["backup_files"] = backups

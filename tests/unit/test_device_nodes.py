@@ -66,17 +66,6 @@ def test_modprobe_plan_keeps_comments_and_other_parameters():
     assert dn.plan_modprobe("/x.conf", "# only a comment", DEFAULT).startswith("# only a comment\noptions nvidia ")
 
 
-def test_udev_plan_replaces_only_its_lines():
-    rules = dn.udev_rules(DEFAULT, {1: 0o400, 2: 0o444})
-    text = '# mine\nKERNEL=="nvidia-uvm", MODE="0600"\nKERNEL=="sda", GROUP="disk"\n'
-    after = dn.plan_udev("/x.rules", text, rules)
-    lines = after.splitlines()
-    assert lines[0] == "# mine" and lines[2] == 'KERNEL=="sda", GROUP="disk"'
-    assert lines[1] == 'KERNEL=="nvidia-uvm", OWNER="root", GROUP="root", MODE="0666"'
-    assert 'KERNEL=="nvidia-cap2", OWNER="root", GROUP="root", MODE="0444"' in lines
-    assert dn.plan_udev("/x.rules", after, rules) == after
-
-
 def test_conflicts_ordering_and_cmdline():
     others = [("/etc/modprobe.d/nvidia.conf", "options nvidia NVreg_DeviceFileMode=0600\n"),
               ("/etc/modprobe.d/zzz.conf", "options nvidia \\\n  NVreg_DeviceFileGID=44\n"),
@@ -137,7 +126,7 @@ def test_check_apply_reapply(world_tmp):
     assert os.readlink(node.root / "dev/char/235:1") == "../nvidia-caps/nvidia-cap1"
     assert stat.S_IMODE(os.stat(node.root / "dev/nvidia-caps/nvidia-cap1").st_mode) == 0o400
     assert "NVreg_DeviceFileMode=0666" in (node.root / MODPROBE.lstrip("/")).read_text()
-    assert 'KERNEL=="nvidia-uvm-tools"' in (node.root / UDEV.lstrip("/")).read_text()
+    assert not (node.root / UDEV.lstrip("/")).exists()
 
     after = tree_snapshot(node.root)
     again = _run(node)
@@ -156,7 +145,8 @@ def test_restricted_policy_and_backup(world_tmp):
     text = (node.root / MODPROBE.lstrip("/")).read_text()
     assert text == "# keep me\noptions nvidia NVreg_DeviceFileMode=0660 NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=44\n"
     assert list(result["backup_files"]) == [str(node.root / MODPROBE.lstrip("/"))]
-    assert 'KERNEL=="nvidia-uvm", OWNER="root", GROUP="video", MODE="0660"' in (node.root / UDEV.lstrip("/")).read_text()
+    st = os.stat(node.root / "dev/nvidia-uvm")
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o666)  # nothing keeps another value there
 
 
 def test_nvml_as_nobody_fails_before_and_works_after(world_tmp, make_node):
@@ -194,10 +184,6 @@ BAD_MODPROBE = {
     "mode-range": ("options nvidia NVreg_DeviceFileMode=99999\n", "NVreg_DeviceFileMode=99999 is not a permission mode"),
     "bad-octal": ("options nvidia NVreg_DeviceFileMode=0999\n", "NVreg_DeviceFileMode='0999' is not a number"),
     "continued": ("options nvidia \\\n NVreg_DeviceFileMode=0666\n", "a continued 'options nvidia' line"),
-}
-BAD_UDEV = {
-    "unbalanced-quote": ('KERNEL=="nvidia-uvm", MODE="0666\n', 'cannot parse the rule for KERNEL=="nvidia-uvm"'),
-    "no-operator": ('KERNEL=="nvidia-cap1" MODE "0400"\n', 'cannot parse the rule for KERNEL=="nvidia-cap1"'),
 }
 BAD_OPTIONS = {
     "unknown-policy": ({"policy": "permissive"}, "value of policy must be one of"),
@@ -238,16 +224,6 @@ def test_malformed_modprobe_file(world_tmp, case):
     path.parent.mkdir(parents=True)
     path.write_text("# site comment\n" + text)
     _assert_refused(node, {}, "%s line 2: %s" % (MODPROBE, expected), tree_snapshot(node.root))
-
-
-@pytest.mark.parametrize("case", sorted(BAD_UDEV))
-def test_malformed_udev_file(world_tmp, case):
-    text, expected = BAD_UDEV[case]
-    node = _node(world_tmp, device_overrides={"/dev/nvidia0": {"mode": 0o600}})
-    path = node.root / UDEV.lstrip("/")
-    path.parent.mkdir(parents=True)
-    path.write_text(text)
-    _assert_refused(node, {}, "%s line 1: %s" % (UDEV, expected), tree_snapshot(node.root))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
@@ -301,3 +277,199 @@ def test_effective_conflict_fails_before_any_change(world_tmp):
 def test_planner_raises_only_gpuharden_error():
     with pytest.raises(GpuhardenError):
         dn.resolve_policy("nonsense")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 13 item 17: what really sets the permissions of the nodes, and what can stick
+
+
+def nvidia_modprobe(root, recreate=False):
+    """Do to the node view under ``root`` what nvidia-modprobe does when libnvidia-container starts a container
+    (NVIDIA/libnvidia-container src/nvc.c load_kernel_modules: nvidiactl, every nvidia<N>, the MIG capabilities,
+    nvidia-uvm*, nvidia-modeset), one node at a time as mknod_helper in NVIDIA/nvidia-modprobe
+    modprobe-utils/nvidia-modprobe-utils.c does: read uid, gid, mode and the modify flag from the node's proc file
+    (none for uvm: root:root 0666), leave a node alone that is right or when modification is off, remove a node of
+    the wrong type or numbers, mknod a missing one, then chmod and chown.  ``recreate`` first removes every node, as
+    after a reboot or a driver reload.  Self-contained (the lab test runs its source on a lab node); returns the
+    paths it touched."""
+    import os
+    import stat
+
+    def under(path):
+        return os.path.join(root, path.lstrip("/"))
+
+    def values(proc_path):
+        found = {"DeviceFileUID": 0, "DeviceFileGID": 0, "DeviceFileMode": 0o666, "DeviceFileModify": 1}
+        if proc_path is None or not os.path.exists(under(proc_path)):
+            return found
+        with open(under(proc_path)) as handle:
+            for line in handle:  # like fscanf("%31[^:]: %u\n"): stop at the first line that is not "Name: number"
+                name, sep, value = line.partition(":")
+                if not sep or not value.strip().isdigit():
+                    break
+                found["DeviceFileModify" if name == "ModifyDeviceFiles" else name] = int(value)
+        return found
+
+    def mknod(path, major, minor, proc_path):
+        wanted = values(proc_path)
+        uid, gid, mode = wanted["DeviceFileUID"], wanted["DeviceFileGID"], wanted["DeviceFileMode"]
+        if wanted["DeviceFileModify"] != 1:
+            return None
+        target = under(path)
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            st = None
+        device_ok = st is not None and stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor)
+        if device_ok and (stat.S_IMODE(st.st_mode) & 0o777, st.st_uid, st.st_gid) == (mode, uid, gid):
+            return None
+        if st is not None and not device_ok:
+            os.remove(target)
+        if not device_ok:
+            os.mknod(target, stat.S_IFCHR | mode, os.makedev(major, minor))
+        os.chmod(target, mode)
+        os.chown(target, uid, gid)
+        return path
+
+    majors = {}
+    with open(under("/proc/devices")) as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) == 2 and fields[0].isdigit():
+                majors.setdefault(fields[1], int(fields[0]))
+    nodes = [("/dev/nvidiactl", 195, 255, "/proc/driver/nvidia/params")]
+    gpus = under("/proc/driver/nvidia/gpus")
+    for bdf in sorted(os.listdir(gpus)) if os.path.isdir(gpus) else []:
+        with open(os.path.join(gpus, bdf, "information")) as handle:
+            minor = int(next(line for line in handle if line.startswith("Device Minor:")).split(":")[1])
+        nodes.append(("/dev/nvidia%d" % minor, 195, minor, "/proc/driver/nvidia/params"))
+    caps = under("/proc/driver/nvidia/capabilities")
+    for directory, _dirs, names in sorted(os.walk(caps)):
+        for name in sorted(names):
+            with open(os.path.join(directory, name)) as handle:
+                minor = int(handle.readline().split(":")[1])
+            os.makedirs(under("/dev/nvidia-caps"), 0o755, exist_ok=True)
+            proc = "/" + os.path.relpath(os.path.join(directory, name), root)
+            nodes.append(("/dev/nvidia-caps/nvidia-cap%d" % minor, majors["nvidia-caps"], minor, proc))
+    if "nvidia-uvm" in majors:
+        nodes += [("/dev/nvidia-uvm", majors["nvidia-uvm"], 0, None), ("/dev/nvidia-uvm-tools", majors["nvidia-uvm"], 1, None)]
+    nodes.append(("/dev/nvidia-modeset", 195, 254, "/proc/driver/nvidia/params"))
+    if recreate:
+        for path, *_rest in nodes:
+            if os.path.lexists(under(path)):
+                os.remove(under(path))
+    return [path for path in (mknod(*node) for node in nodes) if path]
+
+
+CAP_FILES = {"mig/config": (1, 0o400), "mig/monitor": (2, 0o444)}
+# The udev file the module wrote before item 17 (restricted to video on a MIG node).
+OLD_UDEV = ("# Managed by gpuharden.k8s (module nvidia_device_nodes, role device_permissions).\n"
+            "# nvidia-uvm and nvidia-caps have no NVreg_ option: udev keeps their owner, group and mode.\n"
+            'KERNEL=="nvidia-uvm", OWNER="root", GROUP="video", MODE="0660"\n'
+            'KERNEL=="nvidia-uvm-tools", OWNER="root", GROUP="video", MODE="0660"\n'
+            'KERNEL=="nvidia-cap1", OWNER="root", GROUP="video", MODE="0400"\n'
+            'KERNEL=="nvidia-cap2", OWNER="root", GROUP="video", MODE="0440"\n')
+
+
+def _mig_node(world_tmp, **params):
+    """An H100 MIG node whose driver announces the two MIG capabilities, running with ``params``."""
+    node = _node(world_tmp, "h100-mig-enabled", driver_params=params or None)
+    for name, (minor, mode) in CAP_FILES.items():
+        path = node.root / "proc/driver/nvidia/capabilities" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n" % (minor, mode))
+    return node
+
+
+def _ids_mode(path):
+    st = os.stat(path)
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def test_item17_no_udev_rule_is_written(world_tmp):
+    node = _node(world_tmp)
+    result = _run(node, policy="restricted", group="video")
+    assert result["changed"] is True
+    assert not (node.root / UDEV.lstrip("/")).exists()  # these devices send no uevent: a rule would never fire
+    assert [entry["path"] for entry in result["files"]] == [str(node.root / MODPROBE.lstrip("/"))]
+
+
+def test_item17_old_udev_rules_are_removed_and_site_lines_kept(world_tmp):
+    node = _node(world_tmp)
+    rules = node.root / UDEV.lstrip("/")
+    rules.parent.mkdir(parents=True)
+    rules.write_text(OLD_UDEV)
+    before = tree_snapshot(node.root)
+    checked = _run(node, check=True)
+    assert checked["changed"] is True and tree_snapshot(node.root) == before
+    assert {"path": str(rules), "changed": True, "action": "remove"}.items() <= checked["files"][1].items()
+    audit = run_module("node_audit", {"root": str(node.root), "device_nodes": {}}, {})
+    assert [(f["id"], f["remediable"]) for f in audit["findings"] if f["check"] == "device_nodes" and "udev" in f["id"]] == [
+        ("device_udev_rules_obsolete", True)]
+    assert _run(node)["changed"] is True and not rules.exists()
+    # a site's own lines stay, only the lines the module wrote go
+    site = 'SUBSYSTEM=="net", ACTION=="add", NAME="eth0"\n'
+    rules.write_text(OLD_UDEV + site)
+    assert _run(node)["changed"] is True and rules.read_text() == site
+    assert _run(node)["changed"] is False and rules.read_text() == site
+
+
+def test_item17_uvm_and_caps_keep_nvidia_modprobe_values_under_every_policy(world_tmp):
+    node = _mig_node(world_tmp)
+    result = _run(node, policy="restricted", group="video")
+    assert _ids_mode(node.root / "dev/nvidia0") == (0, 44, 0o660)
+    assert _ids_mode(node.root / "dev/nvidiactl") == (0, 44, 0o660)
+    assert _ids_mode(node.root / "dev/nvidia-uvm") == _ids_mode(node.root / "dev/nvidia-uvm-tools") == (0, 0, 0o666)
+    assert _ids_mode(node.root / "dev/nvidia-caps/nvidia-cap1") == (0, 0, 0o400)
+    assert _ids_mode(node.root / "dev/nvidia-caps/nvidia-cap2") == (0, 0, 0o444)
+    # said plainly: what keeps each node's permissions, and where the policy cannot stick
+    assert result["nodes"]["/dev/nvidia0"]["kept_by"] == dn.KEPT_BY_NVREG
+    assert result["nodes"]["/dev/nvidia-uvm"]["kept_by"] == dn.KEPT_BY_UVM
+    assert result["nodes"]["/dev/nvidia-caps/nvidia-cap2"]["kept_by"] == dn.KEPT_BY_CAP % "mig/monitor"
+    assert sorted(result["not_persistable"], key=lambda entry: entry["path"]) == [
+        {"path": "/dev/nvidia-caps/nvidia-cap2", "wanted": "root:video 0440", "kept": "root:root 0444", "kept_by": dn.KEPT_BY_CAP % "mig/monitor"},
+        {"path": "/dev/nvidia-uvm", "wanted": "root:video 0660", "kept": "root:root 0666", "kept_by": dn.KEPT_BY_UVM},
+        {"path": "/dev/nvidia-uvm-tools", "wanted": "root:video 0660", "kept": "root:root 0666", "kept_by": dn.KEPT_BY_UVM},
+    ]
+    assert "cannot stick for /dev/nvidia-caps/nvidia-cap2, /dev/nvidia-uvm, /dev/nvidia-uvm-tools" in str(result["warnings"])
+    assert _run(node)["not_persistable"] == []  # policy default is exactly what nvidia-modprobe makes
+
+
+def test_item17_after_nvidia_modprobe_recreates_the_nodes_the_policy_still_holds(world_tmp):
+    # The driver was loaded with the options the module writes (the params file shows them).
+    node = _mig_node(world_tmp, DeviceFileGID=44, DeviceFileMode=0o660)
+    assert _run(node, policy="restricted", group="video")["reboot_or_reload_required"] is False
+    settled = tree_snapshot(node.root)
+    assert nvidia_modprobe(str(node.root)) == []  # a container start changes nothing: every node is what it keeps
+    assert tree_snapshot(node.root) == settled
+    nvidia_modprobe(str(node.root), recreate=True)  # a reboot or driver reload: every node made anew
+    again = _run(node, check=True, policy="restricted", group="video")
+    assert again["changed"] is False and again["actions"] == [], again["actions"]
+    assert _ids_mode(node.root / "dev/nvidia3") == (0, 44, 0o660)
+
+
+def test_item17_drift_check_catches_what_nvidia_modprobe_undoes(world_tmp):
+    # The driver still runs with root:root 0666: each container start puts that back on nvidia<N> and nvidiactl.
+    node = _mig_node(world_tmp)
+    options = {"policy": "restricted", "group": "video"}
+    _run(node, **options)
+    reset = ["/dev/nvidiactl"] + ["/dev/nvidia%d" % minor for minor in range(4)] + ["/dev/nvidia-modeset"]
+    assert nvidia_modprobe(str(node.root)) == reset  # uvm and caps were left at nvidia-modprobe's values
+    assert _ids_mode(node.root / "dev/nvidia0") == (0, 0, 0o666)
+    audit = run_module("node_audit", {"root": str(node.root), "device_nodes": options}, {})
+    findings = [entry for entry in audit["findings"] if entry["check"] == "device_nodes"]
+    regressed = sorted(entry["path"] for entry in findings if entry["id"] == "device_node_permissions")
+    assert regressed == sorted(reset)
+    assert audit["checks"]["device_nodes"]["status"] == "drift"
+    stale = [entry for entry in findings if entry["id"] == "driver_params_stale"]
+    assert stale and "DeviceFileMode=438" in stale[0]["found"]
+    # reported on every run, never as something the stage fixes
+    not_persistable = [entry for entry in findings if entry["id"] == "device_permissions_not_persistable"]
+    assert sorted(entry["path"] for entry in not_persistable) == [
+        "/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert {(entry["severity"], entry["remediable"], entry["found"]) for entry in not_persistable if "uvm" in entry["path"]} == {
+        ("info", False, "root:root 0666")}
+    # a regression on uvm is drift too: someone narrows it, CUDA breaks for everyone else
+    os.chmod(node.root / "dev/nvidia-uvm", 0o600)
+    audit = run_module("node_audit", {"root": str(node.root), "device_nodes": options}, {})
+    assert "/dev/nvidia-uvm" in [entry.get("path") for entry in audit["findings"] if entry["id"] == "device_node_permissions"]
