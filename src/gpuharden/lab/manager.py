@@ -106,6 +106,10 @@ def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path
                 % (layout.SSH_DIR / "known_hosts"),
                 "ansible_python_interpreter": str(python),
                 "gpuharden_lab_scenario": scenario.name,
+                # The lab's fleet opts into the static CPU Manager as an adopter's inventory does: the product
+                # leaves CPU and Memory Manager policies alone unless asked (roles/kubelet_topology/defaults).
+                "kubelet_topology_cpu_manager_policy": "static",
+                "kubelet_topology_reserved_system_cpus": "0-1",
                 **(
                     {"gpuharden_kubeconfig": kube["tool_kubeconfig"], "gpuharden_lab_admin_kubeconfig": kube["admin_kubeconfig"]}
                     if kube

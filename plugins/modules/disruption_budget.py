@@ -1,0 +1,159 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: disruption_budget
+short_description: Decide which GPU nodes may start a disruptive step now, within a fleet-wide budget
+version_added: 0.1.0
+description:
+  - Read-only. Lists the cluster's Nodes once and decides which nodes of O(batch) may start a disruptive step
+    (cordon and drain, a kubelet CPU or Memory Manager policy change, a MIG layout change) without more than
+    O(max_unavailable) GPU nodes being unavailable at once.
+  - The fleet is O(fleet) plus every Node that advertises a resource under O(resource_prefixes) or carries the label
+    C(nvidia.com/gpu.present=true). Fleet nodes outside the batch that are cordoned, not Ready or not registered count
+    against the budget, as in the NVIDIA GPU Operator's upgrade controller (C(maxUnavailable)).
+  - A percentage is taken of the fleet and rounded down, but never below one node while it is above 0%.
+  - Nodes with a taint in O(out_of_service_taints) (a node still being bootstrapped) serve no workloads: they neither
+    count nor need a slot.
+  - With O(stopped_by) set (nodes that failed earlier in the rollout) every node of the batch is deferred.
+  - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.info_module
+  - gpuharden.k8s._k8s_auth
+options:
+  max_unavailable:
+    description:
+      - The most GPU nodes unavailable at once, as a count (V(1)) or a percentage of the fleet (V(25%)).
+    type: raw
+    default: 1
+  fleet:
+    description: The run's target nodes (Node names); every GPU node of the cluster is added to them.
+    type: list
+    elements: str
+    default: []
+  batch:
+    description: The nodes that want to start a disruptive step now, in the order they should get slots.
+    type: list
+    elements: str
+    default: []
+  resource_prefixes:
+    description: A Node whose capacity or allocatable has a resource starting with one of these is a GPU node.
+    type: list
+    elements: str
+    default: [nvidia.com/]
+  out_of_service_taints:
+    description: Taint keys of nodes that do not serve workloads yet (they neither count nor need a slot).
+    type: list
+    elements: str
+    default: []
+  stopped_by:
+    description: Nodes that failed earlier in this rollout; when not empty, nothing more starts.
+    type: list
+    elements: str
+    default: []
+requirements:
+  - kubernetes (Python client) on the controller
+seealso:
+  - module: gpuharden.k8s.node_maintenance
+"""
+
+EXAMPLES = r"""
+- name: Which nodes of this batch may be drained now
+  gpuharden.k8s.disruption_budget:
+    max_unavailable: 25%
+    fleet: "{{ groups['gpu_nodes'] }}"
+    batch: "{{ ansible_play_batch }}"
+  delegate_to: localhost
+  run_once: true
+  register: budget
+"""
+
+RETURN = r"""
+budget:
+  description: O(max_unavailable) as a number of nodes.
+  returned: always
+  type: int
+  sample: 2
+fleet_size:
+  description: GPU nodes in service (the base of a percentage).
+  returned: always
+  type: int
+fleet:
+  description: Every node of the fleet, by name.
+  returned: always
+  type: list
+  elements: str
+unavailable:
+  description: Fleet nodes outside the batch that are unavailable now, each with C(node) and C(reasons).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"node": "gpu-3", "reasons": ["cordoned"]}]
+allowed:
+  description: The nodes of O(batch) that may start their disruptive step.
+  returned: always
+  type: list
+  elements: str
+deferred:
+  description: The nodes of O(batch) that may not, each with the reason.
+  returned: always
+  type: dict
+  sample: {"gpu-5": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 8; unavailable now: gpu-3 (cordoned)"}
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def argument_spec():
+    spec = _k8s.auth_argument_spec()
+    spec.update(
+        max_unavailable={"type": "raw", "default": 1},
+        fleet={"type": "list", "elements": "str", "default": []},
+        batch={"type": "list", "elements": "str", "default": []},
+        resource_prefixes={"type": "list", "elements": "str", "default": ["nvidia.com/"]},
+        out_of_service_taints={"type": "list", "elements": "str", "default": []},
+        stopped_by={"type": "list", "elements": "str", "default": []},
+    )
+    return spec
+
+
+def build_module():
+    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def decide(params):
+    _disruption.resolve_budget(params["max_unavailable"], 0)  # bad input fails before any request
+    api = _k8s.api_client(params)
+    try:
+        nodes, _pages = _k8s.list_all(api, _k8s.k8s_client.CoreV1Api(api).list_node, "disruption_budget: listing nodes")
+    finally:
+        api.close()
+    return _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],
+                            resource_prefixes=params["resource_prefixes"], out_of_service_taints=params["out_of_service_taints"],
+                            stopped_by=params["stopped_by"])
+
+
+def main():
+    module = build_module()
+    if not _k8s.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+    try:
+        result = decide(module.params)
+    except GpuhardenError as error:
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

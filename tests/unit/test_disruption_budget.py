@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet-wide disruption budget (plugins/module_utils/_disruption.py): pure planner."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+
+def node(name, *, cordoned=False, ready="True", gpus=1, taints=(), labels=None):
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": cordoned, "taints": list(taints)},
+        "status": {"capacity": {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "8"},
+                   "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown"}]},
+    }
+
+
+FLEET = ["gpu-%d" % i for i in range(8)]
+
+
+@pytest.mark.parametrize(("value", "fleet", "expected"), [
+    (1, 8, 1), ("1", 8, 1), (0, 8, 0), ("25%", 8, 2), ("25%", 9, 2), ("25%", 3, 1), ("0%", 8, 0), ("100%", 8, 8),
+    ("50 %", 5, 2), ("10%", 0, 0),
+])
+def test_budget_counts_and_percentages_round_down_but_never_to_zero(value, fleet, expected):
+    assert _disruption.resolve_budget(value, fleet) == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "one", "25.5%", "150%", True, None, [1]])
+def test_bad_budget_is_refused_with_the_value(value):
+    with pytest.raises(GpuhardenError, match="max_unavailable"):
+        _disruption.resolve_budget(value, 8)
+
+
+def test_default_budget_lets_one_node_of_the_batch_go():
+    result = _disruption.plan([node(n) for n in FLEET], fleet=FLEET, batch=FLEET[:2], max_unavailable=1)
+    assert result["allowed"] == ["gpu-0"]
+    assert "budget exhausted" in result["deferred"]["gpu-1"]
+    assert result["budget"] == 1 and result["fleet_size"] == 8
+
+
+def test_percentage_budget_of_the_fleet():
+    result = _disruption.plan([node(n) for n in FLEET], fleet=FLEET, batch=FLEET[:3], max_unavailable="25%")
+    assert result["allowed"] == ["gpu-0", "gpu-1"]
+    assert list(result["deferred"]) == ["gpu-2"]
+
+
+def test_already_cordoned_or_not_ready_nodes_count_against_the_budget():
+    nodes = [node(n) for n in FLEET]
+    nodes[5] = node("gpu-5", cordoned=True)
+    nodes[6] = node("gpu-6", ready="Unknown")
+    result = _disruption.plan(nodes, fleet=FLEET, batch=["gpu-0"], max_unavailable=2)
+    assert result["allowed"] == []
+    reason = result["deferred"]["gpu-0"]
+    assert "gpu-5 (cordoned)" in reason and "gpu-6 (NotReady (NodeStatusUnknown))" in reason
+    assert _disruption.plan(nodes, fleet=FLEET, batch=["gpu-0"], max_unavailable=3)["allowed"] == ["gpu-0"]
+
+
+def test_a_batch_node_that_is_already_cordoned_takes_its_own_slot_not_another():
+    nodes = [node(n, cordoned=(n == "gpu-0")) for n in FLEET]
+    assert _disruption.plan(nodes, fleet=FLEET, batch=["gpu-0"], max_unavailable=1)["allowed"] == ["gpu-0"]
+
+
+def test_gpu_nodes_outside_the_run_count_too_but_cpu_nodes_do_not():
+    nodes = [node(n) for n in FLEET[:2]] + [node("other-gpu", cordoned=True), node("cpu-1", cordoned=True, gpus=0),
+                                           node("labelled", cordoned=True, gpus=0, labels={"nvidia.com/gpu.present": "true"})]
+    result = _disruption.plan(nodes, fleet=FLEET[:2], batch=["gpu-0"], max_unavailable=2)
+    assert [entry["node"] for entry in result["unavailable"]] == ["labelled", "other-gpu"]
+    assert result["allowed"] == []
+    assert "cpu-1" not in result["fleet"]
+
+
+def test_unregistered_fleet_nodes_count_and_unregistered_batch_nodes_are_deferred():
+    result = _disruption.plan([node("gpu-0")], fleet=["gpu-0", "gpu-1"], batch=["gpu-0"], max_unavailable=1)
+    assert result["unavailable"] == [{"node": "gpu-1", "reasons": ["not registered"]}]
+    assert result["allowed"] == []
+    result = _disruption.plan([node("gpu-0")], fleet=["gpu-0", "ghost"], batch=["ghost"], max_unavailable=5)
+    assert result["deferred"] == {"ghost": "no Node ghost in the cluster"}
+
+
+def test_nodes_being_bootstrapped_neither_count_nor_need_a_slot():
+    taint = {"key": "gpuharden.io/bootstrap", "value": "pending", "effect": "NoSchedule"}
+    nodes = [node(n, cordoned=True, taints=[taint]) for n in ("new-0", "new-1", "new-2")] + [node("old-0")]
+    result = _disruption.plan(nodes, fleet=["new-0", "new-1", "new-2"], batch=["new-0", "new-1"], max_unavailable=1,
+                              out_of_service_taints=["gpuharden.io/bootstrap"])
+    assert result["allowed"] == ["new-0", "new-1"]
+    assert result["unavailable"] == []
+    without = _disruption.plan(nodes, fleet=["new-0", "new-1", "new-2"], batch=["new-0"], max_unavailable=1)
+    assert without["allowed"] == []
+
+
+def test_a_failed_node_stops_the_rollout():
+    result = _disruption.plan([node(n) for n in FLEET], fleet=FLEET, batch=["gpu-2"], max_unavailable=4, stopped_by=["gpu-0"])
+    assert result["allowed"] == []
+    assert result["deferred"]["gpu-2"].startswith("rollout stopped: gpu-0 failed")
+
+
+def test_zero_budget_allows_nothing():
+    result = _disruption.plan([node(n) for n in FLEET], fleet=FLEET, batch=["gpu-0"], max_unavailable="0%")
+    assert result["allowed"] == [] and result["budget"] == 0
