@@ -133,6 +133,12 @@ def audit_containerd(params):
              "enable_cdi": plan["current"]["enable_cdi"]},
             "; ".join(plan["actions"]) or "containerd's config differs from the nvidia runtime the stage writes", True,
             path=plan["runtime_file"]))
+    problem = _containerd.binary_problem(plan)
+    if problem:
+        findings.append(finding(
+            "containerd_runtime_binary_missing", "containerd", "container_runtime", "error",
+            "an executable %s" % plan["runtime_binary"], plan["runtime_binary_state"],
+            "install the NVIDIA container toolkit (nvidia-container-toolkit): %s" % problem, False, path=plan["runtime_binary"]))
     return bool(plan["changes"]), findings, {"config_version": plan["config_version"], "files": plan["files"]}
 
 

@@ -180,6 +180,7 @@ def main():
         module.fail_json(msg=missing_required_lib("tomlkit"), exception=_containerd.TOMLKIT_IMPORT_ERROR)
     try:
         result = _containerd.decide(module.params)
+        warnings = _containerd.enforce_binary(result, module.params) + result["warnings"]
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
     changes = result["changes"]
@@ -189,7 +190,7 @@ def main():
         root = module.params["root"]
         backups = _files.apply_changes(module, changes, backup=module.params["backup"])
         backups = {_containerd.node_path(root, path): _containerd.node_path(root, backup) for path, backup in backups.items()}
-    for warning in result["warnings"]:
+    for warning in warnings:
         module.warn(warning)
     output = {
         "changed": changed,
@@ -199,6 +200,9 @@ def main():
         "files": result["files"],
         "runtime_file": result["runtime_file"],
         "base_runtime": result["base_runtime"],
+        "runtime_binary": result["runtime_binary"],
+        "runtime_binary_state": result["runtime_binary_state"],
+        "generated_by": result["generated_by"],
         "current": result["current"],
         "desired": result["desired"],
         "actions": result["actions"],

@@ -43,7 +43,17 @@ def install(root: Path, fixture: str | None = None, files: dict[str, str] | None
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+    toolkit(root)
     return root
+
+
+def toolkit(root: Path, path: str = BINARY, mode: int = 0o755) -> Path:
+    """The NVIDIA container runtime binary the toolkit installs (a stub)."""
+    binary = root / path.lstrip("/")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(mode)
+    return binary
 
 
 def plan(root: Path, **overrides):
@@ -325,12 +335,14 @@ RUNC = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runt
 MALFORMED = {
     "broken-toml-fixture": ({"fixture": "broken.toml"}, {}, [CONFIG, "invalid TOML", "line"]),
     "wrong-types-fixture": ({"fixture": "wrong-types.toml"}, {}, [CONFIG, "runtimes", "'runc'", "must be a table"]),
-    "v1-fixture": ({"fixture": "v1.toml"}, {}, [CONFIG, "version", "version 1"]),
+    "v1-fixture": ({"fixture": "v1.toml"}, {}, [CONFIG, "version is missing", "version 1"]),
+    "version-5": ({CONFIG: "version = 5\n"}, {}, [CONFIG, "version = 5"]),
+    "drop-in-v1-names": ({"fixture": "v3-confd", DROP_IN: "[plugins.cri.containerd]\nsnapshotter = 'overlayfs'\n"}, {}, [DROP_IN, "plugins.cri", "no version"]),
+    "import-bad-glob": ({CONFIG: "version = 3\nimports = [\"/etc/containerd/conf.d/*[.toml\"]\n"}, {}, [CONFIG, "imports[0]", "*[.toml", "glob"]),
     "duplicate-key": ({CONFIG: "version = 2\nversion = 3\n"}, {}, [CONFIG, "invalid TOML"]),
     "duplicate-table": ({CONFIG: "version = 2\n" + RUNC + RUNC}, {}, [CONFIG, "invalid TOML"]),
     "version-string": ({CONFIG: "version = \"2\"\n"}, {}, [CONFIG, "version", "'2'", "integer"]),
     "version-bool": ({CONFIG: "version = true\n"}, {}, [CONFIG, "version", "True"]),
-    "version-4": ({CONFIG: "version = 4\n"}, {}, [CONFIG, "version = 4"]),
     "imports-string": ({CONFIG: "version = 3\nimports = \"/etc/containerd/conf.d/*.toml\"\n"}, {}, [CONFIG, "imports", "array"]),
     "imports-number": ({CONFIG: "version = 3\nimports = [1]\n"}, {}, [CONFIG, "imports[0]", "1"]),
     "import-missing": ({CONFIG: "version = 3\nimports = [\"/etc/containerd/nope.toml\"]\n"}, {}, [CONFIG, "imports", "/etc/containerd/nope.toml"]),
@@ -350,14 +362,9 @@ MALFORMED = {
     "enable-cdi-string": ({CONFIG: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = \"yes\"\n"}, {"enable_cdi": True},
                           [CONFIG, "enable_cdi", "'yes'", "boolean"]),
     "drop-in-broken": ({"fixture": "v3-confd", DROP_IN: "version = 3\n[plugins\n"}, {}, [DROP_IN, "invalid TOML"]),
-    "drop-in-newer-version": ({CONFIG: "version = 2\nimports = [\"conf.d/*.toml\"]\n", DROP_IN: "version = 3\n"}, {}, [DROP_IN, "version = 3", "version = 2"]),
     "drop-in-v1-with-plugins": ({"fixture": "v3-confd", DROP_IN: "[plugins.cri]\nx = 1\n"}, {}, [DROP_IN, "version"]),
     "drop-in-wrong-runtimes": ({"fixture": "v3-confd", DROP_IN: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\nruntimes = 3\n"},
                                {}, [DROP_IN, "runtimes", "3"]),
-    "v2-shadowed-runtime": ({CONFIG: "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
-                             "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"x\"\n",
-                             "/etc/containerd/conf.d/50-cri.toml": "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = false\n"},
-                            {}, [CONFIG, "50-cri.toml", "containerd 1.x"]),
     "not-utf8": ({CONFIG: None}, {}, [CONFIG, "UTF-8"]),
     "config-missing": ({}, {}, [CONFIG, "no containerd config"]),
     "config-is-directory": ({"dir": CONFIG}, {}, [CONFIG, "directory"]),
@@ -371,6 +378,7 @@ MALFORMED = {
 
 def _write_case(root: Path, spec: dict):
     (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
+    toolkit(root)
     for key, value in spec.items():
         if key == "fixture":
             install(root, value)
@@ -418,3 +426,258 @@ def test_integer_is_not_a_boolean(world_tmp):
     result = plan(root)
     assert result["actions"] == ["update options.SystemdCgroup of runtime 'nvidia' in %s" % CONFIG]
     assert "SystemdCgroup = true" in result["changes"][0].after.split("runtimes.nvidia.options]")[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 13: match what the real containerd, nvidia-ctk and k3s/rke2 do
+
+V2_RUNC = ("version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n\n"
+           "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+           "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+V3_NVIDIA = ("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+             "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
+             "  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n  SystemdCgroup = true\n")
+K3S_CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+RKE2_CONFIG = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+
+
+def install_at(root: Path, fixture: str, directory: str) -> Path:
+    shutil.copytree(FIXTURES / fixture, root / directory.lstrip("/"), dirs_exist_ok=True)
+    toolkit(root)
+    return root
+
+
+def test_item07_config_version_4_edited_like_v3(world_tmp):
+    root = install(world_tmp, "v4-single.toml")
+    result = plan(root)
+    assert result["config_version"] == 4 and result["runtime_file"] == CONFIG
+    after = tomllib.loads(result["changes"][0].after)
+    runtime = dig(after, (*V3, "containerd", "runtimes", "nvidia"))
+    assert runtime["options"] == {"BinaryName": BINARY, "SystemdCgroup": True, "NoNewKeyring": False}
+    apply(result)
+    assert plan(root)["changes"] == []
+
+
+def test_item07_config_version_4_conf_d_drop_in_has_version_4(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    config = root / "etc/containerd/config.toml"
+    config.write_text(config.read_text().replace("version = 3", "version = 4"))
+    (root / "etc/containerd/conf.d/10-registry.toml").write_text("version = 4\n")
+    result = plan(root)
+    assert result["runtime_file"] == DROP_IN
+    drop_in = tomllib.loads(result["changes"][0].after)
+    assert drop_in["version"] == 4 and dig(drop_in, (*V3, "containerd", "runtimes", "nvidia", "options", "BinaryName")) == BINARY
+
+
+def test_item07_v2_main_importing_a_v3_drop_in_is_accepted(world_tmp):
+    root = install(world_tmp, files={CONFIG: V2_RUNC, DROP_IN: "version = 3\n\n" + V3_NVIDIA})
+    result = plan(root)
+    assert result["changes"] == [] and result["actions"] == [], result["actions"]
+    assert result["files"] == [CONFIG, DROP_IN]
+    assert any("version = 3 in" in warning for warning in result["warnings"])
+
+
+def test_item07_drop_in_without_version_is_accepted(world_tmp):
+    root = install(world_tmp, "v3-confd", files={DROP_IN: V3_NVIDIA})
+    result = plan(root)
+    assert result["changes"] == [] and result["runtime_file"] == DROP_IN
+
+
+def test_item07_drop_in_without_version_holding_runc_options_is_merged(world_tmp):
+    main = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+    runc = ("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/10-runc.toml": runc})
+    result = plan(root)
+    drop_in = tomllib.loads(result["changes"][0].after)
+    assert dig(drop_in, (*V3, "containerd", "runtimes", "nvidia", "options")) == {"SystemdCgroup": True, "BinaryName": BINARY}
+
+
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("[plugins.cri.containerd]\n  snapshotter = 'overlayfs'\n", [CONFIG, "version is missing", "version 1", "version = 2, 3 or 4"]),
+    ("version = 1\n", [CONFIG, "version = 1", "containerd config migrate"]),
+    ("version = 7\n", [CONFIG, "version = 7", "(2, 3 or 4)"]),
+    ("version = '3'\n", [CONFIG, "version", "string '3'"]),
+])
+def test_item07_missing_or_old_version_names_file_field_and_value(world_tmp, text, fragments):
+    root = install(world_tmp, files={CONFIG: text})
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    for fragment in fragments:
+        assert fragment in raised.value.msg, (fragment, raised.value.msg)
+    assert raised.value.result["path"] == CONFIG and raised.value.result["field"] == "version"
+
+
+def test_item08_nvidia_ctk_v2_layout_is_recognised_as_correct(world_tmp):
+    root = install(world_tmp, "v2-nvidia-ctk")
+    before = snapshot(root)
+    result = plan(root)
+    assert result["changes"] == [] and result["actions"] == [], result["actions"]
+    assert result["files"] == [CONFIG, DROP_IN] and result["runtime_file"] == DROP_IN
+    assert result["current"]["runtime"]["options"]["BinaryName"] == BINARY
+    assert run_module("containerd_nvidia_runtime", module_args(root), {})["changed"] is False
+    assert snapshot(root) == before
+
+
+def test_item08_nvidia_ctk_v2_layout_with_a_stale_drop_in_is_fixed_in_the_drop_in(world_tmp):
+    root = install(world_tmp, "v2-nvidia-ctk")
+    drop_in = root / DROP_IN.lstrip("/")
+    drop_in.write_text(drop_in.read_text().replace("SystemdCgroup = true\n\n        [plugins", "SystemdCgroup = false\n\n        [plugins", 1))
+    result = plan(root)
+    assert [change.path for change in result["changes"]] == [str(drop_in)]
+    assert result["actions"] == ["update options.SystemdCgroup of runtime 'nvidia' in %s" % DROP_IN]
+
+
+def test_item09_star_does_not_cross_a_slash(world_tmp):
+    main = "version = 3\nimports = [\"/etc/containerd/*.toml\"]\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/10-registry.toml": "version = 3\n"})
+    result = plan(root)
+    assert result["files"] == [CONFIG]  # conf.d/10-registry.toml is not loaded
+    assert result["runtime_file"] == "/etc/containerd/99-nvidia.toml"  # not conf.d/99-nvidia.toml, which nothing loads
+    assert [change.path for change in result["changes"]] == [str(root / "etc/containerd/99-nvidia.toml")]
+
+
+def test_item09_star_matches_dot_files_like_go(world_tmp):
+    root = install(world_tmp, "v3-confd", files={"/etc/containerd/conf.d/.50-nvidia.toml": "version = 3\n\n" + V3_NVIDIA})
+    result = plan(root)
+    assert "/etc/containerd/conf.d/.50-nvidia.toml" in result["files"]
+    assert result["changes"] == []
+
+
+def test_item09_import_without_star_is_a_literal_path(world_tmp):
+    main = "version = 3\nimports = [\"/etc/containerd/conf.d/9?-nvidia.toml\"]\n"
+    root = install(world_tmp, files={CONFIG: main, DROP_IN: "version = 3\n\n" + V3_NVIDIA})
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    assert "imports[0]" in raised.value.msg and "9?-nvidia.toml" in raised.value.msg and "does not exist" in raised.value.msg
+
+
+def test_item09_relative_glob_of_a_v2_config_read_differently_by_old_containerd_is_refused(world_tmp):
+    main = "version = 2\nimports = [\"conf.d/*.toml\"]\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/50-cri.toml": V2_RUNC.replace("imports", "# imports")})
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    message = raised.value.msg
+    assert CONFIG in message and "imports[0]" in message and "'conf.d/*.toml'" in message and "absolute" in message
+
+
+def test_item09_relative_glob_of_a_v3_config_is_relative_to_the_file(world_tmp):
+    main = "version = 3\nimports = [\"conf.d/*.toml\"]\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/10-x.toml": "version = 3\n", "/conf.d/10-y.toml": "version = 3\n"})
+    result = plan(root)
+    assert result["files"] == [CONFIG, "/etc/containerd/conf.d/10-x.toml"] and result["runtime_file"] == DROP_IN
+
+
+def test_item09_self_check_proves_the_drop_in_is_loaded(world_tmp, monkeypatch):
+    root = install(world_tmp, "v3-confd")
+    monkeypatch.setattr(_containerd, "_drop_in_target", lambda *args, **kwargs: "/etc/containerd/conf.d/nested/99-nvidia.toml")
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    assert "no import" in raised.value.msg and "nested/99-nvidia.toml" in raised.value.msg
+
+
+@pytest.mark.parametrize(("pattern", "name", "matches"), [
+    ("*.toml", "99-nvidia.toml", True), ("*.toml", "conf.d/99-nvidia.toml", False), ("*.toml", ".hidden.toml", True),
+    ("9?-*.toml", "99-nvidia.toml", True), ("[^0-8]*", "99.toml", True), ("[^0-9]*", "99.toml", False),
+    ("\\*.toml", "*.toml", True), ("\\*.toml", "a.toml", False), ("[a-c]x", "bx", True),
+])
+def test_item09_go_match_semantics(pattern, name, matches):
+    assert _containerd.go_match(pattern, name) is matches
+
+
+@pytest.mark.parametrize("pattern", ["[", "[]a]", "a\\", "[a-]"])
+def test_item09_go_bad_patterns_are_errors(pattern):
+    with pytest.raises(ValueError):
+        _containerd.go_match(pattern, "a")
+
+
+def test_item10_missing_runtime_binary_fails_and_changes_nothing(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    (root / BINARY.lstrip("/")).unlink()
+    before = snapshot(root)
+    result = run_module("containerd_nvidia_runtime", module_args(root), {})
+    assert result.get("failed") is True, result
+    assert BINARY in result["msg"] and "does not exist" in result["msg"] and "install the NVIDIA container toolkit" in result["msg"]
+    assert result["field"] == "binary_name" and result["value"] == BINARY
+    assert snapshot(root) == before
+
+
+def test_item10_runtime_binary_not_executable_fails(world_tmp):
+    root = install(world_tmp, "v3-confd-nvidia")
+    (root / BINARY.lstrip("/")).chmod(0o644)
+    result = run_module("containerd_nvidia_runtime", module_args(root), {})
+    assert result.get("failed") is True and "not executable" in result["msg"], result
+
+
+def test_item10_runtime_binary_through_a_symlink_in_the_root(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    binary = root / BINARY.lstrip("/")
+    binary.unlink()
+    toolkit(root, "/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    binary.symlink_to("/usr/local/nvidia/toolkit/nvidia-container-runtime")  # absolute: resolved inside the root
+    assert run_module("containerd_nvidia_runtime", module_args(root), {})["changed"] is True
+
+
+def test_item10_warn_option_configures_and_warns(world_tmp):
+    root = install(world_tmp, "v3-confd")
+    (root / BINARY.lstrip("/")).unlink()
+    result = run_module("containerd_nvidia_runtime", module_args(root, on_missing_runtime_binary="warn"), {})
+    assert result["changed"] is True and result["runtime_binary_state"] == "missing", result
+    assert "install the NVIDIA container toolkit" in str(result.get("warnings"))  # structured warning events in ansible-core 2.19
+
+
+def test_item10_node_audit_reports_the_missing_binary(world_tmp):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+
+    root = install(world_tmp, "v3-confd-nvidia")
+    (root / BINARY.lstrip("/")).unlink()
+    options = _node_audit.section_params("containerd", _containerd.argument_spec(), {}, str(root))
+    would_change, findings, _details = _node_audit.audit_containerd(options)
+    assert would_change is False
+    assert [(entry["id"], entry["remediable"], entry["path"]) for entry in findings] == [("containerd_runtime_binary_missing", False, BINARY)]
+    assert "install the NVIDIA container toolkit" in findings[0]["hint"]
+
+
+def test_item11_k3s_generated_config_is_never_edited(world_tmp):
+    root = install_at(world_tmp, "k3s-v2", os.path.dirname(K3S_CONFIG))
+    before = snapshot(root)
+    result = run_module("containerd_nvidia_runtime", module_args(root, path=K3S_CONFIG), {})
+    assert result.get("failed") is True, result
+    message = result["msg"]
+    assert K3S_CONFIG in message and "DO NOT EDIT" in message and "config.toml.tmpl" in message and "restart k3s" in message
+    assert "runtimes.nvidia" in message
+    assert snapshot(root) == before
+
+
+def test_item11_k3s_own_nvidia_runtime_is_correct(world_tmp):
+    root = install_at(world_tmp, "k3s-v2", os.path.dirname(K3S_CONFIG))
+    config = root / K3S_CONFIG.lstrip("/")
+    # what k3s appends when it finds nvidia-container-runtime on its PATH (ExtraRuntimes: no SystemdCgroup)
+    config.write_text(config.read_text() + "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\"]\n"
+                      "  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\".options]\n"
+                      "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n")
+    toolkit(root, "/usr/local/nvidia/toolkit/nvidia-container-runtime")
+    result = run_module("containerd_nvidia_runtime", module_args(root, path=K3S_CONFIG), {})
+    assert result["changed"] is False and result["generated_by"] == "k3s", result
+    assert result["runtime_binary"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    assert "SystemdCgroup" in str(result.get("warnings"))
+
+
+def test_item11_rke2_v3_generated_config_gets_a_drop_in_it_imports(world_tmp):
+    root = install_at(world_tmp, "rke2-v3", os.path.dirname(RKE2_CONFIG))
+    before = (root / RKE2_CONFIG.lstrip("/")).read_text()
+    result = _containerd.plan_runtime(
+        _containerd.read_config_set(str(root), RKE2_CONFIG), params(path=RKE2_CONFIG), root=str(root))
+    drop_in = "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d/99-nvidia.toml"
+    assert result["runtime_file"] == drop_in
+    assert [change.path for change in result["changes"]] == [str(root / drop_in.lstrip("/"))]
+    assert (root / RKE2_CONFIG.lstrip("/")).read_text() == before
+
+
+def test_item11_k3s_v3_without_imports_names_the_v3_template(world_tmp):
+    root = install_at(world_tmp, "rke2-v3", os.path.dirname(K3S_CONFIG))
+    config = root / K3S_CONFIG.lstrip("/")
+    text = config.read_text().replace("rke2", "k3s")
+    config.write_text("\n".join(line for line in text.splitlines() if not line.startswith("imports")) + "\n")
+    with pytest.raises(GpuhardenError) as raised:
+        _containerd.plan_runtime(_containerd.read_config_set(str(root), K3S_CONFIG), params(path=K3S_CONFIG), root=str(root))
+    assert "config-v3.toml.tmpl" in raised.value.msg and "{{ template \"base\" . }}" in raised.value.msg
