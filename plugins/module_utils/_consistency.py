@@ -18,7 +18,10 @@ O(nodes + pods) and returns findings in the shape nvml_check uses (id, severity,
 
 from __future__ import annotations
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods
+import difflib
+import re
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _mig
 from ansible_collections.gpuharden.k8s.plugins.module_utils._device_audit import parse_container_path
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml_health import finding
@@ -134,8 +137,8 @@ def normalize_report(node, raw):
             devices = [_dict(device, gwhere + ".mig.devices[]") for device in _list(mig.get("devices"), gwhere + ".mig.devices")]
             named = [mig_device_profile(device.get("name")) for device in devices]
             if devices and all(named):
-                # What the device plugin advertises is per MIG device: a 3g GPU instance split into three 1-slice
-                # compute instances is three nvidia.com/mig-1c.3g.40gb, not one mig-3g.40gb.
+                # The device plugin advertises one resource per MIG device (compute instance), named after the
+                # profile by its own patterns (see expected_mig_resources): the NVML profiles are kept here.
                 for name in named:
                     profiles[name] = profiles.get(name, 0) + 1
             else:
@@ -256,6 +259,31 @@ def _pod_label(pod):
     return {"namespace": pod["namespace"], "name": pod["name"], "uid": pod["uid"]}
 
 
+def expected_mig_resources(profiles):
+    """What the device plugin advertises (mixed strategy) for MIG devices of ``profiles`` ({NVML profile: count}):
+    {"mixed": {name: count} or None, "mixed_legacy": {name: count}}.
+
+    Names as NVIDIA/k8s-device-plugin builds them (internal/rm/rm.go AddDefaultResourcesToConfig, patterns matched
+    in internal/rm/device_map.go buildMigDeviceMap; details in _mig.mig_resource_name): v0.19.x and older match
+    unanchored, so the real v0.18.2 binary advertised a 3g.40gb GPU instance split into three 1c.3g.40gb compute
+    instances as nvidia.com/mig-3g.40gb x3, and 1g.10gb+me as nvidia.com/mig-1g.10gb; v0.20.0 and newer match
+    anchored (1g.10gb+me -> nvidia.com/mig-1g.10gb.me) and do not start at all on a 1c.3g.40gb device ("mixed": None).
+    """
+    result = {"mixed": {}, "mixed_legacy": {}}
+    for profile, count in sorted(profiles.items()):
+        names = _mig.mig_resource_names(profile)
+        parsed = names["mixed_legacy"] is not None
+        for key in result:
+            if result[key] is None:
+                continue
+            if names[key] is None and parsed:
+                result[key] = None  # a compute-instance profile: no pattern matches, the plugin does not start
+                continue
+            resource = names[key] or MIG_PREFIX + str(profile).replace("+", ".")
+            result[key][resource] = result[key].get(resource, 0) + count
+    return result
+
+
 def _declared_findings(name, have, report, replicas, labelled):
     found = []
     gpus = have.get(GPU, 0) + have.get(SHARED, 0)
@@ -263,9 +291,11 @@ def _declared_findings(name, have, report, replicas, labelled):
     unknown = sorted(key for key in have if key not in (GPU, SHARED) and not key.startswith(MIG_PREFIX) and have[key] > 0)
     if unknown:
         found.append(finding(
-            "unknown_gpu_resource", "error", name, {"resources": [GPU, MIG_PREFIX + "<profile>"]}, {key: have[key] for key in unknown},
-            "the device plugin advertises a resource name pods do not request (a typo such as nvidia-gpu in its "
-            "config's resources.gpus[].name): pods asking for nvidia.com/gpu are not scheduled here"))
+            "unknown_gpu_resource", "warning", name, {"resources": [GPU, SHARED, MIG_PREFIX + "<profile>"]},
+            {key: have[key] for key in unknown},
+            "the node advertises nvidia.com resources the NVIDIA device plugin does not name: it discards renames in its "
+            "config (DisableResourceNamingInConfig, NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go), so another "
+            "device plugin (GPU passthrough, network operator) or a modified plugin advertises them"))
     if report is None:
         if labelled and not gpus and not any(mig.values()):
             found.append(finding(
@@ -277,14 +307,21 @@ def _declared_findings(name, have, report, replicas, labelled):
         mixed = sum(mig.values())
         whole = physical - report["mig_gpus"]
         single = have.get(GPU, 0) == report["mig_devices"] + whole and not mig
-        profiles_ok = not report["mig_profiles"] or all(
-            have.get(MIG_PREFIX + profile, 0) == count for profile, count in report["mig_profiles"].items())
+        names = expected_mig_resources(report["mig_profiles"])
+        profiles_ok = not report["mig_profiles"] or any(
+            expected is not None and all(have.get(resource, 0) == count for resource, count in expected.items())
+            for expected in names.values())
         if not single and not (mixed == report["mig_devices"] and profiles_ok):
+            hint = ("MIG devices exist but the node does not advertise them (as nvidia.com/mig-<profile> with migStrategy "
+                    "mixed, or as nvidia.com/gpu with single): the device plugin runs migStrategy none or is failing")
+            if names["mixed"] is None:
+                hint += ("; compute instances smaller than their GPU instance (%s) match none of the resource patterns of "
+                         "device plugin v0.20.0 and newer, which then does not start: use default compute instances"
+                         % ", ".join(sorted(p for p in report["mig_profiles"] if _mig.mig_resource_names(p)["mixed"] is None)))
             found.append(finding(
                 "mig_not_advertised", "error", name,
-                {"mig_devices": report["mig_devices"], "profiles": report["mig_profiles"]}, {"allocatable": have},
-                "MIG devices exist but the node does not advertise them (as nvidia.com/mig-<profile> with migStrategy mixed, "
-                "or as nvidia.com/gpu with single): the device plugin runs migStrategy none or is failing"))
+                {"mig_devices": report["mig_devices"], "profiles": report["mig_profiles"], "resources": names},
+                {"allocatable": have}, hint))
         return found
     if physical and not gpus and not any(mig.values()):
         found.append(finding(
@@ -394,6 +431,80 @@ def _pod_spec_findings(pods_on_node, name):
     return found
 
 
+# Resource names that are not extended resources (k8s.io/api core/v1 ResourceName; hugepages-<size> too).
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", "storage", "pods")
+GPU_WORDS = ("gpu", "nvidia", "mig-")
+_MIG_RESOURCE_RE = re.compile(r"^[0-9]+g\.[0-9]+gb([.-][A-Za-z][A-Za-z0-9.,]*)?$")
+
+
+def _gpu_like(name):
+    lower = name.lower()
+    if lower in STANDARD_RESOURCES or lower.startswith("hugepages-"):
+        return False
+    return lower.startswith(PREFIX) or any(word in lower for word in GPU_WORDS)
+
+
+def _plugin_missing(name, advertised):
+    """A name of the NVIDIA device plugin's own forms while no node advertises any name of that form: the plugin is
+    missing, failing or runs another MIG strategy (gpu_not_advertised, mig_not_advertised), not a wrong name."""
+    base = name[:-len(".shared")] if name.endswith(".shared") else name
+    if base == GPU:
+        return not any(other in (GPU, SHARED) or other.startswith(MIG_PREFIX) for other in advertised)
+    if base.startswith(MIG_PREFIX) and _MIG_RESOURCE_RE.match(base[len(MIG_PREFIX):]):
+        return not any(other.startswith(MIG_PREFIX) for other in advertised)
+    return False
+
+
+def _requested_gpu_names(pod):
+    names = set()
+    spec = pod.get("spec") or {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = (container or {}).get("resources") or {}
+        for kind in ("limits", "requests"):
+            value = resources.get(kind) or {}
+            if isinstance(value, dict):
+                names.update(str(name) for name in value if _gpu_like(str(name)) and str(value[name]).strip() not in ("0", ""))
+    return names
+
+
+def _requested_not_advertised(nodes, pods, targets):
+    """Pods requesting a GPU-like resource (nvidia.com/*, or a name with gpu/nvidia/mig- in it) that no Node advertises
+    (capacity or allocatable): they never schedule.  The NVIDIA device plugin advertises nvidia.com/gpu,
+    nvidia.com/gpu.shared and nvidia.com/mig-<profile> whatever its config renames (DisableResourceNamingInConfig,
+    NVIDIA/k8s-device-plugin api/config/v1/config.go, called from cmd/nvidia-device-plugin/main.go), so the wrong
+    name is the workload's.  One finding per (node, resource): the node a pod is bound to, None for pending pods;
+    bound pods count only on the checked nodes."""
+    advertised = set()
+    for node in nodes:
+        status = node.get("status") or {}
+        for field in ("capacity", "allocatable"):
+            advertised.update(str(name) for name in (status.get(field) or {}))
+    known = sorted(name for name in advertised if _gpu_like(name)) or [GPU]
+    grouped = {}
+    for pod in pods:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        if status.get("phase") in _gpu_pods.TERMINATED_PHASES:
+            continue
+        node = spec.get("nodeName") or None
+        if node is not None and node not in targets:
+            continue
+        for resource in sorted(name for name in _requested_gpu_names(pod) - advertised if not _plugin_missing(name, advertised)):
+            grouped.setdefault((node, resource), []).append(
+                {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")})
+    found = []
+    for (node, resource), requesters in sorted(grouped.items(), key=lambda item: (item[0][0] or "", item[0][1])):
+        close = difflib.get_close_matches(resource, known, n=1, cutoff=0.6)
+        found.append(finding(
+            "requested_resource_not_advertised", "error", node, {"advertised": known},
+            {"resource": resource, "pods": ["%s/%s" % (item["namespace"], item["name"]) for item in requesters],
+             "close_match": close[0] if close else None},
+            "%d pod(s) request %s, which no node advertises: they stay Pending (or fail admission where bound)%s; fix the "
+            "workloads' resource name - the NVIDIA device plugin advertises nvidia.com/gpu and nvidia.com/mig-<profile> "
+            "whatever its config renames" % (len(requesters), resource, "; did you mean %s?" % close[0] if close else ""),
+            pod=requesters[0] if len(requesters) == 1 else None))
+    return found
+
+
 def validate(reports, pod_resources=None, replicas=1):
     """The node reports and pod-resources, checked and normalized: ({node: report}, {node: allocation})."""
     _int(replicas, "option sharing_replicas", 1)
@@ -418,6 +529,7 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
         on_node.setdefault(pod["node"], []).append(pod)
     findings, summary = [], {}
     target_set = set(targets)
+    findings.extend(_requested_not_advertised(nodes, pods, target_set))
     for node, pod_name, message in bad:
         if node in target_set:
             findings.append(finding("pod_unreadable", "warning", node, "a valid pod spec", {"pod": pod_name, "error": message},

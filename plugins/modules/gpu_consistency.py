@@ -17,14 +17,23 @@ description:
     used (GPUs, MIG devices and GPU processes as NVML sees them on the node, from O(node_reports)).
   - "Findings: declared differs from physical (C(gpu_not_advertised): allocatable 0 with GPUs present, the device plugin
     missing or failing; C(gpu_partially_advertised); C(gpu_over_advertised); C(mig_not_advertised); C(unknown_gpu_resource),
-    a resource name typo such as C(nvidia.com/nvidia-gpu)), C(allocated_exceeds_declared), a GPU process whose cgroup
+    C(nvidia.com) names the NVIDIA device plugin does not advertise, such as C(nvidia.com/nvidia-gpu): it discards renames
+    in its config, so another plugin advertises them), C(requested_resource_not_advertised) (pods, pending or bound,
+    requesting a GPU-like resource no node advertises, such as C(nvidia.com/gpus) or C(nvidia-gpu), with the closest
+    advertised name; C(node) is V(null) for pending pods), C(allocated_exceeds_declared), a GPU process whose cgroup
     belongs to a pod that was allocated no GPU (C(gpu_process_without_allocation), the memory cross-sharing of
     C(NVIDIA_VISIBLE_DEVICES=all) without a request) or fewer GPUs than it uses (C(gpu_process_exceeds_allocation)),
     devices used by a container other than the one they were allocated to (C(device_used_by_other_container),
     C(gpu_process_on_unallocated_device); needs O(pod_resources)), C(visible_devices_without_request) from the pod spec,
     and C(gpu_process_outside_pods), C(gpu_process_unknown_pod), C(gpu_process_unattributed), C(node_not_found),
     C(pod_unreadable)."
-  - One paginated LIST of nodes and one of pods for the whole cluster, whatever the number of nodes, made at the same
+  - "MIG devices are expected under the names the NVIDIA device plugin gives them (mixed strategy): one resource per
+    MIG device, C(nvidia.com/mig-<profile>) with C(+) replaced by C(.) (V(nvidia.com/mig-1g.10gb.me)) from plugin v0.20.0;
+    v0.19.x and older name a device by the first GPU-instance profile it contains (a 3g.40gb GPU instance split into
+    three C(1c.3g.40gb) compute instances is V(nvidia.com/mig-3g.40gb) x3, V(1g.10gb+me) is V(nvidia.com/mig-1g.10gb)).
+    Either naming is consistent; C(expected.resources) of C(mig_not_advertised) gives both."
+  - One paginated LIST of nodes and one of the non-terminated pods (bound or pending) for the whole cluster, whatever the
+    number of nodes, made at the same
     time; memory and time grow linearly with the number of nodes plus pods. Both are ordinary (consistent) LISTs, as
     up to date as the API server's storage, not possibly stale reads from its watch cache (C(resourceVersion=0)).
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes) and on C(pods) in
@@ -40,6 +49,7 @@ options:
     description:
       - Node names to check. Default is every GPU node (labelled with O(gpu_node_label)=true or with C(nvidia.com/*)
         capacity) and every node in O(node_reports).
+      - Pending pods (bound to no node) are checked for C(requested_resource_not_advertised) whatever this lists.
     type: list
     elements: str
     default: []
@@ -174,7 +184,8 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # bound, not terminated
+# Not terminated, bound or not: pending pods that request a resource no node advertises are findings too.
+POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def read_cluster(api, page_limit):

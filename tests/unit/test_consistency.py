@@ -277,7 +277,7 @@ def test_exited_processes_are_left_out():
 
 
 def test_mig_profiles_come_from_the_mig_devices_when_they_are_named():
-    """A 3g instance split into three 1c compute instances is advertised as three mig-1c.3g.40gb (mixed strategy)."""
+    """The physical MIG profiles are per MIG device (compute instance), as NVML names them."""
     from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
 
     devices = [{"uuid": "MIG-%d" % i, "name": "NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"} for i in range(3)]
@@ -291,3 +291,81 @@ def test_mig_profiles_come_from_the_mig_devices_when_they_are_named():
     assert _consistency.normalize_report("n", raw)["mig_profiles"] == {"3g.40gb": 1, "1g.10gb": 1}
     assert _consistency.mig_device_profile("NVIDIA A100 MIG 2g.20gb") == "2g.20gb"
     assert _consistency.mig_device_profile("NVIDIA A100") is None
+
+
+# -- issue 13 item 6: MIG resource names as the real device plugin advertises them ---------------------------
+
+
+def _named_mig_gpu(index, names):
+    devices = [{"uuid": "MIG-%d-%d" % (index, n), "name": "NVIDIA H100 80GB HBM3 MIG " + name} for n, name in enumerate(names)]
+    return {"index": index, "uuid": "GPU-%d" % index, "mig": {"mode_current": "enabled", "devices": devices}}
+
+
+def test_item06_split_gpu_instance_is_advertised_under_the_gpu_instance_profile():
+    """The real v0.18.2 binary on the NVML double: three 1c.3g.40gb devices -> nvidia.com/mig-3g.40gb x3 (its patterns,
+    internal/rm/rm.go, match unanchored)."""
+    report = {"gpu_count": 1, "gpus": [_named_mig_gpu(0, ["1c.3g.40gb"] * 3 + ["2g.20gb"] * 2)]}
+    real = node("n1", extra={"nvidia.com/mig-3g.40gb": "3", "nvidia.com/mig-2g.20gb": "2"})
+    assert _consistency.check([real], [], {"n1": report})[0] == []
+    # what the previous prediction expected is not what any plugin release advertises
+    invented = node("n1", extra={"nvidia.com/mig-1c.3g.40gb": "3", "nvidia.com/mig-2g.20gb": "2"})
+    [item] = _consistency.check([invented], [], {"n1": report})[0]
+    assert item["id"] == "mig_not_advertised"
+    assert item["expected"]["resources"] == {"mixed": None,
+                                             "mixed_legacy": {"nvidia.com/mig-3g.40gb": 3, "nvidia.com/mig-2g.20gb": 2}}
+    assert "1c.3g.40gb" in item["hint"] and "v0.20.0" in item["hint"]  # v0.20.0+ does not start on a split instance
+    assert _consistency.expected_mig_resources({"1c.3g.40gb": 3})["mixed_legacy"] == {"nvidia.com/mig-3g.40gb": 3}
+
+
+def test_item06_attribute_profiles_plus_becomes_dot_or_the_plain_name_before_v0_20():
+    report = {"gpu_count": 1, "gpus": [_named_mig_gpu(0, ["1g.10gb+me"] + ["1g.10gb"] * 6)]}
+    anchored = node("n1", extra={"nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-1g.10gb": "6"})
+    legacy = node("n1", extra={"nvidia.com/mig-1g.10gb": "7"})
+    assert _consistency.check([anchored], [], {"n1": report})[0] == []
+    assert _consistency.check([legacy], [], {"n1": report})[0] == []
+    plus = node("n1", extra={"nvidia.com/mig-1g.10gb+me": "1", "nvidia.com/mig-1g.10gb": "6"})
+    assert ids(_consistency.check([plus], [], {"n1": report})[0]) == ["mig_not_advertised"]
+    assert _consistency.expected_mig_resources({"1g.24gb-me": 4, "2g.48gb+gfx": 1}) == {
+        "mixed": {"nvidia.com/mig-1g.24gb-me": 4, "nvidia.com/mig-2g.48gb.gfx": 1},
+        "mixed_legacy": {"nvidia.com/mig-1g.24gb": 4, "nvidia.com/mig-2g.48gb": 1}}
+
+
+# -- issue 13 item 5: pods requesting a resource name no node advertises ----------------------------------
+
+
+def _pending(name, uid, resource, count=1):
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": {resource: str(count)}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_item05_pending_pods_requesting_a_misspelled_gpu_resource():
+    nodes = [node("n1", 2), node("n2", 2)]
+    pods = [_pending("train-0", UID_A, "nvidia.com/gpus"), _pending("train-1", UID_B, "nvidia.com/gpus"),
+            _pending("notebook", UID_C, "nvidia-gpu"), pod("ok", "n1", "u-ok", 1)]
+    findings, _ = _consistency.check(nodes, pods, {})
+    wrong = [f for f in findings if f["id"] == "requested_resource_not_advertised"]
+    assert [(f["node"], f["found"]["resource"], f["found"]["pods"], f["found"]["close_match"]) for f in wrong] == [
+        (None, "nvidia-gpu", ["ml/notebook"], "nvidia.com/gpu"),
+        (None, "nvidia.com/gpus", ["ml/train-0", "ml/train-1"], "nvidia.com/gpu")]
+    assert all(f["severity"] == "error" and f["expected"] == {"advertised": ["nvidia.com/gpu"]} for f in wrong)
+    assert wrong[0]["pod"] == {"namespace": "ml", "name": "notebook", "uid": UID_C} and wrong[1]["pod"] is None
+    assert "did you mean nvidia.com/gpu?" in wrong[1]["hint"]
+    assert ids(findings) == ["requested_resource_not_advertised"] * 2
+
+
+def test_item05_bound_pod_with_unadvertised_name_belongs_to_its_node_and_plugin_outages_are_not_typos():
+    nodes = [node("n1", 2, extra={"nvidia.com/mig-1g.10gb": "7"}), node("n2")]
+    bound = pod("mig-me", "n1", UID_A, 1, resource="nvidia.com/mig-1g.10gb.me")
+    findings, _ = _consistency.check(nodes, [bound], {}, wanted=["n1"])
+    [item] = [f for f in findings if f["id"] == "requested_resource_not_advertised"]
+    assert item["node"] == "n1" and item["found"]["close_match"] == "nvidia.com/mig-1g.10gb"
+    assert ids(_consistency.check(nodes, [bound], {}, wanted=["n2"])[0]) == ["gpu_not_advertised"]  # n1's pod not counted
+    # no node advertises anything of the plugin: the plugin is missing (gpu_not_advertised), not a wrong name
+    findings, _ = _consistency.check([node("n3")], [_pending("p", UID_B, "nvidia.com/gpu")], {})
+    assert "requested_resource_not_advertised" not in ids(findings)
+    # other resources are not GPU resources
+    assert _consistency.check([node("n1", 1)], [_pending("p", UID_B, "example.com/fpga")], {})[0] == []
+    # terminated pods do not count
+    done = dict(_pending("p", UID_B, "nvidia.com/gpus"), status={"phase": "Failed"})
+    assert _consistency.check([node("n1", 1)], [done], {})[0] == []
