@@ -57,7 +57,7 @@ NAMESPACE = "bench"
 GPU = "nvidia.com/gpu"
 MODULE_PATH = REPO / "plugins/modules/gpu_consistency.py"
 COLLECTIONS = REPO / "build/collections"
-POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # as the module lists them
+POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"  # as the module lists them
 LAB_PROCESSES = ("kube-apiserver", "etcd", "kwok")
 
 

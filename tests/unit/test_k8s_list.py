@@ -272,7 +272,7 @@ def test_gpu_consistency_module_lists_both_kinds_and_matches_the_pure_check():
     assert result.get("failed") is not True, result
     assert result["api_requests"] == {"nodes": 3, "pods": 6}
     assert {query["fieldSelector"] for path, query in server.requests if path == "/api/v1/pods"} == {
-        "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
+        "status.phase!=Succeeded,status.phase!=Failed"}
     findings, summary = _consistency.check(nodes, pods, {})
     assert result["findings"] == json.loads(json.dumps(findings)) and result["nodes"] == json.loads(json.dumps(summary))
     assert [f["id"] for f in result["findings"]] == ["allocated_exceeds_declared"]  # k0: 4 declared, 3 pods x 2
