@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Role device_permissions on the seed-failures lab, over SSH: non-root NVML fails before and works after,
-the modprobe/udev files appear, check mode changes nothing, a second run changes nothing."""
+the modprobe options appear (no udev rule: it would never fire), check mode changes nothing, a second run changes
+nothing; and after nvidia-modprobe recreates the nodes, what the policy keeps stays and the drift check reports what
+regressed (issue 13 item 17)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 
 from gpuharden.lab import REPO_ROOT, layout, manager
 from tests.labfixtures import running_lab
+from tests.unit.test_device_nodes import nvidia_modprobe
 
 pytestmark = pytest.mark.lab
 
@@ -116,7 +121,7 @@ def test_apply_fixes_the_nodes_and_writes_the_files(lab):
     assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0").split() == ["root:root", "666"]
     assert _ssh(lab, PERM_NODE, "readlink /dev/char/195:0 /dev/char/195:255").split() == ["../nvidia0", "../nvidiactl"]
     assert "options nvidia NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=0 NVreg_DeviceFileMode=0666" in _ssh(lab, PERM_NODE, "cat " + MODPROBE)
-    assert 'KERNEL=="nvidia-uvm", OWNER="root", GROUP="root", MODE="0666"' in _ssh(lab, PERM_NODE, "cat " + UDEV)
+    assert _ssh(lab, PERM_NODE, "test -e %s && echo present || echo absent" % UDEV).split() == ["absent"]
     assert _ssh(lab, MIG_NODE, "stat -c '%a' /dev/nvidia-caps/nvidia-cap1 /dev/nvidia-caps/nvidia-cap2").split() == ["400", "444"]
     assert _nvml_as_nobody(lab, PERM_NODE) == {"init": None, "errors": [None] * 8}
     print("apply run on %d nodes: %.1fs" % (len(results), elapsed))
@@ -136,7 +141,10 @@ def test_restricted_policy_and_its_consequence(lab):
     saved, _elapsed = _play(lab, "-e", "device_permissions_policy=restricted", "-e", "device_permissions_group=nogroup", hosts=PERM_NODE)
     result = _results(saved)[PERM_NODE]
     assert result["changed"] and result["reboot_or_reload_required"] is True  # the driver still runs with 0666
-    assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm").split() == ["root:nogroup", "660"] * 3
+    assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0 /dev/nvidiactl").split() == ["root:nogroup", "660"] * 2
+    # nothing keeps another value on uvm: it stays what nvidia-modprobe makes it, and the result says so
+    assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia-uvm /dev/nvidia-uvm-tools").split() == ["root:root", "666"] * 2
+    assert [entry["path"] for entry in result["not_persistable"]] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
     assert _nvml_as_nobody(lab, PERM_NODE) == {"init": None, "errors": [None] * 8}
     _results(_play(lab, "-e", "device_permissions_policy=restricted", "-e", "device_permissions_group=video", hosts=PERM_NODE)[0])
     assert _nvml_as_nobody(lab, PERM_NODE) == {"init": 4}  # pods without the group: Insufficient Permissions
@@ -155,3 +163,68 @@ def test_conflicting_modprobe_file_fails_and_changes_nothing(lab):
     assert _snapshots(lab)[PERM_NODE] == before
     _ssh(lab, PERM_NODE, "rm /etc/modprobe.d/zzz-site.conf")
     assert _results(_play(lab, hosts=PERM_NODE)[0])[PERM_NODE]["nodes"]["/dev/nvidia0"]["action"] == "fix"
+
+
+def _nvidia_modprobe(state, node, recreate):
+    """Run the unit tests' nvidia-modprobe stand-in on the node itself (its /dev and /proc/driver are the lab's)."""
+    script = "%s\nimport json\nprint(json.dumps(nvidia_modprobe('/', recreate=%r)))\n" % (inspect.getsource(nvidia_modprobe), recreate)
+    return json.loads(_ssh(state, node, "%s - <<'EOF'\n%s\nEOF" % (NODE_PYTHON, script)))
+
+
+def _drift_device_findings(state, *extra):
+    """The drift check (gpuharden drift) on PERM_NODE: its device_nodes findings as {id: sorted paths}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp, "report.json")
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+                   PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+        completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-q", "-i", state["inventory"], "--limit", PERM_NODE,
+                                    "--report", str(report), *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+        assert report.exists(), completed.stderr[-3000:]
+        node = json.loads(report.read_text())["nodes"][PERM_NODE]
+    found = {}
+    for entry in node["findings"]:
+        if entry["check"] == "device_nodes":
+            found.setdefault(entry["id"], []).append(entry.get("path"))
+    return {ident: sorted(paths, key=str) for ident, paths in found.items()}, node
+
+
+def test_item17_nodes_recreated_like_nvidia_modprobe_keep_what_sticks_and_drift_reports_the_rest(lab):
+    restricted = ("-e", "device_permissions_policy=restricted", "-e", "device_permissions_group=nogroup")
+    nogroup = int(_ssh(lab, PERM_NODE, "getent group nogroup | cut -d: -f3"))
+    gpus = ["/dev/nvidia%d" % minor for minor in range(8)]
+    _results(_play(lab, *restricted, hosts=PERM_NODE)[0])
+    assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0").split() == ["root:nogroup", "660"]
+
+    # 1. The driver still runs with root:root 0666 (not reloaded): nvidia-modprobe, at the next container start or
+    #    after a reboot, makes the nodes anew from the running values.  The drift check reports exactly that.
+    touched = _nvidia_modprobe(lab, PERM_NODE, recreate=True)
+    assert set(gpus + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]) <= set(touched)
+    assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0 /dev/nvidia-uvm").split() == ["root:root", "666"] * 2
+    found, node = _drift_device_findings(lab, *restricted)
+    assert set(found["device_node_permissions"]) == set(gpus + ["/dev/nvidiactl", "/dev/nvidia-modeset"]), found
+    assert "driver_params_stale" in found and node["status"] == "drift"
+    assert found["device_permissions_not_persistable"] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+
+    # 2. The driver reloaded with the options the role wrote (the lab's params file shows them): after the
+    #    role and another re-creation, nvidia<N> and nvidiactl keep the policy, uvm keeps nvidia-modprobe's values,
+    #    and the drift check has no regression to report, only what cannot stick (info, not remediable).
+    options = _ssh(lab, PERM_NODE, "cat " + MODPROBE)
+    assert "NVreg_DeviceFileGID=%d NVreg_DeviceFileMode=0660" % nogroup in options
+    params = "/proc/driver/nvidia/params"
+    original = _ssh(lab, PERM_NODE, "cat " + params)
+    _ssh(lab, PERM_NODE, "sed -i -e 's/^DeviceFileGID: .*/DeviceFileGID: %d/' -e 's/^DeviceFileMode: .*/DeviceFileMode: %d/' %s"
+         % (nogroup, 0o660, params))
+    try:
+        result = _results(_play(lab, *restricted, hosts=PERM_NODE)[0])[PERM_NODE]
+        assert result["reboot_or_reload_required"] is False
+        _nvidia_modprobe(lab, PERM_NODE, recreate=True)
+        assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl").split() == ["root:nogroup", "660"] * 3
+        assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia-uvm /dev/nvidia-uvm-tools").split() == ["root:root", "666"] * 2
+        assert _nvidia_modprobe(lab, PERM_NODE, recreate=False) == []  # the next container start changes nothing
+        found, node = _drift_device_findings(lab, *restricted)
+        assert found == {"device_permissions_not_persistable": ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]}, found
+        assert node["checks"]["device_nodes"]["status"] == "findings"
+        assert _nvml_as_nobody(lab, PERM_NODE) == {"init": None, "errors": [None] * 8}  # nobody is in nogroup
+    finally:
+        _ssh(lab, PERM_NODE, "cat > %s <<'EOF'\n%sEOF" % (params, original))
+        _results(_play(lab, hosts=PERM_NODE)[0])
