@@ -62,7 +62,7 @@ def unavailable_reasons(node):
 
 def _is_gpu_node(node, prefixes):
     status = node.get("status") or {}
-    resources = set((status.get("capacity") or {})) | set((status.get("allocatable") or {}))
+    resources = set(status.get("capacity") or {}) | set(status.get("allocatable") or {})
     labels = (node.get("metadata") or {}).get("labels") or {}
     return any(name.startswith(prefix) for name in resources for prefix in prefixes) or labels.get("nvidia.com/gpu.present") == "true"
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 

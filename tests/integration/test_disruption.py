@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Do no harm, on the lab: the fleet-wide disruption budget, the admission check before a Topology Manager policy
+that can refuse pods, and one kubelet restart per node per run.
+
+fresh-fleet: 8 nodes on the kubelet's default manager policies; the lab inventory opts into the static CPU Manager,
+so every node needs a drain.  A watcher samples the Nodes every 0.2 s during each run and keeps the most nodes it
+saw cordoned at once.
+
+seed-failures: the first run restarts each kubelet at most once (counted in the lab systemctl's log), and a DGX
+(4+4 GPUs per NUMA node) with an 8-GPU workload is not switched to single-numa-node unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+
+import ansible_runner
+import pytest
+import yaml
+
+from gpuharden.lab import REPO_ROOT, manager
+from tests.integration.cluster_side import admin
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+FRESH = ["fresh-%d" % n for n in range(8)]
+KUBELET_STARTS = ": kubelet: started supervisor"
+
+
+def harden(state, *, extravars=None, tags=None, limit=None):
+    """harden-gpu-nodes.yml through ansible-runner: (rc, events, stats)."""
+    events = []
+    cmdline = ["--tags", ",".join(tags)] if tags else []
+    with tempfile.TemporaryDirectory(prefix="gpuharden-disruption-test-") as private:
+        runner = ansible_runner.run(private_data_dir=private, envvars=ENV, inventory=state["inventory"],
+                                    playbook=str(REPO_ROOT / "playbooks/harden-gpu-nodes.yml"), extravars=extravars or {},
+                                    cmdline=" ".join(cmdline) or None, limit=limit, quiet=True,
+                                    event_handler=lambda event: events.append(event) or True)
+        stats = runner.stats or {}
+        output = runner.stdout.read()
+    return runner.rc, events, stats, output
+
+
+class CordonWatcher(threading.Thread):
+    """Samples the Nodes while a run goes on: the most of ``names`` cordoned at once, and every node ever cordoned."""
+
+    def __init__(self, state, names):
+        super().__init__(daemon=True)
+        self.api = admin(state)
+        self.names = set(names)
+        self.stop = threading.Event()
+        self.most = 0
+        self.ever = set()
+        self.samples = 0
+
+    def run(self):
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        while not self.stop.is_set():
+            cordoned = {node.metadata.name for node in core.list_node().items
+                        if node.metadata.name in self.names and node.spec.unschedulable}
+            self.most = max(self.most, len(cordoned))
+            self.ever |= cordoned
+            self.samples += 1
+            self.stop.wait(0.2)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join(10)
+
+
+def sh(state, node, command):
+    done = manager.ssh(state["nodes"][node]["address"], command)
+    assert done.returncode == 0, "%s: %s: %s" % (node, command, done.stderr)
+    return done.stdout
+
+
+def kubelet_config(state, node):
+    return yaml.safe_load(sh(state, node, "cat /var/lib/kubelet/config.yaml"))
+
+
+def reset_to_defaults(state, nodes):
+    """Back to the kubelet's default manager policies (as the scenario starts), kubelet restarted."""
+    for node in nodes:
+        config = kubelet_config(state, node)
+        for key in ("cpuManagerPolicy", "reservedSystemCPUs", "topologyManagerPolicy", "topologyManagerScope"):
+            config.pop(key, None)
+        sh(state, node, "cat > /var/lib/kubelet/config.yaml <<'EOF'\n%sEOF\n"
+                        "printf '{\"policyName\":\"none\",\"defaultCpuSet\":\"\",\"checksum\":0}' > /var/lib/kubelet/cpu_manager_state\n"
+                        "rm -f /var/lib/kubelet/config.yaml.*~ && systemctl restart kubelet" % yaml.safe_dump(config, sort_keys=False))
+    core = _core(state)
+    for node in nodes:
+        core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
+def _core(state):
+    from kubernetes import client
+
+    return client.CoreV1Api(admin(state))
+
+
+def failed_hosts(events):
+    return sorted({event["event_data"]["host"] for event in events
+                   if event.get("event") == "runner_on_failed" and not event["event_data"].get("ignore_errors")})
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    with running_lab("fresh-fleet") as state:
+        yield state
+
+
+def test_default_budget_never_has_more_than_one_node_cordoned(fresh):
+    before = {node: kubelet_config(fresh, node) for node in FRESH}
+    assert all("cpuManagerPolicy" not in config for config in before.values())
+    with CordonWatcher(fresh, FRESH) as watcher:
+        rc, events, _stats, output = harden(fresh)
+    assert rc == 0, output[-4000:]
+    assert watcher.samples > 20
+    assert watcher.most == 1, (watcher.most, sorted(watcher.ever))
+    assert watcher.ever == set(FRESH)  # each node was drained, one at a time
+    for node in FRESH:
+        config = kubelet_config(fresh, node)
+        assert config["cpuManagerPolicy"] == "static" and config["topologyManagerPolicy"] == "single-numa-node", node
+    assert not _core(fresh).read_node(FRESH[0]).spec.unschedulable
+
+
+def test_percentage_budget_never_exceeds_its_share(fresh):
+    reset_to_defaults(fresh, FRESH)
+    with CordonWatcher(fresh, FRESH) as watcher:
+        rc, _events, _stats, output = harden(fresh, extravars={"gpuharden_max_unavailable": "25%"}, tags=["kubelet_topology"])
+    assert rc == 0, output[-4000:]
+    assert 1 <= watcher.most <= 2, (watcher.most, sorted(watcher.ever))
+    assert watcher.ever == set(FRESH)
+
+
+def test_failing_canary_stops_the_rollout_and_stays_cordoned(fresh):
+    reset_to_defaults(fresh, FRESH)
+    canary = FRESH[0]
+    # A flag the kubelet refuses: it does not come back after the restart, nor after the rollback.
+    sh(fresh, canary, "printf 'KUBELET_EXTRA_ARGS=--no-such-kubelet-flag\\n' > /etc/default/kubelet")
+    others = {node: sh(fresh, node, "cat /var/lib/kubelet/config.yaml") for node in FRESH[1:]}
+    try:
+        with CordonWatcher(fresh, FRESH) as watcher:
+            rc, events, _stats, output = harden(fresh, extravars={"kubelet_topology_health_timeout": 10}, tags=["kubelet_topology"])
+        assert rc != 0
+        assert failed_hosts(events)[0] == canary or canary in failed_hosts(events), failed_hosts(events)
+        assert watcher.ever == {canary}, sorted(watcher.ever)
+        assert _core(fresh).read_node(canary).spec.unschedulable, "the failed canary must stay cordoned"
+        for node, config in others.items():
+            assert sh(fresh, node, "cat /var/lib/kubelet/config.yaml") == config, node
+        assert "rollout stopped: %s failed" % canary in output
+    finally:
+        sh(fresh, canary, "rm -f /etc/default/kubelet && systemctl restart kubelet")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seed-failures: one kubelet restart per node, and the admission check
+
+
+DGX = "seed-topology-none"  # dgx-a100-80gb: GPUs 0-3 on NUMA node 0, 4-7 on NUMA node 1; kubelet on none/none
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    with running_lab("seed-failures") as state:
+        yield state
+
+
+def kubelet_starts(state):
+    counts = {}
+    for node in state["nodes"]:
+        log = manager.ssh(state["nodes"][node]["address"], "cat /var/log/gpuharden-systemctl.log 2>/dev/null").stdout
+        counts[node] = sum(1 for line in log.splitlines() if KUBELET_STARTS in line or ": k3s-agent: started supervisor" in line)
+    return counts
+
+
+def eight_gpu_deployment(state):
+    from kubernetes import client
+
+    core = _core(state)
+    core.patch_node(DGX, {"metadata": {"labels": {"gpuharden.io/test-pool": "train-8g"}}})
+    try:
+        core.create_namespace({"metadata": {"name": "train"}})
+    except client.ApiException as error:
+        assert error.status == 409
+    client.AppsV1Api(admin(state)).create_namespaced_deployment("train", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "train-8g", "namespace": "train"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "train-8g"}},
+                 "template": {"metadata": {"labels": {"app": "train-8g"}},
+                              "spec": {"nodeSelector": {"gpuharden.io/test-pool": "train-8g"},
+                                       "containers": [{"name": "trainer", "image": "registry.invalid/train:1",
+                                                       "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}})
+
+
+def test_first_run_restarts_each_kubelet_at_most_once_and_keeps_a_dgx_with_an_8_gpu_workload(seeded):
+    eight_gpu_deployment(seeded)
+    before = kubelet_starts(seeded)
+    rc, events, _stats, output = harden(seeded, extravars={"gpuharden_mig_strategy": "mixed", "runtime_class_force": True},
+                                       tags=["device_permissions", "container_runtime", "kubelet_topology", "cgroup_limits"])
+    after = kubelet_starts(seeded)
+    restarts = {node: after[node] - before[node] for node in after}
+    assert all(count <= 1 for count in restarts.values()), restarts
+    assert restarts["seed-stale-cpu-state"] == 1 and restarts["seed-memory-high"] == 1, restarts
+    # the DGX keeps its Topology and CPU Manager policies, and the run says which workload and which policy
+    config = kubelet_config(seeded, DGX)
+    assert config.get("topologyManagerPolicy") == "none" and config.get("cpuManagerPolicy") == "none", config
+    assert "Not switching %s to topologyManagerPolicy" % DGX in output
+    assert "train/train-8g" in output and "restricted" in output
+    assert DGX not in failed_hosts(events), output[-4000:]
+    assert rc == 0 or set(failed_hosts(events)) <= {"seed-pcie", "seed-isolation"}, (failed_hosts(events), output[-4000:])
+
+
+def test_override_switches_the_dgx_anyway(seeded):
+    rc, events, _stats, output = harden(seeded, extravars={"kubelet_topology_ignore_unadmittable_workloads": True},
+                                        tags=["kubelet_topology"], limit=DGX)
+    assert rc == 0, output[-4000:]
+    assert "Applying anyway (kubelet_topology_ignore_unadmittable_workloads)" in output
+    config = kubelet_config(seeded, DGX)
+    assert config["topologyManagerPolicy"] == "single-numa-node" and config["cpuManagerPolicy"] == "static", config
+    assert json.dumps(failed_hosts(events)) == "[]"
