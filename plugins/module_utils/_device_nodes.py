@@ -541,9 +541,9 @@ def find_conflicts(others, own_path, shadow, cmdline, policy):
 def plan(observed, policy, *, create_missing=True, char_links=True, persist=True,
          modprobe_file="/etc/modprobe.d/zz-gpuharden-nvidia.conf",
          udev_rules_file="/etc/udev/rules.d/70-gpuharden-nvidia.rules", root="/", name_of=None):
-    """Decide every change. Returns a dict: nodes, links, dirs, actions, changes (FileChange list; udev_cleanup is
-    the one removing old udev rules, or None), conflicts, reboot_or_reload_required, driver_params, unknown_nodes, not_persistable, warnings,
-    diff_before/after."""
+    """Decide every change. Returns a dict: nodes, links, dirs, actions, changes (FileChange list; udev_cleanup
+    is the one removing old udev rules, or None), conflicts, reboot_or_reload_required, driver_params,
+    unknown_nodes, not_persistable, warnings, diff_before/after."""
     name_of = name_of or (lambda kind, ident: "root" if ident == 0 else None)
     warnings = []
     wanted = _wanted_nodes(observed, policy, warnings)
