@@ -21,6 +21,32 @@ description:
     its C(config.yaml.d/*.yaml), and the drop-in directory is C(/var/lib/rancher/<k3s|rke2>/agent/etc/kubelet.conf.d).
   - Where the kubelet reads a drop-in directory, the values go into an own drop-in (O(dropin_name)), which sorts
     after the distribution's C(00-*-defaults.conf) (never edited); otherwise into the C(--config) file.
+  - k3s and rke2 before v1.32 read no kubelet drop-in directory correctly (the kubelet fixed its drop-in merge in
+    v1.32), so there the values become C(kubelet-arg) entries of the config file whose list the distribution uses
+    last; fields the kubelet has no flag for (for example C(memoryThrottlingFactor)) are refused there. The version
+    comes from O(distribution_version), else from C(<ExecStart program> --version) (C(k3s version v1.31.4+k3s1));
+    when neither tells it, the module fails instead of guessing.
+  - B(Persistence) (RV(persistence)). kubeadm's C(kubeadm upgrade node) rewrites C(/var/lib/kubelet/config.yaml)
+    from the C(kubelet-config) ConfigMap and may regenerate C(kubeadm-flags.env). Values written into a
+    C(--config-dir) drop-in outlast it (V(durable)); values that live in C(/var/lib/kubelet/config.yaml), or that
+    needed a flag removed from C(kubeadm-flags.env), are reported as V(reverts_on_kubeadm_upgrade) with the reason.
+    The module never adds C(--config-dir) to the kubelet itself (that needs kubelet v1.32 or later and changes the
+    unit's arguments); add C(--config-dir=/etc/kubernetes/kubelet.conf.d) to C(KUBELET_EXTRA_ARGS) and run again, or set
+    O(require_durable=true) to fail instead of writing what would not last. k3s and rke2 never rewrite the drop-in or
+    their config files (V(durable)).
+  - Refuses, as the kubelet does, a configuration file or drop-in that is empty or lacks C(apiVersion)
+    (C(kubelet.config.k8s.io/v1beta1), the only version with C(KubeletConfiguration)) or C(kind); the error names
+    the file and what is missing.
+  - With C(memoryManagerPolicy=Static) in effect after the change, checks before writing that the C(reservedMemory)
+    limits over all NUMA nodes add up, per memory type, to C(kubeReserved) + C(systemReserved) (+ the
+    C(evictionHard) C(memory.available) threshold, 100Mi by default, a percentage taken of C(MemTotal)), using the
+    values the kubelet would read (files merged, flags included); otherwise it fails and writes nothing, since the
+    kubelet would refuse to start.
+  - Flags are matched under the kubelet's own names, including the irregular ones (C(contentType) is
+    C(--kube-api-content-type), C(registryPullQPS) C(--registry-qps), C(eventRecordQPS) C(--event-qps),
+    C(makeIPTablesUtilChains) C(--make-iptables-util-chains), C(serverTLSBootstrap) C(--rotate-server-certificates));
+    C(--eviction-hard)/C(--eviction-soft) are read as C(signal<quantity) pairs, map flags accumulate over their
+    occurrences.
   - A command-line flag beats the files. A flag that sets a managed field to another value is fixed where it
     lives (removed from that environment file variable or C(kubelet-arg) list; for C(--feature-gates) only the
     managed gates are removed) with O(on_flag_conflict=fix), or named in a failure with O(on_flag_conflict=fail).
@@ -34,6 +60,8 @@ description:
     (the M(gpuharden.k8s.kubelet_config) caller, role C(gpuharden.k8s.kubelet_topology), drains the node and stops
     the kubelet first).
   - Does not restart the kubelet; RV(restart_required) and RV(service) tell the caller what to restart.
+    RV(restart_required) is false when the files change but nothing the kubelet reads does (for example a flag
+    already carries the wanted value and the module only writes the same value into the file underneath it).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -120,11 +148,29 @@ options:
       - Also remove the stale checkpoints listed in RV(stale_state_files). Only while the kubelet is stopped.
     type: bool
     default: false
+  distribution_version:
+    description:
+      - The k3s or rke2 version (for example V(v1.31.4+k3s1), the node's C(status.nodeInfo.kubeletVersion)); decides
+        whether the kubelet drop-in directory is used (v1.32 and later) or C(kubelet-arg) (before).
+      - When not set on a k3s/rke2 node, the module runs the unit's ExecStart program with C(--version); when that
+        does not tell the version, it fails. Ignored on kubeadm nodes.
+    type: str
+  require_durable:
+    description:
+      - Fail, writing nothing, when the settings would not outlast the distribution's own rewrites
+        (RV(persistence) would be V(reverts_on_kubeadm_upgrade)).
+    type: bool
+    default: false
 requirements:
   - ruamel.yaml on the node's Python
 notes:
   - kubeadm rewrites C(kubeadm-flags.env) on C(kubeadm upgrade); a flag removed there can come back, and the next
-    run removes it again.
+    run removes it again (RV(persistence) says so).
+  - Upstream behaviour followed - kubernetes/kubernetes C(cmd/kubelet/app/server.go) (C(--config-dir) drop-ins,
+    C(*.conf) in lexical order, JSON merge patch after the C(--config) file, then flags; drop-ins need apiVersion/kind),
+    C(cmd/kubelet/app/options/options.go) (flag names),
+    C(pkg/kubelet/kubeletconfig/configfiles/configfiles.go) (empty file refused),
+    C(pkg/kubelet/cm/memorymanager/memory_manager.go) (reserved memory check); k3s-io/docs#433 (drop-ins from v1.32).
 seealso:
   - name: Kubelet configuration file and drop-in directory
     description: Merge order of the config file, drop-ins and flags.
@@ -144,8 +190,9 @@ EXAMPLES = r"""
 - name: Memory Manager and MemoryQoS
   gpuharden.k8s.kubelet_config:
     memory_manager_policy: Static
-    reserved_memory:
-      - {numaNode: 0, limits: {memory: 1100Mi}}
+    reserved_memory:  # kubeReserved 1Gi + the default 100Mi eviction threshold, over all NUMA nodes
+      - {numaNode: 0, limits: {memory: 562Mi}}
+      - {numaNode: 1, limits: {memory: 562Mi}}
     settings:
       featureGates: {MemoryQoS: true}
       memoryThrottlingFactor: 0.9
@@ -202,7 +249,35 @@ stale_state_files:
   elements: dict
   returned: always
 restart_required:
-  description: The kubelet must be restarted (files changed, or a stale checkpoint must go).
+  description:
+    - The kubelet must be restarted - what it reads changes (RV(effective_changed)), or a stale checkpoint must go.
+    - False when files change but no managed field's effective value does.
+  type: bool
+  returned: always
+effective_changed:
+  description: A managed field's effective value (what the kubelet reads after flags and drop-ins) changes.
+  type: bool
+  returned: always
+persistence:
+  description:
+    - V(durable) when the managed values live where the distribution never rewrites them; V(reverts_on_kubeadm_upgrade)
+      when C(kubeadm upgrade node) can undo them (values in C(/var/lib/kubelet/config.yaml), or a flag removed from
+      C(kubeadm-flags.env)). RV(persistence_reason) says why.
+  type: str
+  returned: always
+  sample: reverts_on_kubeadm_upgrade
+persistence_reason:
+  description: Why RV(persistence) is what it is, and how to make it durable.
+  type: str
+  returned: always
+  sample: "topologyManagerPolicy come from /var/lib/kubelet/config.yaml, which `kubeadm upgrade node` rewrites ..."
+distribution_version:
+  description: The k3s/rke2 version the plan is based on (V(null) on kubeadm nodes).
+  type: str
+  returned: always
+  sample: v1.31.4+k3s1
+kubelet_args_only:
+  description: The settings are kept as C(kubelet-arg) entries (k3s/rke2 before v1.32) instead of a drop-in.
   type: bool
   returned: always
 service:

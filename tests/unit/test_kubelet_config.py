@@ -406,3 +406,238 @@ def test_module_removes_stale_state_on_request(node):
     assert done["changed"] is True
     assert read(root, "/var/lib/kubelet/cpu_manager_state") is None
     assert json.loads(json.dumps(done["sources"]))["cpuManagerPolicy"]["after"] == "static"
+
+
+# --------------------------------------------------------------------------------------------
+# issue 13: match what the real components do (items 12-16)
+
+K3S_BINARY = "/usr/local/bin/kubelet"  # the fixture unit's ExecStart program
+DROPIN_DIR = "/etc/kubernetes/kubelet.conf.d"
+WITH_CONFIG_DIR = {"/var/lib/kubelet/kubeadm-flags.env":
+                   'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=x --config-dir=%s"\n' % DROPIN_DIR}
+
+
+def k3s_binary(version):
+    return '#!/bin/sh\necho "k3s version %s (0123abcd)"\necho "go version go1.23.4"\n' % version
+
+
+def old_k3s(node, version="v1.31.4+k3s1", **files):
+    root = node("k3s", **files)
+    write(root, K3S_BINARY, k3s_binary(version))
+    os.chmod(str(root) + K3S_BINARY, 0o755)
+    return root
+
+
+def change_of(result, path):
+    return [change for change in result["changes"] if change.node_path == path][0]
+
+
+def test_item12_kubeadm_config_yaml_is_reported_as_reverting(node):
+    result = plan(node(), **TOPOLOGY)
+    assert changed_paths(result) == [CONFIG]
+    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
+    assert "kubeadm upgrade node" in result["persistence_reason"]
+    assert "--config-dir" in result["persistence_reason"]
+
+
+def test_item12_kubeadm_config_dir_drop_in_is_durable(node):
+    result = plan(node(**WITH_CONFIG_DIR), **TOPOLOGY)
+    assert changed_paths(result) == [DROPIN_DIR + "/50-gpuharden.conf"]
+    assert result["persistence"] == "durable"
+    assert DROPIN_DIR in result["persistence_reason"]
+
+
+def test_item12_flag_removed_from_kubeadm_flags_env_can_come_back(node):
+    flags = 'KUBELET_KUBEADM_ARGS="--config-dir=%s --topology-manager-policy=none"\n' % DROPIN_DIR
+    result = plan(node(**{"/var/lib/kubelet/kubeadm-flags.env": flags}), **TOPOLOGY)
+    assert "/var/lib/kubelet/kubeadm-flags.env" in changed_paths(result)
+    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
+    assert "kubeadm-flags.env" in result["persistence_reason"]
+
+
+def test_item12_require_durable_writes_nothing_where_it_would_not_last(node):
+    root = node()
+    before = tree_digest(root)
+    failed = run_module("kubelet_config", _module_args(root, TOPOLOGY, require_durable=True), {})
+    assert failed.get("failed") is True
+    assert "would not last" in failed["msg"] and CONFIG in failed["msg"]
+    assert tree_digest(root) == before
+    durable = node_with_config_dir = run_module(
+        "kubelet_config", _module_args(node_root_with(root, WITH_CONFIG_DIR), TOPOLOGY, require_durable=True), {})
+    assert not durable.get("failed"), durable
+    assert node_with_config_dir["persistence"] == "durable"
+
+
+def node_root_with(root, files):
+    for path, text in files.items():
+        write(root, path, text)
+    return root
+
+
+def test_item13_k3s_before_1_32_keeps_kubelet_arg(node):
+    root = old_k3s(node)
+    result = plan(root, **TOPOLOGY)
+    assert result["kubelet_args_only"] is True and result["distribution_version"] == "v1.31.4+k3s1"
+    assert changed_paths(result) == [K3S_CONFIG]
+    assert read(root, K3S_DIR + "/50-gpuharden.conf") is None
+    assert change_of(result, K3S_CONFIG).after == (
+        "# k3s agent configuration\nnode-label:\n  - gpuharden.io/distribution=k3s\nkubelet-arg:\n  - max-pods=200\n"
+        "  - cpu-manager-policy=static\n  - topology-manager-policy=single-numa-node\n  - reserved-cpus=0-1\n")
+    assert result["sources"]["topologyManagerPolicy"]["source_after"]["kind"] == "flag"
+    assert result["persistence"] == "durable"
+    applied(root, result)
+    assert changed_paths(plan(root, **TOPOLOGY)) == []
+
+
+def test_item13_k3s_before_1_32_keeps_its_own_eviction_flags_in_a_map(node):
+    root = old_k3s(node)
+    result = plan(root, settings={"evictionHard": {"memory.available": "500Mi"}, "kubeReserved": {"memory": "1Gi"}})
+    after = change_of(result, K3S_CONFIG).after
+    assert "  - eviction-hard=imagefs.available<5%,nodefs.available<5%,memory.available<500Mi\n" in after
+    assert "  - kube-reserved=memory=1Gi\n" in after
+
+
+def test_item13_k3s_config_yaml_d_list_gets_the_entries(node):
+    root = old_k3s(node, **{K3S_CONFIG + ".d/20-gpu.yaml": "kubelet-arg+:\n  - cpu-manager-policy=none\n"})
+    result = plan(root, **TOPOLOGY)
+    assert change_of(result, K3S_CONFIG + ".d/20-gpu.yaml").after == (
+        "kubelet-arg+:\n  - cpu-manager-policy=static\n  - topology-manager-policy=single-numa-node\n"
+        "  - reserved-cpus=0-1\n")
+    assert "cpu-manager-policy" not in change_of(result, K3S_CONFIG).after
+
+
+def test_item13_unknown_k3s_version_is_not_guessed(node):
+    root = node("k3s", **{K3S_BINARY: None})
+    with pytest.raises(GpuhardenError, match="cannot tell the k3s version .*distribution_version"):
+        plan(root, **TOPOLOGY)
+    given = plan(root, distribution_version="v1.31.4+k3s1", **TOPOLOGY)
+    assert given["kubelet_args_only"] is True and changed_paths(given) == [K3S_CONFIG]
+    assert plan(root, distribution_version="v1.32.0+k3s1", **TOPOLOGY)["kubelet_args_only"] is False
+
+
+def test_item13_version_comes_from_the_binary_through_run_command(node):
+    root = node("k3s")
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "k3s version v1.30.9+k3s2 (abcdef01)\ngo version go1.22.9\n", ""
+
+    result = _kubelet.plan(_kubelet.NodeReader(str(root)), dict(TOPOLOGY), run_command=run)
+    assert calls == [[str(root) + K3S_BINARY, "--version"]]
+    assert result["distribution_version"] == "v1.30.9+k3s2" and result["kubelet_args_only"] is True
+    with pytest.raises(GpuhardenError, match="rc=1"):
+        _kubelet.plan(_kubelet.NodeReader(str(root)), dict(TOPOLOGY), run_command=lambda argv: (1, "", "boom"))
+
+
+def test_item13_config_only_field_is_refused_on_old_k3s(node):
+    with pytest.raises(GpuhardenError, match="memoryThrottlingFactor: k3s v1.31.4\\+k3s1 .*no flag"):
+        plan(old_k3s(node), settings={"memoryThrottlingFactor": 0.9})
+
+
+ITEM14 = [
+    ("empty", "", "the kubelet config file is empty"),
+    ("comments only", "# written by hand\n", "without apiVersion and kind"),
+    ("no kind", "apiVersion: kubelet.config.k8s.io/v1beta1\ncpuManagerPolicy: none\n", "without kind"),
+    ("no apiVersion", "kind: KubeletConfiguration\ncpuManagerPolicy: none\n", "without apiVersion"),
+    ("neither", "cpuManagerPolicy: none\n", "without apiVersion and kind"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "message"), ITEM14, ids=[case[0] for case in ITEM14])
+def test_item14_config_file_the_kubelet_refuses(node, case, text, message):
+    root = node(**{CONFIG: text})
+    before = tree_digest(root)
+    result = run_module("kubelet_config", _module_args(root, TOPOLOGY), {})
+    assert result.get("failed") is True, result
+    assert result["msg"].startswith(CONFIG + ": ") and message in result["msg"], result["msg"]
+    assert tree_digest(root) == before
+
+
+def test_v1_is_not_a_kubelet_configuration_version(node):
+    root = node(**{CONFIG: "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n"})
+    with pytest.raises(GpuhardenError, match="apiVersion is 'kubelet.config.k8s.io/v1', expected"):
+        plan(root, **TOPOLOGY)
+
+
+MEMORY = {"memory_manager_policy": "Static"}
+BASE_CONFIG = (FIXTURES / "kubeadm" / CONFIG.lstrip("/")).read_text()
+
+
+def test_item15_reserved_memory_must_add_up_to_the_reservations(node):
+    root = node()
+    before = tree_digest(root)
+    result = run_module("kubelet_config", _module_args(
+        root, dict(MEMORY, reserved_memory=[{"numaNode": 0, "limits": {"memory": "1Gi"}}])), {})
+    assert result.get("failed") is True
+    assert "reserves memory=1Gi over all NUMA nodes" in result["msg"]
+    assert "evictionHard memory.available (the kubelet's default) 100Mi = 100Mi" in result["msg"]
+    assert "memory_manager.go" in result["msg"]
+    assert tree_digest(root) == before
+    fine = plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "612Mi"}},
+                                       {"numaNode": 1, "limits": {"memory": "512Mi"}}],
+                settings={"kubeReserved": {"memory": "1Gi"}}, **MEMORY)
+    assert changed_paths(fine) == [CONFIG]
+
+
+def test_item15_effective_values_count_not_only_the_role_s(node):
+    # The role reserves kubeReserved 1Gi + the default 100Mi eviction threshold, but on this node a flag raises the
+    # threshold and the config file reserves memory for the system too.
+    config = BASE_CONFIG + "systemReserved:\n  memory: 512Mi\n"
+    flags = "KUBELET_EXTRA_ARGS=--eviction-hard=memory.available<200Mi,nodefs.available<10%\n"
+    root = node(**{CONFIG: config, "/etc/default/kubelet": flags})
+    role = dict(MEMORY, settings={"kubeReserved": {"memory": "1Gi"}})
+    with pytest.raises(GpuhardenError, match=r"systemReserved.memory 512Mi \+ evictionHard memory.available "
+                                             r"\(flag --eviction-hard=memory.available<200Mi"):
+        plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "1124Mi"}}], **role)
+    result = plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "1736Mi"}}], **role)
+    assert changed_paths(result) == [CONFIG]
+
+
+def test_item15_percentage_threshold_and_hugepages(node):
+    root = node(**{CONFIG: BASE_CONFIG + "evictionHard:\n  memory.available: 10%\n",
+                   "/proc/meminfo": "MemTotal:        1048576 kB\nMemFree:  1 kB\n"})
+    # float32(10) / 100 of 1Gi, as the kubelet computes it: 107374184 bytes, not 107374182.4
+    assert plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "107374184"}}], **MEMORY)["changes"]
+    with pytest.raises(GpuhardenError, match="reserves hugepages-1Gi=2Gi"):
+        plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "107374184", "hugepages-1Gi": "2Gi"}}],
+             **MEMORY)
+    write(root, CONFIG, BASE_CONFIG + "evictionHard:\n  nodefs.available: 10%\n")
+    with pytest.raises(GpuhardenError, match="no memory.available"):
+        plan(root, reserved_memory=[{"numaNode": 0, "limits": {"memory": "100Mi"}}], **MEMORY)
+
+
+def test_item16_irregular_flag_names():
+    assert {field: _kubelet.flag_for_field(field) for field in (
+        "contentType", "registryPullQPS", "eventRecordQPS", "makeIPTablesUtilChains", "serverTLSBootstrap",
+        "evictionHard")} == {
+        "contentType": "kube-api-content-type", "registryPullQPS": "registry-qps", "eventRecordQPS": "event-qps",
+        "makeIPTablesUtilChains": "make-iptables-util-chains", "serverTLSBootstrap": "rotate-server-certificates",
+        "evictionHard": "eviction-hard"}
+
+
+def test_item16_irregular_flag_is_found_and_fixed_where_it_lives(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--event-qps=5 --max-pods=200\n"})
+    result = plan(root, settings={"eventRecordQPS": 50})
+    assert result["sources"]["eventRecordQPS"]["source_before"]["flag"] == "--event-qps=5"
+    assert change_of(result, "/etc/default/kubelet").after == "KUBELET_EXTRA_ARGS=--max-pods=200\n"
+
+
+def test_item16_eviction_hard_flag_uses_langle_and_agrees(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--eviction-hard=memory.available<500Mi,nodefs.available<10%\n"})
+    result = plan(root, settings={"evictionHard": {"memory.available": "500Mi"}})
+    assert result["sources"]["evictionHard.memory.available"]["before"] == "500Mi"
+    assert "/etc/default/kubelet" not in changed_paths(result)
+    assert result["restart_required"] is False
+
+
+def test_item16_no_restart_when_a_flag_already_carries_the_value(node):
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--topology-manager-policy=single-numa-node "
+                                           "--topology-manager-policy-options=prefer-closest-numa-nodes=true\n",
+                   "/var/lib/kubelet/cpu_manager_state": None})
+    result = plan(root, topology_manager_policy="single-numa-node",
+                  topology_manager_policy_options={"prefer-closest-numa-nodes": "true"})
+    assert changed_paths(result) == [CONFIG]  # the file value is written too, for when the flag goes
+    assert result["effective_changed"] is False
+    assert result["restart_required"] is False
+    assert plan(root, topology_manager_policy="restricted")["restart_required"] is True
