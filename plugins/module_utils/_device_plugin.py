@@ -15,9 +15,14 @@
   travel with the module.  Values enter the templates only through the ``j`` filter (JSON, which is YAML), so
   no value can change the document's structure.
 - ``audit`` reads existing plugin DaemonSets, their config files and the Nodes, and reports the seeds'
-  misconfigurations (resource-name typos, ``deviceListStrategy: none``, releases below 0.15, competing
+  misconfigurations (ignored resource renames, ``deviceListStrategy: none``, releases below 0.15, competing
   DaemonSets on the same nodes, an initContainer gating on ``nvidia-smi`` without a readiness probe, plugins
-  that land on CPU-only nodes) with a repair for each.
+  that land on CPU-only nodes, no NVIDIA runtime, MIG without the monitor devices) with a repair for each.
+- ``installer_of`` tells which other installer owns a DaemonSet (the NVIDIA GPU Operator through its
+  ClusterPolicy, a Helm release, another controller).  Such objects are never deleted or rewritten: their
+  findings name the field to change in that installer (``fix``), and when that installer already serves nodes
+  the managed plugin would serve, the managed objects are not applied at all (``plugin_managed_by_other_installer``):
+  two plugins on one node register the same resource with the kubelet and fight over it.
 - ``rollout`` judges a DaemonSet's status and names the nodes whose pod is not ready.
 """
 
@@ -59,6 +64,11 @@ GFD_NAME = "gpu-feature-discovery"
 CONFIG_DIR = "/etc/nvidia-device-plugin"
 CONFIG_KEY = "config.yaml"
 CHECKSUM_ANNOTATION = "gpuharden.io/config-sha256"
+CONTAINER_DRIVER_ROOT = "/driver-root"  # flags.plugin.containerDriverRoot default (api/config/v1/flags.go)
+MANAGED_BY = "app.kubernetes.io/managed-by"
+# Installers whose objects the managed plugin may take over when the user opts in (adopt_installers).  The GPU
+# Operator is not one: it recreates whatever is deleted or changed in the objects its ClusterPolicy owns.
+ADOPTABLE_INSTALLERS = ("helm",)
 APP_LABEL = "app.kubernetes.io/name"
 # Taints the DaemonSet controller tolerates by itself on every daemon pod.
 DAEMONSET_AUTO_TOLERATED = {
@@ -258,6 +268,26 @@ def check_params(params):
         _node_labels.check_dns_subdomain(params["priority_class_name"], "device_plugin: option priority_class_name")
     if "volume-mounts" in list_strategies and feat["volume_mounts_needs_sys_admin"]:
         warnings.append("device_plugin: deviceListStrategy volume-mounts needs CAP_SYS_ADMIN since 0.16; the container gets it")
+    runtime_class = params.get("runtime_class_name")
+    if runtime_class is None:
+        raise GpuhardenError("device_plugin: option runtime_class_name is unset; name the RuntimeClass whose handler is "
+                             "containerd's nvidia runtime (nvidia), or \"\" when nvidia is the default runtime on every GPU node")
+    if runtime_class:
+        _node_labels.check_dns_subdomain(runtime_class, "device_plugin: option runtime_class_name")
+    else:
+        # The plugin container gets libnvidia-ml.so.1 only from the NVIDIA container runtime
+        # (NVIDIA/k8s-device-plugin README "Prerequisites", Helm value runtimeClassName).
+        warnings.append("device_plugin: runtime_class_name is empty: the plugin loads NVML only where nvidia is containerd's "
+                        "default runtime (default_runtime_name = \"nvidia\"); on any other GPU node it crash-loops")
+    adopt = list(params.get("adopt_installers") or [])
+    for installer in adopt:
+        if installer == "gpu-operator":
+            raise GpuhardenError("device_plugin: option adopt_installers: gpu-operator is never adopted: the operator recreates "
+                                 "every object its ClusterPolicy owns; change the ClusterPolicy (spec.devicePlugin) instead, or "
+                                 "disable its plugin (spec.devicePlugin.enabled: false) and let gpuharden install one")
+        if installer not in ADOPTABLE_INSTALLERS:
+            raise GpuhardenError("device_plugin: option adopt_installers: %r is not one of %s"
+                                 % (installer, ", ".join(ADOPTABLE_INSTALLERS)))
     return {
         "name": name, "namespace": namespace, "config_map_name": config_map, "selector_value": selector_value,
         "version": version, "parsed": parsed, "features": feat,
@@ -269,8 +299,36 @@ def check_params(params):
         "fail_on_init_error": bool(params.get("fail_on_init_error")), "nvidia_driver_root": driver_root,
         "nvidia_dev_root": dev_root, "device_discovery_strategy": discovery, "pass_device_specs": bool(params.get("pass_device_specs")),
         "shared_devices_allocation_policy": policy, "time_slicing": time_slicing,
-        "gpu_feature_discovery": bool(params.get("gpu_feature_discovery")), "warnings": warnings,
+        "gpu_feature_discovery": bool(params.get("gpu_feature_discovery")), "runtime_class_name": runtime_class,
+        "adopt_installers": adopt, "warnings": warnings,
     }
+
+
+def uses_cdi(strategies):
+    return any(str(s).startswith("cdi-") for s in strategies)
+
+
+def mounts_driver_root(settings):
+    """The driver root is mounted at /driver-root: for another root than /, and always with a CDI strategy.
+
+    The Helm chart mounts it whenever nvidiaDriverRoot is set, "required for CDI detection to work correctly"
+    (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml).
+    """
+    return settings["nvidia_driver_root"] != "/" or uses_cdi(settings["device_list_strategy"])
+
+
+def needs_sys_admin(settings):
+    """CAP_SYS_ADMIN as the Helm chart adds it (templates/_helpers.tpl requiresCapSysAdmin): a MIG strategy other
+    than none, or deviceListStrategy volume-mounts from 0.16 on (#856)."""
+    return settings["mig_strategy"] != "none" or (
+        "volume-mounts" in settings["device_list_strategy"] and settings["features"]["volume_mounts_needs_sys_admin"])
+
+
+def plugin_env(settings):
+    """Environment of the plugin container: NVIDIA_MIG_MONITOR_DEVICES=all with a MIG strategy, so that the NVIDIA
+    runtime gives it the MIG monitor capability (Helm chart _helpers.tpl addMigMonitorDevices; without it the
+    plugin fails on MIG nodes with "Insufficient Permissions", k8s-device-plugin#399)."""
+    return [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}] if settings["mig_strategy"] != "none" else []
 
 
 def plugin_config(settings):
@@ -282,8 +340,8 @@ def plugin_config(settings):
         "deviceListStrategy": strategies[0] if len(strategies) == 1 else list(strategies),
         "deviceIDStrategy": settings["device_id_strategy"],
     }
-    if settings["nvidia_driver_root"] != "/":
-        plugin["containerDriverRoot"] = "/driver-root"
+    if mounts_driver_root(settings):
+        plugin["containerDriverRoot"] = CONTAINER_DRIVER_ROOT
     if settings["shared_devices_allocation_policy"] and feat["shared_devices_allocation_policy"]:
         plugin["sharedDevicesAllocationPolicy"] = settings["shared_devices_allocation_policy"]
     flags = {
@@ -291,8 +349,10 @@ def plugin_config(settings):
         "failOnInitError": settings["fail_on_init_error"],
         "nvidiaDriverRoot": settings["nvidia_driver_root"],
     }
-    if feat["nvidia_dev_root"]:
-        flags["nvidiaDevRoot"] = settings["nvidia_dev_root"] or "/"
+    # Unset stays unset: the plugin then uses nvidiaDriverRoot (NVIDIA/k8s-device-plugin api/config/v1/config.go);
+    # writing "/" would be wrong with the driver container (/run/nvidia/driver).
+    if feat["nvidia_dev_root"] and settings["nvidia_dev_root"]:
+        flags["nvidiaDevRoot"] = settings["nvidia_dev_root"]
     if settings["device_discovery_strategy"]:
         flags["deviceDiscoveryStrategy"] = settings["device_discovery_strategy"]
     flags["plugin"] = plugin
@@ -337,6 +397,9 @@ spec:
     spec:
       nodeSelector: {{ node_selector | j }}
       tolerations: {{ tolerations | j }}
+{% if runtime_class_name %}
+      runtimeClassName: {{ runtime_class_name | j }}
+{% endif %}
 {% if priority_class_name %}
       priorityClassName: {{ priority_class_name | j }}
 {% endif %}
@@ -351,6 +414,9 @@ PLUGIN_TEMPLATE = DAEMONSET_HEAD + """\
           image: {{ image | j }}
           imagePullPolicy: {{ pull_policy | j }}
           args: {{ ["--config-file=" ~ config_dir ~ "/" ~ config_key] | j }}
+{% if env %}
+          env: {{ env | j }}
+{% endif %}
           securityContext:
             allowPrivilegeEscalation: false
             capabilities:
@@ -364,9 +430,9 @@ PLUGIN_TEMPLATE = DAEMONSET_HEAD + """\
             - name: config
               mountPath: {{ config_dir | j }}
               readOnly: true
-{% if driver_root != "/" %}
+{% if mount_driver_root %}
             - name: driver-root
-              mountPath: /driver-root
+              mountPath: {{ container_driver_root | j }}
               readOnly: true
 {% endif %}
 {% if cdi %}
@@ -381,7 +447,7 @@ PLUGIN_TEMPLATE = DAEMONSET_HEAD + """\
         - name: config
           configMap:
             name: {{ config_map_name | j }}
-{% if driver_root != "/" %}
+{% if mount_driver_root %}
         - name: driver-root
           hostPath:
             path: {{ driver_root | j }}
@@ -452,9 +518,10 @@ def desired_objects(settings):
         "node_selector": settings["node_selector"], "tolerations": settings["tolerations"],
         "priority_class_name": settings["priority_class_name"], "image_pull_secrets": settings["image_pull_secrets"],
         "container_name": PLUGIN_CONTAINER, "image": settings["image"], "pull_policy": settings["pull_policy"],
-        "sys_admin": "volume-mounts" in settings["device_list_strategy"] and settings["features"]["volume_mounts_needs_sys_admin"],
-        "driver_root": settings["nvidia_driver_root"],
-        "cdi": any(s.startswith("cdi-") for s in settings["device_list_strategy"]),
+        "sys_admin": needs_sys_admin(settings), "env": plugin_env(settings),
+        "driver_root": settings["nvidia_driver_root"], "mount_driver_root": mounts_driver_root(settings),
+        "container_driver_root": CONTAINER_DRIVER_ROOT, "runtime_class_name": settings["runtime_class_name"],
+        "cdi": uses_cdi(settings["device_list_strategy"]),
         "gfd_name": GFD_NAME, "gfd_labels": {APP_LABEL: GFD_NAME, "app.kubernetes.io/managed-by": "gpuharden"},
     }
     plugin = {"ds_name": values["name"], "ds_labels": values["labels"], "ds_selector": values["selector"],
@@ -565,11 +632,22 @@ def _words(container):
     return list(container.get("command") or []) + list(container.get("args") or [])
 
 
+def _is_config_manager(container):
+    return "config-manager" in " ".join(_words(container))
+
+
+# Containers of the plugin's image that are not the plugin: gpu-feature-discovery, the config-manager (init and
+# sidecar) and the MPS control daemon, which the Helm chart runs as its own DaemonSet with the same image
+# (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/daemonset-mps-control-daemon.yml).
+NOT_THE_PLUGIN = ("gpu-feature-discovery", "config-manager", "mps-control-daemon")
+
+
 def plugin_container(pod_spec):
-    """The device plugin container of a pod spec (not gpu-feature-discovery, not the config manager), or None."""
+    """The device plugin container of a pod spec (not gpu-feature-discovery, the config manager or the MPS control
+    daemon), or None."""
     for container in pod_spec.get("containers") or []:
-        words = " ".join(_words(container))
-        if "gpu-feature-discovery" in words or "config-manager" in words:
+        words = " ".join(_words(container) + [container.get("name") or ""])
+        if any(word in words for word in NOT_THE_PLUGIN):
             continue
         if "k8s-device-plugin" in (container.get("image") or ""):
             return container
@@ -581,6 +659,13 @@ def is_plugin_daemonset(ds):
     return plugin_container(template.get("spec") or {}) is not None
 
 
+def _env(container, name):
+    for item in container.get("env") or []:
+        if item.get("name") == name and "value" in item:
+            return str(item["value"])
+    return None
+
+
 def _setting(container, flag, env):
     words, value = _words(container), None
     for index, word in enumerate(words):
@@ -590,40 +675,76 @@ def _setting(container, flag, env):
             value = words[index + 1]
     if value is not None:
         return value, "argument --%s" % flag
-    for item in container.get("env") or []:
-        if item.get("name") == env and "value" in item:
-            return str(item["value"]), "environment variable %s" % env
+    value = _env(container, env)
+    if value is not None:
+        return value, "environment variable %s" % env
     return None, None
 
 
-def config_reference(ds):
-    """(namespace, ConfigMap name, key, path) of the config file the plugin reads, or None."""
+def _mount_of(container, path, volumes):
+    """(volume name, volume, path inside the volume) of the mount that holds ``path`` in the container, or None."""
+    for mount in container.get("volumeMounts") or []:
+        mount_path = (mount.get("mountPath") or "").rstrip("/")
+        volume = volumes.get(mount.get("name"))
+        if volume is None:
+            continue
+        if mount.get("subPath"):
+            if path == mount_path:
+                return mount.get("name"), volume, mount["subPath"]
+        elif path.startswith(mount_path + "/"):
+            return mount.get("name"), volume, path[len(mount_path) + 1:]
+    return None
+
+
+def _config_manager_source(spec, volume_name, volumes):
+    """The ConfigMap a config-manager copies into the volume ``volume_name``, or None.
+
+    The Helm chart and the GPU Operator run ``config-manager`` (init container and sidecar): it copies the config
+    chosen per node (label nvidia.com/device-plugin.config, else DEFAULT_CONFIG) from the ConfigMap mounted at
+    CONFIG_FILE_SRCDIR to CONFIG_FILE_DST in an emptyDir, which the plugin reads through CONFIG_FILE
+    (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml).
+    """
+    for manager in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        if not _is_config_manager(manager):
+            continue
+        dst, srcdir = _env(manager, "CONFIG_FILE_DST"), _env(manager, "CONFIG_FILE_SRCDIR")
+        target = _mount_of(manager, dst, volumes) if dst else None
+        if not target or target[0] != volume_name or not srcdir:
+            continue
+        source = _mount_of(manager, srcdir.rstrip("/") + "/-", volumes)
+        if source and source[1].get("configMap"):
+            return source[1]["configMap"].get("name")
+    return None
+
+
+def config_sources(ds):
+    """Where the plugin's config file comes from: [(namespace, ConfigMap name or None, key, path)], [] for no file.
+
+    ``key`` is None when every key of the ConfigMap is a config the plugin may get (the config-manager picks one
+    per node); a name of None means the file comes from nowhere this audit can see.
+    """
     meta = ds.get("metadata") or {}
     spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     container = plugin_container(spec) or {}
     path, _where = _setting(container, "config-file", "CONFIG_FILE")
     if not path:
-        return None
+        return []
+    namespace = meta.get("namespace")
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-    for mount in container.get("volumeMounts") or []:
-        mount_path = (mount.get("mountPath") or "").rstrip("/")
-        config_map = (volumes.get(mount.get("name")) or {}).get("configMap")
-        if not config_map:
-            continue
-        if mount.get("subPath"):
-            if path != mount_path:
-                continue
-            key_path = mount["subPath"]
-        elif path.startswith(mount_path + "/"):
-            key_path = path[len(mount_path) + 1:]
-        else:
-            continue
-        key = key_path
-        for item in config_map.get("items") or []:
-            if item.get("path") == key_path:
-                key = item.get("key")
-        return meta.get("namespace"), config_map.get("name"), key, path
-    return meta.get("namespace"), None, None, path
+    mounted = _mount_of(container, path, volumes)
+    if mounted:
+        volume_name, volume, key_path = mounted
+        if volume.get("configMap"):
+            key = key_path
+            for item in volume["configMap"].get("items") or []:
+                if item.get("path") == key_path:
+                    key = item.get("key")
+            return [(namespace, volume["configMap"].get("name"), key, path)]
+        if "emptyDir" in volume:
+            name = _config_manager_source(spec, volume_name, volumes)
+            if name:
+                return [(namespace, name, None, path)]
+    return [(namespace, None, None, path)]
 
 
 def referenced_config_maps(daemonsets):
@@ -631,9 +752,9 @@ def referenced_config_maps(daemonsets):
     refs = set()
     for ds in daemonsets:
         if is_plugin_daemonset(ds):
-            ref = config_reference(ds)
-            if ref and ref[1]:
-                refs.add((ref[0], ref[1]))
+            for namespace, name, _key, _path in config_sources(ds):
+                if name:
+                    refs.add((namespace, name))
     return sorted(refs)
 
 
@@ -655,8 +776,210 @@ def _nodes_text(names):
     return shown + (" and %d more" % (len(names) - SAMPLE) if len(names) > SAMPLE else "")
 
 
-def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources):
-    """Findings about one plugin DaemonSet (its release, config, init containers, placement)."""
+# --------------------------------------------------------------------------------------------------------
+# Other installers
+
+
+def _name_of(obj):
+    return (obj.get("metadata") or {}).get("name")
+
+
+def installer_of(obj, cluster_policies=()):
+    """The other installer that manages this object, or None (a static manifest, kubectl, gpuharden itself).
+
+    Returns ``{"installer": "gpu-operator" | "helm" | "argocd" | "flux" | "controller" | <managed-by value>,
+    "name": the object to fix it in}``.
+    """
+    meta = obj.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    template_labels = ((((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {})
+    managed_by = str(labels.get(MANAGED_BY) or template_labels.get(MANAGED_BY) or "")
+    owners = meta.get("ownerReferences") or []
+    # The GPU Operator sets a controller reference to its ClusterPolicy on every object it creates, and recreates
+    # what is deleted or changed (NVIDIA/gpu-operator controllers/object_controls.go, SetControllerReference).
+    for owner in owners:
+        if owner.get("kind") == "ClusterPolicy" and str(owner.get("apiVersion") or "").startswith("nvidia.com/"):
+            return {"installer": "gpu-operator", "name": "ClusterPolicy %s" % owner.get("name")}
+    if managed_by == "gpu-operator":
+        names = sorted(str(_name_of(policy)) for policy in cluster_policies)
+        return {"installer": "gpu-operator", "name": "ClusterPolicy %s" % names[0] if len(names) == 1 else "the GPU Operator's ClusterPolicy"}
+    # Helm 3 labels (managed-by Helm, helm.sh/chart: the chart's common labels, templates/_helpers.tpl) and
+    # annotates (meta.helm.sh/release-name, -namespace) every object of a release.
+    if managed_by.lower() == "helm" or "helm.sh/chart" in labels or "meta.helm.sh/release-name" in annotations:
+        release = annotations.get("meta.helm.sh/release-name") or labels.get("app.kubernetes.io/instance") or "?"
+        namespace = annotations.get("meta.helm.sh/release-namespace") or meta.get("namespace")
+        chart = labels.get("helm.sh/chart")
+        return {"installer": "helm", "name": "Helm release %s/%s%s" % (namespace, release, " (chart %s)" % chart if chart else "")}
+    if owners:
+        owner = next((o for o in owners if o.get("controller")), owners[0])
+        return {"installer": "controller", "name": "%s %s" % (owner.get("kind"), owner.get("name"))}
+    if "argocd.argoproj.io/tracking-id" in annotations:
+        return {"installer": "argocd", "name": "Argo CD application %s" % annotations["argocd.argoproj.io/tracking-id"].split(":", 1)[0]}
+    if "kustomize.toolkit.fluxcd.io/name" in labels:
+        return {"installer": "flux", "name": "Flux Kustomization %s/%s" % (labels.get("kustomize.toolkit.fluxcd.io/namespace"),
+                                                                        labels["kustomize.toolkit.fluxcd.io/name"])}
+    if managed_by and managed_by != "gpuharden":
+        return {"installer": managed_by, "name": "its installer (app.kubernetes.io/managed-by: %s)" % managed_by}
+    return None
+
+
+# Where each finding is fixed in the installer that owns the DaemonSet: ClusterPolicy fields of the GPU Operator
+# (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go) and values of the nvidia-device-plugin Helm chart
+# (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml).
+FIX_FIELDS = {
+    "gpu-operator": {
+        "plugin_no_nvidia_runtime": "spec.operator.runtimeClass",
+        "plugin_mig_privileges_missing": "spec.mig.strategy",
+        "plugin_mig_strategy_invalid": "spec.mig.strategy",
+        "plugin_device_list_strategy_invalid": "spec.devicePlugin.env (DEVICE_LIST_STRATEGY)",
+        "plugin_resource_rename_ignored": "spec.devicePlugin.config",
+        "plugin_resource_name_invalid": "spec.devicePlugin.config",
+        "plugin_config_missing": "spec.devicePlugin.config",
+        "plugin_config_invalid": "spec.devicePlugin.config",
+        "plugin_config_unreadable": "spec.devicePlugin.config",
+        "plugin_dev_root_forced": "spec.devicePlugin.config",
+        "plugin_cdi_driver_root_unmounted": "spec.cdi",
+        "plugin_version_too_old": "spec.devicePlugin.version",
+        "plugin_version_unparseable": "spec.devicePlugin.version",
+        "plugin_on_cpu_nodes": "node label nvidia.com/gpu.deploy.device-plugin",
+        "plugin_no_node_selector": "node label nvidia.com/gpu.deploy.device-plugin",
+        "plugin_managed_by_other_installer": "spec.devicePlugin.enabled",
+    },
+    "helm": {
+        "plugin_no_nvidia_runtime": "runtimeClassName",
+        "plugin_mig_privileges_missing": "migStrategy",
+        "plugin_mig_strategy_invalid": "migStrategy",
+        "plugin_device_list_strategy_invalid": "deviceListStrategy",
+        "plugin_resource_rename_ignored": "config.map",
+        "plugin_resource_name_invalid": "config.map",
+        "plugin_config_missing": "config.name",
+        "plugin_config_invalid": "config.map",
+        "plugin_config_unreadable": "config.name",
+        "plugin_dev_root_forced": "nvidiaDevRoot",
+        "plugin_cdi_driver_root_unmounted": "nvidiaDriverRoot",
+        "plugin_version_too_old": "image.tag",
+        "plugin_version_unparseable": "image.tag",
+        "plugin_on_cpu_nodes": "nodeSelector",
+        "plugin_no_node_selector": "nodeSelector",
+        "plugin_managed_by_other_installer": "devicePlugin.enabled",
+    },
+}
+DEFAULT_FIX_FIELD = {"gpu-operator": "spec.devicePlugin", "helm": "the release's values"}
+
+
+def fix_location(owner, ident):
+    """Where a finding is fixed when another installer owns the object: {installer, object, field}."""
+    fields = FIX_FIELDS.get(owner["installer"], {})
+    field = fields.get(ident) or DEFAULT_FIX_FIELD.get(owner["installer"]) or "the source it applies from"
+    return {"installer": owner["installer"], "object": owner["name"], "field": field}
+
+
+def _fix_text(fix):
+    kind = "value" if fix["installer"] == "helm" else "field" if fix["installer"] == "gpu-operator" else "in"
+    reverts = "it reverts changes made to the DaemonSet" if fix["installer"] in ("gpu-operator", "argocd", "flux", "controller") \
+        else "a change made to the DaemonSet is lost at its next upgrade"
+    return "owned by %s (%s): fix it there, %s %s" % (fix["object"], reverts, kind, fix["field"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# One plugin DaemonSet
+
+
+def _load_configs(ds, config_maps, obj, findings):
+    """[(where, config dict)] of the config files the plugin may read; findings for missing or broken ones."""
+    configs = []
+    for namespace, name, key, path in config_sources(ds):
+        data = config_maps.get((namespace, name)) if name else None
+        where = "ConfigMap %s/%s" % (namespace, name)
+        if isinstance(data, Unreadable):
+            findings.append(_finding("plugin_config_unreadable", "warning", obj,
+                                     "%s reads its config file from %s, which this identity may not read: %s"
+                                     % (obj, where, data.reason), expected="readable", actual=None))
+            continue
+        keys = ([key] if key is not None else sorted(data or {})) if name else []
+        if name is None or data is None or not keys or any(k not in data for k in keys):
+            missing = ("%s key %s" % (where, key) if key is not None else "%s (no config in it)" % where) if name else "no ConfigMap"
+            findings.append(_finding("plugin_config_missing", "error", obj,
+                                     "%s reads its config file %s from %s, which does not exist: the plugin fails to start"
+                                     % (obj, path, missing), expected="ConfigMap key present", actual=None))
+            continue
+        for k in keys:
+            label = "%s key %s" % (where, k)
+            try:
+                config = yaml.safe_load(data[k]) if HAS_YAML else json.loads(data[k])
+            except Exception as error:  # yaml.YAMLError and friends: the user's file
+                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: %s is not YAML: %s" % (obj, label, error),
+                                         expected="YAML mapping", actual=None))
+                continue
+            if config is not None and not isinstance(config, dict):
+                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: %s is not a mapping" % (obj, label),
+                                         expected="YAML mapping", actual=type(config).__name__))
+                continue
+            configs.append((label if key is None else where, config or {}))
+    return configs or [("the defaults", {})]
+
+
+def _flags(config):
+    flags = config.get("flags") if isinstance(config.get("flags"), dict) else {}
+    plugin = flags.get("plugin") if isinstance(flags.get("plugin"), dict) else {}
+    return flags, plugin
+
+
+def _effective(container, flag, env, configs, read):
+    """[(value, where)] of one setting: the argument or environment variable, else each config's value (or None)."""
+    value, where = _setting(container, flag, env)
+    if value is not None:
+        return [(value, where)]
+    return [read(config, source) for source, config in configs]
+
+
+def _strategy_values(value):
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
+
+
+def _sys_admin(container):
+    security = container.get("securityContext") or {}
+    added = (security.get("capabilities") or {}).get("add") or []
+    return bool(security.get("privileged")) or any(str(cap).upper() in ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL") for cap in added)
+
+
+def _check_resources(obj, configs, expected_resources, findings):
+    """resources.gpus / resources.mig renames: the plugin discards them with a warning and keeps its own names
+    (DisableResourceNamingInConfig, called from NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go); only a
+    name outside nvidia.com is refused, when the config is parsed (api/config/v1)."""
+    for source, config in configs:
+        resources = config.get("resources") if isinstance(config.get("resources"), dict) else {}
+        sharing = config.get("sharing") if isinstance(config.get("sharing"), dict) else {}
+        shared = any(isinstance(sharing.get(kind), dict) and sharing[kind].get("renameByDefault") for kind in ("timeSlicing", "mps"))
+        gpu_name = "%s/gpu%s" % (RESOURCE_DOMAIN, ".shared" if shared else "")
+        for group in ("gpus", "mig"):
+            for index, entry in enumerate(resources.get(group) or []):
+                name = str((entry or {}).get("name", "")) if isinstance(entry, dict) else ""
+                pattern = str((entry or {}).get("pattern", "")) if isinstance(entry, dict) else ""
+                qualified = qualify_resource(name) if name else ""
+                field = "%s resources.%s[%d].name" % (source, group, index)
+                if qualified.split("/", 1)[0] != RESOURCE_DOMAIN:
+                    findings.append(_finding("plugin_resource_name_invalid", "error", obj,
+                                             "%s: %s is %r; the plugin only advertises %s/ resources and refuses this config"
+                                             % (obj, field, name, RESOURCE_DOMAIN), expected="%s/<name>" % RESOURCE_DOMAIN, actual=name))
+                    continue
+                if group == "gpus" and qualified not in expected_resources and qualified != gpu_name:
+                    advertised = gpu_name
+                elif group == "mig" and qualified != qualify_resource("mig-" + pattern):
+                    advertised = "%s/mig-<profile> (migStrategy mixed) or %s/gpu (single)" % (RESOURCE_DOMAIN, RESOURCE_DOMAIN)
+                else:
+                    continue
+                findings.append(_finding("plugin_resource_rename_ignored", "warning", obj,
+                                         "%s: %s is %r: ignored by the plugin; it advertises %s (renames in resources.* are "
+                                         "discarded with a warning), so pods requesting %s never schedule"
+                                         % (obj, field, name, advertised, qualified),
+                                         expected=gpu_name if group == "gpus" else "%s/mig-<profile>" % RESOURCE_DOMAIN, actual=qualified))
+
+
+def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class="nvidia"):
+    """Findings about one plugin DaemonSet (its release, config, runtime, MIG access, init containers, placement)."""
     meta = ds.get("metadata") or {}
     obj = "DaemonSet %s/%s" % (meta.get("namespace"), meta.get("name"))
     spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -673,70 +996,73 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources):
         findings.append(_finding("plugin_version_too_old", "error", obj,
                                  "%s runs %s, below the oldest supported release %s" % (obj, tag, version_text(MIN_VERSION)),
                                  expected=">= v%s" % version_text(MIN_VERSION), actual=tag))
-    # The config file, then the flags and environment variables that override it.
-    config, ref = {}, config_reference(ds)
-    if ref:
-        namespace, name, key, path = ref
-        data = config_maps.get((namespace, name)) if name else None
-        if isinstance(data, Unreadable):
-            findings.append(_finding("plugin_config_unreadable", "warning", obj,
-                                     "%s reads its config file from ConfigMap %s/%s, which this identity may not read: %s"
-                                     % (obj, namespace, name, data.reason), expected="readable", actual=None))
-        elif name is None or data is None or key not in data:
-            findings.append(_finding("plugin_config_missing", "error", obj,
-                                     "%s reads its config file %s from %s, which does not exist: the plugin fails to start"
-                                     % (obj, path, "ConfigMap %s/%s key %s" % (namespace, name, key) if name else "no ConfigMap"),
-                                     expected="ConfigMap key present", actual=None))
-        else:
-            try:
-                config = yaml.safe_load(data[key]) if HAS_YAML else json.loads(data[key])
-            except Exception as error:  # yaml.YAMLError and friends: the user's file
-                config = None
-                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: ConfigMap %s/%s key %s is not YAML: %s"
-                                         % (obj, namespace, name, key, error), expected="YAML mapping", actual=None))
-            if config is not None and not isinstance(config, dict):
-                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: ConfigMap %s/%s key %s is not a mapping"
-                                         % (obj, namespace, name, key), expected="YAML mapping", actual=type(config).__name__))
-                config = {}
-            config = config or {}
-    source = "ConfigMap %s/%s" % (ref[0], ref[1]) if ref and ref[1] else "the defaults"
-    flags = config.get("flags") if isinstance(config.get("flags"), dict) else {}
-    plugin = flags.get("plugin") if isinstance(flags.get("plugin"), dict) else {}
-    list_strategy, where = _setting(container, "device-list-strategy", "DEVICE_LIST_STRATEGY")
-    if list_strategy is None and "deviceListStrategy" in plugin:
-        list_strategy, where = plugin["deviceListStrategy"], "%s flags.plugin.deviceListStrategy" % source
-    for value in (list_strategy if isinstance(list_strategy, list) else str(list_strategy).split(",")) if list_strategy is not None else []:
-        if value not in DEVICE_LIST_STRATEGIES:
-            findings.append(_finding("plugin_device_list_strategy_invalid", "error", obj,
-                                     "%s: %s is %r, not a device list strategy (%s): the plugin refuses to start and no GPU "
-                                     "is advertised" % (obj, where, value, ", ".join(DEVICE_LIST_STRATEGIES)),
-                                     expected=list(DEVICE_LIST_STRATEGIES), actual=value))
-    mig, where = _setting(container, "mig-strategy", "MIG_STRATEGY")
-    if mig is None and "migStrategy" in flags:
-        mig, where = flags["migStrategy"], "%s flags.migStrategy" % source
-    if mig is not None and mig not in MIG_STRATEGIES:
-        findings.append(_finding("plugin_mig_strategy_invalid", "error", obj, "%s: %s is %r, not one of %s"
-                                 % (obj, where, mig, ", ".join(MIG_STRATEGIES)), expected=list(MIG_STRATEGIES), actual=mig))
-    resources = config.get("resources") if isinstance(config.get("resources"), dict) else {}
-    for group, allowed in (("gpus", expected_resources), ("mig", None)):
-        for index, entry in enumerate(resources.get(group) or []):
-            name = str((entry or {}).get("name", "")) if isinstance(entry, dict) else ""
-            qualified = qualify_resource(name) if name else ""
-            domain = qualified.split("/", 1)[0]
-            field = "%s resources.%s[%d].name" % (source, group, index)
-            if domain != RESOURCE_DOMAIN:
-                findings.append(_finding("plugin_resource_name_invalid", "error", obj,
-                                         "%s: %s is %r; the plugin only advertises %s/ resources and refuses this config"
-                                         % (obj, field, name, RESOURCE_DOMAIN), expected="%s/<name>" % RESOURCE_DOMAIN, actual=name))
-            elif group == "gpus" and qualified not in allowed:
-                findings.append(_finding("plugin_resource_name_typo", "error", obj,
-                                         "%s: %s is %r, so the plugin advertises %s instead of %s: pods requesting %s never "
-                                         "schedule on its nodes" % (obj, field, name, qualified, " or ".join(allowed), allowed[0]),
-                                         expected=list(allowed), actual=qualified))
-            elif group == "mig" and not qualified.startswith(RESOURCE_DOMAIN + "/mig-"):
-                findings.append(_finding("plugin_resource_name_typo", "warning", obj,
-                                         "%s: %s is %r, advertised as %s rather than an nvidia.com/mig-<profile> resource"
-                                         % (obj, field, name, qualified), expected="nvidia.com/mig-<profile>", actual=qualified))
+    # The config file(s), then the flags and environment variables that override them.
+    configs = _load_configs(ds, config_maps, obj, findings)
+    for value, where in _effective(container, "device-list-strategy", "DEVICE_LIST_STRATEGY", configs,
+                                   lambda c, s: (_flags(c)[1].get("deviceListStrategy"), "%s flags.plugin.deviceListStrategy" % s)):
+        for item in _strategy_values(value):
+            if item not in DEVICE_LIST_STRATEGIES:
+                findings.append(_finding("plugin_device_list_strategy_invalid", "error", obj,
+                                         "%s: %s is %r, not a device list strategy (%s): the plugin refuses to start and no GPU "
+                                         "is advertised" % (obj, where, item, ", ".join(DEVICE_LIST_STRATEGIES)),
+                                         expected=list(DEVICE_LIST_STRATEGIES), actual=item))
+            elif item.startswith("cdi-") and not any((m.get("mountPath") or "").rstrip("/") == CONTAINER_DRIVER_ROOT
+                                                     for m in container.get("volumeMounts") or []):
+                findings.append(_finding("plugin_cdi_driver_root_unmounted", "warning", obj,
+                                         "%s: %s is %s, but the driver root is not mounted at %s: the Helm chart always mounts "
+                                         "it there, as CDI detection needs it" % (obj, where, item, CONTAINER_DRIVER_ROOT),
+                                         expected={"mountPath": CONTAINER_DRIVER_ROOT}, actual=None))
+    mig_strategies = []
+    for value, where in _effective(container, "mig-strategy", "MIG_STRATEGY", configs,
+                                   lambda c, s: (_flags(c)[0].get("migStrategy"), "%s flags.migStrategy" % s)):
+        if value is not None and value not in MIG_STRATEGIES:
+            findings.append(_finding("plugin_mig_strategy_invalid", "error", obj, "%s: %s is %r, not one of %s"
+                                     % (obj, where, value, ", ".join(MIG_STRATEGIES)), expected=list(MIG_STRATEGIES), actual=value))
+        elif value in ("single", "mixed"):
+            mig_strategies.append((value, where))
+    # MIG: CAP_SYS_ADMIN and the MIG monitor devices, as the Helm chart adds them for any strategy but none
+    # (templates/_helpers.tpl requiresCapSysAdmin, addMigMonitorDevices); a privileged container has both.
+    if mig_strategies:
+        missing = []
+        if not _sys_admin(container):
+            missing.append("capability SYS_ADMIN")
+        if _env(container, "NVIDIA_MIG_MONITOR_DEVICES") != "all" and not (container.get("securityContext") or {}).get("privileged"):
+            missing.append("environment variable NVIDIA_MIG_MONITOR_DEVICES=all")
+        if missing:
+            findings.append(_finding("plugin_mig_privileges_missing", "error", obj,
+                                     "%s runs migStrategy %s (%s) without %s: the plugin cannot read the MIG devices "
+                                     "(\"Insufficient Permissions\") and fails on MIG nodes" % (
+                                         obj, mig_strategies[0][0], mig_strategies[0][1], " and ".join(missing)),
+                                     expected={"capabilities.add": ["SYS_ADMIN"], "env": {"NVIDIA_MIG_MONITOR_DEVICES": "all"}},
+                                     actual=missing))
+    # nvidiaDevRoot forced to / while the driver lives elsewhere: unset, the plugin uses the driver root
+    # (NVIDIA/k8s-device-plugin api/config/v1/config.go).
+    driver_flag, _where = _setting(container, "nvidia-driver-root", "NVIDIA_DRIVER_ROOT")
+    dev_flag, dev_where = _setting(container, "nvidia-dev-root", "NVIDIA_DEV_ROOT")
+    forced = {}
+    for source, config in configs:
+        flags = _flags(config)[0]
+        driver_root = driver_flag if driver_flag is not None else flags.get("nvidiaDriverRoot")
+        dev_root, where = (dev_flag, dev_where) if dev_flag is not None else (flags.get("nvidiaDevRoot"), "%s flags.nvidiaDevRoot" % source)
+        if driver_root not in (None, "", "/") and dev_root == "/":
+            forced.setdefault(where, driver_root)
+    for where, driver_root in forced.items():
+        findings.append(_finding("plugin_dev_root_forced", "warning", obj,
+                                 "%s: %s is / while the driver root is %s: the device nodes are looked up on the host's / "
+                                 "instead of the driver's root; leave nvidiaDevRoot unset (it defaults to the driver root)"
+                                 % (obj, where, driver_root), expected=None, actual="/"))
+    _check_resources(obj, configs, expected_resources, findings)
+    # NVML: only the NVIDIA container runtime gives the plugin libnvidia-ml.so.1, through runtimeClassName or a
+    # containerd whose default runtime is nvidia (NVIDIA/k8s-device-plugin README "Prerequisites", Helm value
+    # runtimeClassName). A privileged container or an explicit NVIDIA_VISIBLE_DEVICES (the Helm chart's and the
+    # GPU Operator's setup for a default nvidia runtime) is taken as deliberate.
+    if not spec.get("runtimeClassName") and not (container.get("securityContext") or {}).get("privileged") \
+            and _env(container, "NVIDIA_VISIBLE_DEVICES") is None:
+        findings.append(_finding("plugin_no_nvidia_runtime", "warning", obj,
+                                 "%s sets no runtimeClassName: the plugin loads NVML (libnvidia-ml.so.1) only on nodes whose "
+                                 "containerd runs it with the nvidia runtime by default; elsewhere NVML does not load and, with "
+                                 "failOnInitError true, the plugin crash-loops" % obj,
+                                 expected={"runtimeClassName": runtime_class or "nvidia"}, actual=None))
     # initContainers gating on nvidia-smi, without a readiness probe to show the plugin's own state.
     gates = [c.get("name") for c in spec.get("initContainers") or [] if "nvidia-smi" in " ".join(_words(c))]
     if gates and not container.get("readinessProbe"):
@@ -755,8 +1081,9 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources):
     if cpu_nodes:
         fail_hard = True  # the code default in every release; 0.15-0.17 static manifests set FAIL_ON_INIT_ERROR=false
         fail_setting, _where = _setting(container, "fail-on-init-error", "FAIL_ON_INIT_ERROR")
-        if fail_setting is None and "failOnInitError" in flags:
-            fail_setting = str(flags["failOnInitError"])
+        if fail_setting is None:
+            values = [str(_flags(config)[0]["failOnInitError"]) for _source, config in configs if "failOnInitError" in _flags(config)[0]]
+            fail_setting = values[0] if values else None
         if fail_setting is not None:
             fail_hard = fail_setting.lower() != "false"
         findings.append(_finding("plugin_on_cpu_nodes", "error" if fail_hard else "warning", obj,
@@ -778,35 +1105,84 @@ def _matches_selector(nodes, name, selector):
     return False
 
 
-def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources):
+# --------------------------------------------------------------------------------------------------------
+# Every plugin DaemonSet
+
+
+OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"  # the GPU Operator's per-node gate for its plugin
+
+
+def _managed_by_other(obj, owner, nodes, ours, ours_live):
+    """The finding that another installer serves nodes the managed plugin would serve (or holds its name)."""
+    names = sorted(nodes)
+    where = ("on %d node(s) the managed plugin %s/%s would serve: %s" % (len(names), ours[0], ours[1], _nodes_text(names))
+             if names else "under the managed plugin's name %s/%s" % ours)
+    fix = fix_location(owner, "plugin_managed_by_other_installer")
+    adopt = " or let gpuharden take the release over (adopt_installers: [helm])" if owner["installer"] in ADOPTABLE_INSTALLERS else ""
+    also = (" The DaemonSet gpuharden applied earlier (%s/%s) runs there too: delete one of the two." % ours) if ours_live else ""
+    return _finding("plugin_managed_by_other_installer", "warning", obj,
+                    "%s is the device plugin of %s %s. gpuharden does not apply its own plugin (two plugins on one node "
+                    "register the same resource with the kubelet and fight over it) and does not change or delete this "
+                    "one: fix its findings in %s, disable its plugin there (%s)%s, or narrow the managed plugin's node "
+                    "selector.%s" % (obj, owner["name"], where, owner["name"], fix["field"], adopt, also),
+                    expected="one installer per node", actual=names[:SAMPLE], node_count=len(names),
+                    installer=owner["installer"], fix=fix, repair="manual")
+
+
+def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources, cluster_policies=(), adopt_installers=()):
     """Findings about every existing plugin DaemonSet and the repair for each.
 
     ``desired_plugin`` is the rendered DaemonSet: its name is ours (a live one of that name is adopted and
-    rewritten), its pod template decides which nodes are ours.  A plugin DaemonSet landing only on our nodes is
-    deleted by the repair; one that also serves other nodes is left for a person, and said so.
+    rewritten, unless another installer owns it), its pod template decides which nodes are ours.  An unowned
+    plugin DaemonSet landing only on our nodes is deleted by the repair; one that also serves other nodes is left
+    for a person, and said so.  A DaemonSet another installer owns (``installer_of``) is never repaired here: its
+    findings carry ``fix`` (where to change it in that installer) and, when it serves our nodes, a
+    ``plugin_managed_by_other_installer`` finding tells the caller not to apply the managed objects.  Installers
+    listed in ``adopt_installers`` (Helm only) are treated as unowned.
     Returns (findings, repairs, our target nodes).
     """
     ours = (desired_plugin["metadata"]["namespace"], desired_plugin["metadata"]["name"])
     desired_spec = desired_plugin["spec"]["template"]["spec"]
     gpu_selector = desired_spec.get("nodeSelector") or {}
+    runtime_class = desired_spec.get("runtimeClassName") or ""
     our_nodes = set(targets(desired_spec, nodes))
-    findings, repairs = [], []
+    ours_live = any((d.get("metadata") or {}).get("namespace") == ours[0] and _name_of(d) == ours[1]
+                    and installer_of(d, cluster_policies) is None for d in daemonsets)
+    findings, repairs, operator_reported = [], [], set()
     for ds in sorted(daemonsets, key=lambda d: ((d.get("metadata") or {}).get("namespace"), (d.get("metadata") or {}).get("name"))):
         if not is_plugin_daemonset(ds):
             continue
         meta = ds.get("metadata") or {}
         key = (meta.get("namespace"), meta.get("name"))
         obj = "DaemonSet %s/%s" % key
-        found, landed = inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources)
+        owner = installer_of(ds, cluster_policies)
+        adopted = owner if owner is not None and owner["installer"] in adopt_installers else None
+        if adopted:
+            owner = None
+        found, landed = inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class)
+        overlap = sorted(our_nodes.intersection(landed))
+        if owner is not None:
+            for entry in found:
+                entry.update(repair="manual", installer=owner["installer"], fix=fix_location(owner, entry["id"]))
+                entry["message"] += "; %s" % _fix_text(entry["fix"])
+            if overlap or key == ours:
+                found.append(_managed_by_other(obj, owner, overlap, ours, ours_live and key != ours))
+                if owner["installer"] == "gpu-operator":
+                    operator_reported.add(owner["name"])
+            findings.extend(found)
+            if found:
+                repairs.append({"action": "manual", "object": obj, "namespace": key[0], "name": key[1], "installer": owner["installer"],
+                                "reason": "%s owns it: gpuharden neither changes nor deletes it; fix it there" % owner["name"]})
+            continue
+        adopted_text = (" (managed by %s; taken over as adopt_installers allows)" % adopted["name"]) if adopted else ""
         if key == ours:
             for entry in found:
                 entry["repair"] = "replace"
             findings.extend(found)
-            if found:
-                repairs.append({"action": "replace", "object": obj, "reason": "it is the DaemonSet this module manages: the "
-                                "desired one replaces it (%s)" % ", ".join(sorted({f["id"] for f in found}))})
+            if found or adopted:
+                repairs.append({"action": "replace", "object": obj, "reason": "it is the DaemonSet this module manages%s: the "
+                                "desired one replaces it (%s)" % (adopted_text, ", ".join(sorted({f["id"] for f in found})) or "adopted")})
             continue
-        overlap = sorted(our_nodes.intersection(landed))
         only_theirs = sorted(set(landed) - our_nodes)
         action = "delete" if overlap and not only_theirs else "manual"
         if overlap:
@@ -819,14 +1195,43 @@ def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources):
             entry["repair"] = action
         findings.extend(found)
         if overlap:
-            reason = ("every node it lands on is served by %s/%s" % ours if action == "delete" else
+            reason = ("every node it lands on is served by %s/%s%s" % (ours[0], ours[1], adopted_text) if action == "delete" else
                       "it also serves %d node(s) the managed plugin does not select (%s): label them, then delete it"
                       % (len(only_theirs), _nodes_text(only_theirs)))
             repairs.append({"action": action, "object": obj, "namespace": key[0], "name": key[1], "reason": reason})
         elif found:
             repairs.append({"action": "manual", "object": obj, "namespace": key[0], "name": key[1],
                             "reason": "it serves nodes the managed plugin does not select: %s" % (_nodes_text(landed) or "none")})
+    # A ClusterPolicy with its device plugin enabled (the default) claims the nodes the operator labelled for it,
+    # before (or without) its DaemonSet being there.
+    for policy in sorted(cluster_policies, key=lambda p: str(_name_of(p))):
+        name = "ClusterPolicy %s" % _name_of(policy)
+        if name in operator_reported or ((policy.get("spec") or {}).get("devicePlugin") or {}).get("enabled") is False:
+            continue
+        claimed = sorted(n["metadata"]["name"] for n in nodes if n["metadata"].get("name") in our_nodes
+                         and ((n["metadata"].get("labels") or {}).get(OPERATOR_DEPLOY_LABEL) == "true"))
+        if claimed:
+            findings.append(_managed_by_other(name, {"installer": "gpu-operator", "name": name}, claimed, ours, ours_live))
     return findings, repairs, sorted(our_nodes)
+
+
+def foreign_live_objects(decisions, objects, cluster_policies=(), adopt_installers=(), reported=()):
+    """Findings for live objects under a managed name (the ConfigMap, the DaemonSets) that another installer owns:
+    they are not adopted (the installer would revert it), so nothing is applied."""
+    findings = []
+    for index, desired in enumerate(objects):
+        live = decisions[index].get("live")
+        owner = installer_of(live, cluster_policies) if live else None
+        obj = "%s %s/%s" % (desired["kind"], desired["metadata"].get("namespace"), desired["metadata"]["name"])
+        if owner is None or owner["installer"] in adopt_installers or obj in reported:
+            continue
+        findings.append(_managed_by_other(obj, owner, [], (desired["metadata"].get("namespace"), desired["metadata"]["name"]), False))
+    return findings
+
+
+def blocking(findings):
+    """The findings that stop the managed objects from being applied."""
+    return [f for f in findings if f["id"] == "plugin_managed_by_other_installer"]
 
 
 # --------------------------------------------------------------------------------------------------------

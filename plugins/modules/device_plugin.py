@@ -13,21 +13,34 @@ description:
   - Renders the device plugin's ConfigMap (its config file), its DaemonSet and optionally the gpu-feature-discovery
     DaemonSet, and applies them with server-side apply (field manager C(gpuharden)).
   - The DaemonSet keeps off CPU-only nodes (O(node_selector)), tolerates the C(nvidia.com/gpu) taint, runs at
-    C(system-node-critical) priority without privilege escalation and with every capability dropped, mounts
-    C(/var/lib/kubelet/device-plugins) and reads the config file from the ConfigMap. A checksum of the config file in the
+    C(system-node-critical) priority without privilege escalation and with every capability dropped (C(SYS_ADMIN) added
+    back for a MIG strategy or C(volume-mounts)), runs with the RuntimeClass O(runtime_class_name) so that the NVIDIA
+    runtime gives it NVML, mounts C(/var/lib/kubelet/device-plugins) and reads the config file from the ConfigMap. A checksum of the config file in the
     pod template restarts the pods when the config changes (the plugin reads it only at start).
   - "Version gate: O(version) must be a release tag of 0.15.0 or newer; C(latest), digests and older releases are
     refused. Options a release does not understand are refused too: O(nvidia_dev_root) and O(device_discovery_strategy)
     need 0.16, O(shared_devices_allocation_policy) 0.20. C(failOnInitError) is always written (since 0.18 the static
     manifests no longer set it to false, so a plugin without a node selector crash-loops on CPU-only nodes)."
-  - Audits every existing plugin DaemonSet (one paginated LIST of DaemonSets and one of Nodes, one GET per ConfigMap a
-    plugin reads) and returns findings - releases below 0.15 or unparseable tags, resource-name typos such as
-    C(nvidia-gpu), C(deviceListStrategy) values that are not strategies (C(none)), invalid C(migStrategy), a missing config
-    file, an initContainer gating on C(nvidia-smi) without a readiness probe, plugins landing on CPU-only nodes, and a second
-    plugin DaemonSet competing for the same nodes - each with its repair.
-  - A live DaemonSet or ConfigMap with the managed name that gpuharden never applied is adopted - replaced by the desired
-    object (so nothing the previous installer set survives), then applied. Competing plugin DaemonSets are deleted with
-    O(remove_competing) when every node they land on is served by the managed plugin.
+  - Audits every existing plugin DaemonSet (one paginated LIST of DaemonSets, one of Nodes and one of the GPU Operator's
+    ClusterPolicies, one GET per ConfigMap a plugin reads, one GET of the RuntimeClass) and returns findings - releases below
+    0.15 or unparseable tags, resource renames such as C(nvidia-gpu) (ignored by the plugin, which advertises
+    C(nvidia.com/gpu)), C(deviceListStrategy) values that are not strategies (C(none)), invalid C(migStrategy), a MIG
+    strategy without C(SYS_ADMIN) and C(NVIDIA_MIG_MONITOR_DEVICES), no C(runtimeClassName), a missing config file, an
+    initContainer gating on C(nvidia-smi) without a readiness probe, plugins landing on CPU-only nodes, and a second plugin
+    DaemonSet competing for the same nodes - each with its repair. The Helm chart's config-manager (config copied from a
+    ConfigMap into an emptyDir) is followed, and its C(mps-control-daemon) DaemonSet is not a plugin.
+  - "Other installers: a DaemonSet or ConfigMap owned by the NVIDIA GPU Operator (ownerReference to its ClusterPolicy),
+    by a Helm release (C(app.kubernetes.io/managed-by: Helm), C(helm.sh/chart)), by another controller or GitOps tool
+    is never changed or deleted: its findings carry C(fix), the field to change in that installer. When such an installer
+    already serves nodes the managed plugin would serve (or holds a managed name), nothing is applied and the finding
+    C(plugin_managed_by_other_installer) names it: two plugins on one node fight over the same resource. O(adopt_installers)
+    lets gpuharden take Helm-managed objects over; GPU Operator objects are never taken over (the operator reverts them)."
+  - A live DaemonSet or ConfigMap with the managed name that gpuharden never applied (and no other installer owns) is
+    adopted - replaced by the desired object (so nothing the previous installer set survives), then applied. Competing
+    unowned plugin DaemonSets are deleted with O(remove_competing) when every node they land on is served by the managed
+    plugin.
+  - The RuntimeClass O(runtime_class_name) must exist before the plugin is applied (the API server rejects pods naming a
+    missing one); without it the module fails before writing anything, and check mode reports it.
   - The result is changed only when the server's dry-run answer differs from the live object outside C(managedFields),
     C(resourceVersion), C(generation) and C(status). In check mode every write is sent with C(dryRun=All), so nothing
     is stored and the prediction is the API server's own.
@@ -105,7 +118,9 @@ options:
     type: str
     default: system-node-critical
   mig_strategy:
-    description: C(flags.migStrategy), from the MIG layout of the nodes.
+    description:
+      - C(flags.migStrategy), from the MIG layout of the nodes.
+      - V(single) and V(mixed) give the container C(SYS_ADMIN) and C(NVIDIA_MIG_MONITOR_DEVICES=all), as the Helm chart does.
     type: str
     default: none
     choices: [none, single, mixed]
@@ -133,11 +148,14 @@ options:
   nvidia_driver_root:
     description:
       - C(flags.nvidiaDriverRoot), the driver's root on the node (V(/run/nvidia/driver) with the driver container).
-      - Another root than V(/) is mounted read-only at C(/driver-root) (C(containerDriverRoot)).
+      - Another root than V(/), and any root with a C(cdi-*) strategy, is mounted read-only at C(/driver-root)
+        (C(containerDriverRoot)).
     type: str
     default: /
   nvidia_dev_root:
-    description: C(flags.nvidiaDevRoot) (0.16 or newer); unset writes V(/) on releases that know the key.
+    description:
+      - C(flags.nvidiaDevRoot) (0.16 or newer). Unset leaves it out of the config, so that the plugin uses
+        O(nvidia_driver_root) for the device nodes as well.
     type: str
   device_discovery_strategy:
     description: C(flags.deviceDiscoveryStrategy) (0.16 or newer); unset leaves the plugin's V(auto).
@@ -157,15 +175,34 @@ options:
     type: bool
     default: false
   expected_resource_names:
-    description: Resource names a plugin's C(resources.gpus) may advertise; others are reported as typos.
+    description:
+      - Names a C(resources.gpus) entry of an existing plugin's config may give without a finding. The plugin ignores
+        every rename in C(resources) and advertises C(nvidia.com/gpu), so any other name is reported.
     type: list
     elements: str
     default: [nvidia.com/gpu]
   remove_competing:
     description:
       - Delete the other plugin DaemonSets that land only on nodes the managed plugin serves. Others are only reported.
+      - Never deletes a DaemonSet another installer owns (GPU Operator, Helm unless in O(adopt_installers), other
+        controllers), nor anything while another installer serves the managed plugin's nodes.
     type: bool
     default: false
+  runtime_class_name:
+    description:
+      - The pods' C(runtimeClassName), the RuntimeClass whose handler is containerd's nvidia runtime
+        (M(gpuharden.k8s.runtime_class) manages it). The plugin container gets C(libnvidia-ml.so.1) only from that runtime.
+      - Empty means that nvidia is containerd's default runtime on every GPU node (C(default_runtime_name)); nothing
+        checks that here.
+    type: str
+    default: nvidia
+  adopt_installers:
+    description:
+      - Other installers whose plugin objects gpuharden may take over (adopt by name, delete with O(remove_competing))
+        instead of only reporting them. Only V(helm); the GPU Operator is refused, it reverts every change.
+    type: list
+    elements: str
+    default: []
   force:
     description:
       - Delete and create the plugin DaemonSet when its immutable C(spec.selector) differs. Without it that is an error.
@@ -227,11 +264,14 @@ findings:
   description:
     - Problems of the plugin DaemonSets found before this run, as C(id), C(severity), C(object), C(message), C(expected),
       C(actual) and C(repair) (V(replace) - fixed by applying the managed DaemonSet, V(delete) - fixed by deleting the
-      DaemonSet with O(remove_competing), V(manual)).
-    - Ids are plugin_version_too_old, plugin_version_unparseable, plugin_resource_name_typo, plugin_resource_name_invalid,
-      plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_config_missing, plugin_config_invalid,
-      plugin_config_unreadable,
-      plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes, plugin_competing.
+      DaemonSet with O(remove_competing), V(manual)). For objects another installer owns also C(installer) and C(fix)
+      (C(installer), C(object) - for example C(ClusterPolicy cluster-policy) or C(Helm release ns/name) - and C(field),
+      the ClusterPolicy field or chart value to change).
+    - Ids are plugin_version_too_old, plugin_version_unparseable, plugin_resource_rename_ignored, plugin_resource_name_invalid,
+      plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_mig_privileges_missing, plugin_no_nvidia_runtime,
+      plugin_dev_root_forced, plugin_cdi_driver_root_unmounted, plugin_config_missing, plugin_config_invalid,
+      plugin_config_unreadable, plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes,
+      plugin_competing, plugin_managed_by_other_installer, plugin_runtime_class_missing, plugin_operator_unknown.
   returned: always
   type: list
   elements: dict
@@ -247,8 +287,8 @@ deleted:
   elements: str
 objects:
   description:
-    - Per managed object, C(kind), C(name), C(namespace), C(action) (none, create, update, adopt, recreate), C(changed),
-      C(message), C(resource_version).
+    - Per managed object, C(kind), C(name), C(namespace), C(action) (none, create, update, adopt, recreate, or skip when
+      another installer serves the nodes), C(changed), C(message), C(resource_version).
   returned: always
   type: list
   elements: dict
@@ -262,6 +302,17 @@ image:
   returned: always
   type: str
   sample: nvcr.io/nvidia/k8s-device-plugin:v0.20.0
+skipped:
+  description:
+    - True when nothing was applied because another installer serves the managed plugin's nodes or owns a managed name
+      (findings C(plugin_managed_by_other_installer)); C(installers) then names them.
+  returned: always
+  type: bool
+installers:
+  description: The other installers (C(gpu-operator), C(helm), ...) that own a plugin DaemonSet, whether or not they block.
+  returned: always
+  type: list
+  elements: str
 target_nodes:
   description: The nodes the managed plugin lands on (selector, affinity and taints evaluated on the Node list).
   returned: always
@@ -317,6 +368,8 @@ def argument_spec():
         gpu_feature_discovery={"type": "bool", "default": False},
         expected_resource_names={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
         remove_competing={"type": "bool", "default": False},
+        runtime_class_name={"type": "str", "default": "nvidia"},
+        adopt_installers={"type": "list", "elements": "str", "default": []},
         force={"type": "bool", "default": False},
         force_conflicts={"type": "bool", "default": True},
         wait={"type": "bool", "default": True},
@@ -357,17 +410,62 @@ def wait_rollout(client, ds, targets, timeout, page_limit):
         time.sleep(POLL_SECONDS)
 
 
+CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")  # the GPU Operator's CRD (NVIDIA/gpu-operator api/nvidia/v1)
+
+
+def read_cluster_policies(client, page_limit):
+    """The GPU Operator's ClusterPolicies: ([policies], None); ([], None) without its CRD (404: no operator);
+    ([], finding) when this identity may not list them (403): reported, the ownerReferences still tell."""
+    method = _k8s.k8s_client.CustomObjectsApi(client.api).list_cluster_custom_object
+
+    def counted(*args, **kwargs):
+        client.requests += 1
+        return method(*args, **kwargs)
+
+    try:
+        return _k8s.list_all(client.api, counted, "device_plugin: listing ClusterPolicies (nvidia.com/v1)", page_limit,
+                             args=CLUSTER_POLICY)[0], None
+    except GpuhardenError as error:
+        if error.result.get("status") == 404:
+            return [], None
+        if error.result.get("status") != 403:
+            raise
+        return [], {"id": "plugin_operator_unknown", "severity": "warning", "object": "ClusterPolicies (nvidia.com/v1)",
+                    "message": "%s; whether the NVIDIA GPU Operator manages a plugin is told only by ownerReferences "
+                               "(grant get/list on clusterpolicies.nvidia.com, deploy/rbac/gpuharden-rbac.yaml)" % error.msg,
+                    "expected": "readable", "actual": None, "repair": "manual"}
+
+
+def runtime_class_finding(client, name):
+    """A finding when the RuntimeClass the pods name does not exist (the API server rejects such pods), else None."""
+    if not name or client.read("RuntimeClass", name) is not None:
+        return None
+    return {"id": "plugin_runtime_class_missing", "severity": "error", "object": "RuntimeClass %s" % name,
+            "message": "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it first "
+                       "(role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is containerd's "
+                       "default runtime" % name, "expected": "present", "actual": None, "repair": "manual"}
+
+
+def skipped_summary(obj, installers):
+    meta = obj["metadata"]
+    return {"kind": obj["kind"], "name": meta["name"], "namespace": meta.get("namespace"), "action": "skip", "changed": False,
+            "message": "not applied: %s already serve(s) the managed plugin's nodes or own(s) its name" % ", ".join(installers),
+            "resource_version": None}
+
+
 def run(module):
     params = module.params
     settings, expected = check_module_params(params)
     objects, config = _device_plugin.desired_objects(settings)
     plugin = objects[1]
+    adopt = settings["adopt_installers"]
     client = _k8s_objects.Client(_k8s.api_client(params), "device_plugin")
-    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": []}
+    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "skipped": False}
     try:
         # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
         daemonsets = client.list("DaemonSet", params["page_limit"])
         nodes = client.list("Node", params["page_limit"])
+        cluster_policies, operator_unknown = read_cluster_policies(client, params["page_limit"])
         config_maps = {}
         for namespace, name in _device_plugin.referenced_config_maps(daemonsets):
             try:
@@ -378,16 +476,40 @@ def run(module):
                 config_maps[(namespace, name)] = _device_plugin.Unreadable(error.msg)  # another team's namespace: say so
                 continue
             config_maps[(namespace, name)] = (live or {}).get("data") or {} if live is not None else None
-        findings, repairs, targets = _device_plugin.audit(daemonsets, config_maps, nodes, plugin, expected)
-        result.update(findings=findings, repairs=repairs, target_nodes=targets)
-        # Decide: dry runs of every write.
+        findings, repairs, targets = _device_plugin.audit(daemonsets, config_maps, nodes, plugin, expected, cluster_policies, adopt)
+        findings += [operator_unknown] if operator_unknown else []
+        result.update(findings=findings, repairs=repairs, target_nodes=targets,
+                      installers=sorted({f["installer"] for f in findings if f.get("installer")}))
+        # Decide: dry runs of every write, unless another installer serves our nodes (then nothing is written at all).
         decisions = []
-        for obj in objects:
-            immutable = _device_plugin.selector_immutable if obj["kind"] == "DaemonSet" else None
-            decision = _k8s_objects.plan(client, obj, params["force_conflicts"], immutable)
+        if not _device_plugin.blocking(findings):
+            decisions = [_k8s_objects.plan(client, obj, params["force_conflicts"],
+                                           _device_plugin.selector_immutable if obj["kind"] == "DaemonSet" else None) for obj in objects]
+            findings += _device_plugin.foreign_live_objects(decisions, objects, cluster_policies, adopt,
+                                                            {f["object"] for f in findings})
+        blocked = _device_plugin.blocking(findings)
+        if blocked:
+            installers = sorted({f["installer"] for f in blocked})
+            result.update(skipped=True, installers=sorted(set(result["installers"]) | set(installers)), changed=False,
+                          objects=[skipped_summary(obj, installers) for obj in objects])
+            for repair in repairs:
+                if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs
+                    repair.update(action="manual", reason=repair["reason"] + "; not deleted while another installer serves these nodes")
+                    for entry in findings:
+                        if entry["object"] == repair["object"]:
+                            entry["repair"] = "manual"
+            if module._diff:
+                result["diff"] = []
+            result["api_requests"] = client.requests
+            return result
+        missing_class = runtime_class_finding(client, settings["runtime_class_name"])
+        if missing_class:
+            findings.append(missing_class)
+            if not module.check_mode:
+                raise GpuhardenError("device_plugin: " + missing_class["message"], findings=findings, repairs=repairs)
+        for decision in decisions:
             if decision["action"] == "recreate" and not params["force"]:
                 raise GpuhardenError(decision["message"], findings=findings, repairs=repairs)
-            decisions.append(decision)
         to_delete = [r for r in repairs if r["action"] == "delete"] if params["remove_competing"] else []
         for repair in to_delete:
             client.delete("DaemonSet", repair["name"], repair["namespace"], dry_run=True)
@@ -417,9 +539,9 @@ def run(module):
         raise
     finally:
         client.api.close()
+        for warning in settings["warnings"]:
+            module.warn(warning)
     result["api_requests"] = client.requests
-    for warning in settings["warnings"]:
-        module.warn(warning)
     return result
 
 

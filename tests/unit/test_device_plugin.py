@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -37,9 +38,11 @@ def node(name, labels=None, taints=None):
 
 
 def plugin_ds(name, namespace="kube-system", image="nvcr.io/nvidia/k8s-device-plugin:v0.17.0", selector=None, config_map=None,
-              init=None, probe=None, env=None):
+              init=None, probe=None, env=None, runtime_class="nvidia"):
     container = {"name": "nvidia-device-plugin-ctr", "image": image}
     spec = {"containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
     if selector is not None:
         spec["nodeSelector"] = selector
     if config_map:
@@ -112,12 +115,14 @@ def test_default_render_is_the_hardened_static_manifest():
     assert spec["nodeSelector"] == GPU
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["runtimeClassName"] == "nvidia"
     (container,) = spec["containers"]
     assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert "env" not in container
     assert {"name": "kubelet-device-plugins-dir", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}} in spec["volumes"]
     assert yaml.safe_load(cm["data"]["config.yaml"]) == config
-    assert config == {"version": "v1", "flags": {"migStrategy": "none", "failOnInitError": True, "nvidiaDriverRoot": "/", "nvidiaDevRoot": "/",
+    assert config == {"version": "v1", "flags": {"migStrategy": "none", "failOnInitError": True, "nvidiaDriverRoot": "/",
                                                  "plugin": {"passDeviceSpecs": False, "deviceListStrategy": "envvar", "deviceIDStrategy": "uuid"}}}
     annotation = ds["spec"]["template"]["metadata"]["annotations"][dp.CHECKSUM_ANNOTATION]
     assert len(annotation) == 64
@@ -296,10 +301,10 @@ def test_audit_catches_each_seed_with_its_repair():
         ("list-none", "plugin_competing"), ("list-none", "plugin_device_list_strategy_invalid"),
         ("nvidia-device-plugin-daemonset", "plugin_on_cpu_nodes"),
         ("old", "plugin_init_gate_without_readiness"), ("old", "plugin_version_too_old"),
-        ("typo", "plugin_competing"), ("typo", "plugin_resource_name_typo"),
+        ("typo", "plugin_competing"), ("typo", "plugin_resource_rename_ignored"),
     ]
     by = {(f["object"], f["id"]): f for f in findings}
-    typo = by[("DaemonSet kube-system/typo", "plugin_resource_name_typo")]
+    typo = by[("DaemonSet kube-system/typo", "plugin_resource_rename_ignored")]
     assert typo["actual"] == "nvidia.com/nvidia-gpu" and "resources.gpus[0].name is 'nvidia-gpu'" in typo["message"]
     assert "ConfigMap kube-system/typo" in typo["message"]
     none = by[("DaemonSet kube-system/list-none", "plugin_device_list_strategy_invalid")]
@@ -467,3 +472,468 @@ def test_audit_a_forbidden_config_map_is_a_warning_not_a_failure():
                                        config_maps=config_maps)
     assert [(f["id"], f["severity"]) for f in findings] == [("plugin_config_unreadable", "warning")]
     assert "403 Forbidden" in findings[0]["message"]
+
+
+# ------------------------------------------------------------------------------------------------ issue 13 items 1-5
+
+
+def container_of(ds):
+    return dp.plugin_container(ds["spec"]["template"]["spec"])
+
+
+def test_item01_managed_daemonset_runs_with_the_nvidia_runtime_class():
+    _s, (_cm, ds, gfd), _c = render(gpu_feature_discovery=True)
+    assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    assert gfd["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"  # gpu-feature-discovery needs NVML too
+    _s, (_cm, ds), _c = render(runtime_class_name="nvidia-cdi")
+    assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
+    settings, (_cm, ds), _c = render(runtime_class_name="")  # nvidia is containerd's default runtime on every node
+    assert "runtimeClassName" not in ds["spec"]["template"]["spec"]
+    assert any("default runtime" in w for w in settings["warnings"])
+    with pytest.raises(GpuhardenError, match="option runtime_class_name='Bad_Class' is not a DNS subdomain"):
+        render(runtime_class_name="Bad_Class")
+
+
+def test_item01_audit_reports_a_plugin_that_cannot_get_nvml():
+    bare = plugin_ds("bare", selector={"nowhere": "x"}, runtime_class=None)
+    findings, _repairs, _ours = _audit([bare])
+    (finding,) = findings
+    assert finding["id"] == "plugin_no_nvidia_runtime" and finding["severity"] == "warning"
+    assert finding["expected"] == {"runtimeClassName": "nvidia"} and "runtimeClassName" in finding["message"]
+    # Deliberate setups for a default nvidia runtime: privileged, or an explicit NVIDIA_VISIBLE_DEVICES.
+    env = plugin_ds("env", selector={"nowhere": "x"}, runtime_class=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    privileged = plugin_ds("privileged", selector={"nowhere": "x"}, runtime_class=None)
+    privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with_class = plugin_ds("with-class", selector={"nowhere": "x"}, runtime_class="nvidia")
+    assert _audit([env, privileged, with_class])[0] == []
+
+
+class FakeCluster:
+    """An API server of plain dicts for run(): LIST, GET, server-side apply, PUT and DELETE, each recorded."""
+
+    def __init__(self, *objects):
+        self.objects = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): copy.deepcopy(o) for o in objects}
+        self.writes, self.requests = [], 0
+        self.api = type("Api", (), {"close": lambda self: None})()
+
+    def list(self, kind, page_limit, namespace=None, **selectors):
+        self.requests += 1
+        return [copy.deepcopy(o) for (k, _ns, _n), o in sorted(self.objects.items()) if k == kind]
+
+    def read(self, kind, name, namespace=None):
+        self.requests += 1
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def _store(self, obj, dry_run, operation):
+        out = copy.deepcopy(obj)
+        out["metadata"].update(resourceVersion="9", managedFields=[{"manager": "gpuharden", "operation": operation}])
+        if not dry_run:
+            self.objects[(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])] = copy.deepcopy(out)
+        return out
+
+    def apply(self, obj, dry_run, force):
+        self.writes.append(("apply", dry_run, obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj, dry_run, "Apply")
+
+    def replace(self, obj, dry_run):
+        self.writes.append(("replace", dry_run, obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj, dry_run, "Update")
+
+    def delete(self, kind, name, namespace, dry_run):
+        self.writes.append(("delete", dry_run, kind, name))
+        if not dry_run:
+            self.objects.pop((kind, namespace, name), None)
+
+
+class FakeModule:
+    def __init__(self, check_mode=False, **overrides):
+        self.params = params(wait=False, **overrides)
+        self.check_mode, self._diff, self.warnings = check_mode, False, []
+
+    def warn(self, message):
+        self.warnings.append(message)
+
+
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+API_NODES = [dict(n, kind="Node") for n in NODES]
+
+
+def run_fake(monkeypatch, cluster, check_mode=False, cluster_policies=(), **overrides):
+    monkeypatch.setattr(module._k8s, "api_client", lambda params: None)
+    monkeypatch.setattr(module._k8s_objects, "Client", lambda api, who: cluster)
+    monkeypatch.setattr(module, "read_cluster_policies", lambda client, limit: (list(cluster_policies), None))
+    fake = FakeModule(check_mode, **overrides)
+    return module.run(fake), fake
+
+
+def test_item01_missing_runtime_class_fails_before_any_write_and_is_a_finding_in_check_mode(monkeypatch):
+    cluster = FakeCluster(*API_NODES)
+    with pytest.raises(GpuhardenError, match="RuntimeClass nvidia does not exist") as caught:
+        run_fake(monkeypatch, cluster)
+    assert [w for w in cluster.writes if not w[1]] == []  # dry runs only
+    assert "plugin_runtime_class_missing" in {f["id"] for f in caught.value.result["findings"]}
+    result, _fake = run_fake(monkeypatch, FakeCluster(*API_NODES), check_mode=True)
+    assert "plugin_runtime_class_missing" in {f["id"] for f in result["findings"]} and result["changed"] is True
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES)
+    result, _fake = run_fake(monkeypatch, cluster)
+    assert result["changed"] and cluster.objects[("DaemonSet", "kube-system", PLUGIN_NAME)]["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    result, fake = run_fake(monkeypatch, FakeCluster(*API_NODES), runtime_class_name="")  # nothing to look for
+    assert "plugin_runtime_class_missing" not in {f["id"] for f in result["findings"]}
+
+
+PLUGIN_NAME = "nvidia-device-plugin-daemonset"
+
+
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_item02_mig_strategy_adds_sys_admin_and_the_mig_monitor_devices(strategy):
+    _s, (_cm, ds), config = render(mig_strategy=strategy)
+    container = container_of(ds)
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+    assert container["env"] == [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}]
+    assert config["flags"]["migStrategy"] == strategy
+    _s, (_cm, ds), _c = render(mig_strategy="none")
+    assert "add" not in container_of(ds)["securityContext"]["capabilities"] and "env" not in container_of(ds)
+
+
+def test_item02_audit_reports_mig_without_sys_admin_or_monitor_devices():
+    env = [{"name": "MIG_STRATEGY", "value": "mixed"}]
+    bare = plugin_ds("bare", selector={"nowhere": "x"}, env=env)
+    from_config = plugin_ds("from-config", selector={"nowhere": "x"}, config_map="mig-single")
+    complete = plugin_ds("complete", selector={"nowhere": "x"}, env=env + [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}])
+    complete["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+    privileged = plugin_ds("privileged", selector={"nowhere": "x"}, env=env)
+    privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    half = plugin_ds("half", selector={"nowhere": "x"}, env=env)
+    half["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    config_maps = dict(SEED_CONFIG_MAPS)
+    config_maps[("kube-system", "mig-single")] = {"config.yaml": "version: v1\nflags:\n  migStrategy: single\n"}
+    findings, _repairs, _ours = _audit([bare, from_config, complete, privileged, half], config_maps=config_maps)
+    by = {f["object"].split("/")[-1]: f for f in findings}
+    assert sorted(by) == ["bare", "from-config", "half"] and {f["id"] for f in findings} == {"plugin_mig_privileges_missing"}
+    assert by["bare"]["actual"] == ["capability SYS_ADMIN", "environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
+    assert "environment variable MIG_STRATEGY" in by["bare"]["message"] and by["bare"]["severity"] == "error"
+    assert "ConfigMap kube-system/mig-single flags.migStrategy" in by["from-config"]["message"]
+    assert by["half"]["actual"] == ["environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
+
+
+def test_item03_dev_root_unset_stays_unset():
+    for version in ("v0.16.2", "v0.20.0"):
+        _s, _o, config = render(version=version)
+        assert "nvidiaDevRoot" not in config["flags"]
+        _s, _o, config = render(version=version, nvidia_driver_root="/run/nvidia/driver")
+        assert "nvidiaDevRoot" not in config["flags"] and config["flags"]["nvidiaDriverRoot"] == "/run/nvidia/driver"
+    _s, _o, config = render(nvidia_dev_root="/")
+    assert config["flags"]["nvidiaDevRoot"] == "/"  # set explicitly: written
+
+
+@pytest.mark.parametrize("strategy", ["cdi-annotations", "cdi-cri"])
+def test_item03_cdi_strategies_mount_the_driver_root_at_driver_root(strategy):
+    _s, (_cm, ds), config = render(device_list_strategy=[strategy])
+    spec = ds["spec"]["template"]["spec"]
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in container_of(ds)["volumeMounts"]
+    assert {"name": "driver-root", "hostPath": {"path": "/", "type": "Directory"}} in spec["volumes"]
+    assert config["flags"]["plugin"]["containerDriverRoot"] == "/driver-root"
+    _s, (_cm, ds), config = render(device_list_strategy=["envvar"])
+    assert "driver-root" not in {v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert "containerDriverRoot" not in config["flags"]["plugin"]
+
+
+def test_item03_audit_reports_a_forced_dev_root_and_an_unmounted_driver_root_for_cdi():
+    forced = plugin_ds("forced", selector={"nowhere": "x"}, env=[{"name": "NVIDIA_DRIVER_ROOT", "value": "/run/nvidia/driver"},
+                                                                {"name": "NVIDIA_DEV_ROOT", "value": "/"}])
+    unset = plugin_ds("unset", selector={"nowhere": "x"}, env=[{"name": "NVIDIA_DRIVER_ROOT", "value": "/run/nvidia/driver"}])
+    cdi = plugin_ds("cdi", selector={"nowhere": "x"}, env=[{"name": "DEVICE_LIST_STRATEGY", "value": "cdi-cri"}])
+    findings, _repairs, _ours = _audit([forced, unset, cdi])
+    assert ids(findings) == [("cdi", "plugin_cdi_driver_root_unmounted"), ("forced", "plugin_dev_root_forced")]
+
+
+HELM_LABELS = {"helm.sh/chart": "nvidia-device-plugin-0.17.4", "app.kubernetes.io/name": "nvidia-device-plugin",
+               "app.kubernetes.io/instance": "nvdp", "app.kubernetes.io/managed-by": "Helm"}
+HELM_ANNOTATIONS = {"meta.helm.sh/release-name": "nvdp", "meta.helm.sh/release-namespace": "nvidia-device-plugin"}
+
+
+def _config_manager(name, send_signal):
+    return {"name": name, "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4", "command": ["config-manager"],
+            "env": [{"name": "ONESHOT", "value": "false" if send_signal else "true"},
+                    {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
+                    {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"},
+                    {"name": "DEFAULT_CONFIG", "value": "default"}],
+            "volumeMounts": [{"name": "available-configs", "mountPath": "/available-configs"}, {"name": "config", "mountPath": "/config"}]}
+
+
+def helm_plugin(namespace="nvidia-device-plugin", selector=None, runtime_class=None, mig=None):
+    """The chart's plugin DaemonSet with config.map set: config-manager init + sidecar, CONFIG_FILE on an emptyDir
+    (deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml)."""
+    env = [{"name": "MPS_ROOT", "value": "/run/nvidia/mps"}, {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+           {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
+    if mig:
+        env.insert(1, {"name": "MIG_STRATEGY", "value": mig})
+    spec = {"shareProcessNamespace": True, "initContainers": [_config_manager("nvidia-device-plugin-init", False)],
+            "containers": [_config_manager("nvidia-device-plugin-sidecar", True),
+                           {"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
+                            "command": ["nvidia-device-plugin"], "env": env,
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                            "volumeMounts": [{"name": "kubelet-device-plugins-dir", "mountPath": "/var/lib/kubelet/device-plugins"},
+                                             {"name": "available-configs", "mountPath": "/available-configs"},
+                                             {"name": "config", "mountPath": "/config"}]}],
+            "volumes": [{"name": "kubelet-device-plugins-dir", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+                        {"name": "available-configs", "configMap": {"name": "nvdp-nvidia-device-plugin-configs"}},
+                        {"name": "config", "emptyDir": {}}],
+            "nodeSelector": selector or GPU}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "nvdp-nvidia-device-plugin", "namespace": namespace, "labels": dict(HELM_LABELS), "annotations": dict(HELM_ANNOTATIONS)},
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": "nvdp"}},
+                     "template": {"metadata": {"labels": {"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": "nvdp"}},
+                                  "spec": spec}}}
+
+
+def helm_mps_daemon(namespace="nvidia-device-plugin"):
+    """The chart's mps-control-daemon DaemonSet: same image, not a plugin (templates/daemonset-mps-control-daemon.yml)."""
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "nvdp-nvidia-device-plugin-mps-control-daemon", "namespace": namespace,
+                         "labels": dict(HELM_LABELS), "annotations": dict(HELM_ANNOTATIONS)},
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "nvidia-device-plugin-mps-control-daemon"}},
+                     "template": {"metadata": {"labels": {"app.kubernetes.io/name": "nvidia-device-plugin-mps-control-daemon"}},
+                                  "spec": {"nodeSelector": {"nvidia.com/mps.capable": "true"},
+                                           "initContainers": [{"name": "mps-control-daemon-mounts", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
+                                                               "command": ["mps-control-daemon", "mount-shm"]}],
+                                           "containers": [{"name": "mps-control-daemon-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
+                                                           "command": ["mps-control-daemon"],
+                                                           "env": [{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]}]}}}}
+
+
+HELM_CONFIGS = {("nvidia-device-plugin", "nvdp-nvidia-device-plugin-configs"): {
+    "default": "version: v1\nflags:\n  migStrategy: none\n",
+    "a100-mixed": "version: v1\nflags:\n  migStrategy: mixed\n"}}
+
+
+def test_item04_helm_config_manager_config_is_the_plugin_config():
+    ds = helm_plugin()
+    assert dp.config_sources(ds) == [("nvidia-device-plugin", "nvdp-nvidia-device-plugin-configs", None, "/config/config.yaml")]
+    assert dp.referenced_config_maps([ds, helm_mps_daemon()]) == [("nvidia-device-plugin", "nvdp-nvidia-device-plugin-configs")]
+    findings, _repairs, _ours = _audit([ds], config_maps=HELM_CONFIGS, nodes=[node("elsewhere", {"pool": "x"})])
+    assert "plugin_config_missing" not in {f["id"] for f in findings}
+    # Every config in the ConfigMap is one the plugin may get (the node label nvidia.com/device-plugin.config picks it).
+    (mig,) = [f for f in findings if f["id"] == "plugin_mig_privileges_missing"]
+    assert "ConfigMap nvidia-device-plugin/nvdp-nvidia-device-plugin-configs key a100-mixed flags.migStrategy" in mig["message"]
+    findings, _repairs, _ours = _audit([ds], config_maps={}, nodes=[])
+    assert "plugin_config_missing" in {f["id"] for f in findings}  # the ConfigMap itself is gone: reported
+
+
+def test_item04_mps_control_daemon_is_not_a_second_plugin():
+    mps = helm_mps_daemon()
+    assert not dp.is_plugin_daemonset(mps)
+    mps["spec"]["template"]["spec"]["nodeSelector"] = GPU
+    findings, repairs, _ours = _audit([mps])
+    assert findings == [] and repairs == []
+
+
+def test_item05_resource_rename_is_reported_as_ignored_not_advertised():
+    config_maps = {
+        ("kube-system", "typo"): SEED_CONFIG_MAPS[("kube-system", "typo")],
+        ("kube-system", "same"): {"config.yaml": "resources:\n  gpus:\n    - {pattern: '*', name: nvidia.com/gpu}\n"},
+        ("kube-system", "shared"): {"config.yaml": "sharing:\n  timeSlicing:\n    renameByDefault: true\n"
+                                                   "    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"
+                                                   "resources:\n  gpus:\n    - {pattern: '*', name: a100}\n"},
+        ("kube-system", "mig"): {"config.yaml": "resources:\n  mig:\n    - {pattern: 1g.10gb, name: small}\n"
+                                                "    - {pattern: 2g.20gb, name: mig-2g.20gb}\n"},
+        ("kube-system", "wrong-domain"): SEED_CONFIG_MAPS[("kube-system", "wrong-domain")],
+    }
+    daemonsets = [plugin_ds(name, selector={"nowhere": "x"}, config_map=name) for name, _key in
+                  [(n, None) for _ns, n in config_maps]]
+    findings, _repairs, _ours = _audit(daemonsets, config_maps=config_maps)
+    by = {f["object"].split("/")[-1]: f for f in findings}
+    assert sorted(by) == ["mig", "shared", "typo", "wrong-domain"]
+    typo = by["typo"]
+    assert typo["id"] == "plugin_resource_rename_ignored" and typo["severity"] == "warning"
+    assert typo["expected"] == "nvidia.com/gpu" and typo["actual"] == "nvidia.com/nvidia-gpu"
+    assert "ignored by the plugin; it advertises nvidia.com/gpu" in typo["message"]
+    assert "it advertises nvidia.com/gpu.shared" in by["shared"]["message"]
+    assert by["mig"]["actual"] == "nvidia.com/small" and "nvidia.com/mig-<profile>" in by["mig"]["message"]
+    assert by["wrong-domain"]["id"] == "plugin_resource_name_invalid" and by["wrong-domain"]["severity"] == "error"
+    assert not any(f["id"] == "plugin_resource_name_typo" for f in findings)
+
+
+# ------------------------------------------------------------------------------------------------ issue 12: other installers
+
+
+def operator_plugin(namespace="gpu-operator", policy="cluster-policy", uid="cp-uid"):
+    """The GPU Operator's plugin DaemonSet as its controller leaves it (NVIDIA/gpu-operator
+    assets/state-device-plugin/0500_daemonset.yaml + controllers/object_controls.go: ownerReference to the
+    ClusterPolicy, runtimeClassName, MIG_STRATEGY from spec.mig.strategy)."""
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": namespace,
+                         "labels": {"app": "nvidia-device-plugin-daemonset", "app.kubernetes.io/managed-by": "gpu-operator"},
+                         "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": policy, "uid": uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
+                     "template": {"metadata": {"labels": {"app": "nvidia-device-plugin-daemonset"}},
+                                  "spec": {"nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                                           "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                                           "containers": [{"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
+                                                           "command": ["/bin/sh", "-c"], "args": ["/bin/entrypoint.sh"],
+                                                           "env": [{"name": "MIG_STRATEGY", "value": "mixed"},
+                                                                   {"name": "DEVICE_LIST_STRATEGY", "value": "none"}]}]}}}}
+
+
+CLUSTER_POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy", "uid": "cp-uid"},
+                  "spec": {"devicePlugin": {"enabled": True}, "mig": {"strategy": "mixed"}}}
+OPERATOR_NODES = [node("gpu-a", dict(GPU, **{"nvidia.com/gpu.deploy.device-plugin": "true"})),
+                  node("gpu-b", dict(GPU, **{"nvidia.com/gpu.deploy.device-plugin": "true"})), node("cpu-0", {"pool": "a"})]
+
+
+def test_coexistence_installer_of_each_installer():
+    assert dp.installer_of(operator_plugin()) == {"installer": "gpu-operator", "name": "ClusterPolicy cluster-policy"}
+    labelled = operator_plugin()
+    del labelled["metadata"]["ownerReferences"]
+    assert dp.installer_of(labelled, [CLUSTER_POLICY]) == {"installer": "gpu-operator", "name": "ClusterPolicy cluster-policy"}
+    assert dp.installer_of(helm_plugin()) == {"installer": "helm",
+                                              "name": "Helm release nvidia-device-plugin/nvdp (chart nvidia-device-plugin-0.17.4)"}
+    owned = plugin_ds("x")
+    owned["metadata"]["ownerReferences"] = [{"kind": "NicClusterPolicy", "name": "nic", "controller": True}]
+    assert dp.installer_of(owned) == {"installer": "controller", "name": "NicClusterPolicy nic"}
+    argo = plugin_ds("x")
+    argo["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "gpu-stack:apps/DaemonSet:kube-system/x"}
+    assert dp.installer_of(argo)["installer"] == "argocd"
+    _s, (_cm, ours), _c = render()
+    assert dp.installer_of(ours) is None and dp.installer_of(plugin_ds("static")) is None
+
+
+def test_coexistence_operator_install_is_reported_with_clusterpolicy_fields_and_never_repaired():
+    _s, objects, _c = render()
+    findings, repairs, ours = dp.audit([operator_plugin()], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [CLUSTER_POLICY])
+    assert ours == ["gpu-a", "gpu-b"]
+    by = {f["id"]: f for f in findings}
+    assert set(by) == {"plugin_mig_privileges_missing", "plugin_device_list_strategy_invalid", "plugin_no_nvidia_runtime",
+                       "plugin_managed_by_other_installer"}
+    assert all(f["repair"] == "manual" and f["installer"] == "gpu-operator" for f in findings)
+    assert by["plugin_mig_privileges_missing"]["fix"] == {"installer": "gpu-operator", "object": "ClusterPolicy cluster-policy",
+                                                         "field": "spec.mig.strategy"}
+    assert by["plugin_no_nvidia_runtime"]["fix"]["field"] == "spec.operator.runtimeClass"
+    assert by["plugin_device_list_strategy_invalid"]["fix"]["field"] == "spec.devicePlugin.env (DEVICE_LIST_STRATEGY)"
+    assert "fix it there, field spec.mig.strategy" in by["plugin_mig_privileges_missing"]["message"]
+    managed = by["plugin_managed_by_other_installer"]
+    assert managed["actual"] == ["gpu-a", "gpu-b"] and managed["fix"]["field"] == "spec.devicePlugin.enabled"
+    assert "ClusterPolicy cluster-policy" in managed["message"] and "adopt_installers" not in managed["message"]
+    assert repairs == [{"action": "manual", "object": "DaemonSet gpu-operator/nvidia-device-plugin-daemonset", "namespace": "gpu-operator",
+                        "name": "nvidia-device-plugin-daemonset", "installer": "gpu-operator",
+                        "reason": "ClusterPolicy cluster-policy owns it: gpuharden neither changes nor deletes it; fix it there"}]
+    assert dp.blocking(findings) == [managed]
+
+
+def test_coexistence_clusterpolicy_claims_its_labelled_nodes_before_its_daemonset_exists():
+    _s, objects, _c = render()
+    findings, _repairs, _ours = dp.audit([], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [CLUSTER_POLICY])
+    (claim,) = findings
+    assert claim["id"] == "plugin_managed_by_other_installer" and claim["object"] == "ClusterPolicy cluster-policy"
+    disabled = copy.deepcopy(CLUSTER_POLICY)
+    disabled["spec"]["devicePlugin"]["enabled"] = False
+    assert dp.audit([], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [disabled])[0] == []
+    assert dp.audit([], {}, NODES, objects[1], ["nvidia.com/gpu"], [CLUSTER_POLICY])[0] == []  # no node labelled for it
+
+
+def test_coexistence_helm_install_is_reported_with_chart_values():
+    findings, repairs, _ours = _audit([helm_plugin(mig="single"), helm_mps_daemon()], config_maps=HELM_CONFIGS)
+    by = {f["id"]: f for f in findings}
+    assert set(by) == {"plugin_mig_privileges_missing", "plugin_managed_by_other_installer"}
+    assert by["plugin_mig_privileges_missing"]["fix"]["field"] == "migStrategy"
+    assert "value migStrategy" in by["plugin_mig_privileges_missing"]["message"]
+    managed = by["plugin_managed_by_other_installer"]
+    assert managed["installer"] == "helm" and managed["fix"]["field"] == "devicePlugin.enabled"
+    assert "adopt_installers: [helm]" in managed["message"]
+    assert [r["action"] for r in repairs] == ["manual"]
+    # No runtimeClassName, and no NVIDIA_VISIBLE_DEVICES either: the chart value to set is named.
+    bare = helm_plugin()
+    bare["spec"]["template"]["spec"]["containers"][1]["env"] = [e for e in bare["spec"]["template"]["spec"]["containers"][1]["env"]
+                                                                if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
+    findings, _repairs, _ours = _audit([bare], config_maps=HELM_CONFIGS)
+    (runtime,) = [f for f in findings if f["id"] == "plugin_no_nvidia_runtime"]
+    assert runtime["fix"] == {"installer": "helm", "object": "Helm release nvidia-device-plugin/nvdp (chart nvidia-device-plugin-0.17.4)",
+                              "field": "runtimeClassName"}
+
+
+def test_coexistence_helm_adoption_is_an_explicit_opt_in_and_the_operator_is_never_adopted():
+    _s, objects, _c = render()
+    findings, repairs, _ours = dp.audit([helm_plugin()], HELM_CONFIGS, NODES, objects[1], ["nvidia.com/gpu"], [], ["helm"])
+    assert not dp.blocking(findings) and {f["id"] for f in findings} == {"plugin_competing", "plugin_mig_privileges_missing"}
+    assert not any("fix" in f or "installer" in f for f in findings)
+    assert [r["action"] for r in repairs] == ["delete"] and "taken over as adopt_installers allows" in repairs[0]["reason"]
+    with pytest.raises(GpuhardenError, match="gpu-operator is never adopted"):
+        dp.check_params(params(adopt_installers=["gpu-operator"]))
+    with pytest.raises(GpuhardenError, match="'kustomize' is not one of helm"):
+        dp.check_params(params(adopt_installers=["kustomize"]))
+    findings, _repairs, _ours = dp.audit([operator_plugin()], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [CLUSTER_POLICY], ["helm"])
+    assert dp.blocking(findings)
+
+
+def test_coexistence_remove_competing_defaults_to_false_in_module_and_role():
+    assert module.argument_spec()["remove_competing"]["default"] is False
+    role = Path(__file__).resolve().parents[2] / "roles" / "device_plugin"
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text())
+    specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert defaults["device_plugin_remove_competing"] is False and specs["device_plugin_remove_competing"]["default"] is False
+    assert defaults["device_plugin_adopt_installers"] == [] and specs["device_plugin_adopt_installers"]["default"] == []
+
+
+def test_coexistence_module_leaves_other_installers_untouched_even_with_remove_competing(monkeypatch):
+    seed = plugin_ds("typo-seed", selector=GPU)  # unowned, only on our nodes: would be deleted
+    cluster = FakeCluster(RUNTIME_CLASS, *[dict(n, kind="Node") for n in OPERATOR_NODES], operator_plugin(), helm_plugin(),
+                          helm_mps_daemon(), seed)
+    before = copy.deepcopy(cluster.objects)
+    result, _fake = run_fake(monkeypatch, cluster, cluster_policies=[CLUSTER_POLICY], remove_competing=True)
+    assert cluster.writes == [] and cluster.objects == before  # not even a dry run
+    assert result["skipped"] is True and result["changed"] is False and result["deleted"] == []
+    assert result["installers"] == ["gpu-operator", "helm"]
+    assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
+    blocked = {f["object"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
+    assert sorted(blocked) == ["DaemonSet gpu-operator/nvidia-device-plugin-daemonset", "DaemonSet nvidia-device-plugin/nvdp-nvidia-device-plugin"]
+    seed_repair = next(r for r in result["repairs"] if r.get("name") == "typo-seed")
+    assert seed_repair["action"] == "manual" and "not deleted while another installer serves these nodes" in seed_repair["reason"]
+
+
+def test_coexistence_unowned_competing_plugin_is_still_deleted_on_request(monkeypatch):
+    seed = plugin_ds("typo-seed", selector={"pool": "b"})
+    elsewhere = helm_plugin(selector={"pool": "elsewhere"})  # Helm serves none of our nodes: reported, not blocking
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, seed, elsewhere)
+    result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
+    assert result["deleted"] == ["kube-system/typo-seed"] and not result["skipped"]
+    assert ("DaemonSet", "nvidia-device-plugin", "nvdp-nvidia-device-plugin") in cluster.objects
+    assert not [w for w in cluster.writes if w[3] == "nvdp-nvidia-device-plugin"]
+
+
+def test_coexistence_a_managed_name_owned_by_another_installer_is_not_adopted(monkeypatch):
+    _s, (cm, _ds), _c = render()
+    taken = copy.deepcopy(cm)
+    taken["metadata"].update(labels=dict(HELM_LABELS), annotations=dict(HELM_ANNOTATIONS))
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, taken)
+    result, _fake = run_fake(monkeypatch, cluster)
+    assert result["skipped"] and [w for w in cluster.writes if not w[1]] == []
+    (finding,) = [f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"]
+    assert finding["object"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
+
+
+def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
+    from kubernetes.client.rest import ApiException
+
+    class Api:
+        def __init__(self, status):
+            self.status = status
+
+        def list_cluster_custom_object(self, *args, **kwargs):
+            if self.status:
+                raise ApiException(status=self.status, reason="x")
+            return type("R", (), {"data": json.dumps({"items": [CLUSTER_POLICY]}).encode()})()
+
+    client = type("C", (), {"api": object(), "requests": 0})()
+    for status, expected in ((404, ([], None)), (None, ([CLUSTER_POLICY], None))):
+        monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api, s=status: Api(s))
+        assert module.read_cluster_policies(client, 500) == expected
+    monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(403))
+    policies, finding = module.read_cluster_policies(client, 500)
+    assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["message"]
+    monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(500))
+    with pytest.raises(GpuhardenError, match="500"):
+        module.read_cluster_policies(client, 500)
