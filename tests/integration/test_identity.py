@@ -114,6 +114,14 @@ def test_other_cluster_modules_are_not_forbidden(lab, name):
     assert "forbidden" not in (result.get("msg") or "").lower(), result.get("msg")
 
 
+def test_device_plugin_may_read_gpu_operator_clusterpolicies(lab):
+    """No GPU Operator here: the LIST of clusterpolicies.nvidia.com answers 404 (no operator) only when the RBAC grants
+    it; without the grant it answers 403, reported as plugin_operator_unknown."""
+    result = _module(lab, "device_plugin", check=True)
+    assert "findings" in result, result.get("msg")
+    assert "plugin_operator_unknown" not in {f["id"] for f in result["findings"]}, result["findings"]
+
+
 def test_forbidden_drain_without_eviction_names_identity_verb_resource(lab):
     core = client.CoreV1Api(lab["_api"])
     core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare-2"},

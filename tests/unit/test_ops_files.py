@@ -464,6 +464,19 @@ def rbac_service_account():
     return accounts[0]
 
 
+def test_rbac_reads_gpu_operator_clusterpolicies_only():
+    """device_plugin tells a GPU Operator install by its ClusterPolicies: get/list, never a write (it must not touch
+    what the operator owns)."""
+    rbac = yaml.safe_load(RBAC.read_text())
+    (cluster_role,) = [item for item in rbac["items"] if item["kind"] == "ClusterRole"]
+    rules = [rule for item in rbac["items"] if item["kind"] in ("ClusterRole", "Role") for rule in item["rules"]
+             if "nvidia.com" in rule["apiGroups"]]
+    assert rules == [{"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"]}]
+    assert rules[0] in cluster_role["rules"]
+    runtime_classes = [rule for rule in cluster_role["rules"] if "runtimeclasses" in rule["resources"]]
+    assert runtime_classes and "get" in runtime_classes[0]["verbs"]  # device_plugin reads the RuntimeClass its pods name
+
+
 def test_cronjob_identity_and_schedule(manifests):
     kinds, documents = manifests
     assert "Secret" not in kinds, "no key material in the repository"
