@@ -852,6 +852,8 @@ def flag_setting(flags, path, desired):
         merged = flag_map(found, field)
         return found[-1], (merged.get(path[1]) if len(path) > 1 else merged)
     value = found[-1].value
+    if value is None and name in BOOL_FLAGS:
+        value = "true"  # pflag: a bool flag without a value means true
     if len(path) > 1:
         return found[-1], parse_map_flag(value).get(path[1])
     if isinstance(desired, list):

@@ -617,10 +617,12 @@ def test_item16_irregular_flag_names():
 
 
 def test_item16_irregular_flag_is_found_and_fixed_where_it_lives(node):
-    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--event-qps=5 --max-pods=200\n"})
-    result = plan(root, settings={"eventRecordQPS": 50})
+    root = node(**{"/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--event-qps=5 --make-iptables-util-chains --max-pods=200\n"})
+    result = plan(root, settings={"eventRecordQPS": 50, "makeIPTablesUtilChains": True})
     assert result["sources"]["eventRecordQPS"]["source_before"]["flag"] == "--event-qps=5"
-    assert change_of(result, "/etc/default/kubelet").after == "KUBELET_EXTRA_ARGS=--max-pods=200\n"
+    assert result["sources"]["makeIPTablesUtilChains"]["source_after"]["flag"] == "--make-iptables-util-chains"
+    assert change_of(result, "/etc/default/kubelet").after == (
+        "KUBELET_EXTRA_ARGS=--make-iptables-util-chains --max-pods=200\n")
 
 
 def test_item16_eviction_hard_flag_uses_langle_and_agrees(node):
