@@ -13,16 +13,31 @@ description:
   - Ensures containerd's CRI plugin has a runtime named O(runtime_name) with C(runtime_type = "io.containerd.runc.v2")
     and C(options.BinaryName) set to the NVIDIA container runtime, its other options copied from the existing
     O(base_runtime) runtime (so C(SystemdCgroup) matches what the kubelet uses), as C(nvidia-ctk runtime configure) does.
-  - Reads the main config and every file its C(imports) globs load (relative globs are relative to the importing
-    file's directory) before deciding anything. A runtime that is already defined correctly in any of them is left
-    alone; one that differs is corrected in the file whose value containerd uses; the runtime is never defined twice.
-  - Config C(version = 3) (containerd 2.x, C(plugins."io.containerd.cri.v1.runtime")) merges drop-ins key by key, so
-    a new runtime goes into the drop-in O(drop_in) when an C(imports) glob loads it (the layout C(nvidia-ctk) 1.18 and
-    later writes), otherwise into the main file.
+  - Reads the main config and every file its C(imports) load, as containerd does, before deciding anything. An import
+    containing C(*) is a Go C(filepath.Glob) (C(*) does not cross C(/), dot files match, matches sorted); any other
+    import is a literal path that must exist. Relative imports are relative to the importing file's directory
+    (containerd 2.x, 1.7.16+, 1.6.29+); a relative glob in a version-2 config that older containerd 1.x (which globbed
+    from its working directory, C(/) under systemd) would read differently is refused; write it as an absolute path.
+  - Config C(version = 3) and C(version = 4) (containerd 2.x; 4 is the default from 2.3) use
+    C(plugins."io.containerd.cri.v1.runtime"); containerd 2.x migrates each file on load and merges plugin tables key
+    by key, so a v2 main file importing a v3 drop-in, and drop-ins without C(version), are read as the daemon reads
+    them. A new runtime goes into O(drop_in) when an import glob really loads it (the layout C(nvidia-ctk) 1.18 and
+    later writes), otherwise into the same file name in the directory of a C(<dir>/<glob>) import, otherwise into
+    the main file.
   - Config C(version = 2) (C(plugins."io.containerd.grpc.v1.cri")) may run on containerd 1.x, which replaces a whole
-    plugin section with that of the last file defining it; the runtime goes into that file, never into a drop-in that
-    would wipe the other CRI settings.
-  - Version 1 configs (no C(version) key) are refused with a clear message.
+    plugin section with that of the last file defining it, or on 2.x, which merges; the runtime must be right under
+    both readings and goes into the file whose CRI section wins, never into a drop-in that would wipe the other CRI
+    settings. The layout C(nvidia-ctk runtime configure) leaves (an old C(nvidia) runtime in the main file plus a
+    drop-in holding a full copy of the CRI section) is recognised as correct.
+  - A runtime that is already defined correctly is left alone; one that differs is corrected in the file whose value
+    containerd uses; the runtime is never defined twice.
+  - Config C(version = 1) or no C(version) key is refused with a clear message (migrate it first).
+  - The runtime's C(BinaryName) must be an executable file on the node; otherwise the module fails without changing
+    anything (or warns, see O(on_missing_runtime_binary)); install the NVIDIA container toolkit.
+  - k3s and rke2 regenerate C(/var/lib/rancher/<k3s|rke2>/agent/etc/containerd/config.toml) at every start. That file
+    is read, never written; the C(nvidia) runtime they add by themselves when they find C(nvidia-container-runtime) is
+    accepted as it is; a drop-in goes where the generated file's C(imports) load it; any other change fails with the
+    template to use (C(config.toml.tmpl), or C(config-v3.toml.tmpl) for a version-3 file) and the TOML to put there.
   - Does not restart containerd; RV(restart_required) says when a restart is needed (the C(container_runtime)
     role's handler does it).
 author:
@@ -78,11 +93,20 @@ options:
         with a matching glob, the same file name in that directory is used.
     type: path
     default: /etc/containerd/conf.d/99-nvidia.toml
+  on_missing_runtime_binary:
+    description:
+      - What to do when the runtime's C(BinaryName) is missing or not executable on the node.
+      - V(fail) changes nothing and fails with "install the NVIDIA container toolkit"; V(warn) configures the runtime
+        anyway and warns (for nodes where the toolkit is installed later, before containerd restarts).
+    type: str
+    choices: [fail, warn]
+    default: fail
 notes:
   - Every file is parsed before anything is written; invalid TOML, a wrong type (for example C(imports) that is not an
     array, or C(runtimes) that is not a table) or an unsupported version fails with the file, the field and the value,
     and no file is changed.
-  - The planned files are parsed again and checked to define exactly the planned runtime before any is written.
+  - The planned files are parsed again, their imports resolved again with a new drop-in in place (it must be loaded),
+    and checked to define exactly the planned runtime under every way containerd may read them before any is written.
 """
 
 EXAMPLES = r"""
@@ -133,6 +157,21 @@ base_runtime:
   returned: always
   type: str
   sample: runc
+runtime_binary:
+  description: The C(BinaryName) the runtime uses (after the change), checked on the node.
+  returned: always
+  type: str
+  sample: /usr/bin/nvidia-container-runtime
+runtime_binary_state:
+  description: V(ok), V(missing), V(not a regular file) or V(not executable).
+  returned: always
+  type: str
+  sample: ok
+generated_by:
+  description: V(k3s) or V(rke2) when a file read is the config they regenerate at every start, else V(null).
+  returned: always
+  type: str
+  sample: null
 current:
   description: The runtime table, C(default_runtime_name) and C(enable_cdi) containerd reads before the change.
   returned: always

@@ -31,6 +31,9 @@ def _node(world_tmp, **device_overrides):
     shutil.copytree(FIXTURES / "kubelet/kubeadm", root, dirs_exist_ok=True)
     (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
     shutil.copy(FIXTURES / "containerd/v2-single.toml", root / "etc/containerd/config.toml")
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)  # the toolkit's runtime binary (containerd_nvidia_runtime checks it)
+    (root / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
+    (root / "usr/bin/nvidia-container-runtime").chmod(0o755)
     for name, text in (("passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
                        ("group", "root:x:0:\nnogroup:x:65534:\n")):
         (root / "etc" / name).write_text(text)
