@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Roles device_plugin (with gpu_node_labels) and runtime_class on the seed-failures lab, over SSH and the real API server.
+"""Roles runtime_class and device_plugin (with gpu_node_labels) on the seed-failures lab, over SSH and the real API server.
 
 Check mode changes nothing (resourceVersions equal) and reports every seeded plugin misconfiguration; the RuntimeClass
 with the wrong (immutable) handler fails clearly without force; the apply adopts the static install, deletes the
-competing DaemonSets, rolls out to the GPU nodes only (not to a CPU-only kwok node), the stand-in kubelets then
-advertise nvidia.com/gpu on the typo and list-none nodes; a second run is changed=0 with resourceVersions unchanged;
-the version gate, deviceListStrategy none and the podFixed GPU trap are refused with nothing changed.
+competing (unowned) DaemonSets when asked to (remove_competing), rolls out to the GPU nodes only (not to a CPU-only kwok
+node) with runtimeClassName nvidia, the stand-in kubelets then advertise nvidia.com/gpu on the typo and list-none nodes;
+a second run is changed=0 with resourceVersions unchanged; the version gate, deviceListStrategy none and the podFixed GPU
+trap are refused with nothing changed.  Last, a Helm-shaped install (plugin + config-manager + mps-control-daemon) and a
+GPU-Operator-shaped one (ClusterPolicy CRD + owned DaemonSet) are left byte-identical by a run with the role defaults,
+and reported with where to fix them.
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ def lab():
 @pytest.fixture(scope="module")
 def check_run(lab):
     before = _versions(lab)
-    result, elapsed = _play(lab, "--check", "--diff", runtime_class_force=True)
+    result, elapsed = _play(lab, "--check", "--diff", runtime_class_force=True, device_plugin_remove_competing=True)
     print("check mode: %.1fs" % elapsed)
     return before, result, _versions(lab)
 
@@ -147,9 +150,12 @@ def test_check_mode_reports_changes_and_changes_nothing(check_run):
 
 def test_seed_misconfigurations_are_caught_with_clear_messages(check_run):
     _before, result, _after = check_run
-    (typo,) = _findings(result, "plugin_resource_name_typo")
+    (typo,) = _findings(result, "plugin_resource_rename_ignored")
     assert typo["object"] == "DaemonSet kube-system/nvidia-device-plugin-typo" and typo["actual"] == "nvidia.com/nvidia-gpu"
-    assert "'nvidia-gpu'" in typo["message"] and "nvidia.com/gpu" in typo["message"]
+    assert "'nvidia-gpu': ignored by the plugin; it advertises nvidia.com/gpu" in typo["message"] and typo["severity"] == "warning"
+    # The seeds set no runtimeClassName: NVML only where nvidia is containerd's default runtime.
+    assert {f["object"] for f in _findings(result, "plugin_no_nvidia_runtime")} >= {
+        "DaemonSet kube-system/nvidia-device-plugin-typo", "DaemonSet kube-system/nvidia-device-plugin-list-none"}
     (none,) = _findings(result, "plugin_device_list_strategy_invalid")
     assert none["object"] == "DaemonSet kube-system/nvidia-device-plugin-list-none" and none["actual"] == "none"
     assert "refuses to start" in none["message"]
@@ -176,7 +182,7 @@ def test_wrong_handler_without_force_fails_clearly_and_changes_nothing(lab, chec
 
 @pytest.fixture(scope="module")
 def applied(lab, check_run):
-    result, elapsed = _play(lab, runtime_class_force=True)
+    result, elapsed = _play(lab, runtime_class_force=True, device_plugin_remove_competing=True)
     print("apply with rollout: %.1fs" % elapsed)
     return result
 
@@ -197,6 +203,7 @@ def test_apply_installs_and_rolls_out_to_gpu_nodes_only(lab, applied):
         ds = apps.read_namespaced_daemon_set(PLUGIN, NS)
         assert ds.spec.template.spec.node_selector == {"nvidia.com/gpu.present": "true"}  # the seed's selector did not survive
         assert ds.spec.template.spec.containers[0].image == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+        assert ds.spec.template.spec.runtime_class_name == "nvidia"
         assert any(entry.manager == "gpuharden" and entry.operation == "Apply" for entry in ds.metadata.managed_fields)
         pods = core.list_namespaced_pod(NS, label_selector="name=nvidia-device-plugin-ds").items
         assert sorted(p.spec.node_name for p in pods if p.metadata.deletion_timestamp is None) == sorted(lab["nodes"])
@@ -217,7 +224,7 @@ def test_apply_installs_and_rolls_out_to_gpu_nodes_only(lab, applied):
 
 def test_second_run_is_unchanged(lab, applied):
     before = _versions(lab)
-    result, elapsed = _play(lab, runtime_class_force=True)
+    result, elapsed = _play(lab, runtime_class_force=True, device_plugin_remove_competing=True)
     print("second run: %.1fs" % elapsed)
     assert result["ok"], result.get("msg")
     assert result["plugin"]["changed"] is False and result["labels"]["changed"] is False
@@ -248,3 +255,192 @@ def test_gpu_overhead_is_refused(lab, applied):
     result, _elapsed = _play(lab, dp_test_plugin=False, runtime_class_overhead_pod_fixed={"cpu": "100m", "nvidia.com/gpu": "1"})
     assert not result["ok"] and "phantom GPUs" in result["msg"], result["msg"]
     assert _versions(lab) == before
+
+
+# ------------------------------------------------------------------------------------------------ other installers
+# Shapes as the real installers leave them: the nvidia-device-plugin Helm chart with config.map set
+# (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml,
+# daemonset-mps-control-daemon.yml) and the GPU Operator's plugin DaemonSet owned by its ClusterPolicy
+# (NVIDIA/gpu-operator assets/state-device-plugin/0500_daemonset.yaml, controllers/object_controls.go).
+
+HELM_NS = "nvidia-device-plugin"
+OPERATOR_NS = "gpu-operator"
+HELM_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+HELM_META = {"labels": {"helm.sh/chart": "nvidia-device-plugin-0.17.4", "app.kubernetes.io/name": "nvidia-device-plugin",
+                        "app.kubernetes.io/instance": "nvdp", "app.kubernetes.io/version": "0.17.4",
+                        "app.kubernetes.io/managed-by": "Helm"},
+             "annotations": {"meta.helm.sh/release-name": "nvdp", "meta.helm.sh/release-namespace": HELM_NS}}
+TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def _helm_objects():
+    def config_manager(name, sidecar):
+        return {"name": name, "image": HELM_IMAGE, "command": ["config-manager"],
+                "env": [{"name": "ONESHOT", "value": "false" if sidecar else "true"}, {"name": "KUBECONFIG", "value": ""},
+                        {"name": "NODE_LABEL", "value": "nvidia.com/device-plugin.config"},
+                        {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
+                        {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"}, {"name": "DEFAULT_CONFIG", "value": "default"}],
+                "volumeMounts": [{"name": "available-configs", "mountPath": "/available-configs"}, {"name": "config", "mountPath": "/config"}]}
+
+    def meta(name):
+        return dict(json.loads(json.dumps(HELM_META)), name=name, namespace=HELM_NS)
+
+    plugin_labels = {"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": "nvdp"}
+    mps_labels = {"app.kubernetes.io/name": "nvidia-device-plugin-mps-control-daemon", "app.kubernetes.io/instance": "nvdp"}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("nvdp-nvidia-device-plugin-configs"),
+                  "data": {"default": "version: v1\nflags:\n  migStrategy: none\n",
+                           "typo": "version: v1\nresources:\n  gpus:\n    - pattern: '*'\n      name: nvidia-gpu\n"}}
+    plugin = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta("nvdp-nvidia-device-plugin"),
+              "spec": {"selector": {"matchLabels": plugin_labels}, "template": {"metadata": {"labels": plugin_labels}, "spec": {
+                  "priorityClassName": "system-node-critical", "shareProcessNamespace": True, "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                  "tolerations": TOLERATIONS, "initContainers": [config_manager("nvidia-device-plugin-init", False)],
+                  "containers": [config_manager("nvidia-device-plugin-sidecar", True), {
+                      "name": "nvidia-device-plugin-ctr", "image": HELM_IMAGE, "command": ["nvidia-device-plugin"],
+                      "env": [{"name": "MPS_ROOT", "value": "/run/nvidia/mps"}, {"name": "CONFIG_FILE", "value": "/config/config.yaml"},
+                              {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
+                      "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                      "volumeMounts": [{"name": "kubelet-device-plugins-dir", "mountPath": "/var/lib/kubelet/device-plugins"},
+                                       {"name": "available-configs", "mountPath": "/available-configs"}, {"name": "config", "mountPath": "/config"}]}],
+                  "volumes": [{"name": "kubelet-device-plugins-dir", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+                              {"name": "available-configs", "configMap": {"name": "nvdp-nvidia-device-plugin-configs"}},
+                              {"name": "config", "emptyDir": {}}]}}}}
+    mps = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta("nvdp-nvidia-device-plugin-mps-control-daemon"),
+           "spec": {"selector": {"matchLabels": mps_labels}, "template": {"metadata": {"labels": mps_labels}, "spec": {
+               "nodeSelector": {"nvidia.com/mps.capable": "true"}, "tolerations": TOLERATIONS,
+               "initContainers": [{"name": "mps-control-daemon-mounts", "image": HELM_IMAGE, "command": ["mps-control-daemon", "mount-shm"],
+                                   "securityContext": {"privileged": True}}],
+               "containers": [{"name": "mps-control-daemon-ctr", "image": HELM_IMAGE, "command": ["mps-control-daemon"],
+                               "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], "securityContext": {"privileged": True}}]}}}}
+    return config_map, plugin, mps
+
+
+CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "clusterpolicies.nvidia.com"},
+       "spec": {"group": "nvidia.com", "scope": "Cluster",
+                "names": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies", "singular": "clusterpolicy"},
+                "versions": [{"name": "v1", "served": True, "storage": True,
+                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+          "spec": {"operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"}, "mig": {"strategy": "single"},
+                   "devicePlugin": {"enabled": True, "repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.14.5"}}}
+
+
+def _operator_daemonset(policy_uid):
+    labels = {"app": "nvidia-device-plugin-daemonset"}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": OPERATOR_NS,
+                         "labels": dict(labels, **{"app.kubernetes.io/managed-by": "gpu-operator"}),
+                         "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy",
+                                              "uid": policy_uid, "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"}, "tolerations": TOLERATIONS,
+                "priorityClassName": "system-node-critical", "runtimeClassName": "nvidia",
+                "containers": [{"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.14.5",
+                                "command": ["/bin/sh", "-c"], "args": ["/bin/entrypoint.sh"], "securityContext": {"privileged": True},
+                                "env": [{"name": "PASS_DEVICE_SPECS", "value": "true"}, {"name": "FAIL_ON_INIT_ERROR", "value": "true"},
+                                        {"name": "DEVICE_LIST_STRATEGY", "value": "envvar"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                                        {"name": "MIG_STRATEGY", "value": "single"}, {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}]}]}}}}
+
+
+def _foreign_state(state):
+    """Every object of the two other installs (and the managed ones), as the API server stores them."""
+    from kubernetes import client
+
+    api = _api(state)
+    try:
+        apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+
+        def raw(response):
+            return json.loads(response.data)
+
+        out = {}
+        for namespace, name in ((HELM_NS, "nvdp-nvidia-device-plugin"), (HELM_NS, "nvdp-nvidia-device-plugin-mps-control-daemon"),
+                                (OPERATOR_NS, "nvidia-device-plugin-daemonset"), (NS, PLUGIN)):
+            out["ds/%s/%s" % (namespace, name)] = raw(apps.read_namespaced_daemon_set(name, namespace, _preload_content=False))
+        for namespace, name in ((HELM_NS, "nvdp-nvidia-device-plugin-configs"), (NS, "nvidia-device-plugin-config")):
+            out["cm/%s/%s" % (namespace, name)] = raw(core.read_namespaced_config_map(name, namespace, _preload_content=False))
+        out["clusterpolicy"] = client.CustomObjectsApi(api).get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+        out["crd"] = raw(client.ApiextensionsV1Api(api).read_custom_resource_definition(CRD["metadata"]["name"], _preload_content=False))
+        return out
+    finally:
+        api.close()
+
+
+def _settled_foreign_state(state):
+    previous = _foreign_state(state)
+    for _attempt in range(30):
+        time.sleep(2)
+        current = _foreign_state(state)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
+@pytest.fixture(scope="module")
+def other_installers(lab, applied):
+    """A Helm release and a GPU Operator install serving the lab's GPU nodes next to the managed plugin."""
+    from kubernetes import client
+
+    api = _api(lab)
+    try:
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        for namespace in (HELM_NS, OPERATOR_NS):
+            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        config_map, plugin, mps = _helm_objects()
+        core.create_namespaced_config_map(HELM_NS, config_map)
+        apps.create_namespaced_daemon_set(HELM_NS, plugin)
+        apps.create_namespaced_daemon_set(HELM_NS, mps)
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+        custom = client.CustomObjectsApi(api)
+        deadline = time.monotonic() + 60
+        while True:  # the new resource is served once the CRD is Established
+            try:
+                policy = custom.create_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", POLICY)
+                break
+            except client.exceptions.ApiException as error:
+                assert error.status == 404 and time.monotonic() < deadline, error
+                time.sleep(1)
+        apps.create_namespaced_daemon_set(OPERATOR_NS, _operator_daemonset(policy["metadata"]["uid"]))
+        # The operator labels the GPU nodes it deploys its plugin to.
+        for name in lab["nodes"][:2]:
+            core.patch_node(name, {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "true"}}})
+    finally:
+        api.close()
+    before = _settled_foreign_state(lab)
+    result, elapsed = _play(lab)  # the role defaults
+    print("run next to other installers: %.1fs" % elapsed)
+    return before, result, _foreign_state(lab)
+
+
+def test_other_installers_are_left_byte_identical_and_reported_with_where_to_fix_them(other_installers):
+    before, result, after = other_installers
+    assert result["ok"], result.get("msg")
+    assert after == before  # same resourceVersion and JSON: Helm's, the operator's and the managed objects
+    for key, obj in after.items():
+        assert not any(entry.get("manager") == "gpuharden" for entry in obj["metadata"].get("managedFields") or []
+                       if not key.endswith("/%s" % PLUGIN) and not key.endswith("/nvidia-device-plugin-config")), key
+    plugin = result["plugin"]
+    assert plugin["skipped"] is True and plugin["changed"] is False and plugin["deleted"] == []
+    assert {"helm", "gpu-operator"} <= set(plugin["installers"])
+    assert [o["action"] for o in plugin["objects"]] == ["skip", "skip"]
+    managed = {f["object"]: f for f in _findings(result, "plugin_managed_by_other_installer")}
+    helm = managed["DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS]
+    assert helm["fix"] == {"installer": "helm", "object": "Helm release %s/nvdp (chart nvidia-device-plugin-0.17.4)" % HELM_NS,
+                           "field": "devicePlugin.enabled"}
+    assert sorted(helm["actual"]) == sorted(lab_nodes(result)) and "adopt_installers: [helm]" in helm["message"]
+    operator = managed["DaemonSet %s/nvidia-device-plugin-daemonset" % OPERATOR_NS]
+    assert operator["fix"] == {"installer": "gpu-operator", "object": "ClusterPolicy cluster-policy", "field": "spec.devicePlugin.enabled"}
+    assert len(operator["actual"]) == 2
+    # Drift inside each install, with the field to change there.
+    (rename,) = [f for f in _findings(result, "plugin_resource_rename_ignored") if f.get("installer") == "helm"]
+    assert "key typo" in rename["message"] and rename["fix"]["field"] == "config.map" and "value config.map" in rename["message"]
+    (old,) = [f for f in _findings(result, "plugin_version_too_old") if f.get("installer") == "gpu-operator"]
+    assert old["fix"]["field"] == "spec.devicePlugin.version" and old["repair"] == "manual"
+    # The Helm config reached through config-manager is the plugin's; the MPS control daemon is not a plugin.
+    helm_ids = {f["id"] for f in plugin["findings"] if f["object"] == "DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS}
+    assert "plugin_config_missing" not in helm_ids and "plugin_no_nvidia_runtime" not in helm_ids
+    assert not [f for f in plugin["findings"] if "mps-control-daemon" in f["object"]]
+
+
+def lab_nodes(result):
+    return result["plugin"]["target_nodes"]
