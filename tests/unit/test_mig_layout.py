@@ -253,7 +253,6 @@ INVALID = [
     ({"layout": {"all": {"4g.40gb": 1, "2g.20gb": 2}}}, "needs 8 compute slices, the GPU has 7"),
     ({"layout": {"0": {"2g.20gb": 2, "3g.40gb@0": 1}}}, "does not fit"),
     ({"layout": {"0": {"3g.40gb@2": 1}}}, "profile 3g.40gb cannot start at 2"),
-    ({"layout": {"8": {"1g.10gb": 1}}}, "layout names GPU index 8 but the node has GPUs [0, 1, 2, 3, 4, 5, 6, 7]"),
     ({"layout": {"all": "half"}}, "layout.all must be a mapping of MIG profile to count or 'disabled', got 'half'"),
     ({"layout": {"gpu0": {"1g.10gb": 1}}}, "key 'gpu0' is neither 'all' nor a GPU index"),
     ({"layout": {"all": {"1g.10gb": "7"}}}, "count of 1g.10gb must be a non-negative integer, got '7'"),
@@ -331,11 +330,60 @@ def test_check_mode_predicts_the_pending_gpus(node):
     assert checked["gpus_to_reset"] == applied["gpus_to_reset"] == ["00000000:0F:00.0", "00000000:90:00.0"]
 
 
-def test_kept_instance_with_small_compute_instances_is_flagged(node):
+def test_item06_kept_instance_with_small_compute_instances_is_flagged_with_the_plugins_names(node):
+    """The real v0.18.2 plugin advertised this fixture's split 3g.40gb as nvidia.com/mig-3g.40gb x3 (real-components.md)."""
     target = node("h100-mig-enabled")
     result = target.run({"layout": {"1": {"3g.40gb": 1, "2g.20gb": 2}}}, check=True)
     assert result["changed"] is False
     assert [f for f in result["findings"] if f["id"] == "mig_custom_compute_instances"] == [{
         "id": "mig_custom_compute_instances", "severity": "warning", "gpu": 1,
         "expected": "one default compute instance in GPU instance 1 (3g.40gb)",
-        "actual": "3 compute instance(s) of 1 slice(s): advertised as nvidia.com/mig-1c.3g.40gb"}]
+        "actual": "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb): the device plugin v0.19.x and older "
+                  "advertises each as one nvidia.com/mig-3g.40gb; v0.20.0 and newer match no resource pattern and do not "
+                  "start (internal/rm/device_map.go)"}]
+
+
+def test_item06_attribute_profile_advertised_names(node):
+    target = node("h100-sxm5-80gb")
+    target.clear_processes()
+    result = target.run({"layout": {"all": {"1g.10gb+me": 1, "1g.10gb": 6}}}, check=True)
+    assert not result.get("failed"), result.get("msg")
+    assert result["advertised_resources"]["mixed"] == {"nvidia.com/mig-1g.10gb": 24, "nvidia.com/mig-1g.10gb.me": 4}
+    assert result["advertised_resources"]["mixed_legacy"] == {"nvidia.com/mig-1g.10gb": 28}
+    created = [(s["profile"], s["profile_id"]) for s in result["plan"] if s["action"] == "create_gi"]
+    assert created.count(("1g.10gb+me", 20)) == 4
+
+
+def test_item19_indices_the_node_does_not_have_are_skipped(node):
+    target = node("h100-mig-enabled")
+    target.clear_processes()
+    config = {"version": "v1", "mig-configs": {"eight": [
+        {"devices": [0, 1, 2, 3, 4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": ["0x20B210DE"], "devices": "all", "mig-enabled": False},
+    ]}}
+    result = target.run({"config": config, "selected": "eight", "force": True})
+    assert not result.get("failed"), result.get("msg")
+    assert result["skipped"] == [
+        {"entry": 0, "devices": [4, 5, 6, 7], "reason": "no GPU with index 4, 5, 6, 7 on the node (GPUs [0, 1, 2, 3])"},
+        {"entry": 1, "device_filter": ["0x20B210DE"],
+         "reason": "no GPU on the node matches device-filter 0x20B210DE (their PCI ids: 0x233010DE)"}]
+    assert result["reset_required"] is False
+    assert all(result["after"][str(i)] == {"mig_enabled": True, "mig_devices": {"1g.10gb": 7}} for i in range(4))
+    assert target.run({"layout": {"9": "disabled"}}, check=True)["skipped"][0]["devices"] == [9]
+
+
+@pytest.mark.parametrize(("mig_devices", "message"), [
+    ({"1g.10gb": 0, "2g.20gb": 0}, "config: mig-configs.x.0.mig-devices: every count is 0 (1g.10gb: 0, 2g.20gb: 0)"),
+    (None, "config: mig-configs.x.0: mig-devices is required when mig-enabled is true"),
+])
+def test_item20_rejected_like_mig_parted_and_nothing_changes(node, mig_devices, message):
+    target = node("h100-mig-enabled")
+    target.clear_processes()
+    target.materialize()
+    before = _sha(target.state)
+    entry = {"devices": "all", "mig-enabled": True}
+    if mig_devices is not None:
+        entry["mig-devices"] = mig_devices
+    result = target.run({"config": {"version": "v1", "mig-configs": {"x": [entry]}}, "selected": "x", "force": True})
+    assert result["failed"] is True and message in result["msg"], result.get("msg")
+    assert _sha(target.state) == before
