@@ -72,6 +72,10 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
     for path, standin in STANDINS.items():
         node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden.lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
+    if node.spec.fixture is not None:
+        # The NVIDIA container toolkit's runtime, which containerd's nvidia runtime names (BinaryName): installed on
+        # GPU nodes as the toolkit package installs it. Only its presence is checked; runc runs the lab's pods.
+        node.write_file("/usr/bin/nvidia-container-runtime", "#!/bin/sh\n# gpuharden lab stand-in for the NVIDIA container toolkit\nexec runc \"$@\"\n", 0o755)
     environment = ["GPUHARDEN_NODE_NAME=%s" % node.name]
     if validator is not None:
         environment.append("GPUHARDEN_KUBELET_VALIDATE=%s" % validator)

@@ -22,7 +22,8 @@ from gpuharden.lab import layout
 from gpuharden.lab.noderoot import build_node_root
 from gpuharden.lab.system import LabError, run, spawn, wait_for_tcp
 
-OVERLAY_LAYERS = {"/etc": "etc", "/usr/local": "usr-local", "/var/lib": "var-lib", "/var/log": "var-log"}
+# /usr/bin holds what distribution packages install there (the NVIDIA container toolkit's runtime).
+OVERLAY_LAYERS = {"/etc": "etc", "/usr/bin": "usr-bin", "/usr/local": "usr-local", "/var/lib": "var-lib", "/var/log": "var-log"}
 SYSTEM_DEVICES = {  # path: (major, minor, mode)
     "null": (1, 3, 0o666), "zero": (1, 5, 0o666), "full": (1, 7, 0o666), "random": (1, 8, 0o666),
     "urandom": (1, 9, 0o666), "tty": (5, 0, 0o666),
