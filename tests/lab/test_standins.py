@@ -566,6 +566,9 @@ def test_desired_mig_single_and_mixed():
     inv2 = [gpu(mig=True, devices=["1g.10gb", "1g.10gb", "3g.40gb"]), gpu()]
     assert kl.desired_nvidia_resources([mixed], NODE, {}, inv2) == {
         "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": 1}
+    # a GPU instance split into compute instances: one resource per compute instance, named after the GPU instance
+    split = [gpu(mig=True, devices=["1c.3g.40gb"] * 3 + ["2g.20gb"])]
+    assert kl.desired_nvidia_resources([mixed], NODE, {}, split) == {"nvidia.com/mig-3g.40gb": 3, "nvidia.com/mig-2g.20gb": 1}
     # arg beats env
     both = dp_pod(env=[{"name": "MIG_STRATEGY", "value": "single"}], args=["--mig-strategy", "none"])
     assert kl.desired_nvidia_resources([both], NODE, {}, inv2) == {"nvidia.com/gpu": 2}

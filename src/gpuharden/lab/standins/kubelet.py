@@ -412,6 +412,15 @@ def _resource_name(patterns: list[dict], product: str, default: str) -> str:
     return default
 
 
+def _mig_default_name(profile: str) -> str:
+    """The name the real plugin (v0.18.2, measured on the NVML double) gives a MIG device by default: its patterns are
+    the GPU-instance profiles, matched unanchored (k8s-device-plugin internal/rm/rm.go, api/config/v1/resources.go),
+    so a 1c.3g.40gb compute instance is advertised as nvidia.com/mig-3g.40gb (and 1g.10gb+me as mig-1g.10gb)."""
+    head, _, rest = profile.partition(".")
+    gi_profile = rest if head.endswith("c") and rest else profile
+    return "nvidia.com/mig-" + gi_profile.split("+", 1)[0].split("-", 1)[0]
+
+
 def _qualify(name: str) -> str:
     return name if "/" in name else "nvidia.com/" + name
 
@@ -470,7 +479,7 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
                 add(_resource_name(gpu_patterns, g.get("name", ""), "nvidia.com/gpu"))
                 continue
             for prof in g.get("mig_devices") or []:
-                add(_resource_name(mig_patterns, prof, "nvidia.com/mig-" + prof))
+                add(_resource_name(mig_patterns, prof, _mig_default_name(prof)))
     counts = {k: v for k, v in counts.items() if v > 0}
     sharing = cfg.get("sharing") or {}
     for kind in ("timeSlicing", "mps"):
