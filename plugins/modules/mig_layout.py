@@ -174,7 +174,7 @@ findings:
     - C([{id, severity, expected, actual, gpu?}]); V(mig_layout_drift) per GPU whose layout differs from the target,
       V(mig_strategy_none_hides_slices) and V(mig_strategy_single_mismatch) for the chosen O(strategy),
       V(mig_custom_compute_instances) for a GPU instance that stays with compute instances smaller than itself
-      (one MIG device each, C(<c>c.<profile>): plugin v0.19.x and older advertise each as one C(nvidia.com/mig-<profile>),
+      (one MIG device each, C(<c>c.<profile>); plugin v0.19.x and older advertise each as one C(nvidia.com/mig-<profile>),
       v0.20.0 and newer match no resource pattern and do not start; RV(advertised_resources) assumes default ones).
   type: list
   elements: dict
