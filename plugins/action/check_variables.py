@@ -46,8 +46,6 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """Safe YAML that reads Ansible's !unsafe and !vault values as plain data (only the names matter here)."""
 
 
-
-
 def _untagged(loader, _suffix, node):
     if isinstance(node, yaml.MappingNode):
         return loader.construct_mapping(node)

@@ -186,10 +186,10 @@ def test_item3_every_gpuharden_name_the_playbooks_and_roles_use_is_known(collect
 
 
 def test_item3_every_gpuharden_name_the_tools_pass_is_known(collection):
-    """Extra vars and inventory keys the CLI, the lab, the demo, the bench and the deploy files give a run."""
+    """Extra vars and inventory keys the CLI, the lab, the demo, the bench, the lab tests and the deploy files give a run."""
     _prefixes, known = collection
     used = {}
-    for path in yaml_files("src/gpuharden/**/*.py", "bench/*.py", "tools/*.py"):
+    for path in yaml_files("src/gpuharden/**/*.py", "bench/*.py", "tools/*.py", "tests/integration/*.py", "tests/lab/*.py"):
         # "gpuharden_x": value / gpuharden_x=value: a variable handed to a playbook
         for name in re.findall(r"""\b(gpuharden_[a-z0-9_]+)["']?\s*(?::\s|=[^=])""", path.read_text()):
             used.setdefault(name, path.relative_to(REPO))
