@@ -666,15 +666,22 @@ def _env(container, name):
     return None
 
 
+# Flags with another name too (NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go: driver-root and dev-root
+# have the aliases nvidia-driver-root and nvidia-dev-root).
+FLAG_ALIASES = {"nvidia-driver-root": ("driver-root",), "nvidia-dev-root": ("dev-root",)}
+
+
 def _setting(container, flag, env):
-    words, value = _words(container), None
+    words, value, used = _words(container), None, flag
+    names = (flag,) + FLAG_ALIASES.get(flag, ())
     for index, word in enumerate(words):
-        if word.startswith("--%s=" % flag):
-            value = word.split("=", 1)[1]
-        elif word == "--%s" % flag and index + 1 < len(words):
-            value = words[index + 1]
+        for name in names:
+            if word.startswith("--%s=" % name):
+                value, used = word.split("=", 1)[1], name
+            elif word == "--%s" % name and index + 1 < len(words):
+                value, used = words[index + 1], name
     if value is not None:
-        return value, "argument --%s" % flag
+        return value, "argument --%s" % used
     value = _env(container, env)
     if value is not None:
         return value, "environment variable %s" % env

@@ -644,8 +644,12 @@ def test_item03_audit_reports_a_forced_dev_root_and_an_unmounted_driver_root_for
                                                                 {"name": "NVIDIA_DEV_ROOT", "value": "/"}])
     unset = plugin_ds("unset", selector={"nowhere": "x"}, env=[{"name": "NVIDIA_DRIVER_ROOT", "value": "/run/nvidia/driver"}])
     cdi = plugin_ds("cdi", selector={"nowhere": "x"}, env=[{"name": "DEVICE_LIST_STRATEGY", "value": "cdi-cri"}])
-    findings, _repairs, _ours = _audit([forced, unset, cdi])
-    assert ids(findings) == [("cdi", "plugin_cdi_driver_root_unmounted"), ("forced", "plugin_dev_root_forced")]
+    flags = plugin_ds("flags", selector={"nowhere": "x"})
+    flags["spec"]["template"]["spec"]["containers"][0]["args"] = ["--driver-root=/run/nvidia/driver", "--dev-root", "/"]
+    findings, _repairs, _ours = _audit([forced, unset, cdi, flags])
+    assert ids(findings) == [("cdi", "plugin_cdi_driver_root_unmounted"), ("flags", "plugin_dev_root_forced"),
+                             ("forced", "plugin_dev_root_forced")]
+    assert "argument --dev-root is /" in next(f for f in findings if "flags" in f["object"])["message"]
 
 
 HELM_LABELS = {"helm.sh/chart": "nvidia-device-plugin-0.17.4", "app.kubernetes.io/name": "nvidia-device-plugin",
