@@ -365,15 +365,25 @@ def _foreign_state(state):
         api.close()
 
 
+def _rolled_out(objects):
+    for key, obj in objects.items():
+        if key.startswith("ds/"):
+            status, meta = obj.get("status") or {}, obj["metadata"]
+            if status.get("observedGeneration") != meta.get("generation") or not (
+                    status.get("desiredNumberScheduled", 0) == status.get("numberReady", 0) == status.get("updatedNumberScheduled", 0)):
+                return False
+    return True
+
+
 def _settled_foreign_state(state):
-    previous = _foreign_state(state)
-    for _attempt in range(30):
+    """The state once every DaemonSet has rolled out and three reads in a row (4 s) are equal."""
+    history = [_foreign_state(state)]
+    deadline = time.monotonic() + 120
+    while not (len(history) >= 3 and history[-1] == history[-2] == history[-3] and _rolled_out(history[-1])):
+        assert time.monotonic() < deadline, "the other installs never settled"
         time.sleep(2)
-        current = _foreign_state(state)
-        if current == previous:
-            return current
-        previous = current
-    return previous
+        history.append(_foreign_state(state))
+    return history[-1]
 
 
 @pytest.fixture(scope="module")
