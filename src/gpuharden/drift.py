@@ -302,7 +302,9 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         }
     drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
     attention = sorted(host for host, node in nodes.items() if node["status"] == "attention")
-    cluster = runtime_class_findings(outcomes.runtime_class)
+    # Findings of no single node (pending pods asking for a resource no node advertises) belong to the cluster.
+    cluster = runtime_class_findings(outcomes.runtime_class) + [
+        dict(entry, subject=entry.get("subject") or entry.get("resource")) for entry in consistency_findings(outcomes.consistency, None)]
     return {
         "version": 1,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),

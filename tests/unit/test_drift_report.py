@@ -213,3 +213,19 @@ def test_runtime_class_dry_run_becomes_cluster_findings():
     missing = drift.runtime_class_findings({"changed": True, "action": "create", "findings": [], "runtime_class": {"metadata": {"name": "nvidia"}}})
     assert [(entry["id"], entry["remediable"]) for entry in missing] == [("runtime_class_differs", True)]
     assert drift.runtime_class_findings({"changed": False, "findings": []}) == []
+
+
+def test_item05_consistency_findings_of_no_node_are_cluster_findings():
+    outcomes = drift.Outcomes()
+    outcomes.audited["gpu-a"] = {"findings": [], "summary": {}, "checks": {}, "seconds": 0.1}
+    outcomes.consistency = [
+        {"id": "requested_resource_not_advertised", "severity": "error", "node": None, "resource": "nvidia.com/gpus",
+         "expected": "a resource some node advertises", "found": {"pods": ["ml/train-0"]}, "hint": "nvidia.com/gpu?"},
+        {"id": "gpu_not_advertised", "severity": "error", "node": "gpu-a", "expected": 2, "found": 0, "hint": ""},
+    ]
+    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
+    [cluster] = report["cluster"]["findings"]
+    assert cluster["id"] == "requested_resource_not_advertised" and cluster["subject"] == "nvidia.com/gpus"
+    assert cluster["remediable"] is False and cluster["check"] == "consistency"
+    assert [entry["id"] for entry in report["nodes"]["gpu-a"]["findings"]] == ["gpu_not_advertised"]
+    assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
