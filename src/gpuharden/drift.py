@@ -71,6 +71,12 @@ FINISHED_STATUSES = ("successful", "failed")
 # output or after pexpect_timeout seconds (default 5; ansible-runner config/_base.py, read from env/settings).
 RUNNER_SETTINGS = {"pexpect_timeout": 1}
 LIST_HOSTS_TIMEOUT = 60
+# Every process a run starts on the controller (ansible-playbook, its workers, the modules and ssh clients they start)
+# inherits this variable, with a value of its own run, so they can be found and stopped when the run ends, whatever
+# session or process group they moved to.
+RUN_MARKER = "GPUHARDEN_RUN_ID"
+# Seconds the processes of an ended run get between SIGTERM and SIGKILL, and again to vanish after SIGKILL.
+TERMINATE_GRACE = 3.0
 EPILOG = """\
 Exit codes:
   0    the run finished: every node answered and is clean (no cluster findings either)
@@ -113,9 +119,10 @@ class StopRequest:
 
     Handed to ansible-runner as its cancel callback: given one, ansible-runner installs no signal handlers of its own
     (ansible-runner src/ansible_runner/interface.py, init_runner; its own ones are never uninstalled) and polls the
-    callback in its pexpect loop, then kills ansible-playbook's process group and ends with status ``canceled``
-    (src/ansible_runner/runner.py, Runner.run and Runner.handle_termination).  Used as a context manager: installs
-    the handlers in the main thread and puts the previous ones back on exit."""
+    callback in its pexpect loop, then SIGKILLs ansible-playbook's process group and ends with status ``canceled``
+    (src/ansible_runner/runner.py, Runner.run and Runner.handle_termination).  That group is not the whole run: see
+    stop_processes, which run_playbook calls after every run.  Used as a context manager: installs the handlers in
+    the main thread and puts the previous ones back on exit."""
 
     def __init__(self):
         self.signum = None
@@ -511,11 +518,78 @@ def resolve_playbook(name):
                      "ansible-galaxy collection install" % (PLAYBOOK_FILES[name], ", ".join(searched[:4])))
 
 
+def _marked_processes(marker):
+    """The pids of the live processes of the run ``marker`` (RUN_MARKER=marker in their environment, as read from
+    /proc/PID/environ: Linux; elsewhere none are found).  Skipped: processes of other users (unreadable), zombies (an
+    empty environ, or gone by the time it is read) and OpenSSH ControlPersist masters (``ssh: PATH [mux]``: they serve
+    every run using that socket, hold no lock, and exit on their own when idle)."""
+    entry = ("%s=%s" % (RUN_MARKER, marker)).encode()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    pids = []
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                environ = handle.read().split(b"\0")
+            with open("/proc/%s/cmdline" % name, "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if entry in environ and not (cmdline.startswith(b"ssh: ") and b"[mux]" in cmdline):
+            pids.append(int(name))
+    return pids
+
+
+def _signal_processes(pids, signum):
+    """``signum`` to each pid and, for a process group leader (an ansible-playbook worker), to its whole group."""
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pid and pid != os.getpgrp():
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+        except OSError:
+            pass  # gone meanwhile, or not ours
+
+
+def stop_processes(marker, grace=TERMINATE_GRACE):
+    """Ends whatever the run ``marker`` left running: SIGTERM, SIGKILL to what is still there ``grace`` seconds later,
+    then waits up to ``grace`` more for it to be gone.  Returns the pids found at first (none after a run that ended
+    by itself).
+
+    ansible-runner kills only ansible-playbook's process group on cancel or timeout, with SIGKILL, so ansible-playbook
+    cannot pass the signal on.  Since ansible-core 2.19 each WorkerProcess calls os.setsid() when it starts (ansible-core
+    lib/ansible/executor/process/worker.py, WorkerProcess._detach; a process group of its own at least when 2.21's
+    WORKER_SESSION_ISOLATION is off): the workers, and the modules or ssh clients they run, are outside ansible-playbook's
+    process group, which only ansible-playbook's own SIGINT/SIGTERM handler reaches
+    (lib/ansible/executor/task_queue_manager.py, TaskQueueManager._signal_handler: "the children become process
+    leaders").  Orphaned, a worker waiting for its parent (a pause, a prompt, a queue) waits forever, and one running
+    a module goes on with it, holding its connection (and a node's run lock) meanwhile.  A worker's SIGTERM handler passes the
+    signal on to its own group and exits (WorkerProcess._term)."""
+    found = _marked_processes(marker)
+    pids = found
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not pids:
+            break
+        _signal_processes(pids, signum)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = _marked_processes(marker)  # again: also the processes a dying one started meanwhile
+    return found
+
+
 def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
     """One ansible-runner run; (status, rc, stats, stdout).  ``cancel``: a callable that says stop (then the status is
-    ``canceled``); ``timeout``: seconds, after which ansible-runner kills the run (status ``timeout``)."""
+    ``canceled``); ``timeout``: seconds, after which ansible-runner kills the run (status ``timeout``).  Whichever way
+    it ends, no process of the run is left when this returns (stop_processes)."""
     import ansible_runner  # noqa: PLC0415 (keeps `gpuharden --help` fast)
 
+    marker = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="gpuharden-drift-") as private_data_dir:
         cmdline = []
         if tags:
@@ -526,20 +600,23 @@ def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, eve
         with open(os.path.join(private_data_dir, "env", "settings"), "w", encoding="utf-8") as handle:
             json.dump(RUNNER_SETTINGS, handle)
         options = {"cancel_callback": cancel} if cancel is not None else {}
-        runner = ansible_runner.run(
-            private_data_dir=private_data_dir,
-            envvars=_runner_env(),
-            inventory=inventory,
-            playbook=playbook,
-            limit=limit,
-            forks=forks,
-            extravars=extravars,
-            cmdline=" ".join(cmdline) or None,
-            quiet=True,
-            event_handler=event_handler,
-            timeout=timeout,
-            **options,
-        )
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=private_data_dir,
+                envvars=dict(_runner_env(), **{RUN_MARKER: marker}),
+                inventory=inventory,
+                playbook=playbook,
+                limit=limit,
+                forks=forks,
+                extravars=extravars,
+                cmdline=" ".join(cmdline) or None,
+                quiet=True,
+                event_handler=event_handler,
+                timeout=timeout,
+                **options,
+            )
+        finally:
+            stop_processes(marker)
         stdout = runner.stdout.read() if runner.stdout else ""
         stats = runner.stats or {}
     return runner.status, runner.rc, stats, stdout
@@ -562,8 +639,10 @@ def parse_list_hosts(text):
 def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST_HOSTS_TIMEOUT):
     """The hosts the playbook's plays target, as ansible-playbook --list-hosts resolves them (the templated hosts
     pattern, the inventory, --limit); None when that cannot be read.  Only for naming the hosts of a run that did
-    not finish, so a further SIGINT/SIGTERM (``stop.count`` grows) or the timeout abandons it."""
-    env = dict(os.environ, **_runner_env())
+    not finish, so a further SIGINT/SIGTERM (``stop.count`` grows) or the timeout abandons it, and stops everything
+    it started (its session, and any process of it that left the session: stop_processes)."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, **_runner_env(), **{RUN_MARKER: marker})
     executable = shutil.which("ansible-playbook", path=env["PATH"])
     if not executable:
         return None
@@ -577,16 +656,26 @@ def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST
                                    start_new_session=True)
     except OSError:
         return None
-    while True:
-        try:
-            output, _ = process.communicate(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            if (stop and stop.count > signals) or time.monotonic() > deadline:
-                process.kill()
-                process.communicate()
-                return None
-    return parse_list_hosts(output) if process.returncode == 0 else None
+    output = None
+    try:
+        while output is None:
+            try:
+                output, _ = process.communicate(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if (stop and stop.count > signals) or time.monotonic() > deadline:
+                    break
+    finally:
+        if output is None:
+            # abandoned: its group (start_new_session made it the leader), then what of it is elsewhere, then what
+            # of its group stayed without the marker
+            _signal_processes([process.pid], signal.SIGTERM)
+            stop_processes(marker)
+            _signal_processes([process.pid], signal.SIGKILL)
+            process.stdout.close()  # a survivor holding the pipe must not keep the wait from returning
+            process.wait()
+        else:
+            stop_processes(marker)
+    return parse_list_hosts(output) if output is not None and process.returncode == 0 else None
 
 
 def parse_extra_vars(values):

@@ -304,29 +304,133 @@ def test_item05_parse_list_hosts():
     assert drift.parse_list_hosts("ERROR! the playbook could not be found") == set()
 
 
-def test_item05_real_ansible_runner_sigint_end_to_end(tmp_path, capsys):
-    """ansible-runner and ansible-playbook for real (local connection, no lab): SIGINT two seconds in."""
+def _processes_of(path):
+    """The live processes whose command line names ``path`` or whose working directory is below it."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            with open("/proc/%s/stat" % name, encoding="utf-8") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink("/proc/%s/cwd" % name)
+        except OSError:
+            continue
+        if state != "Z" and (str(path) in cmdline or cwd == str(path) or cwd.startswith(str(path) + os.sep)):
+            found.append("%s %s (cwd %s)" % (name, cmdline.strip(), cwd))
+    return found
+
+
+def _none_left(path, seconds=5.0):
+    """[] once no process of ``path`` is alive (polled up to ``seconds``), else the ones still there, which are then
+    killed so that a failing test leaves nothing behind either."""
+    deadline = time.monotonic() + seconds
+    while (left := _processes_of(path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for line in left:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+# pause waits in an ansible-playbook worker for ansible-playbook to answer; the command runs a module and sleep below
+# the worker.  Since ansible-core 2.19 each worker is in a session of its own (WorkerProcess._detach), which
+# ansible-runner's SIGKILL of ansible-playbook's process group does not reach.  Each entry: the task, and what shows
+# that the task is under way (then the SIGINT comes): the worker beside ansible-playbook, the sleep in the playbook's
+# directory.
+SLOW_TASKS = {
+    "pause": ("    - ansible.builtin.pause:\n        seconds: 60\n",
+              lambda found: sum("slow.yml" in line for line in found) >= 2),
+    "command": ("    - ansible.builtin.command:\n        cmd: sleep 60\n        chdir: \"{{ playbook_dir }}\"\n"
+                "      changed_when: false\n",
+                lambda found: any(line.split()[1].endswith("sleep") for line in found)),
+}
+
+
+def _interrupt_when(path, under_way, seconds=25.0):
+    """SIGINT to this process once ``under_way(_processes_of(path))`` (or after ``seconds``); the thread's ``seen``
+    says which."""
+
+    def watch():
+        deadline = time.monotonic() + seconds
+        while not thread.seen and time.monotonic() < deadline and not thread.canceled.is_set():
+            thread.seen = under_way(_processes_of(path))
+            time.sleep(0.1)
+        if not thread.canceled.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.seen, thread.canceled = False, threading.Event()
+    return thread
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes in /proc")
+@pytest.mark.parametrize("task", sorted(SLOW_TASKS))
+def test_item05_real_ansible_runner_sigint_end_to_end(tmp_path, capsys, task):
+    """ansible-runner and ansible-playbook for real (local connection, no lab): SIGINT once the task is under way, and
+    afterwards no process of the run left (neither ansible-playbook nor a worker nor the module it runs)."""
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all:\n  vars: {ansible_connection: local, ansible_python_interpreter: %s}\n"
-                         "  children:\n    gpu_nodes:\n      hosts: {gpu-a: {}, gpu-b: {}}\n" % sys.executable)
+    inventory.write_text("all:\n  vars: {ansible_connection: local, ansible_python_interpreter: %s, ansible_remote_tmp: %s}\n"
+                         "  children:\n    gpu_nodes:\n      hosts: {gpu-a: {}, gpu-b: {}}\n" % (sys.executable, tmp_path / "remote"))
     playbook = tmp_path / "slow.yml"
-    # pause runs in ansible-playbook itself: killing its process group leaves nothing behind
-    playbook.write_text("- hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n"
-                        "    - ansible.builtin.pause:\n        seconds: 60\n")
+    text, under_way = SLOW_TASKS[task]
+    playbook.write_text("- hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n" + text)
     report, metrics = tmp_path / "report.json", tmp_path / "gpuharden.prom"
     report.write_text(PREVIOUS_REPORT)
     metrics.write_text(PREVIOUS_METRICS)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    watcher = _interrupt_when(tmp_path, under_way)
     started = time.monotonic()
-    timer.start()
+    watcher.start()
     try:
         code = cli.main(["drift", "-i", str(inventory), "--playbook", str(playbook), "--report", str(report),
                          "--prometheus", str(metrics)])
     finally:
-        timer.cancel()
+        watcher.canceled.set()
+        watcher.join()
     out, err = capsys.readouterr()
+    left = _none_left(tmp_path)
+    assert watcher.seen, "the %s task never got under way" % task
     assert code == 130, err
-    assert time.monotonic() - started < 30  # canceled within about a second, plus the host listing
+    assert time.monotonic() - started < 40  # the start, then canceled within about a second, plus the host listing
     assert report.read_text() == PREVIOUS_REPORT and metrics.read_text() == PREVIOUS_METRICS
     _no_clean_summary(out)
     assert "no final result for 2 host(s): gpu-a, gpu-b" in err
+    assert left == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes in /proc")
+@pytest.mark.parametrize("how", ["timeout", "second_signal"])
+def test_item05_abandoned_host_listing_leaves_no_process(tmp_path, monkeypatch, how):
+    """ansible-playbook --list-hosts given up (its 60 s cap, or another Ctrl-C): it and everything it started end,
+    even processes that ignore SIGTERM or left its session."""
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(textwrap.dedent("""\
+        #!%s
+        import os, signal, subprocess, sys, time
+        os.chdir(%r)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited: only SIGKILL ends these
+        subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(60)"])
+        subprocess.Popen(["sleep", "60"])
+        print("started", flush=True)
+        time.sleep(60)
+        """ % (sys.executable, str(tmp_path))))
+    fake.chmod(0o755)
+    monkeypatch.setattr(drift, "_runner_env", lambda: {"PATH": str(tmp_path)})
+    monkeypatch.setattr(drift, "TERMINATE_GRACE", 0.5, raising=False)  # absent before the fix: the test fails there, not errors
+    stop = drift.StopRequest()
+    timer = threading.Timer(1.5, stop, (signal.SIGINT,))
+    started = time.monotonic()
+    if how == "second_signal":
+        stop(signal.SIGINT)  # the first Ctrl-C, which ended the run; the timer's is the second
+        timer.start()
+    try:
+        assert drift.play_hosts("slow.yml", "hosts.yml", limit=None, extravars={}, stop=stop,
+                                timeout=1 if how == "timeout" else 30) is None
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 10
+    assert _none_left(tmp_path, seconds=2.0) == []
