@@ -148,8 +148,9 @@ def test_percentage_budget_never_exceeds_its_share(fresh):
 def test_failing_canary_stops_the_rollout_and_stays_cordoned(fresh):
     reset_to_defaults(fresh, FRESH)
     canary = FRESH[0]
-    # A flag the kubelet refuses: it does not come back after the restart, nor after the rollback.
-    sh(fresh, canary, "printf 'KUBELET_EXTRA_ARGS=--no-such-kubelet-flag\\n' > /etc/default/kubelet")
+    # A flag value the kubelet refuses ("invalid argument"): it does not come back after the restart, nor after the
+    # rollback, which restores only the files the role wrote.
+    sh(fresh, canary, "printf 'KUBELET_EXTRA_ARGS=--max-pods=lots\\n' > /etc/default/kubelet")
     others = {node: sh(fresh, node, "cat /var/lib/kubelet/config.yaml") for node in FRESH[1:]}
     try:
         with CordonWatcher(fresh, FRESH) as watcher:
