@@ -17,7 +17,7 @@ description:
     C(nvidia.com/gpu.present=true). Fleet nodes outside the batch that are cordoned, not Ready or not registered count
     against the budget, as in the NVIDIA GPU Operator's upgrade controller (C(maxUnavailable)).
   - A percentage is taken of the fleet and rounded down, but never below one node while it is above 0%.
-  - Nodes with a taint in O(out_of_service_taints) (a node still being bootstrapped) serve no workloads: they neither
+  - Nodes with a taint in O(out_of_service_taints) (a node still being bootstrapped) serve no workloads, so they neither
     count nor need a slot.
   - With O(stopped_by) set (nodes that failed earlier in the rollout) every node of the batch is deferred.
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes).
