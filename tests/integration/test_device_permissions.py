@@ -29,6 +29,9 @@ MODPROBE = "/etc/modprobe.d/zz-gpuharden-nvidia.conf"
 UDEV = "/etc/udev/rules.d/70-gpuharden-nvidia.rules"
 PERM_NODE = "seed-dev-perm"
 MIG_NODE = "seed-mig-strategy"
+# Under policy restricted (group nogroup) on PERM_NODE (8 A100s with the MIG capabilities): the nodes whose permissions
+# no setting keeps: uvm (root:root 0666) and the MIG monitor capability (root:root 0444; config is 0400 either way).
+NOT_PERSISTABLE = ["/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 
 # Imports pynvml as root (the node's Python lives under /root), then drops to nobody before NVML runs.
 NVML_AS_NOBODY = r"""
@@ -144,7 +147,7 @@ def test_restricted_policy_and_its_consequence(lab):
     assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia0 /dev/nvidiactl").split() == ["root:nogroup", "660"] * 2
     # nothing keeps another value on uvm: it stays what nvidia-modprobe makes it, and the result says so
     assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia-uvm /dev/nvidia-uvm-tools").split() == ["root:root", "666"] * 2
-    assert [entry["path"] for entry in result["not_persistable"]] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert sorted(entry["path"] for entry in result["not_persistable"]) == NOT_PERSISTABLE
     assert _nvml_as_nobody(lab, PERM_NODE) == {"init": None, "errors": [None] * 8}
     _results(_play(lab, "-e", "device_permissions_policy=restricted", "-e", "device_permissions_group=video", hosts=PERM_NODE)[0])
     assert _nvml_as_nobody(lab, PERM_NODE) == {"init": 4}  # pods without the group: Insufficient Permissions
@@ -203,7 +206,7 @@ def test_item17_nodes_recreated_like_nvidia_modprobe_keep_what_sticks_and_drift_
     found, node = _drift_device_findings(lab, *restricted)
     assert set(found["device_node_permissions"]) == set(gpus + ["/dev/nvidiactl", "/dev/nvidia-modeset"]), found
     assert "driver_params_stale" in found and node["status"] == "drift"
-    assert found["device_permissions_not_persistable"] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert found["device_permissions_not_persistable"] == NOT_PERSISTABLE
 
     # 2. The driver reloaded with the options the role wrote (the lab's params file shows them): after the
     #    role and another re-creation, nvidia<N> and nvidiactl keep the policy, uvm keeps nvidia-modprobe's values,
@@ -222,7 +225,7 @@ def test_item17_nodes_recreated_like_nvidia_modprobe_keep_what_sticks_and_drift_
         assert _ssh(lab, PERM_NODE, "stat -c '%U:%G %a' /dev/nvidia-uvm /dev/nvidia-uvm-tools").split() == ["root:root", "666"] * 2
         assert _nvidia_modprobe(lab, PERM_NODE, recreate=False) == []  # the next container start changes nothing
         found, node = _drift_device_findings(lab, *restricted)
-        assert found == {"device_permissions_not_persistable": ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]}, found
+        assert found == {"device_permissions_not_persistable": NOT_PERSISTABLE}, found
         assert node["checks"]["device_nodes"]["status"] == "findings"
         assert _nvml_as_nobody(lab, PERM_NODE) == {"init": None, "errors": [None] * 8}  # nobody is in nogroup
     finally:
