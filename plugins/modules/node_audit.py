@@ -36,7 +36,7 @@ options:
     description:
       - Options of M(gpuharden.k8s.nvidia_device_nodes) (O(root) excluded). Omit to skip the check.
       - Drift is a node with the wrong type, numbers, owner, group or mode, a missing C(/dev/char) link, or missing or
-        different persistence files (modprobe options, udev rule).
+        different persistence files (modprobe options; udev rules of earlier versions, which never fire, are reported for removal).
     type: dict
   containerd:
     description:
