@@ -1372,8 +1372,8 @@ class Planner:
         reserved = {}
         for entry in effective(view, ("reservedMemory",))["value"] or []:
             for name, quantity in (entry.get("limits") or {}).items():
-                reserved[name] = reserved.get(name, 0) + _quantity("reservedMemory[numaNode=%s].limits.%s"
-                                                                  % (entry.get("numaNode"), name), quantity)
+                where = "reservedMemory[numaNode=%s].limits.%s" % (entry.get("numaNode"), name)
+                reserved[name] = reserved.get(name, 0) + _quantity(where, quantity)
         kube, system = effective_map(view, "kubeReserved"), effective_map(view, "systemReserved")
         eviction_text, eviction_source = eviction_memory(view)
         types = {name for name in list(reserved) + list(kube) + list(system)
