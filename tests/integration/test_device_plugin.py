@@ -412,7 +412,7 @@ def other_installers(lab, applied):
                 time.sleep(1)
         apps.create_namespaced_daemon_set(OPERATOR_NS, _operator_daemonset(policy["metadata"]["uid"]))
         # The operator labels the GPU nodes it deploys its plugin to.
-        for name in lab["nodes"][:2]:
+        for name in sorted(lab["nodes"])[:2]:
             core.patch_node(name, {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "true"}}})
     finally:
         api.close()
