@@ -9,12 +9,14 @@ A disruptive step is one that evicts or restarts GPU workloads: a cordon and dra
 Manager policy change, a MIG layout change.  At most ``max_unavailable`` GPU nodes of the fleet may be
 unavailable at once, and nodes that are already unavailable (cordoned, or not Ready) count against that budget.
 This is the contract of the NVIDIA GPU Operator's upgrade controller (NVIDIA/k8s-operator-libs,
-``pkg/upgrade/upgrade_state.go``: ``maxUnavailable`` over the GPU nodes, already-unavailable nodes counted, and
-``maxParallelUpgrades``), taken here for every disruptive step, not only driver upgrades.
+``pkg/upgrade/upgrade_state.go`` ``ApplyState``: ``maxUnavailable`` scaled over the managed GPU nodes,
+``GetCurrentUnavailableNodes`` counted against it, ``GetUpgradesAvailable`` the slots left), taken here for every
+disruptive step, not only driver upgrades.
 
-A percentage is taken of the fleet and rounded DOWN, never below one node while the percentage is above zero:
-a budget is a ceiling, and rounding it up (as a DaemonSet's maxUnavailable does) would let a 9-node fleet at 25%
-take three nodes out.
+One difference, on purpose: the operator scales a percentage with rounding UP
+(``intstr.GetScaledValueFromIntOrPercent(..., true)``, as a DaemonSet's maxUnavailable); here it is rounded DOWN,
+never below one node while the percentage is above zero.  A budget is a ceiling: 25% of a 9-node fleet is two nodes
+here, not three.
 
 Nodes that carry one of ``out_of_service_taints`` (a node being bootstrapped, registered cordoned with
 ``gpuharden.io/bootstrap``) serve no workload yet: they neither count against the budget nor need a slot.
