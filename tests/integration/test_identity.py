@@ -153,3 +153,13 @@ def test_forbidden_calls_fail_clearly(lab, verb, resource, namespace, call_args)
     assert "forbidden: %s may not %s %s" % (IDENTITY, verb, resource) in error.value.msg, error.value.msg
     assert error.value.result["status"] == 403
     assert client.CoreV1Api(lab["_api"]).read_node(NODE).metadata.name == NODE  # still there
+
+
+def test_disruption_budget_and_workload_listing_under_the_tool_identity(lab):
+    """What harden's rollout and admission check read (Nodes; the GPU workloads) is allowed to the tool identity."""
+    budget = _module(lab, "disruption_budget", fleet=[NODE], batch=[NODE], max_unavailable=1)
+    assert budget["_event"] == "runner_on_ok", budget.get("msg")
+    assert budget["allowed"] == [NODE] and NODE in budget["fleet"]
+    workloads = _module(lab, "gpu_workloads_info")
+    assert workloads["_event"] == "runner_on_ok", workloads.get("msg")
+    assert NODE in workloads["nodes"]
