@@ -9,6 +9,7 @@ A module of its own: one lab per module (tests/labfixtures.py holds the machine'
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -19,7 +20,8 @@ from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
 
-KUBELET_STARTS = ": kubelet: started supervisor"
+# One line per start of the kubelet process, in the lab systemctl's log (units are named with their .service suffix).
+KUBELET_STARTS = re.compile(r": (kubelet|k3s-agent)\.service: started supervisor ")
 
 
 
@@ -37,7 +39,7 @@ def kubelet_starts(state):
     counts = {}
     for node in state["nodes"]:
         log = manager.ssh(state["nodes"][node]["address"], "cat /var/log/gpuharden-systemctl.log 2>/dev/null").stdout
-        counts[node] = sum(1 for line in log.splitlines() if KUBELET_STARTS in line or ": k3s-agent: started supervisor" in line)
+        counts[node] = sum(1 for line in log.splitlines() if KUBELET_STARTS.search(line))
     return counts
 
 
