@@ -823,8 +823,8 @@ def installer_of(obj, cluster_policies=()):
     if "argocd.argoproj.io/tracking-id" in annotations:
         return {"installer": "argocd", "name": "Argo CD application %s" % annotations["argocd.argoproj.io/tracking-id"].split(":", 1)[0]}
     if "kustomize.toolkit.fluxcd.io/name" in labels:
-        return {"installer": "flux", "name": "Flux Kustomization %s/%s" % (labels.get("kustomize.toolkit.fluxcd.io/namespace"),
-                                                                        labels["kustomize.toolkit.fluxcd.io/name"])}
+        kustomization = "%s/%s" % (labels.get("kustomize.toolkit.fluxcd.io/namespace"), labels["kustomize.toolkit.fluxcd.io/name"])
+        return {"installer": "flux", "name": "Flux Kustomization %s" % kustomization}
     if managed_by and managed_by != "gpuharden":
         return {"installer": managed_by, "name": "its installer (app.kubernetes.io/managed-by: %s)" % managed_by}
     return None
