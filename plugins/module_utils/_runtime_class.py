@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _gpu_pods, _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 GPU_DOMAIN = "nvidia.com/"
@@ -103,3 +103,24 @@ def audit(runtime_classes, desired):
                            "%s is configured'" % (name, rc.get("handler"), desired["handler"], rc.get("handler")),
                 "expected": desired["handler"], "actual": rc.get("handler"), "repair": "recreate (force)"})
     return findings
+
+
+def owned_elsewhere(decision):
+    """A finding when the write would change a RuntimeClass another installer manages, else None.
+
+    The GPU Operator creates RuntimeClass ``nvidia`` with a controller reference to its ClusterPolicy and puts back
+    whatever is changed or deleted (NVIDIA/gpu-operator controllers/object_controls.go); Helm and GitOps tools do the
+    same at their next sync.  Such an object is reported with where to fix it, never rewritten or recreated.
+    """
+    live = decision.get("live")
+    if not live or not decision.get("changed"):
+        return None
+    owner = _device_plugin.installer_of(live)
+    if owner is None:
+        return None
+    name = (live.get("metadata") or {}).get("name")
+    return {"id": "runtime_class_managed_by_other_installer", "severity": "warning", "object": "RuntimeClass %s" % name,
+            "message": "RuntimeClass %s is managed by %s (%s): left as it is; the run would have %s it. Fix it there "
+                       "(for the GPU Operator: ClusterPolicy spec.operator.runtimeClass and the toolkit settings)"
+                       % (name, owner["installer"], owner["name"], decision.get("action")),
+            "expected": "a RuntimeClass gpuharden may change", "actual": owner, "repair": "manual"}

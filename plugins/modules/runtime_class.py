@@ -92,7 +92,10 @@ findings:
   type: list
   elements: dict
 action:
-  description: What was (or in check mode would be) done, none, create, update, adopt or recreate.
+  description:
+    - What was (or in check mode would be) done, none, create, update, adopt or recreate.
+    - V(skip) when the RuntimeClass is managed by another installer (the GPU Operator, Helm, a GitOps tool or another
+      controller); it is then left as it is and reported as finding C(runtime_class_managed_by_other_installer).
   returned: always
   type: str
   sample: recreate
@@ -141,19 +144,24 @@ def run(module):
     try:
         findings = _runtime_class.audit(client.list("RuntimeClass", params["page_limit"]), desired)
         decision = _k8s_objects.plan(client, desired, params["force_conflicts"], _runtime_class.handler_immutable)
+        foreign = _runtime_class.owned_elsewhere(decision)
+        if foreign is not None:
+            findings.append(foreign)
+            decision = dict(decision, action="skip", changed=False, message=foreign["message"])
         if decision["action"] == "recreate":
             if not params["force"]:
                 raise GpuhardenError(decision["message"], findings=findings)
             client.delete("RuntimeClass", desired["metadata"]["name"], None, dry_run=True)
         stored = None
-        if not module.check_mode:
+        if not module.check_mode and decision["action"] != "skip":
             stored = _k8s_objects.execute(client, desired, decision, params["force_conflicts"], recreate=params["force"])
     except GpuhardenError as error:
         error.result.setdefault("api_requests", client.requests)
         raise
     finally:
         client.api.close()
-    shown = _k8s_objects.comparable(stored if stored is not None else decision["after"] if decision["action"] != "none" else decision["live"])
+    shown = _k8s_objects.comparable(stored if stored is not None else decision["after"] if decision["action"] not in ("none", "skip")
+                                    else decision["live"])
     result = {"changed": decision["changed"], "action": decision["action"], "findings": findings, "runtime_class": shown,
               "message": decision["message"], "api_requests": client.requests}
     if module._diff and decision["changed"]:

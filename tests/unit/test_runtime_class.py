@@ -115,3 +115,23 @@ def test_module_refuses_before_any_request(dead_kubeconfig, overrides, needle):
     result = run_module("runtime_class", dict(overrides, kubeconfig=dead_kubeconfig), {})
     assert result.get("failed") and needle in result["msg"], result
     assert "cannot reach the API server" not in result["msg"]
+
+
+def test_coexistence_runtime_class_of_another_installer_is_never_rewritten():
+    desired = rc.check_params({"name": "nvidia", "handler": "nvidia"})
+    operator_owned = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "nvidia",
+                      "metadata": {"name": "nvidia", "ownerReferences": [
+                          {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy", "controller": True}]}}
+    for action in ("adopt", "update", "recreate"):
+        finding = rc.owned_elsewhere({"action": action, "live": operator_owned, "changed": True})
+        assert finding["id"] == "runtime_class_managed_by_other_installer" and finding["repair"] == "manual"
+        assert finding["actual"]["installer"] == "gpu-operator" and "ClusterPolicy cluster-policy" in finding["message"]
+    helm = dict(operator_owned, metadata={"name": "nvidia", "labels": {"app.kubernetes.io/managed-by": "Helm"}})
+    assert rc.owned_elsewhere({"action": "adopt", "live": helm, "changed": True})["actual"]["installer"] == "helm"
+    # ours, an unowned static one, an unchanged one and a new one are not another installer's
+    ours = dict(operator_owned, metadata={"name": "nvidia", "labels": desired["metadata"]["labels"]})
+    static = dict(operator_owned, metadata={"name": "nvidia"})
+    assert rc.owned_elsewhere({"action": "update", "live": ours, "changed": True}) is None
+    assert rc.owned_elsewhere({"action": "adopt", "live": static, "changed": True}) is None
+    assert rc.owned_elsewhere({"action": "none", "live": operator_owned, "changed": False}) is None
+    assert rc.owned_elsewhere({"action": "create", "live": None, "changed": True}) is None
