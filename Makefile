@@ -12,7 +12,7 @@ COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 # Debian packages the checks need (installed only when missing; needs root).
 DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux
-PY_SOURCES := src tests plugins tools
+PY_SOURCES := src lab/src tests plugins tools bench
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -34,8 +34,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # Re-install when pyproject.toml changes; the stamp keeps warm runs fast.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed: pyproject.toml lab/pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]' -e lab
 	touch $@
 
 venv: $(VENV)/.installed
@@ -86,7 +86,7 @@ collection-install-check: collection-build nvml-double
 	$(BIN)/python tools/install_check.py $(BUILD)/dist/gpuharden-k8s-*.tar.gz
 
 demo: setup
-	$(BIN)/python -m gpuharden.lab.demo
+	$(BIN)/python -m gpuharden_lab.demo
 
 # Benchmarks (not part of `make test`): every goal side by side, as ratios; root, minutes.
 bench: setup

@@ -3,7 +3,7 @@
 
 (a) ``gpuharden drift`` vs bench/baseline-drift.yml (the same checks with builtin modules) on 8 nodes; goal >= 10x.
 (b) ``gpuharden drift`` on 1, 8 and 32 nodes; goal: 32 nodes <= 2x one node.
-(c) a no-op ``harden-gpu-nodes.yml`` on a compliant node vs the drift check of that node; goal <= 3x.
+(c) a no-op ``harden_gpu_nodes.yml`` on a compliant node vs the drift check of that node; goal <= 3x.
 
 Brings up ``gpuharden lab up --scenario scale --nodes 32`` under the shared lab lock (or uses the running lab with
 ``--use-running``), hardens scale-0 once (not timed) so that it is compliant, then times each run ``--runs`` times
@@ -30,13 +30,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 import ansible_runner  # noqa: E402
+from gpuharden_lab import manager  # noqa: E402
 
-from gpuharden.lab import manager  # noqa: E402
 from tests.labfixtures import lab_lock  # noqa: E402
 
 ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
-PLAYBOOKS = {"drift": REPO / "playbooks/drift-check.yml", "baseline": REPO / "bench/baseline-drift.yml",
-             "harden": REPO / "playbooks/harden-gpu-nodes.yml"}
+PLAYBOOKS = {"drift": REPO / "playbooks/drift_check.yml", "baseline": REPO / "bench/baseline-drift.yml",
+             "harden": REPO / "playbooks/harden_gpu_nodes.yml"}
 
 
 def timed_playbook(name, inventory, hosts, extravars=None, forks=32):

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "build/collections"))
 sys.path.insert(0, str(REPO / "src"))
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls as bpf  # noqa: E402
+from gpuharden_lab import noderoot  # noqa: E402
 
-from gpuharden.lab import noderoot  # noqa: E402
 from tests.integration import devcg_shapes as shapes  # noqa: E402
 
 HOST_CGROUP2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")

@@ -7,7 +7,7 @@ import contextlib
 import fcntl
 import os
 
-from gpuharden.lab import manager
+from gpuharden_lab import manager
 
 LOCK_FILE = "/var/tmp/gpuharden-lab.lock"
 

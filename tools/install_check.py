@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpuharden.lab.noderoot import build_node_root
+from gpuharden_lab.noderoot import build_node_root
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -57,13 +57,13 @@ def main(tarball: str) -> int:
         drift = drift_from_installed(scratch_path, env)
         print(
             "installed collection at %s: ansible-doc renders, gpu_facts saw %d GPUs (%s), gpuharden drift ran its "
-            "drift-check.yml (exit %d, %d finding(s) on this machine)" % (installed, facts["gpu_count"], facts["gpus"][0]["name"], *drift)
+            "drift_check.yml (exit %d, %d finding(s) on this machine)" % (installed, facts["gpu_count"], facts["gpus"][0]["name"], *drift)
         )
     return 0
 
 
 def drift_from_installed(scratch, env):
-    """`gpuharden drift` finds drift-check.yml in the installed collection (no checkout, no ansible.cfg) and reports.
+    """`gpuharden drift` finds drift_check.yml in the installed collection (no checkout, no ansible.cfg) and reports.
 
     It audits this machine itself (read-only; its run lock goes to the scratch directory), so the figures are
     whatever this machine shows; what must hold is that the playbook ran and the report and metrics were written.

@@ -10,7 +10,7 @@ module's own option spec, and calls the same ``decide`` function the module call
 reports drift exactly when the remediation module would change something: they share one planner.
 
 A finding is ``{id, check, stage, severity, expected, found, hint, remediable}`` plus optional ``subject``,
-``gpu``, ``pod``, ``path``.  ``stage`` is the harden-gpu-nodes.yml tag that fixes it; ``remediable`` says
+``gpu``, ``pod``, ``path``.  ``stage`` is the harden_gpu_nodes.yml tag that fixes it; ``remediable`` says
 whether running that stage changes something (informational findings and post-check findings are not).
 """
 
@@ -236,7 +236,7 @@ def audit_device_cgroups(params):
     return False, _post_check_findings("device_cgroups", result["findings"]), {"summary": result["summary"]}
 
 
-# name -> (spec, option rules, audit function); the order is the order of harden-gpu-nodes.yml
+# name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml
 CHECKS = (
     ("device_nodes", _device_nodes.argument_spec, None, audit_device_nodes),
     ("containerd", _containerd.argument_spec, None, audit_containerd),

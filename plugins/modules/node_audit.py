@@ -92,7 +92,7 @@ options:
 notes:
   - Needs root for the device-cgroup check (bpf(2)) and the unprivileged NVML check (it forks and drops privileges).
   - Playbook C(gpuharden.k8s.drift_check) and the C(gpuharden drift) command build these options from the same role
-    variables that C(harden-gpu-nodes.yml) uses.
+    variables that C(harden_gpu_nodes.yml) uses.
 seealso:
   - module: gpuharden.k8s.nvidia_device_nodes
   - module: gpuharden.k8s.containerd_nvidia_runtime
@@ -129,7 +129,7 @@ RETURN = r"""
 findings:
   description:
     - Every finding, in check order.
-    - C(remediable) is true when running C(stage) of C(harden-gpu-nodes.yml) changes something about it.
+    - C(remediable) is true when running C(stage) of C(harden_gpu_nodes.yml) changes something about it.
   returned: always
   type: list
   elements: dict
@@ -141,7 +141,7 @@ findings:
       description: The check that found it (C(device_nodes), C(containerd), C(kubelet), C(mig), C(cgroup_memory), C(nvml), C(device_cgroups)).
       type: str
     stage:
-      description: The harden-gpu-nodes.yml tag that fixes it; null for a check that could not run.
+      description: The harden_gpu_nodes.yml tag that fixes it; null for a check that could not run.
       type: str
     severity:
       description: One of C(info), C(warning), C(error), C(critical).

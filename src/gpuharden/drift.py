@@ -3,7 +3,7 @@
 
 Runs the collection's drift-check playbook (one node_audit module run per node) through ansible-runner, shows
 progress, and writes a JSON report, a table on the terminal and a Prometheus textfile-collector file.  With
-``--remediate`` it then runs harden-gpu-nodes.yml on the drifted hosts only, limited to the stages (tags) with
+``--remediate`` it then runs harden_gpu_nodes.yml on the drifted hosts only, limited to the stages (tags) with
 remediable findings, and checks those hosts again.
 
 A node is ``clean``, ``drift`` (findings at or above --fail-severity that harden fixes) or ``attention`` (only
@@ -48,8 +48,9 @@ import uuid
 SEVERITIES = ("info", "warning", "error", "critical")
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
 HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
-# Collection playbook names must be identifiers, the files keep the names users know.
-PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift-check.yml", HARDEN_PLAYBOOK: "harden-gpu-nodes.yml"}
+# Collection playbook names must be identifiers (ansible-core collection_loader); the hyphenated files beside them
+# (harden-gpu-nodes.yml, ...) only import these for project-directory use.
+PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift_check.yml", HARDEN_PLAYBOOK: "harden_gpu_nodes.yml"}
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
@@ -781,7 +782,7 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
 
 
 def remediate(args, report, base_vars, stream, stop=None, deadline=None):
-    """harden-gpu-nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
+    """harden_gpu_nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
     groups = {}
     for host, node in report["nodes"].items():
         if node["remediable_stages"]:
@@ -793,7 +794,7 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
         if reason:
             # the remediated hosts' state is unknown until they are checked again; the others' results are final
             # but the report is not written without them
-            raise Incomplete(reason[0] + " during --remediate (harden-gpu-nodes.yml may have stopped part way)", reason[1],
+            raise Incomplete(reason[0] + " during --remediate (harden_gpu_nodes.yml may have stopped part way)", reason[1],
                              pending=targets, checked=set(report["nodes"]) - targets)
 
     runs = []
@@ -930,7 +931,7 @@ def add_parser(commands):
     parser.add_argument("--fail-severity", choices=SEVERITIES, default="warning",
                         help="findings at or above this severity make a node drifted (default: warning)")
     parser.add_argument("--remediate", action="store_true",
-                        help="run harden-gpu-nodes.yml on the drifted nodes, only the stages with findings, then check again")
+                        help="run harden_gpu_nodes.yml on the drifted nodes, only the stages with findings, then check again")
     parser.add_argument("--timeout", type=int, metavar="SECONDS",
                         help="give up after this many seconds for the whole command (check and --remediate): exit 3, "
                              "nothing written (default: no limit)")

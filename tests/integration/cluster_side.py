@@ -11,9 +11,8 @@ import tempfile
 import time
 
 import ansible_runner
+from gpuharden_lab import REPO_ROOT
 from kubernetes import client, config
-
-from gpuharden.lab import REPO_ROOT
 
 PLAYBOOKS = REPO_ROOT / "tests/integration/playbooks"
 

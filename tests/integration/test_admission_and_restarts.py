@@ -12,8 +12,8 @@ import json
 import re
 
 import pytest
+from gpuharden_lab import manager
 
-from gpuharden.lab import manager
 from tests.integration.cluster_side import admin
 from tests.integration.test_disruption import _core, failed_hosts, harden, kubelet_config
 from tests.labfixtures import running_lab

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""playbooks/bootstrap-gpu-node.yml on the bare lab: new nodes joined cordoned with the bootstrap taint, nothing
+"""playbooks/bootstrap_gpu_node.yml on the bare lab: new nodes joined cordoned with the bootstrap taint, nothing
 configured, their Python without nvidia-ml-py.
 
 bare-l4-0 (2 L4s): the bootstrap ships pynvml.py to the node's Python, hardens every stage, the post-check passes,
@@ -17,16 +17,16 @@ import time
 
 import ansible_runner
 import pytest
+from gpuharden_lab import REPO_ROOT, manager
+from gpuharden_lab.node import node_site_packages
 from kubernetes import client
 
-from gpuharden.lab import REPO_ROOT, manager
-from gpuharden.lab.node import node_site_packages
 from tests.integration import cluster_side as cs
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
 
-PLAYBOOK = REPO_ROOT / "playbooks" / "bootstrap-gpu-node.yml"
+PLAYBOOK = REPO_ROOT / "playbooks" / "bootstrap_gpu_node.yml"
 GOOD, LOST = "bare-l4-0", "bare-dgx-lost-0"
 TAINT = "gpuharden.io/bootstrap"
 LABELS = {"gpuharden.io/hardened": "true", "nvidia.com/gpu.present": "true"}

@@ -18,8 +18,8 @@ import time
 import ansible_runner
 import pytest
 import yaml
+from gpuharden_lab import REPO_ROOT, manager, pods
 
-from gpuharden.lab import REPO_ROOT, manager, pods
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

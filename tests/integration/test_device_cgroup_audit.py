@@ -30,9 +30,9 @@ import ansible_runner
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls as bpf
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
+from gpuharden_lab import REPO_ROOT, pods
+from gpuharden_lab.pods import ContainerSpec
 
-from gpuharden.lab import REPO_ROOT, pods
-from gpuharden.lab.pods import ContainerSpec
 from tests.integration import devcg_shapes as shapes
 from tests.lab.test_pods import BUNDLES, RUNC_ROOT, _make_node
 from tests.labfixtures import running_lab

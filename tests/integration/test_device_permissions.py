@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from gpuharden_lab import REPO_ROOT, layout, manager
 
-from gpuharden.lab import REPO_ROOT, layout, manager
 from tests.labfixtures import running_lab
 from tests.unit.test_device_nodes import nvidia_modprobe
 

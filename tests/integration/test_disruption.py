@@ -17,8 +17,8 @@ import threading
 import ansible_runner
 import pytest
 import yaml
+from gpuharden_lab import REPO_ROOT, manager
 
-from gpuharden.lab import REPO_ROOT, manager
 from tests.integration.cluster_side import admin
 from tests.labfixtures import running_lab
 
@@ -29,12 +29,12 @@ FRESH = ["fresh-%d" % n for n in range(8)]
 
 
 def harden(state, *, extravars=None, tags=None, limit=None):
-    """harden-gpu-nodes.yml through ansible-runner: (rc, events, stats)."""
+    """harden_gpu_nodes.yml through ansible-runner: (rc, events, stats)."""
     events = []
     cmdline = ["--tags", ",".join(tags)] if tags else []
     with tempfile.TemporaryDirectory(prefix="gpuharden-disruption-test-") as private:
         runner = ansible_runner.run(private_data_dir=private, envvars=ENV, inventory=state["inventory"],
-                                    playbook=str(REPO_ROOT / "playbooks/harden-gpu-nodes.yml"), extravars=extravars or {},
+                                    playbook=str(REPO_ROOT / "playbooks/harden_gpu_nodes.yml"), extravars=extravars or {},
                                     cmdline=" ".join(cmdline) or None, limit=limit, quiet=True,
                                     event_handler=lambda event: events.append(event) or True)
         stats = runner.stats or {}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Drift on the seed-failures lab: node_audit reports a check as drifted exactly when harden-gpu-nodes.yml in check
+"""Drift on the seed-failures lab: node_audit reports a check as drifted exactly when harden_gpu_nodes.yml in check
 mode would change it, on every seeded node; `gpuharden drift` reports, exits and writes metrics right, keeps going
 past an unreachable and a locked node, and --remediate fixes only the drifted stages."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from gpuharden_lab import REPO_ROOT
 
-from gpuharden.lab import REPO_ROOT
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
@@ -59,7 +59,7 @@ def _drift(state, *args, env=None):
 
 @pytest.fixture(scope="module")
 def audits(lab, tmp_path_factory):
-    runner, events = _playbook(lab, "drift-check.yml", tmp_path_factory.mktemp("drift"), extravars={"gpuharden_drift_fail": False})
+    runner, events = _playbook(lab, "drift_check.yml", tmp_path_factory.mktemp("drift"), extravars={"gpuharden_drift_fail": False})
     results = {event["event_data"]["host"]: event["event_data"]["res"] for event in events
                if event.get("event") == "runner_on_ok" and event["event_data"].get("task_action") == "gpuharden.k8s.node_audit"}
     assert runner.rc == 0, runner.stdout.read()[-4000:]
@@ -67,7 +67,7 @@ def audits(lab, tmp_path_factory):
 
 
 def test_audit_iff_check_mode_harden_would_change(lab, audits, tmp_path):
-    runner, events = _playbook(lab, "harden-gpu-nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES)
+    runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES)
     would_change = {host: set() for host in audits}
     for event in events:
         data = event.get("event_data") or {}

@@ -19,9 +19,9 @@ import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, call
+from gpuharden_lab import REPO_ROOT
 from kubernetes import client, utils
 
-from gpuharden.lab import REPO_ROOT
 from tests.integration import cluster_side as cs
 from tests.labfixtures import running_lab
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
+from gpuharden_lab import manager
 
-from gpuharden.lab import manager
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

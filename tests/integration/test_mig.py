@@ -22,10 +22,10 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from gpuharden_lab import NVML_DOUBLE_DIR, manager
+from gpuharden_lab.cluster import api_client
 from kubernetes import client
 
-from gpuharden.lab import NVML_DOUBLE_DIR, manager
-from gpuharden.lab.cluster import api_client
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

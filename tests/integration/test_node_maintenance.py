@@ -12,9 +12,9 @@ keeps a cordon that was there before.  A bare pod is refused before anything cha
 from __future__ import annotations
 
 import pytest
+from gpuharden_lab import manager
 from kubernetes import client
 
-from gpuharden.lab import manager
 from tests.integration import cluster_side as cs
 from tests.labfixtures import running_lab
 

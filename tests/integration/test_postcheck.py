@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from gpuharden_lab import REPO_ROOT
 
-from gpuharden.lab import REPO_ROOT
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

@@ -7,9 +7,9 @@ import subprocess
 import time
 
 import pytest
+from gpuharden_lab import cluster, manager
 from kubernetes import client
 
-from gpuharden.lab import cluster, manager
 from tests.lab.test_lab_lifecycle import host_files_changed_since
 from tests.labfixtures import running_lab
 
@@ -41,7 +41,7 @@ def lab(tmp_path_factory):
     # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
     assert host_files_changed_since(str(marker)) == []
     # ... and the services themselves (started at boot through the node's systemctl) died with the lab.
-    survivors = subprocess.run(["pgrep", "-f", "gpuharden.lab.standins"], capture_output=True, text=True, check=False)
+    survivors = subprocess.run(["pgrep", "-f", "gpuharden_lab.standins"], capture_output=True, text=True, check=False)
     assert survivors.stdout.split() == []
 
 

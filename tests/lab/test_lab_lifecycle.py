@@ -12,10 +12,10 @@ import sys
 import time
 
 import pytest
+from gpuharden_lab import NVML_FIXTURES, REPO_ROOT, layout, manager
+from gpuharden_lab.scenario import load
+from gpuharden_lab.system import LabError
 
-from gpuharden.lab import NVML_FIXTURES, REPO_ROOT, layout, manager
-from gpuharden.lab.scenario import load
-from gpuharden.lab.system import LabError
 from tests.labfixtures import lab_lock
 
 pytestmark = pytest.mark.lab
@@ -123,7 +123,7 @@ def test_up_refuses_a_second_lab_and_unknown_scenarios(clean_lab):
 
 def test_lab_needs_root_and_says_so():
     script = (
-        "import os, gpuharden.cli, gpuharden.lab.cli\n"
+        "import os, gpuharden.cli, gpuharden_lab.cli\n"
         "parser = gpuharden.cli.build_parser()\n"
         "os.setgid(65534); os.setuid(65534)\n"
         "args = parser.parse_args(['lab', 'status'])\n"

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from gpuharden.lab import noderoot, pods
-from gpuharden.lab.pods import ContainerSpec
+from gpuharden_lab import noderoot, pods
+from gpuharden_lab.pods import ContainerSpec
 
 pytestmark = pytest.mark.lab
 

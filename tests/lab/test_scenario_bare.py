@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from gpuharden.lab import cluster, manager, scenario
-from gpuharden.lab.node import Node, _dist_files, node_site_packages
-from gpuharden.lab.system import LabError
+from gpuharden_lab import cluster, manager, scenario
+from gpuharden_lab.node import Node, _dist_files, node_site_packages
+from gpuharden_lab.system import LabError
 
 
 def test_bare_scenario_nodes_join_cordoned_tainted_and_unconfigured():

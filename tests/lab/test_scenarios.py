@@ -7,9 +7,9 @@ import json
 
 import pytest
 import yaml
+from gpuharden_lab import cluster, layout, manager
 from kubernetes import client
 
-from gpuharden.lab import cluster, layout, manager
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

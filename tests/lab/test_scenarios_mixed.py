@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from gpuharden_lab import cluster, manager
 from kubernetes import client
 
-from gpuharden.lab import cluster, manager
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab

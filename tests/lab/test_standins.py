@@ -18,10 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from gpuharden.lab import REPO_ROOT
-from gpuharden.lab.standins import kubelet as kl
-from gpuharden.lab.standins import systemctl as sc
+from gpuharden_lab import REPO_ROOT
+from gpuharden_lab.standins import kubelet as kl
+from gpuharden_lab.standins import systemctl as sc
 
 # They need root and the kubelet-validate binary the control-plane build makes.
 pytestmark = pytest.mark.lab
@@ -90,12 +89,12 @@ def node(tmp_path, monkeypatch):
     units = root / "run" / "gpuharden-units"
     if units.is_dir():
         for u in units.iterdir():
-            subprocess.run([PY, "-m", "gpuharden.lab.standins.systemctl", "stop", u.name], env=os.environ.copy(),
+            subprocess.run([PY, "-m", "gpuharden_lab.standins.systemctl", "stop", u.name], env=os.environ.copy(),
                            capture_output=True, timeout=30)
 
 
 def systemctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    p = subprocess.run([PY, "-m", "gpuharden.lab.standins.systemctl", *args], capture_output=True, text=True,
+    p = subprocess.run([PY, "-m", "gpuharden_lab.standins.systemctl", *args], capture_output=True, text=True,
                        timeout=60, env=os.environ.copy())
     if check:
         assert p.returncode == 0, p.stderr
@@ -283,7 +282,7 @@ def test_ansible_systemd_service_against_standin(node, tmp_path):
     wrapper_dir = tmp_path / "bin"
     wrapper_dir.mkdir()
     w = wrapper_dir / "systemctl"
-    w.write_text("#!/bin/sh\nexec %s -m gpuharden.lab.standins.systemctl \"$@\"\n" % PY)
+    w.write_text("#!/bin/sh\nexec %s -m gpuharden_lab.standins.systemctl \"$@\"\n" % PY)
     w.chmod(0o755)
     env = os.environ.copy()
     env["PATH"] = "%s:%s:%s" % (wrapper_dir, VENV_BIN, env.get("PATH", ""))
@@ -337,7 +336,7 @@ def start_kubelet(node: Path, validator: str, *flags: str) -> tuple[subprocess.P
     port = free_port()
     env = os.environ.copy()
     env["GPUHARDEN_KUBELET_VALIDATE"] = validator
-    p = subprocess.Popen([PY, "-m", "gpuharden.lab.standins.kubelet", "--config=/var/lib/kubelet/config.yaml",
+    p = subprocess.Popen([PY, "-m", "gpuharden_lab.standins.kubelet", "--config=/var/lib/kubelet/config.yaml",
                           "--healthz-port=%d" % port, "--healthz-bind-address=127.0.0.1", *flags],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return p, port
@@ -501,7 +500,7 @@ def test_kubelet_missing_validator_fails_loudly(node):
 
 def test_kubelet_under_systemctl_restart_cycle(node, validator):
     """The product's flow: edit config, restart via systemctl, kubelet dies -> unit failed; fix -> active."""
-    install_kubeadm_layout(node, binary="#!/bin/sh\nexec %s -m gpuharden.lab.standins.kubelet \"$@\" "
+    install_kubeadm_layout(node, binary="#!/bin/sh\nexec %s -m gpuharden_lab.standins.kubelet \"$@\" "
                                         "--healthz-port=%d --lab-no-device-plugin-mirror\n" % (PY, free_port()))
     (node / "etc/systemd/system.conf").write_text(
         "[Manager]\nDefaultEnvironment=GPUHARDEN_KUBELET_VALIDATE=%s\n" % validator)
@@ -623,7 +622,7 @@ def test_json_merge_patch_and_flag_parsing():
 
 
 def run_containerd(node: Path, timeout: float = 3.0) -> tuple[int | None, str]:
-    p = subprocess.Popen([PY, "-m", "gpuharden.lab.standins.containerd"], stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen([PY, "-m", "gpuharden_lab.standins.containerd"], stderr=subprocess.PIPE, text=True,
                          env=os.environ.copy())
     try:
         _o, err = p.communicate(timeout=timeout)
@@ -650,16 +649,16 @@ def test_containerd_config_handling(node):
     (d / "config.toml").write_text("version = 7\n")
     rc, err = run_containerd(node)
     assert rc == 1 and "unsupported config version" in err
-    out = subprocess.run([PY, "-m", "gpuharden.lab.standins.containerd", "--version"], capture_output=True, text=True)
+    out = subprocess.run([PY, "-m", "gpuharden_lab.standins.containerd", "--version"], capture_output=True, text=True)
     assert out.stdout.startswith("containerd ")
 
 
 def test_nvml_inventory_through_the_nvml_double(tmp_path):
     """The impure half: GPUs and MIG devices as pynvml reports them from the NVML double."""
-    from gpuharden.lab.noderoot import build_node_root
+    from gpuharden_lab.noderoot import build_node_root
 
     nr = build_node_root(tmp_path / "drv", "h100-mig-enabled")
-    code = "import json; from gpuharden.lab.standins import kubelet as k; print(json.dumps(k.nvml_inventory()))"
+    code = "import json; from gpuharden_lab.standins import kubelet as k; print(json.dumps(k.nvml_inventory()))"
     p = subprocess.run([PY, "-c", code], env={**os.environ, **nr.env()}, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     inv = json.loads(p.stdout)

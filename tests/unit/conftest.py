@@ -14,9 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT
-from gpuharden.lab.noderoot import build_node_root
+from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT
+from gpuharden_lab.noderoot import build_node_root
 
 LIBRARY = NVML_LIBRARY_DIR / "libnvidia-ml.so.1"
 COLLECTIONS = REPO_ROOT / "build" / "collections"

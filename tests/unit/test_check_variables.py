@@ -3,7 +3,7 @@
 "did you mean ...", before anything runs on a node.
 
 The pure functions of the action plugin against this checkout's roles and playbooks, then real
-ansible-playbook runs of postcheck.yml and drift-check.yml on throwaway inventories whose hosts cannot be
+ansible-playbook runs of postcheck.yml and drift_check.yml on throwaway inventories whose hosts cannot be
 reached (TEST-NET addresses): the check must fail them without contacting any, or pass a clean inventory.
 """
 
@@ -189,7 +189,7 @@ def test_item3_every_gpuharden_name_the_tools_pass_is_known(collection):
     """Extra vars and inventory keys the CLI, the lab, the demo, the bench, the lab tests and the deploy files give a run."""
     _prefixes, known = collection
     used = {}
-    for path in yaml_files("src/gpuharden/**/*.py", "bench/*.py", "tools/*.py", "tests/integration/*.py", "tests/lab/*.py"):
+    for path in yaml_files("src/gpuharden/**/*.py", "lab/src/gpuharden_lab/**/*.py", "bench/*.py", "tools/*.py", "tests/integration/*.py", "tests/lab/*.py"):
         # "gpuharden_x": value / gpuharden_x=value: a variable handed to a playbook
         for name in re.findall(r"""\b(gpuharden_[a-z0-9_]+)["']?\s*(?::\s|=[^=])""", path.read_text()):
             used.setdefault(name, path.relative_to(REPO))
@@ -252,7 +252,7 @@ def test_item3_postcheck_with_misspelt_extra_var_fails_first_and_contacts_no_nod
 def test_item3_drift_check_catches_a_typo_in_one_hosts_host_vars(tmp_path):
     """gpu-b's host_vars has the typo: gpu-b fails, and any_errors_fatal stops gpu-a too."""
     inventory = throwaway_inventory(tmp_path, host_vars={"gpu-b": {"mig_confg": {"version": "v1"}}})
-    runner, tasks, results = run_playbook(tmp_path, "drift-check.yml", inventory)
+    runner, tasks, results = run_playbook(tmp_path, "drift_check.yml", inventory)
     assert runner.rc != 0
     assert tasks == [CHECK_TASK]
     outcome = {host: (event, res.get("msg", "")) for event, host, res in results}

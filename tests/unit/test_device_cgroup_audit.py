@@ -14,8 +14,8 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit as audit_mod
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from gpuharden_lab.noderoot import build_node_root
 
-from gpuharden.lab.noderoot import build_node_root
 from tests.integration import devcg_shapes as shapes
 from tests.unit.conftest import run_module
 

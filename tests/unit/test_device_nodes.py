@@ -11,8 +11,8 @@ import pynvml
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes as dn
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from gpuharden_lab.noderoot import build_node_root
 
-from gpuharden.lab.noderoot import build_node_root
 from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module, tree_snapshot
 
 MODPROBE = "/etc/modprobe.d/zz-gpuharden-nvidia.conf"

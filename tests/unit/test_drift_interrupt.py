@@ -51,7 +51,7 @@ def site(tmp_path, monkeypatch):
     """An inventory, a playbook file, the previous run's report and metrics, and a fake host listing."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all: {}\n")
-    playbook = tmp_path / "drift-check.yml"
+    playbook = tmp_path / "drift_check.yml"
     playbook.write_text("---\n")
     report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
     metrics.parent.mkdir()
@@ -287,7 +287,7 @@ def test_item05_timeout_must_be_positive(site, capsys):
 
 def test_item05_parse_list_hosts():
     text = textwrap.dedent("""
-        playbook: drift-check.yml
+        playbook: drift_check.yml
 
           play #1 (gpu_nodes): Drift check (read-only)\tTAGS: []
             pattern: ['gpu_nodes']

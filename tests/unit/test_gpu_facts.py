@@ -8,8 +8,8 @@ import os
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_facts
+from gpuharden_lab import NVML_FIXTURES, NVML_LIBRARY_DIR
 
-from gpuharden.lab import NVML_FIXTURES, NVML_LIBRARY_DIR
 from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module
 
 FIXTURES = sorted(path.stem for path in NVML_FIXTURES.glob("*.json"))

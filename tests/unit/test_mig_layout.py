@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
+from gpuharden_lab import NVML_FIXTURES, REPO_ROOT
+from gpuharden_lab.noderoot import build_node_root
 
-from gpuharden.lab import NVML_FIXTURES, REPO_ROOT
-from gpuharden.lab.noderoot import build_node_root
 from tests.unit.conftest import run_module
 
 MIG_FIXTURES = Path(__file__).parent / "fixtures" / "mig"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from gpuharden_lab.noderoot import build_node_root
 
-from gpuharden.lab.noderoot import build_node_root
 from tests.unit.conftest import run_module, tree_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"

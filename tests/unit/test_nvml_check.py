@@ -12,8 +12,8 @@ import shutil
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _nvml_health
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from gpuharden_lab import NVML_FIXTURES
 
-from gpuharden.lab import NVML_FIXTURES
 from tests.unit.conftest import run_module
 
 SEVERE = ("warning", "error", "critical")

@@ -5,7 +5,7 @@ The listening sockets are created inside the nodes' network namespaces (setns, t
 this process stays in the host's namespace and connects to the apiserver on the host's loopback.
 So the control plane never listens on anything but 127.0.0.1, and every byte stays on loopback.
 
-  python -m gpuharden.lab.forwarder --target 127.0.0.1:6443 --listen-port 6443 /run/netns/<ns> ...
+  python -m gpuharden_lab.forwarder --target 127.0.0.1:6443 --listen-port 6443 /run/netns/<ns> ...
 """
 
 from __future__ import annotations

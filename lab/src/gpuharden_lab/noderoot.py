@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuharden.lab import NVML_FIXTURES, NVML_LIBRARY_DIR
+from gpuharden_lab import NVML_FIXTURES, NVML_LIBRARY_DIR
 
 NVIDIA_MAJOR = 195
 # Majors the kernel hands out dynamically; any free numbers do, these are common values.

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from gpuharden.lab.standins import klog, rooted
+from gpuharden_lab.standins import klog, rooted
 
 DEFAULT_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 DEFAULT_ROOT_DIR = "/var/lib/kubelet"

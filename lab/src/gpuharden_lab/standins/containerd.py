@@ -5,7 +5,7 @@ Like containerd it loads ``/etc/containerd/config.toml`` (or ``--config``/``-c``
 top-level ``imports`` globs (relative to the importing file's directory) and refuses to start on
 invalid TOML or an unsupported ``version``; otherwise it idles until SIGTERM.
 
-Usage: ``python -m gpuharden.lab.standins.containerd [--config FILE] [--version]``
+Usage: ``python -m gpuharden_lab.standins.containerd [--config FILE] [--version]``
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 import tomllib
 
-from gpuharden.lab.standins import rooted, standin_root
+from gpuharden_lab.standins import rooted, standin_root
 
 VERSION = "v2.1.4"
 REVISION = "gpuharden-standin"

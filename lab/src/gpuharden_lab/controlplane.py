@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import REPO_ROOT, layout
-from gpuharden.lab.system import LabError, run, spawn, wait_for_tcp
+from gpuharden_lab import REPO_ROOT, layout
+from gpuharden_lab.system import LabError, run, spawn, wait_for_tcp
 
 BUILD_SCRIPT = REPO_ROOT / "lab" / "controlplane" / "build.sh"
 STAGES = REPO_ROOT / "lab" / "controlplane" / "stages.yaml"
@@ -190,7 +190,7 @@ def start(credentials: Credentials, netns_names: list[str]) -> dict:
     if netns_names:
         spawn(
             [
-                sys.executable, "-m", "gpuharden.lab.forwarder",
+                sys.executable, "-m", "gpuharden_lab.forwarder",
                 "--target", "127.0.0.1:%d" % API_PORT, "--listen-port", str(API_PORT),
                 *("/run/netns/%s" % name for name in netns_names),
             ],

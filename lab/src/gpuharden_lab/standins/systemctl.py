@@ -8,7 +8,7 @@ spawns a detached supervisor (new session) that runs ExecStartPre=, then ExecSta
 main PID and, when the process ends, the result (``failed``/``exit-code`` on a non-zero exit).
 State lives under ``/run/gpuharden-units/<unit>/``; output goes to ``/var/log/<name>.log``.
 
-Usage: ``python -m gpuharden.lab.standins.systemctl [--system] [--no-block] [-q] COMMAND [UNIT...]``
+Usage: ``python -m gpuharden_lab.standins.systemctl [--system] [--no-block] [-q] COMMAND [UNIT...]``
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuharden.lab.standins import ROOT_ENV, rooted, rooted_exe, standin_root
+from gpuharden_lab.standins import ROOT_ENV, rooted, rooted_exe, standin_root
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 STATE_DIR = "/run/gpuharden-units"
@@ -656,7 +656,7 @@ class Ctl:
             log_path(name).parent.mkdir(parents=True, exist_ok=True)
             logf = open(log_path(name), "ab")  # noqa: SIM115
             sup = subprocess.Popen(
-                [sys.executable, "-m", "gpuharden.lab.standins.systemctl", "__supervise", name],
+                [sys.executable, "-m", "gpuharden_lab.standins.systemctl", "__supervise", name],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", start_new_session=True,
                 env={**os.environ, **({ROOT_ENV: standin_root()} if standin_root() != "/" else {})},
             )

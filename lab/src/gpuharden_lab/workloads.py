@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpuharden.lab import NVML_DOUBLE_DIR, layout, pods
-from gpuharden.lab.node import Node
-from gpuharden.lab.noderoot import load_fixture
-from gpuharden.lab.system import LabError, run
+from gpuharden_lab import NVML_DOUBLE_DIR, layout, pods
+from gpuharden_lab.node import Node
+from gpuharden_lab.noderoot import load_fixture
+from gpuharden_lab.system import LabError, run
 
 # This host's cgroup2 hierarchy has no memory controller (memory is on cgroup v1), so memory.max and
 # memory.high cannot exist in the nodes' real cgroup2 trees.  Nodes with memory-limited pods get a view

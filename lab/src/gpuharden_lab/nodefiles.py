@@ -11,7 +11,7 @@ import json
 
 import yaml
 
-from gpuharden.lab.system import LabError
+from gpuharden_lab.system import LabError
 
 KUBELET_BASE = {
     "apiVersion": "kubelet.config.k8s.io/v1beta1",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpuharden.lab import REPO_ROOT
+from gpuharden_lab import REPO_ROOT
 
 PREFIX = "gpuhlab"
 # Not under /run or /var/lib: nodes mount their own /run and an overlay on /var/lib, and must

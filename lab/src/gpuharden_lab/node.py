@@ -18,9 +18,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuharden.lab import layout
-from gpuharden.lab.noderoot import build_node_root
-from gpuharden.lab.system import LabError, run, spawn, wait_for_tcp
+from gpuharden_lab import layout
+from gpuharden_lab.noderoot import build_node_root
+from gpuharden_lab.system import LabError, run, spawn, wait_for_tcp
 
 # /usr/bin holds what distribution packages install there (the NVIDIA container toolkit's runtime).
 OVERLAY_LAYERS = {"/etc": "etc", "/usr/bin": "usr-bin", "/usr/local": "usr-local", "/var/lib": "var-lib", "/var/log": "var-log"}

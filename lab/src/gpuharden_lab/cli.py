@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 
-from gpuharden.lab import manager
-from gpuharden.lab.scenario import available
-from gpuharden.lab.system import LabError
+from gpuharden_lab import manager
+from gpuharden_lab.scenario import available
+from gpuharden_lab.system import LabError
 
 
 def _up(args: argparse.Namespace) -> int:

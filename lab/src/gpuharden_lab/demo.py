@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpuharden.lab import REPO_ROOT, cluster, manager
-from gpuharden.lab.system import LabError
+from gpuharden_lab import REPO_ROOT, cluster, manager
+from gpuharden_lab.system import LabError
 
 SCENARIO = os.environ.get("GPUHARDEN_DEMO_SCENARIO", "seed-failures")
 BIN = Path(sys.executable).parent
@@ -63,11 +63,11 @@ def demo() -> int:
     _run([str(BIN / "gpuharden"), "drift", "-i", state["inventory"], "--report", str(reports / "drift-before.json"),
           "--prometheus", str(reports / "gpuharden-before.prom")])
 
-    _section("ansible-playbook playbooks/harden-gpu-nodes.yml")
+    _section("ansible-playbook playbooks/harden_gpu_nodes.yml")
     # Every node in one batch, and a failing post-check (hardware the playbook cannot fix) reported, not fatal.
     # Two operator decisions the playbook never takes alone: the fleet has MIG-enabled H100s, so the device plugin
     # runs migStrategy mixed; and the RuntimeClass with the wrong (immutable) handler may be recreated.
-    harden = [str(BIN / "ansible-playbook"), "-i", state["inventory"], str(REPO_ROOT / "playbooks/harden-gpu-nodes.yml"),
+    harden = [str(BIN / "ansible-playbook"), "-i", state["inventory"], str(REPO_ROOT / "playbooks/harden_gpu_nodes.yml"),
               "-e", "gpuharden_max_fail_percentage=100", "-e", "gpuharden_postcheck_fail_severity=never",
               "-e", "gpuharden_mig_strategy=mixed", "-e", "runtime_class_force=true"]
     print(" ".join(os.path.relpath(arg, REPO_ROOT) if arg.startswith("/") else arg for arg in harden[1:]), flush=True)
@@ -81,7 +81,7 @@ def demo() -> int:
                      "--prometheus", str(reports / "gpuharden.prom")])
     after = json.loads((reports / "drift-after.json").read_text())
 
-    _section("ansible-playbook playbooks/harden-gpu-nodes.yml (again)")
+    _section("ansible-playbook playbooks/harden_gpu_nodes.yml (again)")
     second = _recap(harden)
     changed = {host: counts["changed"] for host, counts in second.items() if counts["changed"]}
     failed = {host for host, counts in {**first, **second}.items() if counts["failed"] or counts["unreachable"]}

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, workloads
-from gpuharden.lab import node as lab_node
-from gpuharden.lab.noderoot import load_fixture
-from gpuharden.lab.scenario import Scenario, load
-from gpuharden.lab.system import LabError, kill_cgroup_tree, require_root, run
+from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, workloads
+from gpuharden_lab import node as lab_node
+from gpuharden_lab.noderoot import load_fixture
+from gpuharden_lab.scenario import Scenario, load
+from gpuharden_lab.system import LabError, kill_cgroup_tree, require_root, run
 
 # The node's Python gets only what node-side modules need, so a module that needs more fails in the lab.
 NODE_PYTHON_PACKAGES = ["nvidia-ml-py>=12.535,<14", "ruamel.yaml>=0.18,<0.20", "tomlkit>=0.13,<0.16", "PyYAML>=6,<7"]
@@ -71,7 +71,7 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
         node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
     for path, standin in STANDINS.items():
-        node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden.lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
+        node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden_lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
     if node.spec.fixture is not None:
         # The NVIDIA container toolkit's runtime, which containerd's nvidia runtime names (BinaryName): installed on
         # GPU nodes as the toolkit package installs it. Only its presence is checked; runc runs the lab's pods.

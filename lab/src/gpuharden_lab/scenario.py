@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden.lab import nodefiles
-from gpuharden.lab.node import NodeSpec
-from gpuharden.lab.system import LabError
+from gpuharden_lab import nodefiles
+from gpuharden_lab.node import NodeSpec
+from gpuharden_lab.system import LabError
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 

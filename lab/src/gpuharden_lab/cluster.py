@@ -8,8 +8,8 @@ import time
 
 from kubernetes import client, config, utils
 
-from gpuharden.lab.node import Node
-from gpuharden.lab.system import LabError
+from gpuharden_lab.node import Node
+from gpuharden_lab.system import LabError
 
 
 def api_client(kubeconfig: str) -> client.ApiClient:
