@@ -8,17 +8,18 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 BUILD := build
+DIST := dist
 COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 # Debian packages the checks need (installed only when missing; needs root).
-DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux
+DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux chromium
 PY_SOURCES := src lab/src tests plugins tools bench
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit \
-        integration molecule collection-build collection-install-check demo bench lab-down clean
+        integration molecule dist python-dist collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -53,7 +54,8 @@ $(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes
 control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
-test: setup lint sanity unit integration molecule collection-install-check
+# dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
+test: setup dist lint sanity unit integration molecule collection-install-check
 
 lint: ruff ansible-lint
 
@@ -77,13 +79,24 @@ molecule: setup
 	# One lab at a time on a machine: the same lock the lab tests take (tests/labfixtures.py).
 	flock /var/tmp/gpuharden-lab.lock $(BIN)/molecule test
 
+# What an adopter installs, in dist/: the CLI's wheel and sdist (`pip install`; never the lab, which is its own
+# distribution in lab/) and the collection tarball (`ansible-galaxy collection install`; galaxy.yml's build_ignore
+# leaves out tests, lab and tool configs).  The Python build fetches setuptools from PyPI into an isolated env.
+dist: python-dist collection-build
+
+python-dist: venv
+	@mkdir -p $(DIST)
+	rm -f $(DIST)/gpuharden-*.whl $(DIST)/gpuharden-[0-9]*.tar.gz
+	$(BIN)/python -m build --quiet --outdir $(DIST) .
+
 collection-build: venv
-	@mkdir -p $(BUILD)/dist
-	$(BIN)/ansible-galaxy collection build --force --output-path $(BUILD)/dist .
+	@mkdir -p $(DIST)
+	rm -f $(DIST)/gpuharden-k8s-*.tar.gz
+	$(BIN)/ansible-galaxy collection build --force --output-path $(DIST) .
 
 # Install the built tarball into a scratch path and run its module there, away from this checkout.
 collection-install-check: collection-build nvml-double
-	$(BIN)/python tools/install_check.py $(BUILD)/dist/gpuharden-k8s-*.tar.gz
+	$(BIN)/python tools/install_check.py $(DIST)/gpuharden-k8s-*.tar.gz
 
 demo: setup
 	$(BIN)/python -m gpuharden_lab.demo
@@ -96,4 +109,4 @@ lab-down: venv
 	$(BIN)/gpuharden lab down
 
 clean:
-	rm -rf $(BUILD) $(VENV) ansible_collections
+	rm -rf $(BUILD) $(DIST) $(VENV) ansible_collections

@@ -4,7 +4,8 @@
 ansible-test wants an `ansible_collections/<ns>/<name>` tree that is a git checkout, and it
 bootstraps pip in its per-test virtualenvs with a get-pip script it downloads from a host this
 machine cannot reach.  So: build the collection tarball, unpack it into such a tree, commit it, and
-put a stand-in for the get-pip script where ansible-test looks first.  Everything runs offline
+put a stand-in for the get-pip script where ansible-test looks first.  The tree gets tests/config.yml
+(ansible-test's settings) from this checkout, since the tarball ships no tests.  Everything runs offline
 except the per-test requirements, which come from PyPI.
 """
 
@@ -65,6 +66,9 @@ def build_tree() -> None:
     TREE.mkdir(parents=True)
     with tarfile.open(tarball) as archive:
         archive.extractall(TREE, filter="data")
+    # ansible-test's own settings (the modules' Python versions): a test file, so not in the tarball.
+    (TREE / "tests").mkdir()
+    shutil.copy(REPO / "tests" / "config.yml", TREE / "tests" / "config.yml")
     # ansible-test sanity checks the files git knows about.
     git = ["git", "-c", "user.name=sanity", "-c", "user.email=sanity@localhost", "-C", str(TREE)]
     subprocess.run(git[:1] + ["init", "-q", str(TREE)], check=True)

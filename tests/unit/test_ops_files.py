@@ -643,7 +643,7 @@ def test_ansible_builder_creates_the_context(ee, tmp_path):
     project.mkdir()
     shutil.copy(EE, project / EE.name)
     shutil.copytree(EE_DIR, project / EE_DIR.name)
-    dist = project / "build" / "dist"
+    dist = project / "dist"
     subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(dist), str(REPO)],
         env=ansible_env(),
