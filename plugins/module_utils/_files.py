@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _originals
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -77,12 +78,18 @@ def _write_temp(directory, content, mode):
 
 
 def apply_change(module, change, backup=False):
-    """Apply one planned change; returns the backup file's path or None."""
+    """Apply one planned change; returns the backup file's path or None.
+
+    The first change gpuharden makes to a file keeps its original for the uninstall (``_originals``), before the
+    file is touched: a file whose original cannot be kept is not changed.
+    """
     if not change.changed:
         return None
+    record = _originals.before_write(module, change)
     backup_file = None
     if backup and change.before is not None:
         backup_file = module.backup_local(change.path)
+        _originals.after_backup(module, change, record, backup_file)
     if change.after is None:
         os.unlink(change.path)
         return backup_file

@@ -13,6 +13,7 @@ planners.
 
 from __future__ import annotations
 
+import json
 import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
@@ -123,6 +124,56 @@ def check_params(params):
     return nodes, unlabel, labels, taint, state
 
 
+ORIGINALS_ANNOTATION = "gpuharden.io/originals"
+
+
+def _taint_id(taint):
+    return "%s:%s" % (taint.get("key"), taint.get("effect"))
+
+
+def read_originals(meta):
+    """The labels and taints gpuharden set on a Node, with what was there before: {labels: {key: {original, set}},
+    taints: {key:effect: {original, set}}} from its annotation; an unreadable annotation reads as none recorded."""
+    text = ((meta or {}).get("annotations") or {}).get(ORIGINALS_ANNOTATION)
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    return {"labels": dict(data.get("labels") or {}), "taints": dict(data.get("taints") or {})}
+
+
+def record_originals(meta, patch_labels, taints, new_taints):
+    """The annotation value that keeps, for the uninstall, what each label and taint gpuharden *sets* was before its
+    first change (None when nothing new is set).  Labels and taints gpuharden removes (the bootstrap taint, the GPU
+    label of CPU-only nodes) are not recorded: the uninstall never takes a node out of service again."""
+    live_labels = (meta or {}).get("labels") or {}
+    recorded = read_originals(meta)
+    changed = False
+    for key, value in sorted(patch_labels.items()):
+        if value is None:
+            continue
+        entry = recorded["labels"].get(key)
+        if entry is None:
+            entry = recorded["labels"][key] = {"original": live_labels.get(key)}
+        entry["set"] = value
+        changed = True
+    before = {_taint_id(t): t for t in taints}
+    for taint in new_taints or []:
+        ident = _taint_id(taint)
+        if before.get(ident) == taint:
+            continue
+        entry = recorded["taints"].get(ident)
+        if entry is None:
+            entry = recorded["taints"][ident] = {"original": before.get(ident)}
+        entry["set"] = taint
+        changed = True
+    if not changed:
+        return None
+    return json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+
+
 def _same_taint(a, b):
     return a.get("key") == b.get("key") and a.get("effect") == b.get("effect")
 
@@ -155,6 +206,9 @@ def node_plan(node, labels, taint, state, unlabel=False):
     if new_taints != taints:
         patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")  # atomic list: precondition
         patch["spec"] = {"taints": new_taints or None}
+    originals = record_originals(meta, patch_labels, taints, new_taints)
+    if originals is not None:
+        patch.setdefault("metadata", {})["annotations"] = {ORIGINALS_ANNOTATION: originals}
     managed = sorted(labels)
     before = {"labels": {key: live_labels[key] for key in managed if key in live_labels}}
     after_labels = dict(before["labels"])

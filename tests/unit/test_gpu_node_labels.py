@@ -5,6 +5,7 @@ labels and taints untouched; malformed options and unknown node names refused be
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_labels as nl
@@ -22,6 +23,12 @@ def params(**overrides):
     return out
 
 
+def originals(labels=None, taints=None):
+    """The annotation gpu_node_labels leaves for the uninstall: what each label and taint it set was before."""
+    return {"annotations": {nl.ORIGINALS_ANNOTATION: json.dumps({"labels": labels or {}, "taints": taints or {}},
+                                                                   sort_keys=True, separators=(",", ":"))}}
+
+
 def node(name, labels=None, taints=None, rv="7"):
     return {"metadata": {"name": name, "labels": labels or {}, "resourceVersion": rv}, "spec": {"taints": taints} if taints else {}}
 
@@ -29,7 +36,10 @@ def node(name, labels=None, taints=None, rv="7"):
 def test_labels_only_nodes_that_need_it():
     live = [node("a", dict(LABEL, other="x")), node("b", {"other": "y"}), node("c", {"nvidia.com/gpu.present": "false"}), node("cpu", LABEL)]
     patches, before, after = nl.plan(live, ["a", "b", "c"], ["cpu"], LABEL, None, "ignore")
-    assert patches == {"b": {"metadata": {"labels": LABEL}}, "c": {"metadata": {"labels": LABEL}},
+    set_b = {"nvidia.com/gpu.present": {"original": None, "set": "true"}}
+    set_c = {"nvidia.com/gpu.present": {"original": "false", "set": "true"}}
+    # a label gpuharden removes (CPU-only node) is not recorded: the uninstall does not put it back
+    assert patches == {"b": {"metadata": dict(originals(set_b), labels=LABEL)}, "c": {"metadata": dict(originals(set_c), labels=LABEL)},
                        "cpu": {"metadata": {"labels": {"nvidia.com/gpu.present": None}}}}
     assert before["c"] == {"labels": {"nvidia.com/gpu.present": "false"}} and after["c"] == {"labels": LABEL}
     assert after["cpu"] == {"labels": {}}
@@ -39,16 +49,20 @@ def test_taint_present_keeps_other_taints_and_sends_the_resource_version():
     other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     live = [node("a", LABEL, [other]), node("b", LABEL, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])]
     patches, _before, after = nl.plan(live, ["a", "b"], [], LABEL, TAINT, "present")
-    assert patches == {"a": {"metadata": {"resourceVersion": "7"}, "spec": {"taints": [other, {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}}
+    added = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    assert patches == {"a": {"metadata": dict(originals(taints={"nvidia.com/gpu:NoSchedule": {"original": None, "set": added}}),
+                                              resourceVersion="7"), "spec": {"taints": [other, added]}}}
     assert after["a"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
 
 
 def test_taint_absent_and_value_change():
     live = [node("a", LABEL, [{"key": "nvidia.com/gpu", "value": "old", "effect": "NoSchedule"}])]
     patches, _b, _a = nl.plan(live, ["a"], [], LABEL, TAINT, "absent")
-    assert patches == {"a": {"metadata": {"resourceVersion": "7"}, "spec": {"taints": None}}}
+    assert patches == {"a": {"metadata": {"resourceVersion": "7"}, "spec": {"taints": None}}}  # a removal is not recorded
     patches, _b, _a = nl.plan(live, ["a"], [], LABEL, dict(TAINT, value="present"), "present")
     assert patches["a"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    recorded = json.loads(patches["a"]["metadata"]["annotations"][nl.ORIGINALS_ANNOTATION])
+    assert recorded["taints"]["nvidia.com/gpu:NoSchedule"]["original"]["value"] == "old"
 
 
 def test_cpu_nodes_keep_their_taints():

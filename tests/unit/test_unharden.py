@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The uninstall: every file gpuharden's modules write keeps its original in a record; unharden puts it back only
+where the file still holds what gpuharden wrote (a file changed since is left and reported, unless forced), removes
+the files gpuharden created and the backups it made, and takes off the Node labels and taints it set (never those
+it removed) and only its own cluster objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _originals
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _unharden_cluster as uc
+from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import ORIGINALS_ANNOTATION, plan as label_plan
+from ansible_collections.gpuharden.k8s.plugins.modules import unharden_files
+
+
+class FakeModule:
+    def __init__(self, root, name="gpuharden.k8s.containerd_nvidia_runtime", check_mode=False, **params):
+        self._name = name
+        self.params = dict(root=str(root), unsafe_writes=False, **params)
+        self.check_mode = check_mode
+        self._diff = True
+        self.warnings = []
+        self.counter = 0
+
+    def atomic_move(self, src, dest, unsafe_writes=False):
+        os.replace(src, dest)
+
+    def backup_local(self, path):
+        self.counter += 1
+        backup = "%s.%d.2026-01-01@00:00:0%d~" % (path, 4242, self.counter)
+        shutil.copy2(path, backup)
+        return backup
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+
+def write(path, text, mode=0o640):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def harden(root, path, after, name="gpuharden.k8s.containerd_nvidia_runtime", backup=True):
+    module = FakeModule(root, name)
+    before = _files.read_text(str(path))
+    _files.apply_changes(module, [_files.FileChange(str(path), before, after)], backup=backup)
+
+
+def unharden(root, check=False, **params):
+    options = {"writers": list(unharden_files.WRITERS), "force": False, "keep_backups": False, "checkpoints": False}
+    options.update(params)
+    module = FakeModule(root, "gpuharden.k8s.unharden_files", check_mode=check, **options)
+    return unharden_files.run(module)
+
+
+def tree(root):
+    """Every file and directory under root, with its content and mode: what must come back byte for byte."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = "dir %o" % (os.stat(os.path.join(dirpath, name)).st_mode & 0o7777)
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            out[os.path.relpath(full, root)] = (open(full, "rb").read(), os.stat(full).st_mode & 0o7777)
+    return out
+
+
+@pytest.fixture
+def node(tmp_path):
+    root = tmp_path / "node"
+    write(root / "etc/containerd/config.toml", "version = 2\n# the admin's\n", 0o600)
+    write(root / "var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\n")
+    return root
+
+
+def test_round_trip_is_byte_for_byte(node):
+    pristine = tree(node)
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
+    harden(node, node / "etc/containerd/conf.d/99-nvidia.toml", "[nvidia]\n")  # created, with its directory
+    harden(node, node / "var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\ntopologyManagerPolicy: x\n",
+           name="gpuharden.k8s.kubelet_config")
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden, second run\n")  # a second write
+    assert tree(node) != pristine
+    record = _originals.load_record(str(node), "/etc/containerd/config.toml")
+    assert record["original"] == "version = 2\n# the admin's\n" and record["original_stat"]["mode"] == 0o600
+    assert len(record["backups"]) == 2 and record["others"] == []
+    assert oct(os.stat(_originals.record_file(str(node), "/etc/containerd/config.toml")).st_mode & 0o777) == "0o600"
+
+    checked = unharden(node, check=True)
+    assert checked["changed"] and sorted(checked["restart"]) == ["containerd", "kubelet"]
+    assert {entry["path"]: entry["action"] for entry in checked["files"]} == {
+        "/etc/containerd/config.toml": "restore", "/etc/containerd/conf.d/99-nvidia.toml": "remove",
+        "/var/lib/kubelet/config.yaml": "restore"}
+    assert any(d["after"] == "version = 2\n# the admin's\n" for d in checked["diff"])
+    assert tree(node) != pristine  # check mode touched nothing
+
+    done = unharden(node)
+    assert done["changed"] and done["conflicts"] == []
+    assert tree(node) == pristine  # contents, modes, no backups, no records, no directories of gpuharden's
+    again = unharden(node)
+    assert not again["changed"] and again["files"] == []
+
+
+def test_a_file_changed_since_is_left_and_reported_unless_forced(node):
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
+    write(node / "etc/containerd/config.toml", "version = 2\n# the admin again\n", 0o600)
+    result = unharden(node)
+    assert not result["changed"]
+    assert result["conflicts"][0]["path"] == "/etc/containerd/config.toml"
+    assert "changed since gpuharden wrote it" in result["conflicts"][0]["reason"]
+    assert (node / "etc/containerd/config.toml").read_text() == "version = 2\n# the admin again\n"
+    assert result["files"][0]["backups_kept"]  # the backups of a file left in conflict stay
+    forced = unharden(node, force=True)
+    assert forced["changed"] and (node / "etc/containerd/config.toml").read_text() == "version = 2\n# the admin's\n"
+    assert len(forced["backups_made"]) == 1
+    assert open(str(node) + forced["backups_made"][0]).read() == "version = 2\n# the admin again\n"
+
+
+def test_a_change_between_two_gpuharden_runs_is_remembered(node):
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
+    write(node / "etc/containerd/config.toml", "version = 2\n# the admin, between runs\n", 0o600)
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden over the admin\n")
+    result = unharden(node)
+    assert [c["path"] for c in result["conflicts"]] == ["/etc/containerd/config.toml"]
+    assert "between two gpuharden runs" in result["conflicts"][0]["reason"]
+
+
+def test_writers_limit_what_is_undone(node):
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
+    harden(node, node / "var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\nx: 1\n", name="gpuharden.k8s.kubelet_config")
+    result = unharden(node, writers=["containerd_nvidia_runtime"])
+    assert result["restart"] == ["containerd"]
+    assert (node / "var/lib/kubelet/config.yaml").read_text().endswith("x: 1\n")
+    assert [entry["path"] for entry in unharden(node, check=True)["files"]] == ["/var/lib/kubelet/config.yaml"]
+
+
+def test_a_removed_checkpoint_needs_the_disruptive_path(node):
+    write(node / "var/lib/kubelet/cpu_manager_state", '{"policyName":"none"}')
+    harden(node, node / "var/lib/kubelet/cpu_manager_state", None, name="gpuharden.k8s.kubelet_config", backup=False)
+    write(node / "var/lib/kubelet/cpu_manager_state", '{"policyName":"static"}')  # the kubelet's new one
+    result = unharden(node, check=True)
+    assert result["disruptive"] and result["conflicts"][0]["path"] == "/var/lib/kubelet/cpu_manager_state"
+    done = unharden(node, checkpoints=True)
+    assert done["changed"] and not (node / "var/lib/kubelet/cpu_manager_state").exists()
+
+
+def test_an_unreadable_record_changes_nothing(node):
+    harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
+    with open(_originals.record_file(str(node), "/etc/containerd/config.toml"), "w") as handle:
+        handle.write("{not json")
+    with pytest.raises(Exception) as caught:
+        unharden(node)
+    assert "cannot be read" in str(caught.value)
+    assert (node / "etc/containerd/config.toml").read_text() == "version = 2\n# gpuharden\n"
+
+
+# --- cluster side -------------------------------------------------------------------------------------------
+
+def _node(name, labels=None, taints=None, annotations=None):
+    return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}, "resourceVersion": "3"},
+            "spec": {"taints": taints} if taints else {}}
+
+
+def _labelled(live, nodes, taint=None, state="ignore"):
+    """The Nodes after gpu_node_labels applied its patches (merge patch semantics for what it sends)."""
+    patches, _b, _a = label_plan(live, nodes, [], {"nvidia.com/gpu.present": "true"}, taint, state)
+    out = []
+    for obj in live:
+        obj = json.loads(json.dumps(obj))
+        patch = patches.get(obj["metadata"]["name"]) or {}
+        for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
+            obj["metadata"]["labels"][key] = value
+        obj["metadata"]["annotations"].update((patch.get("metadata") or {}).get("annotations") or {})
+        if "spec" in patch:
+            obj["spec"]["taints"] = patch["spec"]["taints"]
+        out.append(obj)
+    return out
+
+
+def _objects():
+    mine = {"kind": "DaemonSet", "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system",
+                                              "labels": {"app.kubernetes.io/managed-by": "gpuharden"},
+                                              "managedFields": [{"manager": "gpuharden", "operation": "Apply"}]}}
+    helm = {"kind": "DaemonSet", "metadata": {"name": "other", "namespace": "gpu", "labels": {"app.kubernetes.io/managed-by": "gpuharden"},
+                                              "managedFields": [{"manager": "helm", "operation": "Update"}]}}
+    return [mine, helm]
+
+
+def test_nodes_get_back_what_gpuharden_set_and_only_its_objects_go():
+    taint = {"key": "nvidia.com/gpu", "value": "", "effect": "NoSchedule"}
+    live = [_node("a", {"keep": "1"}), _node("b", {"nvidia.com/gpu.present": "yes"})]
+    hardened = _labelled(live, ["a", "b"], taint, "present")
+    plan = uc.plan(hardened, ["a", "b"], _objects())
+    assert plan["conflicts"] == []
+    assert plan["patches"]["a"]["metadata"]["labels"] == {"nvidia.com/gpu.present": None}
+    assert plan["patches"]["a"]["spec"] == {"taints": None}
+    assert plan["patches"]["b"]["metadata"]["labels"] == {"nvidia.com/gpu.present": "yes"}
+    assert plan["patches"]["a"]["metadata"]["annotations"] == {ORIGINALS_ANNOTATION: None}
+    assert [o["metadata"]["name"] for o in plan["remove"]] == ["nvidia-device-plugin-daemonset"]  # not helm's
+
+
+def test_a_label_changed_since_is_a_conflict_and_objects_stay_while_other_nodes_are_hardened():
+    live = [_node("a"), _node("b")]
+    hardened = _labelled(live, ["a", "b"])
+    hardened[0]["metadata"]["labels"]["nvidia.com/gpu.present"] = "false"  # someone else's value now
+    plan = uc.plan(hardened, ["a"], _objects())
+    assert plan["conflicts"][0]["label"] == "nvidia.com/gpu.present"
+    assert "annotations" not in (plan["patches"].get("a") or {}).get("metadata", {})
+    assert plan["remove"] == [] and "b" in plan["kept"][0]["reason"]
+    assert uc.plan(hardened, ["a"], [], force=True)["patches"]["a"]["metadata"]["labels"] == {"nvidia.com/gpu.present": None}
+
+
+def test_a_node_gpuharden_never_labelled_is_left_alone():
+    assert uc.plan([_node("a", {"nvidia.com/gpu.present": "true"})], ["a"], [])["patches"] == {}
