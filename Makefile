@@ -12,7 +12,7 @@ DIST := dist
 COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 # Debian packages the checks need (installed only when missing; needs root).
-DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux chromium
+DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux chromium prometheus
 PY_SOURCES := src lab/src tests plugins tools bench
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -55,7 +55,7 @@ control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
 # dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
-test: setup dist lint sanity unit integration molecule collection-install-check
+test: setup dist lint sanity monitoring-check unit integration molecule collection-install-check
 
 lint: ruff ansible-lint
 
@@ -67,6 +67,16 @@ ansible-lint: venv collection-link
 
 sanity: venv
 	$(BIN)/python tools/sanity.py
+
+# deploy/monitoring: the alerting rules and their unit tests, and promtool's lint of the textfile `gpuharden drift
+# --prometheus` writes (tools/monitoring_sample.py: the real prometheus_text() of a sample fleet).  promtool comes
+# with the Debian package prometheus (system-deps); tests/unit/test_monitoring.py runs the same checks and more.
+monitoring-check: venv
+	promtool check rules deploy/monitoring/gpuharden-alerts.yml
+	cd deploy/monitoring/tests && promtool test rules alerts-test.yml
+	@mkdir -p $(BUILD)
+	$(BIN)/python tools/monitoring_sample.py > $(BUILD)/gpuharden-sample.prom
+	promtool check metrics < $(BUILD)/gpuharden-sample.prom
 
 unit: venv collection-link nvml-double
 	$(BIN)/python -m pytest -q -m "not lab"
