@@ -883,6 +883,10 @@ def _run(args, stream, out, stop):
         write_atomically(args.report, json.dumps(report, indent=2, sort_keys=True) + "\n")
     if args.prometheus:
         write_atomically(args.prometheus, prometheus_text(report))
+    if getattr(args, "html", None):
+        from gpuharden import report_html  # noqa: PLC0415 (report_html imports this module)
+
+        write_atomically(args.html, report_html.render(report))
     if args.json:
         out.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
@@ -928,6 +932,8 @@ def add_parser(commands):
                         help="KEY=VALUE, JSON or @FILE, as for ansible-playbook (repeatable)")
     parser.add_argument("--report", metavar="FILE.json", help="write the JSON report here")
     parser.add_argument("--prometheus", metavar="FILE.prom", help="write Prometheus textfile-collector metrics here")
+    parser.add_argument("--html", metavar="FILE.html", help="write a self-contained HTML page here: nodes x checks coloured by "
+                        "the worst severity, a finding's details on click")
     parser.add_argument("--fail-severity", choices=SEVERITIES, default="warning",
                         help="findings at or above this severity make a node drifted (default: warning)")
     parser.add_argument("--remediate", action="store_true",

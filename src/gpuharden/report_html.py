@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`gpuharden drift --html`: the drift report as one self-contained page (pure: report dict in, HTML string out).
+
+The page is a grid of nodes x checks.  Each cell is coloured by the worst severity of its findings (info, warning,
+error, critical), green when the check ran and found nothing, light grey when the check did not run on the node
+(skipped, node unreachable or failed) and dark grey when it ran without a usable answer (check failed).  Clicking a
+coloured cell opens its findings (message, observed value, expected value, stage, remediable, GPU/pod/path): native
+<details>, no script.  Above the grid: the exit code and its meaning, and the counts; below it the run (inventory,
+limit, start and end, findings by severity and check), the cluster's findings and the --remediate runs.
+
+Everything from the report (node names, messages, values) is escaped, and the page's Content-Security-Policy allows
+nothing but its own inline style: no script runs and nothing is loaded, not even if an escape were missed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+
+from gpuharden.drift import EXIT_CLEAN, SEVERITIES, counted, exit_code
+
+# state -> (background, text colour); the severities' colours grow from blue to red
+COLOURS = {
+    "info": ("#74c0fc", "#000000"),
+    "warning": ("#fcc419", "#000000"),
+    "error": ("#f76707", "#000000"),
+    "critical": ("#c92a2a", "#ffffff"),
+    "clean": ("#2f9e44", "#ffffff"),
+    "incomplete": ("#868e96", "#ffffff"),
+    "unchecked": ("#e9ecef", "#495057"),
+}
+STATE_TEXT = {"clean": "no findings", "incomplete": "ran without an answer (check failed)",
+              "unchecked": "not checked (skipped, or the node was not audited)"}
+EXIT_MEANING = {
+    EXIT_CLEAN: "the run finished: every node answered and is clean, and there are no cluster findings",
+    1: "the run finished and found something: drift, attention, a cluster finding, or a node unreachable or failed",
+}
+# a finding's fields in the order the page shows them, with their labels; the others follow, sorted
+FIELDS = (("message", "message"), ("hint", "message"), ("found", "observed"), ("expected", "expected"), ("stage", "stage"),
+          ("remediable", "remediable"), ("gpu", "GPU"), ("pod", "pod"), ("path", "path"), ("subject", "subject"))
+HIDDEN = ("id", "check", "severity")
+
+STYLE = """
+:root{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;font-size:14px;color:#212529;background:#fff}
+body{margin:16px 20px}
+h1{font-size:1.35em;margin:0 0 .4em}
+h2{font-size:1.1em;margin:1.4em 0 .4em}
+.verdict{margin:.3em 0 .8em;padding:.45em .7em;border-left:4px solid #495057;background:#f8f9fa}
+.counts{margin:.2em 0 .8em}
+.counts span{display:inline-block;margin-right:1.2em}
+table{border-collapse:collapse}
+.grid th,.grid td{border:2px solid #fff;padding:0}
+.grid thead th{padding:.35em .6em;text-align:left;vertical-align:bottom;background:#f1f3f5;font-weight:600}
+.grid tbody th{padding:.35em .6em;text-align:left;background:#f8f9fa;font-weight:600;max-width:18em;overflow-wrap:anywhere;position:sticky;left:0;z-index:2}
+.grid tbody th small{font-weight:400;color:#495057}
+.grid td.status{padding:.35em .6em;background:#f8f9fa;white-space:nowrap}
+.cell{position:relative;min-width:6.5em}
+.cell>span,.cell summary{display:block;padding:.6em .6em;white-space:nowrap}
+.cell summary{cursor:pointer;list-style:none}
+.cell summary::-webkit-details-marker{display:none}
+.cell details[open]>summary{outline:3px solid #212529;outline-offset:-3px}
+.panel{position:absolute;top:100%;left:0;z-index:5;width:38em;max-width:90vw;padding:.5em .8em;background:#fff;color:#212529;
+border:1px solid #adb5bd;box-shadow:0 4px 14px rgba(0,0,0,.3);white-space:normal;font-weight:400}
+.flip .panel{left:auto;right:0}
+.finding{border-left:5px solid #adb5bd;padding:.1em .6em;margin:.5em 0}
+.finding h3{font-size:1em;margin:.2em 0}
+dl.fields{display:grid;grid-template-columns:max-content 1fr;gap:.15em .8em;margin:.3em 0}
+dl.fields dt{color:#495057}
+dl.fields dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,monospace}
+.badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.85em;font-weight:600}
+.legend{margin:.6em 0;color:#495057}
+.legend span{display:inline-block;margin-right:1em}
+.legend i{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:-.05em;border:1px solid #ced4da}
+.list th,.list td{border:1px solid #dee2e6;padding:.3em .5em;text-align:left;vertical-align:top}
+.list td{overflow-wrap:anywhere}
+dl.run{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
+dl.run dt{color:#495057}
+dl.run dd{margin:0}
+"""
+
+
+def _e(value):
+    """Any value as escaped text: strings as they are, everything else as JSON."""
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return html.escape(text, quote=True)
+
+
+def _rank(severity):
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def _state(severity):
+    """The cell state of a severity; one outside the scale is not guessed: the cell says it has no usable answer."""
+    return severity if severity in SEVERITIES else "incomplete"
+
+
+def _class(state):
+    return "sev-%s" % state if state in COLOURS else "sev-incomplete"
+
+
+def _badge(severity):
+    return '<span class="badge %s">%s</span>' % (_class(_state(severity)), _e(severity))
+
+
+def _when(timestamp):
+    if not isinstance(timestamp, int | float):
+        return "-"
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="seconds")
+
+
+def _worst_first(findings):
+    return sorted(findings, key=lambda entry: -_rank(entry.get("severity")))
+
+
+def checks_of(report):
+    """The grid's columns: every check a node reported or a finding names, sorted (the JSON report sorts its keys, so
+    a page rendered from it is the same), then the controller's consistency check when it ran."""
+    names = set()
+    for node in report["nodes"].values():
+        names.update(node.get("checks") or {})
+        names.update(entry.get("check") or "-" for entry in node["findings"])
+    cluster = report.get("cluster") or {}
+    last = ["consistency"] if "consistency" in names or cluster.get("consistency_checked") or cluster.get("consistency_error") else []
+    return sorted(names - set(last)) + last
+
+
+def cell_state(node, check, cluster):
+    """(state, findings worst first, why) of one audited node's check."""
+    findings = _worst_first(entry for entry in node["findings"] if (entry.get("check") or "-") == check)
+    result = (node.get("checks") or {}).get(check) or {}
+    status, why = result.get("status"), result.get("error")
+    if check == "consistency" and not result:
+        status = "error" if cluster.get("consistency_error") else ("ok" if cluster.get("consistency_checked") else None)
+        why = cluster.get("consistency_error")
+    if findings:
+        return _state(findings[0].get("severity")), findings, None
+    if status in ("ok", "findings"):
+        return "clean", [], None
+    if status == "error":
+        return "incomplete", [], why or "the check failed"
+    if status == "drift":  # a stage would change something, yet no finding says what: never shown as clean
+        return "incomplete", [], "the check reports drift without a finding"
+    return "unchecked", [], "skipped: not configured for this run" if status == "skipped" else None
+
+
+def _fields(entry):
+    labels = dict(FIELDS, hint="hint" if "message" in entry else "message")
+    keys = [key for key in labels if key in entry] + sorted(key for key in entry if key not in labels and key not in HIDDEN)
+    out = []
+    for key in keys:
+        if key == "remediable":
+            text = ("yes: harden_gpu_nodes.yml's %s stage fixes it" % entry.get("stage") if entry[key]
+                    else "no: no playbook fixes it (hardware, workloads or a setting to choose)")
+            out.append("<dt>remediable</dt><dd>%s</dd>" % _e(text))
+        elif entry[key] is not None:
+            out.append("<dt>%s</dt><dd>%s</dd>" % (_e(labels.get(key, key)), _e(entry[key])))
+    return '<dl class="fields">%s</dl>' % "".join(out)
+
+
+def _finding(entry):
+    colour = COLOURS[_state(entry.get("severity"))][0]
+    return '<div class="finding" style="border-left-color:%s"><h3>%s %s</h3>%s</div>' % (
+        colour, _badge(entry.get("severity")), _e(entry.get("id")), _fields(entry))
+
+
+def _label(state, findings, why):
+    if findings:
+        return "%s%s" % (_e(state), " (%d)" % len(findings) if len(findings) > 1 else "")
+    return {"clean": "clean", "incomplete": "check failed"}.get(state, "skipped" if (why or "").startswith("skipped") else "not checked")
+
+
+def _cell(host, check, state, findings, why, flip):
+    title = "%s / %s: %s" % (host, check, "%d finding(s), worst %s" % (len(findings), findings[0].get("severity"))
+                             if findings else (why or STATE_TEXT[state]))
+    attrs = 'class="cell %s%s" title="%s"' % (_class(state), " flip" if flip else "", _e(title))
+    if not findings and not why:
+        return "<td %s><span>%s</span></td>" % (attrs, _label(state, findings, why))
+    body = "".join(_finding(entry) for entry in findings) or "<p>%s</p>" % _e(why)
+    return '<td %s><details><summary>%s</summary><div class="panel"><strong>%s</strong> / %s%s</div></details></td>' % (
+        attrs, _label(state, findings, why), _e(host), _e(check), body)
+
+
+def grid(report):
+    checks = checks_of(report)
+    cluster = report.get("cluster") or {}
+    names = report.get("node_names") or {}
+    # a check's name may break after its underscores (escaping never makes an underscore)
+    head = "<tr><th>node</th><th>status</th>%s</tr>" % "".join("<th>%s</th>" % _e(check).replace("_", "_<wbr>") for check in checks)
+    rows = []
+    hosts = sorted(set(report["nodes"]) | set(report.get("unreachable") or {}) | set(report.get("failed") or {}))
+    for host in hosts:
+        node = report["nodes"].get(host)
+        name = (node or {}).get("node") or names.get(host, host)
+        header = "<th>%s%s</th>" % (_e(host), " <small>(%s)</small>" % _e(name) if name != host else "")
+        if node is None:
+            status = "unreachable" if host in (report.get("unreachable") or {}) else "failed"
+            message = (report.get("unreachable") or {}).get(host) or (report.get("failed") or {}).get(host)
+            rows.append('<tr>%s<td class="status">%s</td><td class="cell sev-unchecked" colspan="%d" title="%s"><details><summary>'
+                        'not checked: %s</summary><div class="panel"><strong>%s</strong>: %s</div></details></td></tr>' % (
+                            header, status, max(len(checks), 1), _e("%s: %s" % (host, message)), status, _e(host), _e(message)))
+            continue
+        stages = ", ".join(node.get("remediable_stages") or [])
+        status = '<td class="status" title="%s">%s</td>' % (_e("stages to run: %s" % (stages or "none")), _e(node.get("status")))
+        cells = [_cell(host, check, *cell_state(node, check, cluster), flip=2 * index >= len(checks))
+                 for index, check in enumerate(checks)]
+        rows.append("<tr>%s%s%s</tr>" % (header, status, "".join(cells)))
+    if not hosts:
+        rows.append('<tr><td colspan="%d">no hosts in this run</td></tr>' % (len(checks) + 2))
+    legend = "".join('<span><i class="%s"></i>%s</span>' % (_class(state), _e(state if state in SEVERITIES else STATE_TEXT[state]))
+                     for state in [*reversed(SEVERITIES), "clean", "incomplete", "unchecked"])
+    return ('<table class="grid"><thead>%s</thead><tbody>%s</tbody></table>\n<p class="legend">%s</p><p>Click a cell for its findings.</p>'
+            % (head, "".join(rows), legend))
+
+
+def run_summary(report):
+    """The verdict (the exit code and what it means) and the counts, above the grid."""
+    summary = report.get("summary") or {}
+    code = exit_code(report)
+    counts = [("nodes", summary.get("nodes")), ("clean", summary.get("clean")), ("drifted", summary.get("drifted")),
+              ("attention", summary.get("attention")), ("unreachable", summary.get("unreachable")), ("failed", summary.get("failed")),
+              ("findings", summary.get("findings")), ("cluster findings", summary.get("cluster_findings"))]
+    return ('<p class="verdict"><strong>exit %d</strong>: %s. A run that did not complete (exit 3, 130, 143) writes no page: '
+            'this one is the last complete run.</p>\n<p class="counts">%s</p>' % (
+                code, _e(EXIT_MEANING.get(code, "")),
+                "".join("<span><strong>%s</strong> %s</span>" % (_e(count), _e(name)) for name, count in counts)))
+
+
+def run_facts(report):
+    """Inventory, limit, when, fail severity and the findings by severity and check, below the grid."""
+    summary = report.get("summary") or {}
+    timestamp, duration = report.get("timestamp"), report.get("duration_seconds")
+    started = timestamp - duration if isinstance(timestamp, int | float) and isinstance(duration, int | float) else None
+    by_severity = summary.get("by_severity") or {}
+    severities = [s for s in reversed(SEVERITIES) if s in by_severity] + sorted(s for s in by_severity if s not in SEVERITIES)
+    facts = [
+        ("inventory", _e(report.get("inventory"))),
+        ("limit", _e(report.get("limit") or "none (the playbook's hosts)")),
+        ("started", _e(_when(started))),
+        ("finished", _e(_when(timestamp))),
+        ("duration", _e("%.1f s" % duration if isinstance(duration, int | float) else None)),
+        ("fail severity", _e("%s: findings at or above it make a node drifted or in need of attention" % report.get("fail_severity"))),
+        ("findings by severity", ", ".join("%s %s" % (_badge(s), _e(by_severity[s])) for s in severities) or "none"),
+        ("findings by check", _e(", ".join("%s %s" % (check, count) for check, count in sorted((summary.get("by_check") or {}).items()))
+                                 or "none")),
+    ]
+    return '<dl class="run">%s</dl>' % "".join("<dt>%s</dt><dd>%s</dd>" % (_e(name), value) for name, value in facts)
+
+
+def cluster_section(report):
+    cluster = report.get("cluster") or {}
+    if cluster.get("consistency_error"):
+        consistency = "failed: %s" % cluster["consistency_error"]
+    else:
+        consistency = "checked" if cluster.get("consistency_checked") else "not checked"
+    notes = "GPU consistency (device plugin, pods, processes): %s; RuntimeClass: %s." % (
+        consistency, "checked" if cluster.get("runtime_class_checked") else "not checked")
+    findings = _worst_first(cluster.get("findings") or [])
+    if not findings:
+        return "<p>%s No cluster findings.</p>" % _e(notes)
+    rows = "".join("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+        _badge(entry.get("severity")), _e(entry.get("check")), _e(entry.get("subject")), _finding(entry)) for entry in findings)
+    failing = len(counted(findings, report.get("fail_severity") or SEVERITIES[0]))
+    return ('<p>%s %d finding(s), %d at or above the fail severity.</p><table class="list"><thead><tr><th>severity</th><th>check</th>'
+            "<th>subject</th><th>finding</th></tr></thead><tbody>%s</tbody></table>" % (_e(notes), len(findings), failing, rows))
+
+
+def remediation_section(report):
+    remediation = report.get("remediation")
+    if not remediation:
+        return ""
+    rows = "".join("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+        _e(", ".join(run.get("hosts") or [])), _e(", ".join(run.get("stages") or [])), _e(run.get("status")), _e(run.get("rc")),
+        _e(", ".join(run.get("failures") or []) or "none")) for run in remediation.get("runs") or [])
+    before = remediation.get("before") or {}
+    return ('<h2>--remediate</h2><p>Before: %s drifted, %s need attention. The drifted hosts were hardened (only the stages with '
+            'findings), then checked again: the grid shows them after.</p><table class="list"><thead><tr><th>hosts</th><th>stages</th>'
+            "<th>status</th><th>rc</th><th>failed hosts</th></tr></thead><tbody>%s</tbody></table>" % (
+                _e(before.get("drifted")), _e(before.get("attention")), rows or '<tr><td colspan="5">no runs</td></tr>'))
+
+
+def render(report):
+    """The report as one HTML page, nothing loaded from anywhere."""
+    colours = "".join(".sev-%s{background:%s;color:%s}\n" % (state, back, fore) for state, (back, fore) in COLOURS.items())
+    title = "gpuharden drift: %s, %s" % (report.get("inventory"), _when(report.get("timestamp")))
+    return """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%s</title>
+<style>%s%s</style>
+</head>
+<body>
+<h1>gpuharden drift</h1>
+%s
+<h2>Nodes x checks</h2>
+%s
+<h2>Run</h2>
+%s
+<h2>Cluster</h2>
+%s
+%s
+</body>
+</html>
+""" % (_e(title), STYLE, colours, run_summary(report), grid(report), run_facts(report), cluster_section(report), remediation_section(report))

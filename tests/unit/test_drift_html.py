@@ -1,0 +1,377 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpuharden drift --html (issue 16, item 7a): the fleet page, rendered and then looked at in a real browser.
+
+The renderer is tested as a pure function (cells coloured by the worst severity, every node and check present,
+everything escaped); then headless Chromium (Debian's `chromium`, installed by `make setup`) takes a screenshot that
+is decoded here (zlib and the PNG row filters, no imaging library) to count the pixels of each state's colour, and
+dumps the DOM after a script clicks a cell, to see its findings open and no markup from the report run."""
+
+from __future__ import annotations
+
+import collections
+import html.parser
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from gpuharden import cli, drift, report_html
+
+CHECKS = ("cgroup_memory", "containerd", "device_cgroups", "device_nodes", "kubelet", "mig", "nvml")  # as the grid sorts them
+HOSTILE_NODE = '<img src=x onerror="document.documentElement.dataset.pwned=1">'
+HOSTILE_HINT = "<script>document.documentElement.dataset.pwned='script'</script>"
+BROWSER_TIMEOUT = 60
+
+
+def _finding(ident, check, severity, stage="device_permissions", remediable=True, **extra):
+    return dict({"id": ident, "check": check, "stage": stage, "severity": severity, "expected": "want-%s" % ident,
+                 "found": "got-%s" % ident, "hint": "hint of %s" % ident, "remediable": remediable}, **extra)
+
+
+def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
+    return {"event": kind, "event_data": {"host": host, "task_action": action, "task": "Audit the node", "res": res}}
+
+
+def _audited(host, findings, **status):
+    checks = {name: {"status": status.get(name, "ok")} for name in CHECKS}
+    for name, value in status.items():
+        if value == "error":
+            checks[name]["error"] = "%s: the check could not run" % name
+    return _event("runner_on_ok", host, findings=findings, summary={"findings": len(findings)}, checks=checks, seconds=0.1)
+
+
+def _report(critical=True):
+    """Five audited nodes with every severity, a skipped and a failed check, one unreachable and one failed host, a
+    hostile node name and message, and a cluster finding.  ``critical=False``: the same without the critical finding."""
+    outcomes = drift.Outcomes()
+    outcomes.feed(_audited("gpu-a", [], mig="skipped"))
+    outcomes.feed(_audited("gpu-b", [
+        _finding("device_node_permissions", "device_nodes", "critical" if critical else "error", path="/dev/nvidia0"),
+        _finding("device_char_link", "device_nodes", "warning", path="/dev/char/195:0"),
+        _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="topologyManagerPolicy"),
+    ], device_nodes="drift", kubelet="drift"))
+    # cgroup_memory says drift without a finding to show: not clean, not a severity either
+    outcomes.feed(_audited("gpu-e", [_finding("containerd_nvidia_runtime", "containerd", "warning", stage="container_runtime")],
+                           containerd="drift", cgroup_memory="drift"))
+    outcomes.feed(_audited("gpu-f", [
+        _finding("pcie_link_degraded", "device_nodes", "info", stage="postcheck", remediable=False, gpu={"index": 1, "uuid": "GPU-1"}),
+        _finding("containerd_check_failed", "containerd", "error", stage=None, remediable=False)], containerd="error"))
+    outcomes.feed(_audited(HOSTILE_NODE, [_finding("gpu_access", "device_cgroups", "info", stage="postcheck", remediable=False,
+                                                   hint=HOSTILE_HINT, pod="default/" + HOSTILE_HINT)]))
+    outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="ssh: connect to host gpu-c port 22: No route to host"))
+    outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_consistency", findings=[
+        {"id": "gpu_process_unattributed", "severity": "warning", "node": "node-b", "gpu": {"index": 0}, "pod": None,
+         "expected": "a pod's process", "found": "pid 4242", "hint": "a process outside Kubernetes uses the GPU"},
+        {"id": "pending_gpu_pods", "severity": "error", "node": None, "resource": "nvidia.com/gpu", "expected": 1, "found": 0,
+         "hint": "pods wait for a resource no node advertises"}]))
+    return drift.build_report(outcomes, inventory="inventories/prod.yml", limit="gpu_nodes", fail_severity="warning",
+                              started=1_790_000_000.0, finished=1_790_000_042.5,
+                              node_names={"gpu-b": "node-b"})
+
+
+class _Grid(html.parser.HTMLParser):
+    """The grid's rows: {row header text: [(class, colspan, text), ...]}, its column headers, and every tag seen."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.columns, self.tags, self.attributes = {}, [], collections.Counter(), []
+        self._in_grid, self._row, self._cell, self._text, self._depth = False, None, None, [], 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags[tag] += 1
+        self.attributes.append((tag, attrs))
+        if tag == "table" and attrs.get("class") == "grid":
+            self._in_grid = True
+        if not self._in_grid:
+            return
+        if tag == "tr":
+            self._row = []
+        elif tag in ("th", "td") and self._row is not None and self._cell is None:
+            self._cell, self._text = (tag, attrs.get("class", ""), int(attrs.get("colspan", 1))), []
+
+    def handle_endtag(self, tag):
+        if tag == "table" and self._in_grid:
+            self._in_grid = False
+        if not self._in_grid or self._cell is None or tag != self._cell[0]:
+            if tag == "tr" and self._row is not None and self._in_grid:
+                kind, *cells = self._row
+                if kind[0] == "th" and kind[1] == "" and self.columns:
+                    self.rows[kind[3]] = [(cls, span, text) for _tag, cls, span, text in cells]
+                elif not self.columns:
+                    self.columns = [text for _tag, _cls, _span, text in self._row[2:]]
+                self._row = None
+            return
+        self._row.append((*self._cell, "".join(self._text).strip()))
+        self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._text.append(data)
+
+
+def _parse(page):
+    grid = _Grid()
+    grid.feed(page)
+    return grid
+
+
+# ---------------------------------------------------------------------------------------------
+# The renderer
+
+
+def test_every_node_and_check_is_in_the_grid_coloured_by_the_worst_severity():
+    report = _report()
+    grid = _parse(report_html.render(report))
+    assert grid.columns == [*CHECKS, "consistency"]
+    hosts = ["gpu-a", "gpu-b (node-b)", "gpu-c", "gpu-d", "gpu-e", "gpu-f", HOSTILE_NODE]
+    assert sorted(grid.rows) == sorted(hosts)
+    cells = {host: [cls.split()[1] for cls, _span, _text in row[1:]] for host, row in grid.rows.items()}
+    status = {host: row[0][2] for host, row in grid.rows.items()}
+    assert status == {"gpu-a": "clean", "gpu-b (node-b)": "drift", "gpu-c": "unreachable", "gpu-d": "failed", "gpu-e": "drift",
+                      "gpu-f": "attention", HOSTILE_NODE: "clean"}
+    def row(**states):
+        return [states.get(check, "sev-clean") for check in grid.columns]
+
+    assert cells["gpu-a"] == row(mig="sev-unchecked")  # skipped
+    # device_nodes: critical + warning -> critical; kubelet: error; consistency (from the controller): warning
+    assert cells["gpu-b (node-b)"] == row(device_nodes="sev-critical", kubelet="sev-error", consistency="sev-warning")
+    assert cells["gpu-e"] == row(containerd="sev-warning", cgroup_memory="sev-incomplete")
+    assert cells["gpu-f"] == row(device_nodes="sev-info", containerd="sev-error")  # the check failed: its error finding
+    assert cells[HOSTILE_NODE] == row(device_cgroups="sev-info")
+    for host in ("gpu-c", "gpu-d"):  # one cell across every check: nothing was checked on the node
+        assert [(cls.split()[1], span) for cls, span, _text in grid.rows[host][1:]] == [("sev-unchecked", len(CHECKS) + 1)]
+    assert grid.rows["gpu-b (node-b)"][1 + grid.columns.index("device_nodes")][2].startswith("critical (2)")
+    assert "No route to host" in grid.rows["gpu-c"][1][2] and "locked by harden@x" in grid.rows["gpu-d"][1][2]
+
+
+def test_a_cell_holds_its_findings_worst_first_with_every_field():
+    page = report_html.render(_report())
+    cell = page[page.index('title="gpu-b / device_nodes'):]
+    cell = cell[:cell.index("</td>")]
+    assert cell.index("device_node_permissions") < cell.index("device_char_link")
+    for text in ("<dt>message</dt><dd>hint of device_node_permissions</dd>", "<dt>observed</dt><dd>got-device_node_permissions</dd>",
+                 "<dt>expected</dt><dd>want-device_node_permissions</dd>", "<dt>stage</dt><dd>device_permissions</dd>",
+                 "<dt>remediable</dt><dd>yes: harden_gpu_nodes.yml&#x27;s device_permissions stage fixes it</dd>",
+                 "<dt>path</dt><dd>/dev/nvidia0</dd>"):
+        assert text in cell
+    gpu = page[page.index('title="gpu-f / device_nodes'):]
+    assert "<dt>GPU</dt><dd>{&quot;index&quot;: 1, &quot;uuid&quot;: &quot;GPU-1&quot;}</dd>" in gpu[:gpu.index("</td>")]
+    assert "<dt>remediable</dt><dd>no: no playbook fixes it" in gpu[:gpu.index("</td>")]
+
+
+def test_everything_from_the_report_is_escaped_and_nothing_can_run_or_load():
+    page = report_html.render(_report())
+    grid = _parse(page)
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;document.documentElement.dataset.pwned=&#x27;script&#x27;&lt;/script&gt;" in page
+    assert HOSTILE_NODE in grid.rows  # the name shows as text
+    assert set(grid.tags) <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "strong", "span", "dl", "dt",
+                              "dd", "table", "thead", "tbody", "tr", "th", "td", "small", "details", "summary", "div", "i", "wbr"}
+    assert not [attrs for _tag, attrs in grid.attributes if {"src", "href", "onerror", "onclick", "action"} & set(attrs)]
+    csp = [attrs["content"] for tag, attrs in grid.attributes if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert csp == ["default-src 'none'; style-src 'unsafe-inline'"]
+    assert "url(" not in page and "@import" not in page
+
+
+def test_run_summary_and_cluster_findings():
+    report = _report()
+    page = report_html.render(report)
+    assert "<strong>exit 1</strong>: the run finished and found something" in page
+    for text in ("<dt>inventory</dt><dd>inventories/prod.yml</dd>", "<dt>limit</dt><dd>gpu_nodes</dd>",
+                 "<dt>started</dt><dd>2026-09-21T14:13:20+00:00</dd>", "<dt>finished</dt><dd>2026-09-21T14:14:02+00:00</dd>",
+                 "<dt>duration</dt><dd>42.5 s</dd>", "<strong>7</strong> nodes", "<strong>2</strong> drifted",
+                 "<strong>1</strong> attention", "<strong>1</strong> unreachable", "<strong>1</strong> failed",
+                 "<strong>1</strong> cluster findings"):
+        assert text in page, text
+    cluster = page[page.index("<h2>Cluster</h2>"):]
+    assert "GPU consistency (device plugin, pods, processes): checked; RuntimeClass: not checked. 1 finding(s)" in cluster
+    assert "pending_gpu_pods" in cluster and "nvidia.com/gpu" in cluster and "pods wait for a resource no node advertises" in cluster
+    clean = drift.build_report(drift.Outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    page = report_html.render(clean)
+    assert "<strong>exit 0</strong>: the run finished: every node answered and is clean" in page
+    assert "no hosts in this run" in page and "No cluster findings." in page and "none (the playbook&#x27;s hosts)" in page
+
+
+def test_the_json_report_renders_the_same_and_unknown_states_never_look_clean():
+    report = _report()
+    assert _parse(report_html.render(json.loads(json.dumps(report, sort_keys=True)))).rows == _parse(report_html.render(report)).rows
+    node = {"node": "n", "status": "drift", "checks": {"a": {"status": "drift"}, "b": {"status": "error", "error": "boom"}},
+            "findings": [_finding("x", "c", "bogus<b>")]}
+    assert report_html.cell_state(node, "a", {})[0] == "incomplete"
+    assert report_html.cell_state(node, "b", {}) == ("incomplete", [], "boom")
+    assert report_html.cell_state(node, "c", {})[0] == "incomplete"  # a severity outside the scale is not guessed
+    assert report_html.cell_state(node, "consistency", {"consistency_error": "no API"}) == ("incomplete", [], "no API")
+    assert report_html.cell_state(node, "consistency", {})[0] == "unchecked"
+    page = report_html.render(dict(report, nodes={"h": node}, unreachable={}, failed={}))
+    assert "bogus&lt;b&gt;" in page and "sev-bogus" not in page
+
+
+def _fake_run(monkeypatch, events, signum=None):
+    monkeypatch.setattr(drift, "play_hosts", lambda *args, **kwargs: {"gpu-a", "gpu-b"})
+
+    def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
+        for event in events:
+            event_handler(event)
+        if signum is not None:
+            os.kill(os.getpid(), signum)
+            return "canceled", 254, {}, ""
+        return "successful", 0, {}, "PLAY RECAP"
+
+    monkeypatch.setattr(drift, "run_playbook", run_playbook)
+
+
+def test_drift_html_option_writes_the_page_and_an_incomplete_run_leaves_it(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ansible_runner")
+    inventory, playbook, page = tmp_path / "hosts.yml", tmp_path / "drift_check.yml", tmp_path / "out" / "fleet.html"
+    inventory.write_text("all: {}\n")
+    playbook.write_text("---\n")
+    events = [_audited("gpu-a", []), _audited("gpu-b", [_finding("device_node_permissions", "device_nodes", "critical")]),
+              {"event": "playbook_on_stats", "event_data": {"processed": {"gpu-a": 1, "gpu-b": 1}}}]
+    _fake_run(monkeypatch, events)
+    argv = ["drift", "-i", str(inventory), "--playbook", str(playbook), "--html", str(page), "-q"]
+    assert cli.main(argv) == drift.EXIT_DRIFT
+    written = page.read_text()
+    assert 'class="cell sev-critical"' in written and oct(os.stat(page).st_mode & 0o777) == "0o644"
+    assert os.listdir(page.parent) == ["fleet.html"]
+    _fake_run(monkeypatch, events[:1], signum=signal.SIGTERM)
+    before = os.stat(page).st_mtime_ns
+    assert cli.main(argv) == 143
+    assert page.read_text() == written and os.stat(page).st_mtime_ns == before
+    assert os.listdir(page.parent) == ["fleet.html"]
+
+
+# ---------------------------------------------------------------------------------------------
+# In a real browser
+
+
+def _browser():
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("Chromium is missing: `make setup` installs Debian's chromium package (apt-get install chromium)")
+    return path
+
+
+def _chromium(tmp_path, *args):
+    """Headless Chromium with a profile of its own (runs in parallel do not share one); root needs --no-sandbox."""
+    profile = tmp_path / ("profile-%d" % time.monotonic_ns())
+    command = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+               "--disable-extensions", "--user-data-dir=%s" % profile, *args]
+    done = subprocess.run(command, capture_output=True, timeout=BROWSER_TIMEOUT, check=False, env=dict(os.environ, HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    return done.stdout.decode()
+
+
+def decode_png(data):
+    """(width, height, channels, rows) of an 8-bit RGB or RGBA, non-interlaced PNG, as Chromium writes them."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    position, idat, header = 8, [], None
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        body = data[position + 8:position + 8 + length]
+        position += 12 + length
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    width, height, depth, colour, _compression, _filter, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    channels = 3 if colour == 2 else 4
+    raw, stride = zlib.decompress(b"".join(idat)), width * channels
+    rows, prior = [], bytes(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, data = raw[start], raw[start + 1:start + 1 + stride]
+        if kind == 0:
+            line = bytearray(data)
+        elif kind == 2:  # Up
+            line = bytearray((x + b) & 0xFF for x, b in zip(data, prior, strict=True))
+        else:  # Sub, Average, Paeth: the bytes on the left come from this row, so one at a time, after a pixel of zeros
+            line, up = bytearray(channels) + data, bytes(channels) + prior
+            if kind == 1:
+                for i in range(channels, stride + channels):
+                    line[i] = (line[i] + line[i - channels]) & 0xFF
+            elif kind == 3:
+                for i in range(channels, stride + channels):
+                    line[i] = (line[i] + ((line[i - channels] + up[i]) >> 1)) & 0xFF
+            else:
+                assert kind == 4, "unknown PNG filter %d" % kind
+                for i in range(channels, stride + channels):
+                    a, b, c = line[i - channels], up[i], up[i - channels]
+                    pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - c - c)
+                    line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+            del line[:channels]
+        rows.append(bytes(line))
+        prior = rows[-1]
+    return width, height, channels, rows
+
+
+def colour_counts(png):
+    """Pixels of each state's background colour, exactly: Chromium paints a solid fill in its sRGB value."""
+    _width, _height, channels, rows = decode_png(png)
+    counts = {}
+    for state, (background, _text) in report_html.COLOURS.items():
+        pixel = bytes.fromhex(background[1:]) + b"\xff" * (channels - 3)
+        counts[state] = sum(row.count(pixel) for row in rows)
+    return counts
+
+
+def _screenshot(tmp_path, report, name):
+    page, shot = tmp_path / ("%s.html" % name), tmp_path / ("%s.png" % name)
+    page.write_text(report_html.render(report), encoding="utf-8")
+    _chromium(tmp_path, "--screenshot=%s" % shot, "--window-size=1280,900", page.as_uri())
+    return colour_counts(shot.read_bytes())
+
+
+def test_browser_shows_each_state_in_its_colour(tmp_path):
+    """A cell is about 6.5 x 2.5 em (over 2,500 pixels); the legend's swatch of each state and the summary's severity
+    badges stay well under 1,500, so a colour only passes where the grid has a cell of it.  The second page, the
+    same fleet without its one critical finding, shows that the count falls when the cell is gone."""
+    counts = _screenshot(tmp_path, _report(), "fleet")
+    cell = 1500
+    for state in ("critical", "error", "warning", "info", "incomplete", "unchecked"):
+        assert counts[state] > cell, (state, counts)
+    assert counts["clean"] > 20 * cell, counts  # most cells of the fleet
+    without = _screenshot(tmp_path, _report(critical=False), "without-critical")
+    assert without["critical"] < cell < counts["critical"] - without["critical"], (counts, without)
+    assert without["error"] > counts["error"]
+
+
+def test_browser_opens_a_cells_findings_on_click_and_runs_nothing_from_the_report(tmp_path):
+    """The DOM after a click on the critical cell: its <details> open, the findings visible; the report's <script>
+    and <img onerror> stayed text.  The page's CSP would block any script, the test's own click too, so the copy
+    the browser gets has the CSP removed: the escaping alone must hold."""
+    page = report_html.render(_report())
+    csp = page[page.index('<meta http-equiv="Content-Security-Policy"'):]
+    csp = csp[:csp.index(">") + 1]
+    probe = """<script id="probe">
+var cell = document.querySelector("td.sev-critical"), details = cell.querySelector("details");
+var panel = details.querySelector(".panel"), result = {before: panel.checkVisibility(), open_before: details.open};
+cell.querySelector("summary").click();
+var box = panel.getBoundingClientRect();
+result.after = panel.checkVisibility(); result.open_after = details.open; result.height = box.height; result.text = panel.innerText;
+result.pwned = document.documentElement.dataset.pwned || null; result.scripts = document.scripts.length;
+result.images = document.images.length;
+document.body.setAttribute("data-probe", JSON.stringify(result));
+</script></body>"""
+    copy = tmp_path / "probe.html"
+    copy.write_text(page.replace(csp, "").replace("</body>", probe), encoding="utf-8")
+    dom = _chromium(tmp_path, "--dump-dom", "--virtual-time-budget=2000", copy.as_uri())
+    probe_dom = _parse(dom)
+    result = json.loads([attrs for tag, attrs in probe_dom.attributes if tag == "body"][0]["data-probe"])
+    assert result["before"] is False and result["open_before"] is False
+    assert result["after"] is True and result["open_after"] is True and result["height"] > 100, result
+    for text in ("device_node_permissions", "got-device_node_permissions", "want-device_node_permissions", "/dev/nvidia0",
+                 "device_char_link", "device_permissions"):
+        assert text in result["text"], text
+    assert result["pwned"] is None and result["scripts"] == 1 and result["images"] == 0, result
+    assert HOSTILE_NODE in probe_dom.rows  # still text in the grid, as rendered
