@@ -19,18 +19,21 @@ Restoring (``plan_restore``, pure, then ``apply_restore``): per record,
   * anything else (changed since, or changed by someone between two gpuharden writes) -> a conflict: left as it is
     and reported, the record kept; with ``force`` the current content is kept as a backup next to the file and the
     original restored.
+  * a kubelet CPU/Memory Manager checkpoint gpuharden removed (it changed a manager policy): the kubelet has written
+    its own since, so the plan is "disruptive": only with the kubelet stopped on a drained node
+    (``allow_checkpoints``) does the removed checkpoint come back (or the kubelet's go, when there was none).
 The backups gpuharden's modules made (option ``backup``) of a restored file are removed with it unless asked to keep
 them (they hold the original or gpuharden's own earlier writes); those of a conflicting file are always kept.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
@@ -73,7 +76,7 @@ def record_file(root, path):
 
 
 def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def read_text(path):
@@ -89,7 +92,7 @@ def read_text(path):
 def load_record(root, path):
     target = record_file(root, path)
     try:
-        with open(target, "r", encoding="utf-8") as handle:
+        with open(target, encoding="utf-8") as handle:
             record = json.load(handle)
     except FileNotFoundError:
         return None
@@ -111,7 +114,7 @@ def load_records(root):
     for name in names:
         target = os.path.join(directory, name)
         try:
-            with open(target, "r", encoding="utf-8") as handle:
+            with open(target, encoding="utf-8") as handle:
                 record = json.load(handle)
         except (OSError, ValueError) as error:
             raise GpuhardenError("%s: a record of gpuharden's originals cannot be read: %s" % (target, error)) from None
@@ -227,11 +230,14 @@ def plan_restore(records, current, force=False, writers=None, keep_backups=False
                 entry.update(action="conflict", reason="gpuharden removed this stale kubelet checkpoint when it changed "
                              "the CPU or Memory Manager policy; putting the policy back needs a drained node and a "
                              "stopped kubelet, and removes the kubelet's current checkpoint")
-            elif now is None:
-                entry.update(action="forget", reason="no checkpoint now: the kubelet writes a new one at start")
-            else:
+            elif now == original:
+                entry.update(action="forget", reason="already the original checkpoint")
+            elif original is None:
                 entry.update(action="remove", after=None, reason="the checkpoint of the policy gpuharden set: the kubelet "
                              "writes a new one for the restored policy at start")
+            else:
+                entry.update(action="restore", after=original, reason="the checkpoint of the policy gpuharden set gives way "
+                             "to the one gpuharden removed, which belongs to the restored configuration")
         elif now == original:
             entry.update(action="forget", reason="already the original" if original is not None else "absent, as before gpuharden")
         elif (gpuharden_wrote and not changed_between) or force:
@@ -265,7 +271,7 @@ def diff(entries):
 
 def _backup_current(module, target):
     """Keep someone else's content next to the file before a forced restore overwrites it."""
-    backup = "%s.%s.gpuharden-unharden~" % (target, datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S"))
+    backup = "%s.%s.gpuharden-unharden~" % (target, time.strftime("%Y-%m-%d@%H:%M:%S"))
     shutil.copy2(target, backup)
     return backup
 

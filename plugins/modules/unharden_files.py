@@ -17,14 +17,15 @@ description:
   - This module reads those records and, per file - puts the original content, mode and owner back when the file
     still holds what gpuharden wrote; removes a file gpuharden created (and the directories it created for it, when
     they are empty); only drops the record when the file is the original already.
-  - A file changed since gpuharden wrote it (or changed by someone between two gpuharden runs) is B(not) touched: it
+  - A file changed since gpuharden wrote it (or changed by someone between two gpuharden runs) is B(not) touched; it
     is reported in RV(conflicts), as a warning, and its record is kept. With O(force=true) it is restored anyway,
     its current content kept next to it as C(<file>.<time>.gpuharden-unharden~).
   - The backups gpuharden's modules made of a restored file (their O(backup) option) are removed with it, unless
     O(keep_backups=true); those of a file left in conflict are kept.
-  - The kubelet's CPU and Memory Manager checkpoints that gpuharden removed when it changed a manager policy are
-    not brought back - putting the policy back means removing the kubelet's current checkpoint, which is only safe
-    while the kubelet is stopped on a drained node (O(checkpoints=true)); otherwise they are a conflict.
+  - The kubelet's CPU and Memory Manager checkpoints that gpuharden removed when it changed a manager policy come
+    back (replacing the one the kubelet wrote for gpuharden's policy; removed when there was none) only with
+    O(checkpoints=true), while the kubelet is stopped on a drained node; otherwise they are a conflict and
+    RV(disruptive) is true.
   - Restarts nothing; RV(restart) names the services whose configuration changed.
   - Files changed outside gpuharden's modules (device node modes under C(/dev), C(memory.high) of pod cgroups, MIG
     layouts) have no record and are left as they are.
@@ -58,8 +59,8 @@ options:
     default: false
   checkpoints:
     description:
-      - Remove the kubelet's current CPU/Memory Manager checkpoint where gpuharden had removed a stale one (it
-        changed a manager policy). Only while the kubelet is stopped, on a drained node.
+      - Put back the kubelet's CPU/Memory Manager checkpoints gpuharden removed when it changed a manager policy
+        (the kubelet's current one goes). Only while the kubelet is stopped, on a drained node.
     type: bool
     default: false
 notes:

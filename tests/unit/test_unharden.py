@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _originals
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _unharden_cluster as uc
-from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import ORIGINALS_ANNOTATION, plan as label_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import ORIGINALS_ANNOTATION
+from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import plan as label_plan
 from ansible_collections.gpuharden.k8s.plugins.modules import unharden_files
 
 
@@ -66,7 +68,7 @@ def tree(root):
             out[os.path.relpath(os.path.join(dirpath, name), root)] = "dir %o" % (os.stat(os.path.join(dirpath, name)).st_mode & 0o7777)
         for name in filenames:
             full = os.path.join(dirpath, name)
-            out[os.path.relpath(full, root)] = (open(full, "rb").read(), os.stat(full).st_mode & 0o7777)
+            out[os.path.relpath(full, root)] = (Path(full).read_bytes(), os.stat(full).st_mode & 0o7777)
     return out
 
 
@@ -118,7 +120,7 @@ def test_a_file_changed_since_is_left_and_reported_unless_forced(node):
     forced = unharden(node, force=True)
     assert forced["changed"] and (node / "etc/containerd/config.toml").read_text() == "version = 2\n# the admin's\n"
     assert len(forced["backups_made"]) == 1
-    assert open(str(node) + forced["backups_made"][0]).read() == "version = 2\n# the admin again\n"
+    assert Path(str(node) + forced["backups_made"][0]).read_text() == "version = 2\n# the admin again\n"
 
 
 def test_a_change_between_two_gpuharden_runs_is_remembered(node):
@@ -146,7 +148,11 @@ def test_a_removed_checkpoint_needs_the_disruptive_path(node):
     result = unharden(node, check=True)
     assert result["disruptive"] and result["conflicts"][0]["path"] == "/var/lib/kubelet/cpu_manager_state"
     done = unharden(node, checkpoints=True)
-    assert done["changed"] and not (node / "var/lib/kubelet/cpu_manager_state").exists()
+    assert done["changed"] and (node / "var/lib/kubelet/cpu_manager_state").read_text() == '{"policyName":"none"}'
+    # no checkpoint before gpuharden: the kubelet's goes
+    harden(node, node / "var/lib/kubelet/memory_manager_state", '{"policyName":"None"}', name="gpuharden.k8s.kubelet_config")
+    write(node / "var/lib/kubelet/memory_manager_state", '{"policyName":"Static"}')
+    assert unharden(node, checkpoints=True)["changed"] and not (node / "var/lib/kubelet/memory_manager_state").exists()
 
 
 def test_an_unreadable_record_changes_nothing(node):
