@@ -120,3 +120,12 @@ lab-down: venv
 
 clean:
 	rm -rf $(BUILD) $(DIST) $(VENV) ansible_collections
+
+# The real NVIDIA device plugin (both releases pinned in lab/realcomponents/versions.env) and its kubelet-side
+# client dp-listwatch, built from the Go module proxy into ~/.cache/gpuharden/realcomponents (cold: about 2-3 min
+# per release; warm: instant).  Not part of `make test`: tests/real (marker real) skip when they are missing.
+.PHONY: real-device-plugin real-components
+real-device-plugin:
+	bash lab/realcomponents/build-device-plugin.sh >/dev/null
+
+real-components: real-device-plugin

@@ -100,6 +100,66 @@ def default_devices(fixture: dict) -> list[DeviceNode]:
     return devices
 
 
+# /proc/driver/nvidia-caps/mig-minors as the driver writes it (static, NVIDIA MIG user guide "Device Nodes and
+# Capabilities"): every GPU minor 0-31, GPU instance 0-14 and compute instance 0-7.
+MIG_MINORS_GPUS, MIG_MINORS_GIS, MIG_MINORS_CIS = 32, 15, 8
+MIG_CAP_MODE = {"config": 0o400, "monitor": 0o444, "access": 0o444}
+
+
+def mig_gi_minor(gpu_minor: int, gi: int) -> int:
+    """Capability minor of ``gpu<gpu_minor>/gi<gi>/access`` (its CIs follow: + 1 + ci)."""
+    return 3 + MIG_MINORS_GIS * (MIG_MINORS_CIS + 1) * gpu_minor + (MIG_MINORS_CIS + 1) * gi
+
+
+def mig_minors_text() -> str:
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(MIG_MINORS_GPUS):
+        for gi in range(MIG_MINORS_GIS):
+            base = mig_gi_minor(gpu, gi)
+            lines.append("gpu%d/gi%d/access %d" % (gpu, gi, base))
+            lines += ["gpu%d/gi%d/ci%d/access %d" % (gpu, gi, ci, base + 1 + ci) for ci in range(MIG_MINORS_CIS)]
+    return "\n".join(lines) + "\n"
+
+
+# GPU-instance profile id -> memory slices, and the buddy-tree id of a placement (tests/fakes/nvml/README.md).
+_GI_MEMORY_SLICES = {19: 1, 20: 1, 15: 2, 14: 2, 9: 4, 5: 4, 0: 8}
+_GI_PROFILE_IDS = {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5,
+                   "7g.80gb": 0}
+
+
+def _fixture_mig_instances(gpu: dict) -> list[tuple[int, list[int]]]:
+    """(GI id, [CI ids]) of a fixture GPU's initial MIG instances (none while its MIG mode is off)."""
+    mig = gpu.get("mig") or {}
+    if not mig.get("mode"):
+        return []
+    out = []
+    for gi in mig.get("gpu_instances", []):
+        pid = gi["profile_id"] if "profile_id" in gi else _GI_PROFILE_IDS[gi["profile"]]
+        size, start = _GI_MEMORY_SLICES[pid], gi.get("start", 0)
+        gid = gi.get("id", {8: 0, 4: 2 if start == 0 else 1, 2: 3 + start // 2}.get(size, 7 + start))
+        cis = gi.get("compute_instances") or [{}]
+        out.append((gid, [ci.get("id", k) for k, ci in enumerate(cis)]))
+    return out
+
+
+def _write_mig_capabilities(root: Path, gpus: list[dict]) -> None:
+    """The driver's capability files of the MIG config/monitor and of the fixture's initial instances."""
+    caps = root / "proc/driver/nvidia/capabilities"
+
+    def cap(rel: str, minor: int, mode: int) -> None:
+        _write(caps / rel, "DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n" % (minor, mode))
+
+    cap("mig/config", 1, MIG_CAP_MODE["config"])
+    cap("mig/monitor", 2, MIG_CAP_MODE["monitor"])
+    for gpu in gpus:
+        minor = gpu.get("minor", gpus.index(gpu))
+        for gid, cis in _fixture_mig_instances(gpu):
+            base = mig_gi_minor(minor, gid)
+            cap("gpu%d/mig/gi%d/access" % (minor, gid), base, MIG_CAP_MODE["access"])
+            for ci in cis:
+                cap("gpu%d/mig/gi%d/ci%d/access" % (minor, gid, ci), base + 1 + ci, MIG_CAP_MODE["access"])
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -111,11 +171,19 @@ def build_node_root(
     *,
     device_overrides: dict[str, dict] | None = None,
     driver_params: dict | None = None,
+    mig_capabilities: bool = False,
 ) -> NodeRoot:
     """(Re)create ``root`` as the driver view of the fixture's node.
 
     ``device_overrides`` maps a device path to attributes to change (``mode``, ``uid``, ``gid``,
     ``major``, ``minor``) or to ``None`` to leave that node out.
+
+    Every driver-loaded node gets ``/proc/driver/nvidia-caps/mig-minors`` (static, like the driver's; the
+    real device plugin reads it for its MIG strategies).  ``mig_capabilities`` also writes
+    ``/proc/driver/nvidia/capabilities`` (mig/config, mig/monitor and the ``access`` files of the fixture's
+    initial GPU and compute instances).  It is off by default: the tree is written once and does not follow
+    later MIG changes in the state file, and the collection's modules read it (nvml_check compares its
+    compute instances with NVML, nvidia_device_nodes derives capability device nodes from it).
     """
     fixture_path, data = load_fixture(fixture)
     if root.exists():
@@ -149,6 +217,9 @@ def build_node_root(
         "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n %3d nvidia-frontend\n %3d nvidia-caps\n"
         " %3d nvidia-uvm\n\nBlock devices:\n  7 loop\n  8 sd\n" % (NVIDIA_MAJOR, CAPS_MAJOR, UVM_MAJOR),
     )
+    _write(root / "proc/driver/nvidia-caps/mig-minors", mig_minors_text())
+    if mig_capabilities and any("mig" in gpu for gpu in data["gpus"]):
+        _write_mig_capabilities(root, data["gpus"])
     for gpu in data["gpus"]:
         bdf = sysfs_bdf(gpu["pci_bus_id"])
         _write(

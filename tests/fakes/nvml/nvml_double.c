@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -261,6 +263,9 @@ typedef struct {
     int has_rr; unsigned rr_corr, rr_unc, rr_pending, rr_failure;
     int lost;                                           /* 0, 1 = at handle lookup, 2 = after handle */
     int persistence, temperature, power_mw;
+    int cc_major, cc_minor;                             /* CUDA compute capability; 0.0 = unknown */
+    unsigned long long event_types;                     /* nvmlDeviceGetSupportedEventTypes */
+    int nremote; char nvlink_remote[36][32];            /* NvLink remote PCI bus ids ("" = NVSwitch) */
     const miptable_t *mig;                              /* NULL: not MIG capable */
     gstate_t init;                                      /* initial mutable state */
 } gpu_t;
@@ -435,6 +440,36 @@ static int parse_procs(const jval *arr, gstate_t *st)
     return 0;
 }
 
+/* Event types (nvml.h nvmlEventType*). */
+#define EVT_SBE 0x1ULL
+#define EVT_DBE 0x2ULL
+#define EVT_PSTATE 0x4ULL
+#define EVT_XID 0x8ULL
+#define EVT_CLOCK 0x10ULL
+#define EVT_ECC (EVT_SBE | EVT_DBE)
+#define EVT_DEFAULT (EVT_PSTATE | EVT_XID | EVT_CLOCK)
+
+/* CUDA compute capability from the fixture ("9.0"), else from the product name. */
+static int parse_cc(const char *cc, gpu_t *g)
+{
+    static const struct { const char *needle; int major, minor; } BY_NAME[] = {
+        { "GB200", 10, 0 }, { "B200", 10, 0 }, { "GH200", 9, 0 }, { "H200", 9, 0 }, { "H100", 9, 0 },
+        { "H800", 9, 0 }, { "L40", 8, 9 }, { "L4", 8, 9 }, { "A100", 8, 0 }, { "A800", 8, 0 },
+        { "A30", 8, 0 }, { "A40", 8, 6 }, { "A10", 8, 6 }, { "T4", 7, 5 }, { "V100", 7, 0 },
+    };
+    if (cc) {
+        char tail;
+        return sscanf(cc, "%d.%d%c", &g->cc_major, &g->cc_minor, &tail) == 2 ? 0 : -1;
+    }
+    for (size_t i = 0; i < sizeof BY_NAME / sizeof BY_NAME[0]; i++)
+        if (strstr(g->name, BY_NAME[i].needle)) {
+            g->cc_major = BY_NAME[i].major;
+            g->cc_minor = BY_NAME[i].minor;
+            return 0;
+        }
+    return 0;
+}
+
 static int load_gpu(const jval *j, int idx, gpu_t *g, char *err, size_t errlen)
 {
     memset(g, 0, sizeof(*g));
@@ -491,6 +526,23 @@ static int load_gpu(const jval *j, int idx, gpu_t *g, char *err, size_t errlen)
     g->persistence = jbool(jget(j, "persistence_mode"), 1);
     g->temperature = (int)jint(jget(j, "temperature_c"), 35);
     g->power_mw = (int)jint(jget(j, "power_mw"), 60000);
+    if (parse_cc(jstr(jget(j, "cuda_compute_capability"), NULL), g)) {
+        snprintf(err, errlen, "gpus[%d]: cuda_compute_capability must be \"MAJOR.MINOR\"", idx);
+        return -1;
+    }
+    g->event_types = (unsigned long long)jint(jget(j, "event_types"),
+                                              EVT_DEFAULT | (g->has_ecc ? EVT_ECC : 0));
+    const jval *remote = jget(nv, "remote");
+    for (int k = 0; k < jlen(remote) && k < 36; k++) {
+        unsigned d, b, v, f;
+        const char *r = jstr(jat(remote, k), "");
+        if (*r && parse_busid(r, &d, &b, &v, &f)) {
+            snprintf(err, errlen, "gpus[%d]: bad nvlink.remote[%d] '%s'", idx, k, r);
+            return -1;
+        }
+        if (*r) snprintf(g->nvlink_remote[k], sizeof g->nvlink_remote[k], "%08X:%02X:%02X.%X", d, b, v, f);
+        g->nremote = k + 1;
+    }
 
     const jval *mig = jget(j, "mig");
     gstate_t *st = &g->init;
@@ -1941,4 +1993,257 @@ API nvmlReturn_t nvmlComputeInstanceDestroy(void *computeInstance)
     }
     state_unlock(fd);
     END();
+}
+
+/* ------------------------------------------------------------------ */
+/* What the NVIDIA k8s-device-plugin calls beyond pynvml (go-nvml)     */
+
+API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(void *device, int *major, int *minor)
+{
+    DEV_BEGIN(device);
+    if (!major || !minor) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->cc_major) FAIL(NVML_ERROR_NOT_SUPPORTED);
+    *major = g->cc_major;
+    *minor = g->cc_minor;
+    END();
+}
+
+typedef struct {
+    unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
+        sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+_Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "device attributes");
+
+/* MIG device handles only (nvml.h: "This API currently only supports MIG device handles"). */
+static int attributes_impl(void *device, nvmlDeviceAttributes_t *a)
+{
+    DEV_BEGIN(device);
+    if (!a) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    if (!mig) FAIL(NVML_ERROR_NOT_SUPPORTED);
+    gi_t *gi; ci_t *ci;
+    if ((rc = mig_resolve(h, &gi, &ci))) goto out;
+    const gip_t *p = gip_by_id(g->mig, gi->profile_id);
+    if (!p) FAIL(NVML_ERROR_UNKNOWN);
+    memset(a, 0, sizeof *a);
+    a->multiprocessorCount = (unsigned)(p->sm / p->cslices * ci->size);
+    a->sharedCopyEngineCount = (unsigned)p->ce;
+    a->sharedDecoderCount = (unsigned)p->dec;
+    a->sharedEncoderCount = (unsigned)p->enc;
+    a->sharedJpegCount = (unsigned)p->jpeg;
+    a->sharedOfaCount = (unsigned)p->ofa;
+    a->gpuInstanceSliceCount = (unsigned)p->cslices;
+    a->computeInstanceSliceCount = (unsigned)ci->size;
+    a->memorySizeMB = p->mem_mb;
+    END();
+}
+
+API nvmlReturn_t nvmlDeviceGetAttributes_v2(void *device, nvmlDeviceAttributes_t *a) { return attributes_impl(device, a); }
+API nvmlReturn_t nvmlDeviceGetAttributes(void *device, nvmlDeviceAttributes_t *a) { return attributes_impl(device, a); }
+
+/* The far end of an NVLink: nvlink.remote[link] from the fixture (a GPU's bus id gets that GPU's
+ * PCI ids), else a synthetic NVSwitch on bus 0xC0 + link % 6. */
+static int remote_pci_impl(void *device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    DEV_BEGIN(device);
+    PHYS_ONLY();
+    if (!pci) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->nvlinks <= 0) FAIL(NVML_ERROR_NOT_SUPPORTED);
+    if (link >= (unsigned)g->nvlinks) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof *pci);
+    unsigned d = 0, b = 0xC0 + link % 6, v = 0, f = 0, devid = g->cc_major >= 9 ? 0x22A310DE : 0x1AF110DE, sub = 0;
+    if ((int)link < g->nremote && g->nvlink_remote[link][0]) {
+        parse_busid(g->nvlink_remote[link], &d, &b, &v, &f);
+        devid = sub = 0;
+        for (int i = 0; i < g_fx.ngpus; i++) {
+            const gpu_t *o = &g_fx.gpus[i];
+            if (o->domain == d && o->bus == b && o->dev == v && o->func == f) {
+                devid = o->pci_dev_id;
+                sub = o->pci_sub_id;
+            }
+        }
+    }
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", d, b, v, f);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", d, b, v, f);
+    pci->domain = d;
+    pci->bus = b;
+    pci->device = v;
+    pci->pciDeviceId = devid;
+    pci->pciSubSystemId = sub;
+    END();
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(void *device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    return remote_pci_impl(device, link, pci);
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void *device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    return remote_pci_impl(device, link, pci);
+}
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+/*
+ * Events are lines appended to "<state>.events" (nvml_double_ctl.py inject-xid):
+ *   {"uuid": "GPU-...", "type": 8, "data": 79, "gpu_instance_id": N, "compute_instance_id": N}
+ * An event set starts at the file's end when it is created, so it sees only later events, and
+ * nvmlEventSetWait polls the file (every 10 ms) without holding the library's mutex.
+ */
+
+typedef struct {
+    void *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+_Static_assert(sizeof(nvmlEventData_t) == 32, "event data");
+
+#define MAXEVSET 64
+typedef struct { int used; long long cursor; unsigned long long mask[MAXG]; } evset_t;
+static evset_t EVSETS[MAXEVSET];
+
+static evset_t *as_evset(void *p)
+{
+    evset_t *s = p;
+    if (!p || !IN_ARRAY(p, EVSETS) || ((const char *)p - (const char *)EVSETS) % sizeof(evset_t) || !s->used)
+        return NULL;
+    return s;
+}
+
+static void events_path(char *out, size_t n)
+{
+    snprintf(out, n, "%s.events", g_state_path);
+}
+
+static long long events_size(void)
+{
+    char ep[PATH_MAX];
+    struct stat st;
+    events_path(ep, sizeof ep);
+    return stat(ep, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+API nvmlReturn_t nvmlEventSetCreate(void **set)
+{
+    BEGIN();
+    FAULT(-1);
+    if (!set) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < MAXEVSET; i++) {
+        if (EVSETS[i].used) continue;
+        memset(&EVSETS[i], 0, sizeof EVSETS[i]);
+        EVSETS[i].used = 1;
+        EVSETS[i].cursor = events_size();
+        *set = &EVSETS[i];
+        goto out;
+    }
+    rc = NVML_ERROR_MEMORY;
+    END();
+}
+
+API nvmlReturn_t nvmlEventSetFree(void *set)
+{
+    BEGIN();
+    FAULT(-1);
+    evset_t *s = as_evset(set);
+    if (!s) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    s->used = 0;
+    END();
+}
+
+API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *device, unsigned long long *types)
+{
+    DEV_BEGIN(device);
+    PHYS_ONLY();
+    if (!types) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    *types = g->event_types;
+    END();
+}
+
+API nvmlReturn_t nvmlDeviceRegisterEvents(void *device, unsigned long long types, void *set)
+{
+    DEV_BEGIN(device);
+    PHYS_ONLY();
+    evset_t *s = as_evset(set);
+    if (!s) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    if (types & ~g->event_types) FAIL(NVML_ERROR_NOT_SUPPORTED);
+    s->mask[h->gpu] |= types;
+    END();
+}
+
+/* One pass over the events after s->cursor: 1 and *data filled when one matched. Holds g_mu. */
+static int events_poll(evset_t *s, nvmlEventData_t *data, int full)
+{
+    char ep[PATH_MAX];
+    events_path(ep, sizeof ep);
+    if (events_size() < s->cursor) s->cursor = 0; /* the file was replaced */
+    FILE *f = fopen(ep, "rb");
+    if (!f) return 0;
+    int found = 0;
+    char line[1024];
+    if (fseeko(f, (off_t)s->cursor, SEEK_SET) == 0) {
+        while (!found && fgets(line, sizeof line, f)) {
+            size_t n = strlen(line);
+            if (n == 0 || line[n - 1] != '\n') break; /* a line still being written */
+            s->cursor += (long long)n;
+            char err[128];
+            jval *ev = json_parse(line, err, sizeof err);
+            if (!ev) continue;
+            const char *uuid = jstr(jget(ev, "uuid"), "");
+            unsigned long long type = (unsigned long long)jint(jget(ev, "type"), 0);
+            for (int i = 0; i < g_fx.ngpus && !found; i++) {
+                if (strcasecmp(uuid, g_fx.gpus[i].uuid) || !(s->mask[i] & type)) continue;
+                memset(data, 0, full ? sizeof *data : offsetof(nvmlEventData_t, gpuInstanceId));
+                data->device = mk(&H_GPU[i], K_GPU, i, -1, -1);
+                data->eventType = type;
+                data->eventData = (unsigned long long)jint(jget(ev, "data"), 0);
+                if (full) {
+                    data->gpuInstanceId = (unsigned)jint(jget(ev, "gpu_instance_id"), NA_ID);
+                    data->computeInstanceId = (unsigned)jint(jget(ev, "compute_instance_id"), NA_ID);
+                }
+                found = 1;
+            }
+            json_free(ev);
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_impl(const char *sym, void *set, nvmlEventData_t *data, unsigned int timeoutms, int full)
+{
+    long long deadline = now_ms() + timeoutms;
+    for (;;) {
+        int rc = NVML_SUCCESS, found = 0;
+        pthread_mutex_lock(&g_mu);
+        evset_t *s = as_evset(set);
+        if (g_refcount <= 0) rc = NVML_ERROR_UNINITIALIZED;
+        else if ((rc = fault(sym, -1))) ;
+        else if (!s || !data) rc = NVML_ERROR_INVALID_ARGUMENT;
+        else found = events_poll(s, data, full);
+        pthread_mutex_unlock(&g_mu);
+        if (rc || found) return rc;
+        long long left = deadline - now_ms();
+        if (left <= 0) return NVML_ERROR_TIMEOUT;
+        struct timespec ts = { 0, (left < 10 ? left : 10) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+API nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return wait_impl("nvmlEventSetWait_v2", set, data, timeoutms, 1);
+}
+
+/* v1: the event data had no GPU/compute instance ids. */
+API nvmlReturn_t nvmlEventSetWait(void *set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return wait_impl("nvmlEventSetWait", set, data, timeoutms, 0);
 }

@@ -9,6 +9,7 @@ edits that file under the same lock the library takes: flock(LOCK_EX) on
     nvml_double_ctl.py show [STATE]
     nvml_double_ctl.py reset [STATE] [--gpu N ...] [--force]
     nvml_double_ctl.py set-processes [STATE] --gpu N (--json LIST | --clear)
+    nvml_double_ctl.py inject-xid [STATE] --gpu N --xid 79 [--gi G --ci C]
 
 STATE defaults to $NVML_DOUBLE_STATE or /var/lib/nvml-double/state.json, the
 fixture to $NVML_DOUBLE_FIXTURE or /etc/nvml-double/fixture.json (--state and
@@ -235,6 +236,33 @@ def cmd_set_processes(args, fx) -> int:
     return 0
 
 
+# nvml.h nvmlEventTypeXidCriticalError; instance ids for "not attributable to a MIG instance".
+EVENT_TYPE_XID = 0x8
+NA_ID = 0xFFFFFFFF
+
+
+def cmd_inject_xid(args, fx) -> int:
+    """Append an XID event to ``<state>.events``; event sets created before it receive it."""
+    (gpu,) = _select(fx, [args.gpu])
+    if (args.gi is None) != (args.ci is None):
+        raise CtlError("--gi and --ci go together")
+    event = {
+        "uuid": fx["gpus"][gpu]["uuid"],
+        "type": EVENT_TYPE_XID,
+        "data": args.xid,
+        "gpu_instance_id": NA_ID if args.gi is None else args.gi,
+        "compute_instance_id": NA_ID if args.ci is None else args.ci,
+    }
+    line = (json.dumps(event) + "\n").encode()
+    with locked(args.state):
+        fd = os.open(args.state + ".events", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)  # one write: readers never see half a line
+        finally:
+            os.close(fd)
+    return 0
+
+
 def main(argv=None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state", dest="state_opt", help="state file (default $NVML_DOUBLE_STATE)")
@@ -253,12 +281,23 @@ def main(argv=None) -> int:
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--json", help='e.g. \'[{"pid": 42, "used_memory_mib": 100}]\'')
     g.add_argument("--clear", action="store_true")
+    s = sub.add_parser("inject-xid", parents=[common], help="raise an XID critical-error event on a GPU")
+    s.add_argument("state", nargs="?")
+    s.add_argument("--gpu", type=int, required=True, help="GPU index")
+    s.add_argument("--xid", type=int, required=True, help="XID number, e.g. 79 (GPU has fallen off the bus)")
+    s.add_argument("--gi", type=int, help="GPU instance id the error is attributed to (MIG)")
+    s.add_argument("--ci", type=int, help="compute instance id the error is attributed to (MIG)")
     args = p.parse_args(argv)
     args.state = args.state_opt or args.state or os.environ.get("NVML_DOUBLE_STATE") or DEFAULT_STATE
     args.fixture = args.fixture or os.environ.get("NVML_DOUBLE_FIXTURE") or DEFAULT_FIXTURE
     try:
         fx = load_fixture(args.fixture)
-        return {"show": cmd_show, "reset": cmd_reset, "set-processes": cmd_set_processes}[args.cmd](args, fx)
+        return {
+            "show": cmd_show,
+            "reset": cmd_reset,
+            "set-processes": cmd_set_processes,
+            "inject-xid": cmd_inject_xid,
+        }[args.cmd](args, fx)
     except CtlError as e:
         print(f"nvml_double_ctl: {e}", file=sys.stderr)
         return e.code
