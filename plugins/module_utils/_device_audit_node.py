@@ -5,6 +5,10 @@
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
 """The node side of the device-cgroup audit: find the container cgroups, read their effective BPF device
 programs through bpf(2), and hand them to the pure ``_device_audit``.  Shared by device_cgroup_audit and node_audit.
+
+The allocation to compare with (``allocation_source``): the ``allocations`` option when given (``api-server``, what
+the cluster side collected), else the kubelet's pod-resources API when its socket is on the node (``pod-resources``,
+the device IDs the kubelet gave each container), else none (only which container can open which GPU).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import platform
 import stat
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _device_audit, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _device_audit, _host, _podresources
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 DEFAULT_BUNDLE_DIRS = ["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"]
@@ -43,6 +47,7 @@ def argument_spec():
         "accesses": {"type": "list", "elements": "str", "choices": ["r", "w", "m", "rw"], "default": ["r", "w", "m"]},
         "bundle_dirs": {"type": "list", "elements": "path", "default": list(DEFAULT_BUNDLE_DIRS)},
         "severity_overrides": {"type": "dict", "default": {}},
+        "pod_resources_socket": {"type": "path", "default": _podresources.DEFAULT_SOCKET},
     }
 
 
@@ -222,6 +227,64 @@ def collect(root, cgroup_root, bundle_dirs):
     return layout, containers, programs, skipped
 
 
+# ---------------------------------------------------------------------------------------------
+# The allocation from the kubelet's pod-resources API
+
+
+def pod_resources_allocations(pods, containers, uuid_to_minor):
+    """The audit's ``allocations`` from a pod-resources ``List`` answer: (allocations, unmatched, None) or
+    (None, [], why they cannot be used).
+
+    pod-resources names containers by namespace, pod and container name, the cgroups by pod UID and container ID;
+    the runtime's bundle annotations (``bundle_dirs``) tie the two.  Every container is either tied or the whole
+    answer is set aside: a container left without its entry would count as allocated no GPU, and every GPU it
+    can open would be a false isolation breach.  For the same reason device IDs that are not the UUID of a GPU
+    of this node (MIG devices, the device plugin's ``index`` ID strategy) set the answer aside.
+    """
+    untied = sorted(c["container_id"][:12] for c in containers if not c.get("sandbox") and not (c.get("name") and c.get("pod_name")))
+    if untied:
+        return None, [], "the names of %d container(s) are unknown (%s): bundle_dirs holds no readable bundle for them" % (
+            len(untied), ", ".join(untied[:5]))  # fmt: skip
+    by_name = {}
+    for container in containers:
+        if not container.get("sandbox"):
+            by_name.setdefault((container["pod_name"], container["name"]), []).append(container)
+    allocations, unmatched, unknown = [], [], []
+    for pod in pods:
+        pod_name = "%s/%s" % (pod["namespace"], pod["name"])
+        for entry in pod["containers"]:
+            # The NVIDIA device plugin's resources; time-slicing replicas carry a ::<n> suffix on the GPU's UUID.
+            ids = sorted({ident.split("::", 1)[0] for device in entry["devices"] if device["resource_name"].startswith("nvidia.com/")
+                          for ident in device["device_ids"]})  # fmt: skip
+            unknown.extend(ident for ident in ids if ident not in uuid_to_minor)
+            matches = by_name.get((pod_name, entry["name"]), [])
+            if not matches and ids:
+                unmatched.append("%s/%s" % (pod_name, entry["name"]))
+            for container in matches:
+                allocations.append({"pod_uid": container["pod_uid"], "container": container["container_id"], "gpu_minors": [],
+                                    "gpu_uuids": ids, "privileged": False, "pod": pod_name})  # fmt: skip
+    if unknown:
+        return None, [], "device IDs that are no GPU UUID of this node (/proc/driver/nvidia/gpus): %s" % ", ".join(sorted(set(unknown))[:5])
+    return allocations, unmatched, None
+
+
+def allocation(params, containers, uuid_to_minor):
+    """(allocations or None, allocation_source, pod_resources report)."""
+    socket_path = _host.host_path(params["root"], params["pod_resources_socket"])
+    report = {"socket": socket_path, "pods": None, "unmatched": [], "reason": None}
+    if params["allocations"] is not None:
+        report["reason"] = "allocations given"
+        return params["allocations"], "api-server", report
+    try:
+        pods = _podresources.list_pod_resources(socket_path)
+    except _podresources.PodResourcesError as error:
+        report["reason"] = error.msg
+        return None, "none", report
+    report["pods"] = len(pods)
+    allocations, report["unmatched"], report["reason"] = pod_resources_allocations(pods, containers, uuid_to_minor)
+    return allocations, ("none" if allocations is None else "pod-resources"), report
+
+
 def run(params):
     root = params["root"]
     if not os.path.isdir(root):
@@ -230,6 +293,9 @@ def run(params):
     started = time.monotonic()
     devices = describe_devices(root, params["devices"]) if params["devices"] is not None else default_devices(root)
     layout, containers, programs, skipped = collect(root, params["cgroup_root"], params["bundle_dirs"])
+    uuid_to_minor = gpu_uuids(root)
+    # After the cgroups: a container that starts in between is in the answer, not left out of it.
+    allocations, source, pod_resources = allocation(params, containers, uuid_to_minor)
     collected = time.monotonic()
     result = _device_audit.audit(
         params["node_name"] or platform.node(),
@@ -237,8 +303,8 @@ def run(params):
         programs,
         devices,
         accesses=params["accesses"],
-        allocations=params["allocations"],
-        uuid_to_minor=gpu_uuids(root),
+        allocations=allocations,
+        uuid_to_minor=uuid_to_minor,
         severity_overrides=params["severity_overrides"],
     )
     decided = time.monotonic()
@@ -261,6 +327,8 @@ def run(params):
             }
             for pid, info in programs.items()
         },
+        "allocation_source": source,
+        "pod_resources": pod_resources,
         "summary": {"containers": len(containers), "programs": len(programs), "findings": counts, "max_severity": max_severity},
         "timings": {"read_s": round(collected - started, 4), "decide_s": round(decided - collected, 4)},
     }

@@ -233,7 +233,8 @@ def audit_nvml(params):
 
 def audit_device_cgroups(params):
     result = _device_audit_node.run(params)
-    return False, _post_check_findings("device_cgroups", result["findings"]), {"summary": result["summary"]}
+    details = {"summary": result["summary"], "allocation_source": result["allocation_source"], "pod_resources": result["pod_resources"]}
+    return False, _post_check_findings("device_cgroups", result["findings"]), details
 
 
 # name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml

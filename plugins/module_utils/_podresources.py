@@ -347,6 +347,14 @@ class _Connection:
         self.sock.settimeout(self._remaining())
         self.sock.sendall(data)
 
+    def reply(self, data):
+        """A control frame (ACK, WINDOW_UPDATE): a peer that already closed after its answer is no error, what
+        it sent is still read; a peer that closed too early shows as end of stream on the next read."""
+        try:
+            self.send(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def _fill(self, count):
         while len(self.buffer) < count:
             self.sock.settimeout(self._remaining())
@@ -443,14 +451,14 @@ def exchange(sock, path, message=b"", timeout=DEFAULT_TIMEOUT, authority="localh
             # Flow control: give back what was consumed, padding included, on the connection and the stream.
             consumed += len(payload)
             if consumed >= threshold:
-                conn.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", consumed)) + frame(WINDOW_UPDATE, 0, STREAM, struct.pack(">I", consumed)))
+                conn.reply(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", consumed)) + frame(WINDOW_UPDATE, 0, STREAM, struct.pack(">I", consumed)))
                 consumed = 0
         elif kind == SETTINGS:
             if not flags & FLAG_ACK:
-                conn.send(frame(SETTINGS, FLAG_ACK, 0))
+                conn.reply(frame(SETTINGS, FLAG_ACK, 0))
         elif kind == PING:
             if not flags & FLAG_ACK:
-                conn.send(frame(PING, FLAG_ACK, 0, payload))
+                conn.reply(frame(PING, FLAG_ACK, 0, payload))
         elif kind == RST_STREAM and stream == STREAM:
             code = struct.unpack(">I", payload[:4])[0] if len(payload) >= 4 else 1
             raise PodResourcesError("pod-resources: %s reset the call (HTTP/2 %s)" % (where, _h2_error(code)))

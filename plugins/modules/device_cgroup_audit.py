@@ -22,9 +22,16 @@ description:
   - A program the kernel will not dump (constant blinding with raw dumps restricted), or one that calls helpers,
     reads maps or memory other than the 12-byte device context, is reported as C(unauditable_program); its
     verdicts are never guessed.
-  - With O(allocations) from the cluster side, compares with the allocation, see O(severity_overrides) for the
-    finding ids. Without it, reports which containers can open which GPU (C(gpu_access), info).
-  - Read-only; it never loads, attaches or detaches a program.
+  - "Compares with an allocation (see O(severity_overrides) for the finding ids) and says which in
+    C(allocation_source): O(allocations) from the cluster side when given (V(api-server)); else the kubelet's
+    pod-resources API (C(v1.PodResourcesLister/List) on O(pod_resources_socket), the device IDs the kubelet gave each
+    container; V(pod-resources)); else none (V(none)), only which containers can open which GPU (C(gpu_access), info)."
+  - "The pod-resources answer is used only when every container is tied to it (container and pod names from the
+    runtime's bundles, O(bundle_dirs)) and every C(nvidia.com/*) device ID is the UUID of a GPU of the node: a container
+    left out would count as allocated no GPU and show false isolation breaches. Otherwise, or when the API does not
+    answer, C(pod_resources.reason) says why and the audit runs without an allocation."
+  - Read-only; it never loads, attaches or detaches a program. The pod-resources client is part of the collection
+    (HTTP/2 and gRPC in the Python standard library); a call is bounded by 10 seconds.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -98,6 +105,12 @@ options:
     type: list
     elements: path
     default: [/run/containerd/io.containerd.runtime.v2.task/k8s.io, /run/containers/storage/overlay-containers]
+  pod_resources_socket:
+    description:
+      - The kubelet's pod-resources socket, as a node path (read below O(root)). Read only when O(allocations) is
+        not given.
+    type: path
+    default: /var/lib/kubelet/pod-resources/kubelet.sock
   severity_overrides:
     description:
       - Severity per finding id, replacing the default. Ids and defaults are C(isolation_breach) critical,
@@ -183,6 +196,20 @@ programs:
   description: The programs read, by ID, with C(name), C(tag), C(insns) (count) and C(unauditable) (why not dumpable, or null).
   returned: always
   type: dict
+allocation_source:
+  description:
+    - Where the allocation compared with came from, V(api-server) (O(allocations)), V(pod-resources) or V(none).
+  returned: always
+  type: str
+  sample: pod-resources
+pod_resources:
+  description:
+    - The pod-resources read, C(socket) (host path), C(pods) (pods in the answer, null when not read), C(unmatched)
+      (C(namespace/pod/container) holding GPUs without a container cgroup here, such as containers started after the
+      cgroups were read) and C(reason) (why the answer was not used, or null).
+  returned: always
+  type: dict
+  sample: {"socket": "/var/lib/kubelet/pod-resources/kubelet.sock", "pods": 12, "unmatched": [], "reason": null}
 summary:
   description: Counts of containers, programs and findings per severity, and C(max_severity) (null without findings).
   returned: always

@@ -161,6 +161,8 @@ findings:
 checks:
   description:
     - Per check, C(status), C(would_change), C(findings) (a count), C(seconds), C(details).
+    - The C(details) of C(device_cgroups) carry the audit's C(summary), C(allocation_source) and C(pod_resources)
+      (see M(gpuharden.k8s.device_cgroup_audit)).
     - C(status) is C(drift) when the check's stage would change something, C(findings) when there are only findings
       running the stage does not change (hardware, workloads), C(ok), C(error) (the check could not run) or C(skipped).
   returned: always

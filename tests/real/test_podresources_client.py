@@ -19,6 +19,10 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _podresources as pr
 
+from tests.unit.conftest import run_module, world_tmp  # noqa: F401 - fixture
+from tests.unit.test_device_audit_podresources import SOCKET, _pods, named_node  # noqa: F401 - fixture
+from tests.unit.test_device_cgroup_audit import UID_B, _by_id, v1_node  # noqa: F401 - fixture
+
 pytestmark = pytest.mark.real
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,8 +44,8 @@ def serve(tmp_path):
     binary = server_binary()
     started = []
 
-    def start(list=None, allocatable=None):  # noqa: A002 - the RPC's name
-        sock = tmp_path / ("kubelet-%d.sock" % len(started))
+    def start(list=None, allocatable=None, sock=None):  # noqa: A002 - the RPC's name
+        sock = sock or tmp_path / ("kubelet-%d.sock" % len(started))
         argv = [str(binary), "-socket", str(sock)]
         for flag, data in (("-list", list), ("-allocatable", allocatable)):
             if data is not None:
@@ -235,3 +239,15 @@ def test_stopped_server_is_unavailable(serve):
         time.sleep(0.05)
     with pytest.raises(pr.PodResourcesUnavailable, match="pod-resources API not available"):
         pr.list_pod_resources(sock)
+
+
+def test_device_cgroup_audit_takes_the_allocation_from_grpc_go(serve, named_node):  # noqa: F811 - the fixture
+    """The module, run as Ansible runs it, reads the real server's List on the node root's kubelet socket."""
+    sock = serve(list={"pod_resources": _pods(named_node)}, sock=named_node.root / SOCKET)
+    result = run_module("device_cgroup_audit", {"root": str(named_node.root), "node_name": "dgx"}, {})
+    assert not result.get("failed"), result
+    assert result["allocation_source"] == "pod-resources"
+    assert result["pod_resources"] == {"socket": sock, "pods": 4, "unmatched": ["ml/pending/main"], "reason": None}
+    found = _by_id(result)
+    assert set(found) == {"isolation_breach", "broken_allocation"}
+    assert {f["pod"] for f in found["isolation_breach"]} == {UID_B}
