@@ -3,7 +3,9 @@
 
 `gpuharden facts` runs the gpu_facts module over an inventory through ansible-runner and prints one
 line per GPU (or JSON).  Exit codes: 0 all hosts answered, 1 some host failed or was unreachable,
-2 usage or environment error.  `gpuharden drift` checks an inventory for drift (see gpuharden/drift.py).
+2 usage or environment error, or no host matched.  `gpuharden drift` checks an inventory for drift (see
+gpuharden/drift.py).  Further commands (`gpuharden lab`, from the gpuharden-lab distribution) plug in through
+the ``gpuharden.commands`` entry point group.
 """
 
 from __future__ import annotations
@@ -15,7 +17,52 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__, drift
+from gpuharden import __version__, ansible_output, drift
+
+DESCRIPTION = """\
+gpuharden: harden the GPU nodes of a Kubernetes cluster and keep them hardened, with the gpuharden.k8s Ansible
+collection.  The collection's playbooks make the changes (ansible-playbook gpuharden.k8s.harden_gpu_nodes, from a
+checkout playbooks/harden-gpu-nodes.yml); this command gathers GPU facts and checks a fleet for drift from the
+hardened state, read-only, with reports for people (a table) and machines (JSON, Prometheus).
+"""
+EPILOG = """\
+examples:
+  gpuharden facts -i inventory/                 the GPUs of every node: model, PCI bus, NUMA node, MIG mode
+  gpuharden drift -i inventory/                 first survey: which nodes differ from the hardened state
+  gpuharden drift -i inventory/ -l gpu-node-07 --remediate
+                                                fix one node's drift (only the stages with findings), check again
+  ansible-playbook -i inventory/ gpuharden.k8s.harden_gpu_nodes
+                                                harden the fleet (a canary first, within a disruption budget)
+
+exit codes (each command's --help has the details):
+  0    done: every host answered, and (drift) nothing differs from the hardened state
+  1    an answer that needs a look: (drift) a node drifted, needs attention or could not be checked;
+       (facts) a host failed or was unreachable
+  2    usage or environment error, or no host matched the inventory, the playbook's hosts or -l
+  3    (drift) incomplete: the check could not finish, so there is no answer; 128+N: stopped by signal N
+
+"gpuharden COMMAND --help" describes a command, its options and its exit codes.
+"""
+FACTS_DESCRIPTION = """\
+Gather GPU facts from every host of an Ansible inventory (the gpuharden.k8s.gpu_facts module, read-only, run
+through ansible-runner) and print one line per GPU: host, GPU index, model, PCI bus id, NUMA node, MIG mode;
+or a host whose NVML is unusable, with why.  With --json: the facts as the module returns them.
+
+NUMA shows the GPU's node from sysfs; "-" when the platform gives none (one NUMA node, or firmware without
+proximity information: sysfs says -1), "?" when sysfs could not be read.  MIG shows the current mode, "n/a" on
+a GPU without MIG.
+"""
+FACTS_EPILOG = """\
+examples:
+  gpuharden facts -i inventory/
+  gpuharden facts -i inventory/ -l gpu_nodes --json > gpus.json
+  gpuharden facts -i inventory/ -l gpu-node-07 --root /host       (a node's filesystem mounted at /host)
+
+exit codes:
+  0    every host answered (a host whose NVML is unusable still answered, with why)
+  1    some host failed or was unreachable; the others are printed
+  2    usage or environment error, or no host matched (-l, or an empty inventory): nothing was gathered
+"""
 
 
 def _facts(args: argparse.Namespace) -> int:
@@ -28,14 +75,11 @@ def _facts(args: argparse.Namespace) -> int:
     if not os.path.exists(inventory):
         print("gpuharden facts: inventory %s does not exist" % args.inventory, file=sys.stderr)
         return 2
-    # ansible-runner starts `ansible` from PATH in a scratch directory: prefer the one installed beside
-    # this Python, and keep the ansible.cfg of the directory the user ran us from.
-    envvars = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
-        envvars["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
+    # ansible-runner starts `ansible` from PATH in a scratch directory: the one beside this Python, the ansible.cfg
+    # of the directory the user ran us from, no colour (as for gpuharden drift)
     with tempfile.TemporaryDirectory(prefix="gpuharden-runner-") as private_data_dir:
         runner = ansible_runner.run(
-            envvars=envvars,
+            envvars=drift._runner_env(),
             private_data_dir=private_data_dir,
             inventory=inventory,
             host_pattern=args.limit,
@@ -55,8 +99,8 @@ def _facts(args: argparse.Namespace) -> int:
             elif event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
                 failed[host] = data.get("res", {}).get("msg", event["event"])
         if not results and not failed:
-            output = runner.stdout.read().strip() if runner.stdout else ""
-            print("gpuharden facts: ansible did not run (%s, rc %s): %s" % (runner.status, runner.rc, output), file=sys.stderr)
+            output = runner.stdout.read() if runner.stdout else ""
+            print("gpuharden facts: %s" % not_run_message(output, inventory, args.limit, runner.status, runner.rc), file=sys.stderr)
             return 2
     if args.json:
         print(json.dumps({"hosts": results, "failed": failed}, indent=2, sort_keys=True))
@@ -78,7 +122,7 @@ def _facts(args: argparse.Namespace) -> int:
                         gpu["index"],
                         gpu["name"],
                         gpu["pci_bus_id"],
-                        gpu["numa_node"],
+                        numa_text(gpu.get("numa_node")),
                         gpu["mig"]["mode_current"] if gpu["mig"]["capable"] else "n/a",
                     )
                 )
@@ -87,16 +131,39 @@ def _facts(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def numa_text(value):
+    """gpu_facts' numa_node as the table shows it: the node, "-" for -1 (the platform names none: one NUMA node, or
+    no firmware proximity information), "?" for null (sysfs unreadable)."""
+    if value is None:
+        return "?"
+    return "-" if int(value) < 0 else str(value)
+
+
+def not_run_message(output, inventory, limit, status, rc):
+    """Why `ansible` ran gpu_facts on no host: the pattern matched none, or ansible's first error lines."""
+    if any(text in ansible_output.strip_ansi(output) for text in ansible_output.NO_HOSTS_TEXTS):
+        _kind, reason = ansible_output.no_hosts(output, inventory=inventory, unmatched_plays=[limit])
+        return "no host to gather facts from: %s" % reason.replace("the play's hosts pattern", "-l")
+    excerpt = ansible_output.error_excerpt(output)
+    return "ansible ran gpu_facts on no host (%s)%s" % (
+        ansible_output.describe_exit(status, rc), (":\n" + ansible_output.indent(excerpt)) if excerpt else ", and printed nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuharden", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gpuharden", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version="gpuharden %s" % __version__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    facts = commands.add_parser("facts", help="gather GPU facts from every node of an inventory")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    facts = commands.add_parser("facts", help="gather GPU facts from every node of an inventory (read-only)",
+                                description=FACTS_DESCRIPTION, epilog=FACTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     facts.add_argument("-i", "--inventory", required=True, help="Ansible inventory file or directory")
-    facts.add_argument("-l", "--limit", default="all", help="host pattern (default: all)")
-    facts.add_argument("--root", default="/", help="where the node's filesystem is visible (default: /)")
-    facts.add_argument("-f", "--forks", type=int, default=16)
-    facts.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    facts.add_argument("-l", "--limit", default="all", metavar="PATTERN",
+                       help="the hosts to ask, an Ansible host pattern (default: all, every host of the inventory)")
+    facts.add_argument("--root", default="/", metavar="DIR",
+                       help="where the node's filesystem is visible on the node, for a node run from a container with the host "
+                            "mounted (default: /)")
+    facts.add_argument("-f", "--forks", type=int, default=16, help="hosts asked in parallel (default 16)")
+    facts.add_argument("--json", action="store_true", help="print the facts of every host as JSON, with the failed hosts, instead of a table")
     facts.set_defaults(handler=_facts)
     drift.add_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.

@@ -21,10 +21,16 @@ unreachable, failed) keep their last complete values instead of vanishing, so th
 on ``time() - gpuharden_last_success_timestamp_seconds`` (or node_exporter's ``node_textfile_mtime_seconds``) above
 about two run intervals, and on the unit or Job failing (exit codes 3, 130, 143).
 
+A run with no host to check (the playbook's hosts pattern, gpuharden_target_hosts default gpu_nodes, or -l matched
+no host of the inventory) is a usage error, never an empty clean report; so is a playbook ansible-playbook could
+not start (a YAML error, an unknown variable in a play's keywords).  Their message is the first error lines of
+ansible-playbook's output (started with ANSIBLE_NOCOLOR=1, ANSI codes stripped; see gpuharden/ansible_output.py).
+
 Exit codes: 0 the run finished, every node answered and is clean; 1 the run finished and found drift or attention,
-a cluster finding, or a node unreachable or failed; 2 usage or environment error (nothing was checked, nothing
-written); 3 incomplete: timed out, canceled, or ansible-playbook stopped early (nothing written); 130 interrupted
-by SIGINT, 143 by SIGTERM (nothing written).  1 is an answer about the nodes; 3, 130 and 143 say there is no answer.
+a cluster finding, or a node unreachable or failed; 2 usage or environment error, or no host to check (nothing was
+checked, nothing written); 3 incomplete: timed out, canceled, or ansible-playbook stopped early (nothing written);
+130 interrupted by SIGINT, 143 by SIGTERM (nothing written).  1 is an answer about the nodes; 3, 130 and 143 say
+there is no answer.
 """
 
 from __future__ import annotations
@@ -45,12 +51,16 @@ import threading
 import time
 import uuid
 
+from gpuharden import ansible_output
+
 SEVERITIES = ("info", "warning", "error", "critical")
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
 HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
 # Collection playbook names must be identifiers (ansible-core collection_loader); the hyphenated files beside them
 # (harden-gpu-nodes.yml, ...) only import these for project-directory use.
 PLAYBOOK_FILES = {DRIFT_PLAYBOOK: "drift_check.yml", HARDEN_PLAYBOOK: "harden_gpu_nodes.yml"}
+# The variable the playbooks' hosts pattern comes from, and its default (playbooks/drift_check.yml, harden_gpu_nodes.yml).
+TARGET_VARIABLE = ("gpuharden_target_hosts", "gpu_nodes")
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
@@ -78,20 +88,50 @@ LIST_HOSTS_TIMEOUT = 60
 RUN_MARKER = "GPUHARDEN_RUN_ID"
 # Seconds the processes of an ended run get between SIGTERM and SIGKILL, and again to vanish after SIGKILL.
 TERMINATE_GRACE = 3.0
+DESCRIPTION = """\
+Check the GPU nodes of an Ansible inventory for drift from the state harden_gpu_nodes.yml sets up, read-only,
+and report it: a progress line per host on stderr, a table (or --json) on stdout, and optionally a JSON report
+(--report) and a Prometheus textfile-collector file (--prometheus).  It runs the collection's drift_check.yml
+playbook through ansible-runner: one node_audit run per node, under the node's run lock, plus the cluster-side
+checks (GPUs advertised and allocated, the RuntimeClass) once for the run.
+
+Each node of the report is "clean", "drift" (findings at or above --fail-severity that harden_gpu_nodes.yml fixes,
+with the stages to run) or "attention" (only findings no playbook fixes: a PCIe link trained down, a privileged
+GPU pod); a host that could not be checked is "unreachable" or "failed", never clean.  With --remediate, the
+drifted nodes then get harden_gpu_nodes.yml, limited to them and to the stages with findings, and are checked again.
+
+The hosts are the playbook's: the group in gpuharden_target_hosts (default gpu_nodes), narrowed by -l.  A run
+where these match no host exits 2 and names the pattern; it never reports an empty fleet as clean.
+"""
 EPILOG = """\
-Exit codes:
-  0    the run finished: every node answered and is clean (no cluster findings either)
-  1    the run finished and found something: drift, attention, a cluster finding, or a node unreachable or
-       failed (report and metrics written)
-  2    usage or environment error: nothing was checked, nothing written
-  3    INCOMPLETE: the run timed out (--timeout), was canceled, or ansible-playbook stopped before the end
-       of the play; nothing written, stderr names the hosts without a final result
-  130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: incomplete as for 3
-1 is an answer (something on the nodes needs a look); 3, 130 and 143 mean there is no answer.  An incomplete run
-leaves the previous --report and --prometheus files byte for byte as they were and prints no table or summary,
-so the metrics always describe the last complete run: gpuharden_last_success_timestamp_seconds stops advancing
-(alert on its age, or on node_textfile_mtime_seconds) and the per-node series keep their last complete values
-(gpuharden_drift_node_drifted, _attention, _unreachable, _failed), so their alerts do not resolve.
+examples:
+  first survey of a fleet (read-only; exit 1 when anything needs a look):
+    gpuharden drift -i inventory/
+  from cron or a systemd timer, for node_exporter's textfile collector (the files are replaced whole, and only
+  by a run that finished):
+    gpuharden drift -i inventory/ -q --timeout 1800 --report /var/lib/gpuharden/drift.json \\
+        --prometheus /var/lib/node_exporter/textfile/gpuharden.prom
+  fix the drift of one node (only the stages with findings), then check it again:
+    gpuharden drift -i inventory/ -l gpu-node-07 --remediate
+
+exit codes:
+  0    clean: the run finished, every node answered, and nothing differs from the desired state (no cluster
+       finding either)
+  1    DRIFT, an answer: the run finished and some node differs from the desired state (drift, which harden
+       fixes), needs attention (hardware, workloads), or could not be checked (unreachable, failed), or a cluster
+       object differs; the report and metrics are written and say which
+  2    usage or environment error, or no host to check (gpuharden_target_hosts, default gpu_nodes, or -l matched
+       no host of the inventory; ansible-playbook could not start the playbook): nothing checked, nothing written
+  3    INCOMPLETE, no answer: the check could not finish (--timeout, canceled, ansible-playbook stopped before
+       the end of the play), so the fleet's state is unknown: neither clean nor drifted; nothing written, stderr
+       names the hosts without a final result
+  128+N  stopped by signal N, incomplete as for 3: 130 SIGINT (Ctrl-C), 143 SIGTERM
+
+1 says something about the nodes; 3, 130 and 143 say there is no answer.  An incomplete run leaves the previous
+--report and --prometheus files byte for byte as they were and prints no table or summary, so the metrics always
+describe the last complete run: gpuharden_last_success_timestamp_seconds stops advancing (alert on its age, or on
+node_textfile_mtime_seconds) and the per-node series (gpuharden_drift_node_drifted, _attention, _unreachable,
+_failed) keep their last complete values, so their alerts do not resolve.
 """
 
 
@@ -104,15 +144,17 @@ class Incomplete(Exception):
 
     ``pending``: hosts without a final result; ``checked``: hosts that had one when the run stopped (not reported
     either, since the run's cluster-wide checks and the other hosts are missing); ``hosts_known``: False when the
-    play's host list could not be read, so hosts not yet started may be missing from ``pending``."""
+    play's host list could not be read, so hosts not yet started may be missing from ``pending``; ``details``: the
+    first error lines of ansible-playbook's output, when it stopped by itself."""
 
-    def __init__(self, reason, code, pending=(), checked=(), hosts_known=True):
+    def __init__(self, reason, code, pending=(), checked=(), hosts_known=True, details=""):
         super().__init__(reason)
         self.reason = reason
         self.code = code
         self.pending = sorted(pending)
         self.checked = sorted(checked)
         self.hosts_known = hosts_known
+        self.details = details
 
 
 class StopRequest:
@@ -173,6 +215,7 @@ class Outcomes:
         self.runtime_class = None
         self.seen = set()
         self.stats = None  # the playbook_on_stats event's data: the play got to its end
+        self.plays = PlayTracker()
         self.progress = progress
 
     def done(self):
@@ -184,6 +227,8 @@ class Outcomes:
         kind = event.get("event")
         if kind == "playbook_on_stats":
             self.stats = data
+            return True
+        if self.plays.feed(event):
             return True
         if host and kind == "runner_on_start":
             self.seen.add(host)
@@ -236,6 +281,34 @@ class Outcomes:
     def _report(self, host, text):
         if self.progress:
             self.progress(len(self.done()), len(self.seen), host, text)
+
+
+class PlayTracker:
+    """The hosts pattern of each play of a run, and the plays that matched no host (ansible-runner's
+    playbook_on_play_start and playbook_on_no_hosts_matched events, ``play_pattern``)."""
+
+    def __init__(self):
+        self.plays = []  # [pattern, matched]
+
+    def feed(self, event):
+        """True when ``event`` was one of the two."""
+        data = event.get("event_data") or {}
+        if event.get("event") == "playbook_on_play_start":
+            self.plays.append([data.get("play_pattern") or data.get("pattern") or "?", True])
+            return True
+        if event.get("event") == "playbook_on_no_hosts_matched":
+            if not self.plays:
+                self.plays.append([data.get("play_pattern") or "?", True])
+            self.plays[-1][1] = False
+            return True
+        return False
+
+    def unmatched(self):
+        return [pattern for pattern, matched in self.plays if not matched]
+
+    def first_unmatched(self):
+        """True when the run's first play matched no host (then nothing of the playbook ran on a node)."""
+        return bool(self.plays) and not self.plays[0][1]
 
 
 def _message(result):
@@ -492,8 +565,11 @@ def table(report, width=120):
 
 def _runner_env():
     """ansible-runner starts ansible-playbook from PATH in a scratch directory: prefer the one beside this Python,
-    and keep the ansible.cfg of the directory the user ran us from."""
-    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    and keep the ansible.cfg of the directory the user ran us from.  No colour: ansible-runner runs ansible on a
+    pseudo-terminal, so ansible would colour its output, and an error read from it (ansible_output) must be plain
+    text (ANSIBLE_FORCE_COLOR, from the caller's environment, would win over ANSIBLE_NOCOLOR: it is turned off)."""
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
     if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
         env["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
     return env
@@ -769,16 +845,35 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
     if after:
         raise incomplete(args, extravars, limit, outcomes, stop, *after)
     if not outcomes.seen:
-        raise DriftError("ansible-playbook did not run the drift check (%s, rc %s): %s"
-                         % (status, rc, " ".join(stdout.split())[-1500:] or "no output"))
+        raise not_run("the drift check", args.inventory, limit, outcomes.plays.unmatched(), status, rc, stdout)
     if not outcomes.finished():
         # killed, crashed or stopped by a play-wide error: the hosts it had not got to have no result, and the
         # cluster-wide checks at the end of the play did not run for any host
-        raise incomplete(args, extravars, limit, outcomes, stop, "ansible-playbook stopped before the end of the play "
-                         "(%s, rc %s): %s" % (status, rc, " ".join(stdout.split())[-300:] or "no output"), EXIT_INCOMPLETE)
+        error = incomplete(args, extravars, limit, outcomes, stop, "ansible-playbook stopped before the end of the play "
+                           "(%s)" % ansible_output.describe_exit(status, rc), EXIT_INCOMPLETE)
+        error.details = ansible_output.error_excerpt(stdout)
+        raise error
     outcomes.close()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=names)
+
+
+def not_run(what, inventory, limit, unmatched, status, rc, stdout):
+    """The DriftError of a playbook run that ran nothing on any host: no host to work on (which pattern or -l matched
+    nothing; ``unmatched``: the hosts patterns of the plays that matched no host), or ansible-playbook's first error
+    lines, with its exit code in words."""
+    found = ansible_output.no_hosts(stdout, inventory=inventory, limit=limit, unmatched_plays=unmatched,
+                                    pattern_variable=TARGET_VARIABLE)
+    if found:
+        kind, reason = found
+        hint = {"inventory": "check -i and ansible's warnings about it",
+                "limit": "give -l hosts or groups of the inventory",
+                "pattern": "put the GPU nodes in the group %s names (default %s), or set it: -e %s=GROUP%s"
+                           % (TARGET_VARIABLE[0], TARGET_VARIABLE[1], TARGET_VARIABLE[0], ", or widen -l" if limit else "")}[kind]
+        return DriftError("no host to run %s on: %s.  Nothing was checked or changed; %s" % (what, reason, hint))
+    excerpt = ansible_output.error_excerpt(stdout)
+    return DriftError("ansible-playbook ran %s on no host (%s)%s" % (
+        what, ansible_output.describe_exit(status, rc), (":\n" + ansible_output.indent(excerpt)) if excerpt else ", and printed nothing"))
 
 
 def remediate(args, report, base_vars, stream, stop=None, deadline=None):
@@ -803,20 +898,33 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
         if not args.quiet:
             stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))
         changed = {}
+        plays = PlayTracker()
 
-        def handler(event, changed=changed):
+        def handler(event, changed=changed, plays=plays):
+            plays.feed(event)
             data = event.get("event_data") or {}
             if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
                 changed[data["host"]] = changed.get(data["host"], 0) + 1
             return True
 
-        status, rc, stats, _stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
-                                                  forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler,
-                                                  cancel=stop.requested if stop is not None else None,
-                                                  timeout=runner_timeout(deadline))
+        status, rc, stats, stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
+                                                 forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler,
+                                                 cancel=stop.requested if stop is not None else None,
+                                                 timeout=runner_timeout(deadline))
         stop_here(status)
-        runs.append({"hosts": sorted(hosts), "stages": list(stages), "status": status, "rc": rc,
-                     "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))})
+        if plays.first_unmatched():
+            # the drift check just ran on these hosts: harden's own pattern (gpuharden_target_hosts) leaves them out
+            raise not_run("harden_gpu_nodes.yml (--remediate)", args.inventory, ",".join(sorted(hosts)), plays.plays[0][:1],
+                          status, rc, stdout)
+        entry = {"hosts": sorted(hosts), "stages": list(stages), "status": status, "rc": rc,
+                 "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))}
+        if rc:
+            entry["error"] = ansible_output.error_excerpt(stdout)
+            stream.write("gpuharden drift: harden_gpu_nodes.yml on %s failed (%s)%s\n" % (
+                ", ".join(sorted(hosts)), ansible_output.describe_exit(status, rc),
+                (":\n" + ansible_output.indent(entry["error"])) if entry["error"] else ""))
+            stream.flush()
+        runs.append(entry)
     return runs
 
 
@@ -826,6 +934,8 @@ def explain_incomplete(error, args, stream):
     files = [path for path in (args.report, args.prometheus) if path]
     lines = ["gpuharden drift: INCOMPLETE, %s: no report written%s" % (
         error.reason, (" (left as they were: %s)" % ", ".join(files)) if files else "")]
+    if error.details:
+        lines.append("gpuharden drift: ansible-playbook said:\n" + ansible_output.indent(error.details))
     if error.pending:
         lines.append("gpuharden drift: no final result for %d host(s): %s" % (len(error.pending), ", ".join(error.pending)))
     elif error.hosts_known:
@@ -922,11 +1032,12 @@ def merge_after_remediation(before, after):
 
 
 def add_parser(commands):
-    parser = commands.add_parser("drift", help="check an inventory's GPU nodes for drift and report it",
-                                 description="\n\n".join(__doc__.split("\n\n")[1:3]), formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=EPILOG)
+    parser = commands.add_parser("drift", help="check an inventory's GPU nodes for drift from the hardened state, and report it",
+                                 description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     parser.add_argument("-i", "--inventory", required=True, help="Ansible inventory file or directory")
-    parser.add_argument("-l", "--limit", help="host pattern (default: the playbook's hosts, gpu_nodes)")
+    parser.add_argument("-l", "--limit", metavar="PATTERN",
+                        help="only these hosts of the playbook's (an Ansible host pattern, as for ansible-playbook -l; default: "
+                             "every host of gpuharden_target_hosts, default gpu_nodes)")
     parser.add_argument("-f", "--forks", type=int, default=16, help="hosts checked in parallel (default 16)")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                         help="KEY=VALUE, JSON or @FILE, as for ansible-playbook (repeatable)")

@@ -210,7 +210,7 @@ def test_item05_playbook_cut_short_without_stats_is_incomplete(site, monkeypatch
     out, err = capsys.readouterr()
     _untouched(site)
     _no_clean_summary(out)
-    assert "stopped before the end of the play (failed, rc 250)" in err
+    assert "stopped before the end of the play (exit code 250, an unexpected error)" in err
     assert "no final result for 2 host(s): gpu-b, gpu-c" in err
 
 
@@ -273,8 +273,8 @@ def test_item05_help_documents_the_exit_codes(capsys):
     with pytest.raises(SystemExit):
         cli.main(["drift", "--help"])
     text = capsys.readouterr().out
-    for line in ("0    the run finished", "1    the run finished and found something", "2    usage or environment error",
-                 "3    INCOMPLETE", "130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM", "--timeout SECONDS"):
+    for line in ("0    clean: the run finished", "1    DRIFT, an answer: the run finished", "2    usage or environment error",
+                 "3    INCOMPLETE", "128+N  stopped by signal N", "130 SIGINT (Ctrl-C), 143 SIGTERM", "--timeout SECONDS"):
         assert line in text, line
     assert "gpuharden_last_success_timestamp_seconds" in text
 
