@@ -128,7 +128,7 @@ exit codes:
   128+N  stopped by signal N, incomplete as for 3: 130 SIGINT (Ctrl-C), 143 SIGTERM
 
 1 says something about the nodes; 3, 130 and 143 say there is no answer.  An incomplete run leaves the previous
---report and --prometheus files byte for byte as they were and prints no table or summary, so the metrics always
+--report, --prometheus and --html files byte for byte as they were and prints no table or summary, so the metrics always
 describe the last complete run: gpuharden_last_success_timestamp_seconds stops advancing (alert on its age, or on
 node_textfile_mtime_seconds) and the per-node series (gpuharden_drift_node_drifted, _attention, _unreachable,
 _failed) keep their last complete values, so their alerts do not resolve.
@@ -931,7 +931,7 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
 def explain_incomplete(error, args, stream):
     """What an incomplete run says on stderr: why, that nothing was written, and the hosts without a final result.
     Never a table or a summary line (a consumer of stdout must not mistake it for a report)."""
-    files = [path for path in (args.report, args.prometheus) if path]
+    files = [path for path in (args.report, args.prometheus, getattr(args, "html", None)) if path]
     lines = ["gpuharden drift: INCOMPLETE, %s: no report written%s" % (
         error.reason, (" (left as they were: %s)" % ", ".join(files)) if files else "")]
     if error.details:
