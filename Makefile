@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit \
-        integration molecule dist python-dist collection-build collection-install-check demo bench lab-down clean
+        integration molecule monitoring-check dist python-dist collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -28,6 +28,10 @@ system-deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing (run as root or install them)" >&2; exit 2; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  case " $$missing " in *" prometheus "*) \
+	    : "only promtool is wanted: on a systemd host the package starts a Prometheus server on :9090, stop it"; \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi;; \
+	  esac; \
 	fi
 
 $(BIN)/python:
