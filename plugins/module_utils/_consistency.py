@@ -511,7 +511,10 @@ def validate(reports, pod_resources=None, replicas=1):
     _dict(reports, "option node_reports")
     _dict(pod_resources or {}, "option pod_resources")
     normalized = {str(node): normalize_report(node, raw) for node, raw in reports.items()}
-    allocations = {str(node): normalize_pod_resources(node, raw) for node, raw in (pod_resources or {}).items()}
+    # A node report may carry the pod-resources answer read on the node (node_audit); the option wins.
+    given = {str(node): raw.get("pod_resources") for node, raw in reports.items() if raw.get("pod_resources") is not None}
+    given.update({str(node): raw for node, raw in (pod_resources or {}).items()})
+    allocations = {node: normalize_pod_resources(node, raw) for node, raw in given.items()}
     return normalized, allocations
 
 
@@ -561,6 +564,8 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
                 "exited_processes": report["exited"],
             },
             "pod_resources": name in allocations,
+            # Exact device IDs per container from the kubelet, or only the pods' requests from the API server.
+            "allocation_source": "pod-resources" if name in allocations else "api-server",
         }
     findings.sort(key=lambda item: (item["node"] or "", -SEVERITIES.index(item["severity"]), item["id"]))
     return findings, summary

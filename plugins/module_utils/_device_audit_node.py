@@ -269,23 +269,36 @@ def pod_resources_allocations(pods, containers, uuid_to_minor):
 
 
 def allocation(params, containers, uuid_to_minor):
-    """(allocations or None, allocation_source, pod_resources report)."""
+    """(allocations or None, allocation_source, pod_resources report, the List answer or None)."""
     socket_path = _host.host_path(params["root"], params["pod_resources_socket"])
     report = {"socket": socket_path, "pods": None, "unmatched": [], "reason": None}
     if params["allocations"] is not None:
         report["reason"] = "allocations given"
-        return params["allocations"], "api-server", report
+        return params["allocations"], "api-server", report, None
     try:
         pods = _podresources.list_pod_resources(socket_path)
     except _podresources.PodResourcesError as error:
         report["reason"] = error.msg
-        return None, "none", report
+        return None, "none", report, None
     report["pods"] = len(pods)
     allocations, report["unmatched"], report["reason"] = pod_resources_allocations(pods, containers, uuid_to_minor)
-    return allocations, ("none" if allocations is None else "pod-resources"), report
+    return allocations, ("none" if allocations is None else "pod-resources"), report, pods
 
 
-def run(params):
+def gpu_allocations(pods):
+    """The List answer cut to what gpu_consistency's ``pod_resources`` takes: the C(nvidia.com/*) devices per container."""
+    return [
+        {"namespace": pod["namespace"], "name": pod["name"], "containers": [
+            {"name": c["name"], "devices": [{"resource_name": d["resource_name"], "device_ids": d["device_ids"]}
+                                            for d in c["devices"] if d["resource_name"].startswith("nvidia.com/")]}
+            for c in pod["containers"]]}
+        for pod in pods
+    ]  # fmt: skip
+
+
+def run(params, keep_answer=False):
+    """The audit's result; with ``keep_answer``, ``pod_resources_answer`` is the pod-resources List cut to the GPUs
+    (``gpu_allocations``), or None when it was not read."""
     root = params["root"]
     if not os.path.isdir(root):
         raise GpuhardenError("device_cgroup_audit: root: %s is not a directory" % root)
@@ -295,7 +308,7 @@ def run(params):
     layout, containers, programs, skipped = collect(root, params["cgroup_root"], params["bundle_dirs"])
     uuid_to_minor = gpu_uuids(root)
     # After the cgroups: a container that starts in between is in the answer, not left out of it.
-    allocations, source, pod_resources = allocation(params, containers, uuid_to_minor)
+    allocations, source, pod_resources, answer = allocation(params, containers, uuid_to_minor)
     collected = time.monotonic()
     result = _device_audit.audit(
         params["node_name"] or platform.node(),
@@ -312,7 +325,9 @@ def run(params):
     for finding in result["findings"]:
         counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
     max_severity = next((s for s in reversed(_device_audit.SEVERITIES) if s in counts), None)
+    extra = {"pod_resources_answer": None if answer is None else gpu_allocations(answer)} if keep_answer else {}
     return {
+        **extra,
         "findings": result["findings"],
         "containers": result["containers"],
         "cgroup_layout": layout,

@@ -232,8 +232,10 @@ def audit_nvml(params):
 
 
 def audit_device_cgroups(params):
-    result = _device_audit_node.run(params)
+    result = _device_audit_node.run(params, keep_answer=True)
     details = {"summary": result["summary"], "allocation_source": result["allocation_source"], "pod_resources": result["pod_resources"]}
+    if result["pod_resources_answer"] is not None:
+        details["node_report_pod_resources"] = result["pod_resources_answer"]
     return False, _post_check_findings("device_cgroups", result["findings"]), details
 
 
@@ -278,7 +280,7 @@ def audit(params, clock=time.monotonic):
 def _audit(params, clock):
     root = params["root"]
     node = params.get("node_name")
-    findings, checks, node_report = [], {}, None
+    findings, checks, node_report, pod_resources = [], {}, None, None
     started = clock()
     for name, spec, rules, function in CHECKS:
         given = params.get(name)
@@ -300,10 +302,14 @@ def _audit(params, clock):
         findings.extend(found)
         if "node_report" in details:
             node_report = details.pop("node_report")
+        # The kubelet's pod-resources answer the device_cgroups check read: gpu_consistency's exact allocation.
+        pod_resources = details.pop("node_report_pod_resources", pod_resources)
         # drift: the stage would change something; findings: only what running the stage does not change
         status = "drift" if would_change else ("findings" if found else "ok")
         checks[name] = {"status": status, "would_change": would_change, "findings": len(found),
                         "seconds": round(clock() - begun, 4), "details": details}
+    if node_report is not None and pod_resources is not None:
+        node_report["pod_resources"] = pod_resources
     by_severity = {}
     for entry in findings:
         by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1

@@ -63,6 +63,9 @@ options:
       - A C(cgroup) is the process's cgroup path or the text of C(/proc/<pid>/cgroup).
       - C(missing_pids) (C(missing) of M(gpuharden.k8s.process_cgroup_info)) are processes that exited between the two
         reads; they are left out.
+      - A C(pod_resources) key (the C(node_report) of M(gpuharden.k8s.node_audit) has one where the kubelet's
+        pod-resources API answered on the node) is used as the node's O(pod_resources) when that option has no entry
+        for the node.
     type: dict
     default: {}
   pod_resources:
@@ -146,7 +149,8 @@ nodes:
   description:
     - Per checked node, C(declared) and C(allocated) (resource to count), C(physical) (C(gpus), C(mig_devices),
       C(mig_profiles)) and C(used) (C(gpus), C(processes), C(used_memory_mib)), the last two V(null) without a node
-      report, and C(pod_resources) (whether exact allocations were given).
+      report, C(pod_resources) (whether exact allocations were given) and C(allocation_source) (V(pod-resources), the
+      device IDs per container from the kubelet, or V(api-server), only the pods' requests).
   returned: always
   type: dict
 api_requests:

@@ -175,6 +175,8 @@ node_report:
   description:
     - When the NVML check ran, what M(gpuharden.k8s.gpu_consistency) takes in O(gpuharden.k8s.gpu_consistency#module:node_reports)
       for this node (the NVML check's result and the GPU processes' cgroups); else null.
+    - When the device_cgroups check also read the kubelet's pod-resources API, C(pod_resources) is its answer cut to the
+      C(nvidia.com/*) devices per container, the exact allocation gpu_consistency compares the processes with.
   returned: always
   type: dict
 seconds:

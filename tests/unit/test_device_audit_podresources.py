@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit_node, _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _device_audit_node, _node_audit
 
 from tests.unit.conftest import run_module
 from tests.unit.podresources_fake import FakeKubelet, encode_list
@@ -160,3 +160,36 @@ def test_pure_mapping():
     allocations, unmatched, reason = _device_audit_node.pod_resources_allocations(pods, containers, {"GPU-1": 0})
     assert reason is None and unmatched == []
     assert allocations == [{"pod_uid": "u1", "container": "a" * 64, "gpu_minors": [], "gpu_uuids": ["GPU-1"], "privileged": False, "pod": "ns/p"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# gpu_consistency: the answer node_audit read travels in the node report
+
+
+def test_node_audit_puts_the_answer_in_the_node_report(named_node, monkeypatch):
+    fake_nvml = ("nvml", lambda: {"root": {"type": "path"}}, None, lambda _params: (False, [], {"node_report": {"gpu_count": 8, "gpus": [], "processes": []}}))
+    checks = tuple(fake_nvml if name == "nvml" else (name, spec, rules, fn) for name, spec, rules, fn in _node_audit.CHECKS)
+    monkeypatch.setattr(_node_audit, "CHECKS", checks)
+    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(_pods(named_node))}):
+        result = _node_audit.audit({"root": str(named_node.root), "node_name": "dgx", "nvml": {}, "device_cgroups": {}})
+    answer = result["node_report"]["pod_resources"]
+    assert "node_report_pod_resources" not in result["checks"]["device_cgroups"]["details"]
+    assert {"%s/%s" % (p["namespace"], p["name"]): p["containers"] for p in answer}["ml/sneaky"] == [{"name": "main", "devices": []}]
+    assert answer[0]["containers"][0]["devices"] == [{"resource_name": "nvidia.com/gpu", "device_ids": [_uuid(named_node, 1)]}]
+    # Without the socket, the report has no pod_resources (gpu_consistency then has the API server's requests only).
+    result = _node_audit.audit({"root": str(named_node.root), "node_name": "dgx", "nvml": {}, "device_cgroups": {}})
+    assert "pod_resources" not in result["node_report"]
+
+
+def test_consistency_takes_the_answer_from_the_node_report():
+    report = {"gpu_count": 2, "gpus": [{"index": 0, "uuid": "GPU-0"}, {"index": 1, "uuid": "GPU-1"}], "processes": []}
+    answer = [{"namespace": "ml", "name": "a", "containers": [{"name": "main", "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-0"]}]}]}]
+    node = {"metadata": {"name": "n1", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
+    _reports, allocations = _consistency.validate({"n1": dict(report, pod_resources=answer), "n2": report})
+    assert allocations == {"n1": {("ml", "a", "main"): {"GPU-0"}}}
+    _reports, allocations = _consistency.validate({"n1": dict(report, pod_resources=answer)}, {"n1": []})  # the option wins
+    assert allocations == {"n1": {}}
+    _findings, summary = _consistency.check([node], [], {"n1": dict(report, pod_resources=answer)})
+    assert summary["n1"]["allocation_source"] == "pod-resources" and summary["n1"]["pod_resources"] is True
+    _findings, summary = _consistency.check([node], [], {"n1": report})
+    assert summary["n1"]["allocation_source"] == "api-server"
