@@ -181,3 +181,51 @@ def test_node_root_mig_files_match_the_driver_and_the_double(tmp_path):
     assert driver_mig_devices(str(node.root), [0, 1, 2, 3]) == len(expected) == 12
     access = (caps / "gpu1/mig/gi1/ci2/access").read_text()
     assert access.startswith("DeviceFileMinor: %d\n" % (mig_gi_minor(1, 1) + 3))
+
+
+# The lab's kubelet stand-in predicts what the plugin advertises (gpuharden_lab.standins.kubelet); the real binary
+# is the reference.  Each case: fixture and plugin config file (None: the plugin refuses to start).
+STANDIN_CASES = {
+    "l4-none": ("l4", config()),
+    "l4-list-none": ("l4", config(plugin={"deviceListStrategy": "none"})),
+    "l4-timeslicing": ("l4", dict(config(), sharing={"timeSlicing": {"resources": [{"name": "nvidia.com/gpu",
+                                                                                   "replicas": 4}]}})),
+    "l4-timeslicing-renamed": ("l4", dict(config(), sharing={"timeSlicing": {
+        "renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}})),
+    "dgx-none": ("dgx-a100-80gb", config()),
+    "h100-single-mig-off": ("h100-sxm5-80gb", config(migStrategy="single")),
+    "h100mig-none": ("h100-mig-enabled", config()),
+    "h100mig-mixed": ("h100-mig-enabled", config(migStrategy="mixed")),
+    "h100mig-single": ("h100-mig-enabled", config(migStrategy="single")),
+}
+
+
+def standin_prediction(fixture: str, cfg: dict, tmp_path: Path) -> dict[str, int] | None:
+    """The stand-in's answer for a plugin pod using ``cfg`` on ``fixture``'s node; None when it refuses."""
+    from gpuharden_lab.standins import kubelet as kl
+
+    node = build_node_root(tmp_path / ("standin-" + fixture), fixture)
+    code = "import json; from gpuharden_lab.standins import kubelet as k; print(json.dumps(k.nvml_inventory()))"
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, **node.env()}, capture_output=True, text=True,
+                       timeout=60, check=True)
+    inventory = json.loads(p.stdout)
+    pod = {"metadata": {"name": "dp", "namespace": "kube-system", "labels": {}},
+           "spec": {"nodeName": "n", "volumes": [{"name": "cfg", "configMap": {"name": "dp-config"}}],
+                    "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.18.2",
+                                    "args": ["--config-file=/config/config.yaml"],
+                                    "volumeMounts": [{"name": "cfg", "mountPath": "/config"}]}]},
+           "status": {"phase": "Running"}}
+    try:
+        out = kl.desired_nvidia_resources([pod], "n", {("kube-system", "dp-config"): {"config.yaml": json.dumps(cfg)}},
+                                          inventory)
+    except kl.PluginError:
+        return None
+    return out or None
+
+
+@pytest.mark.parametrize("case", sorted(STANDIN_CASES))
+def test_lab_kubelet_standin_agrees_with_the_real_plugin(case, run_plugin, tmp_path):
+    fixture, cfg = STANDIN_CASES[case]
+    run = run_plugin(fixture, cfg)
+    real = None if run.returncode is not None else counts(run.resources())
+    assert standin_prediction(fixture, cfg, tmp_path) == real, run.log()[-3000:]
