@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The adopter's path on the healthy lab, away from this checkout: a new virtualenv with only the CLI's wheel (and
+what it requires, from PyPI), the collection tarball installed into a scratch collections path, and the playbooks run
+by their FQCN from a directory with no ansible.cfg.
+
+What the lab's hosts need from the controller's Ansible settings: nothing of this repository's ansible.cfg.  The
+inventory the lab writes carries the connection itself (ansible_user root, the lab's SSH key, its known_hosts file
+with StrictHostKeyChecking=yes, the nodes' Python); collections_path becomes ANSIBLE_COLLECTIONS_PATH (the scratch
+path); the playbooks name roles by FQCN, so roles_path is not needed; pipelining, ControlPersist and forks only make
+runs faster.  The only ANSIBLE_* variables set here are the collections path and, for results as data rather than
+stdout, the ansible.builtin.tree callback.
+
+The archives are those in dist/ when `make dist` built them after the last change to their sources, else built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.distfixtures import REPO, built_or_build
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+COLLECTION = ("gpuharden", "k8s")
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    return built_or_build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def adopter(archives, tmp_path_factory):
+    """A new virtualenv with the wheel, the tarball installed into a scratch collections path, and the environment
+    an adopter's shell would have: the new venv's bin first, nothing of this checkout's venv, no ANSIBLE_* settings."""
+    home = tmp_path_factory.mktemp("adopter")
+    assert not home.resolve().is_relative_to(REPO.resolve()), home
+    venv = home / "venv"
+    # sys.executable is this checkout's venv; `-m venv` bases the new one on the interpreter underneath, without
+    # its site-packages (no --system-site-packages: that would hide a missing requirement).
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(archives.wheel)],
+                               capture_output=True, text=True, check=False)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV", "GPUHARDEN_"))}
+    path = [entry for entry in os.environ["PATH"].split(os.pathsep) if entry and not Path(entry).resolve().is_relative_to(REPO.resolve())]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(home / "collections")
+    subprocess.run([str(venv / "bin" / "ansible-galaxy"), "collection", "install", "-p", str(home / "collections"), str(archives.collection)],
+                   env=env, cwd=home, check=True, capture_output=True)
+    return {"home": home, "bin": venv / "bin", "env": env,
+            "collection": home / "collections" / "ansible_collections" / COLLECTION[0] / COLLECTION[1]}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("healthy") as state:
+        yield state
+
+
+def _run(adopter, *argv, env=None):
+    return subprocess.run([str(adopter["bin"] / argv[0]), *argv[1:]], cwd=adopter["home"], env=dict(adopter["env"], **(env or {})),
+                          capture_output=True, text=True, check=False)
+
+
+def _lab_hosts(state):
+    return set(yaml.safe_load(Path(state["inventory"]).read_text())["all"]["children"]["gpu_nodes"]["hosts"])
+
+
+def _playbook(adopter, name, inventory, *args):
+    """ansible-playbook gpuharden.k8s.NAME; its rc and each host's last ok/failed result (the tree callback)."""
+    tree = adopter["home"] / ("tree-%s" % name)
+    completed = _run(adopter, "ansible-playbook", "%s.%s.%s" % (*COLLECTION, name), "-i", inventory, *args,
+                     env={"ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.tree", "ANSIBLE_CALLBACK_TREE_DIR": str(tree)})
+    results = {path.name: json.loads(path.read_text()) for path in tree.iterdir()} if tree.is_dir() else {}
+    return completed, results
+
+
+def test_installed_without_the_checkout_or_the_lab(adopter):
+    version = _run(adopter, "ansible", "--version")
+    assert version.returncode == 0, version.stderr
+    assert "config file = None" in version.stdout, version.stdout
+    assert str(adopter["bin"] / "python") in version.stdout or str(adopter["bin"]) in version.stdout, version.stdout
+    assert not (adopter["collection"] / "tests").exists() and (adopter["collection"] / "MANIFEST.json").is_file()
+    lab = _run(adopter, "python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('gpuharden_lab') is not None)")
+    assert lab.returncode == 0, "gpuharden_lab is importable from the adopter's venv"
+    usage = _run(adopter, "gpuharden", "--help")
+    assert usage.returncode == 0 and "drift" in usage.stdout, usage.stdout + usage.stderr
+    assert _run(adopter, "gpuharden", "lab", "status").returncode == 2, "`gpuharden lab` without the gpuharden-lab distribution"
+
+
+def test_every_playbook_resolves_from_the_installed_collection(adopter):
+    """Each identifier-named playbook by FQCN, each hyphenated wrapper by its installed path: one syntax check."""
+    playbooks = sorted((adopter["collection"] / "playbooks").glob("*.yml"))
+    names = [path.stem for path in playbooks if path.stem.isidentifier()]
+    assert {"harden_gpu_nodes", "bootstrap_gpu_node", "drift_check", "audit_node", "postcheck"} <= set(names), names
+    wrappers = [str(path) for path in playbooks if not path.stem.isidentifier()]
+    completed = _run(adopter, "ansible-playbook", "--syntax-check", "-i", "localhost,",
+                     *["%s.%s.%s" % (*COLLECTION, name) for name in names], *wrappers)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+
+def test_drift_check_by_fqcn(adopter, lab):
+    completed, results = _playbook(adopter, "drift_check", lab["inventory"], "-e", "gpuharden_drift_fail=false")
+    # 0: every host audited; findings (if any) are data here, not failures (2) or unreachable hosts (4)
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    hosts = _lab_hosts(lab)
+    assert set(results) == hosts, (sorted(results), completed.stdout[-2000:])
+    for host, result in results.items():
+        # each host's last result is the set_stats of its node_audit report
+        audit = result["ansible_stats"]["data"]["gpuharden_drift"][host]
+        assert audit["node"] == host and isinstance(audit["findings"], list), audit
+        assert audit["checks"] and "stages" in audit["summary"], audit
+
+
+def test_harden_check_mode_by_fqcn(adopter, lab):
+    completed, results = _playbook(adopter, "harden_gpu_nodes", lab["inventory"], "--check")
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    assert _lab_hosts(lab) <= set(results), sorted(results)
+
+
+def test_gpuharden_drift_finds_the_installed_collection(adopter, lab):
+    report = adopter["home"] / "drift.json"
+    completed = _run(adopter, "gpuharden", "drift", "-q", "-i", lab["inventory"], "--report", str(report))
+    assert completed.returncode in (0, 1), completed.stdout[-3000:] + completed.stderr[-3000:]  # clean or drifted
+    data = json.loads(report.read_text())
+    assert set(data["nodes"]) == _lab_hosts(lab), sorted(data["nodes"])
+    assert data["summary"]["unreachable"] == 0 and data["summary"]["failed"] == 0, data["summary"]
