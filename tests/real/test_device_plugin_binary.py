@@ -69,6 +69,29 @@ def test_allocate_answers_the_uuid(run_plugin):
     assert allocs[0]["envs"]["NVIDIA_VISIBLE_DEVICES"] in uuids("l4.json")
 
 
+def test_mig_allocate_passes_the_capability_device_nodes(run_plugin):
+    """passDeviceSpecs on MIG: the parent GPU plus the GI and CI access capabilities numbered as in mig-minors."""
+    run = run_plugin("h100-mig-enabled", config(migStrategy="mixed", plugin={"passDeviceSpecs": True}))
+    allocs = {x["socket"]: x for x in run.listwatch("-allocate") if x["event"] == "allocate"}
+    specs = sorted(allocs["nvidia-mig-2g.20gb.sock"]["device_specs"])
+    # Either 2g.20gb instance of GPU1 (GI 3 or 4, CI 0): minors 3 + 135*1 + 9*gi and that + 1.
+    gi = {165: 3, 174: 4}[int(specs[0].split(":")[0].removeprefix("/dev/nvidia-caps/nvidia-cap"))]
+    base = mig_gi_minor(1, gi)
+    assert specs == ["/dev/nvidia-caps/nvidia-cap%d:/dev/nvidia-caps/nvidia-cap%d:rw" % (m, m) for m in (base, base + 1)] + \
+        ["/dev/nvidia1:/dev/nvidia1:rw"]
+
+
+def test_preferred_allocation_on_an_nvlink_node(run_plugin):
+    """GetPreferredAllocation walks NVLink remote PCI info and the PCIe topology (go-gpuallocator)."""
+    run = run_plugin("dgx-a100-80gb", config())
+    pref = [x for x in run.listwatch("-preferred", "2") if x["event"] == "preferred"]
+    assert len(pref) == 1 and "error" not in pref[0], pref
+    ids = uuids("dgx-a100-80gb.json")
+    # PCIe switches pair the GPUs (0,1) ... (6,7): the pair shares a switch.
+    assert sorted(ids.index(i) // 2 for i in pref[0]["ids"]) in ([0, 0], [1, 1], [2, 2], [3, 3]), pref
+    assert "symbol lookup error" not in run.log()
+
+
 def test_device_list_strategy_none_refuses_to_start(run_plugin):
     run = run_plugin("l4", config(plugin={"deviceListStrategy": "none"}))
     assert run.returncode not in (None, 0), run.log()

@@ -41,6 +41,9 @@ type line struct {
 	Event    string            `json:"event"` // options | list | allocate | error
 	Devices  []device          `json:"devices,omitempty"`
 	Envs     map[string]string `json:"envs,omitempty"`
+	Mounts   []string          `json:"mounts,omitempty"`
+	Specs    []string          `json:"device_specs,omitempty"`
+	IDs      []string          `json:"ids,omitempty"`
 	Options  map[string]bool   `json:"options,omitempty"`
 	Resource string            `json:"resource,omitempty"`
 	Error    string            `json:"error,omitempty"`
@@ -73,13 +76,14 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Second, "dial and first-response timeout per socket")
 	watch := flag.Duration("watch", 0, "keep reading ListAndWatch updates this long after the first list")
 	allocate := flag.Bool("allocate", false, "Allocate the first device of each plugin and print its envs")
+	preferred := flag.Int("preferred", 0, "ask each plugin for its preferred allocation of this many of its devices")
 	kubelet := flag.Duration("kubelet", 0, "serve kubelet registration on <dir>/kubelet.sock for at most this long")
 	quiet := flag.Duration("quiet", time.Second, "with -kubelet: stop this long after the last registration")
 	flag.Parse()
 
 	if *kubelet > 0 {
 		os.Exit(serveKubelet(*dir, *kubelet, *quiet, func(sock string) error {
-			return query(sock, *timeout, *watch, *allocate)
+			return query(sock, *timeout, *watch, *allocate, *preferred)
 		}))
 	}
 
@@ -104,7 +108,7 @@ func main() {
 		wg.Add(1)
 		go func(sock string) {
 			defer wg.Done()
-			if err := query(sock, *timeout, *watch, *allocate); err != nil {
+			if err := query(sock, *timeout, *watch, *allocate, *preferred); err != nil {
 				emit(line{Socket: filepath.Base(sock), Event: "error", Error: err.Error()})
 				failMu.Lock()
 				failed = true
@@ -118,7 +122,7 @@ func main() {
 	}
 }
 
-func query(sock string, timeout, watch time.Duration, allocate bool) error {
+func query(sock string, timeout, watch time.Duration, allocate bool, preferred int) error {
 	name := filepath.Base(sock)
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -180,7 +184,33 @@ func query(sock string, timeout, watch time.Duration, allocate bool) error {
 		if err != nil {
 			emit(line{Socket: name, Event: "allocate", Error: err.Error()})
 		} else if len(resp.ContainerResponses) > 0 {
-			emit(line{Socket: name, Event: "allocate", Envs: resp.ContainerResponses[0].Envs})
+			cr := resp.ContainerResponses[0]
+			l := line{Socket: name, Event: "allocate", Envs: cr.Envs, IDs: []string{first.Devices[0].ID}}
+			for _, m := range cr.Mounts {
+				l.Mounts = append(l.Mounts, m.HostPath+":"+m.ContainerPath)
+			}
+			for _, d := range cr.Devices {
+				l.Specs = append(l.Specs, d.HostPath+":"+d.ContainerPath+":"+d.Permissions)
+			}
+			emit(l)
+		}
+	}
+
+	if preferred > 0 && opts.GetPreferredAllocationAvailable {
+		var ids []string
+		for _, d := range first.Devices {
+			ids = append(ids, d.ID)
+		}
+		pctx, pcancel := context.WithTimeout(context.Background(), timeout)
+		resp, err := client.GetPreferredAllocation(pctx, &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+				{AvailableDeviceIDs: ids, AllocationSize: int32(preferred)},
+			}})
+		pcancel()
+		if err != nil {
+			emit(line{Socket: name, Event: "preferred", Error: err.Error()})
+		} else if len(resp.ContainerResponses) > 0 {
+			emit(line{Socket: name, Event: "preferred", IDs: resp.ContainerResponses[0].DeviceIDs})
 		}
 	}
 
