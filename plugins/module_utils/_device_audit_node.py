@@ -231,16 +231,28 @@ def collect(root, cgroup_root, bundle_dirs):
 # The allocation from the kubelet's pod-resources API
 
 
-def pod_resources_allocations(pods, containers, uuid_to_minor):
+def pod_resources_allocations(pods, containers, uuid_to_minor, allocatable):
     """The audit's ``allocations`` from a pod-resources ``List`` answer: (allocations, unmatched, None) or
     (None, [], why they cannot be used).
 
     pod-resources names containers by namespace, pod and container name, the cgroups by pod UID and container ID;
     the runtime's bundle annotations (``bundle_dirs``) tie the two.  Every container is either tied or the whole
     answer is set aside: a container left without its entry would count as allocated no GPU, and every GPU it
-    can open would be a false isolation breach.  For the same reason device IDs that are not the UUID of a GPU
-    of this node (MIG devices, the device plugin's ``index`` ID strategy) set the answer aside.
+    can open would be a false isolation breach.  For the same reason the answer is set aside when a GPU may reach
+    a container another way than the kubelet's device manager says: device IDs that are not the UUID of a GPU of
+    this node (MIG devices, the device plugin's ``index`` ID strategy), DRA claims, or a GPU of the node that the
+    device manager does not hold (``allocatable``, the GetAllocatableResources answer: a DRA driver, MIG mode, or
+    no device plugin).
     """
+    advertised = {ident.split("::", 1)[0] for device in allocatable["devices"] if device["resource_name"].startswith("nvidia.com/")
+                  for ident in device["device_ids"]}  # fmt: skip
+    outside = sorted(uuid for uuid in uuid_to_minor if uuid not in advertised)
+    if outside:
+        return None, [], "GPUs of this node that the kubelet's device manager does not hold (a DRA driver, MIG mode, no device plugin): %s" % (
+            ", ".join(outside[:5]))  # fmt: skip
+    claims = sorted("%s/%s/%s" % (pod["namespace"], pod["name"], c["name"]) for pod in pods for c in pod["containers"] if c.get("dynamic_resources"))
+    if claims:
+        return None, [], "containers with DRA claims, whose devices are not mapped to GPUs: %s" % ", ".join(claims[:5])
     untied = sorted(c["container_id"][:12] for c in containers if not c.get("sandbox") and not (c.get("name") and c.get("pod_name")))
     if untied:
         return None, [], "the names of %d container(s) are unknown (%s): bundle_dirs holds no readable bundle for them" % (
@@ -281,7 +293,12 @@ def allocation(params, containers, uuid_to_minor):
         report["reason"] = error.msg
         return None, "none", report, None
     report["pods"] = len(pods)
-    allocations, report["unmatched"], report["reason"] = pod_resources_allocations(pods, containers, uuid_to_minor)
+    try:
+        allocatable = _podresources.get_allocatable_resources(socket_path)
+    except _podresources.PodResourcesError as error:
+        report["reason"] = error.msg
+        return None, "none", report, pods
+    allocations, report["unmatched"], report["reason"] = pod_resources_allocations(pods, containers, uuid_to_minor, allocatable)
     return allocations, ("none" if allocations is None else "pod-resources"), report, pods
 
 

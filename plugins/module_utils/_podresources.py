@@ -17,7 +17,7 @@ client for ONE unary call per connection over HTTP/2 with prior knowledge (h2c):
 * gRPC over HTTP/2 (grpc/grpc doc/PROTOCOL-HTTP2.md): ``content-type: application/grpc``, ``te: trailers``, the
   5-byte length prefix per message, ``grpc-status``/``grpc-message`` from the trailers (or a trailers-only answer).
 * protobuf wire format: a schema-driven decoder for ListPodResourcesResponse and AllocatableResourcesResponse
-  (k8s.io/kubelet/pkg/apis/podresources/v1/api.proto); answers are plain dicts.
+  (k8s.io/kubelet/pkg/apis/podresources/v1/api.proto, v0.36.3); answers are plain dicts.
 
 Errors are ``PodResourcesError`` (a ``GpuhardenError``); ``PodResourcesUnavailable`` (a subclass) means there is
 no API to ask (no socket, or nothing listens on it) so the caller falls back to another source. Every call is
@@ -563,11 +563,26 @@ CONTAINER_MEMORY = {
     2: ("size", "uint64", False, None),
     3: ("topology", "message", False, TOPOLOGY),
 }
-CONTAINER_RESOURCES = {  # 5 dynamic_resources (DRA) is skipped
+CDI_DEVICE = {1: ("name", "string", False, None)}
+CLAIM_RESOURCE = {  # 5 share_id is skipped
+    1: ("cdi_devices", "message", True, CDI_DEVICE),
+    2: ("driver_name", "string", False, None),
+    3: ("pool_name", "string", False, None),
+    4: ("device_name", "string", False, None),
+}
+DYNAMIC_RESOURCE = {
+    2: ("claim_name", "string", False, None),
+    3: ("claim_namespace", "string", False, None),
+    4: ("claim_resources", "message", True, CLAIM_RESOURCE),
+}
+CONTAINER_RESOURCES = {
     1: ("name", "string", False, None),
     2: ("devices", "message", True, CONTAINER_DEVICES),
     3: ("cpu_ids", "int64", True, None),
     4: ("memory", "message", True, CONTAINER_MEMORY),
+    # DRA claims (the kubelet fills them with its KubeletPodResourcesDynamicResources feature gate): decoded so that
+    # callers can tell that devices reached a container another way than through a device plugin.
+    5: ("dynamic_resources", "message", True, DYNAMIC_RESOURCE),
 }
 POD_RESOURCES = {
     1: ("name", "string", False, None),
@@ -662,7 +677,8 @@ def decode_message(data, schema, depth=0):
 
 
 def list_pod_resources(socket_path=DEFAULT_SOCKET, timeout=DEFAULT_TIMEOUT):
-    """List: [{name, namespace, containers: [{name, devices: [{resource_name, device_ids, topology}], cpu_ids, memory}]}]."""
+    """List: [{name, namespace, containers: [{name, devices: [{resource_name, device_ids, topology}], cpu_ids, memory,
+    dynamic_resources: [{claim_name, claim_namespace, claim_resources: [{cdi_devices, driver_name, pool_name, device_name}]}]}]}]."""
     return decode_message(call(socket_path, "List", b"", timeout), LIST_RESPONSE)["pod_resources"]
 
 

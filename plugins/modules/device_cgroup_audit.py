@@ -27,11 +27,12 @@ description:
     pod-resources API (C(v1.PodResourcesLister/List) on O(pod_resources_socket), the device IDs the kubelet gave each
     container; V(pod-resources)); else none (V(none)), only which containers can open which GPU (C(gpu_access), info)."
   - "The pod-resources answer is used only when every container is tied to it (container and pod names from the
-    runtime's bundles, O(bundle_dirs)) and every C(nvidia.com/*) device ID is the UUID of a GPU of the node: a container
-    left out would count as allocated no GPU and show false isolation breaches. Otherwise, or when the API does not
+    runtime's bundles, O(bundle_dirs)), every C(nvidia.com/*) device ID is the UUID of a GPU of the node, no container
+    holds a DRA claim, and every GPU of the node is one the kubelet's device manager holds (C(GetAllocatableResources)):
+    a GPU reaching a container another way would show as a false isolation breach. Otherwise, or when the API does not
     answer, C(pod_resources.reason) says why and the audit runs without an allocation."
   - Read-only; it never loads, attaches or detaches a program. The pod-resources client is part of the collection
-    (HTTP/2 and gRPC in the Python standard library); a call is bounded by 10 seconds.
+    (HTTP/2 and gRPC in the Python standard library); each of its two calls is bounded by 10 seconds.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

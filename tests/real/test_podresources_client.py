@@ -20,7 +20,7 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _podresources as pr
 
 from tests.unit.conftest import run_module, world_tmp  # noqa: F401 - fixture
-from tests.unit.test_device_audit_podresources import SOCKET, _pods, named_node  # noqa: F401 - fixture
+from tests.unit.test_device_audit_podresources import SOCKET, _pods, _uuid, named_node  # noqa: F401 - fixture
 from tests.unit.test_device_cgroup_audit import UID_B, _by_id, v1_node  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.real
@@ -108,6 +108,22 @@ def expected_list(data):
                     "devices": expected_devices(c.get("devices")),
                     "cpu_ids": [int(i) for i in c.get("cpu_ids", [])],
                     "memory": expected_memory(c.get("memory")),
+                    "dynamic_resources": [
+                        {
+                            "claim_name": r.get("claim_name", ""),
+                            "claim_namespace": r.get("claim_namespace", ""),
+                            "claim_resources": [
+                                {
+                                    "cdi_devices": [{"name": d.get("name", "")} for d in cr.get("cdi_devices", [])],
+                                    "driver_name": cr.get("driver_name", ""),
+                                    "pool_name": cr.get("pool_name", ""),
+                                    "device_name": cr.get("device_name", ""),
+                                }
+                                for cr in r.get("claim_resources", [])
+                            ],
+                        }
+                        for r in c.get("dynamic_resources", [])
+                    ],
                 }
                 for c in pod.get("containers", [])
             ],
@@ -134,8 +150,20 @@ LIST = {
                     ],
                     "cpu_ids": [2, 3, 66, 67],
                     "memory": [{"memory_type": "memory", "size": "17179869184", "topology": {"nodes": [{"ID": 0}]}}],
-                    # Dynamic resources (DRA) are read past, not returned.
-                    "dynamic_resources": [{"claim_name": "gpu", "claim_namespace": "ml", "claim_resources": [{"driver_name": "gpu.nvidia.com"}]}],
+                    "dynamic_resources": [
+                        {
+                            "claim_name": "gpu",
+                            "claim_namespace": "ml",
+                            "claim_resources": [
+                                {
+                                    "driver_name": "gpu.nvidia.com",
+                                    "pool_name": "node-1",
+                                    "device_name": "gpu-1",
+                                    "cdi_devices": [{"name": "k8s.gpu.nvidia.com/claim=abc"}],
+                                }
+                            ],
+                        }
+                    ],
                 },
                 {"name": "sidecar"},
             ],
@@ -241,9 +269,13 @@ def test_stopped_server_is_unavailable(serve):
         pr.list_pod_resources(sock)
 
 
+def _allocatable(node):
+    return {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [_uuid(node, minor)]} for minor in range(8)]}
+
+
 def test_device_cgroup_audit_takes_the_allocation_from_grpc_go(serve, named_node):  # noqa: F811 - the fixture
     """The module, run as Ansible runs it, reads the real server's List on the node root's kubelet socket."""
-    sock = serve(list={"pod_resources": _pods(named_node)}, sock=named_node.root / SOCKET)
+    sock = serve(list={"pod_resources": _pods(named_node)}, allocatable=_allocatable(named_node), sock=named_node.root / SOCKET)
     result = run_module("device_cgroup_audit", {"root": str(named_node.root), "node_name": "dgx"}, {})
     assert not result.get("failed"), result
     assert result["allocation_source"] == "pod-resources"

@@ -40,11 +40,19 @@ def encode_devices(devices):
     return out
 
 
+def encode_allocatable(device_ids, resource_name="nvidia.com/gpu"):
+    """AllocatableResourcesResponse with one device entry per ID."""
+    return b"".join(field(1, text(1, resource_name) + text(2, ident)) for ident in device_ids)
+
+
 def encode_list(pods):
-    """ListPodResourcesResponse from [{name, namespace, containers: [{name, devices: [{resource_name, device_ids}]}]}]."""
+    """ListPodResourcesResponse from [{name, namespace, containers: [{name, devices: [{resource_name, device_ids}], claims: [claim name]}]}]."""
     out = b""
     for pod in pods:
-        containers = b"".join(field(3, text(1, c["name"]) + encode_devices(c.get("devices"))) for c in pod.get("containers", []))
+        containers = b"".join(
+            field(3, text(1, c["name"]) + encode_devices(c.get("devices")) + b"".join(field(5, text(2, claim)) for claim in c.get("claims", [])))
+            for c in pod.get("containers", [])
+        )
         out += field(1, text(1, pod["name"]) + text(2, pod["namespace"]) + containers)
     return out
 

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _device_audit_node, _node_audit
 
 from tests.unit.conftest import run_module
-from tests.unit.podresources_fake import FakeKubelet, encode_list
+from tests.unit.podresources_fake import FakeKubelet, encode_allocatable, encode_list
 from tests.unit.test_device_cgroup_audit import CID, UID_A, UID_B, UID_C, _by_id, _uuid, v1_node  # noqa: F401 - fixture
 
 SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
@@ -55,6 +55,11 @@ def _pods(node, train_ids=None, lost_ids=None):
     ]  # fmt: skip
 
 
+def _answers(node, pods=None, gpus=range(8)):
+    """The fake kubelet's answers: List, and GetAllocatableResources holding the node's GPUs."""
+    return {"List": encode_list(_pods(node) if pods is None else pods), "GetAllocatableResources": encode_allocatable([_uuid(node, m) for m in gpus])}
+
+
 def _audit(node, **args):
     result = run_module("device_cgroup_audit", {"root": str(node.root), "node_name": "dgx", **args}, {})
     assert not result.get("failed"), result
@@ -62,9 +67,9 @@ def _audit(node, **args):
 
 
 def test_pod_resources_give_the_allocation(named_node):
-    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(_pods(named_node))}) as kubelet:
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node)) as kubelet:
         result = _audit(named_node)
-    assert kubelet.calls == ["List"]
+    assert kubelet.calls == ["List", "GetAllocatableResources"]
     assert result["allocation_source"] == "pod-resources"
     assert result["pod_resources"] == {"socket": str(named_node.root / SOCKET), "pods": 4, "unmatched": ["ml/pending/main"], "reason": None}
     # The same findings as test_module_on_a_v1_tree with the allocation given by hand.
@@ -77,7 +82,7 @@ def test_pod_resources_give_the_allocation(named_node):
 
 def test_time_slicing_replica_ids(named_node):
     pods = _pods(named_node, train_ids=[_uuid(named_node, 1) + "::0", _uuid(named_node, 1) + "::3"])
-    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(pods)}):
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node, pods)):
         result = _audit(named_node)
     assert result["allocation_source"] == "pod-resources"
     assert next(c for c in result["containers"] if c["pod_uid"] == UID_A)["gpus"] == [1]
@@ -114,11 +119,38 @@ def test_grpc_errors_fall_back(named_node, answer, reason):
     assert {f["id"] for f in result["findings"]} == {"gpu_access"}
 
 
+def test_allocatable_unimplemented_sets_the_answer_aside(named_node):
+    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(_pods(named_node))}):
+        result = _audit(named_node)
+    assert result["allocation_source"] == "none" and result["pod_resources"]["pods"] == 4
+    assert "GetAllocatableResources with gRPC status Unimplemented (12)" in result["pod_resources"]["reason"]
+
+
+def test_gpus_outside_the_device_manager_set_the_answer_aside(named_node):
+    """GPUs 6 and 7 are not the device plugin's (a DRA driver, MIG mode): who may open them is not in the answer."""
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node, gpus=range(6))):
+        result = _audit(named_node)
+    assert result["allocation_source"] == "none"
+    assert result["pod_resources"]["reason"] == (
+        "GPUs of this node that the kubelet's device manager does not hold (a DRA driver, MIG mode, no device plugin): %s"
+        % ", ".join(sorted([_uuid(named_node, 6), _uuid(named_node, 7)]))
+    )
+
+
+def test_dra_claims_set_the_answer_aside(named_node):
+    pods = _pods(named_node)
+    pods[1]["containers"][0]["claims"] = ["gpu-claim"]
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node, pods)):
+        result = _audit(named_node)
+    assert result["allocation_source"] == "none"
+    assert result["pod_resources"]["reason"] == "containers with DRA claims, whose devices are not mapped to GPUs: ml/sneaky/main"
+
+
 def test_unnamed_containers_set_the_answer_aside(v1_node):  # noqa: F811
     """Without the bundles of sneaky and lost, their containers cannot be tied to the answer: using it would make
     their GPUs false breaches."""
     (v1_node.root / SOCKET).parent.mkdir(parents=True)
-    with FakeKubelet(v1_node.root / SOCKET, {"List": encode_list(_pods(v1_node))}):
+    with FakeKubelet(v1_node.root / SOCKET, _answers(v1_node)):
         result = _audit(v1_node)
     assert result["allocation_source"] == "none"
     assert "the names of 2 container(s) are unknown (%s, %s)" % (CID["b"][:12], CID["c"][:12]) in result["pod_resources"]["reason"]
@@ -127,7 +159,7 @@ def test_unnamed_containers_set_the_answer_aside(v1_node):  # noqa: F811
 
 def test_mig_and_index_ids_set_the_answer_aside(named_node):
     pods = _pods(named_node, train_ids=["MIG-5c6a6f8e-1111-2222-3333-444455556666"], lost_ids=["2"])
-    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(pods)}):
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node, pods)):
         result = _audit(named_node)
     assert result["allocation_source"] == "none"
     assert result["pod_resources"]["reason"] == (
@@ -137,13 +169,13 @@ def test_mig_and_index_ids_set_the_answer_aside(named_node):
 
 def test_socket_option_is_rooted(named_node):
     other = named_node.root / "run/other.sock"
-    with FakeKubelet(other, {"List": encode_list(_pods(named_node))}):
+    with FakeKubelet(other, _answers(named_node)):
         result = _audit(named_node, pod_resources_socket="/run/other.sock")
     assert result["allocation_source"] == "pod-resources" and result["pod_resources"]["socket"] == str(other)
 
 
 def test_node_audit_device_cgroups_check(named_node):
-    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(_pods(named_node))}):
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node)):
         result = _node_audit.audit({"root": str(named_node.root), "node_name": "dgx", "device_cgroups": {}})
     check = result["checks"]["device_cgroups"]
     assert check["status"] == "findings"
@@ -157,7 +189,8 @@ def test_pure_mapping():
         {"pod_uid": "u1", "container_id": "b" * 64, "sandbox": True, "name": None, "pod_name": "ns/p"},
     ]
     pods = [{"namespace": "ns", "name": "p", "containers": [{"name": "main", "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-1"]}]}]}]
-    allocations, unmatched, reason = _device_audit_node.pod_resources_allocations(pods, containers, {"GPU-1": 0})
+    allocatable = {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-1::0", "GPU-1::1"]}]}
+    allocations, unmatched, reason = _device_audit_node.pod_resources_allocations(pods, containers, {"GPU-1": 0}, allocatable)
     assert reason is None and unmatched == []
     assert allocations == [{"pod_uid": "u1", "container": "a" * 64, "gpu_minors": [], "gpu_uuids": ["GPU-1"], "privileged": False, "pod": "ns/p"}]
 
@@ -170,7 +203,7 @@ def test_node_audit_puts_the_answer_in_the_node_report(named_node, monkeypatch):
     fake_nvml = ("nvml", lambda: {"root": {"type": "path"}}, None, lambda _params: (False, [], {"node_report": {"gpu_count": 8, "gpus": [], "processes": []}}))
     checks = tuple(fake_nvml if name == "nvml" else (name, spec, rules, fn) for name, spec, rules, fn in _node_audit.CHECKS)
     monkeypatch.setattr(_node_audit, "CHECKS", checks)
-    with FakeKubelet(named_node.root / SOCKET, {"List": encode_list(_pods(named_node))}):
+    with FakeKubelet(named_node.root / SOCKET, _answers(named_node)):
         result = _node_audit.audit({"root": str(named_node.root), "node_name": "dgx", "nvml": {}, "device_cgroups": {}})
     answer = result["node_report"]["pod_resources"]
     assert "node_report_pod_resources" not in result["checks"]["device_cgroups"]["details"]

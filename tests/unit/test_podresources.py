@@ -246,7 +246,7 @@ def test_decode_list_response():
     container = (
         _str(1, "main") + _len(2, device) + _len(3, _varint(4) + _varint(5))  # packed cpu_ids
         + _key(3, 0) + _varint(-1)  # one unpacked, negative
-        + _len(4, memory) + _len(5, dra)  # dynamic_resources: skipped
+        + _len(4, memory) + _len(5, dra)
         + _key(9, 1) + b"\0" * 8 + _key(10, 5) + b"\0" * 4  # unknown fixed64 / fixed32 fields: skipped
     )  # fmt: skip
     pod = _str(1, "train-0") + _str(2, "ml") + _len(3, container) + _len(3, _str(1, "sidecar"))
@@ -262,8 +262,9 @@ def test_decode_list_response():
                     "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-a", "GPU-b"], "topology": {"nodes": [{"ID": 1}, {"ID": 0}]}}],
                     "cpu_ids": [4, 5, -1],
                     "memory": [{"memory_type": "memory", "size": 2**40, "topology": None}],
+                    "dynamic_resources": [{"claim_name": "claim", "claim_namespace": "ns", "claim_resources": []}],
                 },
-                {"name": "sidecar", "devices": [], "cpu_ids": [], "memory": []},
+                {"name": "sidecar", "devices": [], "cpu_ids": [], "memory": [], "dynamic_resources": []},
             ],
         },
         {"name": "empty", "namespace": "", "containers": []},
@@ -532,7 +533,13 @@ def _from_json(pods):
             "name": p["name"],
             "namespace": p["namespace"],
             "containers": [
-                {"name": c["name"], "devices": [device(d) for d in c.get("devices", [])], "cpu_ids": c.get("cpu_ids", []), "memory": []}
+                {
+                    "name": c["name"],
+                    "devices": [device(d) for d in c.get("devices", [])],
+                    "cpu_ids": c.get("cpu_ids", []),
+                    "memory": [],
+                    "dynamic_resources": [],
+                }
                 for c in p.get("containers", [])
             ],
         }
