@@ -16,9 +16,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 DIST = REPO / "dist"
 VENV_BIN = Path(sys.executable).parent
-# What goes into one archive or the other; an archive in dist/ older than any of these is stale.
+# What goes into one archive or the other; an archive in dist/ older than any of these is stale.  (Not all of
+# inventories/: the lab rewrites inventories/lab/ each time it comes up.)
 INPUTS = ("pyproject.toml", "galaxy.yml", "README.md", "CHANGELOG.md", "COPYING", "requirements-node.txt",
-          "src", "plugins", "roles", "playbooks", "meta", "deploy", "docs", "inventories")
+          "src", "plugins", "roles", "playbooks", "meta", "deploy", "docs", "inventories/example")
 
 
 @dataclass(frozen=True)
