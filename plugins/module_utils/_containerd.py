@@ -403,6 +403,9 @@ def drop_in_plugin(config, main):
     return V3_CRI if version is None else None
 
 
+RUNTIME_STRING_FIELDS = ("runtime_type", "runtime_path")
+
+
 class CriView:
     """The CRI runtime section of one file, type-checked."""
 
@@ -419,6 +422,11 @@ class CriView:
             for name in self.runtimes:
                 runtime = _table(config, self.runtimes, name, self.runtime_field(name))
                 _table(config, runtime, "options", self.runtime_field(name) + ".options")
+                # Go strings in the CRI Runtime struct (containerd v2.4.2 internal/cri/config/config.go, v1.7
+                # pkg/cri/config/config.go): another type stops the real daemon at start (tests/real)
+                for key in RUNTIME_STRING_FIELDS:
+                    if runtime is not None and key in runtime and not isinstance(runtime[key], str):
+                        raise _wrong_type(config.path, "%s.%s" % (self.runtime_field(name), key), runtime[key], "a string")
 
     def runtime_field(self, name):
         return "%s.containerd.runtimes.%s" % (self.prefix, _quote_key(name))
@@ -791,8 +799,11 @@ def plan_runtime(files, params, root="/"):
 
 
 def _runtime_document(plugin, name, desired, params, default_name, cdi):
+    """The TOML a k3s/rke2 template must add after {{ template "base" . }}. The base already declares the CRI plugin
+    table, and TOML forbids declaring a table twice (the real containerd refuses to start: tests/real), so a parent
+    table gets a header only when it holds a key of its own."""
     doc = tomlkit.document()
-    cri = _ensure_tables(doc, ["plugins", plugin])
+    cri = _ensure_tables(doc, ["plugins", plugin], super_last=not (params["enable_cdi"] and cdi is not True))
     if params["enable_cdi"] and cdi is not True:
         cri["enable_cdi"] = True
     if params["set_as_default"] and default_name != name:

@@ -352,6 +352,7 @@ MALFORMED = {
                          [CONFIG, "containerd", "[1, 2]", "table"]),
     "runc-string": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\nrunc = \"x\"\n"}, {},
                     [CONFIG, "runtimes.runc", "'x'"]),
+    "runc-runtime-type-number": ({CONFIG: "version = 2\n" + RUNC.replace('"io.containerd.runc.v2"', "5")}, {}, [CONFIG, "runc.runtime_type", "5", "string"]),
     "runc-options-string": ({CONFIG: "version = 2\n" + RUNC + "  options = \"SystemdCgroup\"\n"}, {}, [CONFIG, "runc.options", "'SystemdCgroup'"]),
     "nvidia-number": ({CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\nnvidia = 1\n"}, {},
                       [CONFIG, "runtimes.nvidia", "1"]),
@@ -681,3 +682,19 @@ def test_item11_k3s_v3_without_imports_names_the_v3_template(world_tmp):
     with pytest.raises(GpuhardenError) as raised:
         _containerd.plan_runtime(_containerd.read_config_set(str(root), K3S_CONFIG), params(path=K3S_CONFIG), root=str(root))
     assert "config-v3.toml.tmpl" in raised.value.msg and "{{ template \"base\" . }}" in raised.value.msg
+
+
+def test_item11_k3s_template_toml_follows_the_base_without_declaring_a_table_twice(world_tmp):
+    # k3s renders config.toml.tmpl; after {{ template "base" . }} the base (k3s pkg/agent/templates/templates_linux.go
+    # ContainerdConfigTemplate) already declares [plugins."io.containerd.grpc.v1.cri"]: declaring it again is invalid
+    # TOML and the real containerd refuses to start
+    # (tests/real/test_containerd_real.py::test_k3s_template_toml_the_module_proposes_is_loaded)
+    root = install_at(world_tmp, "k3s-v2", os.path.dirname(K3S_CONFIG))
+    base = (root / K3S_CONFIG.lstrip("/")).read_text()
+    with pytest.raises(GpuhardenError) as raised:
+        _containerd.plan_runtime(_containerd.read_config_set(str(root), K3S_CONFIG), params(path=K3S_CONFIG), root=str(root))
+    snippet = raised.value.msg.split("{{ template \"base\" . }}:\n", 1)[1]
+    assert "[plugins.\"io.containerd.grpc.v1.cri\"]\n" not in snippet
+    merged = tomllib.loads(base + "\n" + snippet)
+    assert dig(merged, (*V2, "containerd", "runtimes", "nvidia", "options", "BinaryName")) == BINARY
+    assert dig(merged, (*V2, "sandbox_image")) == "rancher/mirrored-pause:3.6"
