@@ -126,8 +126,9 @@ clean:
 	rm -rf $(BUILD) $(DIST) $(VENV) ansible_collections
 
 # The real NVIDIA device plugin (both releases pinned in lab/realcomponents/versions.env) and its kubelet-side
-# client dp-listwatch, built from the Go module proxy into ~/.cache/gpuharden/realcomponents (cold: about 2-3 min
-# per release; warm: instant).  Not part of `make test`: tests/real (marker real) skip when they are missing.
+# client dp-listwatch, built from the Go module proxy into ~/.cache/gpuharden/realcomponents (cold, loaded 2-core
+# machine: v0.18.2 about 4.5 min with empty Go caches, 2 min with the control plane's; v0.15.0 about 3 min; warm:
+# instant).  Not part of `make test`: tests/real (marker real) skip when they are missing.
 .PHONY: real-device-plugin real-components
 real-device-plugin:
 	bash lab/realcomponents/build-device-plugin.sh >/dev/null
