@@ -664,7 +664,7 @@ def test_ansible_builder_creates_the_context(ee, tmp_path):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "No matches" not in completed.stdout + completed.stderr, "an additional_build_files glob matched nothing"
     containerfile = (context / "Containerfile").read_text()
-    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.20 ansible-runner>=2.4,<3"' in containerfile
+    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.21 ansible-runner>=2.4,<3"' in containerfile
     assert "ansible-galaxy collection install" in containerfile and "-r requirements.yml" in containerfile
     assert "--user-pip=requirements.txt" in containerfile and "--user-bindep=bindep.txt" in containerfile
     assert "COPY _build/wheels/ /tmp/gpuharden-wheels/" in containerfile
