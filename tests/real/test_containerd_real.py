@@ -10,14 +10,16 @@ runtimes it really has.
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.real import daemons
 from tests.unit.conftest import run_module
-from tests.unit.test_containerd import BINARY, CONFIG, FIXTURES, K3S_CONFIG, RKE2_CONFIG, install, install_at, snapshot
+from tests.unit.test_containerd import BINARY, CONFIG, K3S_CONFIG, RKE2_CONFIG, install, install_at, snapshot
 
 pytestmark = pytest.mark.real
 
@@ -130,8 +132,10 @@ def test_rke2_v3_drop_in_is_loaded(world_tmp, containerd):
     assert_runs_with_nvidia(containerd, V2X, root, result)
 
 
-def test_k3s_own_nvidia_runtime_the_module_accepts_is_what_the_daemon_runs(world_tmp, containerd):
-    # what k3s appends when it finds nvidia-container-runtime (k3s runs containerd 1.7 or 2.x; v2 file)
+@pytest.mark.parametrize("version", [V1X, V2X])
+def test_k3s_own_nvidia_runtime_the_module_accepts_is_what_the_daemon_runs(world_tmp, containerd, version):
+    # what k3s appends when it finds nvidia-container-runtime (k3s pkg/agent/templates/templates_linux.go ExtraRuntimes;
+    # a version-2 file, read by containerd 1.7 or migrated by 2.x)
     root = install_at(world_tmp, "k3s-v2", str(Path(K3S_CONFIG).parent))
     config = root / K3S_CONFIG.lstrip("/")
     binary = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
@@ -142,7 +146,7 @@ def test_k3s_own_nvidia_runtime_the_module_accepts_is_what_the_daemon_runs(world
     shutil.copy(root / BINARY.lstrip("/"), root / binary.lstrip("/"))
     result = module(root, path=K3S_CONFIG)
     assert result["changed"] is False and result["generated_by"] == "k3s", result
-    assert_runs_with_nvidia(containerd, V1X, root, result, binary=binary)
+    assert_runs_with_nvidia(containerd, version, root, result, binary=binary)
 
 
 K3S_DEFAULT_XFAIL = pytest.mark.xfail(strict=True, reason=(
@@ -191,25 +195,40 @@ def k3s_template_snippet(message: str) -> str:
 
 V2_BASE = "v2-single.toml"
 V3_BASE = "v3-single.toml"
+V2_CRI = ("plugins", "io.containerd.grpc.v1.cri")
+V3_CRI = ("plugins", "io.containerd.cri.v1.runtime")
+BAD_V2 = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc\n  runtime_type = 1\n"
+BAD_V3 = "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc\n  runtime_type = 1\n"
+NOPE = ["/etc/containerd/nope.toml"]
 REJECTED = {
-    # case: (base fixture, daemon version, defect applied to the main file, module message fragments)
-    "bad-toml-1.7": (V2_BASE, V1X, ("append", "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc\n  runtime_type = 1\n"),
-                     [CONFIG, "invalid TOML"]),
-    "bad-toml-2.x": (V3_BASE, V2X, ("append", "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc\n  runtime_type = 1\n"),
-                     [CONFIG, "invalid TOML"]),
-    "runtimes-string-1.7": (V2_BASE, V1X, ("set", ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"), "runc"),
+    # case: (base fixture, daemon version, defect applied to the main file, what the daemon says (regex; its
+    #        config loader: 1.7 pelletier/go-toml v1, 2.x go-toml/v2 strict decoding), module message fragments)
+    "bad-toml-1.7": (V2_BASE, V1X, ("append", BAD_V2), r"failed to load TOML: .*unclosed table key", [CONFIG, "invalid TOML"]),
+    "bad-toml-2.x": (V3_BASE, V2X, ("append", BAD_V3), r"failed to unmarshal TOML at row \d+ column \d+", [CONFIG, "invalid TOML"]),
+    "runtimes-string-1.7": (V2_BASE, V1X, ("set", (*V2_CRI, "containerd", "runtimes"), "runc"), r"Can't convert runc\(string\) to map",
                             [CONFIG, "runtimes", "'runc'", "must be a table"]),
-    "runtimes-string-2.x": (V3_BASE, V2X, ("set", ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"), "runc"),
+    "runtimes-string-2.x": (V3_BASE, V2X, ("set", (*V3_CRI, "containerd", "runtimes"), "runc"), r"ContainerdConfig\.Runtimes of type map",
                             [CONFIG, "runtimes", "'runc'", "must be a table"]),
-    "runtime-type-number-2.x": (V3_BASE, V2X, ("set", ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc",
-                                                        "runtime_type"), 5), [CONFIG, "runtime_type", "5"]),
-    "runtime-type-number-1.7": (V2_BASE, V1X, ("set", ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc",
-                                                        "runtime_type"), 5), [CONFIG, "runtime_type", "5"]),
-    "missing-literal-import-2.x": (V3_BASE, V2X, ("set", ("imports",), ["/etc/containerd/nope.toml"]), [CONFIG, "imports", "/etc/containerd/nope.toml"]),
-    "missing-literal-import-1.7": (V2_BASE, V1X, ("set", ("imports",), ["/etc/containerd/nope.toml"]), [CONFIG, "imports", "/etc/containerd/nope.toml"]),
-    "version-5-2.x": (V3_BASE, V2X, ("set", ("version",), 5), [CONFIG, "version = 5"]),
-    "options-string-2.x": (V3_BASE, V2X, ("set", ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
-                                          "SystemdCgroup"), [CONFIG, "runc.options", "'SystemdCgroup'"]),
+    "runtime-type-number-1.7": (V2_BASE, V1X, ("set", (*V2_CRI, "containerd", "runtimes", "runc", "runtime_type"), 5),
+                                r"Can't convert 5\(int64\) to string", [CONFIG, "runc.runtime_type", "5", "string"]),
+    "runtime-type-number-2.x": (V3_BASE, V2X, ("set", (*V3_CRI, "containerd", "runtimes", "runc", "runtime_type"), 5),
+                                r"config\.Runtime\.Type of type string", [CONFIG, "runc.runtime_type", "5", "string"]),
+    "options-string-2.x": (V3_BASE, V2X, ("set", (*V3_CRI, "containerd", "runtimes", "runc", "options"), "SystemdCgroup"),
+                           r"config\.Runtime\.Options of type map", [CONFIG, "runc.options", "'SystemdCgroup'"]),
+    "default-runtime-number-1.7": (V2_BASE, V1X, ("set", (*V2_CRI, "containerd", "default_runtime_name"), 5),
+                                   r"Can't convert 5\(int64\) to string", [CONFIG, "default_runtime_name", "5", "string"]),
+    "default-runtime-number-2.x": (V3_BASE, V2X, ("set", (*V3_CRI, "containerd", "default_runtime_name"), 5),
+                                   r"DefaultRuntimeName of type string", [CONFIG, "default_runtime_name", "5", "string"]),
+    "missing-literal-import-1.7": (V2_BASE, V1X, ("set", ("imports",), NOPE), r"nope\.toml: no such file or directory",
+                                   [CONFIG, "imports", "/etc/containerd/nope.toml"]),
+    "missing-literal-import-2.x": (V3_BASE, V2X, ("set", ("imports",), NOPE), r"nope\.toml: no such file or directory",
+                                   [CONFIG, "imports", "/etc/containerd/nope.toml"]),
+    "imports-string-1.7": (V2_BASE, V1X, ("set", ("imports",), "/etc/containerd/conf.d/*.toml"), r"to \[\]string",
+                           [CONFIG, "imports", "array"]),
+    "imports-string-2.x": (V3_BASE, V2X, ("set", ("imports",), "/etc/containerd/conf.d/*.toml"), r"config\.Config\.Imports of type \[\]string",
+                           [CONFIG, "imports", "array"]),
+    "version-5-1.7": (V2_BASE, V1X, ("set", ("version",), 5), r"unsupported config version `5`", [CONFIG, "version = 5"]),
+    "version-5-2.x": (V3_BASE, V2X, ("set", ("version",), 5), r"equal to or less than `4`, got `5`", [CONFIG, "version = 5"]),
 }
 
 
@@ -227,31 +246,99 @@ def apply_defect(path: Path, defect) -> None:
     path.write_text(tomlkit.dumps(doc))
 
 
-@pytest.mark.parametrize("case", sorted(REJECTED))
-def test_what_the_real_daemon_rejects_the_module_refuses(tmp_path, world_tmp, host_guard, case):
-    fixture, version, defect, fragments = REJECTED[case]
-    # the real daemon: the base layout moved off the host, then the defect
+def daemon_on_defect(tmp_path: Path, fixture: str, version: str, defect, wait: float = 30):
+    """The real daemon on the base layout moved off the host, then the defect: (exit code or None, log, daemon)."""
     daemon_root = tmp_path / "daemon"
     install(daemon_root, fixture)
     jailed = daemons.jail_containerd(daemon_root, CONFIG, [CONFIG], version)
-    apply_defect(jailed["config"], defect if defect[1] != ("imports",) else ("set", ("imports",), [str(daemon_root) + defect[2][0]]))
+    if defect[0] == "set" and defect[1] == ("imports",) and isinstance(defect[2], list):
+        defect = ("set", ("imports",), [str(daemon_root) + item for item in defect[2]])  # keep the import inside the root
+    apply_defect(jailed["config"], defect)
     daemon = daemons.start_containerd(version, jailed["config"], tmp_path / "containerd.log")
-    try:
-        rc = daemon.wait_exit(30)
-        log = daemon.text()
-    finally:
-        daemon.stop()
-    assert rc is not None and rc != 0, "containerd %s kept running (rc %s) with %s:\n%s" % (version, rc, case, log[-3000:])
-    # the module: the same defect on the node's own file
+    return daemon, jailed["socket"], daemon.wait_exit(wait)
+
+
+def module_on_defect(world_tmp: Path, fixture: str, defect, **args):
     root = install(world_tmp, fixture)
     apply_defect(root / CONFIG.lstrip("/"), defect)
     before = snapshot(root)
-    result = module(root, backup=True)
+    result = module(root, backup=True, **args)
+    return result, snapshot(root) == before
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_what_the_real_daemon_rejects_the_module_refuses(tmp_path, world_tmp, host_guard, case):
+    fixture, version, defect, said, fragments = REJECTED[case]
+    daemon, _sock, rc = daemon_on_defect(tmp_path, fixture, version, defect)
+    daemon.stop()
+    log = daemon.text()
+    assert rc is not None and rc != 0, "containerd %s kept running (rc %s) with %s:\n%s" % (version, rc, case, log[-3000:])
+    assert re.search(said, log), (case, log[-2000:])
+    result, untouched = module_on_defect(world_tmp, fixture, defect)
     assert result.get("failed") is True, (case, log[-2000:], result)
     for fragment in fragments:
         assert fragment in result["msg"], (fragment, result["msg"])
-    assert snapshot(root) == before
+    assert untouched
 
 
-def test_fixtures_exist():
-    assert (FIXTURES / V2_BASE).exists() and (FIXTURES / V3_BASE).exists()
+# The module is deliberately stricter than the daemon here: it refuses input the daemon starts with.
+STRICTER = {
+    # containerd 2.x still migrates version 1 (v2.4.2 cmd/containerd/server/config/config.go migrations: v1Migrate);
+    # the module refuses to edit a version-1 file and asks for `containerd config migrate` first.
+    "version-1-2.x": (V2_BASE, V2X, ("set", ("version",), 1), [CONFIG, "version = 1", "migrate it first"]),
+    # containerd 2.4 removed enable_cdi (RELEASES.md deprecation table: CDI is always enabled) and ignores the key
+    # with a warning whatever its type; the module still type-checks it.
+    "enable-cdi-string-2.x": (V3_BASE, V2X, ("set", (*V3_CRI, "enable_cdi"), "yes"), [CONFIG, "enable_cdi", "'yes'", "boolean"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRICTER))
+def test_module_refuses_what_the_real_daemon_still_starts_with(tmp_path, world_tmp, host_guard, case):
+    fixture, version, defect, fragments = STRICTER[case]
+    daemon, sock, rc = daemon_on_defect(tmp_path, fixture, version, defect, wait=2)
+    try:
+        assert rc is None and daemons.wait_containerd(daemon, version, sock), daemon.text()[-3000:]
+        assert "runc" in daemons.cri_runtimes(daemons.cri_status(sock))
+    finally:
+        daemon.stop()
+    result, untouched = module_on_defect(world_tmp, fixture, defect, enable_cdi=case.startswith("enable-cdi"))
+    assert result.get("failed") is True and untouched, result
+    for fragment in fragments:
+        assert fragment in result["msg"], (fragment, result["msg"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "disagreement: default_runtime_name naming no runtime keeps containerd running but its CRI plugin does not load "
+    "(1.7 pkg/cri/config/config.go ValidatePluginConfig, 2.x internal/cri/config/config.go ValidateRuntimeConfig: "
+    "'no corresponding runtime configured in containerd.runtimes for containerd default_runtime_name'), so the kubelet "
+    "has no runtime; the module adds the nvidia runtime and reports success"))
+@pytest.mark.parametrize("version", [V1X, V2X])
+def test_default_runtime_name_without_its_runtime(tmp_path, world_tmp, host_guard, version):
+    fixture, cri = (V2_BASE, V2_CRI) if version == V1X else (V3_BASE, V3_CRI)
+    defect = ("set", (*cri, "containerd", "default_runtime_name"), "nope")
+    daemon, sock, rc = daemon_on_defect(tmp_path, fixture, version, defect, wait=2)
+    try:
+        assert rc is None and daemons.wait_containerd(daemon, version, sock), daemon.text()[-3000:]
+        answer = subprocess.run([str(daemons.cri_status_bin()), "-endpoint", "unix://%s" % sock, "-timeout", "5s"],
+                                capture_output=True, text=True, timeout=15, check=False)
+    finally:
+        daemon.stop()
+    assert answer.returncode != 0 and "unknown service runtime.v1.RuntimeService" in answer.stderr, answer
+    assert re.search(r"no corresponding runtime configured in `containerd.runtimes`.*default_runtime_name = \\\"nope", daemon.text())
+    result, untouched = module_on_defect(world_tmp, fixture, defect)
+    assert result.get("failed") is True and "default_runtime_name" in result["msg"] and untouched, result
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "disagreement: enable_cdi=true writes plugins.\"io.containerd.cri.v1.runtime\".enable_cdi, which containerd 2.4 "
+    "removed (RELEASES.md deprecation table: deprecated v2.2, removed v2.4, CDI always enabled; "
+    "plugins/cri/runtime/plugin.go skips it when migrating older files) and ignores with 'Ignoring unknown key'"))
+def test_enable_cdi_is_read_by_containerd_2x(world_tmp, containerd):
+    root = install(world_tmp, "v4-single.toml")
+    config = root / CONFIG.lstrip("/")
+    config.write_text(config.read_text().replace("    enable_cdi = true\n", ""))
+    result = module(root, enable_cdi=True)
+    assert result["changed"] is True and "enable_cdi" in " ".join(result["actions"]), result
+    daemon, sock = containerd(V2X, root, result["files"][0], result["files"])
+    assert daemons.wait_containerd(daemon, V2X, sock), daemon.text()[-3000:]
+    assert "key=enable_cdi" not in daemon.text(), [line for line in daemon.text().splitlines() if "enable_cdi" in line]

@@ -221,3 +221,69 @@ def test_kubeadm_node_topology_and_static_cpu_manager_run_on_the_real_kubelet(wo
     # and the module agrees with what now runs: nothing to change, nothing stale
     again = kubelet_config(root)
     assert again["changed"] is False and again["stale_state_files"] == [] and again["restart_required"] is False, again
+
+
+# ---------------------------------------------------------------------------------------------
+# what the real kubelet refuses to start with, kubelet_config refuses before writing (and writes nothing)
+
+OTHER_DROPIN = CONFIG_DIR + "/60-other.conf"
+HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+KUBELET_REFUSES = {
+    # case: (module params, files on the node (both sides), the drop-in the daemon side gets in the module's place
+    #        (what writing the values without the module's check would give), what the kubelet says, module fragments)
+    "static-cpu-manager-without-reservation": (
+        {"cpu_manager_policy": "static"}, {}, HEADER + "cpuManagerPolicy: static\n",
+        # pkg/kubelet/cm/cpumanager/cpu_manager.go NewManager (no reservation at all: nodeAllocatableReservation has
+        # no cpu entry; the "greater than zero" message there is for an explicit zero)
+        r"\[cpumanager\] unable to determine reserved CPU resources for static policy",
+        ["cpuManagerPolicy static without reserved CPUs", "the kubelet refuses to start"]),
+    "memory-manager-reservation-not-node-allocatable": (
+        {"memory_manager_policy": "Static", "reserved_memory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}]}, {},
+        HEADER + "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits:\n    memory: 1Gi\n",
+        # pkg/kubelet/cm/memorymanager/memory_manager.go validateReservedMemory
+        r'the total amount \\?"1Gi\\?" of type \\?"memory\\?" is not equal to the value \\?"100Mi\\?" determined by Node Allocatable',
+        ["memoryManagerPolicy Static", "memory=1Gi", "100Mi", "the kubelet refuses to start"]),
+    "drop-in-without-kind": (
+        dict(TOPOLOGY), {OTHER_DROPIN: "apiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 50\n"}, None,
+        # cmd/kubelet/app/server.go mergeKubeletConfigurations / loadDropinConfigFileIntoJSON, the decoder's error
+        # from k8s.io/apimachinery pkg/runtime/error.go (missingKindErr)
+        r"failed to load kubelet dropin file, path: \S*60-other\.conf, error: Object 'Kind' is missing",
+        [OTHER_DROPIN, "without kind", "the kubelet refuses it"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KUBELET_REFUSES))
+def test_what_the_real_kubelet_refuses_the_module_refuses(world_tmp, runtime, kubelets, case):
+    params, files, dropin, said, fragments = KUBELET_REFUSES[case]
+    # the real kubelet on that input
+    daemon_root = kubeadm_node(world_tmp / "daemon", runtime)
+    for path, text in {**files, **({PRODUCT_DROPIN: dropin} if dropin else {})}.items():
+        (daemon_root / path.lstrip("/")).write_text(text)
+    refused = kubelets(daemon_root, case)
+    rc = refused.wait_exit(60)
+    log = refused.text()
+    assert rc not in (None, 0), "kubelet kept running with %s:\n%s" % (case, log[-4000:])
+    assert re.search(said, log), log[-4000:]
+    # the module on the same node: refuses, names the problem, writes nothing
+    root = kubeadm_node(world_tmp / "module", runtime)
+    for path, text in files.items():
+        (root / path.lstrip("/")).write_text(text)
+    before = sorted((str(path), path.read_bytes()) for path in root.rglob("*") if path.is_file())
+    result = run_module("kubelet_config", {"root": str(root), **params}, {})
+    assert result.get("failed") is True, result
+    for fragment in fragments:
+        assert fragment in result["msg"], (fragment, result["msg"])
+    assert sorted((str(path), path.read_bytes()) for path in root.rglob("*") if path.is_file()) == before
+
+
+def test_memory_manager_static_as_the_module_checks_it_runs_on_the_real_kubelet(world_tmp, runtime, kubelets):
+    # reservedMemory equal to kubeReserved + systemReserved + the default evictionHard memory.available (100Mi)
+    root = kubeadm_node(world_tmp, runtime)
+    result = run_module("kubelet_config", {"root": str(root), "memory_manager_policy": "Static",
+                                           "reserved_memory": [{"numaNode": 0, "limits": {"memory": "100Mi"}}]}, {})
+    assert result["changed"] is True and not result.get("failed"), result
+    running = kubelets(root, "memory-manager")
+    config = assert_serving(running)
+    assert config["memoryManagerPolicy"] == "Static"
+    assert config["reservedMemory"] == [{"numaNode": 0, "limits": {"memory": "100Mi"}}]
+    assert json.loads((root / "var/lib/kubelet/memory_manager_state").read_text())["policyName"] == "Static"
