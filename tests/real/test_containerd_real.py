@@ -342,3 +342,34 @@ def test_enable_cdi_is_read_by_containerd_2x(world_tmp, containerd):
     daemon, sock = containerd(V2X, root, result["files"][0], result["files"])
     assert daemons.wait_containerd(daemon, V2X, sock), daemon.text()[-3000:]
     assert "key=enable_cdi" not in daemon.text(), [line for line in daemon.text().splitlines() if "enable_cdi" in line]
+
+
+BARE_V2 = {
+    "bare": "version = 2\n",
+    "cri-without-runtimes": ("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n\n"
+                             "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n"),
+}
+V1X_REPLACES_RUNTIMES = pytest.mark.xfail(strict=True, reason=(
+    "disagreement: a version-2 file that defines no runtimes runs on containerd 1.7's built-in runc; once the module "
+    "adds [..runtimes.nvidia], 1.7 decodes the file's runtimes table in place of its defaults (pkg/cri/config/"
+    "config_unix.go DefaultConfig has runc; services/server/config/config.go Decode unmarshals the plugin's table over "
+    "it with go-toml v1, which replaces the map), so "
+    "runc is gone and ValidatePluginConfig refuses default_runtime_name = \"runc\": the CRI plugin does not load and the "
+    "node has no container runtime. containerd 2.x merges the tables and keeps runc. The module only warns "
+    "\"no runtime 'runc' to copy options from\""))
+
+
+@pytest.mark.parametrize("version", [pytest.param(V1X, marks=V1X_REPLACES_RUNTIMES), V2X])
+@pytest.mark.parametrize("layout", sorted(BARE_V2))
+def test_v2_file_without_runtimes_keeps_a_working_cri_plugin(tmp_path, world_tmp, containerd, layout, version):
+    # before: the daemon runs its built-in runc
+    before_root = install(tmp_path / "before", files={CONFIG: BARE_V2[layout]})
+    daemon, sock = containerd(version, before_root, CONFIG, [CONFIG])
+    assert daemons.wait_containerd(daemon, version, sock), daemon.text()[-3000:]
+    assert "runc" in daemons.cri_runtimes(daemons.cri_status(sock))
+    daemon.stop()
+    # after the module: still runc, and nvidia
+    root = install(world_tmp, files={CONFIG: BARE_V2[layout]})
+    result = module(root)
+    assert result["changed"] is True and not result.get("failed"), result
+    assert_runs_with_nvidia(containerd, version, root, result)
