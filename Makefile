@@ -59,7 +59,7 @@ control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
 # dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
-test: setup dist lint sanity monitoring-check unit integration molecule collection-install-check
+test: setup dist lint sanity monitoring-check unit real integration molecule collection-install-check
 
 lint: ruff ansible-lint
 
@@ -83,7 +83,13 @@ monitoring-check: venv
 	promtool check metrics < $(BUILD)/gpuharden-sample.prom
 
 unit: venv collection-link nvml-double
-	$(BIN)/python -m pytest -q -m "not lab"
+	$(BIN)/python -m pytest -q -m "not lab and not real"
+
+# tests/real: the upstream binaries (device plugin, containerd, kubelet, a grpc-go pod-resources server) judge what
+# the product writes and reads.  `make test` builds the quick ones (real-quick, about 7 min cold); the tests of
+# containerd and the kubelet skip, naming `make real-components`, where those are not built (about 17 min cold).
+real: setup real-quick
+	$(BIN)/python -m pytest -q -m real
 
 # The lab: network namespaces, sshd, runc and the control plane (root).
 integration: setup
@@ -128,12 +134,17 @@ clean:
 # The real NVIDIA device plugin (both releases pinned in lab/realcomponents/versions.env) and its kubelet-side
 # client dp-listwatch, built from the Go module proxy into ~/.cache/gpuharden/realcomponents (cold, loaded 2-core
 # machine: v0.18.2 about 4.5 min with empty Go caches, 2 min with the control plane's; v0.15.0 about 3 min; warm:
-# instant).  Not part of `make test`: tests/real (marker real) skip when they are missing.
-.PHONY: real-device-plugin real-components
+# instant).  The pod-resources server (grpc-go, k8s.io/kubelet's generated service): seconds.
+.PHONY: real real-quick real-device-plugin real-podresources-server real-components
 real-device-plugin:
 	bash lab/realcomponents/build-device-plugin.sh >/dev/null
 
-real-components: real-device-plugin real-containerd real-kubelet
+real-podresources-server:
+	bash lab/realcomponents/build-podresources-server.sh >/dev/null
+
+real-quick: real-device-plugin real-podresources-server
+
+real-components: real-quick real-containerd real-kubelet
 
 # The real containerd (2.x and 1.7, each with ctr; cri-status, a CRI Status client, with 2.x) and the real kubelet at
 # the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy into
