@@ -29,6 +29,10 @@ description:
     both readings and goes into the file whose CRI section wins, never into a drop-in that would wipe the other CRI
     settings. The layout C(nvidia-ctk runtime configure) leaves (an old C(nvidia) runtime in the main file plus a
     drop-in holding a full copy of the CRI section) is recognised as correct.
+  - When no file defines the default runtime (C(runc), which containerd has built in), C(runc) is written explicitly
+    next to the new runtime with exactly the built-in settings (C(runtime_type = "io.containerd.runc.v2"), no
+    options), because containerd 1.x replaces its built-in runtimes with the file's C(runtimes) table once a runtime
+    is added and its CRI plugin would no longer load; containerd 2.x merges it with the built-in one. RV(notes) says so.
   - A runtime that is already defined correctly is left alone; one that differs is corrected in the file whose value
     containerd uses; the runtime is never defined twice.
   - Config C(version = 1) or no C(version) key is refused with a clear message (migrate it first).
@@ -79,12 +83,20 @@ options:
   set_as_default:
     description:
       - Make the runtime containerd's C(default_runtime_name), where that key is set (or next to the runtime).
-      - V(false) leaves C(default_runtime_name) as it is.
+      - V(false) leaves C(default_runtime_name) as it is; a C(default_runtime_name) that names no runtime (containerd
+        then runs without its CRI plugin) fails, naming the file, the field and the value, and nothing is changed.
+      - On k3s and rke2 the generated config is not edited; the module fails and names the key to set instead,
+        C(default-runtime) in C(/etc/rancher/<k3s|rke2>/config.yaml) (their C(--default-runtime) flag).
     type: bool
     default: false
   enable_cdi:
     description:
-      - Set C(enable_cdi = true) in the CRI plugin section. V(false) leaves the setting as it is.
+      - Set C(enable_cdi = true) in the CRI plugin section where containerd 1.x may read the files (a config
+        C(version = 2) set); containerd 1.7 has CDI off by default.
+      - Files only containerd 2.x reads (C(version = 3) or C(4), or a version-2 file importing one) get no
+        C(enable_cdi) key, as 2.x enables CDI by default and 2.4 removed the key (CDI always on); only an explicit
+        C(enable_cdi = false) is corrected there. RV(notes) says so.
+      - V(false) leaves the setting as it is.
     type: bool
     default: false
   drop_in:
@@ -190,6 +202,15 @@ actions:
   type: list
   elements: str
   sample: ["add runtime 'nvidia' to /etc/containerd/conf.d/99-nvidia.toml"]
+notes:
+  description:
+    - What the module decided beyond the runtime itself, one line each; for example that containerd's built-in
+      C(runc) runtime was written explicitly, or that C(enable_cdi) was not written because only containerd 2.x
+      reads the files.
+  returned: always
+  type: list
+  elements: str
+  sample: ["no file defines the default runtime 'runc', so containerd ran its built-in one; it is written to /etc/containerd/config.toml ..."]
 changes:
   description: One entry per changed file with C(path), C(action) (V(create) or V(update)) and C(reason).
   returned: always
@@ -245,6 +266,7 @@ def main():
         "current": result["current"],
         "desired": result["desired"],
         "actions": result["actions"],
+        "notes": result["notes"],
         "changes": [dict(change.as_dict(), path=_containerd.node_path(module.params["root"], change.path)) for change in changes],
         "backup_files": backups,
     }

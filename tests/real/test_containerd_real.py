@@ -149,24 +149,27 @@ def test_k3s_own_nvidia_runtime_the_module_accepts_is_what_the_daemon_runs(world
     assert_runs_with_nvidia(containerd, version, root, result, binary=binary)
 
 
-K3S_DEFAULT_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "disagreement: with set_as_default the TOML the module proposes for config.toml.tmpl declares "
-    "[plugins.\"io.containerd.grpc.v1.cri\".containerd] again, which k3s's base template already declares; TOML forbids it "
-    "and the real containerd refuses to start (k3s pkg/agent/templates/templates_linux.go declares the table; k3s sets "
-    "the default runtime with its --default-runtime flag instead)"))
-
-
-@pytest.mark.parametrize("extra", [{}, pytest.param({"set_as_default": True}, marks=K3S_DEFAULT_XFAIL)], ids=["runtime", "set-as-default"])
+@pytest.mark.parametrize("extra", [{}, {"set_as_default": True}], ids=["runtime", "set-as-default"])
 def test_k3s_template_toml_the_module_proposes_is_loaded(world_tmp, containerd, extra):
     # the module never edits the generated file; the TOML its message gives for config.toml.tmpl, appended to the
-    # generated file (what k3s renders from '{{ template "base" . }}' plus that TOML), is what the daemon loads
+    # generated file (what k3s renders from '{{ template "base" . }}' plus that TOML), is what the daemon loads.
+    # The base template already declares [plugins."io.containerd.grpc.v1.cri".containerd] (k3s
+    # pkg/agent/templates/templates_linux.go), so the TOML never declares it again (the daemon refuses a table declared
+    # twice); the default runtime is k3s's own --default-runtime flag (k3s pkg/cli/cmds/agent.go DefaultRuntimeFlag),
+    # which the message names as config.yaml's default-runtime.
     root = install_at(world_tmp / "node", "k3s-v2", str(Path(K3S_CONFIG).parent))
     before = snapshot(root)
     result = module(root, path=K3S_CONFIG, **extra)
     assert result.get("failed") is True and snapshot(root) == before, result
     snippet = k3s_template_snippet(result["msg"])
+    assert ".containerd]" not in snippet and "default_runtime_name" not in snippet, snippet
     config = root / K3S_CONFIG.lstrip("/")
     config.write_text(config.read_text() + "\n" + snippet)
+    if extra.get("set_as_default"):
+        assert "`default-runtime: nvidia` in /etc/rancher/k3s/config.yaml" in result["msg"], result["msg"]
+        # what k3s renders once config.yaml has default-runtime: nvidia: the key in the base's containerd table
+        config.write_text(config.read_text().replace("  snapshotter = \"overlayfs\"\n",
+                                                     "  snapshotter = \"overlayfs\"\n  default_runtime_name = \"nvidia\"\n", 1))
     # the judge first: the real daemon on the rendered file; then the module agrees that nothing is left to do
     checked = world_tmp / "module-view"
     shutil.copytree(root, checked, symlinks=True)
@@ -307,13 +310,11 @@ def test_module_refuses_what_the_real_daemon_still_starts_with(tmp_path, world_t
         assert fragment in result["msg"], (fragment, result["msg"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "disagreement: default_runtime_name naming no runtime keeps containerd running but its CRI plugin does not load "
-    "(1.7 pkg/cri/config/config.go ValidatePluginConfig, 2.x internal/cri/config/config.go ValidateRuntimeConfig: "
-    "'no corresponding runtime configured in containerd.runtimes for containerd default_runtime_name'), so the kubelet "
-    "has no runtime; the module adds the nvidia runtime and reports success"))
 @pytest.mark.parametrize("version", [V1X, V2X])
-def test_default_runtime_name_without_its_runtime(tmp_path, world_tmp, host_guard, version):
+def test_default_runtime_name_without_its_runtime(tmp_path, world_tmp, host_guard, containerd, version):
+    # default_runtime_name naming no runtime keeps containerd running but its CRI plugin does not load (1.7
+    # pkg/cri/config/config.go ValidatePluginConfig, 2.x internal/cri/config/config.go ValidateRuntimeConfig), so the
+    # kubelet has no runtime: the module refuses, naming the file, the field and the value, and writes nothing
     fixture, cri = (V2_BASE, V2_CRI) if version == V1X else (V3_BASE, V3_CRI)
     defect = ("set", (*cri, "containerd", "default_runtime_name"), "nope")
     daemon, sock, rc = daemon_on_defect(tmp_path, fixture, version, defect, wait=2)
@@ -326,22 +327,46 @@ def test_default_runtime_name_without_its_runtime(tmp_path, world_tmp, host_guar
     assert answer.returncode != 0 and "unknown service runtime.v1.RuntimeService" in answer.stderr, answer
     assert re.search(r"no corresponding runtime configured in `containerd.runtimes`.*default_runtime_name = \\\"nope", daemon.text())
     result, untouched = module_on_defect(world_tmp, fixture, defect)
-    assert result.get("failed") is True and "default_runtime_name" in result["msg"] and untouched, result
+    assert result.get("failed") is True and untouched, result
+    for fragment in (CONFIG, "default_runtime_name", "'nope'", "CRI plugin does not load"):
+        assert fragment in result["msg"], (fragment, result["msg"])
+    # set_as_default makes it name the runtime being added: the daemon then loads its CRI plugin with nvidia as default
+    fixed_root = world_tmp / "set-as-default"
+    install(fixed_root, fixture)
+    apply_defect(fixed_root / CONFIG.lstrip("/"), defect)
+    fixed = module(fixed_root, set_as_default=True)
+    assert fixed["changed"] is True and not fixed.get("failed"), fixed
+    status = assert_runs_with_nvidia(containerd, version, fixed_root, fixed)
+    assert status["info"]["config"]["containerd"]["defaultRuntimeName"] == "nvidia"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "disagreement: enable_cdi=true writes plugins.\"io.containerd.cri.v1.runtime\".enable_cdi, which containerd 2.4 "
-    "removed (RELEASES.md deprecation table: deprecated v2.2, removed v2.4, CDI always enabled; "
-    "plugins/cri/runtime/plugin.go skips it when migrating older files) and ignores with 'Ignoring unknown key'"))
-def test_enable_cdi_is_read_by_containerd_2x(world_tmp, containerd):
-    root = install(world_tmp, "v4-single.toml")
+@pytest.mark.parametrize("fixture", ["v3-single.toml", "v4-single.toml"])
+def test_enable_cdi_is_not_written_where_containerd_2x_ignores_it(world_tmp, containerd, fixture):
+    # containerd 2.4 removed enable_cdi (RELEASES.md deprecation table: deprecated v2.2, removed v2.4, CDI always
+    # enabled) and ignores it with 'Ignoring unknown key'; 2.0 to 2.3 enable CDI by default: a version-3/4 set (read
+    # only by 2.x) gets no enable_cdi, and the module says why
+    root = install(world_tmp, fixture)
     config = root / CONFIG.lstrip("/")
-    config.write_text(config.read_text().replace("    enable_cdi = true\n", ""))
+    config.write_text("\n".join(line for line in config.read_text().splitlines() if "enable_cdi" not in line) + "\n")
     result = module(root, enable_cdi=True)
-    assert result["changed"] is True and "enable_cdi" in " ".join(result["actions"]), result
+    assert not result.get("failed") and "enable_cdi" not in " ".join(result["actions"]), result
+    assert any("enable_cdi is not written" in note for note in result["notes"]), result
+    assert module(root, enable_cdi=True)["changed"] is False
     daemon, sock = containerd(V2X, root, result["files"][0], result["files"])
     assert daemons.wait_containerd(daemon, V2X, sock), daemon.text()[-3000:]
     assert "key=enable_cdi" not in daemon.text(), [line for line in daemon.text().splitlines() if "enable_cdi" in line]
+    assert "nvidia" in daemons.cri_runtimes(daemons.cri_status(sock))
+
+
+def test_enable_cdi_is_written_and_read_by_containerd_17(world_tmp, containerd):
+    # containerd 1.7 has CDI off by default (pkg/cri/config/config_unix.go DefaultConfig EnableCDI false)
+    root = install(world_tmp, "v2-single.toml")
+    config = root / CONFIG.lstrip("/")
+    config.write_text("\n".join(line for line in config.read_text().splitlines() if "enable_cdi" not in line) + "\n")
+    result = module(root, enable_cdi=True)
+    assert "enable_cdi" in " ".join(result["actions"]) and result["notes"] == [], result
+    status = assert_runs_with_nvidia(containerd, V1X, root, result)
+    assert status["info"]["config"]["enableCDI"] is True, status["info"]["config"].get("enableCDI")
 
 
 BARE_V2 = {
@@ -349,19 +374,14 @@ BARE_V2 = {
     "cri-without-runtimes": ("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n\n"
                              "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n"),
 }
-V1X_REPLACES_RUNTIMES = pytest.mark.xfail(strict=True, reason=(
-    "disagreement: a version-2 file that defines no runtimes runs on containerd 1.7's built-in runc; once the module "
-    "adds [..runtimes.nvidia], 1.7 decodes the file's runtimes table in place of its defaults (pkg/cri/config/"
-    "config_unix.go DefaultConfig has runc; services/server/config/config.go Decode unmarshals the plugin's table over "
-    "it with go-toml v1, which replaces the map), so "
-    "runc is gone and ValidatePluginConfig refuses default_runtime_name = \"runc\": the CRI plugin does not load and the "
-    "node has no container runtime. containerd 2.x merges the tables and keeps runc. The module only warns "
-    "\"no runtime 'runc' to copy options from\""))
-
-
-@pytest.mark.parametrize("version", [pytest.param(V1X, marks=V1X_REPLACES_RUNTIMES), V2X])
+@pytest.mark.parametrize("version", [V1X, V2X])
 @pytest.mark.parametrize("layout", sorted(BARE_V2))
 def test_v2_file_without_runtimes_keeps_a_working_cri_plugin(tmp_path, world_tmp, containerd, layout, version):
+    # a version-2 file that defines no runtimes runs on the daemon's built-in runc. Once a runtime is added, 1.7 decodes
+    # the file's runtimes table in place of its defaults (pkg/cri/config/config_unix.go DefaultConfig has runc;
+    # services/server/config/config.go Decode, go-toml v1 replaces the map) and ValidatePluginConfig refuses
+    # default_runtime_name = "runc": the module writes runc explicitly with the built-in settings. 2.x merges the tables
+    # and keeps runc anyway; the explicit runc is harmless there (one rule for every version).
     # before: the daemon runs its built-in runc
     before_root = install(tmp_path / "before", files={CONFIG: BARE_V2[layout]})
     daemon, sock = containerd(version, before_root, CONFIG, [CONFIG])
@@ -372,4 +392,8 @@ def test_v2_file_without_runtimes_keeps_a_working_cri_plugin(tmp_path, world_tmp
     root = install(world_tmp, files={CONFIG: BARE_V2[layout]})
     result = module(root)
     assert result["changed"] is True and not result.get("failed"), result
-    assert_runs_with_nvidia(containerd, version, root, result)
+    assert any("built-in" in note for note in result["notes"]), result
+    status = assert_runs_with_nvidia(containerd, version, root, result)
+    runc = daemons.cri_runtimes(status)["runc"]
+    assert runc["runtimeType"] == "io.containerd.runc.v2" and not (runc.get("options") or {}).get("SystemdCgroup"), runc
+    assert status["info"]["config"]["containerd"]["defaultRuntimeName"] == "runc"

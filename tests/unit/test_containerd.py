@@ -148,13 +148,17 @@ def test_conf_d_layout_writes_a_drop_in(world_tmp):
     assert snapshot(root) == before  # planning wrote nothing
 
 
-def test_conf_d_layout_set_as_default_and_cdi_go_to_the_drop_in(world_tmp):
+def test_conf_d_layout_set_as_default_goes_to_the_drop_in_and_cdi_is_left_to_containerd_2x(world_tmp):
+    # a version-3 set runs only on containerd 2.x, where CDI is on by default and 2.4 ignores enable_cdi
+    # (tests/real/test_containerd_real.py::test_enable_cdi_is_not_written_where_containerd_2x_ignores_it)
     root = install(world_tmp, "v3-confd")
     result = plan(root, set_as_default=True, enable_cdi=True)
     drop_in = tomllib.loads(result["changes"][0].after)
     assert dig(drop_in, (*V3, "containerd", "default_runtime_name")) == "nvidia"
-    assert dig(drop_in, (*V3, "enable_cdi")) is True
+    assert "enable_cdi" not in dig(drop_in, V3) and "enable_cdi" not in result["changes"][0].after
     assert result["desired"]["default_runtime_name"] == "nvidia"
+    assert result["desired"]["enable_cdi"] is None and not any("enable_cdi" in action for action in result["actions"])
+    assert any("enable_cdi is not written" in note for note in result["notes"])
 
 
 def test_nvidia_ctk_drop_in_is_compliant(world_tmp):
@@ -236,7 +240,8 @@ def test_default_runtime_name_already_nvidia_copies_its_options_when_runc_missin
 
 
 def test_no_base_runtime_warns(world_tmp):
-    root = install(world_tmp, files={CONFIG: "version = 2\n"})
+    # the default runtime is the one being added, so there is nothing to copy from
+    root = install(world_tmp, files={CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"})
     result = plan(root)
     assert result["base_runtime"] is None
     assert any("SystemdCgroup" in warning for warning in result["warnings"])
@@ -698,3 +703,159 @@ def test_item11_k3s_template_toml_follows_the_base_without_declaring_a_table_twi
     merged = tomllib.loads(base + "\n" + snippet)
     assert dig(merged, (*V2, "containerd", "runtimes", "nvidia", "options", "BinaryName")) == BINARY
     assert dig(merged, (*V2, "sandbox_image")) == "rancher/mirrored-pause:3.6"
+
+
+# ---------------------------------------------------------------------------------------------
+# what the real daemons taught (tests/real/test_containerd_real.py)
+
+BARE_V2 = {
+    "bare": "version = 2\n",
+    "cri-without-runtimes": ("version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n\n"
+                             "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n"),
+    "v3-bare": "version = 3\n",
+}
+
+
+@pytest.mark.parametrize("layout", sorted(BARE_V2))
+def test_builtin_runc_is_made_explicit_when_no_file_defines_it(world_tmp, layout):
+    # containerd 1.7 replaces its built-in runtimes with the file's runtimes table, so adding only nvidia loses runc and
+    # the CRI plugin (default_runtime_name "runc"); runc is written with exactly the built-in settings, on every version
+    root = install(world_tmp, files={CONFIG: BARE_V2[layout]})
+    result = plan(root)
+    cri = V3 if layout.startswith("v3") else V2
+    after = tomllib.loads(result["changes"][0].after)
+    runtimes = dig(after, (*cri, "containerd", "runtimes"))
+    assert list(runtimes) == ["runc", "nvidia"]
+    assert runtimes["runc"] == {"runtime_type": "io.containerd.runc.v2"}
+    assert runtimes["nvidia"] == {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": BINARY}}
+    assert result["base_runtime"] == "runc" and not any("SystemdCgroup" in warning for warning in result["warnings"])
+    assert any("add runtime 'runc'" in action and "made explicit" in action for action in result["actions"])
+    assert any("built-in one" in note and "runc" in note for note in result["notes"])
+    apply(result)
+    again = plan(root)
+    assert again["changes"] == [] and again["notes"] == []
+
+
+def test_builtin_runc_made_explicit_when_default_is_set_to_runc_but_undefined(world_tmp):
+    text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n"
+    root = install(world_tmp, files={CONFIG: text})
+    after = tomllib.loads(plan(root, set_as_default=True)["changes"][0].after)
+    assert dig(after, (*V2, "containerd", "runtimes", "runc")) == {"runtime_type": "io.containerd.runc.v2"}
+    assert dig(after, (*V2, "containerd", "default_runtime_name")) == "nvidia"
+
+
+def test_builtin_runc_goes_into_the_winning_v2_section_and_the_module_reports_it(world_tmp):
+    # 1.x reads only the last CRI section: runc must be there, next to nvidia
+    main = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+    cri = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/50-cri.toml": cri})
+    result = run_module("containerd_nvidia_runtime", module_args(root), {})
+    assert result["changed"] is True and result["runtime_file"] == "/etc/containerd/conf.d/50-cri.toml", result
+    written = tomllib.loads((root / "etc/containerd/conf.d/50-cri.toml").read_text())
+    assert set(dig(written, (*V2, "containerd", "runtimes"))) == {"runc", "nvidia"}
+    assert any("runc" in note for note in result["notes"])
+
+
+def set_toml(path: Path, keys, value) -> None:
+    import tomlkit
+
+    doc = tomlkit.parse(path.read_text())
+    table = doc
+    for key in keys[:-1]:
+        table = table[key]
+    table[keys[-1]] = value
+    path.write_text(tomlkit.dumps(doc))
+
+
+@pytest.mark.parametrize(("fixture", "cri"), [("v2-single.toml", V2), ("v3-single.toml", V3)])
+def test_default_runtime_name_without_its_runtime_is_refused(world_tmp, fixture, cri):
+    # containerd runs but its CRI plugin does not load (1.7 ValidatePluginConfig, 2.x ValidateRuntimeConfig; tests/real)
+    root = install(world_tmp, fixture)
+    set_toml(root / CONFIG.lstrip("/"), (*cri, "containerd", "default_runtime_name"), "nope")
+    before = snapshot(root)
+    result = run_module("containerd_nvidia_runtime", module_args(root, backup=True), {})
+    assert result.get("failed") is True and snapshot(root) == before, result
+    for fragment in (CONFIG, "default_runtime_name", "'nope'", "CRI plugin does not load"):
+        assert fragment in result["msg"], (fragment, result["msg"])
+    # set_as_default replaces it with the runtime being added: accepted
+    assert plan(root, set_as_default=True)["desired"]["default_runtime_name"] == "nvidia"
+
+
+def test_default_runtime_name_of_the_runtime_being_added_is_accepted(world_tmp):
+    root = install(world_tmp, "v2-single.toml")
+    set_toml(root / CONFIG.lstrip("/"), (*V2, "containerd", "default_runtime_name"), "nvidia")
+    result = plan(root)
+    assert result["changes"] and result["desired"]["default_runtime_name"] == "nvidia"
+
+
+def test_v2_default_runtime_in_a_file_1x_does_not_read_is_refused(world_tmp):
+    # 1.x keeps only the last CRI section: a runtime defined in an earlier file does not exist for it (2.x merges: it does)
+    main = ("version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun]\n"
+            "  runtime_type = \"io.containerd.runc.v2\"\n")
+    cri = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n"
+    root = install(world_tmp, files={CONFIG: main, "/etc/containerd/conf.d/50-cri.toml": cri})
+    with pytest.raises(GpuhardenError) as raised:
+        plan(root)
+    assert raised.value.msg.startswith("/etc/containerd/conf.d/50-cri.toml: ")
+    assert "containerd 1.x has (runc)" in raised.value.msg and "'crun'" in raised.value.msg
+
+
+def test_enable_cdi_is_written_where_containerd_1x_may_read_the_files(world_tmp):
+    root = install(world_tmp, "v2-single.toml")
+    result = plan(root, enable_cdi=True)
+    assert dig(tomllib.loads(result["changes"][0].after), (*V2, "enable_cdi")) is True
+    assert result["desired"]["enable_cdi"] is True and result["notes"] == []
+
+
+@pytest.mark.parametrize("fixture", ["v3-single.toml", "v4-single.toml"])
+def test_enable_cdi_is_not_written_where_only_containerd_2x_reads_the_files(world_tmp, fixture):
+    root = install(world_tmp, fixture)
+    config = root / CONFIG.lstrip("/")
+    config.write_text("\n".join(line for line in config.read_text().splitlines() if "enable_cdi" not in line) + "\n")
+    result = plan(root, enable_cdi=True)
+    assert "enable_cdi" not in result["changes"][0].after
+    assert result["desired"]["enable_cdi"] is None
+    assert any("enable_cdi is not written" in note and "2.4" in note for note in result["notes"])
+
+
+def test_enable_cdi_false_is_corrected_for_containerd_2x(world_tmp):
+    # containerd 2.0 to 2.3 honour an explicit false
+    text = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\n  enable_cdi = false\n"
+    root = install(world_tmp, files={CONFIG: text})
+    result = plan(root, enable_cdi=True)
+    assert dig(tomllib.loads(result["changes"][0].after), (*V3, "enable_cdi")) is True
+    assert result["desired"]["enable_cdi"] is True
+
+
+@pytest.mark.parametrize(("program", "config"), [("k3s", K3S_CONFIG), ("rke2", RKE2_CONFIG)])
+def test_k3s_set_as_default_names_the_distribution_flag_not_a_template_table(world_tmp, program, config):
+    # the base template declares [plugins."io.containerd.grpc.v1.cri".containerd]: a template that declares it again is
+    # refused by the real containerd; k3s/rke2 set default_runtime_name from --default-runtime (config.yaml default-runtime)
+    root = install_at(world_tmp, "k3s-v2", os.path.dirname(config))
+    generated = root / config.lstrip("/")
+    generated.write_text(generated.read_text().replace("k3s", program))
+    before = snapshot(root)
+    result = run_module("containerd_nvidia_runtime", module_args(root, path=config, set_as_default=True), {})
+    assert result.get("failed") is True and snapshot(root) == before, result
+    message = result["msg"]
+    assert "`default-runtime: nvidia`" in message and "/etc/rancher/%s/config.yaml" % program in message
+    snippet = message.split("{{ template \"base\" . }}:\n", 1)[1]
+    assert ".containerd]" not in snippet and "default_runtime_name" not in snippet
+    assert "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]" in snippet
+
+
+def test_k3s_default_only_missing_gives_no_template_toml(world_tmp):
+    root = install_at(world_tmp, "k3s-v2", os.path.dirname(K3S_CONFIG))
+    config = root / K3S_CONFIG.lstrip("/")
+    config.write_text(config.read_text() + "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\"]\n"
+                      "  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\".options]\n"
+                      "  BinaryName = \"%s\"\n" % BINARY)
+    with pytest.raises(GpuhardenError) as raised:
+        _containerd.plan_runtime(_containerd.read_config_set(str(root), K3S_CONFIG), params(path=K3S_CONFIG, set_as_default=True),
+                                 root=str(root))
+    assert "default-runtime: nvidia" in raised.value.msg and "[plugins" not in raised.value.msg
+    # what k3s renders with --default-runtime nvidia: the module then has nothing left to do
+    config.write_text(config.read_text().replace("  snapshotter = \"overlayfs\"\n", "  snapshotter = \"overlayfs\"\n  default_runtime_name = \"nvidia\"\n"))
+    again = _containerd.plan_runtime(_containerd.read_config_set(str(root), K3S_CONFIG), params(path=K3S_CONFIG, set_as_default=True),
+                                     root=str(root))
+    assert again["changes"] == []
