@@ -249,7 +249,7 @@ def plan_restore(records, current, force=False, writers=None, keep_backups=False
             why = ("someone changed it between two gpuharden runs (%s)" % ", ".join(o.get("seen", "?") for o in record["others"])
                    if changed_between else "changed since gpuharden wrote it")
             entry.update(action="conflict", reason="left as it is: %s; restore by hand from the record %s, or force" % (why, path))
-        if entry["action"] in ("restore", "remove") and not entry["forced"] and not keep_backups:
+        if entry["action"] in ("restore", "remove") and not keep_backups:  # they hold the original, back in place now
             entry["backups_removed"], entry["backups_kept"] = entry["backups_kept"], []
         if entry["action"] == "remove" and entry["kind"] == "file":
             entry["dirs_removed"] = list(reversed(record.get("created_dirs") or []))

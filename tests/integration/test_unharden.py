@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -236,3 +237,57 @@ def test_nodes_and_cluster_objects_are_back(lab, unhardened):
 def test_a_second_unharden_changes_nothing(unhardened, again):
     assert changed_count(again["stats"]) == 0, again["output"][-6000:]
     assert changes(unhardened["snapshot"], again["snapshot"]) == {}
+
+
+# --- someone changed a file after gpuharden wrote it: left as it is (the host fails at the end), unless forced -----
+
+ADMIN_LINE = "# the admin's own change, after gpuharden\n"
+
+
+def sh(state, name, command):
+    done = manager.ssh(state["nodes"][name]["address"], command)
+    assert done.returncode == 0, (name, command, done.stderr)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def conflicted(again, lab):
+    rc, _stats, _custom, seconds, output = playbook(lab, "harden_gpu_nodes.yml")
+    print("harden again: %.1fs" % seconds)
+    assert rc == 0, output[-6000:]
+    sh(lab, NODES[1], "printf %%s %s >> /etc/containerd/config.toml" % shlex.quote(ADMIN_LINE))
+    edited = sh(lab, NODES[1], "cat /etc/containerd/config.toml")
+    rc, _stats, custom, seconds, output = playbook(lab, "unharden_gpu_nodes.yml")
+    print("unharden with a conflict: %.1fs" % seconds)
+    return {"rc": rc, "custom": custom, "output": output, "snapshot": snapshot(), "edited": edited,
+            "left": sh(lab, NODES[1], "cat /etc/containerd/config.toml")}
+
+
+@pytest.fixture(scope="module")
+def forced(conflicted, lab):
+    rc, _stats, _custom, seconds, output = playbook(lab, "unharden_gpu_nodes.yml", extravars={"gpuharden_unharden_force": True})
+    print("unharden forced: %.1fs" % seconds)
+    assert rc == 0, output[-6000:]
+    return {"snapshot": snapshot(), "backups": sh(lab, NODES[1], "cat /etc/containerd/config.toml.*.gpuharden-unharden~")}
+
+
+def test_a_file_changed_since_is_left_reported_and_fails_the_host(lab, conflicted):
+    assert ADMIN_LINE in conflicted["edited"]
+    assert conflicted["rc"] != 0
+    assert conflicted["left"] == conflicted["edited"]  # not clobbered
+    reported = conflicted["custom"].get("gpuharden_unharden_conflicts") or {}
+    assert list(reported) == [NODES[1]], reported
+    assert [c["path"] for c in reported[NODES[1]]] == ["/etc/containerd/config.toml"], reported
+    assert changes(lab["_pristine"], conflicted["snapshot"]).get(NODES[0]) is None  # the other node is all back
+    rest = changes(lab["_pristine"], conflicted["snapshot"])[NODES[1]]
+    assert "etc/modprobe.d/zz-gpuharden-nvidia.conf" not in rest and "var-lib/kubelet/config.yaml" not in rest, sorted(rest)
+    assert "etc/containerd/config.toml" in rest  # and its record and backup stay for a later (forced) run
+    assert any(path.startswith("var-lib/gpuharden/originals/") for path in rest), sorted(rest)
+
+
+def test_force_restores_it_and_keeps_the_change_next_to_it(lab, forced, conflicted):
+    left = changes(lab["_pristine"], forced["snapshot"])
+    # The one exception to "byte for byte": the copy of the admin's content a forced restore keeps next to the file.
+    assert list(left) == [NODES[1]], left
+    assert len(left[NODES[1]]) == 1 and next(iter(left[NODES[1]])).endswith(".gpuharden-unharden~"), left
+    assert forced["backups"] == conflicted["edited"]

@@ -121,6 +121,8 @@ def test_a_file_changed_since_is_left_and_reported_unless_forced(node):
     assert forced["changed"] and (node / "etc/containerd/config.toml").read_text() == "version = 2\n# the admin's\n"
     assert len(forced["backups_made"]) == 1
     assert Path(str(node) + forced["backups_made"][0]).read_text() == "version = 2\n# the admin again\n"
+    # gpuharden's own backups hold the original, which is back in place: they go; the admin's content stays
+    assert sorted(p.name for p in (node / "etc/containerd").iterdir()) == ["config.toml", Path(forced["backups_made"][0]).name]
 
 
 def test_a_change_between_two_gpuharden_runs_is_remembered(node):
