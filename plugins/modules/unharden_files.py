@@ -20,7 +20,7 @@ description:
   - A file changed since gpuharden wrote it (or changed by someone between two gpuharden runs) is B(not) touched; it
     is reported in RV(conflicts), as a warning, and its record is kept. With O(force=true) it is restored anyway,
     its current content kept next to it as C(<file>.<time>.gpuharden-unharden~).
-  - The backups gpuharden's modules made of a restored file (their O(backup) option) are removed with it, unless
+  - The backups gpuharden's modules made of a restored file (their C(backup) option) are removed with it, unless
     O(keep_backups=true); those of a file left in conflict are kept.
   - The kubelet's CPU and Memory Manager checkpoints that gpuharden removed when it changed a manager policy come
     back (replacing the one the kubelet wrote for gpuharden's policy; removed when there was none) only with
