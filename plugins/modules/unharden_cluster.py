@@ -132,7 +132,8 @@ def _read(client, page_limit, namespace):
     for kind in ("DaemonSet", "RuntimeClass"):
         for obj in client.list(kind, page_limit, label_selector=selector):
             objects.append(dict(obj, kind=kind))
-    namespaces = {namespace} | {obj["metadata"].get("namespace") for obj in objects if obj["kind"] == "DaemonSet"}
+    namespaces = {namespace} | {obj["metadata"].get("namespace") for obj in objects
+                                if obj["kind"] == "DaemonSet" and _unharden_cluster.ours(obj)}
     for name in sorted(n for n in namespaces if n):
         for obj in client.list("ConfigMap", page_limit, namespace=name, label_selector=selector):
             objects.append(dict(obj, kind="ConfigMap"))

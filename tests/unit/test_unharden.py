@@ -225,3 +225,49 @@ def test_a_label_changed_since_is_a_conflict_and_objects_stay_while_other_nodes_
 
 def test_a_node_gpuharden_never_labelled_is_left_alone():
     assert uc.plan([_node("a", {"nvidia.com/gpu.present": "true"})], ["a"], [])["patches"] == {}
+
+
+class FakeClient:
+    """Records the requests unharden_cluster makes; answers LISTs from fixed objects."""
+
+    def __init__(self, nodes, objects):
+        self.nodes, self.objects, self.calls, self.requests = nodes, objects, [], 0
+        self.api = type("Api", (), {"close": lambda self: None})()
+
+    def list(self, kind, page_limit, namespace=None, **selectors):
+        self.calls.append(("list", kind, namespace, selectors.get("label_selector")))
+        if kind == "Node":
+            return self.nodes
+        return [o for o in self.objects if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)]
+
+    def merge_patch(self, kind, name, patch, dry_run, namespace=None):
+        self.calls.append(("patch", kind, name, dry_run))
+
+    def delete(self, kind, name, namespace, dry_run):
+        self.calls.append(("delete", kind, name, dry_run))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unharden_cluster_module_lists_once_and_dry_runs_in_check_mode(monkeypatch, check):
+    from ansible_collections.gpuharden.k8s.plugins.modules import unharden_cluster
+
+    hardened = _labelled([_node("a")], ["a"])
+    objects = [dict(o, kind=o["kind"]) for o in _objects()] + [
+        {"kind": "ConfigMap", "metadata": {"name": "nvidia-device-plugin-config", "namespace": "kube-system",
+                                           "labels": {"app.kubernetes.io/managed-by": "gpuharden"},
+                                           "managedFields": [{"manager": "gpuharden", "operation": "Apply"}]}}]
+    fake = FakeClient(hardened, objects)
+    monkeypatch.setattr(unharden_cluster._k8s_objects, "Client", lambda api, who: fake)
+    monkeypatch.setattr(unharden_cluster._k8s, "api_client", lambda params: None)
+    module = FakeModule("/", "gpuharden.k8s.unharden_cluster", check_mode=check, nodes=["a"], force=False,
+                        remove_objects=True, namespace="kube-system", page_limit=500)
+    result = unharden_cluster.run(module)
+    assert result["changed"]
+    assert sorted(result["objects_removed"]) == ["ConfigMap kube-system/nvidia-device-plugin-config",
+                                                 "DaemonSet kube-system/nvidia-device-plugin-daemonset"]
+    lists = [call for call in fake.calls if call[0] == "list"]
+    assert ("list", "ConfigMap", "kube-system", "app.kubernetes.io/managed-by=gpuharden") in lists
+    # the RBAC grants ConfigMaps only in the plugin's namespace: none cluster-wide, none where another installer's DaemonSet is
+    assert [call[2] for call in lists if call[1] == "ConfigMap"] == ["kube-system"]
+    assert [call for call in fake.calls if call[0] == "patch"] == ([] if check else [("patch", "Node", "a", False)])
+    assert {call[3] for call in fake.calls if call[0] == "delete"} == {check}  # dryRun=All in check mode
