@@ -217,3 +217,18 @@ def test_item05_sigint_leaves_the_previous_report_and_metrics_byte_identical(lab
     assert report.read_bytes() != before[report][0]
     stamps = re.findall(r"^gpuharden_last_success_timestamp_seconds (\S+)$", metrics.read_text(), re.M)
     assert len(stamps) == 1 and float(stamps[0]) > json.loads(before[report][0])["timestamp"]
+
+
+def test_check_mode_harden_reports_the_post_check_without_failing(lab, tmp_path):
+    """harden --check changes nothing, so its post-check sees the seeded failures as they are: reported (with the
+    ids), never a failed host; the post-check alone in check mode still fails on them."""
+    runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path / "harden", check=True, tags=["postcheck"], limit="seed-no-plugin")
+    failed = [event["event_data"].get("task") for event in events if event.get("event") == "runner_on_failed"]
+    assert failed == [] and runner.rc == 0, failed
+    reported = [event["event_data"]["res"].get("msg", "") for event in events if event.get("event") == "runner_on_ok"
+                and event["event_data"].get("task", "").startswith("Postcheck | report only")]
+    assert len(reported) == 1 and "gpu_not_advertised" in reported[0] and reported[0].startswith("check mode:"), reported
+    runner, events = _playbook(lab, "postcheck.yml", tmp_path / "postcheck", check=True, limit="seed-no-plugin")
+    assert runner.rc != 0
+    assert any("gpu_not_advertised" in (event["event_data"].get("res") or {}).get("msg", "") for event in events
+               if event.get("event") == "runner_on_failed")
