@@ -22,12 +22,15 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import Gpuha
 class FileChange:
     """One file's planned content: ``after is None`` means remove the file."""
 
-    def __init__(self, path, before, after, mode=None, reason=""):
+    def __init__(self, path, before, after, mode=None, reason="", restorable=True):
         self.path = path
         self.before = before
         self.after = after
         self.mode = mode  # for new files only; existing files keep theirs
         self.reason = reason
+        # False: the uninstall must never put ``before`` back (e.g. a kubelet checkpoint that was already stale: the
+        # kubelet would refuse to start on it again).
+        self.restorable = restorable
 
     @property
     def changed(self):

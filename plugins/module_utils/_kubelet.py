@@ -1412,6 +1412,10 @@ class Planner:
         return int(int(match.group(1)) * 1024 * percent)
 
     def stale_state(self, view, after_view):
+        """Checkpoints the kubelet would refuse after the change (kubelet pkg/kubelet/cm/cpumanager/state/state_checkpoint.go
+        and memorymanager/state: the checkpoint's policyName must equal the configured policy).  ``stale_before``: it
+        was refused by the configuration before the change too (the node's kubelet was already failing on it).  The policies
+        before come from ``policies_before``, read before the edits (the view's layers are edited in place)."""
         stale = []
         for name, field in ((CPU_STATE, "cpuManagerPolicy"), (MEMORY_STATE, "memoryManagerPolicy")):
             path = "%s/%s" % (after_view["root_dir"].rstrip("/"), name)
@@ -1419,13 +1423,14 @@ class Planner:
             if text is None:
                 continue
             policy = effective(after_view, (field,))["value"] or DEFAULTS[field]
+            policy_before = getattr(self, "policies_before", {}).get(field, policy)
             try:
                 checkpoint = json.loads(text)
                 have = checkpoint.get("policyName", "") if isinstance(checkpoint, dict) else None
             except ValueError:
                 have = None
             if have != policy:
-                stale.append({"path": path, "policy": have, "configured_policy": policy,
+                stale.append({"path": path, "policy": have, "configured_policy": policy, "stale_before": have != policy_before,
                               "reason": "unreadable checkpoint" if have is None else
                               "checkpoint policy %s differs from configured policy %s" % (have, policy)})
         return stale
@@ -1434,8 +1439,11 @@ class Planner:
         stale = self.stale_state(view, after_view)
         if self.params.get("remove_stale_state"):
             for entry in stale:
-                changes.append(self.change(entry["path"], self.reader.read(entry["path"]), None,
-                                           reason="stale checkpoint: " + entry["reason"]))
+                change = self.change(entry["path"], self.reader.read(entry["path"]), None,
+                                     reason="stale checkpoint: " + entry["reason"])
+                # One the configuration before this change refused too: the uninstall must never bring it back.
+                change.restorable = not entry["stale_before"]
+                changes.append(change)
 
         def policy_after(field):
             return effective(after_view, (field,))["value"] or DEFAULTS[field]

@@ -183,6 +183,8 @@ def before_write(module, change):
                   "recorded": _now(), "original": current, "original_stat": stat,
                   "created_dirs": _missing_dirs(root, change.path) if current is None else [],
                   "written": None, "previous": None, "others": [], "backups": []}
+        if not getattr(change, "restorable", True):
+            record["not_restorable"] = change.reason or "not to be put back"
     elif digest(current) not in (record.get("written"), record.get("previous"), digest(record.get("original"))):
         record["others"].append({"seen": _now(), "sha256": digest(current)})
     record["previous"] = record.get("written")
@@ -230,6 +232,15 @@ def plan_restore(records, current, force=False, writers=None, keep_backups=False
                 entry.update(action="conflict", reason="gpuharden removed this stale kubelet checkpoint when it changed "
                              "the CPU or Memory Manager policy; putting the policy back needs a drained node and a "
                              "stopped kubelet, and removes the kubelet's current checkpoint")
+            elif record.get("not_restorable"):
+                # It stopped the kubelet before gpuharden removed it: putting it back would stop the kubelet again.
+                if now is None:
+                    entry.update(action="forget", reason="the checkpoint gpuharden removed was already stale (%s); it is "
+                                 "not put back" % record["not_restorable"])
+                else:
+                    entry.update(action="remove", after=None, reason="the checkpoint gpuharden removed was already stale "
+                                 "(%s) and is not put back; the kubelet writes a new one for the restored policy at start"
+                                 % record["not_restorable"])
             elif now == original:
                 entry.update(action="forget", reason="already the original checkpoint")
             elif original is None:

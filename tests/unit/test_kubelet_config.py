@@ -170,6 +170,20 @@ def test_checkpoint_already_stale_without_a_config_change(node):
     assert result["restart_required"] is True
 
 
+def test_only_a_checkpoint_the_change_made_stale_may_come_back(node):
+    """A checkpoint the configuration before the change accepted (the policy gpuharden changes) is restorable by the
+    uninstall; one the kubelet already refused is not (it would stop the kubelet again)."""
+    made_stale = [change for change in plan(node(), remove_stale_state=True, **TOPOLOGY)["changes"] if change.after is None]
+    assert [change.restorable for change in made_stale] == [True]
+
+
+def test_an_already_refused_checkpoint_may_not_come_back(node):
+    root = node(**{"/var/lib/kubelet/cpu_manager_state": '{"policyName":"static"}'})
+    already = [change for change in plan(root, remove_stale_state=True, topology_manager_policy="none")["changes"] if change.after is None]
+    assert [change.restorable for change in already] == [False]
+    assert plan(root, topology_manager_policy="none")["stale_state_files"][0]["stale_before"] is True
+
+
 def test_root_dir_flag_moves_the_checkpoints(node):
     root = node(**{"/var/lib/kubelet/kubeadm-flags.env": 'KUBELET_KUBEADM_ARGS="--root-dir=/data/kubelet"\n',
                    "/data/kubelet/memory_manager_state": "not json"})

@@ -157,6 +157,24 @@ def test_a_removed_checkpoint_needs_the_disruptive_path(node):
     assert unharden(node, checkpoints=True)["changed"] and not (node / "var/lib/kubelet/memory_manager_state").exists()
 
 
+def test_an_already_stale_checkpoint_never_comes_back(node):
+    """The seeded failure: the kubelet refused its checkpoint before gpuharden came (policy none in the checkpoint,
+    static configured).  Putting it back would stop the kubelet again, so the uninstall removes the kubelet's new one
+    (it writes a fresh one for the restored policy) and says why."""
+    write(node / "var/lib/kubelet/cpu_manager_state", '{"policyName":"none"}')
+    module = FakeModule(node, "gpuharden.k8s.kubelet_config")
+    change = _files.FileChange(str(node / "var/lib/kubelet/cpu_manager_state"), '{"policyName":"none"}', None,
+                               reason="stale checkpoint: checkpoint policy none differs from configured policy static")
+    change.restorable = False
+    _files.apply_changes(module, [change], backup=False)
+    write(node / "var/lib/kubelet/cpu_manager_state", '{"policyName":"static"}')  # the kubelet's new one
+    done = unharden(node, checkpoints=True)
+    entry = next(entry for entry in done["files"] if entry["path"] == "/var/lib/kubelet/cpu_manager_state")
+    assert entry["action"] == "remove" and "already stale" in entry["reason"], entry
+    assert not (node / "var/lib/kubelet/cpu_manager_state").exists()
+    assert unharden(node, checkpoints=True)["changed"] is False
+
+
 def test_an_unreadable_record_changes_nothing(node):
     harden(node, node / "etc/containerd/config.toml", "version = 2\n# gpuharden\n")
     with open(_originals.record_file(str(node), "/etc/containerd/config.toml"), "w") as handle:
