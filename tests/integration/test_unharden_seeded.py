@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The uninstall on a node that was broken before gpuharden came: seed-stale-cpu-state's kubelet refuses to start on
+its CPU Manager checkpoint (policy none in the checkpoint, static configured).  Harden removes that checkpoint and the
+kubelet starts; unharden puts every file back but never that checkpoint, which would stop the kubelet again.  (Found in
+the lab: the first unharden restored it byte for byte and the kubelet never came back.)"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import ansible_runner
+import pytest
+from gpuharden_lab import REPO_ROOT
+from kubernetes import client
+
+from tests.integration.cluster_side import admin
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+NODE = "seed-stale-cpu-state"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("seed-failures") as state:
+        yield state
+
+
+def _playbook(state, name, extravars=None):
+    with tempfile.TemporaryDirectory(prefix="gpuharden-unharden-seeded-") as private:
+        runner = ansible_runner.run(private_data_dir=private, envvars=ENV, inventory=state["inventory"], limit=NODE,
+                                    playbook=str(REPO_ROOT / "playbooks" / name), extravars=extravars or {}, quiet=True)
+        results = [event["event_data"] for event in runner.events if event.get("event") in ("runner_on_ok", "runner_on_failed")]
+        return runner.rc, results, runner.stdout.read()
+
+
+def _node(state):
+    return client.CoreV1Api(admin(state)).read_node(NODE)
+
+
+def test_unharden_keeps_the_kubelet_running(lab):
+    rc, _results, out = _playbook(lab, "harden_gpu_nodes.yml", {"gpuharden_mig_strategy": "mixed"})
+    assert rc == 0, out[-3000:]
+    rc, results, out = _playbook(lab, "unharden_gpu_nodes.yml")
+    assert rc == 0, out[-3000:]
+    entries = [entry for data in results if data.get("task_action") == "gpuharden.k8s.unharden_files"
+               for entry in (data.get("res") or {}).get("files") or []]
+    checkpoint = [entry for entry in entries if entry["path"].endswith("/cpu_manager_state")]
+    assert checkpoint and all("already stale" in entry["reason"] for entry in checkpoint), checkpoint
+    node = _node(lab)
+    assert any(condition.type == "Ready" and condition.status == "True" for condition in node.status.conditions or [])
+    assert not node.spec.unschedulable
