@@ -222,6 +222,8 @@ def test_item05_sigint_leaves_the_previous_report_and_metrics_byte_identical(lab
 def test_check_mode_harden_reports_the_post_check_without_failing(lab, tmp_path):
     """harden --check changes nothing, so its post-check sees the seeded failures as they are: reported (with the
     ids), never a failed host; the post-check alone in check mode still fails on them."""
+    (tmp_path / "harden").mkdir()
+    (tmp_path / "postcheck").mkdir()
     runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path / "harden", check=True, tags=["postcheck"], limit="seed-no-plugin")
     failed = [event["event_data"].get("task") for event in events if event.get("event") == "runner_on_failed"]
     assert failed == [] and runner.rc == 0, failed

@@ -43,7 +43,8 @@ def _node(state):
 
 
 def test_unharden_keeps_the_kubelet_running(lab):
-    rc, _results, out = _playbook(lab, "harden_gpu_nodes.yml", {"gpuharden_mig_strategy": "mixed"})
+    # The seeded RuntimeClass has a wrong (immutable) handler: recreating it is a decision the run takes only when told.
+    rc, _results, out = _playbook(lab, "harden_gpu_nodes.yml", {"gpuharden_mig_strategy": "mixed", "runtime_class_force": True})
     assert rc == 0, out[-3000:]
     rc, results, out = _playbook(lab, "unharden_gpu_nodes.yml")
     assert rc == 0, out[-3000:]

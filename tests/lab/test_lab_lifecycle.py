@@ -79,10 +79,13 @@ HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/d
 
 
 def host_files_changed_since(marker: str) -> list[str]:
-    """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's)."""
+    """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's, nor libuuid's
+    clock, which any process on the host that makes a time-based UUID updates: Python's uuid.uuid1() goes through
+    libuuid, which keeps /var/lib/libuuid/clock.txt wherever the uuid-runtime package made that directory)."""
     completed = subprocess.run(
         ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*",
-         "-not", "-path", "/root/.config/go/*", "-not", "-path", "/run/netns*", "-not", "-type", "d"],
+         "-not", "-path", "/root/.config/go/*", "-not", "-path", "/run/netns*", "-not", "-path", "/var/lib/libuuid/*",
+         "-not", "-type", "d"],
         capture_output=True, text=True, check=False,
     )
     return sorted(line for line in completed.stdout.splitlines() if line)
