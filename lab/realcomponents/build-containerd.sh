@@ -30,6 +30,8 @@ VERSIONS=("$@")
 [[ ${#VERSIONS[@]} -gt 0 ]] || VERSIONS=("$CONTAINERD_VERSION" "$CONTAINERD_1_VERSION")
 
 log() { echo "build-containerd.sh: $*" >&2; }
+# shellcheck source=gomodule.sh
+. "$HERE/gomodule.sh"
 
 # containerd 2.x is the /v2 module; 1.x is the root module (Go semantic import versioning).
 module_of() { # <version>
@@ -66,32 +68,12 @@ build_one() { # <version>
   flock 9
   if built "$base" "$version"; then echo "$base"; return 0; fi
 
-  local go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-  [[ -x "$go" ]] || { log "no go toolchain found (set GO=/path/to/go)"; return 1; }
-  export GOTOOLCHAIN=local GOFLAGS="-mod=mod -modcacherw" CGO_ENABLED=0 GOWORK=off
-  export GOMODCACHE="${GOMODCACHE:-$CACHE_ROOT/go/mod}"
-  export GOCACHE="${GOCACHE:-$CACHE_ROOT/go/build}"
-  local nice=(nice -n "${BUILD_NICE:-10}")
-  log "go: $("$go" version); GOMODCACHE=$GOMODCACHE GOCACHE=$GOCACHE"
+  local go
+  local -a nice
+  go_toolchain 0 || return 1
 
   cd "$work"
-  if [[ ! -f .prepared ]]; then
-    rm -f go.mod go.sum
-    "$go" mod init gpuharden.local/containerdbuild >/dev/null 2>&1
-    local gm want have
-    gm="$("$go" mod download -json "$module@$version" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')"
-    [[ -f "$gm" ]] || { log "the proxy did not serve $module@$version"; return 1; }
-    want="$(awk '$1=="go"{print $2; exit}' "$gm")"
-    have="$("$go" env GOVERSION | sed 's/^go//')"
-    if [[ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" != "$want" ]]; then
-      log "$module@$version needs go $want, local toolchain is $have"; return 1
-    fi
-    "$go" mod edit -go="$want" -require="$module@$version"
-    # A dependency's replace directives are ignored: copy them (v2.4.2 and v1.7.35 have none).
-    awk '$1=="replace" && $2!="(" {sub(/^replace /,""); print} $1=="replace" && $2=="(" {r=1; next} r && $1==")" {r=0} r {print}' "$gm" |
-      while read -r from _ to; do "$go" mod edit -replace="$from=$to"; done
-    touch .prepared
-  fi
+  wrapper_module gpuharden.local/containerdbuild "$module" "$version" || return 1
 
   local ld="-s -w -X $module/version.Version=${version#v} -X $module/version.Package=$module"
   local tags="no_btrfs,no_zfs,no_devmapper"

@@ -27,6 +27,8 @@ VERSIONS=("$@")
 [[ ${#VERSIONS[@]} -gt 0 ]] || VERSIONS=("$NVIDIA_DEVICE_PLUGIN_VERSION" "$NVIDIA_DEVICE_PLUGIN_OLD_VERSION")
 
 log() { echo "build-device-plugin.sh: $*" >&2; }
+# shellcheck source=gomodule.sh
+. "$HERE/gomodule.sh"
 
 # Hash of the dp-listwatch sources: a change there rebuilds only that binary.
 client_hash() {
@@ -51,32 +53,12 @@ build_one() { # <version>
   flock 9
   if built "$base"; then echo "$base"; return 0; fi
 
-  local go="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-  [[ -x "$go" ]] || { log "no go toolchain found (set GO=/path/to/go)"; return 1; }
-  export GOTOOLCHAIN=local GOFLAGS="-mod=mod -modcacherw" CGO_ENABLED=1 GOWORK=off
-  export GOMODCACHE="${GOMODCACHE:-$CACHE_ROOT/go/mod}"
-  export GOCACHE="${GOCACHE:-$CACHE_ROOT/go/build}"
-  local nice=(nice -n "${BUILD_NICE:-10}")
-  log "go: $("$go" version); GOMODCACHE=$GOMODCACHE GOCACHE=$GOCACHE"
+  local go
+  local -a nice
+  go_toolchain 1 || return 1
 
   cd "$work"
-  if [[ ! -f .prepared ]]; then
-    rm -f go.mod go.sum
-    "$go" mod init gpuharden.local/devicepluginbuild >/dev/null 2>&1
-    local gm want have
-    gm="$("$go" mod download -json "$MODULE@$version" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')"
-    [[ -f "$gm" ]] || { log "the proxy did not serve $MODULE@$version"; return 1; }
-    want="$(awk '$1=="go"{print $2; exit}' "$gm")"
-    have="$("$go" env GOVERSION | sed 's/^go//')"
-    if [[ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" != "$want" ]]; then
-      log "$MODULE@$version needs go $want, local toolchain is $have"; return 1
-    fi
-    "$go" mod edit -go="$want" -require="$MODULE@$version"
-    # The plugin's own replace directives are ignored in a dependency: copy them (v0.18.2 has none).
-    awk '$1=="replace" && $2!="(" {sub(/^replace /,""); print} $1=="replace" && $2=="(" {r=1; next} r && $1==")" {r=0} r {print}' "$gm" |
-      while read -r from _ to; do "$go" mod edit -replace="$from=$to"; done
-    touch .prepared
-  fi
+  wrapper_module gpuharden.local/devicepluginbuild "$MODULE" "$version" || return 1
 
   # Same link flags as upstream's Makefile: go-nvml resolves NVML symbols lazily at run time.
   local ld="-s -w '-extldflags=-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files' -X $MODULE/internal/info.version=$version"
