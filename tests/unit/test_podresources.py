@@ -19,6 +19,8 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _podresources as pr
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
+from tests.unit.podresources_fake import field, varint
+
 FIXTURES = Path(__file__).parent / "fixtures" / "podresources"
 
 
@@ -220,18 +222,8 @@ def _key(number, wire):
     return _varint(number << 3 | wire)
 
 
-def _varint(value):
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _len(number, payload):
-    return _key(number, 2) + _varint(len(payload)) + payload
+# The protobuf encoders the scripted kubelet uses too.
+_varint, _len = varint, field
 
 
 def _str(number, text):
