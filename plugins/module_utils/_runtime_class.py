@@ -10,13 +10,16 @@ The handler must be the containerd runtime name the node side configured (role c
 other extended resource: the RuntimeClass admission plugin copies it into ``pod.spec.overhead``, and
 ``PodRequests()`` adds overhead to every resource name for the scheduler, kubelet admission and ResourceQuota,
 while the device manager binds devices only to containers - a 1-GPU pod costs 2 GPUs, one a phantom.
+
+The RuntimeClass only names the handler; whether containerd on a node has it shows in the Node's
+``status.runtimeHandlers`` (see ``node_handler_audit``).
 """
 
 from __future__ import annotations
 
 import json
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _gpu_pods, _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _disruption, _gpu_pods, _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 GPU_DOMAIN = "nvidia.com/"
@@ -124,3 +127,89 @@ def owned_elsewhere(decision):
                        "(for the GPU Operator: ClusterPolicy spec.operator.runtimeClass and the toolkit settings)"
                        % (name, owner["installer"], owner["name"], decision.get("action")),
             "expected": "a RuntimeClass gpuharden may change", "actual": owner, "repair": "manual"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The handler on the nodes
+#
+# Upstream facts this relies on (kubernetes v1.36.3, containerd v2.4.2 and v1.7.35):
+# - The kubelet copies the handlers of its CRI runtime's Status answer (cri-api pkg/apis/runtime/v1/api.proto
+#   StatusResponse.runtime_handlers, read every 5 s by pkg/kubelet/kubelet.go updateRuntimeUp) into Node
+#   status.runtimeHandlers: pkg/kubelet/nodestatus/setters.go RuntimeHandlers, installed by
+#   pkg/kubelet/kubelet_node_status.go.  The setter runs only with feature gate RecursiveReadOnlyMounts (alpha 1.30,
+#   on by default from 1.31, GA 1.33) or UserNamespacesSupport (on by default from 1.33), and the API server drops the
+#   field when both are off (pkg/registry/core/node/strategy.go): kubelets before 1.31 do not report it.
+# - Each entry is {name, features: {recursiveReadOnlyMounts, userNamespaces}}; name is never omitted and is "" for
+#   the runtime's default handler (staging/src/k8s.io/api/core/v1/types.go NodeRuntimeHandler).
+# - containerd 2.x reports one entry per configured runtime, and the default runtime twice: under its name and under
+#   "" (internal/cri/server/service.go introspectRuntimeHandler).  containerd 1.7 reports none (pkg/cri/server/
+#   status.go), the kubelet then sets an empty list, and the API omits it (runtimeHandlers is omitempty): an absent
+#   field means "not known" (old kubelet, containerd 1.7, kwok or hollow nodes), never "no handler".
+# - A pod whose handler containerd lacks fails at sandbox creation: containerd 2.x internal/cri/config/config.go
+#   GetSandboxRuntime and 1.7 pkg/cri/server/sandbox_run.go getSandboxRuntime answer 'no runtime for "<handler>" is
+#   configured', which the kubelet reports as event FailedCreatePodSandBox.
+
+
+def handler_targets(nodes, desired, names=()):
+    """The Nodes pods of the RuntimeClass can land on: those matching its scheduling.nodeSelector when it has one,
+    else the GPU nodes; with ``names``, only the Nodes so named (taken as GPU nodes: the inventory says so)."""
+    selector = (desired.get("scheduling") or {}).get("nodeSelector") or {}
+    wanted = set(names or ())
+    targets = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if any(labels.get(key) != value for key, value in selector.items()):
+            continue
+        if wanted:
+            if meta.get("name") in wanted:
+                targets.append(node)
+        # the disruption budget's notion of a GPU node, not _consistency.is_gpu_node: a resource at 0 still counts.
+        # The kubelet keeps a device plugin's resource at capacity 0 once the plugin is gone (pkg/kubelet/nodestatus/
+        # setters.go MachineInfo), and a plugin that runs with the nvidia runtime goes when containerd loses it.
+        elif selector or _disruption._is_gpu_node(node, (GPU_DOMAIN,)):
+            targets.append(node)
+    return targets
+
+
+def _handler_names(node):
+    """The names in status.runtimeHandlers, or None when the field is absent (the API omits an empty list too)."""
+    entries = (node.get("status") or {}).get("runtimeHandlers")
+    if not entries:
+        return None
+    return sorted({str((entry or {}).get("name") or "") for entry in entries})
+
+
+def _shown(names):
+    return ", ".join('"" (the default)' if name == "" else name for name in names) or "none"
+
+
+def node_handler_audit(nodes, desired, names=()):
+    """Findings for the target Nodes whose status.runtimeHandlers lacks the RuntimeClass's handler.
+
+    Returns ``findings`` (``runtime_class_handler_missing_on_node``, one per such Node), ``checked`` (target Nodes
+    whose handlers were compared), ``without_runtime_handlers`` (target Nodes that do not report the field: not
+    checked, not clean either) and ``not_registered`` (names in ``names`` no Node has).
+    """
+    handler, rc_name = desired["handler"], desired["metadata"]["name"]
+    findings, checked, without = [], [], []
+    for node in sorted(handler_targets(nodes, desired, names), key=lambda n: (n.get("metadata") or {}).get("name") or ""):
+        name = (node.get("metadata") or {}).get("name")
+        have = _handler_names(node)
+        if have is None:
+            without.append(name)
+            continue
+        checked.append(name)
+        if handler in have:
+            continue
+        findings.append({
+            "id": "runtime_class_handler_missing_on_node", "severity": "error", "object": "Node %s" % name,
+            "message": "Node %s does not report runtime handler %s (its status.runtimeHandlers: %s): containerd there has no "
+                       "runtime %s, so pods with runtimeClassName %s scheduled there fail at sandbox creation "
+                       "(FailedCreatePodSandBox: no runtime for \"%s\" is configured). Repair on the node with role "
+                       "container_runtime (containerd restarted; the kubelet reports the new handler within about 15 s); "
+                       "rewriting the RuntimeClass does not fix it" % (name, handler, _shown(have), handler, rc_name, handler),
+            "expected": handler, "actual": have, "repair": "container_runtime"})
+    registered = {(node.get("metadata") or {}).get("name") for node in nodes}
+    return {"findings": findings, "checked": checked, "without_runtime_handlers": without,
+            "not_registered": sorted(set(names or ()) - registered)}

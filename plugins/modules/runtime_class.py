@@ -20,6 +20,13 @@ description:
     plugin copies podFixed into every pod's overhead, which the scheduler and ResourceQuota add to each resource while
     devices go only to containers, so every pod would be charged phantom GPUs.
   - Lists every RuntimeClass (one paginated LIST) and reports those with GPUs in C(overhead.podFixed).
+  - Lists the Nodes (one paginated LIST) and reports each target Node whose C(status.runtimeHandlers) lacks O(handler) -
+    containerd there has no such runtime, and pods with this C(runtimeClassName) fail at sandbox creation. The target
+    Nodes are those matching O(node_selector) when it is set, else the GPU nodes (label C(nvidia.com/gpu.present=true) or
+    any C(nvidia.com/*) resource), narrowed to O(nodes) when given. The kubelet fills C(status.runtimeHandlers) from
+    Kubernetes 1.31 with containerd 2.x; a Node without the field (an older kubelet, containerd 1.7, a kwok node) is not
+    checked and is returned in RV(node_runtime_handlers.without_runtime_handlers). Role C(container_runtime) fixes such a
+    node; this module never does. Read-only, the same in check mode.
   - Check mode sends the writes with C(dryRun=All) (a delete + create is predicted, as the server refuses a dry-run create
     while the old object exists). Runs on the controller.
 author:
@@ -62,8 +69,16 @@ options:
     description: Take over fields another field manager set (server-side apply C(force)).
     type: bool
     default: true
+  nodes:
+    description:
+      - Check only the Nodes of these names for the handler (for example the play's GPU hosts as Node names). They are
+        taken as GPU nodes even without the label or resources, but must still match O(node_selector) when it is set.
+      - Empty checks every target Node.
+    type: list
+    elements: str
+    default: []
   page_limit:
-    description: Objects per page of the LIST.
+    description: Objects per page of the LISTs.
     type: int
     default: 500
 requirements:
@@ -81,6 +96,14 @@ EXAMPLES = r"""
     force: true
   delegate_to: localhost
   run_once: true
+
+- name: Which GPU nodes of the inventory lack containerd's nvidia runtime (read-only; inventory names are Node names here)
+  gpuharden.k8s.runtime_class:
+    nodes: "{{ groups['gpu_nodes'] }}"
+  check_mode: true
+  delegate_to: localhost
+  run_once: true
+  register: runtime_class_check
 """
 
 RETURN = r"""
@@ -88,6 +111,9 @@ findings:
   description:
     - C(runtime_class_overhead_gpu) (GPUs in podFixed), C(runtime_class_overhead_extended), C(runtime_class_handler_mismatch),
       as C(id), C(severity), C(object), C(message), C(expected), C(actual), C(repair).
+    - C(runtime_class_handler_missing_on_node) (severity error, C(object) C(Node <name>)), one per target Node whose
+      C(status.runtimeHandlers) lacks the handler; C(expected) is the handler, C(actual) the Node's handler names (V("")
+      is containerd's default runtime), C(repair) V(container_runtime) (the node-side role; this module does not repair it).
   returned: always
   type: list
   elements: dict
@@ -103,6 +129,24 @@ runtime_class:
   description: The RuntimeClass as stored (the prediction in check mode), without managedFields.
   returned: always
   type: dict
+node_runtime_handlers:
+  description: Which target Nodes had their C(status.runtimeHandlers) compared with the handler.
+  returned: always
+  type: dict
+  contains:
+    checked:
+      description: Target Nodes that report C(status.runtimeHandlers).
+      type: list
+      elements: str
+    without_runtime_handlers:
+      description: Target Nodes that do not report the field (kubelet before 1.31, containerd 1.7, kwok nodes); not checked.
+      type: list
+      elements: str
+    not_registered:
+      description: Names in O(nodes) that no Node has.
+      type: list
+      elements: str
+  sample: {"checked": ["gpu-0"], "without_runtime_handlers": ["gpu-1"], "not_registered": []}
 api_requests:
   description: Requests made to the API server.
   returned: always
@@ -126,6 +170,7 @@ def argument_spec():
         overhead_pod_fixed={"type": "dict", "default": {}},
         force={"type": "bool", "default": False},
         force_conflicts={"type": "bool", "default": True},
+        nodes={"type": "list", "elements": "str", "default": []},
         page_limit={"type": "int", "default": 500},
     )
     return spec
@@ -143,6 +188,8 @@ def run(module):
     client = _k8s_objects.Client(_k8s.api_client(params), "runtime_class")
     try:
         findings = _runtime_class.audit(client.list("RuntimeClass", params["page_limit"]), desired)
+        on_nodes = _runtime_class.node_handler_audit(client.list("Node", params["page_limit"]), desired, params["nodes"])
+        findings.extend(on_nodes.pop("findings"))
         decision = _k8s_objects.plan(client, desired, params["force_conflicts"], _runtime_class.handler_immutable)
         foreign = _runtime_class.owned_elsewhere(decision)
         if foreign is not None:
@@ -163,7 +210,7 @@ def run(module):
     shown = _k8s_objects.comparable(stored if stored is not None else decision["after"] if decision["action"] not in ("none", "skip")
                                     else decision["live"])
     result = {"changed": decision["changed"], "action": decision["action"], "findings": findings, "runtime_class": shown,
-              "message": decision["message"], "api_requests": client.requests}
+              "node_runtime_handlers": on_nodes, "message": decision["message"], "api_requests": client.requests}
     if module._diff and decision["changed"]:
         result["diff"] = _k8s_objects.diff_entry(decision, desired)
     return result

@@ -64,6 +64,9 @@ TARGET_VARIABLE = ("gpuharden_target_hosts", "gpu_nodes")
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
+# runtime_class findings another stage fixes: a Node whose containerd lacks the handler needs the node side
+# (container_runtime), not a RuntimeClass write.
+RUNTIME_CLASS_FINDING_STAGES = {"runtime_class_handler_missing_on_node": "container_runtime"}
 # gpu_consistency findings that the device_plugin stage fixes (the plugin missing, misconfigured or not advertising
 # what the node has).  MIG slices not advertised need a MIG strategy chosen first (gpuharden_mig_strategy), so they
 # are the device plugin's but not remediable by running it; every other consistency finding is about workloads or
@@ -345,7 +348,8 @@ def runtime_class_findings(result):
     findings = []
     for entry in result.get("findings") or []:
         repair = entry.get("repair") or ""
-        findings.append({"id": entry["id"], "check": "runtime_class", "stage": "runtime_class", "severity": entry["severity"],
+        stage = RUNTIME_CLASS_FINDING_STAGES.get(entry["id"], "runtime_class")
+        findings.append({"id": entry["id"], "check": "runtime_class", "stage": stage, "severity": entry["severity"],
                          "expected": entry.get("expected"), "found": entry.get("actual", entry.get("found")),
                          "hint": "%s (repair: %s)" % (entry.get("message", ""), repair or "run the stage"),
                          "remediable": repair not in ("manual", "recreate (force)"), "subject": entry.get("object")})
