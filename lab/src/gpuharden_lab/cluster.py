@@ -43,9 +43,25 @@ def node_object(node: Node, fixture: dict) -> dict:
 
 
 def create_nodes(api: client.ApiClient, nodes: list[Node], fixtures: dict[str, dict]) -> None:
+    """The Nodes kwok keeps: every lab node but those whose real kubelet registers its own (realnode.py)."""
     core = client.CoreV1Api(api)
     for node in nodes:
-        core.create_node(node_object(node, fixtures[node.name]))
+        if node.spec.real_containerd is None:
+            core.create_node(node_object(node, fixtures[node.name]))
+
+
+def label_registered_nodes(api: client.ApiClient, nodes: list[Node]) -> None:
+    """The scenario's labels, taints and cordon on Nodes a real kubelet registered, set as an admin would: the
+    kubelet may not set most of them itself (NodeRestriction), and kubeadm's node-labels go the same way."""
+    core = client.CoreV1Api(api)
+    for node in nodes:
+        labels = {"gpuharden.io/lab": "true", **node.spec.labels}
+        patch: dict = {"metadata": {"labels": labels}}
+        if node.spec.unschedulable:
+            patch["spec"] = {"unschedulable": True}
+        if node.spec.taints:
+            patch.setdefault("spec", {})["taints"] = [dict(taint) for taint in node.spec.taints]
+        core.patch_node(node.name, patch)
 
 
 def wait_nodes_ready(api: client.ApiClient, names: list[str], timeout: float = 60.0) -> float:

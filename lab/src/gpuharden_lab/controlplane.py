@@ -156,6 +156,8 @@ def start(credentials: Credentials, netns_names: list[str]) -> dict:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % API_PORT,
             "--tls-cert-file=%s" % (directory / "pki/apiserver.crt"), "--tls-private-key-file=%s" % (directory / "pki/apiserver.key"),
             "--token-auth-file=%s" % (directory / "tokens.csv"),
+            # real kubelets (realnode.py) authenticate with a client certificate, as after kubeadm's TLS bootstrap
+            "--client-ca-file=%s" % (directory / "pki/ca.crt"),
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-account-key-file=%s" % (directory / "sa.pub"),

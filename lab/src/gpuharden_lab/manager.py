@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, workloads
+from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, realnode, workloads
 from gpuharden_lab import node as lab_node
 from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
@@ -71,7 +71,17 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
         node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
     for path, standin in STANDINS.items():
+        if node.spec.real_containerd is not None and standin != "systemctl":
+            continue
         node.write_file(path, '#!/bin/sh\n# gpuharden lab stand-in\nexec %s -m gpuharden_lab.standins.%s "$@"\n' % (sys.executable, standin), 0o755)
+    if node.spec.real_containerd is not None:
+        release = node.spec.real_containerd
+        node.write_file("/usr/local/bin/kubelet", realnode.kubelet_wrapper(node.address), 0o755)
+        node.write_file("/usr/local/bin/containerd", realnode.containerd_wrapper(release), 0o755)
+        node.write_file("/usr/local/bin/ctr", realnode.ctr_wrapper(release), 0o755)
+        node.write_file("/etc/containerd/config.toml", realnode.default_containerd_config(release))
+        node.write_file("/etc/cni/net.d/10-gpuharden-lab.conflist", realnode.cni_conflist())
+        node.write_file("/etc/kubernetes/manifests/.keep", "")  # kubeadm creates staticPodPath; the kubelet skips dot files
     if node.spec.fixture is not None:
         # The NVIDIA container toolkit's runtime, which containerd's nvidia runtime names (BinaryName): installed on
         # GPU nodes as the toolkit package installs it. Only its presence is checked; runc runs the lab's pods.
@@ -178,7 +188,11 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             _node_files(node, library, validator)
         if credentials:
             for node in nodes:
-                node.write_file("/etc/kubernetes/kubelet.conf", controlplane.node_kubeconfig(credentials, node.name), 0o600)
+                if node.spec.real_containerd is not None:
+                    kubeconfig = realnode.node_kubeconfig(node.name, controlplane.API_URL, node.directory / "pki")
+                else:
+                    kubeconfig = controlplane.node_kubeconfig(credentials, node.name)
+                node.write_file("/etc/kubernetes/kubelet.conf", kubeconfig, 0o600)
         phase = time.monotonic()
         for node in nodes:
             lab_node.start(node)
@@ -195,7 +209,8 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
                 kube["tool_identity"] = "system:serviceaccount:gpuharden-system:gpuharden"
             fixtures = {node.name: load_fixture(node.spec.fixture)[1] for node in nodes}
             cluster.create_nodes(api, nodes, fixtures)
-            names = [node.name for node in nodes]
+            names = [node.name for node in nodes if node.spec.real_containerd is None]
+            real_nodes = [node for node in nodes if node.spec.real_containerd is not None]
             if kwok_nodes:
                 phase = time.monotonic()
                 names += cluster.create_kwok_only_nodes(api, kwok_nodes)
@@ -205,6 +220,10 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             phase = time.monotonic()
             state["services"] = _start_services(nodes)
             timings["services"] = time.monotonic() - phase
+            if real_nodes:
+                phase = time.monotonic()
+                timings["real_nodes_ready"] = cluster.wait_nodes_ready(api, [node.name for node in real_nodes], timeout=120)
+                cluster.label_registered_nodes(api, real_nodes)
             cluster.apply_objects(api, scenario.cluster.get("objects") or [])
             phase = time.monotonic()
             state["pods"] = [vars(pod) for pod in workloads.place(api, {node.name: node for node in nodes}, scenario.pods)]

@@ -27,6 +27,7 @@ OVERLAY_LAYERS = {"/etc": "etc", "/usr/bin": "usr-bin", "/usr/local": "usr-local
 SYSTEM_DEVICES = {  # path: (major, minor, mode)
     "null": (1, 3, 0o666), "zero": (1, 5, 0o666), "full": (1, 7, 0o666), "random": (1, 8, 0o666),
     "urandom": (1, 9, 0o666), "tty": (5, 0, 0o666),
+    "kmsg": (1, 11, 0o644),  # the kubelet's OOM watcher opens it (pkg/kubelet/oom/oom_watcher_linux.go via kmsgparser)
 }
 
 
@@ -44,6 +45,7 @@ class NodeSpec:
     unschedulable: bool = False  # the Node is registered cordoned
     taints: list[dict] = field(default_factory=list)  # and with these taints
     python_missing: list[str] = field(default_factory=list)  # distributions the node's Python lacks
+    real_containerd: str | None = None  # "2" or "1.7": the real containerd and kubelet run here (realnode.py)
 
 
 @dataclass
@@ -88,7 +90,7 @@ class Node:
         exec_cgroup = self.cgroup / "system.slice" / "lab-exec.scope"
         exec_cgroup.mkdir(parents=True, exist_ok=True)
         argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(exec_cgroup)]
-        argv += ["nsenter", "--target", str(self.holder_pid()), "--mount", "--cgroup"]
+        argv += ["nsenter", "--target", str(self.holder_pid()), "--mount", "--cgroup", "--uts"]
         return argv + (["--net"] if net else [])
 
     def upper_path(self, node_path: str) -> Path:
@@ -200,6 +202,10 @@ def _launch_script(node: Node) -> str:
             "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s"
             % (prefix, directory / "upper" / layer, directory / "work" / layer, prefix)
         )
+    if node.spec.real_containerd is not None:
+        # containerd's overlayfs snapshotter needs a backing filesystem other than overlayfs (the node's /var/lib), and
+        # the kubelet's stats and eviction manager read the same directory, so both see this one (realnode.py)
+        mounts.append("mkdir -p /var/lib/containerd && mount -t tmpfs -o size=256m,mode=0711 tmpfs /var/lib/containerd")
     site_packages = node_site_packages()
     if node.spec.python_missing and site_packages is not None:
         mounts.append(

@@ -32,7 +32,7 @@ def available() -> list[str]:
 def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpec:
     merged = {**defaults, **entry}
     unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd",
-                                  "unschedulable", "taints", "python_missing"}
+                                  "unschedulable", "taints", "python_missing", "real"}
     if unknown:
         raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
     if not isinstance(merged.get("name"), str):
@@ -55,7 +55,17 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
     python_missing = merged.get("python_missing") or []
     if not isinstance(python_missing, list) or not all(isinstance(name, str) for name in python_missing):
         raise LabError("%s: %s: 'python_missing' must be a list of distribution names, got %r" % (source, where, python_missing))
-    files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
+    real = merged.get("real")
+    if real is not None and (not isinstance(real, dict) or set(real) - {"containerd"} or str(real.get("containerd")) not in ("2", "1.7")):
+        raise LabError("%s: %s: 'real' must be {containerd: \"2\" or \"1.7\"}, got %r" % (source, where, real))
+    if real is not None:
+        # A fresh install: kubeadm v1.36 passes nothing in kubeadm-flags.env that the config file can carry (and the
+        # real kubelet v1.36 rejects --pod-infra-container-image, which the stand-in nodes still get); containerd's
+        # config is the release's own default, written when the lab starts (realnode.default_containerd_config).
+        kubelet.setdefault("kubeadm_flags", "")
+        files = nodefiles.kubelet_files(kubelet)
+    else:
+        files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
     files.update(defaults.get("files") or {})
     files.update(entry.get("files") or {})
     return NodeSpec(
@@ -69,6 +79,7 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         unschedulable=bool(merged.get("unschedulable", False)),
         taints=[dict(taint) for taint in taints],
         python_missing=list(python_missing),
+        real_containerd=str(real["containerd"]) if real is not None else None,
     )
 
 

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The real-nodes lab: the real kubelet v1.36 and the real containerd 2.x / 1.7 judge what the product writes.
+
+Both nodes start as fresh installs leave them (`containerd config default`, no nvidia runtime, the kubelet's manager
+defaults) and their kubelets register the Nodes themselves with node credentials.  What each test asserts comes from
+the real daemons: the Node object the kubelet keeps, the runtime handlers containerd reports through the kubelet,
+`ctr` answering on the socket, the kubelet refusing to start.  Skipped where `make real-components` has not built them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from gpuharden_lab import manager, realnode
+from kubernetes import client
+
+from tests.integration.cluster_side import admin, failures, module_args, run, wait_for
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+C2, C17 = "real-c2-0", "real-c17-0"
+NODES = (C2, C17)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if not realnode.available():
+        pytest.skip("the real kubelet and containerd are not built: run `make real-components`")
+    with running_lab("real-nodes") as state:
+        yield state
+
+
+def node_objects(state) -> dict[str, dict]:
+    api = admin(state)
+    try:
+        items = client.CoreV1Api(api).list_node().items
+        return {item.metadata.name: api.sanitize_for_serialization(item) for item in items}
+    finally:
+        api.close()
+
+
+def handlers(node: dict) -> list[str]:
+    return sorted(entry.get("name", "") for entry in (node.get("status") or {}).get("runtimeHandlers") or [])
+
+
+def in_node(state, name, argv, **kwargs):
+    node = next(node for node in manager.nodes_from_state(state) if node.name == name)
+    from gpuharden_lab.node import run_in
+
+    return run_in(node, argv, check=False, **kwargs)
+
+
+def runtime_class_check(state) -> dict:
+    found, _stats, _seconds = run(state, module="gpuharden.k8s.runtime_class",
+                                  args=module_args(kubeconfig=state["cluster"]["admin_kubeconfig"], handler="nvidia"), check=True)
+    assert not failures(found), failures(found)
+    return found[0]
+
+
+def test_real_kubelets_register_their_nodes_with_node_identity(lab):
+    nodes = node_objects(lab)
+    for name, release in ((C2, realnode.containerd_version("2")), (C17, realnode.containerd_version("1.7"))):
+        node = nodes[name]
+        info = node["status"]["nodeInfo"]
+        assert info["kubeletVersion"] == realnode.versions()["K8S_VERSION"]
+        assert info["containerRuntimeVersion"] == "containerd://" + release.lstrip("v")
+        assert "kwok.x-k8s.io/node" not in (node["metadata"].get("annotations") or {})
+        conditions = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+        assert conditions["Ready"] == "True", conditions
+        managers = {entry["manager"] for entry in node["metadata"].get("managedFields") or []}
+        assert "kubelet" in managers, managers
+        # a fresh node: no device plugin ran, so no GPU resources at all
+        assert not [key for key in node["status"]["allocatable"] if key.startswith("nvidia.com/")], node["status"]["allocatable"]
+
+
+def test_fresh_containerd_has_no_nvidia_handler_and_the_runtime_class_check_says_so(lab):
+    nodes = node_objects(lab)
+    # containerd 2.x reports every configured runtime, the default one also as "" (internal/cri/server/service.go
+    # introspectRuntimeHandler); containerd 1.7 reports none, so its Node carries no runtimeHandlers at all.
+    assert handlers(nodes[C2]) == ["", "runc"], nodes[C2]["status"].get("runtimeHandlers")
+    assert handlers(nodes[C17]) == []
+    result = runtime_class_check(lab)
+    missing = [f for f in result["findings"] if f["id"] == "runtime_class_handler_missing_on_node"]
+    assert [f["object"] for f in missing] == ["Node %s" % C2], result["findings"]
+    assert missing[0]["actual"] == ["", "runc"]
+    assert C17 in result["node_runtime_handlers"]["without_runtime_handlers"], result["node_runtime_handlers"]
+
+
+def test_container_runtime_role_output_is_loaded_by_the_real_daemons(lab):
+    found, stats, _seconds = run(lab, playbook="container_runtime.yml")
+    assert not failures(found), failures(found)
+    assert all(stats["changed"].get(name, 0) >= 1 for name in NODES), stats
+    for name, release in ((C2, "2"), (C17, "1.7")):
+        assert in_node(lab, name, ["systemctl", "is-active", "containerd"]).stdout.strip() == "active"
+        version = in_node(lab, name, ["ctr", "--address", "/run/containerd/containerd.sock", "--timeout", "5s", "version"])
+        assert version.returncode == 0, version.stderr
+        assert realnode.containerd_version(release).lstrip("v") in version.stdout
+    # the kubelet re-reads the CRI status every 5 s and posts it with the node status (10 s by default)
+    wait_for(lambda: "nvidia" in handlers(node_objects(lab)[C2]), timeout=60, what="nvidia in %s runtimeHandlers" % C2)
+    result = runtime_class_check(lab)
+    assert not [f for f in result["findings"] if f["id"] == "runtime_class_handler_missing_on_node"], result["findings"]
+    again, stats, _seconds = run(lab, playbook="container_runtime.yml")
+    assert not failures(again), failures(again)
+    assert all(stats["changed"].get(name, 0) == 0 for name in NODES), stats
+
+
+def test_stale_cpu_manager_checkpoint_stops_the_real_kubelet_and_the_role_brings_it_back(lab):
+    # The checkpoint a static CPU Manager left, under a kubelet whose config says none: the real kubelet refuses to
+    # start (pkg/kubelet/cm/cpumanager/state/state_checkpoint.go "configured policy ... differs from state checkpoint").
+    checkpoint = json.dumps({"policyName": "static", "defaultCpuSet": "0-1", "checksum": 1})
+    node = next(node for node in manager.nodes_from_state(lab) if node.name == C2)
+    node.write_live("/var/lib/kubelet/cpu_manager_state", checkpoint)
+    assert in_node(lab, C2, ["systemctl", "restart", "kubelet"]).returncode == 0
+
+    def refused():
+        log = in_node(lab, C2, ["cat", "/var/log/kubelet.log"]).stdout
+        return "could not restore state from checkpoint" in log or "differs from state checkpoint" in log
+
+    wait_for(refused, timeout=60, what="the real kubelet refusing the stale checkpoint")
+    healthz = in_node(lab, C2, ["curl", "-s", "--max-time", "2", "http://127.0.0.1:10248/healthz"])
+    assert healthz.stdout != "ok"
+
+    found, stats, _seconds = run(lab, playbook="kubelet_topology.yml", extravars={"kubelet_topology_cpu_manager_policy": "none"})
+    assert not failures(found), failures(found)
+
+    def healthy():
+        done = in_node(lab, C2, ["curl", "-s", "--max-time", "2", "http://127.0.0.1:10248/healthz"])
+        return done.stdout == "ok"
+
+    wait_for(healthy, timeout=90, what="the real kubelet healthy again")
+    time.sleep(1)
+    assert in_node(lab, C2, ["systemctl", "is-active", "kubelet"]).stdout.strip() == "active"
