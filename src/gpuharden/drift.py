@@ -54,6 +54,8 @@ import uuid
 from gpuharden import ansible_output
 
 SEVERITIES = ("info", "warning", "error", "critical")
+# The JSON report's schema; drift-merge only combines reports of the version it writes.
+REPORT_VERSION = 1
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
 HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
 # Collection playbook names must be identifiers (ansible-core collection_loader); the hyphenated files beside them
@@ -362,7 +364,6 @@ def runtime_class_findings(result):
 
 def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
     nodes = {}
-    by_severity, by_check = {}, {}
     for host, audit in sorted(outcomes.audited.items()):
         node_name = (node_names or {}).get(host, host)
         audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
@@ -370,9 +371,6 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
         status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
         stages = sorted({entry["stage"] for entry in audit["findings"] if entry.get("remediable") and entry.get("stage")})
-        for entry in audit["findings"]:
-            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
-            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
         nodes[host] = {
             "node": node_name,
             "status": status,
@@ -381,40 +379,51 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             "checks": audit["checks"],
             "audit_seconds": audit["seconds"],
         }
-    drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
-    attention = sorted(host for host, node in nodes.items() if node["status"] == "attention")
     # Findings of no single node (pending pods asking for a resource no node advertises) belong to the cluster.
     cluster = runtime_class_findings(outcomes.runtime_class) + [
         dict(entry, subject=entry.get("subject") or entry.get("resource")) for entry in consistency_findings(outcomes.consistency, None)]
+    unreachable, failed = dict(sorted(outcomes.unreachable.items())), dict(sorted(outcomes.failed.items()))
     return {
-        "version": 1,
+        "version": REPORT_VERSION,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
         "timestamp": finished,
         "duration_seconds": round(finished - started, 3),
         "inventory": inventory,
         "limit": limit,
         "fail_severity": fail_severity,
-        "summary": {
-            "nodes": len(nodes) + len(outcomes.unreachable) + len(outcomes.failed),
-            "clean": len(nodes) - len(drifted) - len(attention),
-            "drifted": len(drifted),
-            "attention": len(attention),
-            "unreachable": len(outcomes.unreachable),
-            "failed": len(outcomes.failed),
-            "findings": sum(len(node["findings"]) for node in nodes.values()),
-            "by_severity": by_severity,
-            "by_check": by_check,
-            "cluster_findings": len(counted(cluster, fail_severity)),
-        },
+        "summary": summarize(nodes, unreachable, failed, cluster, fail_severity),
         "nodes": nodes,
-        "unreachable": dict(sorted(outcomes.unreachable.items())),
-        "failed": dict(sorted(outcomes.failed.items())),
+        "unreachable": unreachable,
+        "failed": failed,
         # the node label of every host of the run, unreachable and failed ones included (their set_fact ran on the
         # controller), so their per-node metrics carry the same label as when they answer
         "node_names": {host: (node_names or {}).get(host, host)
                        for host in sorted(set(nodes) | set(outcomes.unreachable) | set(outcomes.failed))},
         "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
                     "runtime_class_checked": outcomes.runtime_class is not None, "findings": cluster},
+    }
+
+
+def summarize(nodes, unreachable, failed, cluster, fail_severity):
+    """A report's summary, from its sections: the one place the counts come from (a run, --remediate, a merge)."""
+    by_severity, by_check = {}, {}
+    for node in nodes.values():
+        for entry in node["findings"]:
+            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
+    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
+    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
+    return {
+        "nodes": len(nodes) + len(unreachable) + len(failed),
+        "clean": len(nodes) - drifted - attention,
+        "drifted": drifted,
+        "attention": attention,
+        "unreachable": len(unreachable),
+        "failed": len(failed),
+        "findings": sum(len(node["findings"]) for node in nodes.values()),
+        "by_severity": by_severity,
+        "by_check": by_check,
+        "cluster_findings": len(counted(cluster, fail_severity)),
     }
 
 
@@ -1011,20 +1020,10 @@ def merge_after_remediation(before, after):
         for host in list(after["nodes"]) + list(after["unreachable"]) + list(after["failed"]):
             merged[section].pop(host, None)
         merged[section].update(after[section])
-    nodes = merged["nodes"]
-    by_severity, by_check = {}, {}
-    for node in nodes.values():
-        for entry in node["findings"]:
-            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
-            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
-    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
-    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
-    merged["summary"].update(
-        clean=len(nodes) - drifted - attention, drifted=drifted, attention=attention, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
-        findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
     merged["node_names"] = dict(sorted(dict(before.get("node_names", {}), **after.get("node_names", {})).items()))
     merged["cluster"] = after.get("cluster", merged.get("cluster"))
-    merged["summary"]["cluster_findings"] = after["summary"].get("cluster_findings", 0)
+    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"],
+                                  (merged.get("cluster") or {}).get("findings", []), merged["fail_severity"])
     merged["timestamp"] = after["timestamp"]
     merged["generated_at"] = after["generated_at"]
     merged["duration_seconds"] = round(after["timestamp"] - before["timestamp"] + before["duration_seconds"], 3)
