@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--json", action="store_true", help="print the facts of every host as JSON, with the failed hosts, instead of a table")
     facts.set_defaults(handler=_facts)
     drift.add_parser(commands)
+    drift.add_merge_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.
     for entry_point in entry_points(group="gpuharden.commands"):
         entry_point.load()(commands)
