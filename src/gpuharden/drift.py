@@ -107,6 +107,13 @@ drifted nodes then get harden_gpu_nodes.yml, limited to them and to the stages w
 
 The hosts are the playbook's: the group in gpuharden_target_hosts (default gpu_nodes), narrowed by -l.  A run
 where these match no host exits 2 and names the pattern; it never reports an empty fleet as clean.
+
+With --slice K/N (K from 1 to N) a run checks one Nth of those hosts: the ones whose sha256(inventory host name),
+as a number, mod N is K-1; it lists the hosts first (ansible-playbook --list-hosts) and hands the slice's to the
+run as its limit, so the other slices' hosts are not contacted.  N runs, on N controllers or as the pods of an
+Indexed Job, check the fleet between them; `gpuharden drift-merge` makes their --report files one report and one
+metrics file, equal to an unsliced run's but for the timings.  A slice that gets no host writes an empty report
+and exits 0 (stderr says so); each slice also runs the cluster-side checks, which the merge keeps once.
 """
 EPILOG = """\
 examples:
@@ -118,6 +125,9 @@ examples:
         --prometheus /var/lib/node_exporter/textfile/gpuharden.prom
   fix the drift of one node (only the stages with findings), then check it again:
     gpuharden drift -i inventory/ -l gpu-node-07 --remediate
+  a fleet in three slices, on three controllers (or an Indexed Job), then one report of them:
+    gpuharden drift -i inventory/ --slice 2/3 --report /shared/drift/slice-2.json
+    gpuharden drift-merge /shared/drift/slice-*.json --report drift.json --prometheus gpuharden.prom
 
 exit codes:
   0    clean: the run finished, every node answered, and nothing differs from the desired state (no cluster
