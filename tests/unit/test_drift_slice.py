@@ -536,3 +536,27 @@ exit 1
     assert _without_timings(merged) == _without_timings(_report(FLEET))
     assert (tmp_path / "reports" / "gpuharden.prom").read_text() == drift.prometheus_text(merged)
     assert sorted(os.listdir(tmp_path / "reports" / "slices")) == ["drift-123"]
+
+
+def test_real_slices_contact_only_their_hosts(tmp_path, monkeypatch, capsys):
+    """ansible-playbook itself: --list-hosts read, the --limit file honoured.  The hosts are on TEST-NET-1, so each
+    host a slice tried is reported unreachable, and exactly the slice's hosts are."""
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    fleet = ["gpu-%d" % number for number in range(5)]
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {
+        "gpu_nodes": {"hosts": {host: {"ansible_host": "192.0.2.%d" % (10 + number)} for number, host in enumerate(fleet)},
+                      "vars": {"ansible_ssh_common_args": "-o ConnectTimeout=1"}},
+        "control_plane": {"hosts": {"cp-1": {"ansible_host": "192.0.2.20"}}}}}}))
+    paths = []
+    for index in (1, 2):
+        paths.append(str(tmp_path / ("slice-%d.json" % index)))
+        code = cli.main(["drift", "-i", str(inventory), "--playbook", str(REPO / "playbooks" / "drift_check.yml"), "-q",
+                         "--slice", "%d/2" % index, "--report", paths[-1]])
+        assert code == drift.EXIT_DRIFT, capsys.readouterr().err
+        report = json.loads(Path(paths[-1]).read_text())
+        assert sorted(report["unreachable"]) == drift.slice_hosts(fleet, index, 2) == report["slice"]["hosts"]
+        assert report["limit"] is None and report["slice"]["fleet_hosts"] == len(fleet)
+    capsys.readouterr()
+    assert cli.main(["drift-merge", *paths, "--json"]) == drift.EXIT_DRIFT
+    assert sorted(json.loads(capsys.readouterr().out)["unreachable"]) == fleet
