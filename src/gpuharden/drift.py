@@ -1066,8 +1066,12 @@ def check_slice(args, extravars, stream, stop=None, deadline=None):
         reason = stopped(args, stop, deadline) or ("listing the play's hosts took over %d s" % SLICE_LIST_TIMEOUT, EXIT_INCOMPLETE)
         raise Incomplete(reason[0] + " (listing the hosts to slice)", reason[1], hosts_known=False)
     returncode, stdout, stderr = listed
+    output = ansible_output.strip_ansi(stderr + "\n" + stdout)
+    if returncode != 0 and any(text in output for text in ansible_output.NO_HOSTS_TEXTS):
+        # -l matched no host: nothing to contact, and the ordinary run says so in its words
+        return check(args, extravars, stream, args.limit, stop, deadline)
     if returncode != 0:
-        excerpt = ansible_output.error_excerpt(ansible_output.strip_ansi(stderr + "\n" + stdout))
+        excerpt = ansible_output.error_excerpt(output)
         raise DriftError("--slice %d/%d: ansible-playbook --list-hosts could not list the hosts to slice (exit %d)%s" % (
             index, count, returncode, (":\n" + ansible_output.indent(excerpt)) if excerpt else ""))
     fleet = parse_list_hosts(stdout)

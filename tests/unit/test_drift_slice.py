@@ -269,8 +269,10 @@ def test_empty_slice_is_an_empty_valid_report_exit_0(site, monkeypatch, capsys):
     assert "gpuharden_last_success_timestamp_seconds" in site["metrics"].read_text()
 
 
-def test_slice_of_an_empty_fleet_is_the_usual_no_host_error(site, monkeypatch, capsys):
-    monkeypatch.setattr(drift, "list_hosts", lambda *args, **kwargs: (0, _listing([]), ""))
+@pytest.mark.parametrize("listed", [(0, _listing([]), ""),
+                                    (1, "", "[ERROR]: Specified inventory, host pattern and/or --limit leaves us with no hosts to target.\n")])
+def test_slice_of_an_empty_fleet_is_the_usual_no_host_error(site, monkeypatch, capsys, listed):
+    monkeypatch.setattr(drift, "list_hosts", lambda *args, **kwargs: listed)
     ran = []
 
     def run_playbook(playbook, inventory, *, limit, **_kwargs):
