@@ -4,8 +4,9 @@
 `gpuharden facts` runs the gpu_facts module over an inventory through ansible-runner and prints one
 line per GPU (or JSON).  Exit codes: 0 all hosts answered, 1 some host failed or was unreachable,
 2 usage or environment error, or no host matched.  `gpuharden drift` checks an inventory for drift (see
-gpuharden/drift.py).  Further commands (`gpuharden lab`, from the gpuharden-lab distribution) plug in through
-the ``gpuharden.commands`` entry point group.
+gpuharden/drift.py); `gpuharden drift-merge` joins the reports of `gpuharden drift --slice` runs.  Further
+commands (`gpuharden lab`, from the gpuharden-lab distribution) plug in through the ``gpuharden.commands`` entry
+point group.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ examples:
   gpuharden drift -i inventory/                 first survey: which nodes differ from the hardened state
   gpuharden drift -i inventory/ -l gpu-node-07 --remediate
                                                 fix one node's drift (only the stages with findings), check again
+  gpuharden drift -i inventory/ --slice 2/3 --report slice-2.json
+                                                check one third of the fleet; gpuharden drift-merge joins the slices
   ansible-playbook -i inventory/ gpuharden.k8s.harden_gpu_nodes
                                                 harden the fleet (a canary first, within a disruption budget)
 
 exit codes (each command's --help has the details):
   0    done: every host answered, and (drift) nothing differs from the hardened state
-  1    an answer that needs a look: (drift) a node drifted, needs attention or could not be checked;
+  1    an answer that needs a look: (drift, drift-merge) a node drifted, needs attention or could not be checked;
        (facts) a host failed or was unreachable
   2    usage or environment error, or no host matched the inventory, the playbook's hosts or -l
   3    (drift) incomplete: the check could not finish, so there is no answer; 128+N: stopped by signal N
@@ -166,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--json", action="store_true", help="print the facts of every host as JSON, with the failed hosts, instead of a table")
     facts.set_defaults(handler=_facts)
     drift.add_parser(commands)
+    drift.add_merge_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.
     for entry_point in entry_points(group="gpuharden.commands"):
         entry_point.load()(commands)

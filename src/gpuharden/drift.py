@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -54,6 +55,8 @@ import uuid
 from gpuharden import ansible_output
 
 SEVERITIES = ("info", "warning", "error", "critical")
+# The JSON report's schema; drift-merge only combines reports of the version it writes.
+REPORT_VERSION = 1
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
 HARDEN_PLAYBOOK = "gpuharden.k8s.harden_gpu_nodes"
 # Collection playbook names must be identifiers (ansible-core collection_loader); the hyphenated files beside them
@@ -85,6 +88,8 @@ FINISHED_STATUSES = ("successful", "failed")
 # output or after pexpect_timeout seconds (default 5; ansible-runner config/_base.py, read from env/settings).
 RUNNER_SETTINGS = {"pexpect_timeout": 1}
 LIST_HOSTS_TIMEOUT = 60
+# --slice lists the play's hosts before the run: a dynamic inventory of a large fleet may take minutes.
+SLICE_LIST_TIMEOUT = 600
 # Every process a run starts on the controller (ansible-playbook, its workers, the modules and ssh clients they start)
 # inherits this variable, with a value of its own run, so they can be found and stopped when the run ends, whatever
 # session or process group they moved to.
@@ -105,6 +110,13 @@ drifted nodes then get harden_gpu_nodes.yml, limited to them and to the stages w
 
 The hosts are the playbook's: the group in gpuharden_target_hosts (default gpu_nodes), narrowed by -l.  A run
 where these match no host exits 2 and names the pattern; it never reports an empty fleet as clean.
+
+With --slice K/N (K from 1 to N) a run checks one Nth of those hosts: the ones whose sha256(inventory host name),
+as a number, mod N is K-1; it lists the hosts first (ansible-playbook --list-hosts) and hands the slice's to the
+run as its limit, so the other slices' hosts are not contacted.  N runs, on N controllers or as the pods of an
+Indexed Job, check the fleet between them; `gpuharden drift-merge` makes their --report files one report and one
+metrics file, equal to an unsliced run's but for the timings.  A slice that gets no host writes an empty report
+and exits 0 (stderr says so); each slice also runs the cluster-side checks, which the merge keeps once.
 """
 EPILOG = """\
 examples:
@@ -116,6 +128,9 @@ examples:
         --prometheus /var/lib/node_exporter/textfile/gpuharden.prom
   fix the drift of one node (only the stages with findings), then check it again:
     gpuharden drift -i inventory/ -l gpu-node-07 --remediate
+  a fleet in three slices, on three controllers (or an Indexed Job), then one report of them:
+    gpuharden drift -i inventory/ --slice 2/3 --report /shared/drift/slice-2.json
+    gpuharden drift-merge /shared/drift/slice-*.json --report drift.json --prometheus gpuharden.prom
 
 exit codes:
   0    clean: the run finished, every node answered, and nothing differs from the desired state (no cluster
@@ -366,7 +381,6 @@ def runtime_class_findings(result):
 
 def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
     nodes = {}
-    by_severity, by_check = {}, {}
     for host, audit in sorted(outcomes.audited.items()):
         node_name = (node_names or {}).get(host, host)
         audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
@@ -374,9 +388,6 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
         status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
         stages = sorted({entry["stage"] for entry in audit["findings"] if entry.get("remediable") and entry.get("stage")})
-        for entry in audit["findings"]:
-            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
-            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
         nodes[host] = {
             "node": node_name,
             "status": status,
@@ -385,40 +396,51 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             "checks": audit["checks"],
             "audit_seconds": audit["seconds"],
         }
-    drifted = sorted(host for host, node in nodes.items() if node["status"] == "drift")
-    attention = sorted(host for host, node in nodes.items() if node["status"] == "attention")
     # Findings of no single node (pending pods asking for a resource no node advertises) belong to the cluster.
     cluster = runtime_class_findings(outcomes.runtime_class) + [
         dict(entry, subject=entry.get("subject") or entry.get("resource")) for entry in consistency_findings(outcomes.consistency, None)]
+    unreachable, failed = dict(sorted(outcomes.unreachable.items())), dict(sorted(outcomes.failed.items()))
     return {
-        "version": 1,
+        "version": REPORT_VERSION,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
         "timestamp": finished,
         "duration_seconds": round(finished - started, 3),
         "inventory": inventory,
         "limit": limit,
         "fail_severity": fail_severity,
-        "summary": {
-            "nodes": len(nodes) + len(outcomes.unreachable) + len(outcomes.failed),
-            "clean": len(nodes) - len(drifted) - len(attention),
-            "drifted": len(drifted),
-            "attention": len(attention),
-            "unreachable": len(outcomes.unreachable),
-            "failed": len(outcomes.failed),
-            "findings": sum(len(node["findings"]) for node in nodes.values()),
-            "by_severity": by_severity,
-            "by_check": by_check,
-            "cluster_findings": len(counted(cluster, fail_severity)),
-        },
+        "summary": summarize(nodes, unreachable, failed, cluster, fail_severity),
         "nodes": nodes,
-        "unreachable": dict(sorted(outcomes.unreachable.items())),
-        "failed": dict(sorted(outcomes.failed.items())),
+        "unreachable": unreachable,
+        "failed": failed,
         # the node label of every host of the run, unreachable and failed ones included (their set_fact ran on the
         # controller), so their per-node metrics carry the same label as when they answer
         "node_names": {host: (node_names or {}).get(host, host)
                        for host in sorted(set(nodes) | set(outcomes.unreachable) | set(outcomes.failed))},
         "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
                     "runtime_class_checked": outcomes.runtime_class is not None, "findings": cluster},
+    }
+
+
+def summarize(nodes, unreachable, failed, cluster, fail_severity):
+    """A report's summary, from its sections: the one place the counts come from (a run, --remediate, a merge)."""
+    by_severity, by_check = {}, {}
+    for node in nodes.values():
+        for entry in node["findings"]:
+            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
+    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
+    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
+    return {
+        "nodes": len(nodes) + len(unreachable) + len(failed),
+        "clean": len(nodes) - drifted - attention,
+        "drifted": drifted,
+        "attention": attention,
+        "unreachable": len(unreachable),
+        "failed": len(failed),
+        "findings": sum(len(node["findings"]) for node in nodes.values()),
+        "by_severity": by_severity,
+        "by_check": by_check,
+        "cluster_findings": len(counted(cluster, fail_severity)),
     }
 
 
@@ -561,6 +583,169 @@ def table(report, width=120):
                "%d finding(s) in %.1f s" % (summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0),
                                             summary["unreachable"], summary["failed"], summary["findings"], report["duration_seconds"]))
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slices: one part of the fleet per run (--slice K/N), and the merge of their reports (drift-merge)
+
+
+class MergeError(Exception):
+    """A set of reports drift-merge refuses to combine; the message names the file."""
+
+
+def parse_slice(text):
+    """--slice K/N as (K, N): K counts from 1, as AWX numbers its job slices; argparse shows the error."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not match:
+        raise argparse.ArgumentTypeError("%r is not K/N (this run's slice K of N, whole numbers, 1 <= K <= N)" % text)
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise argparse.ArgumentTypeError("%r: K must be between 1 and N, and N at least 1 (slices are numbered 1..N)" % text)
+    return index, count
+
+
+def slice_of(host, count):
+    """The 0-based slice of an inventory host name among ``count``.  sha256, not hash(): Python salts str hashes per
+    process, and every pod of an Indexed Job (and every later run) must cut the fleet the same way.  A host keeps its
+    slice while others come and go, so a slice's hosts change only by the hosts added or removed."""
+    return int.from_bytes(hashlib.sha256(host.encode("utf-8")).digest(), "big") % count
+
+
+def slice_hosts(hosts, index, count):
+    """The hosts of slice ``index`` (1-based) of ``count``, sorted."""
+    return sorted(host for host in hosts if slice_of(host, count) == index - 1)
+
+
+def fleet_digest(hosts):
+    """Names the host list a slice was cut from, so the merge can tell slices of different lists apart."""
+    return hashlib.sha256("\n".join(sorted(hosts)).encode("utf-8")).hexdigest()
+
+
+def slice_section(index, count, fleet, hosts):
+    return {"index": index, "count": count, "hosts": list(hosts), "fleet_hosts": len(fleet), "fleet_sha256": fleet_digest(fleet)}
+
+
+def _hosts_of(report):
+    return set(report["nodes"]) | set(report["unreachable"]) | set(report["failed"])
+
+
+def _check_mergeable(path, report, first):
+    """The MergeError for a report that cannot join ``first`` (the first input's (path, report)), else None."""
+    if not isinstance(report, dict) or "version" not in report or not all(
+            isinstance(report.get(key), dict) for key in ("summary", "nodes", "unreachable", "failed")):
+        return MergeError("%s is not a gpuharden drift report (no version, summary, nodes, unreachable and failed)" % path)
+    if report["version"] != REPORT_VERSION:
+        return MergeError("%s has report schema version %r; this gpuharden reads version %d only" % (path, report["version"], REPORT_VERSION))
+    if first is not None and report["version"] != first[1]["version"]:
+        return MergeError("%s has report schema version %r, %s version %r" % (path, report["version"], first[0], first[1]["version"]))
+    part = report.get("slice")
+    if not isinstance(part, dict) or not {"index", "count", "hosts", "fleet_sha256"} <= set(part):
+        return MergeError("%s is not a slice report (written without --slice): drift-merge combines the reports of "
+                          "gpuharden drift --slice 1/N .. N/N" % path)
+    if first is None:
+        return None
+    other = first[1]
+    if part["count"] != other["slice"]["count"]:
+        return MergeError("%s is slice %d/%d, %s is of %d slices" % (path, part["index"], part["count"], first[0], other["slice"]["count"]))
+    if part["fleet_sha256"] != other["slice"]["fleet_sha256"]:
+        return MergeError("%s was cut from another host list than %s (%d and %d hosts): the inventory, -l or "
+                          "gpuharden_target_hosts changed between the slices" % (path, first[0], part.get("fleet_hosts", -1),
+                                                                                    other["slice"].get("fleet_hosts", -1)))
+    if report.get("fail_severity") != other.get("fail_severity"):
+        return MergeError("%s was checked with --fail-severity %s, %s with %s" % (path, report.get("fail_severity"), first[0],
+                                                                                  other.get("fail_severity")))
+    return None
+
+
+def merge_reports(inputs):
+    """One report from the slice reports ``inputs`` [(path, report)]: what one unsliced run would have written, but
+    for the timings.  Refuses (MergeError) anything else: not a drift report, another schema version, a report without
+    --slice, slices of different N, fail severity or host lists, a slice twice or missing, a host in two reports.
+
+    Every slice runs the cluster-side checks (the RuntimeClass dry run, pending pods asking for a resource no node
+    advertises), against the same API server, so their cluster findings are kept once per identity (the finding's
+    whole content); findings that differ (the cluster changed between the slices' runs) are all kept."""
+    if not inputs:
+        raise MergeError("no report to merge")
+    first, seen_index, owner = None, {}, {}
+    for path, report in inputs:
+        error = _check_mergeable(path, report, first)
+        if error:
+            raise error
+        first = first or (path, report)
+        index = report["slice"]["index"]
+        if index in seen_index:
+            raise MergeError("%s is slice %d/%d again (also %s)" % (path, index, report["slice"]["count"], seen_index[index]))
+        seen_index[index] = path
+        for host in sorted(_hosts_of(report) | set(report["slice"]["hosts"])):
+            if host in owner:
+                raise MergeError("%s and %s both report host %s: slices must not overlap" % (owner[host], path, host))
+            owner[host] = path
+    count = first[1]["slice"]["count"]
+    missing = [index for index in range(1, count + 1) if index not in seen_index]
+    if missing:
+        raise MergeError("slice(s) %s of %d missing: the merged report would leave their hosts out (given: %s)"
+                         % (", ".join(map(str, missing)), count, ", ".join(path for path, _report in inputs)))
+    reports = [report for _path, report in sorted(inputs, key=lambda item: item[1]["slice"]["index"])]
+    merged = {key: value for key, value in json.loads(json.dumps(reports[0])).items() if key not in ("slice", "remediation")}
+    for section in ("nodes", "unreachable", "failed", "node_names"):
+        merged[section] = dict(sorted((host, value) for report in reports for host, value in report.get(section, {}).items()))
+    merged["cluster"] = merge_cluster([report.get("cluster") or {} for report in reports])
+    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"], merged["cluster"]["findings"],
+                                  merged["fail_severity"])
+    finished = max(report["timestamp"] for report in reports)
+    started = min(report["timestamp"] - report["duration_seconds"] for report in reports)
+    merged.update(timestamp=finished, generated_at=datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
+                  duration_seconds=round(finished - started, 3))
+    remediated = [report for report in reports if "remediation" in report]
+    if remediated:
+        merged["remediation"] = {"runs": [run for report in remediated for run in report["remediation"]["runs"]],
+                                 "before": _sum_summaries([report["remediation"]["before"] for report in remediated])}
+    return merged
+
+
+def merge_cluster(sections):
+    """The cluster sections of the slices as one: findings once per identity, checked when any slice checked."""
+    findings, seen = [], set()
+    for section in sections:
+        for entry in section.get("findings") or []:
+            identity = json.dumps(entry, sort_keys=True)
+            if identity not in seen:
+                seen.add(identity)
+                findings.append(entry)
+    errors = list(dict.fromkeys(section["consistency_error"] for section in sections if section.get("consistency_error")))
+    return {"consistency_checked": any(section.get("consistency_checked") for section in sections),
+            "consistency_error": "; ".join(errors) or None,
+            "runtime_class_checked": any(section.get("runtime_class_checked") for section in sections),
+            "findings": findings}
+
+
+def _sum_summaries(summaries):
+    """The --remediate "before" summaries of the slices added up; the cluster's findings, which every slice counts,
+    once (the largest count)."""
+    total = {}
+    for summary in summaries:
+        for key, value in summary.items():
+            if key == "cluster_findings":
+                total[key] = max(total.get(key, 0), value)
+            elif isinstance(value, dict):
+                inner = total.setdefault(key, {})
+                for name, number in value.items():
+                    inner[name] = inner.get(name, 0) + number
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def read_report(path):
+    """A JSON file for drift-merge, or the MergeError naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except OSError as error:
+        raise MergeError("%s: %s" % (path, error.strerror or error)) from None
+    except ValueError as error:
+        raise MergeError("%s is not a gpuharden drift report (not JSON: %s)" % (path, error)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,6 +907,13 @@ def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST
     pattern, the inventory, --limit); None when that cannot be read.  Only for naming the hosts of a run that did
     not finish, so a further SIGINT/SIGTERM (``stop.count`` grows) or the timeout abandons it, and stops everything
     it started (its session, and any process of it that left the session: stop_processes)."""
+    listed = list_hosts(playbook, inventory, limit=limit, extravars=extravars, stop=stop, timeout=timeout)
+    return parse_list_hosts(listed[1]) if listed is not None and listed[0] == 0 else None
+
+
+def list_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST_HOSTS_TIMEOUT):
+    """``ansible-playbook --list-hosts``: (returncode, stdout, stderr), or None when it could not be started or was
+    abandoned (a further SIGINT/SIGTERM, or ``timeout`` seconds).  Whichever way it ends, nothing it started is left."""
     marker = uuid.uuid4().hex
     env = dict(os.environ, **_runner_env(), **{RUN_MARKER: marker})
     executable = shutil.which("ansible-playbook", path=env["PATH"])
@@ -733,7 +925,7 @@ def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST
     signals = stop.count if stop else 0
     deadline = time.monotonic() + timeout
     try:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
     except OSError:
         return None
@@ -741,7 +933,7 @@ def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST
     try:
         while output is None:
             try:
-                output, _ = process.communicate(timeout=0.2)
+                output = process.communicate(timeout=0.2)
             except subprocess.TimeoutExpired:
                 if (stop and stop.count > signals) or time.monotonic() > deadline:
                     break
@@ -752,11 +944,13 @@ def play_hosts(playbook, inventory, *, limit, extravars, stop=None, timeout=LIST
             _signal_processes([process.pid], signal.SIGTERM)
             stop_processes(marker)
             _signal_processes([process.pid], signal.SIGKILL)
-            process.stdout.close()  # a survivor holding the pipe must not keep the wait from returning
+            # a survivor holding a pipe must not keep the wait from returning
+            process.stdout.close()
+            process.stderr.close()
             process.wait()
         else:
             stop_processes(marker)
-    return parse_list_hosts(output) if output is not None and process.returncode == 0 else None
+    return None if output is None else (process.returncode, output[0], output[1])
 
 
 def parse_extra_vars(values):
@@ -860,6 +1054,54 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
     outcomes.close()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=names)
+
+
+def check_slice(args, extravars, stream, stop=None, deadline=None):
+    """The drift check of --slice K/N's hosts only: the play's hosts (its pattern, -l) from ansible-playbook
+    --list-hosts, cut by slice_of, and handed to the run as its --limit, so the other slices' hosts are never contacted.
+    A slice without hosts is an empty report; a fleet without hosts is the usual "no host to check" (exit 2)."""
+    index, count = args.slice
+    stopped_before = stopped(args, stop, deadline)
+    if stopped_before:
+        raise Incomplete(*stopped_before, hosts_known=False)
+    listed = list_hosts(args.playbook, args.inventory, limit=args.limit, extravars=extravars, stop=stop,
+                        timeout=runner_timeout(deadline) or SLICE_LIST_TIMEOUT)
+    if listed is None:
+        reason = stopped(args, stop, deadline) or ("listing the play's hosts took over %d s" % SLICE_LIST_TIMEOUT, EXIT_INCOMPLETE)
+        raise Incomplete(reason[0] + " (listing the hosts to slice)", reason[1], hosts_known=False)
+    returncode, stdout, stderr = listed
+    output = ansible_output.strip_ansi(stderr + "\n" + stdout)
+    if returncode != 0 and any(text in output for text in ansible_output.NO_HOSTS_TEXTS):
+        # -l matched no host: nothing to contact, and the ordinary run says so in its words
+        return check(args, extravars, stream, args.limit, stop, deadline)
+    if returncode != 0:
+        excerpt = ansible_output.error_excerpt(output)
+        raise DriftError("--slice %d/%d: ansible-playbook --list-hosts could not list the hosts to slice (exit %d)%s" % (
+            index, count, returncode, (":\n" + ansible_output.indent(excerpt)) if excerpt else ""))
+    fleet = parse_list_hosts(stdout)
+    if not fleet:
+        # nothing to contact: the ordinary run says which pattern or -l matched no host
+        return check(args, extravars, stream, args.limit, stop, deadline)
+    hosts = slice_hosts(fleet, index, count)
+    part = slice_section(index, count, fleet, hosts)
+    if not hosts:
+        stream.write("gpuharden drift: slice %d/%d has no host (the fleet has %d): an empty report, nothing checked; "
+                     "the other slices check the fleet\n" % (index, count, len(fleet)))
+        stream.flush()
+        now = time.time()
+        report = build_report(Outcomes(), inventory=args.inventory, limit=args.limit, fail_severity=args.fail_severity,
+                              started=now, finished=now)
+        return dict(report, slice=part)
+    if not args.quiet:
+        stream.write("gpuharden drift: slice %d/%d: %d of %d host(s)\n" % (index, count, len(hosts), len(fleet)))
+        stream.flush()
+    with tempfile.TemporaryDirectory(prefix="gpuharden-slice-") as scratch:
+        # a file, not a comma list: a slice of a large fleet outgrows one command-line argument (128 KiB on Linux)
+        limit_file = os.path.join(scratch, "limit")
+        with open(limit_file, "w", encoding="utf-8") as handle:
+            handle.write("".join(host + "\n" for host in hosts))
+        report = check(args, extravars, stream, "@" + limit_file, stop, deadline)
+    return dict(report, limit=args.limit, slice=part)
 
 
 def not_run(what, inventory, limit, unmatched, status, rc, stdout):
@@ -977,7 +1219,8 @@ def _run(args, stream, out, stop):
     args.inventory = os.path.abspath(args.inventory)
     owner = "drift@%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
     extravars.update(gpuharden_drift_fail=False, gpuharden_run_owner=owner)
-    report = check(args, extravars, stream, args.limit, stop, deadline)
+    report = check_slice(args, extravars, stream, stop, deadline) if getattr(args, "slice", None) else \
+        check(args, extravars, stream, args.limit, stop, deadline)
     if args.remediate:
         before = report
         base = dict(extravars)
@@ -1015,20 +1258,10 @@ def merge_after_remediation(before, after):
         for host in list(after["nodes"]) + list(after["unreachable"]) + list(after["failed"]):
             merged[section].pop(host, None)
         merged[section].update(after[section])
-    nodes = merged["nodes"]
-    by_severity, by_check = {}, {}
-    for node in nodes.values():
-        for entry in node["findings"]:
-            by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
-            by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
-    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
-    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
-    merged["summary"].update(
-        clean=len(nodes) - drifted - attention, drifted=drifted, attention=attention, unreachable=len(merged["unreachable"]), failed=len(merged["failed"]),
-        findings=sum(len(node["findings"]) for node in nodes.values()), by_severity=by_severity, by_check=by_check)
     merged["node_names"] = dict(sorted(dict(before.get("node_names", {}), **after.get("node_names", {})).items()))
     merged["cluster"] = after.get("cluster", merged.get("cluster"))
-    merged["summary"]["cluster_findings"] = after["summary"].get("cluster_findings", 0)
+    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"],
+                                  (merged.get("cluster") or {}).get("findings", []), merged["fail_severity"])
     merged["timestamp"] = after["timestamp"]
     merged["generated_at"] = after["generated_at"]
     merged["duration_seconds"] = round(after["timestamp"] - before["timestamp"] + before["duration_seconds"], 3)
@@ -1056,6 +1289,10 @@ def add_parser(commands):
     parser.add_argument("--timeout", type=int, metavar="SECONDS",
                         help="give up after this many seconds for the whole command (check and --remediate): exit 3, "
                              "nothing written (default: no limit)")
+    parser.add_argument("--slice", type=parse_slice, metavar="K/N",
+                        help="check only slice K of N (1 <= K <= N) of the hosts: those whose sha256(inventory host name) mod N "
+                             "is K-1, so N runs (N controllers, or the pods of an Indexed Job) share a fleet and never contact "
+                             "each other's hosts; combine their --report files with gpuharden drift-merge")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--playbook", default=DRIFT_PLAYBOOK, help=argparse.SUPPRESS)
@@ -1083,3 +1320,65 @@ def main(args):
     except OSError as error:
         print("gpuharden drift: %s" % error, file=sys.stderr)
         return EXIT_USAGE
+
+
+MERGE_DESCRIPTION = """\
+Combine the JSON reports of `gpuharden drift --slice 1/N` .. `N/N` into the report one unsliced run would have
+written (only the timings differ: the merged run started with the earliest slice and finished with the latest), and
+write it as JSON, Prometheus textfile-collector metrics and HTML, as gpuharden drift does.
+
+The cluster-side findings (the RuntimeClass, pods asking for a resource no node advertises), which every slice
+checks against the same API server, appear once: findings with the same content are one finding.
+
+Refused, with nothing written: a file that is not a gpuharden drift report or was written without --slice, reports
+of another schema version, slices of different N, --fail-severity or host lists (the inventory or -l changed
+between the slices), a slice given twice or missing, a host in two reports.
+"""
+MERGE_EPILOG = """\
+examples:
+  the slices of an Indexed Job, on a shared volume, as one report and one metrics file:
+    gpuharden drift-merge /var/lib/gpuharden/slices/*.json --report /var/lib/gpuharden/drift-report.json \\
+        --prometheus /var/lib/gpuharden/gpuharden.prom
+
+exit codes:
+  0    merged: every node of every slice answered and is clean, no cluster finding
+  1    merged: some node drifted, needs attention, or was unreachable or failed, or a cluster finding (as for
+       gpuharden drift)
+  2    refused (the message names the file and why) or a file could not be read or written: nothing written
+"""
+
+
+def add_merge_parser(commands):
+    parser = commands.add_parser("drift-merge", help="merge the JSON reports of gpuharden drift --slice runs into one report",
+                                 description=MERGE_DESCRIPTION, epilog=MERGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="the --report files of every slice, 1/N to N/N")
+    parser.add_argument("--report", metavar="FILE.json", help="write the merged JSON report here")
+    parser.add_argument("--prometheus", metavar="FILE.prom", help="write the merged Prometheus textfile-collector metrics here")
+    parser.add_argument("--html", metavar="FILE.html", help="write the merged report as a self-contained HTML page here")
+    parser.add_argument("--json", action="store_true", help="print the merged JSON report instead of the table")
+    parser.set_defaults(handler=merge_main)
+    return parser
+
+
+def merge_main(args, out=None):
+    out = out or sys.stdout
+    try:
+        merged = merge_reports([(path, read_report(path)) for path in args.reports])
+        # every output rendered before the first is written: a refusal or a rendering error leaves all as they were
+        outputs = [(args.report, lambda: json.dumps(merged, indent=2, sort_keys=True) + "\n"),
+                   (args.prometheus, lambda: prometheus_text(merged))]
+        if args.html:
+            from gpuharden import report_html  # noqa: PLC0415 (report_html imports this module)
+
+            outputs.append((args.html, lambda: report_html.render(merged)))
+        texts = [(path, render()) for path, render in outputs if path]
+        for path, text in texts:
+            write_atomically(path, text)
+    except MergeError as error:
+        print("gpuharden drift-merge: %s; nothing written" % error, file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        print("gpuharden drift-merge: %s" % error, file=sys.stderr)
+        return EXIT_USAGE
+    out.write((json.dumps(merged, indent=2, sort_keys=True) if args.json else table(merged)) + "\n")
+    return exit_code(merged)

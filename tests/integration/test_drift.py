@@ -5,6 +5,7 @@ past an unreachable and a locked node, and --remediate fixes only the drifted st
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -139,6 +140,52 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     for host, node in data["nodes"].items():
         total = sum(int(value) for value in re.findall(r'^gpuharden_drift_findings\{node="%s",[^}]*\} (\d+)$' % node["node"], text, re.M))
         assert total == len(node["findings"]), host
+
+
+def _timeless(value):
+    """A report without what differs from run to run by itself: the timings (the run's and each node's)."""
+    if isinstance(value, dict):
+        return {key: _timeless(item) for key, item in value.items()
+                if key not in ("generated_at", "timestamp") and key != "seconds" and not key.endswith("_seconds")}
+    if isinstance(value, list):
+        return [_timeless(item) for item in value]
+    return value
+
+
+def _differences(left, right, where=""):
+    if isinstance(left, dict) and isinstance(right, dict):
+        return [line for key in sorted(set(left) | set(right), key=str)
+                for line in _differences(left.get(key), right.get(key), "%s/%s" % (where, key))]
+    return [] if left == right else ["%s: %r != %r" % (where, left, right)]
+
+
+def test_three_slices_merged_equal_the_unsliced_run(lab, tmp_path):
+    """Issue 15 item 6: `gpuharden drift --slice K/3` for K = 1..3, merged, is the unsliced report but for the
+    timings; each slice reports only its own hosts, and the cluster findings appear once."""
+    whole = tmp_path / "whole.json"
+    completed = _drift(lab, "-q", "--report", str(whole))
+    assert completed.returncode in (0, 1), completed.stderr[-3000:]
+    hosts = set(yaml.safe_load(Path(lab["inventory"]).read_text())["all"]["children"]["gpu_nodes"]["hosts"])
+    slices = []
+    for index in (1, 2, 3):
+        slices.append(tmp_path / ("slice-%d.json" % index))
+        part = _drift(lab, "-q", "--slice", "%d/3" % index, "--report", str(slices[-1]))
+        assert part.returncode in (0, 1), part.stderr[-3000:]
+        report = json.loads(slices[-1].read_text())
+        answered = set(report["nodes"]) | set(report["unreachable"]) | set(report["failed"])
+        assert answered == set(report["slice"]["hosts"]) == {host for host in hosts if
+                                                             int(hashlib.sha256(host.encode()).hexdigest(), 16) % 3 == index - 1}
+    merged_path, metrics = tmp_path / "merged.json", tmp_path / "merged.prom"
+    merge = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift-merge", *map(str, slices), "--report", str(merged_path),
+                            "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV), capture_output=True, text=True,
+                           check=False)
+    assert merge.returncode == completed.returncode, merge.stderr
+    merged, unsliced = json.loads(merged_path.read_text()), json.loads(whole.read_text())
+    assert not _differences(_timeless(merged), _timeless(unsliced)), "\n".join(_differences(_timeless(merged), _timeless(unsliced)))
+    assert {"runtime_class_handler_mismatch", "runtime_class_overhead_gpu"} <= {entry["id"] for entry in merged["cluster"]["findings"]}
+    identities = [json.dumps(entry, sort_keys=True) for entry in merged["cluster"]["findings"]]
+    assert len(identities) == len(set(identities))
+    assert re.search(r"^gpuharden_last_success_timestamp_seconds \d+\.\d+$", metrics.read_text(), re.M)
 
 
 def test_locked_node_is_reported_and_the_others_checked(lab, tmp_path):

@@ -91,6 +91,19 @@ def test_item6_drift_help_separates_drift_from_incomplete(capsys):
     assert "no host to check" in codes[codes.index("2 usage"):codes.index("3 INCOMPLETE")]
 
 
+def test_drift_help_explains_slices_and_their_merge(capsys):
+    text = " ".join(help_text(capsys, "drift").split())
+    assert "--slice K/N" in text and "sha256(inventory host name)" in text and "mod N is K-1" in text
+    assert "gpuharden drift -i inventory/ --slice 2/3" in text
+    assert "gpuharden drift-merge" in text and "not contacted" in text
+    merge = help_text(capsys, "drift-merge")
+    assert "--slice 1/N" in merge and "examples:" in merge
+    codes = merge.split("exit codes:")[1]
+    for code in (drift.EXIT_CLEAN, drift.EXIT_DRIFT, drift.EXIT_USAGE):
+        assert re.search(r"^  %d\s+\S" % code, codes, re.M), code
+    assert "gpuharden drift -i inventory/ --slice 2/3" in help_text(capsys)
+
+
 def test_item6_facts_help_has_description_option_help_and_exit_codes(capsys):
     text = help_text(capsys, "facts")
     assert "Gather GPU facts from every host" in text and "read-only" in text
@@ -101,7 +114,7 @@ def test_item6_facts_help_has_description_option_help_and_exit_codes(capsys):
         assert re.search(r"^  %d\s+\S" % code, codes, re.M), code
 
 
-@pytest.mark.parametrize("name", ["facts", "drift"])
+@pytest.mark.parametrize("name", ["facts", "drift", "drift-merge"])
 def test_item6_every_option_has_help(name):
     for action in subparser(name)._actions:
         if action.help == argparse.SUPPRESS:
