@@ -133,3 +133,77 @@ def test_stale_cpu_manager_checkpoint_stops_the_real_kubelet_and_the_role_brings
     wait_for(healthy, timeout=90, what="the real kubelet healthy again")
     time.sleep(1)
     assert in_node(lab, C2, ["systemctl", "is-active", "kubelet"]).stdout.strip() == "active"
+
+
+# ---------------------------------------------------------------------------------------------
+# The real NVIDIA device plugin, run for the DaemonSet's pods by the lab (gpuharden_lab/plugin_runner.py): it registers
+# with the real kubelet, which alone decides the Node's nvidia.com/* capacity and allocatable.
+
+PLUGIN_VERSION = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
+NAMESPACE, DAEMONSET = "kube-system", "nvidia-device-plugin-daemonset"
+
+
+def gpu_resources(state, name, field="allocatable") -> dict[str, str]:
+    return {key: value for key, value in node_objects(state)[name]["status"][field].items() if key.startswith("nvidia.com/")}
+
+
+def plugin_log(state, name) -> str:
+    done = in_node(state, name, ["sh", "-c", "cat /var/log/gpuharden-lab/device-plugin/*.log 2>/dev/null"])
+    return done.stdout
+
+
+def nvml_gpu_count(fixture: str) -> int:
+    from gpuharden_lab.noderoot import load_fixture
+
+    return len(load_fixture(fixture)[1]["gpus"])
+
+
+def install_plugin(state, tmp_path, **extra):
+    variables = {"dp_test_results": str(tmp_path), "device_plugin_version": PLUGIN_VERSION, "device_plugin_wait": False,
+                 "gpuharden_kubeconfig": state["cluster"]["admin_kubeconfig"], **extra}
+    found, _stats, _seconds = run(state, playbook="device_plugin.yml", extravars=variables)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["ok"], result
+    return found
+
+
+def test_the_plugin_daemonset_registers_the_real_plugin_with_the_real_kubelet(lab, tmp_path):
+    """After the container_runtime test: containerd has the nvidia runtime, the DaemonSet names RuntimeClass nvidia."""
+    install_plugin(lab, tmp_path)
+    l4, mig = nvml_gpu_count("l4"), nvml_gpu_count("h100-mig-enabled")
+    wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4)}, timeout=90,
+             what="nvidia.com/gpu %d on %s from the real plugin" % (l4, C2))
+    # MIG enabled under migStrategy none: the real plugin advertises the whole GPUs, no MIG devices
+    wait_for(lambda: gpu_resources(lab, C17) == {"nvidia.com/gpu": str(mig)}, timeout=90,
+             what="nvidia.com/gpu %d and no mig-* on %s" % (mig, C17))
+    for name in NODES:
+        log = plugin_log(lab, name)
+        assert "NVML given" in log and "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in log, log[-3000:]
+
+
+def test_an_xid_on_one_gpu_takes_it_out_of_the_real_kubelets_allocatable(lab):
+    l4 = nvml_gpu_count("l4")
+    wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4)}, timeout=60, what="the plugin registered")
+    ctl = str(realnode.REPO_ROOT / "tests/fakes/nvml/nvml_double_ctl.py")
+    done = in_node(lab, C2, ["python3", ctl, "inject-xid", "--gpu", "0", "--xid", "79"])
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4 - 1)}, timeout=90, what="allocatable down by one")
+    assert gpu_resources(lab, C2, "capacity") == {"nvidia.com/gpu": str(l4)}
+    assert "XidCriticalError" in plugin_log(lab, C2) or "Xid" in plugin_log(lab, C2)
+
+
+def test_a_plugin_pod_without_the_nvidia_runtime_gets_no_nvml_and_fails_as_on_a_real_node(lab):
+    """The DaemonSet as the product deployed it before issue 13 (no runtimeClassName; containerd's default is runc)."""
+    api = admin(lab)
+    try:
+        apps = client.AppsV1Api(api)
+        apps.patch_namespaced_daemon_set(DAEMONSET, NAMESPACE, [{"op": "remove", "path": "/spec/template/spec/runtimeClassName"}])
+        core = client.CoreV1Api(api)
+        core.delete_collection_namespaced_pod(NAMESPACE, field_selector="spec.nodeName=%s" % C2,
+                                              label_selector="app.kubernetes.io/name=nvidia-device-plugin")
+    finally:
+        api.close()
+    wait_for(lambda: "no NVML" in plugin_log(lab, C2) and "exited" in in_node(lab, C2, ["cat", "/var/log/gpuharden-lab-device-plugin-pods.log"]).stdout,
+             timeout=90, what="the real plugin failing without NVML")
+    log = plugin_log(lab, C2)
+    assert "Incompatible strategy detected" in log or "failed to initialize NVML" in log or "could not load NVML" in log, log[-2000:]

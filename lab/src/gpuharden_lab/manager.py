@@ -64,6 +64,16 @@ def _bridge() -> None:
 STANDINS = {"/usr/local/sbin/systemctl": "systemctl", "/usr/local/bin/kubelet": "kubelet", "/usr/local/bin/containerd": "containerd"}
 
 
+PLUGIN_RUNNER_UNIT = "gpuharden-lab-device-plugin-pods"
+PLUGIN_RUNNER_SERVICE = """[Unit]
+Description=gpuharden LAB-ONLY: the real NVIDIA device plugin for the plugin pods bound to this node (plugin_runner.py)
+
+[Service]
+ExecStart=%(python)s -m gpuharden_lab.plugin_runner --node %(node)s --kubeconfig %(kubeconfig)s
+Restart=always
+"""
+
+
 def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> None:
     """What every lab node has besides its scenario files: the NVML double as its driver library and
     the stand-ins for systemctl, kubelet and containerd (the only doubles besides NVML)."""
@@ -82,6 +92,8 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/etc/containerd/config.toml", realnode.default_containerd_config(release))
         node.write_file("/etc/cni/net.d/10-gpuharden-lab.conflist", realnode.cni_conflist())
         node.write_file("/etc/kubernetes/manifests/.keep", "")  # kubeadm creates staticPodPath; the kubelet skips dot files
+        node.write_file("/etc/systemd/system/%s.service" % PLUGIN_RUNNER_UNIT, PLUGIN_RUNNER_SERVICE % {
+            "python": sys.executable, "node": node.name, "kubeconfig": layout.CONTROL_PLANE_DIR / "admin.kubeconfig"})
     if node.spec.fixture is not None:
         # The NVIDIA container toolkit's runtime, which containerd's nvidia runtime names (BinaryName): installed on
         # GPU nodes as the toolkit package installs it. Only its presence is checked; runc runs the lab's pods.
@@ -94,10 +106,12 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
 
 
 def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
-    """Start containerd and the kubelet in every node through its systemctl, as boot would."""
+    """Start containerd and the kubelet in every node through its systemctl, as boot would (and, on real nodes, the
+    lab service that runs the device plugin pods)."""
     states = {}
     for node in nodes:
-        for unit in ("containerd", node.spec.kubelet_unit):
+        lab_units = [PLUGIN_RUNNER_UNIT] if node.spec.real_containerd is not None else []
+        for unit in ("containerd", node.spec.kubelet_unit, *lab_units):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
         states[node.name] = lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
     return states
