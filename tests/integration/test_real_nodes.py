@@ -10,6 +10,9 @@ the real daemons: the Node object the kubelet keeps, the runtime handlers contai
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -181,7 +184,7 @@ def test_the_plugin_daemonset_registers_the_real_plugin_with_the_real_kubelet(la
         assert "NVML given" in log and "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in log, log[-3000:]
 
 
-def test_an_xid_on_one_gpu_takes_it_out_of_the_real_kubelets_allocatable(lab):
+def test_an_xid_on_one_gpu_takes_it_out_of_the_real_kubelets_allocatable_and_drift_reports_it(lab, tmp_path):
     l4 = nvml_gpu_count("l4")
     wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4)}, timeout=60, what="the plugin registered")
     ctl = str(realnode.REPO_ROOT / "tests/fakes/nvml/nvml_double_ctl.py")
@@ -190,6 +193,49 @@ def test_an_xid_on_one_gpu_takes_it_out_of_the_real_kubelets_allocatable(lab):
     wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4 - 1)}, timeout=90, what="allocatable down by one")
     assert gpu_resources(lab, C2, "capacity") == {"nvidia.com/gpu": str(l4)}
     assert "XidCriticalError" in plugin_log(lab, C2) or "Xid" in plugin_log(lab, C2)
+    # and a default drift run reports it: NVML has l4 GPUs, the kubelet allocates one fewer
+    report_path = tmp_path / "drift.json"
+    done = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q", "--report", str(report_path)],
+                          cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    ids = {f["id"] for f in report["nodes"][C2]["findings"]}
+    assert "gpu_partially_advertised" in ids, json.dumps(report["nodes"][C2], indent=1)[-3000:]
+
+
+def restart_plugin_pods(state, node_name):
+    api = admin(state)
+    try:
+        client.CoreV1Api(api).delete_collection_namespaced_pod(NAMESPACE, field_selector="spec.nodeName=%s" % node_name,
+                                                               label_selector="app.kubernetes.io/name=nvidia-device-plugin")
+    finally:
+        api.close()
+
+
+def runner_log(state, name) -> str:
+    return in_node(state, name, ["cat", "/var/log/gpuharden-lab-device-plugin-pods.log"]).stdout
+
+
+def test_device_list_strategy_none_stops_the_real_plugin_and_the_role_repairs_it(lab, tmp_path):
+    api = admin(lab)
+    try:
+        core = client.CoreV1Api(api)
+        config_map = core.read_namespaced_config_map("nvidia-device-plugin-config", NAMESPACE)
+        text = config_map.data["config.yaml"]
+        assert "deviceListStrategy: envvar" in text, text
+        core.patch_namespaced_config_map("nvidia-device-plugin-config", NAMESPACE,
+                                         {"data": {"config.yaml": text.replace("deviceListStrategy: envvar", "deviceListStrategy: none")}})
+    finally:
+        api.close()
+    exits_before = runner_log(lab, C2).count("plugin exited")
+    restart_plugin_pods(lab, C2)
+    wait_for(lambda: runner_log(lab, C2).count("plugin exited") > exits_before, timeout=90, what="the real plugin exiting")
+    assert "invalid --device-list-strategy option" in plugin_log(lab, C2), plugin_log(lab, C2)[-2000:]
+    # the role puts the ConfigMap back, and the pod template's config checksum rolls the pods
+    install_plugin(lab, tmp_path)
+    l4 = nvml_gpu_count("l4")
+    wait_for(lambda: gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4)}, timeout=120, what="the repaired plugin registered again")
 
 
 def test_a_plugin_pod_without_the_nvidia_runtime_gets_no_nvml_and_fails_as_on_a_real_node(lab):
@@ -198,12 +244,11 @@ def test_a_plugin_pod_without_the_nvidia_runtime_gets_no_nvml_and_fails_as_on_a_
     try:
         apps = client.AppsV1Api(api)
         apps.patch_namespaced_daemon_set(DAEMONSET, NAMESPACE, [{"op": "remove", "path": "/spec/template/spec/runtimeClassName"}])
-        core = client.CoreV1Api(api)
-        core.delete_collection_namespaced_pod(NAMESPACE, field_selector="spec.nodeName=%s" % C2,
-                                              label_selector="app.kubernetes.io/name=nvidia-device-plugin")
     finally:
         api.close()
-    wait_for(lambda: "no NVML" in plugin_log(lab, C2) and "exited" in in_node(lab, C2, ["cat", "/var/log/gpuharden-lab-device-plugin-pods.log"]).stdout,
+    exits_before = runner_log(lab, C2).count("plugin exited")
+    restart_plugin_pods(lab, C2)
+    wait_for(lambda: "no NVML" in plugin_log(lab, C2) and runner_log(lab, C2).count("plugin exited") > exits_before,
              timeout=90, what="the real plugin failing without NVML")
     log = plugin_log(lab, C2)
     assert "Incompatible strategy detected" in log or "failed to initialize NVML" in log or "could not load NVML" in log, log[-2000:]
