@@ -22,7 +22,7 @@ import difflib
 import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _mig
-from ansible_collections.gpuharden.k8s.plugins.module_utils._device_audit import parse_container_path
+from ansible_collections.gpuharden.k8s.plugins.module_utils._cgroup_paths import parse_container_path, process_cgroup_path
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml_health import finding
 
@@ -59,26 +59,6 @@ def _dict(value, where):
     return value
 
 
-def cgroup_path(text):
-    """The cgroup path of a process from a path or the text of /proc/<pid>/cgroup (v2 line ``0::``, else a
-    v1 hierarchy that names a pod), or None."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    lines = text.strip().splitlines()
-    if len(lines) == 1 and ":" not in lines[0]:
-        return lines[0].strip()
-    fallback = None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            return parts[2].strip()
-        if fallback is None and "kubepods" in parts[2]:
-            fallback = parts[2].strip()
-    return fallback
-
-
 def _process(raw, where, uuid_by_index, index_by_uuid, cgroups):
     _dict(raw, where)
     pid = _int(raw.get("pid"), where + ".pid", 1)
@@ -99,7 +79,7 @@ def _process(raw, where, uuid_by_index, index_by_uuid, cgroups):
     if cgroup is not None and not isinstance(cgroup, str):
         raise GpuhardenError("gpu_consistency: %s.cgroup=%r must be a string (a path or /proc/<pid>/cgroup)" % (where, cgroup))
     return {"pid": pid, "gpu": gpu, "gpu_uuid": uuid, "mig_device_uuid": raw.get("mig_device_uuid"),
-            "used_memory_mib": memory, "cgroup": cgroup_path(cgroup)}
+            "used_memory_mib": memory, "cgroup": process_cgroup_path(cgroup)}
 
 
 def mig_device_profile(name):

@@ -49,60 +49,7 @@ NVIDIA_MAJOR = 195
 # everything through (privileged containers: `a *:* rwm`).
 SENTINELS = (("c", 4095, 1048575), ("b", 4095, 1048575))
 
-_HEX_ID = re.compile(r"^[0-9a-f]{64}$")
-_SYSTEMD_SCOPE = re.compile(r"^(?:cri-containerd|crio|docker|containerd)-([0-9a-f]{64})\.scope$")
-_SYSTEMD_POD = re.compile(r"^(?:[a-z0-9_]+-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-f_]{36})\.slice$")
-_CGROUPFS_POD = re.compile(r"^pod([0-9a-f-]{36})$")
 _V1_LINE = re.compile(r"^([abc]) (\*|\d+):(\*|\d+) ([rwm]{1,3})$")
-
-
-# ---------------------------------------------------------------------------------------------
-# Paths
-
-
-def is_kubepods_dir(name):
-    """kubepods (cgroupfs), kubepods.slice (systemd), <prefix>-kubepods.slice (a --cgroup-root slice)."""
-    return name in ("kubepods", "kubepods.slice") or name.endswith("-kubepods.slice")
-
-
-def parse_pod_dir(name):
-    """(pod UID, driver, qos) from a pod cgroup's name, or None."""
-    match = _SYSTEMD_POD.match(name)
-    if match:
-        return match.group(2).replace("_", "-"), "systemd", match.group(1) or "guaranteed"
-    match = _CGROUPFS_POD.match(name)
-    if match:
-        return match.group(1), "cgroupfs", None
-    return None
-
-
-def parse_container_dir(name):
-    """The container ID of a container cgroup's name (``cri-containerd-<id>.scope``, ``<id>``), or None."""
-    match = _SYSTEMD_SCOPE.match(name)
-    if match:
-        return match.group(1)
-    if _HEX_ID.match(name):
-        return name
-    return None
-
-
-def parse_container_path(path):
-    """{pod_uid, container_id, driver, qos} for a container cgroup path relative to the cgroup root, else None.
-
-    systemd: ``.../kubepods.slice/[kubepods-<qos>.slice/]kubepods[-<qos>]-pod<uid_>.slice/cri-containerd-<id>.scope``;
-    cgroupfs: ``.../kubepods/[<qos>/]pod<uid>/<id>``.
-    """
-    parts = [part for part in path.split("/") if part]
-    if len(parts) < 3:
-        return None
-    container_id = parse_container_dir(parts[-1])
-    pod = parse_pod_dir(parts[-2])
-    if not container_id or not pod or not any(is_kubepods_dir(part) for part in parts[:-2]):
-        return None
-    uid, driver, qos = pod
-    if driver == "cgroupfs":
-        qos = parts[-3] if parts[-3] in ("besteffort", "burstable") else "guaranteed"
-    return {"pod_uid": uid, "container_id": container_id, "driver": driver, "qos": qos}
 
 
 # ---------------------------------------------------------------------------------------------

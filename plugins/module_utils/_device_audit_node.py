@@ -19,7 +19,7 @@ import platform
 import stat
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _device_audit, _host, _podresources
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _cgroup_paths, _device_audit, _host, _podresources
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 DEFAULT_BUNDLE_DIRS = ["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"]
@@ -86,16 +86,16 @@ def find_container_cgroups(hierarchy):
     found = {}
     roots = []
     for top in _subdirs(hierarchy):
-        if _device_audit.is_kubepods_dir(top):
+        if _cgroup_paths.is_kubepods_dir(top):
             roots.append("/" + top)
         else:
-            roots.extend("/%s/%s" % (top, sub) for sub in _subdirs(os.path.join(hierarchy, top)) if _device_audit.is_kubepods_dir(sub))
+            roots.extend("/%s/%s" % (top, sub) for sub in _subdirs(os.path.join(hierarchy, top)) if _cgroup_paths.is_kubepods_dir(sub))
     stack = [(root, 0) for root in reversed(roots)]
     while stack:
         rel, depth = stack.pop()
         for name in _subdirs(hierarchy + rel):
             child = rel + "/" + name
-            if _device_audit.parse_container_path(child):
+            if _cgroup_paths.parse_container_path(child):
                 nested = []
                 inner = [child]
                 while inner:
@@ -193,7 +193,7 @@ def collect(root, cgroup_root, bundle_dirs):
     bundle_dirs = [_host.host_path(root, d) for d in bundle_dirs if os.path.isdir(_host.host_path(root, d))]
     containers, prog_ids, skipped = [], set(), []
     for rel in sorted(paths):
-        parsed = _device_audit.parse_container_path(rel)
+        parsed = _cgroup_paths.parse_container_path(rel)
         cgroups = []
         for path in [rel] + sorted(paths[rel]):
             entry = {"path": path, "programs": [], "v1": None}

@@ -8,8 +8,7 @@ node_audit."""
 
 from __future__ import annotations
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils._consistency import cgroup_path
-from ansible_collections.gpuharden.k8s.plugins.module_utils._device_audit import parse_container_path
+from ansible_collections.gpuharden.k8s.plugins.module_utils._cgroup_paths import parse_container_path, process_cgroup_path
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._host import host_path
 
@@ -27,7 +26,7 @@ def read(root, pids):
             continue
         except OSError as error:
             raise GpuhardenError("process_cgroup_info: cannot read /proc/%d/cgroup: %s" % (pid, error.strerror)) from None
-        path = cgroup_path(text)
+        path = process_cgroup_path(text)
         if path is None:
             continue
         cgroups[str(pid)] = path

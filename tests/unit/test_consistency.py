@@ -5,7 +5,7 @@ and process_cgroup_info on a temp /proc."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _consistency
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 from tests.unit.conftest import run_module
@@ -177,11 +177,11 @@ def test_one_unreadable_pod_does_not_stop_the_check():
     assert ids(findings) == ["pod_unreadable"]
 
 
-def test_cgroup_path_forms():
-    assert _consistency.cgroup_path("0::/a/b\n") == "/a/b"
-    assert _consistency.cgroup_path("/a/b") == "/a/b"
-    assert _consistency.cgroup_path("12:devices:/kubepods/besteffort/podx/y\n1:name=systemd:/init.scope\n") == "/kubepods/besteffort/podx/y"
-    assert _consistency.cgroup_path("") is None and _consistency.cgroup_path(None) is None
+def test_process_cgroup_path_forms():
+    assert _cgroup_paths.process_cgroup_path("0::/a/b\n") == "/a/b"
+    assert _cgroup_paths.process_cgroup_path("/a/b") == "/a/b"
+    assert _cgroup_paths.process_cgroup_path("12:devices:/kubepods/besteffort/podx/y\n1:name=systemd:/init.scope\n") == "/kubepods/besteffort/podx/y"
+    assert _cgroup_paths.process_cgroup_path("") is None and _cgroup_paths.process_cgroup_path(None) is None
 
 
 def test_severity_helpers():

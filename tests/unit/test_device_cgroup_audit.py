@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _ebpf
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit as audit_mod
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from gpuharden_lab.noderoot import build_node_root
 
@@ -39,7 +39,7 @@ def _container(uid, cid, programs, name=None, v1=None, nested=(), sandbox=False)
     path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (uid.replace("-", "_"), cid)
     cgroups = [{"path": path, "programs": programs, "v1": v1, "v1_file": "/sys/fs/cgroup/devices" + path + "/devices.list"}]
     cgroups += [{"path": path + "/" + sub, "programs": progs, "v1": None} for sub, progs in nested]
-    return dict(audit_mod.parse_container_path(path), cgroup=path, cgroups=cgroups, name=name, sandbox=sandbox)
+    return dict(_cgroup_paths.parse_container_path(path), cgroup=path, cgroups=cgroups, name=name, sandbox=sandbox)
 
 
 def _prog(rules, default_allow=False):
@@ -85,7 +85,7 @@ def _by_id(result):
     ],
 )  # fmt: skip
 def test_parse_container_path(path, expected):
-    parsed = audit_mod.parse_container_path(path)
+    parsed = _cgroup_paths.parse_container_path(path)
     if expected is None:
         assert parsed is None
     else:

@@ -1,0 +1,115 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Node-side modules ship no controller-side code (issue 15, item 3).
+
+A module that runs on the GPU node over SSH carries, in its AnsiballZ payload, every module_util it imports,
+directly or not.  Controller-side code there is dead weight on every node trip, and worse, a node module that
+imports the Kubernetes client adapter needs the ``kubernetes`` package on the node.  The payloads come from
+ansible-core's own builder (tests/unit/ansiballz_payloads.py), run in a separate process.
+
+Where a module runs was read off the playbooks and roles: the controller-side ones run with
+``delegate_to: localhost`` (nearly always ``run_once``) and ``ansible_python_interpreter`` set to the
+controller's Python; the node-side ones run on the play's hosts.  No module runs in both places.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from gpuharden_lab import REPO_ROOT
+
+# Module -> where it runs (playbook or role task that calls it).
+NODE_SIDE = {
+    "cgroup_memory": "roles/cgroup_limits (immediate.yml, preflight.yml) on each node",
+    "containerd_nvidia_runtime": "roles/container_runtime on each node",
+    "device_cgroup_audit": "roles/postcheck on each node (reads the node's cgroups and BPF programs)",
+    "gpu_facts": "pre_tasks of harden/bootstrap, audit_node, roles/kubelet_topology plan.yml, on each node",
+    "kubelet_config": "roles/kubelet_topology, roles/postcheck on each node",
+    "mig_layout": "roles/mig on each node",
+    "node_audit": "drift_check on each node (every node-side check in one run)",
+    "node_lock": "harden/bootstrap/unharden/drift on each node (the lock file lives on the node)",
+    "nvidia_device_nodes": "roles/device_permissions on each node",
+    "nvml_check": "roles/postcheck on each node",
+    "process_cgroup_info": "roles/postcheck on each node (/proc/<pid>/cgroup of the GPU processes)",
+    "unharden_files": "unharden_gpu_nodes and tasks/unharden_kubelet_drained.yml on each node",
+}
+CONTROLLER_SIDE = {
+    "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
+    "device_plugin": "roles/device_plugin, delegate_to localhost, run_once",
+    "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
+    "gpu_consistency": "roles/postcheck, drift_check, delegate_to localhost, run_once",
+    "gpu_node_labels": "roles/device_plugin, bootstrap, delegate_to localhost (run_once)",
+    "gpu_pods_info": "roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
+    "gpu_workloads_info": "roles/postcheck, roles/kubelet_topology plan.yml, delegate_to localhost, run_once",
+    "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
+    "runtime_class": "roles/runtime_class, drift_check, delegate_to localhost, run_once",
+    "topology_check": "roles/postcheck, roles/kubelet_topology plan.yml, delegate_to localhost per node: it "
+                      "weighs the workloads gpu_workloads_info listed on the controller",
+    "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
+}
+
+# module_utils (relative to plugins/module_utils, no .py) that no node-side payload may contain, and why each
+# belongs to the controller.  Shared pure helpers (_errors, _mig, _nvml_health, _cgroup_paths, ...) are not here:
+# both sides may use them.
+CONTROLLER_MODULE_UTILS = {
+    "_k8s": "the Kubernetes client adapter: imports the kubernetes package and reads kubeconfigs",
+    "_k8s_access": "Kubernetes API calls (LIST, RBAC-aware errors) through _k8s",
+    "_k8s_objects": "server-side apply of API objects through _k8s",
+    "_consistency": "three-state check over the LISTed Nodes and Pods of the whole play (gpu_consistency)",
+    "_gpu_pods": "GPU pods from API Pod objects (gpu_pods_info, gpu_consistency)",
+    "_gpu_workloads": "GPU workloads from API objects (gpu_workloads_info)",
+    "_topology": "admission of the API's workloads under a node's policy (topology_check, delegated)",
+    "_drain": "cordon/drain plans over API objects (node_maintenance)",
+    "_disruption": "the fleet-wide disruption budget from Node objects (disruption_budget)",
+    "_node_labels": "Node labels, taints and their originals annotation (gpu_node_labels, unharden_cluster)",
+    "_runtime_class": "the RuntimeClass object (runtime_class)",
+    "_device_plugin": "the device plugin's DaemonSet and ConfigMap (device_plugin)",
+    "_unharden_cluster": "which cluster objects, labels and taints the uninstall puts back (unharden_cluster)",
+}
+
+
+@pytest.fixture(scope="module")
+def payloads(tmp_path_factory):
+    """{module: description} from ansiballz_payloads, in its own process (it installs Ansible's collection loader)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path_factory.mktemp("ansible-local")))
+    completed = subprocess.run([sys.executable, "-m", "tests.unit.ansiballz_payloads"], cwd=REPO_ROOT, env=env,
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def test_every_module_is_classified(payloads):
+    assert not set(NODE_SIDE) & set(CONTROLLER_SIDE)
+    assert set(payloads) == set(NODE_SIDE) | set(CONTROLLER_SIDE)
+
+
+def test_controller_module_utils_exist():
+    """A renamed or moved file would otherwise drop out of the rule unnoticed."""
+    utils = REPO_ROOT / "plugins" / "module_utils"
+    assert [name for name in CONTROLLER_MODULE_UTILS if not (utils / (name + ".py")).is_file()] == []
+
+
+def test_the_payload_reader_sees_controller_code(payloads):
+    """The checks below mean something only if the reader finds what a controller module does ship."""
+    consistency = payloads["gpu_consistency"]
+    assert {"_consistency", "_k8s", "_errors"} <= set(consistency["module_utils"])
+    assert any(hit.startswith("ansible_collections/gpuharden/k8s/plugins/module_utils/_k8s.py:")
+               for hit in consistency["kubernetes_imports"])
+    assert payloads["check_variables"]["zip_bytes"] == 0
+
+
+@pytest.mark.parametrize("module", sorted(NODE_SIDE))
+def test_node_payload_has_no_controller_module_utils(payloads, module):
+    payload = payloads[module]
+    assert payload["style"] == "new" and payload["module_utils"], payload
+    shipped = {name: CONTROLLER_MODULE_UTILS[name] for name in payload["module_utils"] if name in CONTROLLER_MODULE_UTILS}
+    assert shipped == {}, "%s (node side) ships controller-side module_utils %s" % (module, shipped)
+
+
+@pytest.mark.parametrize("module", sorted(NODE_SIDE))
+def test_node_payload_imports_no_kubernetes(payloads, module):
+    assert payloads[module]["kubernetes_imports"] == []
