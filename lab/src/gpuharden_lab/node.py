@@ -256,6 +256,8 @@ def prepare(node: Node) -> None:
         node.spec.fixture,
         device_overrides=node.spec.device_overrides,
         driver_params=node.spec.driver_params,
+        # the real device plugin on real nodes reads the capability files for its MIG strategies
+        mig_capabilities=node.spec.real_containerd is not None,
     )
     _system_devices(directory / "root" / "dev")
     if root.fixture is not None:

@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""harden_gpu_nodes.yml on the real-nodes lab: fresh kubeadm-like nodes on the real kubelet v1.36 and the real
+containerd 2.x / 1.7, hardened by the product's own playbook; the real NVIDIA device plugin (run for the DaemonSet's
+pods, gpuharden_lab/plugin_runner.py) and the real kubelet then decide what the Nodes advertise.
+
+Two settings differ from a default run, both stated: `device_plugin_wait: false`, because pods cannot run on these
+nodes (no image registry, no systemd for runc), so the real kubelet never reports the plugin pod Ready; and
+`gpuharden_mig_strategy: mixed`, because the H100 node has MIG enabled (under `none` the real plugin advertises whole
+GPUs and the post-check fails the node with mig_not_advertised, which test_real_nodes.py covers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from gpuharden_lab import realnode
+from gpuharden_lab.noderoot import load_fixture
+
+from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects
+from tests.labfixtures import running_lab
+
+pytestmark = pytest.mark.lab
+
+PLUGIN_VERSION = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
+EXTRA_VARS = {"device_plugin_version": PLUGIN_VERSION, "device_plugin_wait": False, "gpuharden_mig_strategy": "mixed"}
+# What the real plugin v0.18.2 advertised for the h100-mig-enabled fixture under migStrategy mixed (measured, and in
+# real-components.md): one whole GPU and the GPU instances by their GPU-instance profile.
+H100_MIG_MIXED = {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-3g.40gb": "3"}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if not realnode.available():
+        pytest.skip("the real kubelet and containerd are not built: run `make real-components`")
+    with running_lab("real-nodes") as state:
+        yield state
+
+
+def harden(state):
+    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", state["inventory"],
+            str(realnode.REPO_ROOT / "playbooks" / "harden_gpu_nodes.yml"), "-e", json.dumps(EXTRA_VARS)]
+    done = subprocess.run(argv, cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=900,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    recap = done.stdout[done.stdout.rfind("PLAY RECAP"):]
+    changed = {}
+    for line in recap.splitlines()[1:]:
+        if ":" in line:
+            host, counts = line.split(":", 1)
+            changed[host.strip()] = int(counts.split("changed=")[1].split()[0])
+    return done, changed
+
+
+def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_the_nvml_inventory(lab):
+    before = node_objects(lab)
+    assert handlers(before[C2]) == ["", "runc"]
+    assert not gpu_resources(lab, C2) and not gpu_resources(lab, C17)
+
+    done, changed = harden(lab)
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert changed[C2] > 0 and changed[C17] > 0, changed
+
+    l4_gpus = len(load_fixture("l4")[1]["gpus"])
+    assert gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4_gpus)}
+    assert gpu_resources(lab, C17) == H100_MIG_MIXED
+    assert "nvidia" in handlers(node_objects(lab)[C2])
+    for name in NODES:
+        # the real kubelet restarted on what kubelet_config wrote: its CPU Manager checkpoint names the new policy
+        state = json.loads(in_node(lab, name, ["cat", "/var/lib/kubelet/cpu_manager_state"]).stdout)
+        assert state["policyName"] == "static", state
+        assert in_node(lab, name, ["curl", "-s", "--max-time", "2", "http://127.0.0.1:10248/healthz"]).stdout == "ok"
+
+
+def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
+    done, changed = harden(lab)
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert changed == {"localhost": 0, C2: 0, C17: 0}, changed
+    report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q"], cwd=realnode.REPO_ROOT,
+                            capture_output=True, text=True, check=False, timeout=600,
+                            env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "2 clean" in report.stdout, report.stdout
