@@ -551,6 +551,20 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
     return findings, summary
 
 
+# What a node advertises lags behind its device plugin: the plugin registers some seconds after its container starts
+# (the upstream DaemonSet has no readiness probe, so a Ready pod says nothing about it), re-registers after every
+# kubelet restart, and the kubelet posts the new capacity only with its next node status update
+# (nodeStatusUpdateFrequency, 10 s by default: k8s.io/kubelet config/v1beta1 types.go; capacity from the device
+# manager in pkg/kubelet/nodestatus/setters.go MachineInfo).  Right after a run changed the plugin, the kubelet or the
+# MIG layout, these findings may only be that lag.
+ADVERTISEMENT_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "mig_not_advertised")
+
+
+def awaiting_advertisement(findings):
+    """The nodes whose findings say they do not (yet) advertise what they have."""
+    return sorted({entry["node"] for entry in findings if entry["id"] in ADVERTISEMENT_FINDINGS})
+
+
 def max_severity(findings):
     ranks = [SEVERITIES.index(item["severity"]) for item in findings]
     return SEVERITIES[max(ranks)] if ranks else None

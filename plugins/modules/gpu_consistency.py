@@ -90,6 +90,16 @@ options:
       - Objects per page of each LIST (C(limit)); the module follows C(continue) to the end.
     type: int
     default: 500
+  settle_seconds:
+    description:
+      - Right after a run changed the device plugin, restarted the kubelet or changed MIG, what a node advertises lags
+        behind: the plugin registers some seconds after its container starts and the kubelet posts the new capacity
+        with its next node status update (every 10 s by default).
+      - While any node has C(gpu_not_advertised), C(gpu_partially_advertised) or C(mig_not_advertised), read the
+        Nodes and pods again every 3 seconds, for at most this many seconds; the findings of the last read are
+        returned (C(settle) says how long it waited). V(0) reads once.
+    type: int
+    default: 0
   fail_on:
     description:
       - Fail the task when a finding has this severity or a higher one; V(never) only reports.
@@ -153,13 +163,21 @@ nodes:
       device IDs per container from the kubelet, or V(api-server), only the pods' requests).
   returned: always
   type: dict
+settle:
+  description:
+    - C(seconds) waited for the nodes' advertised resources and C(reads) of the cluster (see O(settle_seconds)), and
+      C(awaiting), the nodes still not advertising what they have after it.
+  returned: always
+  type: dict
+  sample: {"seconds": 6.1, "reads": 3, "awaiting": []}
 api_requests:
-  description: LIST requests (pages) per kind.
+  description: LIST requests (pages) per kind, over all reads.
   returned: always
   type: dict
   sample: {"nodes": 1, "pods": 1}
 """
 
+import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -168,6 +186,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import Gpuha
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
 MODULE = "gpu_consistency"
+SETTLE_INTERVAL = 3
 
 
 def argument_spec():
@@ -179,6 +198,7 @@ def argument_spec():
         gpu_node_label={"type": "str", "default": "nvidia.com/gpu.present"},
         sharing_replicas={"type": "int", "default": 1},
         page_limit={"type": "int", "default": 500},
+        settle_seconds={"type": "int", "default": 0},
         fail_on={"type": "str", "choices": list(_consistency.FAIL_CHOICES), "default": "never"},
     )
     return spec
@@ -210,20 +230,36 @@ def gather(params):
     for position, node in enumerate(params["nodes"]):
         if not node or not node.strip():
             raise GpuhardenError("%s: option nodes[%d]=%r is not a node name" % (MODULE, position, node))
+    if params["settle_seconds"] is None or params["settle_seconds"] < 0:
+        raise GpuhardenError("%s: option settle_seconds=%r must be 0 or more seconds" % (MODULE, params["settle_seconds"]))
     # Validate the reports before any request: bad input fails fast and clearly.
     _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
     api = _k8s.api_client(params)
-    # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again and again.
-    with _k8s.gc_paused():
-        try:
-            nodes, pods, requests = read_cluster(api, params["page_limit"])
-        finally:
-            api.close()
-        findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"], wanted=params["nodes"] or None,
-                                               label=params["gpu_node_label"], replicas=params["sharing_replicas"])
-        # Freed while the collector is still off: switched back on over them, it would walk them all once more.
-        del nodes, pods
-    return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests}
+    started = time.monotonic()
+    requests = {"nodes": 0, "pods": 0}
+    reads = 0
+    try:
+        while True:
+            # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again.
+            with _k8s.gc_paused():
+                nodes, pods, pages = read_cluster(api, params["page_limit"])
+                findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
+                                                       wanted=params["nodes"] or None, label=params["gpu_node_label"],
+                                                       replicas=params["sharing_replicas"])
+                # Freed while the collector is still off: switched back on over them, it would walk them all once more.
+                del nodes, pods
+            reads += 1
+            for kind, count in pages.items():
+                requests[kind] += count
+            awaiting = _consistency.awaiting_advertisement(findings)
+            left = params["settle_seconds"] - (time.monotonic() - started)
+            if not awaiting or left <= 0:
+                break
+            time.sleep(min(SETTLE_INTERVAL, left))
+    finally:
+        api.close()
+    return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests,
+            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting}}
 
 
 def main():

@@ -83,3 +83,32 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
                             env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
     assert report.returncode == 0, report.stdout + report.stderr
     assert "2 clean" in report.stdout, report.stdout
+
+
+def test_default_drift_reports_an_isolation_breach_from_the_real_kubelets_pod_resources(lab):
+    """A 1-GPU pod the real kubelet admitted (its device manager allocated one GPU through the real plugin) whose
+    container can open every GPU (NVIDIA_VISIBLE_DEVICES=all: the toolkit injects them all): the default drift run reads
+    the allocation from the kubelet's pod-resources API and reports isolation_breach."""
+    from gpuharden_lab import manager, workloads
+    from kubernetes import client
+
+    from tests.integration.cluster_side import admin
+
+    nodes = {node.name: node for node in manager.nodes_from_state(lab)}
+    api = admin(lab)
+    try:
+        placed = workloads.place(api, {C2: nodes[C2]}, [{"name": "greedy", "node": C2, "gpus": 1, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}])
+        pod = client.CoreV1Api(api).read_namespaced_pod("greedy", "default")
+    finally:
+        api.close()
+    assert len(placed[0].gpu_minors) == 1 and len(placed[0].visible_minors) == 2, placed
+    assert pod.spec.node_name == C2
+    report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q", "--json"],
+                            cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+                            env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+    assert report.returncode == 1, report.stdout[-3000:] + report.stderr[-3000:]
+    findings = json.loads(report.stdout)["nodes"][C2]["findings"]
+    breaches = [f for f in findings if f["id"] == "isolation_breach"]
+    assert breaches, json.dumps(findings, indent=1)[-4000:]
+    audit = next(f for f in findings if f["id"] == "isolation_breach")
+    assert "greedy" in json.dumps(audit), audit

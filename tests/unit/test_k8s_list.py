@@ -276,3 +276,51 @@ def test_gpu_consistency_module_lists_both_kinds_and_matches_the_pure_check():
     findings, summary = _consistency.check(nodes, pods, {})
     assert result["findings"] == json.loads(json.dumps(findings)) and result["nodes"] == json.loads(json.dumps(summary))
     assert [f["id"] for f in result["findings"]] == ["allocated_exceeds_declared"]  # k0: 4 declared, 3 pods x 2
+
+
+def _gpu_node(allocatable):
+    return {"metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {"allocatable": allocatable}}
+
+
+def test_gpu_consistency_settles_until_the_node_advertises_its_gpus():
+    """The kubelet posts the plugin's devices with a later node status update: with settle_seconds the module reads
+    again until the node advertises them, and reports only what the last read shows."""
+    from tests.unit.conftest import run_module
+
+    with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
+        def register_later():
+            time.sleep(4)
+            server.lists["/api/v1/nodes"] = [_gpu_node({"cpu": "8", "nvidia.com/gpu": "2"})]
+
+        threading.Thread(target=register_later, daemon=True).start()
+        result = run_module("gpu_consistency", {"host": "http://127.0.0.1:%d" % server.httpd.server_address[1], "api_key": "test-token",
+                                                "settle_seconds": 20}, {})
+    assert result.get("failed") is not True, result
+    assert result["findings"] == [], result["findings"]
+    assert result["settle"]["reads"] >= 2 and result["settle"]["awaiting"] == [] and 3 <= result["settle"]["seconds"] < 20
+    assert result["api_requests"]["nodes"] == result["settle"]["reads"]
+
+
+def test_gpu_consistency_settle_gives_up_and_reports_the_last_read():
+    from tests.unit.conftest import run_module
+
+    with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
+        started = time.monotonic()
+        result = run_module("gpu_consistency", {"host": "http://127.0.0.1:%d" % server.httpd.server_address[1], "api_key": "test-token",
+                                                "settle_seconds": 4}, {})
+        waited = time.monotonic() - started
+    assert [f["id"] for f in result["findings"]] == ["gpu_not_advertised"]
+    assert result["settle"]["awaiting"] == ["gpu-0"] and result["settle"]["reads"] >= 2
+    assert 4 <= waited < 10
+
+
+def test_gpu_consistency_reads_once_without_settle_and_refuses_a_negative_one():
+    from tests.unit.conftest import run_module
+
+    with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token"}, {})
+        assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}
+        refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": -1}, {})
+        assert refused["failed"] and "settle_seconds=-1" in refused["msg"]
+        assert len([path for path, _query in server.requests if path == "/api/v1/nodes"]) == 1

@@ -116,6 +116,30 @@ def _create_pod(core: client.CoreV1Api, body: dict, timeout: float = 60.0):
             time.sleep(0.2)
 
 
+# Where containerd keeps a task's bundle (containerd runtime/v2 task manager, namespace k8s.io): on real nodes the lab's
+# runc container stands where containerd's would, so the product ties it to its pod exactly as on a real node.
+CONTAINERD_TASK_DIR = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+# The real kubelet's device manager checkpoint (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go): which device
+# IDs it allocated to which pod and container, written at admission, before any sandbox exists.
+DEVICE_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+
+
+def _real_allocation(node: Node, pod_uid: str, uuid_minor: dict[str, int], timeout: float = 60.0) -> list[int]:
+    """The GPU minors the real kubelet allocated to the pod (its admission already ran the device plugin's Allocate)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = run(node.enter_argv() + ["--", "cat", DEVICE_CHECKPOINT], check=False).stdout
+        entries = (json.loads(text).get("Data") or {}).get("PodDeviceEntries") or [] if text.strip() else []
+        for entry in entries:
+            if entry.get("PodUID") == pod_uid and entry.get("ResourceName") == "nvidia.com/gpu":
+                ids = [device for per_numa in (entry.get("DeviceIDs") or {}).values() for device in per_numa]
+                return sorted(uuid_minor[device] for device in ids)
+        if time.monotonic() > deadline:
+            raise LabError("node %s: the real kubelet allocated no nvidia.com/gpu to pod %s within %.0fs (%s)"
+                           % (node.name, pod_uid, timeout, DEVICE_CHECKPOINT))
+        time.sleep(0.5)
+
+
 def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) -> list[PlacedPod]:
     core = client.CoreV1Api(api)
     free: dict[str, list[int]] = {}
@@ -138,18 +162,25 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
         minors, free[node.name] = free[node.name][:wanted], free[node.name][wanted:]
         _ensure_namespace(core, entry.get("namespace", "default"))
         pod = _create_pod(core, _pod_object(entry))
+        bundle_root = "/run/gpuharden-bundles"
+        if node.spec.real_containerd is not None:
+            # the real kubelet admits the pod and its device manager picks the GPUs through the real plugin
+            fixture = load_fixture(node.spec.fixture)[1]
+            minors = _real_allocation(node, pod.metadata.uid, {gpu["uuid"]: gpu["minor"] for gpu in fixture["gpus"]}) if wanted else []
+            bundle_root = CONTAINERD_TASK_DIR
         spec = pods.ContainerSpec.new(
             entry["name"], entry.get("namespace", "default"),
             pod_uid=pod.metadata.uid,
             qos=entry.get("qos", "besteffort"),
-            cgroup_driver=entry.get("cgroup_driver", "systemd"),
+            # the real kubelet takes containerd's driver: cgroupfs with `containerd config default`
+            cgroup_driver=entry.get("cgroup_driver", "systemd" if node.spec.real_containerd is None else "cgroupfs"),
             gpu_minors=minors,
             privileged=bool(entry.get("privileged")),
             env={key: str(value) for key, value in (entry.get("env") or {}).items()},
             lost_gpu_access=bool(entry.get("lost_gpu_access")),
         )
         enter = node.enter_argv()
-        pid = pods.start_container(enter, spec, "/run/gpuharden-bundles", pods.RUNC_ROOT)
+        pid = pods.start_container(enter, spec, bundle_root, pods.RUNC_ROOT)
         all_minors = sorted(gpu_index_of[node.name])
         visible = sorted(set(minors) | set(spec.visible_minors(all_minors)) | (set(all_minors) if spec.privileged else set()))
         placed_specs.append((node.name, spec, entry.get("memory_limit")))
