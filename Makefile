@@ -146,6 +146,12 @@ real-quick: real-device-plugin real-podresources-server
 
 real-components: real-quick real-containerd real-kubelet
 
+# The lab's real-nodes scenario: the real kubelet, containerd and device plugin as lab nodes (docs/development.md).
+# Not part of `make test`: its builds take about 17 minutes cold; there, these tests skip and name this target.
+.PHONY: real-lab
+real-lab: setup real-components
+	$(BIN)/python -m pytest -q -m lab tests/integration/test_real_nodes.py tests/integration/test_real_nodes_harden.py
+
 # The real containerd (2.x and 1.7, each with ctr; cri-status, a CRI Status client, with 2.x) and the real kubelet at
 # the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy into
 # ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd 2.4.2

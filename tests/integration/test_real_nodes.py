@@ -31,7 +31,7 @@ NODES = (C2, C17)
 @pytest.fixture(scope="module")
 def lab():
     if not realnode.available():
-        pytest.skip("the real kubelet and containerd are not built: run `make real-components`")
+        pytest.skip("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
     with running_lab("real-nodes") as state:
         yield state
 

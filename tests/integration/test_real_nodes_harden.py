@@ -35,7 +35,7 @@ H100_MIG_MIXED = {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "7", "nvidia.
 @pytest.fixture(scope="module")
 def lab():
     if not realnode.available():
-        pytest.skip("the real kubelet and containerd are not built: run `make real-components`")
+        pytest.skip("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
     with running_lab("real-nodes") as state:
         yield state
 
