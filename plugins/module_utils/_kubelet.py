@@ -909,6 +909,24 @@ def _fail_option(option, value, why):
     raise GpuhardenError("option %s=%s: %s" % (option, _show(value), why))
 
 
+ONLINE_CPUS = "/sys/devices/system/cpu/online"
+
+
+def cpu_set(text):
+    """The CPUs of a Linux CPU list such as ``0-3,8`` (the format of sysfs and of reservedSystemCPUs)."""
+    cpus = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        low, _sep, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def format_cpu_set(cpus):
+    return ",".join(str(cpu) for cpu in sorted(cpus))
+
+
 def _check_cpulist(option, value):
     if not isinstance(value, str) or not CPULIST_RE.match(value.replace(" ", "")):
         _fail_option(option, value, "not a CPU list such as 0-1 or 0,64")
@@ -1163,6 +1181,7 @@ class Planner:
         view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto", self.versions)
         managed = leaves(desired)
         before = {path: effective(view, path, value) for path, value in managed}
+        self.reserved_cpus_before = effective(view, ("reservedSystemCPUs",))["value"]
         self.policies_before = {field: effective(view, (field,))["value"] or DEFAULTS[field]
                                 for field in ("cpuManagerPolicy", "memoryManagerPolicy")}
 
@@ -1348,6 +1367,7 @@ class Planner:
         return change
 
     def check_result(self, view, after_view, desired):
+        self.check_reserved_cpus_online(after_view)
         cpu = effective(after_view, ("cpuManagerPolicy",))["value"]
         if cpu == "static":
             reserved = effective(after_view, ("reservedSystemCPUs",))["value"]
@@ -1362,6 +1382,25 @@ class Planner:
                                  "reserved_memory (one entry per NUMA node)")
         if memory == "Static":
             self.check_reserved_memory(after_view)
+
+    def check_reserved_cpus_online(self, view):
+        """reservedSystemCPUs must be CPUs the node has, whatever the CPU Manager policy, or the kubelet exits at start
+        with "reserved-cpus: X is not a subset of online-cpus: Y" (kubernetes/kubernetes cmd/kubelet/app/server.go
+        getReservedCPUs, against the CPU topology cadvisor discovers; measured with the real kubelet v1.36.3, which
+        then left the node without a kubelet until the role's rollback).  The node's online CPUs are read from
+        sysfs; where that file is missing nothing is judged.  Checked before anything is written."""
+        entry = effective(view, ("reservedSystemCPUs",))
+        reserved = entry["value"]
+        online_text = (self.reader.read(ONLINE_CPUS) or "").strip()
+        # only what this plan would set: a node already running on a bad value is the audit's to report, not a refusal
+        if not reserved or not online_text or reserved == getattr(self, "reserved_cpus_before", None):
+            return
+        online, wanted = cpu_set(online_text), cpu_set(str(reserved))
+        if not wanted <= online:
+            raise GpuhardenError("reservedSystemCPUs %s (from %s) names CPU(s) %s that the node does not have: its online CPUs "
+                                 "are %s (%s); the kubelet would refuse to start (reserved-cpus is not a subset of "
+                                 "online-cpus); nothing written"
+                                 % (reserved, entry["source"], format_cpu_set(wanted - online), online_text, ONLINE_CPUS))
 
     def check_reserved_memory(self, view):
         """Memory Manager Static: for memory and each hugepages size, the reservedMemory limits over all NUMA nodes

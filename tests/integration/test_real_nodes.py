@@ -138,6 +138,19 @@ def test_stale_cpu_manager_checkpoint_stops_the_real_kubelet_and_the_role_brings
     assert in_node(lab, C2, ["systemctl", "is-active", "kubelet"]).stdout.strip() == "active"
 
 
+def test_reserved_cpus_the_real_kubelet_would_refuse_are_refused_before_the_node_is_touched(lab):
+    """Measured before the planner knew: the real kubelet v1.36.3 exits with "reserved-cpus: 0-7 is not a subset of
+    online-cpus: 0-1", and the role's rollback had to restore the node after up to 120 s without a kubelet."""
+    config_before = in_node(lab, C2, ["cat", "/var/lib/kubelet/config.yaml"]).stdout
+    pid_before = in_node(lab, C2, ["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip()
+    found, _stats, _seconds = run(lab, playbook="kubelet_topology.yml", extravars={"kubelet_topology_reserved_system_cpus": "0-7"})
+    refused = [r for r in found if r["_event"] == "runner_on_failed" and r["_host"] == C2]
+    assert refused and "not a subset of" in refused[0]["msg"] and "0-7" in refused[0]["msg"], failures(found)
+    assert in_node(lab, C2, ["cat", "/var/lib/kubelet/config.yaml"]).stdout == config_before
+    assert in_node(lab, C2, ["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip() == pid_before
+    assert in_node(lab, C2, ["curl", "-s", "--max-time", "2", "http://127.0.0.1:10248/healthz"]).stdout == "ok"
+
+
 # ---------------------------------------------------------------------------------------------
 # The real NVIDIA device plugin, run for the DaemonSet's pods by the lab (gpuharden_lab/plugin_runner.py): it registers
 # with the real kubelet, which alone decides the Node's nvidia.com/* capacity and allocatable.

@@ -257,6 +257,26 @@ def test_static_without_reserved_cpus_is_refused(node):
         plan(node(), cpu_manager_policy="static")
 
 
+def test_reserved_cpus_the_node_does_not_have_are_refused_before_anything_is_written(node):
+    """The real kubelet v1.36.3 exits with "reserved-cpus: 0-7 is not a subset of online-cpus: 0-1" (measured on the
+    real-nodes lab; cmd/kubelet/app/server.go getReservedCPUs): the planner refuses it first, naming both lists."""
+    root = node(**{"/sys/devices/system/cpu/online": "0-1\n"})
+    with pytest.raises(GpuhardenError, match=r"reservedSystemCPUs 0-7 .*CPU\(s\) 2,3,4,5,6,7 .*online CPUs are 0-1 \(/sys/devices/system/cpu/online\)"):
+        plan(root, cpu_manager_policy="static", reserved_system_cpus="0-7")
+    assert changed_paths(plan(root, cpu_manager_policy="static", reserved_system_cpus="0-1")) == [CONFIG]
+    # without the sysfs file (another root) nothing is judged
+    write(root, "/sys/devices/system/cpu/online", None)
+    assert changed_paths(plan(root, cpu_manager_policy="static", reserved_system_cpus="0-7")) == [CONFIG]
+
+
+def test_a_bad_reservation_already_on_the_node_is_not_a_refusal(node):
+    root = node(**{"/sys/devices/system/cpu/online": "0-1\n",
+                   "/var/lib/kubelet/config.yaml": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                                                   "reservedSystemCPUs: 0-7\n"})
+    result = plan(root, topology_manager_policy="single-numa-node")
+    assert changed_paths(result) == [CONFIG]
+
+
 def test_kube_reserved_cpu_is_a_reservation_too(node):
     result = plan(node(), cpu_manager_policy="static", settings={"kubeReserved": {"cpu": "500m"}})
     assert changed_paths(result) == [CONFIG]
