@@ -93,7 +93,7 @@ options:
   settle_seconds:
     description:
       - Right after a run changed the device plugin, restarted the kubelet or changed MIG, what a node advertises lags
-        behind: the plugin registers some seconds after its container starts and the kubelet posts the new capacity
+        behind. The plugin registers some seconds after its container starts and the kubelet posts the new capacity
         with its next node status update (every 10 s by default).
       - While any node has C(gpu_not_advertised), C(gpu_partially_advertised) or C(mig_not_advertised), read the
         Nodes and pods again every 3 seconds, for at most this many seconds; the findings of the last read are
