@@ -100,6 +100,13 @@ options:
         returned (C(settle) says how long it waited). V(0) reads once.
     type: int
     default: 0
+  settle_nodes:
+    description:
+      - The nodes whose advertised resources may still be changing (those the run just changed); O(settle_seconds)
+        waits only for them. Omitted, it waits for every checked node; V([]) waits for none.
+      - A node that was broken before the run (a lost GPU, no plugin at all) is then reported at once.
+    type: list
+    elements: str
   fail_on:
     description:
       - Fail the task when a finding has this severity or a higher one; V(never) only reports.
@@ -165,8 +172,8 @@ nodes:
   type: dict
 settle:
   description:
-    - C(seconds) waited for the nodes' advertised resources and C(reads) of the cluster (see O(settle_seconds)), and
-      C(awaiting), the nodes still not advertising what they have after it.
+    - C(seconds) waited for the nodes' advertised resources and C(reads) of the cluster (see O(settle_seconds) and
+      O(settle_nodes)), and C(awaiting), the nodes still not advertising what they have after it.
   returned: always
   type: dict
   sample: {"seconds": 6.1, "reads": 3, "awaiting": []}
@@ -199,6 +206,7 @@ def argument_spec():
         sharing_replicas={"type": "int", "default": 1},
         page_limit={"type": "int", "default": 500},
         settle_seconds={"type": "int", "default": 0},
+        settle_nodes={"type": "list", "elements": "str"},
         fail_on={"type": "str", "choices": list(_consistency.FAIL_CHOICES), "default": "never"},
     )
     return spec
@@ -252,8 +260,9 @@ def gather(params):
             for kind, count in pages.items():
                 requests[kind] += count
             awaiting = _consistency.awaiting_advertisement(findings)
+            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]]
             left = params["settle_seconds"] - (time.monotonic() - started)
-            if not awaiting or left <= 0:
+            if not waited_for or left <= 0:
                 break
             time.sleep(min(SETTLE_INTERVAL, left))
     finally:

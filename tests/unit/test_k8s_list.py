@@ -324,3 +324,19 @@ def test_gpu_consistency_reads_once_without_settle_and_refuses_a_negative_one():
         refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": -1}, {})
         assert refused["failed"] and "settle_seconds=-1" in refused["msg"]
         assert len([path for path, _query in server.requests if path == "/api/v1/nodes"]) == 1
+
+
+def test_gpu_consistency_settles_only_for_the_nodes_the_run_changed():
+    """A node that was already broken (settle_nodes leaves it out) is reported at once: no wait for it."""
+    from tests.unit.conftest import run_module
+
+    with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        for settle_nodes in ([], ["gpu-1"]):
+            started = time.monotonic()
+            result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 20,
+                                                    "settle_nodes": settle_nodes}, {})
+            assert time.monotonic() - started < 10
+            assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}, settle_nodes
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 4, "settle_nodes": ["gpu-0"]}, {})
+        assert result["settle"]["reads"] >= 2
