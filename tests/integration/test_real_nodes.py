@@ -17,6 +17,7 @@ import time
 
 import pytest
 from gpuharden_lab import manager, realnode
+from gpuharden_lab.node import run_in
 from kubernetes import client
 
 from tests.integration.cluster_side import admin, failures, module_args, run, wait_for
@@ -28,12 +29,17 @@ C2, C17 = "real-c2-0", "real-c17-0"
 NODES = (C2, C17)
 
 
-@pytest.fixture(scope="module")
-def lab():
+def real_nodes_lab():
+    """The real-nodes lab for one test module; the module is skipped where the real binaries are not built."""
     if not realnode.available():
         pytest.skip("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
     with running_lab("real-nodes") as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def lab():
+    yield from real_nodes_lab()
 
 
 def node_objects(state) -> dict[str, dict]:
@@ -51,8 +57,6 @@ def handlers(node: dict) -> list[str]:
 
 def in_node(state, name, argv, **kwargs):
     node = next(node for node in manager.nodes_from_state(state) if node.name == name)
-    from gpuharden_lab.node import run_in
-
     return run_in(node, argv, check=False, **kwargs)
 
 
@@ -143,6 +147,7 @@ def test_reserved_cpus_the_real_kubelet_would_refuse_are_refused_before_the_node
     online-cpus: 0-1", and the role's rollback had to restore the node after up to 120 s without a kubelet."""
     config_before = in_node(lab, C2, ["cat", "/var/lib/kubelet/config.yaml"]).stdout
     pid_before = in_node(lab, C2, ["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip()
+    assert pid_before.isdigit() and int(pid_before) > 0, pid_before
     found, _stats, _seconds = run(lab, playbook="kubelet_topology.yml", extravars={"kubelet_topology_reserved_system_cpus": "0-7"})
     refused = [r for r in found if r["_event"] == "runner_on_failed" and r["_host"] == C2]
     assert refused and "not a subset of" in refused[0]["msg"] and "0-7" in refused[0]["msg"], failures(found)

@@ -20,8 +20,7 @@ import pytest
 from gpuharden_lab import realnode
 from gpuharden_lab.noderoot import load_fixture
 
-from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects
-from tests.labfixtures import running_lab
+from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
 pytestmark = pytest.mark.lab
 
@@ -34,10 +33,7 @@ H100_MIG_MIXED = {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "7", "nvidia.
 
 @pytest.fixture(scope="module")
 def lab():
-    if not realnode.available():
-        pytest.skip("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
-    with running_lab("real-nodes") as state:
-        yield state
+    yield from real_nodes_lab()
 
 
 def harden(state):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,11 +21,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-
-from tests.unit.conftest import REPO_ROOT
-
-CACHE = Path(os.environ.get("GPUHARDEN_CACHE", Path.home() / ".cache" / "gpuharden"))
-VERSIONS_FILE = REPO_ROOT / "lab" / "realcomponents" / "versions.env"
+from gpuharden_lab import realnode
 
 # Defaults of containerd (v2 defaults/defaults_linux.go, defaults_unix.go, plugins/services/opt/path_unix.go,
 # internal/cri/config/config_unix.go, plugins/imageverifier/path_unix.go; containerd/nri pkg/adaptation defaults) and
@@ -36,20 +31,9 @@ HOST_PATHS = ("/var/lib/containerd", "/run/containerd", "/opt/containerd", "/etc
               "/var/log/containers", "/etc/kubernetes/manifests")
 
 
-def versions() -> dict[str, str]:
-    values = {}
-    for line in VERSIONS_FILE.read_text().splitlines():
-        match = re.match(r"^([A-Z0-9_]+)=(\S+)", line)
-        if match:
-            values[match.group(1)] = match.group(2)
-    build = (REPO_ROOT / "lab" / "controlplane" / "build.sh").read_text()
-    values["K8S_VERSION"] = re.search(r"^K8S_VERSION=(v[0-9.]+)", build, re.M).group(1)
-    return values
-
-
 def binary(directory: str, name: str, target: str) -> Path:
     """The built binary, or skip the test naming the make target that builds it."""
-    path = CACHE / "realcomponents" / directory / name
+    path = realnode.CACHE / directory / name
     if not os.access(path, os.X_OK):
         pytest.skip("%s not built: run `make %s`" % (path, target))
     return path
@@ -69,6 +53,9 @@ def cri_status_bin() -> Path:
 
 def kubelet_bin() -> Path:
     return binary("kubelet-" + versions()["K8S_VERSION"], "kubelet", "real-kubelet")
+
+
+versions = realnode.versions  # the one reader of versions.env and the control plane's K8S_VERSION
 
 
 def host_paths_present() -> dict[str, bool]:
