@@ -57,12 +57,11 @@ def sample_outcomes():
     outcomes.feed(_event("runner_on_failed", "gpu-f", action="gpuharden.k8s.node_lock",
                          msg="node_lock: the node is locked by harden@ctl"))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_consistency", findings=[
-        {"id": "gpu_not_advertised", "severity": "error", "node": "node-b", "gpu": None, "pod": None, "expected": 8,
-         "found": 0, "hint": "h"},
+        dict(_finding("gpu_not_advertised", "consistency", "error", "device_plugin", True, gpu=None, pod=None), node="node-b"),
     ]))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.runtime_class", changed=True, findings=[
-        {"id": "runtime_class_handler", "severity": "error", "expected": "nvidia", "actual": "runc",
-         "message": "the handler differs", "repair": "patch", "object": "RuntimeClass nvidia"},
+        _finding("runtime_class_handler_mismatch", "runtime_class", "error", "runtime_class", False, repair="recreate (force)",
+                 subject="RuntimeClass nvidia"),
     ]))
     outcomes.feed({"event": "playbook_on_stats", "event_data": {"processed": dict.fromkeys(hosts, 1)}})
     return outcomes

@@ -31,6 +31,7 @@ from decimal import ROUND_FLOOR, Decimal
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._files import FileChange, read_text
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 MEMORY_FILES = ("memory.max", "memory.high")
 QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
@@ -300,25 +301,14 @@ def plan(cgroup_root, uids, snapshot, factor, page_size):
         limited = [entry for entry in [pod_entry] + containers if isinstance(entry["memory_max"], int)]
         if pod_entry["memory_max"] == "max" and not limited:
             unlimited.append(uid)
-            findings.append(
-                {
-                    "id": FINDING_UNLIMITED,
-                    "severity": "warning",
-                    "subject": uid,
-                    "expected": "memory limit on the GPU pod's containers",
-                    "actual": "%s%s/memory.max = max" % (cgroup_root.rstrip("/"), found["cgroup"]),
-                }
-            )
+            findings.append(finding(
+                FINDING_UNLIMITED, "warning", "memory limit on the GPU pod's containers",
+                "%s%s/memory.max = max" % (cgroup_root.rstrip("/"), found["cgroup"]),
+                "a GPU pod without a memory limit can take the node's memory", subject=uid))
         for change in changes[first_change:]:
-            findings.append(
-                {
-                    "id": FINDING_MEMORY_HIGH,
-                    "severity": "error",
-                    "subject": uid,
-                    "expected": "memory.high = %s" % change.after.strip(),
-                    "actual": change.path + " = max",
-                }
-            )
+            findings.append(finding(
+                FINDING_MEMORY_HIGH, "error", "memory.high = %s" % change.after.strip(), change.path + " = max",
+                "cgroup_limits sets memory.high below memory.max", subject=uid))
     return {"changes": changes, "pods": pods, "unlimited_pods": unlimited, "not_found": not_found, "findings": findings}
 
 

@@ -24,14 +24,12 @@ import re
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _mig
 from ansible_collections.gpuharden.k8s.plugins.module_utils._cgroup_paths import parse_container_path, process_cgroup_path
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml_health import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding, severity_rank
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
 PREFIX = "nvidia.com/"
-SEVERITIES = ("info", "warning", "error", "critical")
-FAIL_CHOICES = ("never",) + SEVERITIES
 VISIBLE_DEVICES_OFF = ("", "void", "none")
 
 
@@ -271,16 +269,16 @@ def _declared_findings(name, have, report, replicas, labelled):
     unknown = sorted(key for key in have if key not in (GPU, SHARED) and not key.startswith(MIG_PREFIX) and have[key] > 0)
     if unknown:
         found.append(finding(
-            "unknown_gpu_resource", "warning", name, {"resources": [GPU, SHARED, MIG_PREFIX + "<profile>"]},
+            "unknown_gpu_resource", "warning", {"resources": [GPU, SHARED, MIG_PREFIX + "<profile>"]},
             {key: have[key] for key in unknown},
             "the node advertises nvidia.com resources the NVIDIA device plugin does not name: it discards renames in its "
             "config (DisableResourceNamingInConfig, NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go), so another "
-            "device plugin (GPU passthrough, network operator) or a modified plugin advertises them"))
+            "device plugin (GPU passthrough, network operator) or a modified plugin advertises them", node=name))
     if report is None:
         if labelled and not gpus and not any(mig.values()):
             found.append(finding(
-                "gpu_not_advertised", "critical", name, {"allocatable": {GPU: ">0"}}, {"allocatable": have},
-                "the node is labelled as a GPU node but advertises no GPU: the NVIDIA device plugin is missing or failing here"))
+                "gpu_not_advertised", "critical", {"allocatable": {GPU: ">0"}}, {"allocatable": have},
+                "the node is labelled as a GPU node but advertises no GPU: the NVIDIA device plugin is missing or failing here", node=name))
         return found
     physical = report["gpu_count"]
     if report["mig_devices"]:
@@ -299,24 +297,24 @@ def _declared_findings(name, have, report, replicas, labelled):
                          "device plugin v0.20.0 and newer, which then does not start: use default compute instances"
                          % ", ".join(sorted(p for p in report["mig_profiles"] if _mig.mig_resource_names(p)["mixed"] is None)))
             found.append(finding(
-                "mig_not_advertised", "error", name,
+                "mig_not_advertised", "error",
                 {"mig_devices": report["mig_devices"], "profiles": report["mig_profiles"], "resources": names},
-                {"allocatable": have}, hint))
+                {"allocatable": have}, hint, node=name))
         return found
     if physical and not gpus and not any(mig.values()):
         found.append(finding(
-            "gpu_not_advertised", "critical", name, {"allocatable": {GPU: physical * replicas}, "gpus_present": physical},
+            "gpu_not_advertised", "critical", {"allocatable": {GPU: physical * replicas}, "gpus_present": physical},
             {"allocatable": have},
             "GPUs are present but allocatable is 0: the NVIDIA device plugin is missing or failing on this node "
-            "(or advertises another resource name)"))
+            "(or advertises another resource name)", node=name))
     elif physical and gpus < physical * replicas:
         found.append(finding(
-            "gpu_partially_advertised", "error", name, {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
-            "fewer GPUs advertised than present: the device plugin marked some unhealthy (XID) or does not see them"))
+            "gpu_partially_advertised", "error", {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
+            "fewer GPUs advertised than present: the device plugin marked some unhealthy (XID) or does not see them", node=name))
     elif gpus > physical * replicas:
         found.append(finding(
-            "gpu_over_advertised", "warning", name, {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
-            "more GPUs advertised than present: time-slicing or MPS replicas (set sharing_replicas) or a stale Node status"))
+            "gpu_over_advertised", "warning", {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
+            "more GPUs advertised than present: time-slicing or MPS replicas (set sharing_replicas) or a stale Node status", node=name))
     return found
 
 
@@ -325,9 +323,9 @@ def _allocation_findings(name, have, allocated):
     for resource, count in sorted(allocated.items()):
         if count > have.get(resource, 0):
             found.append(finding(
-                "allocated_exceeds_declared", "critical", name, {resource: "<= %d" % have.get(resource, 0)}, {resource: count},
+                "allocated_exceeds_declared", "critical", {resource: "<= %d" % have.get(resource, 0)}, {resource: count},
                 "pods bound to the node request more %s than it advertises: they were bound by nodeName past the scheduler, or the "
-                "plugin's advertisement shrank under running pods; they share GPUs or fail to start" % resource))
+                "plugin's advertisement shrank under running pods; they share GPUs or fail to start" % resource, node=name))
     return found
 
 
@@ -346,17 +344,17 @@ def _usage_findings(name, report, pods, allocation):
         pod = pods.get(parsed["pod_uid"]) if parsed else None
         where = {"pid": process["pid"], "cgroup": process["cgroup"], "used_memory_mib": process["used_memory_mib"]}
         if process["cgroup"] is None:
-            found.append(finding("gpu_process_unattributed", "info", name, "the process's cgroup", where,
-                                 "no cgroup in the node report for this PID: run gpuharden.k8s.process_cgroup_info on the node", gpu=gpu))
+            found.append(finding("gpu_process_unattributed", "info", "the process's cgroup", where,
+                                 "no cgroup in the node report for this PID: run gpuharden.k8s.process_cgroup_info on the node", gpu=gpu, node=name))
             continue
         if parsed is None:
-            found.append(finding("gpu_process_outside_pods", "warning", name, "a pod's container cgroup", where,
-                                 "a process outside any pod uses the GPU: the scheduler does not count it", gpu=gpu))
+            found.append(finding("gpu_process_outside_pods", "warning", "a pod's container cgroup", where,
+                                 "a process outside any pod uses the GPU: the scheduler does not count it", gpu=gpu, node=name))
             continue
         if pod is None:
-            found.append(finding("gpu_process_unknown_pod", "warning", name, "a pod bound to the node", dict(where, pod_uid=parsed["pod_uid"]),
+            found.append(finding("gpu_process_unknown_pod", "warning", "a pod bound to the node", dict(where, pod_uid=parsed["pod_uid"]),
                                  "the process's pod is not in the API server (a static pod, or the pod was deleted and its container kept running)",
-                                 gpu=gpu))
+                                 gpu=gpu, node=name))
             continue
         container = pod["containers"].get(parsed["container_id"])
         entry = per_pod.setdefault(pod["uid"], {"pod": pod, "devices": {}, "memory": 0, "pids": set()})
@@ -364,8 +362,8 @@ def _usage_findings(name, report, pods, allocation):
         entry["memory"] += process["used_memory_mib"] or 0
         entry["pids"].add(process["pid"])
         if pod["node"] != name:
-            found.append(finding("gpu_process_pod_on_other_node", "error", name, {"node": name}, {"node": pod["node"], "pid": process["pid"]},
-                                 "the process's pod is bound to another node", gpu=gpu, pod=_pod_label(pod)))
+            found.append(finding("gpu_process_pod_on_other_node", "error", {"node": name}, {"node": pod["node"], "pid": process["pid"]},
+                                 "the process's pod is bound to another node", gpu=gpu, pod=_pod_label(pod), node=name))
         if allocation is not None and container is not None and pod["gpu_requests"]:
             key = (pod["namespace"], pod["name"], container)
             ids = {process["gpu_uuid"], process["mig_device_uuid"]} - {None}
@@ -373,14 +371,14 @@ def _usage_findings(name, report, pods, allocation):
                 owners = [other for ident in ids for other in allocated_to.get(ident, []) if other != key]
                 if owners:
                     found.append(finding(
-                        "device_used_by_other_container", "critical", name, {"container": container, "devices": sorted(allocation[key])},
+                        "device_used_by_other_container", "critical", {"container": container, "devices": sorted(allocation[key])},
                         dict(where, device=device, allocated_to=["%s/%s/%s" % owner for owner in owners]),
                         "a container uses a GPU the kubelet allocated to another container: GPU memory is shared between them",
-                        gpu=gpu, pod=_pod_label(pod)))
+                        gpu=gpu, pod=_pod_label(pod), node=name))
                 else:
                     found.append(finding(
-                        "gpu_process_on_unallocated_device", "critical", name, {"container": container, "devices": sorted(allocation[key])},
-                        dict(where, device=device), "a container uses a GPU the kubelet did not allocate to it", gpu=gpu, pod=_pod_label(pod)))
+                        "gpu_process_on_unallocated_device", "critical", {"container": container, "devices": sorted(allocation[key])},
+                        dict(where, device=device), "a container uses a GPU the kubelet did not allocate to it", gpu=gpu, pod=_pod_label(pod), node=name))
                 entry["checked_exactly"] = True
     for entry in per_pod.values():
         pod = entry["pod"]
@@ -389,13 +387,13 @@ def _usage_findings(name, report, pods, allocation):
         used = {"devices": len(devices), "gpus": devices, "pids": sorted(entry["pids"]), "used_memory_mib": entry["memory"]}
         if not requested:
             found.append(finding(
-                "gpu_process_without_allocation", "critical", name, {"gpu_requests": {GPU: 0}, "devices": 0}, used,
+                "gpu_process_without_allocation", "critical", {"gpu_requests": {GPU: 0}, "devices": 0}, used,
                 "the pod requested no GPU yet its processes use GPUs (NVIDIA_VISIBLE_DEVICES=all, a privileged container or a host "
-                "device mount): it shares GPU memory with the pods the GPUs were allocated to", pod=_pod_label(pod)))
+                "device mount): it shares GPU memory with the pods the GPUs were allocated to", pod=_pod_label(pod), node=name))
         elif len(devices) > requested and not entry.get("checked_exactly"):
             found.append(finding(
-                "gpu_process_exceeds_allocation", "error", name, {"gpu_requests": pod["gpu_requests"], "devices": requested}, used,
-                "the pod uses more GPUs than it was allocated: it reaches GPUs allocated to other pods", pod=_pod_label(pod)))
+                "gpu_process_exceeds_allocation", "error", {"gpu_requests": pod["gpu_requests"], "devices": requested}, used,
+                "the pod uses more GPUs than it was allocated: it reaches GPUs allocated to other pods", pod=_pod_label(pod), node=name))
     return found
 
 
@@ -404,10 +402,10 @@ def _pod_spec_findings(pods_on_node, name):
     for pod in pods_on_node:
         if pod["visible"] and not pod["gpu_requests"]:
             found.append(finding(
-                "visible_devices_without_request", "error", name, {"NVIDIA_VISIBLE_DEVICES": "unset (set by the device plugin)"},
+                "visible_devices_without_request", "error", {"NVIDIA_VISIBLE_DEVICES": "unset (set by the device plugin)"},
                 {"containers": dict(pod["visible"])},
                 "a container sets NVIDIA_VISIBLE_DEVICES itself without requesting a GPU: with the nvidia runtime it gets those GPUs "
-                "unscheduled and shares their memory; remove the variable and request nvidia.com/gpu", pod=_pod_label(pod)))
+                "unscheduled and shares their memory; remove the variable and request nvidia.com/gpu", pod=_pod_label(pod), node=name))
     return found
 
 
@@ -475,13 +473,13 @@ def _requested_not_advertised(nodes, pods, targets):
     for (node, resource), requesters in sorted(grouped.items(), key=lambda item: (item[0][0] or "", item[0][1])):
         close = difflib.get_close_matches(resource, known, n=1, cutoff=0.6)
         found.append(finding(
-            "requested_resource_not_advertised", "error", node, {"advertised": known},
+            "requested_resource_not_advertised", "error", {"advertised": known},
             {"resource": resource, "pods": ["%s/%s" % (item["namespace"], item["name"]) for item in requesters],
              "close_match": close[0] if close else None},
             "%d pod(s) request %s, which no node advertises: they stay Pending (or fail admission where bound)%s; fix the "
             "workloads' resource name - the NVIDIA device plugin advertises nvidia.com/gpu and nvidia.com/mig-<profile> "
             "whatever its config renames" % (len(requesters), resource, "; did you mean %s?" % close[0] if close else ""),
-            pod=requesters[0] if len(requesters) == 1 else None))
+            pod=requesters[0] if len(requesters) == 1 else None, node=node))
     return found
 
 
@@ -515,14 +513,14 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
     findings.extend(_requested_not_advertised(nodes, pods, target_set))
     for node, pod_name, message in bad:
         if node in target_set:
-            findings.append(finding("pod_unreadable", "warning", node, "a valid pod spec", {"pod": pod_name, "error": message},
-                                    "the pod's GPU requests could not be read"))
+            findings.append(finding("pod_unreadable", "warning", "a valid pod spec", {"pod": pod_name, "error": message},
+                                    "the pod's GPU requests could not be read", node=node))
     for name in targets:
         node = by_name.get(name)
         report = normalized.get(name)
         if node is None:
-            findings.append(finding("node_not_found", "error", name, "a Node object", None,
-                                    "no Node with this name in the API server: check gpuharden_k8s_node_name"))
+            findings.append(finding("node_not_found", "error", "a Node object", None,
+                                    "no Node with this name in the API server: check gpuharden_k8s_node_name", node=name))
             continue
         labelled = is_gpu_node(node, label)
         have = declared(node)
@@ -547,7 +545,7 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
             # Exact device IDs per container from the kubelet, or only the pods' requests from the API server.
             "allocation_source": "pod-resources" if name in allocations else "api-server",
         }
-    findings.sort(key=lambda item: (item["node"] or "", -SEVERITIES.index(item["severity"]), item["id"]))
+    findings.sort(key=lambda item: (item["node"] or "", -severity_rank(item["severity"]), item["id"]))
     return findings, summary
 
 
@@ -563,15 +561,3 @@ ADVERTISEMENT_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "mig
 def awaiting_advertisement(findings):
     """The nodes whose findings say they do not (yet) advertise what they have."""
     return sorted({entry["node"] for entry in findings if entry["id"] in ADVERTISEMENT_FINDINGS})
-
-
-def max_severity(findings):
-    ranks = [SEVERITIES.index(item["severity"]) for item in findings]
-    return SEVERITIES[max(ranks)] if ranks else None
-
-
-def should_fail(findings, fail_on):
-    if fail_on == "never":
-        return False
-    worst = max_severity(findings)
-    return worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_on)

@@ -32,8 +32,8 @@ import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import SEVERITIES, finding
 
-SEVERITIES = ("info", "warning", "error", "critical")
 DEFAULT_SEVERITY = {
     "isolation_breach": "critical",
     "broken_allocation": "error",
@@ -258,24 +258,17 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
     views = []
 
     def add(fid, container, expected, found, hint, gpu=None, device=None, alloc=None):
-        findings.append(
-            {
-                "id": fid,
-                "severity": severity[fid],
-                "node": node,
-                "pod": container["pod_uid"] if container else (alloc or {}).get("pod_uid"),
-                "pod_name": (alloc or {}).get("pod") or (container or {}).get("pod_name"),
-                "container": (container.get("name") or container["container_id"]) if container else (alloc or {}).get("container"),
-                "container_id": container["container_id"] if container else None,
-                "cgroup": container["cgroup"] if container else None,
-                "gpu": gpu,
-                "gpu_uuid": minor_to_uuid.get(gpu) if gpu is not None else None,
-                "device": device,
-                "expected": expected,
-                "found": found,
-                "hint": hint,
-            }
-        )
+        findings.append(finding(
+            fid, severity[fid], expected, found, hint,
+            node=node,
+            pod=container["pod_uid"] if container else (alloc or {}).get("pod_uid"),
+            pod_name=(alloc or {}).get("pod") or (container or {}).get("pod_name"),
+            container=(container.get("name") or container["container_id"]) if container else (alloc or {}).get("container"),
+            container_id=container["container_id"] if container else None,
+            cgroup=container["cgroup"] if container else None,
+            gpu=gpu,
+            gpu_uuid=minor_to_uuid.get(gpu) if gpu is not None else None,
+            device=device))
 
     # Allocation -> containers.
     allocated = {}  # container_id -> {"minors": set, "privileged": bool, "pod": name}

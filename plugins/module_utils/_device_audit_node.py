@@ -19,7 +19,7 @@ import platform
 import stat
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _cgroup_paths, _device_audit, _host, _podresources
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls, _cgroup_paths, _device_audit, _findings, _host, _podresources
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 DEFAULT_BUNDLE_DIRS = ["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"]
@@ -338,10 +338,8 @@ def run(params, keep_answer=False):
         severity_overrides=params["severity_overrides"],
     )
     decided = time.monotonic()
-    counts = {}
-    for finding in result["findings"]:
-        counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
-    max_severity = next((s for s in reversed(_device_audit.SEVERITIES) if s in counts), None)
+    counts = _findings.by_severity(result["findings"])
+    max_severity = _findings.max_severity(result["findings"])
     extra = {"pod_resources_answer": None if answer is None else gpu_allocations(answer)} if keep_answer else {}
     return {
         **extra,

@@ -34,6 +34,7 @@ import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 try:
     import jinja2
@@ -772,12 +773,6 @@ class Unreadable:
         self.reason = reason
 
 
-def _finding(ident, severity, obj, message, expected=None, actual=None, **extra):
-    entry = {"id": ident, "severity": severity, "object": obj, "message": message, "expected": expected, "actual": actual}
-    entry.update(extra)
-    return entry
-
-
 def _nodes_text(names):
     shown = ", ".join(names[:SAMPLE])
     return shown + (" and %d more" % (len(names) - SAMPLE) if len(names) > SAMPLE else "")
@@ -899,28 +894,28 @@ def _load_configs(ds, config_maps, obj, findings):
         data = config_maps.get((namespace, name)) if name else None
         where = "ConfigMap %s/%s" % (namespace, name)
         if isinstance(data, Unreadable):
-            findings.append(_finding("plugin_config_unreadable", "warning", obj,
-                                     "%s reads its config file from %s, which this identity may not read: %s"
-                                     % (obj, where, data.reason), expected="readable", actual=None))
+            findings.append(finding("plugin_config_unreadable", "warning",
+                                    hint="%s reads its config file from %s, which this identity may not read: %s"
+                                    % (obj, where, data.reason), expected="readable", found=None, subject=obj))
             continue
         keys = ([key] if key is not None else sorted(data or {})) if name else []
         if name is None or data is None or not keys or any(k not in data for k in keys):
             missing = ("%s key %s" % (where, key) if key is not None else "%s (no config in it)" % where) if name else "no ConfigMap"
-            findings.append(_finding("plugin_config_missing", "error", obj,
-                                     "%s reads its config file %s from %s, which does not exist: the plugin fails to start"
-                                     % (obj, path, missing), expected="ConfigMap key present", actual=None))
+            findings.append(finding("plugin_config_missing", "error",
+                                    hint="%s reads its config file %s from %s, which does not exist: the plugin fails to start"
+                                    % (obj, path, missing), expected="ConfigMap key present", found=None, subject=obj))
             continue
         for k in keys:
             label = "%s key %s" % (where, k)
             try:
                 config = yaml.safe_load(data[k]) if HAS_YAML else json.loads(data[k])
             except Exception as error:  # yaml.YAMLError and friends: the user's file
-                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: %s is not YAML: %s" % (obj, label, error),
-                                         expected="YAML mapping", actual=None))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s" % (obj, label, error),
+                                        expected="YAML mapping", found=None, subject=obj))
                 continue
             if config is not None and not isinstance(config, dict):
-                findings.append(_finding("plugin_config_invalid", "error", obj, "%s: %s is not a mapping" % (obj, label),
-                                         expected="YAML mapping", actual=type(config).__name__))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping" % (obj, label),
+                                        expected="YAML mapping", found=type(config).__name__, subject=obj))
                 continue
             configs.append((label if key is None else where, config or {}))
     return configs or [("the defaults", {})]
@@ -968,9 +963,9 @@ def _check_resources(obj, configs, expected_resources, findings):
                 qualified = qualify_resource(name) if name else ""
                 field = "%s resources.%s[%d].name" % (source, group, index)
                 if qualified.split("/", 1)[0] != RESOURCE_DOMAIN:
-                    findings.append(_finding("plugin_resource_name_invalid", "error", obj,
-                                             "%s: %s is %r; the plugin only advertises %s/ resources and refuses this config"
-                                             % (obj, field, name, RESOURCE_DOMAIN), expected="%s/<name>" % RESOURCE_DOMAIN, actual=name))
+                    findings.append(finding("plugin_resource_name_invalid", "error",
+                                            hint="%s: %s is %r; the plugin only advertises %s/ resources and refuses this config"
+                                            % (obj, field, name, RESOURCE_DOMAIN), expected="%s/<name>" % RESOURCE_DOMAIN, found=name, subject=obj))
                     continue
                 if group == "gpus" and qualified not in expected_resources and qualified != gpu_name:
                     advertised = gpu_name
@@ -978,11 +973,11 @@ def _check_resources(obj, configs, expected_resources, findings):
                     advertised = "%s/mig-<profile> (migStrategy mixed) or %s/gpu (single)" % (RESOURCE_DOMAIN, RESOURCE_DOMAIN)
                 else:
                     continue
-                findings.append(_finding("plugin_resource_rename_ignored", "warning", obj,
-                                         "%s: %s is %r: ignored by the plugin; it advertises %s (renames in resources.* are "
-                                         "discarded with a warning), so pods requesting %s never schedule"
-                                         % (obj, field, name, advertised, qualified),
-                                         expected=gpu_name if group == "gpus" else "%s/mig-<profile>" % RESOURCE_DOMAIN, actual=qualified))
+                findings.append(finding("plugin_resource_rename_ignored", "warning",
+                                        hint="%s: %s is %r: ignored by the plugin; it advertises %s (renames in resources.* are "
+                                        "discarded with a warning), so pods requesting %s never schedule"
+                                        % (obj, field, name, advertised, qualified),
+                                        expected=gpu_name if group == "gpus" else "%s/mig-<profile>" % RESOURCE_DOMAIN, found=qualified, subject=obj))
 
 
 def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class="nvidia"):
@@ -995,36 +990,36 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
     tag = image_tag(container.get("image"))
     parsed = parse_version(tag) if tag else None
     if parsed is None:
-        findings.append(_finding("plugin_version_unparseable", "error", obj,
-                                 "%s runs image %s, whose tag cannot be checked against the minimum release %s"
-                                 % (obj, container.get("image"), version_text(MIN_VERSION)),
-                                 expected=">= v%s" % version_text(MIN_VERSION), actual=container.get("image")))
+        findings.append(finding("plugin_version_unparseable", "error",
+                                hint="%s runs image %s, whose tag cannot be checked against the minimum release %s"
+                                % (obj, container.get("image"), version_text(MIN_VERSION)),
+                                expected=">= v%s" % version_text(MIN_VERSION), found=container.get("image"), subject=obj))
     elif below_minimum(parsed):
-        findings.append(_finding("plugin_version_too_old", "error", obj,
-                                 "%s runs %s, below the oldest supported release %s" % (obj, tag, version_text(MIN_VERSION)),
-                                 expected=">= v%s" % version_text(MIN_VERSION), actual=tag))
+        findings.append(finding("plugin_version_too_old", "error",
+                                hint="%s runs %s, below the oldest supported release %s" % (obj, tag, version_text(MIN_VERSION)),
+                                expected=">= v%s" % version_text(MIN_VERSION), found=tag, subject=obj))
     # The config file(s), then the flags and environment variables that override them.
     configs = _load_configs(ds, config_maps, obj, findings)
     for value, where in _effective(container, "device-list-strategy", "DEVICE_LIST_STRATEGY", configs,
                                    lambda c, s: (_flags(c)[1].get("deviceListStrategy"), "%s flags.plugin.deviceListStrategy" % s)):
         for item in _strategy_values(value):
             if item not in DEVICE_LIST_STRATEGIES:
-                findings.append(_finding("plugin_device_list_strategy_invalid", "error", obj,
-                                         "%s: %s is %r, not a device list strategy (%s): the plugin refuses to start and no GPU "
-                                         "is advertised" % (obj, where, item, ", ".join(DEVICE_LIST_STRATEGIES)),
-                                         expected=list(DEVICE_LIST_STRATEGIES), actual=item))
+                findings.append(finding("plugin_device_list_strategy_invalid", "error",
+                                        hint="%s: %s is %r, not a device list strategy (%s): the plugin refuses to start and no GPU "
+                                        "is advertised" % (obj, where, item, ", ".join(DEVICE_LIST_STRATEGIES)),
+                                        expected=list(DEVICE_LIST_STRATEGIES), found=item, subject=obj))
             elif item.startswith("cdi-") and not any((m.get("mountPath") or "").rstrip("/") == CONTAINER_DRIVER_ROOT
                                                      for m in container.get("volumeMounts") or []):
-                findings.append(_finding("plugin_cdi_driver_root_unmounted", "warning", obj,
-                                         "%s: %s is %s, but the driver root is not mounted at %s: the Helm chart always mounts "
-                                         "it there, as CDI detection needs it" % (obj, where, item, CONTAINER_DRIVER_ROOT),
-                                         expected={"mountPath": CONTAINER_DRIVER_ROOT}, actual=None))
+                findings.append(finding("plugin_cdi_driver_root_unmounted", "warning",
+                                        hint="%s: %s is %s, but the driver root is not mounted at %s: the Helm chart always mounts "
+                                        "it there, as CDI detection needs it" % (obj, where, item, CONTAINER_DRIVER_ROOT),
+                                        expected={"mountPath": CONTAINER_DRIVER_ROOT}, found=None, subject=obj))
     mig_strategies = []
     for value, where in _effective(container, "mig-strategy", "MIG_STRATEGY", configs,
                                    lambda c, s: (_flags(c)[0].get("migStrategy"), "%s flags.migStrategy" % s)):
         if value is not None and value not in MIG_STRATEGIES:
-            findings.append(_finding("plugin_mig_strategy_invalid", "error", obj, "%s: %s is %r, not one of %s"
-                                     % (obj, where, value, ", ".join(MIG_STRATEGIES)), expected=list(MIG_STRATEGIES), actual=value))
+            findings.append(finding("plugin_mig_strategy_invalid", "error", hint="%s: %s is %r, not one of %s"
+                                    % (obj, where, value, ", ".join(MIG_STRATEGIES)), expected=list(MIG_STRATEGIES), found=value, subject=obj))
         elif value in ("single", "mixed"):
             mig_strategies.append((value, where))
     # MIG: CAP_SYS_ADMIN and the MIG monitor devices, as the Helm chart adds them for any strategy but none
@@ -1036,12 +1031,12 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
         if _env(container, "NVIDIA_MIG_MONITOR_DEVICES") != "all" and not (container.get("securityContext") or {}).get("privileged"):
             missing.append("environment variable NVIDIA_MIG_MONITOR_DEVICES=all")
         if missing:
-            findings.append(_finding("plugin_mig_privileges_missing", "error", obj,
-                                     "%s runs migStrategy %s (%s) without %s: the plugin cannot read the MIG devices "
-                                     "(\"Insufficient Permissions\") and fails on MIG nodes" % (
+            findings.append(finding("plugin_mig_privileges_missing", "error",
+                                    hint="%s runs migStrategy %s (%s) without %s: the plugin cannot read the MIG devices "
+                                    "(\"Insufficient Permissions\") and fails on MIG nodes" % (
                                          obj, mig_strategies[0][0], mig_strategies[0][1], " and ".join(missing)),
-                                     expected={"capabilities.add": ["SYS_ADMIN"], "env": {"NVIDIA_MIG_MONITOR_DEVICES": "all"}},
-                                     actual=missing))
+                                    expected={"capabilities.add": ["SYS_ADMIN"], "env": {"NVIDIA_MIG_MONITOR_DEVICES": "all"}},
+                                    found=missing, subject=obj))
     # nvidiaDevRoot forced to / while the driver lives elsewhere: unset, the plugin uses the driver root
     # (NVIDIA/k8s-device-plugin api/config/v1/config.go).
     driver_flag, _where = _setting(container, "nvidia-driver-root", "NVIDIA_DRIVER_ROOT")
@@ -1054,10 +1049,10 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
         if driver_root not in (None, "", "/") and dev_root == "/":
             forced.setdefault(where, driver_root)
     for where, driver_root in forced.items():
-        findings.append(_finding("plugin_dev_root_forced", "warning", obj,
-                                 "%s: %s is / while the driver root is %s: the device nodes are looked up on the host's / "
-                                 "instead of the driver's root; leave nvidiaDevRoot unset (it defaults to the driver root)"
-                                 % (obj, where, driver_root), expected=None, actual="/"))
+        findings.append(finding("plugin_dev_root_forced", "warning",
+                                hint="%s: %s is / while the driver root is %s: the device nodes are looked up on the host's / "
+                                "instead of the driver's root; leave nvidiaDevRoot unset (it defaults to the driver root)"
+                                % (obj, where, driver_root), expected=None, found="/", subject=obj))
     _check_resources(obj, configs, expected_resources, findings)
     # NVML: only the NVIDIA container runtime gives the plugin libnvidia-ml.so.1, through runtimeClassName or a
     # containerd whose default runtime is nvidia (NVIDIA/k8s-device-plugin README "Prerequisites", Helm value
@@ -1065,26 +1060,26 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
     # GPU Operator's setup for a default nvidia runtime) is taken as deliberate.
     if not spec.get("runtimeClassName") and not (container.get("securityContext") or {}).get("privileged") \
             and _env(container, "NVIDIA_VISIBLE_DEVICES") is None:
-        findings.append(_finding("plugin_no_nvidia_runtime", "warning", obj,
-                                 "%s sets no runtimeClassName: the plugin loads NVML (libnvidia-ml.so.1) only on nodes whose "
-                                 "containerd runs it with the nvidia runtime by default; elsewhere NVML does not load and, with "
-                                 "failOnInitError true, the plugin crash-loops" % obj,
-                                 expected={"runtimeClassName": runtime_class or "nvidia"}, actual=None))
+        findings.append(finding("plugin_no_nvidia_runtime", "warning",
+                                hint="%s sets no runtimeClassName: the plugin loads NVML (libnvidia-ml.so.1) only on nodes whose "
+                                "containerd runs it with the nvidia runtime by default; elsewhere NVML does not load and, with "
+                                "failOnInitError true, the plugin crash-loops" % obj,
+                                expected={"runtimeClassName": runtime_class or "nvidia"}, found=None, subject=obj))
     # initContainers gating on nvidia-smi, without a readiness probe to show the plugin's own state.
     gates = [c.get("name") for c in spec.get("initContainers") or [] if "nvidia-smi" in " ".join(_words(c))]
     if gates and not container.get("readinessProbe"):
-        findings.append(_finding("plugin_init_gate_without_readiness", "warning", obj,
-                                 "%s: initContainer %s waits for nvidia-smi, and the plugin container has no readinessProbe: "
-                                 "a node whose driver never comes up shows a pod stuck in Init with no signal about the plugin"
-                                 % (obj, ", ".join(gates)), expected="readinessProbe on %s" % container.get("name"),
-                                 actual={"initContainers": gates, "readinessProbe": None}))
+        findings.append(finding("plugin_init_gate_without_readiness", "warning",
+                                hint="%s: initContainer %s waits for nvidia-smi, and the plugin container has no readinessProbe: "
+                                "a node whose driver never comes up shows a pod stuck in Init with no signal about the plugin"
+                                % (obj, ", ".join(gates)), expected="readinessProbe on %s" % container.get("name"),
+                                found={"initContainers": gates, "readinessProbe": None}, subject=obj))
     # Placement: CPU-only nodes.
     landed = set(targets(spec, nodes))
     cpu_nodes = sorted(name for name in landed if not _matches_selector(nodes, name, gpu_selector))
     if not spec.get("nodeSelector") and not ((spec.get("affinity") or {}).get("nodeAffinity")):
-        findings.append(_finding("plugin_no_node_selector", "warning", obj,
-                                 "%s has no nodeSelector or node affinity: it is scheduled on every node, GPU or not" % obj,
-                                 expected={"nodeSelector": gpu_selector}, actual=None))
+        findings.append(finding("plugin_no_node_selector", "warning",
+                                hint="%s has no nodeSelector or node affinity: it is scheduled on every node, GPU or not" % obj,
+                                expected={"nodeSelector": gpu_selector}, found=None, subject=obj))
     if cpu_nodes:
         fail_hard = True  # the code default in every release; 0.15-0.17 static manifests set FAIL_ON_INIT_ERROR=false
         fail_setting, _where = _setting(container, "fail-on-init-error", "FAIL_ON_INIT_ERROR")
@@ -1093,13 +1088,13 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
             fail_setting = values[0] if values else None
         if fail_setting is not None:
             fail_hard = fail_setting.lower() != "false"
-        findings.append(_finding("plugin_on_cpu_nodes", "error" if fail_hard else "warning", obj,
-                                 "%s runs on %d node(s) without %s: %s; %s" % (
+        findings.append(finding("plugin_on_cpu_nodes", "error" if fail_hard else "warning",
+                                hint="%s runs on %d node(s) without %s: %s; %s" % (
                                      obj, len(cpu_nodes), ", ".join("%s=%s" % kv for kv in sorted(gpu_selector.items())),
                                      _nodes_text(cpu_nodes),
                                      "failOnInitError is true, so it crash-loops there" if fail_hard
                                      else "it idles there with failOnInitError false"),
-                                 expected="GPU nodes only", actual=cpu_nodes[:SAMPLE], node_count=len(cpu_nodes)))
+                                expected="GPU nodes only", found=cpu_nodes[:SAMPLE], node_count=len(cpu_nodes), subject=obj))
     return findings, sorted(landed)
 
 
@@ -1127,13 +1122,13 @@ def _managed_by_other(obj, owner, nodes, ours, ours_live):
     fix = fix_location(owner, "plugin_managed_by_other_installer")
     adopt = " or let gpuharden take the release over (adopt_installers: [helm])" if owner["installer"] in ADOPTABLE_INSTALLERS else ""
     also = (" The DaemonSet gpuharden applied earlier (%s/%s) runs there too: delete one of the two." % ours) if ours_live else ""
-    return _finding("plugin_managed_by_other_installer", "warning", obj,
-                    "%s is the device plugin of %s %s. gpuharden does not apply its own plugin (two plugins on one node "
-                    "register the same resource with the kubelet and fight over it) and does not change or delete this "
-                    "one: fix its findings in %s, disable its plugin there (%s)%s, or narrow the managed plugin's node "
-                    "selector.%s" % (obj, owner["name"], where, owner["name"], fix["field"], adopt, also),
-                    expected="one installer per node", actual=names[:SAMPLE], node_count=len(names),
-                    installer=owner["installer"], fix=fix, repair="manual")
+    return finding("plugin_managed_by_other_installer", "warning",
+                   hint="%s is the device plugin of %s %s. gpuharden does not apply its own plugin (two plugins on one node "
+                   "register the same resource with the kubelet and fight over it) and does not change or delete this "
+                   "one: fix its findings in %s, disable its plugin there (%s)%s, or narrow the managed plugin's node "
+                   "selector.%s" % (obj, owner["name"], where, owner["name"], fix["field"], adopt, also),
+                   expected="one installer per node", found=names[:SAMPLE], node_count=len(names),
+                   installer=owner["installer"], fix=fix, repair="manual", subject=obj)
 
 
 def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources, cluster_policies=(), adopt_installers=()):
@@ -1171,7 +1166,7 @@ def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources, cl
         if owner is not None:
             for entry in found:
                 entry.update(repair="manual", installer=owner["installer"], fix=fix_location(owner, entry["id"]))
-                entry["message"] += "; %s" % _fix_text(entry["fix"])
+                entry["hint"] += "; %s" % _fix_text(entry["fix"])
             if overlap or key == ours:
                 found.append(_managed_by_other(obj, owner, overlap, ours, ours_live and key != ours))
                 if owner["installer"] == "gpu-operator":
@@ -1193,11 +1188,11 @@ def audit(daemonsets, config_maps, nodes, desired_plugin, expected_resources, cl
         only_theirs = sorted(set(landed) - our_nodes)
         action = "delete" if overlap and not only_theirs else "manual"
         if overlap:
-            found.append(_finding("plugin_competing", "error", obj,
-                                  "%s is a second device plugin on %d node(s) the managed plugin %s/%s serves: %s; both register "
-                                  "the same resources with the kubelet and the last one wins" % (
+            found.append(finding("plugin_competing", "error",
+                                 hint="%s is a second device plugin on %d node(s) the managed plugin %s/%s serves: %s; both register "
+                                 "the same resources with the kubelet and the last one wins" % (
                                       obj, len(overlap), ours[0], ours[1], _nodes_text(overlap)),
-                                  expected="one plugin per node", actual=overlap[:SAMPLE], node_count=len(overlap)))
+                                 expected="one plugin per node", found=overlap[:SAMPLE], node_count=len(overlap), subject=obj))
         for entry in found:
             entry["repair"] = action
         findings.extend(found)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 MIG_PARTED_ENTRY_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 STRATEGIES = ("none", "single", "mixed")
@@ -748,23 +749,20 @@ def strategy_findings(gpus, layouts, strategy):
     findings = []
     enabled = [gpu for gpu in gpus if layouts[gpu["index"]]["mig_enabled"]]
     if strategy == "none" and enabled:
-        findings.append({
-            "id": "mig_strategy_none_hides_slices", "severity": "error",
-            "expected": "migStrategy mixed or single on a node with MIG-enabled GPUs",
-            "actual": "migStrategy none: GPUs %s are MIG-enabled and their MIG devices are not advertised"
-                      % ", ".join(str(gpu["index"]) for gpu in enabled),
-        })
+        findings.append(finding(
+            "mig_strategy_none_hides_slices", "error", "migStrategy mixed or single on a node with MIG-enabled GPUs",
+            "migStrategy none: GPUs %s are MIG-enabled and their MIG devices are not advertised"
+            % ", ".join(str(gpu["index"]) for gpu in enabled),
+            "the device plugin's migStrategy is a choice: set mig_strategy (device_plugin_mig_strategy) to mixed or single"))
     if strategy == "single":
         profiles = {name for gpu in enabled for name in layouts[gpu["index"]]["mig_devices"]}
         disabled = [gpu["index"] for gpu in gpus if not layouts[gpu["index"]]["mig_enabled"]]
         empty = [gpu["index"] for gpu in enabled if not layouts[gpu["index"]]["mig_devices"]]
         if disabled or empty or len(profiles) != 1:
-            findings.append({
-                "id": "mig_strategy_single_mismatch", "severity": "error",
-                "expected": "migStrategy single: every GPU MIG-enabled with one and the same profile",
-                "actual": "MIG disabled on GPUs %s; without instances: %s; profiles: %s"
-                          % (disabled or "none", empty or "none", sorted(profiles) or "none"),
-            })
+            findings.append(finding(
+                "mig_strategy_single_mismatch", "error", "migStrategy single: every GPU MIG-enabled with one and the same profile",
+                "MIG disabled on GPUs %s; without instances: %s; profiles: %s" % (disabled or "none", empty or "none", sorted(profiles) or "none"),
+                "choose mig_strategy mixed, or one and the same profile on every GPU of the node"))
     return findings
 
 
@@ -786,14 +784,14 @@ def custom_compute_findings(gpus, plans):
             if small:
                 device = "%dc.%s" % (small[0]["size"], instance["profile"])
                 legacy = mig_resource_name(device, False, _registered([gpu]))
-                findings.append({
-                    "id": "mig_custom_compute_instances", "severity": "warning", "gpu": gpu["index"],
-                    "expected": "one default compute instance in GPU instance %s (%s)" % (instance["id"], instance["profile"]),
-                    "actual": "%d compute instance(s) of %s slice(s) (MIG devices %s): the device plugin v0.19.x and older "
-                              "advertises each as one %s; v0.20.0 and newer match no resource pattern and do not start "
-                              "(internal/rm/device_map.go)"
-                              % (len(cis), ", ".join(sorted({str(ci["size"]) for ci in small})), device, legacy),
-                })
+                findings.append(finding(
+                    "mig_custom_compute_instances", "warning",
+                    "one default compute instance in GPU instance %s (%s)" % (instance["id"], instance["profile"]),
+                    "%d compute instance(s) of %s slice(s) (MIG devices %s): the device plugin v0.19.x and older "
+                    "advertises each as one %s; v0.20.0 and newer match no resource pattern and do not start "
+                    "(internal/rm/device_map.go)"
+                    % (len(cis), ", ".join(sorted({str(ci["size"]) for ci in small})), device, legacy),
+                    "use default compute instances (one per GPU instance)", gpu=gpu["index"]))
     return findings
 
 
@@ -813,11 +811,10 @@ def plan_node(gpus, entries, force, strategy):
         index = gpu["index"]
         pending = gpu.get("mig_capable") and gpu.get("mode_current") != gpu.get("mode_pending")
         if index in desired and (before[index] != target[index] or pending or plans[index]["steps"]):
-            findings.append({
-                "id": "mig_layout_drift", "severity": "warning", "gpu": index,
-                "expected": layout_text(target[index]),
-                "actual": layout_text(before[index]) + (" (mode change pending)" if pending else ""),
-            })
+            findings.append(finding(
+                "mig_layout_drift", "warning", layout_text(target[index]),
+                layout_text(before[index]) + (" (mode change pending)" if pending else ""),
+                "the mig stage drains the node and applies the layout", planned=bool(plans[index]["steps"]), gpu=index))
     findings.extend(strategy_findings(gpus, target, strategy))
     findings.extend(custom_compute_findings(gpus, plans))
     return {

@@ -9,9 +9,8 @@ Each check takes the options of the module that fixes (or checks) the same thing
 module's own option spec, and calls the same ``decide`` function the module calls in check mode.  So the audit
 reports drift exactly when the remediation module would change something: they share one planner.
 
-A finding is ``{id, check, stage, severity, expected, found, hint, remediable}`` plus optional ``subject``,
-``gpu``, ``pod``, ``path``.  ``stage`` is the harden_gpu_nodes.yml tag that fixes it; ``remediable`` says
-whether running that stage changes something (informational findings and post-check findings are not).
+Findings follow the one model of ``_findings``: its catalogue says which stage fixes each and whether running
+that stage changes something (informational findings and post-check findings are not remediable).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import (
     _containerd,
     _device_audit_node,
     _device_nodes,
+    _findings,
     _kubelet,
     _mig,
     _mig_nvml,
@@ -33,23 +33,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils import (
     _process_cgroups,
 )
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-
-SEVERITIES = ("info", "warning", "error", "critical")
-
-# Kubelet fields that the cgroup_limits stage owns (it runs kubelet_topology with them merged in).
-CGROUP_LIMITS_KUBELET_FIELDS = ("memoryThrottlingFactor", "featureGates", "kubeReserved", "systemReserved",
-                                "kubeReservedCgroup", "systemReservedCgroup", "enforceNodeAllocatable")
-
-
-def severity_rank(severity):
-    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
-
-
-def finding(ident, check, stage, severity, expected, found, hint, remediable, **extra):
-    entry = {"id": ident, "check": check, "stage": stage, "severity": severity, "expected": expected,
-             "found": found, "hint": hint, "remediable": remediable}
-    entry.update((key, value) for key, value in extra.items() if value is not None)
-    return entry
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 
 def section_params(name, spec, given, root, rules=None):
@@ -76,47 +60,46 @@ def audit_device_nodes(params):
     for path, node in sorted(planned["nodes"].items()):
         if node["action"] in ids:
             findings.append(finding(
-                ids[node["action"]], "device_nodes", "device_permissions", "error", node["after"], node["before"],
-                "a wrong /dev/nvidia* node breaks or widens GPU access; device_permissions recreates it", True, path=path))
+                ids[node["action"]], "error", node["after"], node["before"],
+                "a wrong /dev/nvidia* node breaks or widens GPU access; device_permissions recreates it", planned=True, path=path))
         elif node["action"] == "missing":
             findings.append(finding(
-                "device_node_missing", "device_nodes", "device_permissions", "error", node["after"], "missing",
-                "create_missing is false, so the stage will not create it", False, path=path))
+                "device_node_missing", "error", node["after"], "missing",
+                "create_missing is false, so the stage will not create it", planned=False, path=path))
     for path, link in sorted(planned["links"].items()):
         if link["action"] != "ok":
             findings.append(finding(
-                "device_char_link", "device_nodes", "device_permissions", "warning", link["after"], link["before"],
-                "without /dev/char links runc's systemd cgroup driver drops GPU access after a daemon-reload", True,
-                path=path))
+                "device_char_link", "warning", link["after"], link["before"],
+                "without /dev/char links runc's systemd cgroup driver drops GPU access after a daemon-reload", path=path))
     for change in planned["changes"]:
         if change.changed and change is planned["udev_cleanup"]:  # the udev rules earlier versions wrote
             findings.append(finding(
-                "device_udev_rules_obsolete", "device_nodes", "device_permissions", "warning", "absent",
+                "device_udev_rules_obsolete", "warning", "absent",
                 "udev rules for nvidia-uvm*/nvidia-cap*", "these devices send no uevent, so the rules never fire; "
-                "device_permissions removes them", True, path=change.path))
+                "device_permissions removes them", path=change.path))
         elif change.changed:
             findings.append(finding(
-                "device_permissions_not_persisted", "device_nodes", "device_permissions", "warning",
+                "device_permissions_not_persisted", "warning",
                 change.reason, "missing" if change.before is None else "differs", "a chmod alone is undone by the driver "
-                "on the next module load or device re-creation", True, path=change.path))
+                "on the next module load or device re-creation", path=change.path))
     for entry in planned["not_persistable"]:
         findings.append(finding(
-            "device_permissions_not_persistable", "device_nodes", "device_permissions", "info", entry["wanted"],
+            "device_permissions_not_persistable", "info", entry["wanted"],
             entry["kept"], "the policy cannot stick here: %s; the node is kept at that, and GPU access stays limited "
-            "through /dev/nvidiactl and /dev/nvidia<N>" % entry["kept_by"], False, path=entry["path"]))
+            "through /dev/nvidiactl and /dev/nvidia<N>" % entry["kept_by"], path=entry["path"]))
     for conflict in planned["conflicts"]:
         where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
         findings.append(finding(
-            "device_settings_conflict", "device_nodes", "device_permissions", "warning" if conflict["overrides"] else "info",
+            "device_settings_conflict", "warning" if conflict["overrides"] else "info",
             "%s=%s" % (conflict["parameter"], conflict["expected"]), "%s=%s in %s" % (conflict["parameter"], conflict["value"], where),
-            conflict["message"], False))
+            conflict["message"]))
     if planned["reboot_or_reload_required"]:
         running, desired = planned["driver_params"]["running"], planned["driver_params"]["desired"]
         findings.append(finding(
-            "driver_params_stale", "device_nodes", "device_permissions", "info",
+            "driver_params_stale", "info",
             ", ".join("%s=%s" % item for item in sorted(desired.items())),
             ", ".join("%s=%s" % item for item in sorted(running.items())),
-            "the running driver uses other NVreg_DeviceFile* values until it is reloaded or the node reboots", False))
+            "the running driver uses other NVreg_DeviceFile* values until it is reloaded or the node reboots"))
     changed = _device_nodes.changed(planned)
     return changed, findings, {"policy": dict(policy, mode="%04o" % policy["mode"])}
 
@@ -126,19 +109,19 @@ def audit_containerd(params):
     findings = []
     if plan["changes"]:
         findings.append(finding(
-            "containerd_nvidia_runtime", "containerd", "container_runtime", "error",
+            "containerd_nvidia_runtime", "error",
             {"runtime_name": plan["runtime_name"], "runtime": plan["desired"]["runtime"],
              "default_runtime_name": plan["desired"]["default_runtime_name"], "enable_cdi": plan["desired"]["enable_cdi"]},
             {"runtime": plan["current"]["runtime"], "default_runtime_name": plan["current"]["default_runtime_name"],
              "enable_cdi": plan["current"]["enable_cdi"]},
-            "; ".join(plan["actions"]) or "containerd's config differs from the nvidia runtime the stage writes", True,
+            "; ".join(plan["actions"]) or "containerd's config differs from the nvidia runtime the stage writes",
             path=plan["runtime_file"]))
     problem = _containerd.binary_problem(plan)
     if problem:
         findings.append(finding(
-            "containerd_runtime_binary_missing", "containerd", "container_runtime", "error",
+            "containerd_runtime_binary_missing", "error",
             "an executable %s" % plan["runtime_binary"], plan["runtime_binary_state"],
-            "install the NVIDIA container toolkit (nvidia-container-toolkit): %s" % problem, False, path=plan["runtime_binary"]))
+            "install the NVIDIA container toolkit (nvidia-container-toolkit): %s" % problem, path=plan["runtime_binary"]))
     return bool(plan["changes"]), findings, {"config_version": plan["config_version"], "files": plan["files"]}
 
 
@@ -147,10 +130,6 @@ def _where(source):
         return "the kubelet's default"
     detail = ", ".join(str(value) for key, value in sorted(source.items()) if key != "kind" and value is not None)
     return "%s %s" % (source.get("kind", ""), detail) if detail else str(source.get("kind"))
-
-
-def _kubelet_stage(field):
-    return "cgroup_limits" if field.split(".")[0] in CGROUP_LIMITS_KUBELET_FIELDS else "kubelet_topology"
 
 
 def audit_kubelet(params):
@@ -162,22 +141,22 @@ def audit_kubelet(params):
     for field, source in sorted(plan["sources"].items()):
         if source["before"] != source["after"] or source["source_before"] != source["source_after"]:
             findings.append(finding(
-                "kubelet_setting", "kubelet", _kubelet_stage(field), "error",
+                "kubelet_setting", "error",
                 source["after"], source["before"],
                 "the kubelet reads %s from %s; the stage sets it in %s"
                 % (field, _where(source["source_before"]), _where(source["source_after"])),
-                True, subject=field))
+                subject=field))
     for entry in plan["stale_state_files"]:
         findings.append(finding(
-            "kubelet_stale_checkpoint", "kubelet", "kubelet_topology", "error", "no checkpoint from another policy",
+            "kubelet_stale_checkpoint", "error", "no checkpoint from another policy",
             entry["reason"], "the kubelet refuses to start with it after the policy change; the stage removes it "
-            "with the kubelet stopped", True, path=entry["path"]))
+            "with the kubelet stopped", path=entry["path"]))
     if changes and not findings:
         for change in changes:
             findings.append(finding(
-                "kubelet_config_file", "kubelet", "kubelet_topology", "warning", change.reason,
+                "kubelet_config_file", "warning", change.reason,
                 "missing" if change.before is None else ("present" if change.after is None else "differs"),
-                "the effective settings match, but the stage rewrites this file", True, path=change.node_path))
+                "the effective settings match, but the stage rewrites this file", path=change.node_path))
     return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"]}
 
 
@@ -189,37 +168,20 @@ def audit_mig(params):
         gpus = _mig_nvml.read_node()
         decision = _mig.plan_node(gpus, entries, params["force"], params["strategy"])
     steps = [step for index in sorted(decision["plans"]) for step in decision["plans"][index]["steps"]]
-    findings = []
-    for entry in decision["findings"]:
-        remediable = entry["id"] == "mig_layout_drift" and bool(decision["plans"].get(entry.get("gpu"), {}).get("steps"))
-        findings.append(finding(entry["id"], "mig", "mig", entry["severity"], entry["expected"],
-                                entry.get("actual", entry.get("found")), entry.get("hint") or
-                                "the mig stage drains the node and applies the layout", remediable, gpu=entry.get("gpu")))
+    findings = list(decision["findings"])
     for busy in decision["busy"]:
         findings.append(finding(
-            "mig_gpu_busy", "mig", "mig", "warning", "no GPU processes on a GPU whose layout changes",
+            "mig_gpu_busy", "warning", "no GPU processes on a GPU whose layout changes",
             "pids %s on GPU %s" % (", ".join(map(str, busy["pids"])), busy["index"]),
-            "the mig stage drains the node first (mig_drain) or refuses without force", False, gpu=busy["index"]))
+            "the mig stage drains the node first (mig_drain) or refuses without force", gpu=busy["index"]))
     return bool(steps), findings, {"steps": len(steps)}
 
 
 def audit_cgroup_memory(params):
     planned = _cgroup_memory.decide(params)
-    findings = [finding(entry["id"], "cgroup_memory", "cgroup_limits", entry["severity"], entry["expected"],
-                        entry.get("actual", entry.get("found")),
-                        "cgroup_limits sets memory.high below memory.max" if entry["severity"] != "warning"
-                        else "a GPU pod without a memory limit can take the node's memory", entry["severity"] != "warning",
-                        subject=entry.get("subject"))
-                for entry in planned["findings"]]
+    findings = planned["findings"]
     changed = any(change.changed for change in planned["changes"])
     return changed, findings, {"pods": len(planned["pods"]), "not_found": planned["not_found"]}
-
-
-def _post_check_findings(check, entries):
-    keep = ("gpu", "pod", "pod_name", "container", "device", "cgroup")
-    return [finding(entry["id"], check, "postcheck", entry["severity"], entry.get("expected"), entry.get("found"),
-                    entry.get("hint"), False, **{key: entry.get(key) for key in keep})
-            for entry in entries]
 
 
 def audit_nvml(params):
@@ -228,7 +190,7 @@ def audit_nvml(params):
     # cgroups), so a drift run needs no second trip to the node for it.
     pids = [process["pid"] for process in result.get("processes") or []]
     report = dict(result, process_cgroups=_process_cgroups.read(params["root"], pids)["cgroups"])
-    return False, _post_check_findings("nvml", result["findings"]), {"gpu_count": result.get("gpu_count"), "node_report": report}
+    return False, result["findings"], {"gpu_count": result.get("gpu_count"), "node_report": report}
 
 
 def audit_device_cgroups(params):
@@ -236,7 +198,7 @@ def audit_device_cgroups(params):
     details = {"summary": result["summary"], "allocation_source": result["allocation_source"], "pod_resources": result["pod_resources"]}
     if result["pod_resources_answer"] is not None:
         details["node_report_pod_resources"] = result["pod_resources_answer"]
-    return False, _post_check_findings("device_cgroups", result["findings"]), details
+    return False, result["findings"], details
 
 
 # name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml
@@ -295,8 +257,8 @@ def _audit(params, clock):
             would_change, found, details = function(options)
         except (GpuhardenError, OSError) as error:
             message = getattr(error, "msg", None) or str(error)
-            findings.append(finding("%s_check_failed" % name, name, None, "error", "the %s check runs" % name, message,
-                                    "fix the node or the options; the other checks still ran", False))
+            findings.append(finding("%s_check_failed" % name, "error", "the %s check runs" % name, message,
+                                    "fix the node or the options; the other checks still ran"))
             checks[name] = {"status": "error", "error": message, "seconds": round(clock() - begun, 4)}
             continue
         findings.extend(found)
@@ -310,17 +272,15 @@ def _audit(params, clock):
                         "seconds": round(clock() - begun, 4), "details": details}
     if node_report is not None and pod_resources is not None:
         node_report["pod_resources"] = pod_resources
-    by_severity = {}
-    for entry in findings:
-        by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
+    by_severity = _findings.by_severity(findings)
     return {
         "findings": findings,
         "checks": checks,
         "summary": {
             "findings": len(findings),
             "by_severity": by_severity,
-            "max_severity": max(by_severity, key=severity_rank) if by_severity else None,
-            "stages": sorted({entry["stage"] for entry in findings if entry["remediable"] and entry["stage"]}),
+            "max_severity": _findings.max_severity(findings),
+            "stages": _findings.remediable_stages(findings),
             "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
         },
         "node_report": node_report,

@@ -12,9 +12,7 @@ be None).  Severities, lowest first: info, warning, error, critical.
 from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-
-SEVERITIES = ("info", "warning", "error", "critical")
-FAIL_CHOICES = ("never",) + SEVERITIES
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 NVML_NO_PERMISSION = 4
 NVML_GPU_IS_LOST = 15
@@ -35,33 +33,6 @@ _DENIED_HINTS = {
     NVML_UNKNOWN: "NVML's UNKNOWN on a handle is what a devices-cgroup denial (EPERM) or a missing /dev/nvidia<minor> "
                   "looks like: check the device node exists and the cgroup's device rules",
 }
-
-
-def severity_rank(severity):
-    return SEVERITIES.index(severity)
-
-
-def check_threshold(option, value):
-    if value not in FAIL_CHOICES:
-        raise GpuhardenError("option %s=%r is not one of %s" % (option, value, ", ".join(FAIL_CHOICES)))
-    return value
-
-
-def at_or_above(findings, threshold):
-    """The findings whose severity is at least ``threshold`` (``never``: none)."""
-    if threshold == "never":
-        return []
-    rank = severity_rank(threshold)
-    return [entry for entry in findings if severity_rank(entry["severity"]) >= rank]
-
-
-def max_severity(findings):
-    return max((entry["severity"] for entry in findings), key=severity_rank, default=None)
-
-
-def finding(ident, severity, node, expected, found, hint, gpu=None, pod=None):
-    return {"id": ident, "severity": severity, "node": node, "gpu": gpu, "pod": pod,
-            "expected": expected, "found": found, "hint": hint}
 
 
 def pcie_bandwidth_gbps(gen, width):
@@ -108,8 +79,8 @@ def _init_findings(node, reading, probe, user):
     if not reading["available"]:
         reason = reading["reason"] or {}
         findings.append(finding(
-            "nvml_init_failed", "critical", node, "NVML initialises as root", _access_found(reason),
-            reason.get("hint") or "NVML cannot be used on this node"))
+            "nvml_init_failed", "critical", "NVML initialises as root", _access_found(reason),
+            reason.get("hint") or "NVML cannot be used on this node", node=node, gpu=None, pod=None))
     if probe is not None and not probe["available"]:
         reason = probe["reason"] or {}
         value = reason.get("nvml_return")
@@ -119,7 +90,7 @@ def _init_findings(node, reading, probe, user):
         else:
             hint += reason.get("hint") or "see found.message"
         findings.append(finding(
-            "nvml_unprivileged_init_failed", "error", node, "NVML initialises as %s" % user, _access_found(reason), hint))
+            "nvml_unprivileged_init_failed", "error", "NVML initialises as %s" % user, _access_found(reason), hint, node=node, gpu=None, pod=None))
     return findings
 
 
@@ -129,9 +100,9 @@ def _handle_findings(node, gpu, label, reason, who, severity):
         return []  # reported once, as gpu_lost
     hint = _DENIED_HINTS.get(value, reason.get("hint") or "see found.message")
     return [finding(
-        "nvml_%s_gpu_denied" % who, severity, node, "%s opens %s and gets a handle for GPU %d" % (
+        "nvml_%s_gpu_denied" % who, severity, "%s opens %s and gets a handle for GPU %d" % (
             "root" if who == "root" else "the unprivileged user", _device_path(gpu), gpu["index"]),
-        _access_found(reason), hint, gpu=label)]
+        _access_found(reason), hint, gpu=label, node=node, pod=None)]
 
 
 def _count_findings(node, reading, driver_gpus, expected_gpus, expected_mig, driver_mig):
@@ -140,27 +111,27 @@ def _count_findings(node, reading, driver_gpus, expected_gpus, expected_mig, dri
     if driver_gpus is not None and count is not None and count != len(driver_gpus):
         seen = {gpu.get("pci_bus_id", "")[4:].lower() for gpu in reading["gpus"] if gpu.get("pci_bus_id")}
         findings.append(finding(
-            "gpu_count_driver_mismatch", "error", node, {"gpus": len(driver_gpus), "source": "/proc/driver/nvidia/gpus"},
+            "gpu_count_driver_mismatch", "error", {"gpus": len(driver_gpus), "source": "/proc/driver/nvidia/gpus"},
             {"gpus": count, "source": "NVML", "not_seen_by_nvml": sorted(set(driver_gpus) - seen) if seen else None},
-            "NVML does not count the GPUs the driver knows: a GPU fell off the bus or the driver and library disagree"))
+            "NVML does not count the GPUs the driver knows: a GPU fell off the bus or the driver and library disagree", node=node, gpu=None, pod=None))
     if expected_gpus is not None and count is not None and count != expected_gpus:
         findings.append(finding(
-            "gpu_count_unexpected", "error", node, {"gpus": expected_gpus, "source": "inventory"},
+            "gpu_count_unexpected", "error", {"gpus": expected_gpus, "source": "inventory"},
             {"gpus": count, "source": "NVML"},
             "the node has another number of GPUs than the inventory says: a GPU is missing (lost, disabled in "
-            "firmware, unseated) or the inventory is out of date"))
+            "firmware, unseated) or the inventory is out of date", node=node, gpu=None, pod=None))
     mig_count = sum(len((gpu.get("mig") or {}).get("devices") or []) for gpu in reading["gpus"])
     if expected_mig is not None and reading["available"] and mig_count != expected_mig:
         findings.append(finding(
-            "mig_device_count_unexpected", "error", node, {"mig_devices": expected_mig, "source": "inventory"},
+            "mig_device_count_unexpected", "error", {"mig_devices": expected_mig, "source": "inventory"},
             {"mig_devices": mig_count, "source": "NVML"},
-            "the MIG layout on the node is not the expected one (role gpuharden.k8s.mig or the MIG manager)"))
+            "the MIG layout on the node is not the expected one (role gpuharden.k8s.mig or the MIG manager)", node=node, gpu=None, pod=None))
     if driver_mig is not None and reading["available"] and mig_count != driver_mig:
         findings.append(finding(
-            "mig_device_count_driver_mismatch", "error", node,
+            "mig_device_count_driver_mismatch", "error",
             {"mig_devices": driver_mig, "source": "/proc/driver/nvidia/capabilities"},
             {"mig_devices": mig_count, "source": "NVML"},
-            "NVML and the driver's MIG capability tree disagree on the compute instances"))
+            "NVML and the driver's MIG capability tree disagree on the compute instances", node=node, gpu=None, pod=None))
     return findings
 
 
@@ -170,25 +141,25 @@ def _health_findings(node, gpu, label):
     ecc = health.get("ecc") or {}
     if ecc.get("volatile_uncorrected"):
         findings.append(finding(
-            "ecc_uncorrectable", "error", node, {"volatile_uncorrected": 0},
+            "ecc_uncorrectable", "error", {"volatile_uncorrected": 0},
             {"volatile_uncorrected": ecc["volatile_uncorrected"], "aggregate_uncorrected": ecc.get("aggregate_uncorrected")},
             "uncorrectable ECC errors since the last driver load: the GPU's memory is corrupt for the running "
-            "work; drain the node and reset the GPU (nvidia-smi -r), replace it if they come back", gpu=label))
+            "work; drain the node and reset the GPU (nvidia-smi -r), replace it if they come back", gpu=label, node=node, pod=None))
     rows = health.get("remapped_rows") or {}
     if rows.get("failure"):
         findings.append(finding(
-            "remapped_rows_failure", "critical", node, {"failure": False}, rows,
-            "row remapping failed (no spare rows left): the GPU needs replacing", gpu=label))
+            "remapped_rows_failure", "critical", {"failure": False}, rows,
+            "row remapping failed (no spare rows left): the GPU needs replacing", gpu=label, node=node, pod=None))
     elif rows.get("pending"):
         findings.append(finding(
-            "remapped_rows_pending", "error", node, {"pending": False}, rows,
-            "a row remapping waits for a GPU reset: drain the node and reset the GPU", gpu=label))
+            "remapped_rows_pending", "error", {"pending": False}, rows,
+            "a row remapping waits for a GPU reset: drain the node and reset the GPU", gpu=label, node=node, pod=None))
     pcie = gpu.get("pcie") or {}
     width_low = None not in (pcie.get("width_current"), pcie.get("width_max")) and pcie["width_current"] < pcie["width_max"]
     gen_low = None not in (pcie.get("gen_current"), pcie.get("gen_max")) and pcie["gen_current"] < pcie["gen_max"]
     if width_low or gen_low:
         findings.append(finding(
-            "pcie_link_degraded", "error" if width_low else "warning", node,
+            "pcie_link_degraded", "error" if width_low else "warning",
             {"gen": pcie.get("gen_max"), "width": pcie.get("width_max"), "bandwidth_gbps": pcie.get("bandwidth_gbps_max")},
             {"gen": pcie.get("gen_current"), "width": pcie.get("width_current"),
              "bandwidth_gbps": pcie.get("bandwidth_gbps_current"), "bandwidth_ratio": pcie.get("bandwidth_ratio")},
@@ -196,24 +167,24 @@ def _health_findings(node, gpu, label):
                 "%.0f%%" % (100 * pcie["bandwidth_ratio"]) if pcie.get("bandwidth_ratio") is not None else "unknown share",
                 "a narrow link is a seating, riser or slot fault; reseat the card or move it"
                 if width_low else "an idle GPU may lower its generation to save power; check again under load"),
-            gpu=label))
+            gpu=label, node=node, pod=None))
     nvlink = health.get("nvlink")
     if nvlink and nvlink.get("down"):
         findings.append(finding(
-            "nvlink_down", "error", node, {"links": nvlink["links"], "down": []},
+            "nvlink_down", "error", {"links": nvlink["links"], "down": []},
             {"links": nvlink["links"], "down": nvlink["down"]},
             "NVLink links are down: peer traffic falls back to PCIe; check the NVLink bridge/NVSwitch and fabric manager",
-            gpu=label))
+            gpu=label, node=node, pod=None))
     if health.get("errors"):
         findings.append(finding(
-            "gpu_health_unreadable", "warning", node, "every health reading available",
+            "gpu_health_unreadable", "warning", "every health reading available",
             {name: _access_found(reason) for name, reason in sorted(health["errors"].items())},
-            "NVML refused some health readings; they were not checked", gpu=label))
+            "NVML refused some health readings; they were not checked", gpu=label, node=node, pod=None))
     mig = gpu.get("mig") or {}
     if mig.get("capable") and mig.get("mode_current") != mig.get("mode_pending"):
         findings.append(finding(
-            "mig_mode_pending", "warning", node, {"mode": mig.get("mode_pending")}, {"mode": mig.get("mode_current")},
-            "a MIG mode change waits for a GPU reset", gpu=label))
+            "mig_mode_pending", "warning", {"mode": mig.get("mode_pending")}, {"mode": mig.get("mode_current")},
+            "a MIG mode change waits for a GPU reset", gpu=label, node=node, pod=None))
     return findings
 
 
@@ -283,9 +254,9 @@ def evaluate(node, reading, probe=None, user="nobody", driver_gpus=None, expecte
         label = _gpu_label(gpu)
         if error and error.get("nvml_return") == NVML_GPU_IS_LOST:
             findings.append(finding(
-                "gpu_lost", "critical", node, "GPU %d answers" % gpu["index"], _access_found(error),
+                "gpu_lost", "critical", "GPU %d answers" % gpu["index"], _access_found(error),
                 "the GPU fell off the bus (Xid 79): drain the node, reset or power-cycle it; check power and cooling",
-                gpu=label))
+                gpu=label, node=node, pod=None))
         elif error:
             findings.extend(_handle_findings(node, gpu, label, error, "root", "error"))
         else:

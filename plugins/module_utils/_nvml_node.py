@@ -18,7 +18,7 @@ import select
 import signal
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _host, _nvml, _nvml_health
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _host, _nvml, _nvml_health
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -32,7 +32,7 @@ def argument_spec():
         "unprivileged_timeout": {"type": "int", "default": 60},
         "expected_gpus": {"type": "int"},
         "expected_mig_devices": {"type": "int"},
-        "fail_on": {"type": "str", "choices": list(_nvml_health.FAIL_CHOICES), "default": "never"},
+        "fail_on": {"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
     }
 
 
@@ -151,5 +151,5 @@ def check(params):
         expected_gpus=params["expected_gpus"], expected_mig_devices=params["expected_mig_devices"],
         driver_mig_devices=driver_mig_devices(root, minors))
     result["unprivileged"] = unprivileged
-    result["max_severity"] = _nvml_health.max_severity(result["findings"])
+    result["max_severity"] = _findings.max_severity(result["findings"])
     return result

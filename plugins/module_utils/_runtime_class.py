@@ -21,6 +21,7 @@ import json
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _disruption, _gpu_pods, _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 GPU_DOMAIN = "nvidia.com/"
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -83,28 +84,28 @@ def audit(runtime_classes, desired):
     findings = []
     for rc in sorted(runtime_classes, key=lambda r: (r.get("metadata") or {}).get("name") or ""):
         name = (rc.get("metadata") or {}).get("name")
+        managed = name == desired["metadata"]["name"]
         pod_fixed = (rc.get("overhead") or {}).get("podFixed") or {}
         gpu = sorted(key for key in pod_fixed if str(key).startswith(GPU_DOMAIN))
         if gpu:
-            findings.append({
-                "id": "runtime_class_overhead_gpu", "severity": "error", "object": "RuntimeClass %s" % name,
-                "message": "RuntimeClass %s has %s in overhead.podFixed: every pod using it is charged %s more for scheduling "
-                           "and quota than it gets (phantom GPUs)" % (name, ", ".join(gpu), json.dumps({k: pod_fixed[k] for k in gpu}, sort_keys=True)),
-                "expected": "no nvidia.com/* in overhead.podFixed", "actual": {k: pod_fixed[k] for k in gpu},
-                "repair": "replace" if name == desired["metadata"]["name"] else "manual"})
+            findings.append(finding(
+                "runtime_class_overhead_gpu", "error", "no nvidia.com/* in overhead.podFixed", {k: pod_fixed[k] for k in gpu},
+                "RuntimeClass %s has %s in overhead.podFixed: every pod using it is charged %s more for scheduling "
+                "and quota than it gets (phantom GPUs)" % (name, ", ".join(gpu), json.dumps({k: pod_fixed[k] for k in gpu}, sort_keys=True)),
+                planned=managed, subject="RuntimeClass %s" % name, repair="replace" if managed else "manual"))
         other = [key for key in extended_overhead(pod_fixed) if key not in gpu]
         if other:
-            findings.append({
-                "id": "runtime_class_overhead_extended", "severity": "warning", "object": "RuntimeClass %s" % name,
-                "message": "RuntimeClass %s has extended resource(s) %s in overhead.podFixed" % (name, ", ".join(other)),
-                "expected": "cpu/memory only", "actual": {k: pod_fixed[k] for k in other},
-                "repair": "replace" if name == desired["metadata"]["name"] else "manual"})
-        if name == desired["metadata"]["name"] and rc.get("handler") != desired["handler"]:
-            findings.append({
-                "id": "runtime_class_handler_mismatch", "severity": "error", "object": "RuntimeClass %s" % name,
-                "message": "RuntimeClass %s has handler %r, containerd's runtime is %r: pods using it fail with 'no runtime for "
-                           "%s is configured'" % (name, rc.get("handler"), desired["handler"], rc.get("handler")),
-                "expected": desired["handler"], "actual": rc.get("handler"), "repair": "recreate (force)"})
+            findings.append(finding(
+                "runtime_class_overhead_extended", "warning", "cpu/memory only", {k: pod_fixed[k] for k in other},
+                "RuntimeClass %s has extended resource(s) %s in overhead.podFixed" % (name, ", ".join(other)),
+                planned=managed, subject="RuntimeClass %s" % name, repair="replace" if managed else "manual"))
+        if managed and rc.get("handler") != desired["handler"]:
+            # the handler is immutable: only a forced recreate changes it, which no default run does
+            findings.append(finding(
+                "runtime_class_handler_mismatch", "error", desired["handler"], rc.get("handler"),
+                "RuntimeClass %s has handler %r, containerd's runtime is %r: pods using it fail with 'no runtime for "
+                "%s is configured'" % (name, rc.get("handler"), desired["handler"], rc.get("handler")),
+                planned=False, subject="RuntimeClass %s" % name, repair="recreate (force)"))
     return findings
 
 
@@ -122,11 +123,11 @@ def owned_elsewhere(decision):
     if owner is None:
         return None
     name = (live.get("metadata") or {}).get("name")
-    return {"id": "runtime_class_managed_by_other_installer", "severity": "warning", "object": "RuntimeClass %s" % name,
-            "message": "RuntimeClass %s is managed by %s (%s): left as it is; the run would have %s it. Fix it there "
-                       "(for the GPU Operator: ClusterPolicy spec.operator.runtimeClass and the toolkit settings)"
-                       % (name, owner["installer"], owner["name"], decision.get("action")),
-            "expected": "a RuntimeClass gpuharden may change", "actual": owner, "repair": "manual"}
+    return finding("runtime_class_managed_by_other_installer", "warning", "a RuntimeClass gpuharden may change", owner,
+                   "RuntimeClass %s is managed by %s (%s): left as it is; the run would have %s it. Fix it there "
+                   "(for the GPU Operator: ClusterPolicy spec.operator.runtimeClass and the toolkit settings)"
+                   % (name, owner["installer"], owner["name"], decision.get("action")),
+                   planned=False, subject="RuntimeClass %s" % name, repair="manual")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,14 +203,14 @@ def node_handler_audit(nodes, desired, names=()):
         checked.append(name)
         if handler in have:
             continue
-        findings.append({
-            "id": "runtime_class_handler_missing_on_node", "severity": "error", "object": "Node %s" % name,
-            "message": "Node %s does not report runtime handler %s (its status.runtimeHandlers: %s): containerd there has no "
-                       "runtime %s, so pods with runtimeClassName %s scheduled there fail at sandbox creation "
-                       "(FailedCreatePodSandBox: no runtime for \"%s\" is configured). Repair on the node with role "
-                       "container_runtime (containerd restarted; the kubelet reports the new handler within about 15 s); "
-                       "rewriting the RuntimeClass does not fix it" % (name, handler, _shown(have), handler, rc_name, handler),
-            "expected": handler, "actual": have, "repair": "container_runtime"})
+        findings.append(finding(
+            "runtime_class_handler_missing_on_node", "error", handler, have,
+            "Node %s does not report runtime handler %s (its status.runtimeHandlers: %s): containerd there has no "
+            "runtime %s, so pods with runtimeClassName %s scheduled there fail at sandbox creation "
+            "(FailedCreatePodSandBox: no runtime for \"%s\" is configured). Repair on the node with role "
+            "container_runtime (containerd restarted; the kubelet reports the new handler within about 15 s); "
+            "rewriting the RuntimeClass does not fix it" % (name, handler, _shown(have), handler, rc_name, handler),
+            subject="Node %s" % name, repair="container_runtime"))
     registered = {(node.get("metadata") or {}).get("name") for node in nodes}
     return {"findings": findings, "checked": checked, "without_runtime_handlers": without,
             "not_registered": sorted(set(names or ()) - registered)}

@@ -18,7 +18,7 @@ nvml_check return them), its labels and taints, the kubelet policies, and the wo
 from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml_health import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
@@ -270,25 +270,25 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
     for index in unknown:
         gpu = next(entry for entry in gpus if entry["index"] == index)
         findings.append(finding(
-            "gpu_numa_unknown", "warning", node_name, {"numa_node": ">= 0"}, {"numa_node": gpu["numa_node"]},
+            "gpu_numa_unknown", "warning", {"numa_node": ">= 0"}, {"numa_node": gpu["numa_node"]},
             "sysfs gives no NUMA node for this GPU: the device plugin reports no topology for it, so the Topology "
             "Manager cannot align it (BIOS/ACPI SRAT setting, or a VM without a virtual NUMA topology)",
-            gpu={"index": index, "uuid": gpu["uuid"], "pci_bus_id": gpu["pci_bus_id"]}))
+            gpu={"index": index, "uuid": gpu["uuid"], "pci_bus_id": gpu["pci_bus_id"]}, node=node_name))
     if policy is None:
         findings.append(finding(
-            "topology_policy_unknown", "info", node_name, "the kubelet's topologyManagerPolicy", None,
-            "the kubelet's policy could not be read; the feasibility of GPU workloads was not checked"))
+            "topology_policy_unknown", "info", "the kubelet's topologyManagerPolicy", None,
+            "the kubelet's policy could not be read; the feasibility of GPU workloads was not checked", node=node_name))
     elif policy in ("none", "best-effort") and len(layout) > 1:
         findings.append(finding(
-            "topology_policy_no_alignment", "warning", node_name,
+            "topology_policy_no_alignment", "warning",
             {"topologyManagerPolicy": "single-numa-node or restricted"}, {"topologyManagerPolicy": policy},
             "the GPUs span %d NUMA nodes and the kubelet does not enforce alignment: a GPU pod may get GPUs and CPUs "
-            "from different sockets (role gpuharden.k8s.kubelet_topology)" % len(layout)))
+            "from different sockets (role gpuharden.k8s.kubelet_topology)" % len(layout), node=node_name))
     if policy == "single-numa-node" and gpus and cpu_policy != "static":
         findings.append(finding(
-            "cpu_policy_not_static", "warning", node_name, {"cpuManagerPolicy": "static"},
+            "cpu_policy_not_static", "warning", {"cpuManagerPolicy": "static"},
             {"cpuManagerPolicy": cpu_policy}, "under single-numa-node without the static CPU Manager policy no CPU is "
-            "aligned with the GPUs: only devices are (role gpuharden.k8s.kubelet_topology)"))
+            "aligned with the GPUs: only devices are (role gpuharden.k8s.kubelet_topology)", node=node_name))
     landing = []
     blocked = []
     for workload in workloads:
@@ -308,7 +308,7 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
         per_container_fits = all(container["gpus"] <= largest for container in workload["init_containers"] + workload["containers"])
         blocked.append(_workload_ref(workload))
         findings.append(finding(
-            "workload_cannot_fit_numa", "error", node_name,
+            "workload_cannot_fit_numa", "error",
             {"max_gpus_per_%s" % ("pod" if scope == "pod" else "container"): largest,
              "numa_nodes": {str(numa): indexes for numa, indexes in sorted(layout.items())}},
             {"workload": {"kind": workload["kind"], "namespace": workload["namespace"], "name": workload["name"]},
@@ -318,7 +318,7 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
             "with %s" % (
                 _workload_ref(workload), max(count for _name, count in too_big), "pod" if scope == "pod" else "container",
                 node_name, largest, _describe_policy(fitting_policy(len(layout), scope, per_container_fits))),
-            pod="%s/%s" % (workload["namespace"], workload["name"]) if workload["kind"] == "Pod" else None))
+            pod="%s/%s" % (workload["namespace"], workload["name"]) if workload["kind"] == "Pod" else None, node=node_name))
         findings[-1]["fitting_policy"] = fitting_policy(len(layout), scope, per_container_fits)
         findings[-1]["workload"] = findings[-1]["found"]["workload"]
     return {

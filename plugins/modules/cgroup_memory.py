@@ -132,7 +132,7 @@ not_found:
   elements: str
 findings:
   description:
-    - Report entries C({id, severity, subject, expected, actual}). C(id) is V(gpu-pod-memory-high-unset) for a
+    - Report entries C({id, check, stage, severity, expected, found, hint, remediable, subject}). C(id) is V(gpu-pod-memory-high-unset) for a
       C(memory.high) that was (or, in check mode, would be) set, V(gpu-pod-no-memory-limit) for an unlimited pod.
   returned: always
   type: list

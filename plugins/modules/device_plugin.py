@@ -262,10 +262,11 @@ EXAMPLES = r"""
 RETURN = r"""
 findings:
   description:
-    - Problems of the plugin DaemonSets found before this run, as C(id), C(severity), C(object), C(message), C(expected),
-      C(actual) and C(repair) (V(replace) - fixed by applying the managed DaemonSet, V(delete) - fixed by deleting the
-      DaemonSet with O(remove_competing), V(manual)). For objects another installer owns also C(installer) and C(fix)
-      (C(installer), C(object) - for example C(ClusterPolicy cluster-policy) or C(Helm release ns/name) - and C(field),
+    - Problems of the plugin DaemonSets found before this run, in the findings model of every check (C(id), C(check),
+      C(stage), C(severity), C(expected), C(found), C(hint), C(remediable)) with C(subject) (the object) and C(repair)
+      (V(replace) - fixed by applying the managed DaemonSet, V(delete) - fixed by deleting the DaemonSet with
+      O(remove_competing), V(manual)). For objects another installer owns also C(installer) and C(fix) (C(installer),
+      C(object) - for example C(ClusterPolicy cluster-policy) or C(Helm release ns/name) - and C(field),
       the ClusterPolicy field or chart value to change).
     - Ids are plugin_version_too_old, plugin_version_unparseable, plugin_resource_rename_ignored, plugin_resource_name_invalid,
       plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_mig_privileges_missing, plugin_no_nvidia_runtime,
@@ -336,6 +337,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 
 POLL_SECONDS = 1.0
 
@@ -430,20 +432,20 @@ def read_cluster_policies(client, page_limit):
             return [], None
         if error.result.get("status") != 403:
             raise
-        return [], {"id": "plugin_operator_unknown", "severity": "warning", "object": "ClusterPolicies (nvidia.com/v1)",
-                    "message": "%s; whether the NVIDIA GPU Operator manages a plugin is told only by ownerReferences "
-                               "(grant get/list on clusterpolicies.nvidia.com, deploy/rbac/gpuharden-rbac.yaml)" % error.msg,
-                    "expected": "readable", "actual": None, "repair": "manual"}
+        return [], finding("plugin_operator_unknown", "warning", "readable", None,
+                           "%s; whether the NVIDIA GPU Operator manages a plugin is told only by ownerReferences "
+                           "(grant get/list on clusterpolicies.nvidia.com, deploy/rbac/gpuharden-rbac.yaml)" % error.msg,
+                           subject="ClusterPolicies (nvidia.com/v1)", repair="manual")
 
 
 def runtime_class_finding(client, name):
     """A finding when the RuntimeClass the pods name does not exist (the API server rejects such pods), else None."""
     if not name or client.read("RuntimeClass", name) is not None:
         return None
-    return {"id": "plugin_runtime_class_missing", "severity": "error", "object": "RuntimeClass %s" % name,
-            "message": "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it first "
-                       "(role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is containerd's "
-                       "default runtime" % name, "expected": "present", "actual": None, "repair": "manual"}
+    return finding("plugin_runtime_class_missing", "error", "present", None,
+                   "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it first "
+                   "(role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is containerd's "
+                   "default runtime" % name, subject="RuntimeClass %s" % name, repair="manual")
 
 
 def skipped_summary(obj, installers):
@@ -486,7 +488,7 @@ def run(module):
             decisions = [_k8s_objects.plan(client, obj, params["force_conflicts"],
                                            _device_plugin.selector_immutable if obj["kind"] == "DaemonSet" else None) for obj in objects]
             findings += _device_plugin.foreign_live_objects(decisions, objects, cluster_policies, adopt,
-                                                            {f["object"] for f in findings})
+                                                            {f["subject"] for f in findings})
         blocked = _device_plugin.blocking(findings)
         if blocked:
             installers = sorted({f["installer"] for f in blocked})
@@ -496,7 +498,7 @@ def run(module):
                 if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs
                     repair.update(action="manual", reason=repair["reason"] + "; not deleted while another installer serves these nodes")
                     for entry in findings:
-                        if entry["object"] == repair["object"]:
+                        if entry["subject"] == repair["object"]:
                             entry["repair"] = "manual"
             if module._diff:
                 result["diff"] = []
@@ -506,7 +508,7 @@ def run(module):
         if missing_class:
             findings.append(missing_class)
             if not module.check_mode:
-                raise GpuhardenError("device_plugin: " + missing_class["message"], findings=findings, repairs=repairs)
+                raise GpuhardenError("device_plugin: " + missing_class["hint"], findings=findings, repairs=repairs)
         for decision in decisions:
             if decision["action"] == "recreate" and not params["force"]:
                 raise GpuhardenError(decision["message"], findings=findings, repairs=repairs)

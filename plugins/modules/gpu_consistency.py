@@ -188,7 +188,7 @@ import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _findings, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
@@ -207,7 +207,7 @@ def argument_spec():
         page_limit={"type": "int", "default": 500},
         settle_seconds={"type": "int", "default": 0},
         settle_nodes={"type": "list", "elements": "str"},
-        fail_on={"type": "str", "choices": list(_consistency.FAIL_CHOICES), "default": "never"},
+        fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
     )
     return spec
 
@@ -267,7 +267,7 @@ def gather(params):
             time.sleep(min(SETTLE_INTERVAL, left))
     finally:
         api.close()
-    return {"findings": findings, "max_severity": _consistency.max_severity(findings), "nodes": summary, "api_requests": requests,
+    return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
             "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting}}
 
 
@@ -279,7 +279,7 @@ def main():
         result = gather(module.params)
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    if _consistency.should_fail(result["findings"], module.params["fail_on"]):
+    if _findings.should_fail(result["findings"], module.params["fail_on"]):
         message = "%s: %d finding(s), the worst %s (fail_on=%s)" % (MODULE, len(result["findings"]), result["max_severity"], module.params["fail_on"])
         module.fail_json(msg=message, changed=False, **result)
     module.exit_json(changed=False, **result)

@@ -171,7 +171,7 @@ skipped:
   sample: [{"entry": 1, "devices": [4, 5, 6, 7], "reason": "no GPU with index 4, 5, 6, 7 on the node (GPUs [0, 1, 2, 3])"}]
 findings:
   description:
-    - C([{id, severity, expected, actual, gpu?}]); V(mig_layout_drift) per GPU whose layout differs from the target,
+    - C([{id, check, stage, severity, expected, found, hint, remediable, gpu?}]); V(mig_layout_drift) per GPU whose layout differs from the target,
       V(mig_strategy_none_hides_slices) and V(mig_strategy_single_mismatch) for the chosen O(strategy),
       V(mig_custom_compute_instances) for a GPU instance that stays with compute instances smaller than itself
       (one MIG device each, C(<c>c.<profile>); plugin v0.19.x and older advertise each as one C(nvidia.com/mig-<profile>),

@@ -172,7 +172,7 @@ topology:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _nvml_health, _nvml_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _nvml_node
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -186,7 +186,7 @@ def main():
         result = _nvml_node.check(module.params)
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    failing = _nvml_health.at_or_above(result["findings"], module.params["fail_on"])
+    failing = _findings.at_or_above(result["findings"], module.params["fail_on"])
     if failing:
         module.fail_json(msg="nvml_check: %d finding(s) at or above %s: %s" % (
             len(failing), module.params["fail_on"], ", ".join(sorted({entry["id"] for entry in failing}))), **result)

@@ -110,9 +110,10 @@ RETURN = r"""
 findings:
   description:
     - C(runtime_class_overhead_gpu) (GPUs in podFixed), C(runtime_class_overhead_extended), C(runtime_class_handler_mismatch),
-      as C(id), C(severity), C(object), C(message), C(expected), C(actual), C(repair).
-    - C(runtime_class_handler_missing_on_node) (severity error, C(object) C(Node <name>)), one per target Node whose
-      C(status.runtimeHandlers) lacks the handler; C(expected) is the handler, C(actual) the Node's handler names (V("")
+      in the findings model of every check (C(id), C(check), C(stage), C(severity), C(expected), C(found), C(hint),
+      C(remediable)) with C(subject) (the object) and C(repair).
+    - C(runtime_class_handler_missing_on_node) (severity error, C(subject) C(Node <name>)), one per target Node whose
+      C(status.runtimeHandlers) lacks the handler; C(expected) is the handler, C(found) the Node's handler names (V("")
       is containerd's default runtime), C(repair) V(container_runtime) (the node-side role; this module does not repair it).
   returned: always
   type: list
@@ -194,7 +195,7 @@ def run(module):
         foreign = _runtime_class.owned_elsewhere(decision)
         if foreign is not None:
             findings.append(foreign)
-            decision = dict(decision, action="skip", changed=False, message=foreign["message"])
+            decision = dict(decision, action="skip", changed=False, message=foreign["hint"])
         if decision["action"] == "recreate":
             if not params["force"]:
                 raise GpuhardenError(decision["message"], findings=findings)
@@ -226,7 +227,7 @@ def main():
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
     for finding in result["findings"]:
         if finding["severity"] == "error" and finding["repair"] == "manual":
-            module.warn(finding["message"])
+            module.warn(finding["hint"])
     module.exit_json(**result)
 
 

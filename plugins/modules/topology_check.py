@@ -145,7 +145,7 @@ workloads_blocked:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _nvml_health, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -159,7 +159,7 @@ def argument_spec():
         "node_labels": {"type": "dict", "default": {}},
         "node_taints": {"type": "list", "elements": "dict", "default": []},
         "workloads": {"type": "list", "elements": "dict", "default": []},
-        "fail_on": {"type": "str", "choices": list(_nvml_health.FAIL_CHOICES), "default": "never"},
+        "fail_on": {"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
     }
 
 
@@ -174,7 +174,7 @@ def check(params):
         params["node_name"], params["gpus"], params["topology_manager_policy"] or None,
         scope=params["topology_manager_scope"], cpu_policy=params["cpu_manager_policy"] or None,
         workloads=params["workloads"], labels=params["node_labels"], taints=params["node_taints"])
-    result["max_severity"] = _nvml_health.max_severity(result["findings"])
+    result["max_severity"] = _findings.max_severity(result["findings"])
     return result
 
 
@@ -184,7 +184,7 @@ def main():
         result = check(module.params)
     except GpuhardenError as error:
         module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    failing = _nvml_health.at_or_above(result["findings"], module.params["fail_on"])
+    failing = _findings.at_or_above(result["findings"], module.params["fail_on"])
     if failing:
         module.fail_json(msg="topology_check: %d finding(s) at or above %s: %s" % (
             len(failing), module.params["fail_on"], ", ".join(sorted({entry["id"] for entry in failing}))), **result)

@@ -54,6 +54,8 @@ import uuid
 
 from gpuharden import ansible_output
 
+# The collection's one severity scale (plugins/module_utils/_findings.py; a unit test pins the two equal): the CLI
+# does not import the collection's code.
 SEVERITIES = ("info", "warning", "error", "critical")
 # The JSON report's schema; drift-merge only combines reports of the version it writes.
 REPORT_VERSION = 1
@@ -67,15 +69,6 @@ TARGET_VARIABLE = ("gpuharden_target_hosts", "gpu_nodes")
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
-# runtime_class findings another stage fixes: a Node whose containerd lacks the handler needs the node side
-# (container_runtime), not a RuntimeClass write.
-RUNTIME_CLASS_FINDING_STAGES = {"runtime_class_handler_missing_on_node": "container_runtime"}
-# gpu_consistency findings that the device_plugin stage fixes (the plugin missing, misconfigured or not advertising
-# what the node has).  MIG slices not advertised need a MIG strategy chosen first (gpuharden_mig_strategy), so they
-# are the device plugin's but not remediable by running it; every other consistency finding is about workloads or
-# hardware.
-DEVICE_PLUGIN_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")
-DEVICE_PLUGIN_DECISIONS = ("mig_not_advertised",)
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # A run stopped by a signal exits 128 + the signal's number, as a shell reports a process the signal killed.
 EXIT_SIGNAL_BASE = 128
@@ -338,44 +331,40 @@ def _message(result):
 # The report
 
 
+def remediable_stages(findings):
+    return sorted({entry["stage"] for entry in findings if entry.get("remediable") and entry.get("stage")})
+
+
 def counted(findings, threshold):
     rank = SEVERITIES.index(threshold)
     return [entry for entry in findings if entry.get("severity") in SEVERITIES[rank:]]
 
 
 def consistency_findings(findings, node):
-    """The controller-side gpu_consistency findings of one node, in node_audit's finding shape."""
-    converted = []
-    for entry in findings or []:
-        if entry.get("node") != node:
-            continue
-        plugin = entry["id"] in DEVICE_PLUGIN_FINDINGS
-        stage = "device_plugin" if plugin or entry["id"] in DEVICE_PLUGIN_DECISIONS else "postcheck"
-        converted.append(dict({key: value for key, value in entry.items() if key != "node" and value is not None},
-                              check="consistency", stage=stage, remediable=plugin))
-    return converted
+    """The controller-side gpu_consistency findings of one node (the node is the report's key, so not repeated)."""
+    return [{key: value for key, value in entry.items() if key != "node"} for entry in findings or [] if entry.get("node") == node]
+
+
+# What drift reports of a RuntimeClass check that did not answer with findings; check, stage and remediable as in the
+# collection's findings catalogue (plugins/module_utils/_findings.py; tests/unit/test_findings.py pins them).
+RUNTIME_CLASS_DIFFERS = {"check": "runtime_class", "stage": "runtime_class", "remediable": True}
+RUNTIME_CLASS_CHECK_FAILED = {"check": "runtime_class", "stage": None, "remediable": False}
 
 
 def runtime_class_findings(result):
     """The RuntimeClass dry run as findings of the cluster (not of a node)."""
     if result is None:
         return []
-    findings = []
-    for entry in result.get("findings") or []:
-        repair = entry.get("repair") or ""
-        stage = RUNTIME_CLASS_FINDING_STAGES.get(entry["id"], "runtime_class")
-        findings.append({"id": entry["id"], "check": "runtime_class", "stage": stage, "severity": entry["severity"],
-                         "expected": entry.get("expected"), "found": entry.get("actual", entry.get("found")),
-                         "hint": "%s (repair: %s)" % (entry.get("message", ""), repair or "run the stage"),
-                         "remediable": repair not in ("manual", "recreate (force)"), "subject": entry.get("object")})
+    findings = list(result.get("findings") or [])
     if result.get("changed") and not findings:
-        findings.append({"id": "runtime_class_differs", "check": "runtime_class", "stage": "runtime_class", "severity": "error",
-                         "expected": "RuntimeClass as the runtime_class stage applies it", "found": result.get("action"),
-                         "hint": "pods with this runtimeClassName are refused or run on the wrong handler", "remediable": True,
-                         "subject": "RuntimeClass %s" % ((result.get("runtime_class") or {}).get("metadata") or {}).get("name", "")})
+        name = ((result.get("runtime_class") or {}).get("metadata") or {}).get("name", "")
+        findings.append(dict(RUNTIME_CLASS_DIFFERS, id="runtime_class_differs", severity="error",
+                             expected="RuntimeClass as the runtime_class stage applies it", found=result.get("action"),
+                             hint="pods with this runtimeClassName are refused or run on the wrong handler",
+                             subject="RuntimeClass %s" % name))
     if result.get("msg") and not result.get("findings") and not result.get("changed"):
-        findings.append({"id": "runtime_class_check_failed", "check": "runtime_class", "stage": None, "severity": "error",
-                         "expected": "the RuntimeClass dry run runs", "found": _message(result), "hint": "", "remediable": False})
+        findings.append(dict(RUNTIME_CLASS_CHECK_FAILED, id="runtime_class_check_failed", severity="error",
+                             expected="the RuntimeClass dry run runs", found=_message(result), hint=""))
     return findings
 
 
@@ -387,7 +376,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         failing = counted(audit["findings"], fail_severity)
         # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
         status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
-        stages = sorted({entry["stage"] for entry in audit["findings"] if entry.get("remediable") and entry.get("stage")})
+        stages = remediable_stages(audit["findings"])
         nodes[host] = {
             "node": node_name,
             "status": status,

@@ -37,7 +37,7 @@ EXIT_MEANING = {
     1: "the run finished and found something: drift, attention, a cluster finding, or a node unreachable or failed",
 }
 # a finding's fields in the order the page shows them, with their labels; the others follow, sorted
-FIELDS = (("message", "message"), ("hint", "message"), ("found", "observed"), ("expected", "expected"), ("stage", "stage"),
+FIELDS = (("hint", "message"), ("found", "observed"), ("expected", "expected"), ("stage", "stage"),
           ("remediable", "remediable"), ("gpu", "GPU"), ("pod", "pod"), ("path", "path"), ("subject", "subject"))
 HIDDEN = ("id", "check", "severity")
 
@@ -147,7 +147,7 @@ def cell_state(node, check, cluster):
 
 
 def _fields(entry):
-    labels = dict(FIELDS, hint="hint" if "message" in entry else "message")
+    labels = dict(FIELDS)
     keys = [key for key in labels if key in entry] + sorted(key for key in entry if key not in labels and key not in HIDDEN)
     out = []
     for key in keys:

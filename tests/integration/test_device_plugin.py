@@ -151,25 +151,25 @@ def test_check_mode_reports_changes_and_changes_nothing(check_run):
 def test_seed_misconfigurations_are_caught_with_clear_messages(check_run):
     _before, result, _after = check_run
     (typo,) = _findings(result, "plugin_resource_rename_ignored")
-    assert typo["object"] == "DaemonSet kube-system/nvidia-device-plugin-typo" and typo["actual"] == "nvidia.com/nvidia-gpu"
-    assert "'nvidia-gpu': ignored by the plugin; it advertises nvidia.com/gpu" in typo["message"] and typo["severity"] == "warning"
+    assert typo["subject"] == "DaemonSet kube-system/nvidia-device-plugin-typo" and typo["found"] == "nvidia.com/nvidia-gpu"
+    assert "'nvidia-gpu': ignored by the plugin; it advertises nvidia.com/gpu" in typo["hint"] and typo["severity"] == "warning"
     # The seeds set no runtimeClassName: NVML only where nvidia is containerd's default runtime.
-    assert {f["object"] for f in _findings(result, "plugin_no_nvidia_runtime")} >= {
+    assert {f["subject"] for f in _findings(result, "plugin_no_nvidia_runtime")} >= {
         "DaemonSet kube-system/nvidia-device-plugin-typo", "DaemonSet kube-system/nvidia-device-plugin-list-none"}
     (none,) = _findings(result, "plugin_device_list_strategy_invalid")
-    assert none["object"] == "DaemonSet kube-system/nvidia-device-plugin-list-none" and none["actual"] == "none"
-    assert "refuses to start" in none["message"]
-    competing = {f["object"]: f["actual"] for f in _findings(result, "plugin_competing")}
+    assert none["subject"] == "DaemonSet kube-system/nvidia-device-plugin-list-none" and none["found"] == "none"
+    assert "refuses to start" in none["hint"]
+    competing = {f["subject"]: f["found"] for f in _findings(result, "plugin_competing")}
     assert competing == {"DaemonSet kube-system/nvidia-device-plugin-list-none": ["seed-list-none"],
                          "DaemonSet kube-system/nvidia-device-plugin-typo": ["seed-resource-typo"]}
     (old,) = _findings(result, "plugin_version_too_old")
-    assert old["object"] == "DaemonSet gpu-legacy/legacy-plugin" and old["actual"] == "v0.14.5" and old["repair"] == "manual"
+    assert old["subject"] == "DaemonSet gpu-legacy/legacy-plugin" and old["found"] == "v0.14.5" and old["repair"] == "manual"
     (gate,) = _findings(result, "plugin_init_gate_without_readiness")
-    assert gate["object"] == "DaemonSet gpu-legacy/legacy-plugin" and "nvidia-smi" in gate["message"]
+    assert gate["subject"] == "DaemonSet gpu-legacy/legacy-plugin" and "nvidia-smi" in gate["hint"]
     rc = {f["id"]: f for f in result["runtime_class"]["findings"]}
-    assert rc["runtime_class_handler_mismatch"]["actual"] == "nvidia-legacy"
-    assert rc["runtime_class_overhead_gpu"]["object"] == "RuntimeClass nvidia-overhead"
-    assert "phantom" in rc["runtime_class_overhead_gpu"]["message"]
+    assert rc["runtime_class_handler_mismatch"]["found"] == "nvidia-legacy"
+    assert rc["runtime_class_overhead_gpu"]["subject"] == "RuntimeClass nvidia-overhead"
+    assert "phantom" in rc["runtime_class_overhead_gpu"]["hint"]
 
 
 def test_wrong_handler_without_force_fails_clearly_and_changes_nothing(lab, check_run):
@@ -433,23 +433,23 @@ def test_other_installers_are_left_byte_identical_and_reported_with_where_to_fix
     assert plugin["skipped"] is True and plugin["changed"] is False and plugin["deleted"] == []
     assert {"helm", "gpu-operator"} <= set(plugin["installers"])
     assert [o["action"] for o in plugin["objects"]] == ["skip", "skip"]
-    managed = {f["object"]: f for f in _findings(result, "plugin_managed_by_other_installer")}
+    managed = {f["subject"]: f for f in _findings(result, "plugin_managed_by_other_installer")}
     helm = managed["DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS]
     assert helm["fix"] == {"installer": "helm", "object": "Helm release %s/nvdp (chart nvidia-device-plugin-0.17.4)" % HELM_NS,
                            "field": "devicePlugin.enabled"}
-    assert sorted(helm["actual"]) == sorted(lab_nodes(result)) and "adopt_installers: [helm]" in helm["message"]
+    assert sorted(helm["found"]) == sorted(lab_nodes(result)) and "adopt_installers: [helm]" in helm["hint"]
     operator = managed["DaemonSet %s/nvidia-device-plugin-daemonset" % OPERATOR_NS]
     assert operator["fix"] == {"installer": "gpu-operator", "object": "ClusterPolicy cluster-policy", "field": "spec.devicePlugin.enabled"}
-    assert len(operator["actual"]) == 2
+    assert len(operator["found"]) == 2
     # Drift inside each install, with the field to change there.
     (rename,) = [f for f in _findings(result, "plugin_resource_rename_ignored") if f.get("installer") == "helm"]
-    assert "key typo" in rename["message"] and rename["fix"]["field"] == "config.map" and "value config.map" in rename["message"]
+    assert "key typo" in rename["hint"] and rename["fix"]["field"] == "config.map" and "value config.map" in rename["hint"]
     (old,) = [f for f in _findings(result, "plugin_version_too_old") if f.get("installer") == "gpu-operator"]
     assert old["fix"]["field"] == "spec.devicePlugin.version" and old["repair"] == "manual"
     # The Helm config reached through config-manager is the plugin's; the MPS control daemon is not a plugin.
-    helm_ids = {f["id"] for f in plugin["findings"] if f["object"] == "DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS}
+    helm_ids = {f["id"] for f in plugin["findings"] if f["subject"] == "DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS}
     assert "plugin_config_missing" not in helm_ids and "plugin_no_nvidia_runtime" not in helm_ids
-    assert not [f for f in plugin["findings"] if "mps-control-daemon" in f["object"]]
+    assert not [f for f in plugin["findings"] if "mps-control-daemon" in f["subject"]]
 
 
 def lab_nodes(result):

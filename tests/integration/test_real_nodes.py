@@ -91,8 +91,8 @@ def test_fresh_containerd_has_no_nvidia_handler_and_the_runtime_class_check_says
     assert handlers(nodes[C17]) == []
     result = runtime_class_check(lab)
     missing = [f for f in result["findings"] if f["id"] == "runtime_class_handler_missing_on_node"]
-    assert [f["object"] for f in missing] == ["Node %s" % C2], result["findings"]
-    assert missing[0]["actual"] == ["", "runc"]
+    assert [f["subject"] for f in missing] == ["Node %s" % C2], result["findings"]
+    assert missing[0]["found"] == ["", "runc"]
     assert C17 in result["node_runtime_handlers"]["without_runtime_handlers"], result["node_runtime_handlers"]
 
 

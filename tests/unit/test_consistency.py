@@ -5,7 +5,7 @@ and process_cgroup_info on a temp /proc."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _consistency, _findings
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 from tests.unit.conftest import run_module
@@ -186,9 +186,9 @@ def test_process_cgroup_path_forms():
 
 def test_severity_helpers():
     findings = [{"severity": "warning"}, {"severity": "critical"}]
-    assert _consistency.max_severity(findings) == "critical" and _consistency.max_severity([]) is None
-    assert _consistency.should_fail(findings, "error") and not _consistency.should_fail([{"severity": "info"}], "warning")
-    assert not _consistency.should_fail(findings, "never")
+    assert _findings.max_severity(findings) == "critical" and _findings.max_severity([]) is None
+    assert _findings.should_fail(findings, "error") and not _findings.should_fail([{"severity": "info"}], "warning")
+    assert not _findings.should_fail(findings, "never")
 
 
 def test_linear_in_nodes_and_pods():

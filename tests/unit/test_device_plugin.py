@@ -281,7 +281,7 @@ def _audit(daemonsets, nodes=NODES, config_maps=SEED_CONFIG_MAPS, **overrides):
 
 
 def ids(findings):
-    return sorted((f["object"].split("/")[-1], f["id"]) for f in findings)
+    return sorted((f["subject"].split("/")[-1], f["id"]) for f in findings)
 
 
 def test_audit_catches_each_seed_with_its_repair():
@@ -303,12 +303,12 @@ def test_audit_catches_each_seed_with_its_repair():
         ("old", "plugin_init_gate_without_readiness"), ("old", "plugin_version_too_old"),
         ("typo", "plugin_competing"), ("typo", "plugin_resource_rename_ignored"),
     ]
-    by = {(f["object"], f["id"]): f for f in findings}
+    by = {(f["subject"], f["id"]): f for f in findings}
     typo = by[("DaemonSet kube-system/typo", "plugin_resource_rename_ignored")]
-    assert typo["actual"] == "nvidia.com/nvidia-gpu" and "resources.gpus[0].name is 'nvidia-gpu'" in typo["message"]
-    assert "ConfigMap kube-system/typo" in typo["message"]
+    assert typo["found"] == "nvidia.com/nvidia-gpu" and "resources.gpus[0].name is 'nvidia-gpu'" in typo["hint"]
+    assert "ConfigMap kube-system/typo" in typo["hint"]
     none = by[("DaemonSet kube-system/list-none", "plugin_device_list_strategy_invalid")]
-    assert none["actual"] == "none" and "flags.plugin.deviceListStrategy is 'none'" in none["message"]
+    assert none["found"] == "none" and "flags.plugin.deviceListStrategy is 'none'" in none["hint"]
     assert by[("DaemonSet kube-system/nvidia-device-plugin-daemonset", "plugin_on_cpu_nodes")]["repair"] == "replace"
     # 0.17 without a failOnInitError setting: the code default (true) applies -> crash-loop, an error.
     assert by[("DaemonSet kube-system/nvidia-device-plugin-daemonset", "plugin_on_cpu_nodes")]["severity"] == "error"
@@ -325,7 +325,7 @@ def test_audit_readiness_probe_silences_the_init_gate_and_env_overrides():
                    env=[{"name": "DEVICE_LIST_STRATEGY", "value": "none"}, {"name": "MIG_STRATEGY", "value": "auto"}])
     findings, _repairs, _ours = _audit([ds])
     assert ids(findings) == [("gated", "plugin_device_list_strategy_invalid"), ("gated", "plugin_mig_strategy_invalid")]
-    assert "environment variable DEVICE_LIST_STRATEGY" in findings[0]["message"]
+    assert "environment variable DEVICE_LIST_STRATEGY" in findings[0]["hint"]
 
 
 def test_audit_missing_broken_and_wrong_domain_configs():
@@ -341,7 +341,7 @@ def test_audit_fail_on_init_error_false_is_a_warning_on_cpu_nodes():
     ds = plugin_ds("old-static", image="nvcr.io/nvidia/k8s-device-plugin:v0.15.0", env=[{"name": "FAIL_ON_INIT_ERROR", "value": "false"}])
     findings, _repairs, _ours = _audit([ds])
     on_cpu = next(f for f in findings if f["id"] == "plugin_on_cpu_nodes")
-    assert on_cpu["severity"] == "warning" and on_cpu["actual"] == ["cpu-0"] and "idles" in on_cpu["message"]
+    assert on_cpu["severity"] == "warning" and on_cpu["found"] == ["cpu-0"] and "idles" in on_cpu["hint"]
 
 
 def test_referenced_config_maps():
@@ -354,7 +354,7 @@ def test_audit_scales_linearly_in_memory_not_requests():
     findings, _repairs, ours = _audit([plugin_ds("other", selector=GPU)], nodes=nodes)
     assert len(ours) == 5000
     (competing,) = [f for f in findings if f["id"] == "plugin_competing"]
-    assert competing["node_count"] == 5000 and len(competing["actual"]) == dp.SAMPLE and "and 4980 more" in competing["message"]
+    assert competing["node_count"] == 5000 and len(competing["found"]) == dp.SAMPLE and "and 4980 more" in competing["hint"]
 
 
 # ------------------------------------------------------------------------------------------------ rollout
@@ -471,7 +471,7 @@ def test_audit_a_forbidden_config_map_is_a_warning_not_a_failure():
     findings, _repairs, _ours = _audit([plugin_ds("theirs", namespace="team", selector={"nowhere": "x"}, config_map="cfg")],
                                        config_maps=config_maps)
     assert [(f["id"], f["severity"]) for f in findings] == [("plugin_config_unreadable", "warning")]
-    assert "403 Forbidden" in findings[0]["message"]
+    assert "403 Forbidden" in findings[0]["hint"]
 
 
 # ------------------------------------------------------------------------------------------------ issue 13 items 1-5
@@ -499,7 +499,7 @@ def test_item01_audit_reports_a_plugin_that_cannot_get_nvml():
     findings, _repairs, _ours = _audit([bare])
     (finding,) = findings
     assert finding["id"] == "plugin_no_nvidia_runtime" and finding["severity"] == "warning"
-    assert finding["expected"] == {"runtimeClassName": "nvidia"} and "runtimeClassName" in finding["message"]
+    assert finding["expected"] == {"runtimeClassName": "nvidia"} and "runtimeClassName" in finding["hint"]
     # Deliberate setups for a default nvidia runtime: privileged, or an explicit NVIDIA_VISIBLE_DEVICES.
     env = plugin_ds("env", selector={"nowhere": "x"}, runtime_class=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
     privileged = plugin_ds("privileged", selector={"nowhere": "x"}, runtime_class=None)
@@ -609,12 +609,12 @@ def test_item02_audit_reports_mig_without_sys_admin_or_monitor_devices():
     config_maps = dict(SEED_CONFIG_MAPS)
     config_maps[("kube-system", "mig-single")] = {"config.yaml": "version: v1\nflags:\n  migStrategy: single\n"}
     findings, _repairs, _ours = _audit([bare, from_config, complete, privileged, half], config_maps=config_maps)
-    by = {f["object"].split("/")[-1]: f for f in findings}
+    by = {f["subject"].split("/")[-1]: f for f in findings}
     assert sorted(by) == ["bare", "from-config", "half"] and {f["id"] for f in findings} == {"plugin_mig_privileges_missing"}
-    assert by["bare"]["actual"] == ["capability SYS_ADMIN", "environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
-    assert "environment variable MIG_STRATEGY" in by["bare"]["message"] and by["bare"]["severity"] == "error"
-    assert "ConfigMap kube-system/mig-single flags.migStrategy" in by["from-config"]["message"]
-    assert by["half"]["actual"] == ["environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
+    assert by["bare"]["found"] == ["capability SYS_ADMIN", "environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
+    assert "environment variable MIG_STRATEGY" in by["bare"]["hint"] and by["bare"]["severity"] == "error"
+    assert "ConfigMap kube-system/mig-single flags.migStrategy" in by["from-config"]["hint"]
+    assert by["half"]["found"] == ["environment variable NVIDIA_MIG_MONITOR_DEVICES=all"]
 
 
 def test_item03_dev_root_unset_stays_unset():
@@ -649,7 +649,7 @@ def test_item03_audit_reports_a_forced_dev_root_and_an_unmounted_driver_root_for
     findings, _repairs, _ours = _audit([forced, unset, cdi, flags])
     assert ids(findings) == [("cdi", "plugin_cdi_driver_root_unmounted"), ("flags", "plugin_dev_root_forced"),
                              ("forced", "plugin_dev_root_forced")]
-    assert "argument --dev-root is /" in next(f for f in findings if "flags" in f["object"])["message"]
+    assert "argument --dev-root is /" in next(f for f in findings if "flags" in f["subject"])["hint"]
 
 
 HELM_LABELS = {"helm.sh/chart": "nvidia-device-plugin-0.17.4", "app.kubernetes.io/name": "nvidia-device-plugin",
@@ -722,7 +722,7 @@ def test_item04_helm_config_manager_config_is_the_plugin_config():
     assert "plugin_config_missing" not in {f["id"] for f in findings}
     # Every config in the ConfigMap is one the plugin may get (the node label nvidia.com/device-plugin.config picks it).
     (mig,) = [f for f in findings if f["id"] == "plugin_mig_privileges_missing"]
-    assert "ConfigMap nvidia-device-plugin/nvdp-nvidia-device-plugin-configs key a100-mixed flags.migStrategy" in mig["message"]
+    assert "ConfigMap nvidia-device-plugin/nvdp-nvidia-device-plugin-configs key a100-mixed flags.migStrategy" in mig["hint"]
     findings, _repairs, _ours = _audit([ds], config_maps={}, nodes=[])
     assert "plugin_config_missing" in {f["id"] for f in findings}  # the ConfigMap itself is gone: reported
 
@@ -749,14 +749,14 @@ def test_item05_resource_rename_is_reported_as_ignored_not_advertised():
     daemonsets = [plugin_ds(name, selector={"nowhere": "x"}, config_map=name) for name, _key in
                   [(n, None) for _ns, n in config_maps]]
     findings, _repairs, _ours = _audit(daemonsets, config_maps=config_maps)
-    by = {f["object"].split("/")[-1]: f for f in findings}
+    by = {f["subject"].split("/")[-1]: f for f in findings}
     assert sorted(by) == ["mig", "shared", "typo", "wrong-domain"]
     typo = by["typo"]
     assert typo["id"] == "plugin_resource_rename_ignored" and typo["severity"] == "warning"
-    assert typo["expected"] == "nvidia.com/gpu" and typo["actual"] == "nvidia.com/nvidia-gpu"
-    assert "ignored by the plugin; it advertises nvidia.com/gpu" in typo["message"]
-    assert "it advertises nvidia.com/gpu.shared" in by["shared"]["message"]
-    assert by["mig"]["actual"] == "nvidia.com/small" and "nvidia.com/mig-<profile>" in by["mig"]["message"]
+    assert typo["expected"] == "nvidia.com/gpu" and typo["found"] == "nvidia.com/nvidia-gpu"
+    assert "ignored by the plugin; it advertises nvidia.com/gpu" in typo["hint"]
+    assert "it advertises nvidia.com/gpu.shared" in by["shared"]["hint"]
+    assert by["mig"]["found"] == "nvidia.com/small" and "nvidia.com/mig-<profile>" in by["mig"]["hint"]
     assert by["wrong-domain"]["id"] == "plugin_resource_name_invalid" and by["wrong-domain"]["severity"] == "error"
     assert not any(f["id"] == "plugin_resource_name_typo" for f in findings)
 
@@ -818,10 +818,10 @@ def test_coexistence_operator_install_is_reported_with_clusterpolicy_fields_and_
                                                          "field": "spec.mig.strategy"}
     assert by["plugin_no_nvidia_runtime"]["fix"]["field"] == "spec.operator.runtimeClass"
     assert by["plugin_device_list_strategy_invalid"]["fix"]["field"] == "spec.devicePlugin.env (DEVICE_LIST_STRATEGY)"
-    assert "fix it there, field spec.mig.strategy" in by["plugin_mig_privileges_missing"]["message"]
+    assert "fix it there, field spec.mig.strategy" in by["plugin_mig_privileges_missing"]["hint"]
     managed = by["plugin_managed_by_other_installer"]
-    assert managed["actual"] == ["gpu-a", "gpu-b"] and managed["fix"]["field"] == "spec.devicePlugin.enabled"
-    assert "ClusterPolicy cluster-policy" in managed["message"] and "adopt_installers" not in managed["message"]
+    assert managed["found"] == ["gpu-a", "gpu-b"] and managed["fix"]["field"] == "spec.devicePlugin.enabled"
+    assert "ClusterPolicy cluster-policy" in managed["hint"] and "adopt_installers" not in managed["hint"]
     assert repairs == [{"action": "manual", "object": "DaemonSet gpu-operator/nvidia-device-plugin-daemonset", "namespace": "gpu-operator",
                         "name": "nvidia-device-plugin-daemonset", "installer": "gpu-operator",
                         "reason": "ClusterPolicy cluster-policy owns it: gpuharden neither changes nor deletes it; fix it there"}]
@@ -832,7 +832,7 @@ def test_coexistence_clusterpolicy_claims_its_labelled_nodes_before_its_daemonse
     _s, objects, _c = render()
     findings, _repairs, _ours = dp.audit([], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [CLUSTER_POLICY])
     (claim,) = findings
-    assert claim["id"] == "plugin_managed_by_other_installer" and claim["object"] == "ClusterPolicy cluster-policy"
+    assert claim["id"] == "plugin_managed_by_other_installer" and claim["subject"] == "ClusterPolicy cluster-policy"
     disabled = copy.deepcopy(CLUSTER_POLICY)
     disabled["spec"]["devicePlugin"]["enabled"] = False
     assert dp.audit([], {}, OPERATOR_NODES, objects[1], ["nvidia.com/gpu"], [disabled])[0] == []
@@ -844,10 +844,10 @@ def test_coexistence_helm_install_is_reported_with_chart_values():
     by = {f["id"]: f for f in findings}
     assert set(by) == {"plugin_mig_privileges_missing", "plugin_managed_by_other_installer"}
     assert by["plugin_mig_privileges_missing"]["fix"]["field"] == "migStrategy"
-    assert "value migStrategy" in by["plugin_mig_privileges_missing"]["message"]
+    assert "value migStrategy" in by["plugin_mig_privileges_missing"]["hint"]
     managed = by["plugin_managed_by_other_installer"]
     assert managed["installer"] == "helm" and managed["fix"]["field"] == "devicePlugin.enabled"
-    assert "adopt_installers: [helm]" in managed["message"]
+    assert "adopt_installers: [helm]" in managed["hint"]
     assert [r["action"] for r in repairs] == ["manual"]
     # No runtimeClassName, and no NVIDIA_VISIBLE_DEVICES either: the chart value to set is named.
     bare = helm_plugin()
@@ -892,7 +892,7 @@ def test_coexistence_module_leaves_other_installers_untouched_even_with_remove_c
     assert result["skipped"] is True and result["changed"] is False and result["deleted"] == []
     assert result["installers"] == ["gpu-operator", "helm"]
     assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
-    blocked = {f["object"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
+    blocked = {f["subject"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
     assert sorted(blocked) == ["DaemonSet gpu-operator/nvidia-device-plugin-daemonset", "DaemonSet nvidia-device-plugin/nvdp-nvidia-device-plugin"]
     seed_repair = next(r for r in result["repairs"] if r.get("name") == "typo-seed")
     assert seed_repair["action"] == "manual" and "not deleted while another installer serves these nodes" in seed_repair["reason"]
@@ -916,7 +916,7 @@ def test_coexistence_a_managed_name_owned_by_another_installer_is_not_adopted(mo
     result, _fake = run_fake(monkeypatch, cluster)
     assert result["skipped"] and [w for w in cluster.writes if not w[1]] == []
     (finding,) = [f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"]
-    assert finding["object"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
+    assert finding["subject"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
 
 
 def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
@@ -937,7 +937,7 @@ def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
         assert module.read_cluster_policies(client, 500) == expected
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(403))
     policies, finding = module.read_cluster_policies(client, 500)
-    assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["message"]
+    assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["hint"]
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(500))
     with pytest.raises(GpuhardenError, match="500"):
         module.read_cluster_policies(client, 500)

@@ -20,6 +20,7 @@ import time
 import zlib
 
 import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding as model_finding
 
 from gpuharden import cli, drift, report_html
 
@@ -67,10 +68,10 @@ def _report(critical=True):
     outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="ssh: connect to host gpu-c port 22: No route to host"))
     outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_consistency", findings=[
-        {"id": "gpu_process_unattributed", "severity": "warning", "node": "node-b", "gpu": {"index": 0}, "pod": None,
-         "expected": "a pod's process", "found": "pid 4242", "hint": "a process outside Kubernetes uses the GPU"},
-        {"id": "pending_gpu_pods", "severity": "error", "node": None, "resource": "nvidia.com/gpu", "expected": 1, "found": 0,
-         "hint": "pods wait for a resource no node advertises"}]))
+        model_finding("gpu_process_unattributed", "warning", "a pod's process", "pid 4242", "a process outside Kubernetes uses the GPU",
+                      node="node-b", gpu={"index": 0}, pod=None),
+        model_finding("requested_resource_not_advertised", "error", 1, 0, "pods wait for a resource no node advertises",
+                      node=None, resource="nvidia.com/gpu")]))
     return drift.build_report(outcomes, inventory="inventories/prod.yml", limit="gpu_nodes", fail_severity="warning",
                               started=1_790_000_000.0, finished=1_790_000_042.5,
                               node_names={"gpu-b": "node-b"})
@@ -193,7 +194,7 @@ def test_run_summary_and_cluster_findings():
         assert text in page, text
     cluster = page[page.index("<h2>Cluster</h2>"):]
     assert "GPU consistency (device plugin, pods, processes): checked; RuntimeClass: not checked. 1 finding(s)" in cluster
-    assert "pending_gpu_pods" in cluster and "nvidia.com/gpu" in cluster and "pods wait for a resource no node advertises" in cluster
+    assert "requested_resource_not_advertised" in cluster and "nvidia.com/gpu" in cluster and "pods wait for a resource no node advertises" in cluster
     clean = drift.build_report(drift.Outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     page = report_html.render(clean)
     assert "<strong>exit 0</strong>: the run finished: every node answered and is clean" in page

@@ -9,6 +9,7 @@ import re
 import stat
 
 import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding as model_finding
 
 from gpuharden import cli, drift
 
@@ -34,10 +35,9 @@ def _outcomes():
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject='topology"Manager'),
     ], summary={"findings": 4, "max_severity": "error"}, checks={"device_nodes": {"status": "drift"}}, seconds=0.2))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_consistency", findings=[
-        {"id": "gpu_not_advertised", "severity": "error", "node": "node-b", "gpu": None, "pod": None, "expected": 2, "found": 0, "hint": "h"},
-        {"id": "gpu_process_unattributed", "severity": "warning", "node": "node-b", "gpu": {"index": 1}, "pod": None,
-         "expected": "x", "found": "y", "hint": "h"},
-        {"id": "gpu_not_advertised", "severity": "error", "node": "elsewhere", "expected": 1, "found": 0, "hint": "h"},
+        model_finding("gpu_not_advertised", "error", 2, 0, "h", node="node-b", gpu=None, pod=None),
+        model_finding("gpu_process_unattributed", "warning", "x", "y", "h", node="node-b", gpu={"index": 1}, pod=None),
+        model_finding("gpu_not_advertised", "error", 1, 0, "h", node="elsewhere"),
     ]))
     outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="Failed to connect to the host via ssh: refused"))
     outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
@@ -198,10 +198,10 @@ def test_runtime_class_dry_run_becomes_cluster_findings():
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, checks={}))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.runtime_class", changed=False, failed_when_result=False,
                          msg="handler is immutable: run with force=true", findings=[
-                             {"id": "runtime_class_handler_mismatch", "severity": "error", "object": "RuntimeClass nvidia",
-                              "expected": "nvidia", "actual": "nvidia-legacy", "message": "m", "repair": "recreate (force)"},
-                             {"id": "runtime_class_overhead_gpu", "severity": "error", "object": "RuntimeClass x",
-                              "expected": "none", "actual": {"nvidia.com/gpu": "1"}, "message": "m", "repair": "manual"}]))
+                             model_finding("runtime_class_handler_mismatch", "error", "nvidia", "nvidia-legacy", "m",
+                                           subject="RuntimeClass nvidia", repair="recreate (force)"),
+                             model_finding("runtime_class_overhead_gpu", "error", "none", {"nvidia.com/gpu": "1"}, "m",
+                                           subject="RuntimeClass x", repair="manual")]))
     report = _report(outcomes)
     cluster = report["cluster"]["findings"]
     assert [(entry["id"], entry["remediable"], entry["found"]) for entry in cluster] == [
@@ -219,9 +219,9 @@ def test_item05_consistency_findings_of_no_node_are_cluster_findings():
     outcomes = drift.Outcomes()
     outcomes.audited["gpu-a"] = {"findings": [], "summary": {}, "checks": {}, "seconds": 0.1}
     outcomes.consistency = [
-        {"id": "requested_resource_not_advertised", "severity": "error", "node": None, "resource": "nvidia.com/gpus",
-         "expected": "a resource some node advertises", "found": {"pods": ["ml/train-0"]}, "hint": "nvidia.com/gpu?"},
-        {"id": "gpu_not_advertised", "severity": "error", "node": "gpu-a", "expected": 2, "found": 0, "hint": ""},
+        model_finding("requested_resource_not_advertised", "error", "a resource some node advertises", {"pods": ["ml/train-0"]}, "nvidia.com/gpu?",
+                      node=None, resource="nvidia.com/gpus"),
+        model_finding("gpu_not_advertised", "error", 2, 0, "", node="gpu-a"),
     ]
     report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
     [cluster] = report["cluster"]["findings"]

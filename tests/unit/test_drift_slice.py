@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding as model_finding
 
 from gpuharden import cli, drift
 
@@ -58,15 +59,13 @@ def _node_findings(host):
 
 
 CONSISTENCY = [
-    {"id": "gpu_not_advertised", "severity": "error", "node": "node-g", "gpu": None, "pod": None, "expected": 8, "found": 0, "hint": "h"},
-    {"id": "gpu_process_unattributed", "severity": "warning", "node": "gpu-h", "gpu": {"index": 1}, "pod": None,
-     "expected": "x", "found": "y", "hint": "h"},
-    {"id": "requested_resource_not_advertised", "severity": "error", "node": None, "gpu": None, "pod": None,
-     "expected": {"advertised": ["nvidia.com/gpu"]}, "found": {"resource": "nvidia.com/gpus", "pods": ["ml/train"]},
-     "resource": "nvidia.com/gpus", "hint": "h"},
+    model_finding("gpu_not_advertised", "error", 8, 0, "h", node="node-g", gpu=None, pod=None),
+    model_finding("gpu_process_unattributed", "warning", "x", "y", "h", node="gpu-h", gpu={"index": 1}, pod=None),
+    model_finding("requested_resource_not_advertised", "error", {"advertised": ["nvidia.com/gpu"]}, {"resource": "nvidia.com/gpus", "pods": ["ml/train"]}, "h",
+                  node=None, gpu=None, pod=None, resource="nvidia.com/gpus"),
 ]
-RUNTIME_CLASS = {"changed": True, "findings": [{"id": "runtime_class_handler", "severity": "error", "expected": "nvidia", "actual": "runc",
-                                                "message": "the handler differs", "repair": "patch", "object": "RuntimeClass nvidia"}]}
+RUNTIME_CLASS = {"changed": True, "findings": [model_finding("runtime_class_handler_mismatch", "error", "nvidia", "runc", "the handler differs",
+                                                             repair="patch", subject="RuntimeClass nvidia")]}
 
 
 def _events(hosts):
@@ -316,7 +315,7 @@ def test_cluster_findings_every_slice_carries_appear_once():
     assert all(report["cluster"]["findings"] for report in slices if report["slice"]["hosts"])
     merged = drift.merge_reports([(str(index), report) for index, report in enumerate(slices)])
     ids = [entry["id"] for entry in merged["cluster"]["findings"]]
-    assert sorted(ids) == ["requested_resource_not_advertised", "runtime_class_handler"]
+    assert sorted(ids) == ["requested_resource_not_advertised", "runtime_class_handler_mismatch"]
     assert merged["summary"]["cluster_findings"] == 2
 
 

@@ -133,8 +133,9 @@ def test_check_mode_plans_without_touching_nvml(node):
     assert result["diff"]["before"].startswith("GPU 0 (00000000:07:00.0): MIG disabled\n")
     assert "GPU 7 (00000000:BD:00.0): 7x 1g.10gb\n" in result["diff"]["after"]
     drift = [f for f in result["findings"] if f["id"] == "mig_layout_drift"]
-    assert drift[3] == {"id": "mig_layout_drift", "severity": "warning", "gpu": 3,
-                        "expected": "7x 1g.10gb", "actual": "MIG disabled"}
+    assert drift[3] == {"id": "mig_layout_drift", "check": "mig", "stage": "mig", "severity": "warning", "gpu": 3,
+                        "expected": "7x 1g.10gb", "found": "MIG disabled",
+                        "hint": "the mig stage drains the node and applies the layout", "remediable": True}
     assert result["advertised_resources"]["mixed"] == {"nvidia.com/mig-1g.10gb": 56}
     assert result["advertised_resources"]["single"] == {"nvidia.com/gpu": 56}
 
@@ -336,9 +337,10 @@ def test_item06_kept_instance_with_small_compute_instances_is_flagged_with_the_p
     result = target.run({"layout": {"1": {"3g.40gb": 1, "2g.20gb": 2}}}, check=True)
     assert result["changed"] is False
     assert [f for f in result["findings"] if f["id"] == "mig_custom_compute_instances"] == [{
-        "id": "mig_custom_compute_instances", "severity": "warning", "gpu": 1,
-        "expected": "one default compute instance in GPU instance 1 (3g.40gb)",
-        "actual": "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb): the device plugin v0.19.x and older "
+        "id": "mig_custom_compute_instances", "check": "mig", "stage": "mig", "severity": "warning", "gpu": 1,
+        "expected": "one default compute instance in GPU instance 1 (3g.40gb)", "remediable": False,
+        "hint": "use default compute instances (one per GPU instance)",
+        "found": "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb): the device plugin v0.19.x and older "
                   "advertises each as one nvidia.com/mig-3g.40gb; v0.20.0 and newer match no resource pattern and do not "
                   "start (internal/rm/device_map.go)"}]
 

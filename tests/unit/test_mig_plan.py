@@ -464,6 +464,6 @@ def test_item06_split_gpu_instance_is_advertised_per_compute_instance_under_the_
     plans = {0: _mig.plan_gpu(current, want({"3g.40gb": 1}), TABLE)}
     [finding] = _mig.custom_compute_findings([current], plans)
     assert finding["id"] == "mig_custom_compute_instances"
-    assert "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb)" in finding["actual"]
-    assert "advertises each as one nvidia.com/mig-3g.40gb" in finding["actual"]
-    assert "mig-1c" not in finding["actual"]
+    assert "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb)" in finding["found"]
+    assert "advertises each as one nvidia.com/mig-3g.40gb" in finding["found"]
+    assert "mig-1c" not in finding["found"]

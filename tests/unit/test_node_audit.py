@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from gpuharden_lab.noderoot import build_node_root
 
@@ -121,8 +121,8 @@ def test_section_validation_names_the_section_and_field():
 def test_summary_orders_severities_and_collects_stages():
     def check(params):
         return True, [
-            _node_audit.finding("a", "x", "device_permissions", "warning", 1, 2, "h", True),
-            _node_audit.finding("b", "x", "postcheck", "critical", 1, 2, "h", False),
+            _findings.finding("device_char_link", "warning", 1, 2, "h"),
+            _findings.finding("isolation_breach", "critical", 1, 2, "h"),
         ], {}
 
     original = _node_audit.CHECKS

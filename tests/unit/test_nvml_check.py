@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _nvml_health
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _nvml_health
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from gpuharden_lab import NVML_FIXTURES
 
@@ -56,7 +56,7 @@ def test_healthy_fixtures_report_nothing(make_node, fixture):
     mig = sum(len(gpu.get("mig", {}).get("gpu_instances", [])) for gpu in data["gpus"] if gpu.get("mig", {}).get("mode"))
     result = _run(node, expected_gpus=len(data["gpus"]), expected_mig_devices=None if fixture != "dgx-a100-80gb" else 0)
     assert not result.get("failed"), result.get("msg")
-    assert _ids(result, _nvml_health.SEVERITIES) == []
+    assert _ids(result, _findings.SEVERITIES) == []
     assert result["max_severity"] is None
     assert result["gpu_count"] == result["driver_gpu_count"] == len(data["gpus"])
     assert result["unprivileged"]["available"] is True and result["unprivileged"]["uid"] == 65534
@@ -107,7 +107,7 @@ def test_unprivileged_nvml_flips_with_the_device_mode(make_node):
     assert before["gpus"][0]["error"] is None  # root opens it
     os.chmod(locked.root / "dev/nvidia0", 0o666)
     after = _run(locked)
-    assert _ids(after, _nvml_health.SEVERITIES) == []
+    assert _ids(after, _findings.SEVERITIES) == []
 
 
 def test_unprivileged_init_refused_on_nvidiactl(make_node):
@@ -218,11 +218,11 @@ def test_root_init_failure_is_critical():
 
 def test_threshold_helpers():
     findings = [{"severity": "info"}, {"severity": "error"}, {"severity": "warning"}]
-    assert len(_nvml_health.at_or_above(findings, "warning")) == 2
-    assert _nvml_health.at_or_above(findings, "never") == []
-    assert _nvml_health.max_severity(findings) == "error"
+    assert len(_findings.at_or_above(findings, "warning")) == 2
+    assert _findings.at_or_above(findings, "never") == []
+    assert _findings.max_severity(findings) == "error"
     with pytest.raises(GpuhardenError, match="option fail_on='loud' is not one of never, info"):
-        _nvml_health.check_threshold("fail_on", "loud")
+        _findings.check_threshold("fail_on", "loud")
 
 
 # --- malformed inputs: a clear message, and nothing under the node's root changes --------------------------

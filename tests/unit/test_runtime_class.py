@@ -61,12 +61,18 @@ def test_audit_reports_overhead_traps_and_the_handler_mismatch():
             {"metadata": {"name": "fpga"}, "handler": "runc", "overhead": {"podFixed": {"example.com/fpga": "1"}}},
             {"metadata": {"name": "runc"}, "handler": "runc", "overhead": {"podFixed": {"cpu": "1", "hugepages-2Mi": "2Mi"}}}]
     findings = rc.audit(live, rc.check_params(params()))
-    assert [(f["object"], f["id"], f["severity"], f["repair"]) for f in findings] == [
+    assert [(f["subject"], f["id"], f["severity"], f["repair"]) for f in findings] == [
         ("RuntimeClass fpga", "runtime_class_overhead_extended", "warning", "manual"),
         ("RuntimeClass nvidia", "runtime_class_handler_mismatch", "error", "recreate (force)"),
         ("RuntimeClass nvidia-overhead", "runtime_class_overhead_gpu", "error", "manual"),
     ]
-    assert findings[2]["actual"] == {"nvidia.com/gpu": "1"} and "phantom GPUs" in findings[2]["message"]
+    assert findings[2]["found"] == {"nvidia.com/gpu": "1"} and "phantom GPUs" in findings[2]["hint"]
+    # none of them is the stage's to fix: another RuntimeClass, or an immutable handler (a forced recreate)
+    assert [f["remediable"] for f in findings] == [False, False, False]
+    ours = rc.audit([{"metadata": {"name": "nvidia"}, "handler": "nvidia", "overhead": {"podFixed": {"nvidia.com/gpu": "1"}}}],
+                    rc.check_params(params()))
+    assert [(f["id"], f["repair"], f["stage"], f["remediable"]) for f in ours] == [
+        ("runtime_class_overhead_gpu", "replace", "runtime_class", True)]
 
 
 MALFORMED = [
@@ -125,9 +131,9 @@ def test_coexistence_runtime_class_of_another_installer_is_never_rewritten():
     for action in ("adopt", "update", "recreate"):
         finding = rc.owned_elsewhere({"action": action, "live": operator_owned, "changed": True})
         assert finding["id"] == "runtime_class_managed_by_other_installer" and finding["repair"] == "manual"
-        assert finding["actual"]["installer"] == "gpu-operator" and "ClusterPolicy cluster-policy" in finding["message"]
+        assert finding["found"]["installer"] == "gpu-operator" and "ClusterPolicy cluster-policy" in finding["hint"]
     helm = dict(operator_owned, metadata={"name": "nvidia", "labels": {"app.kubernetes.io/managed-by": "Helm"}})
-    assert rc.owned_elsewhere({"action": "adopt", "live": helm, "changed": True})["actual"]["installer"] == "helm"
+    assert rc.owned_elsewhere({"action": "adopt", "live": helm, "changed": True})["found"]["installer"] == "helm"
     # ours, an unowned static one, an unchanged one and a new one are not another installer's
     ours = dict(operator_owned, metadata={"name": "nvidia", "labels": desired["metadata"]["labels"]})
     static = dict(operator_owned, metadata={"name": "nvidia"})

@@ -52,10 +52,11 @@ def test_handler_present_is_clean_and_counted_as_checked():
 def test_handler_missing_is_an_error_finding_the_node_side_repairs():
     [finding] = audit([node("gpu-0", GPU, handlers("", "runc"))])["findings"]
     assert finding["id"] == "runtime_class_handler_missing_on_node" and finding["severity"] == "error"
-    assert finding["object"] == "Node gpu-0" and finding["expected"] == "nvidia" and finding["actual"] == ["", "runc"]
+    assert finding["subject"] == "Node gpu-0" and finding["expected"] == "nvidia" and finding["found"] == ["", "runc"]
     assert finding["repair"] == "container_runtime"
-    assert list(finding) == ["id", "severity", "object", "message", "expected", "actual", "repair"]
-    message = finding["message"]
+    assert list(finding) == ["id", "check", "stage", "severity", "expected", "found", "hint", "remediable", "subject", "repair"]
+    assert (finding["check"], finding["stage"], finding["remediable"]) == ("runtime_class", "container_runtime", True)
+    message = finding["hint"]
     assert "Node gpu-0" in message and '"" (the default), runc' in message
     assert 'no runtime for "nvidia" is configured' in message and "role container_runtime" in message
     assert "rewriting the RuntimeClass does not fix it" in message
@@ -65,7 +66,7 @@ def test_the_default_handler_entry_is_not_the_handler():
     # containerd lists its default runtime under its own name and again as "": a node whose default is runc and
     # that has no nvidia runtime shows only "" and runc, and "" never stands for the RuntimeClass's handler
     [finding] = audit([node("gpu-0", GPU, handlers(""))])["findings"]
-    assert finding["actual"] == [""]
+    assert finding["found"] == [""]
     # nvidia as containerd's default runtime: it is listed by name as well
     assert audit([node("gpu-0", GPU, handlers("", "nvidia"))])["findings"] == []
 
@@ -74,7 +75,7 @@ def test_a_node_without_the_field_is_counted_not_judged():
     nodes = [node("old-kubelet", GPU), node("kwok-0", GPU, []), node("gpu-0", GPU, handlers("", "runc"))]
     result = audit(nodes)
     assert result["without_runtime_handlers"] == ["kwok-0", "old-kubelet"] and result["checked"] == ["gpu-0"]
-    assert [f["object"] for f in result["findings"]] == ["Node gpu-0"]
+    assert [f["subject"] for f in result["findings"]] == ["Node gpu-0"]
 
 
 def test_without_node_selector_the_gpu_nodes_are_targets():
@@ -84,7 +85,7 @@ def test_without_node_selector_the_gpu_nodes_are_targets():
              node("cpu-0", {"nvidia.com/gpu.present": "false"}, handlers("", "runc"), capacity={"cpu": "8"})]
     result = audit(nodes)
     assert result["checked"] == ["advertising", "labelled", "plugin-gone"]
-    assert [f["object"] for f in result["findings"]] == ["Node advertising", "Node labelled", "Node plugin-gone"]
+    assert [f["subject"] for f in result["findings"]] == ["Node advertising", "Node labelled", "Node plugin-gone"]
 
 
 def test_with_node_selector_only_matching_nodes_are_targets():
@@ -93,7 +94,7 @@ def test_with_node_selector_only_matching_nodes_are_targets():
              node("unlabelled", GPU, handlers(""))]
     result = audit(nodes, node_selector={"pool": "a"})
     # a GPU node the selector does not match never runs pods of this RuntimeClass
-    assert result["checked"] == ["pool-a"] and [f["object"] for f in result["findings"]] == ["Node pool-a"]
+    assert result["checked"] == ["pool-a"] and [f["subject"] for f in result["findings"]] == ["Node pool-a"]
 
 
 def test_nodes_narrow_the_targets_and_name_the_unregistered():
@@ -102,15 +103,15 @@ def test_nodes_narrow_the_targets_and_name_the_unregistered():
     result = audit(nodes, names=["gpu-1", "fresh", "gone"])
     # named nodes are GPU nodes by the inventory's word, even before the label or the plugin's resources
     assert result["checked"] == ["fresh", "gpu-1"] and result["not_registered"] == ["gone"]
-    assert [f["object"] for f in result["findings"]] == ["Node fresh", "Node gpu-1"]
+    assert [f["subject"] for f in result["findings"]] == ["Node fresh", "Node gpu-1"]
     with_selector = audit(nodes, names=["gpu-1", "fresh"], node_selector=GPU)
     assert with_selector["checked"] == ["gpu-1"]
 
 
 def test_another_handler_and_runtime_class_name_are_the_ones_named():
     [finding] = audit([node("gpu-0", GPU, handlers("", "nvidia", "runc"))], name="gpu", handler="nvidia-cdi")["findings"]
-    assert finding["expected"] == "nvidia-cdi" and "runtimeClassName gpu" in finding["message"]
-    assert 'no runtime for "nvidia-cdi" is configured' in finding["message"]
+    assert finding["expected"] == "nvidia-cdi" and "runtimeClassName gpu" in finding["hint"]
+    assert 'no runtime for "nvidia-cdi" is configured' in finding["hint"]
 
 
 # ------------------------------------------------------------------------------------------------ module
@@ -141,7 +142,7 @@ def run_fake(monkeypatch, cluster, check_mode=False, **overrides):
 def test_module_reports_the_node_without_the_handler_in_both_modes(monkeypatch, check_mode):
     cluster = FakeCluster(RUNTIME_CLASS, *NODES)
     result = run_fake(monkeypatch, cluster, check_mode=check_mode)
-    assert [(f["id"], f["object"]) for f in result["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-1")]
+    assert [(f["id"], f["subject"]) for f in result["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-1")]
     assert result["node_runtime_handlers"] == {"checked": ["gpu-0", "gpu-1"], "without_runtime_handlers": ["gpu-2"],
                                                "not_registered": []}
     # LIST RuntimeClass, LIST Node, GET RuntimeClass (the fake counts reads; the real client also counts the dry-run
@@ -178,6 +179,6 @@ def test_drift_reports_the_missing_handler_as_a_container_runtime_cluster_findin
     assert (entry["id"], entry["stage"], entry["severity"], entry["remediable"]) == (
         "runtime_class_handler_missing_on_node", "container_runtime", "error", True)
     assert entry["subject"] == "Node gpu-1" and entry["found"] == ["", "runc"] and entry["expected"] == "nvidia"
-    assert "(repair: container_runtime)" in entry["hint"]
+    assert entry["repair"] == "container_runtime" and "role container_runtime" in entry["hint"]
     assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
     assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 1' in drift.prometheus_text(report)

@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one findings model: every producer builds its findings with _findings.finding, every id it can emit is in
+the catalogue, the catalogue's stages are harden tags, and no other file keeps a severity scale."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit, _findings, _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+
+from gpuharden import drift
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_FILES = sorted((REPO / "plugins").rglob("*.py"))
+CLI_FILES = sorted((REPO / "src" / "gpuharden").rglob("*.py"))
+
+
+def _constants(tree):
+    return {target.id: node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _finding_ids(path):
+    """(ids given as literals or module constants, other first arguments as source) of every finding(...) call."""
+    tree = ast.parse(path.read_text())
+    constants = _constants(tree)
+    ids, dynamic = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name != "finding":
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                ids.add(first.value)
+            elif isinstance(first, ast.Name) and first.id in constants:
+                ids.add(constants[first.id])
+            else:
+                dynamic.add(ast.unparse(first))
+    return ids, dynamic
+
+
+def test_every_literal_finding_id_is_in_the_catalogue():
+    ids, dynamic = set(), set()
+    for path in PLUGIN_FILES:
+        found, unresolved = _finding_ids(path)
+        ids |= found
+        dynamic |= {(path.name, text) for text in unresolved}
+    assert len(ids) > 80  # the scan sees the producers (a broken scan would pass vacuously)
+    assert sorted(ids - set(_findings.CATALOGUE)) == []
+    # The ids built at run time, each accounted for below.
+    assert dynamic == {
+        ("_device_audit.py", "fid"),
+        ("_node_audit.py", "ids[node['action']]"),
+        ("_node_audit.py", "'%s_check_failed' % name"),
+        ("_nvml_health.py", "'nvml_%s_gpu_denied' % who"),
+    }
+
+
+def test_the_run_time_ids_are_in_the_catalogue():
+    assert set(_device_audit.DEFAULT_SEVERITY) <= set(_findings.CATALOGUE)
+    assert {"device_node_missing", "device_node_wrong_type", "device_node_permissions"} <= set(_findings.CATALOGUE)
+    assert {"%s_check_failed" % name for name in _node_audit.CHECK_NAMES} <= set(_findings.CATALOGUE)
+    assert {"nvml_root_gpu_denied", "nvml_unprivileged_gpu_denied"} <= set(_findings.CATALOGUE)
+
+
+def test_no_finding_is_built_as_a_dict_literal():
+    """One constructor: a dict literal with an id and a severity would bypass the catalogue."""
+    literals = []
+    for path in PLUGIN_FILES:
+        if path.name == "_findings.py":  # the constructor itself
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = {key.value for key in node.keys if isinstance(key, ast.Constant)}
+                if {"id", "severity"} <= keys:
+                    literals.append("%s:%d" % (path.relative_to(REPO), node.lineno))
+    assert literals == []
+
+
+def test_one_severity_scale():
+    """Only _findings defines the scale in the collection; the CLI's copy (it does not import the collection) is equal."""
+    owners = []
+    for path in PLUGIN_FILES + CLI_FILES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SEVERITIES" for t in node.targets):
+                owners.append(path.relative_to(REPO).as_posix())
+    assert sorted(owners) == ["plugins/module_utils/_findings.py", "src/gpuharden/drift.py"]
+    assert drift.SEVERITIES == _findings.SEVERITIES
+
+
+def test_drifts_own_runtime_class_findings_match_the_catalogue():
+    for ident, fields in (("runtime_class_differs", drift.RUNTIME_CLASS_DIFFERS),
+                          ("runtime_class_check_failed", drift.RUNTIME_CLASS_CHECK_FAILED)):
+        check, stage, remediable = _findings.CATALOGUE[ident]
+        assert fields == {"check": check, "stage": stage, "remediable": remediable == _findings.ALWAYS}
+
+
+def test_node_audit_checks_are_the_catalogues():
+    assert _node_audit.CHECK_NAMES == _findings.AUDIT_CHECKS
+
+
+def _harden_tags():
+    tags = set()
+
+    def walk(tasks):
+        for task in tasks or []:
+            tags.update(task.get("tags") or [])
+            walk(task.get("block"))
+
+    for play in yaml.safe_load((REPO / "playbooks" / "harden_gpu_nodes.yml").read_text()):
+        walk(play.get("tasks"))
+    return tags
+
+
+def test_every_stage_in_the_catalogue_is_a_harden_tag():
+    stages = {stage for _check, stage, _remediable in _findings.CATALOGUE.values()} - {None, "postcheck"}
+    assert stages and sorted(stages - _harden_tags()) == []
+
+
+def test_the_finding_shape():
+    entry = _findings.finding("pcie_link_degraded", "warning", {"gen": 5}, {"gen": 3}, "reseat the card", node="gpu-1", gpu=0, pod=None)
+    assert entry == {"id": "pcie_link_degraded", "check": "nvml", "stage": "postcheck", "severity": "warning",
+                     "expected": {"gen": 5}, "found": {"gen": 3}, "hint": "reseat the card", "remediable": False,
+                     "node": "gpu-1", "gpu": 0, "pod": None}
+
+
+def test_remediability_comes_from_the_catalogue_and_the_plan():
+    assert _findings.finding("containerd_nvidia_runtime", "error", 1, 2)["remediable"] is True
+    assert _findings.finding("containerd_nvidia_runtime", "error", 1, 2, planned=False)["remediable"] is True
+    assert _findings.finding("gpu_access", "info", 1, 2, planned=True)["remediable"] is False
+    assert _findings.finding("mig_layout_drift", "warning", 1, 2, planned=True)["remediable"] is True
+    assert _findings.finding("mig_layout_drift", "warning", 1, 2, planned=False)["remediable"] is False
+    assert _findings.finding("mig_layout_drift", "warning", 1, 2)["remediable"] is False
+
+
+def test_kubelet_settings_belong_to_the_stage_that_owns_the_field():
+    assert _findings.finding("kubelet_setting", "error", 1, 2, subject="memoryThrottlingFactor")["stage"] == "cgroup_limits"
+    assert _findings.finding("kubelet_setting", "error", 1, 2, subject="featureGates.MemoryQoS")["stage"] == "cgroup_limits"
+    assert _findings.finding("kubelet_setting", "error", 1, 2, subject="cpuManagerPolicy")["stage"] == "kubelet_topology"
+
+
+@pytest.mark.parametrize("ident, severity", [("no_such_finding", "error"), ("gpu_access", "loud")])
+def test_an_unknown_id_or_severity_is_an_error_naming_it(ident, severity):
+    with pytest.raises(GpuhardenError, match=ident if ident == "no_such_finding" else "loud"):
+        _findings.finding(ident, severity, None, None)
+
+
+def test_severity_helpers():
+    findings = [{"severity": "warning"}, {"severity": "critical"}, {"severity": "info"}]
+    assert _findings.max_severity(findings) == "critical" and _findings.max_severity([]) is None
+    assert [entry["severity"] for entry in _findings.at_or_above(findings, "warning")] == ["warning", "critical"]
+    assert _findings.at_or_above(findings, "never") == []
+    assert _findings.should_fail(findings, "critical") and not _findings.should_fail([{"severity": "info"}], "warning")
+    assert _findings.by_severity(findings) == {"warning": 1, "critical": 1, "info": 1}
+    with pytest.raises(GpuhardenError, match="loud"):
+        _findings.check_threshold("fail_on", "loud")
