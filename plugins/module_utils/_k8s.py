@@ -221,11 +221,8 @@ def api_error(error, action):
             message = json.loads(error.body).get("message") or message
         except (TypeError, ValueError, AttributeError):
             pass
-        hint = ""
-        if error.status == 401:
-            hint = ": the credentials were not accepted"
-        elif error.status == 403:
-            hint = ": the identity lacks the RBAC permission"
+        # a 403 never gets here: _k8s_access.failure names the identity and the RBAC rule it lacks
+        hint = ": the credentials were not accepted" if error.status == 401 else ""
         return GpuhardenError("%s: API server answered %d %s%s: %s" % (action, error.status, error.reason, hint, message), status=error.status)
     return GpuhardenError("%s: cannot reach the API server: %s" % (action, error))
 
@@ -262,17 +259,16 @@ def _status(error):
     return getattr(error, "status", None) if isinstance(error, ApiException) else None
 
 
-def list_all(api, method, action, page_limit=500, failure=None, args=(), **params):
+def list_all(api, method, action, failure, page_limit=500, args=(), **params):
     """Every item of one paginated LIST: (items, pages).
 
     ``method`` is a typed client's ``list_*`` method (``CoreV1Api(api).list_node``), called with ``args`` and
     ``params`` (selectors) plus ``limit``, ``_continue``, the request timeout and ``_preload_content=False``:
     each page's body is decoded by ``json.loads`` into plain dicts.  ``action`` says what the LIST is, for error
     messages (``"gpu_consistency: listing pods"``); ``failure(error)`` turns a failed request into the
-    GpuhardenError to raise (default ``api_error(error, action)``).  A continue token that expired (410 Gone)
-    restarts the list from the start, once.
+    GpuhardenError to raise (``_k8s_access.list_all`` passes its RBAC-aware one: modules list through that).  A
+    continue token that expired (410 Gone) restarts the list from the start, once.
     """
-    failure = failure or (lambda error: api_error(error, action))
     timeout = getattr(api, "gpuharden_request_timeout", None)
     items, pages, restarts, token = [], 0, 0, None
     while True:

@@ -106,5 +106,5 @@ def call(module, api, method, target, *args, accept=(), **kwargs):
 
 def list_all(module, api, method, target, page_limit=500, **kwargs):
     """Every item of one paginated LIST (``_k8s.list_all``), a 403 named by ``failure``: (items, pages)."""
-    return _k8s.list_all(api, method, "%s: %s" % (module, target.describe()), page_limit,
-                         failure=lambda error: failure(module, target, error), **kwargs)
+    return _k8s.list_all(api, method, "%s: %s" % (module, target.describe()), lambda error: failure(module, target, error),
+                         page_limit, **kwargs)

@@ -24,7 +24,7 @@ import copy
 import json
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_access
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 try:
@@ -39,13 +39,13 @@ FIELD_MANAGER = "gpuharden"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
 
-# kind: (client class, method suffix, namespaced)
+# kind: (client class, method suffix, namespaced, resource, API group): the last two name the RBAC rule a 403 lacks
 KINDS = {
-    "ConfigMap": ("CoreV1Api", "config_map", True),
-    "DaemonSet": ("AppsV1Api", "daemon_set", True),
-    "RuntimeClass": ("NodeV1Api", "runtime_class", False),
-    "Node": ("CoreV1Api", "node", False),
-    "Pod": ("CoreV1Api", "pod", True),
+    "ConfigMap": ("CoreV1Api", "config_map", True, "configmaps", ""),
+    "DaemonSet": ("AppsV1Api", "daemon_set", True, "daemonsets", "apps"),
+    "RuntimeClass": ("NodeV1Api", "runtime_class", False, "runtimeclasses", "node.k8s.io"),
+    "Node": ("CoreV1Api", "node", False, "nodes", ""),
+    "Pod": ("CoreV1Api", "pod", True, "pods", ""),
 }
 
 # Never compared: the server writes them on every write, or they are not part of what we declare.
@@ -97,97 +97,87 @@ def owned_by_us(obj):
 
 
 class Client:
-    """Thin wrapper over the typed clients: JSON in, dicts out, one clear error per failed request."""
+    """Thin wrapper over the typed clients: JSON in, dicts out, every request through _k8s_access (one error per
+    failed request; a 403 names the identity and the RBAC rule it lacks)."""
 
     def __init__(self, api, who):
         self.api = api
         self.who = who
-        self.timeout = getattr(api, "gpuharden_request_timeout", None)
         self.requests = 0
 
-    def _method(self, kind, verb, namespaced_override=None):
-        class_name, suffix, namespaced = KINDS[kind]
-        if namespaced_override is not None:
-            namespaced = namespaced_override
+    def _method(self, kind, verb):
+        class_name, suffix, namespaced = KINDS[kind][:3]
         name = "%s_%s%s" % (verb, "namespaced_" if namespaced else "", suffix)
         return getattr(getattr(_k8s.k8s_client, class_name)(self.api), name)
 
-    def _call(self, action, method, *args, **kwargs):
-        kwargs["_preload_content"] = False
-        if self.timeout:
-            kwargs["_request_timeout"] = self.timeout
+    def _call(self, verb, kind, name, namespace, method, *args, accept=(), **kwargs):
+        """(status, body) of one request; ``verb`` is the RBAC verb it needs."""
+        _class, _suffix, namespaced, resource, group = KINDS[kind]
+        target = _k8s_access.Target(verb, resource, group, namespace if namespaced else None, name)
         self.requests += 1
-        try:
-            response = method(*args, **kwargs)
-        except Exception as error:  # ApiException, and urllib3's connection and TLS errors
-            raise _k8s.api_error(error, "%s: %s" % (self.who, action)) from None
-        try:
-            return json.loads(response.data) if response.data else {}
-        except ValueError:
-            raise GpuhardenError("%s: %s: the API server's answer is not JSON" % (self.who, action)) from None
+        status, body = _k8s_access.call(self.who, self.api, method, target, *args, accept=accept, **kwargs)
+        return status, body or {}
 
     @staticmethod
-    def _target(kind, name, namespace):
+    def _args(kind, name, namespace):
         return (name, namespace) if KINDS[kind][2] else (name,)
 
     def read(self, kind, name, namespace=None):
         """The live object, or None when it does not exist."""
-        try:
-            return self._call("reading %s %s" % (kind, name), self._method(kind, "read"), *self._target(kind, name, namespace))
-        except GpuhardenError as error:
-            if error.result.get("status") == 404:
-                return None
-            raise
+        status, body = self._call("get", kind, name, namespace, self._method(kind, "read"), *self._args(kind, name, namespace),
+                                  accept=(404,))
+        return None if status == 404 else body
 
     def apply(self, obj, dry_run, force):
         kind, meta = obj["kind"], obj["metadata"]
         kwargs = {"field_manager": FIELD_MANAGER, "force": bool(force), "_content_type": APPLY_CONTENT_TYPE}
         if dry_run:
             kwargs["dry_run"] = "All"
-        return self._call("server-side apply of %s%s" % (describe(obj), " (dry run)" if dry_run else ""),
-                          self._method(kind, "patch"), *self._target(kind, meta["name"], meta.get("namespace")), obj, **kwargs)
+        return self._call("patch", kind, meta["name"], meta.get("namespace"), self._method(kind, "patch"),
+                          *self._args(kind, meta["name"], meta.get("namespace")), obj, **kwargs)[1]
 
     def replace(self, obj, dry_run):
         kind, meta = obj["kind"], obj["metadata"]
         kwargs = {"field_manager": FIELD_MANAGER}
         if dry_run:
             kwargs["dry_run"] = "All"
-        return self._call("replacing %s%s" % (describe(obj), " (dry run)" if dry_run else ""),
-                          self._method(kind, "replace"), *self._target(kind, meta["name"], meta.get("namespace")), obj, **kwargs)
+        return self._call("update", kind, meta["name"], meta.get("namespace"), self._method(kind, "replace"),
+                          *self._args(kind, meta["name"], meta.get("namespace")), obj, **kwargs)[1]
 
     def merge_patch(self, kind, name, patch, dry_run, namespace=None):
         kwargs = {"field_manager": FIELD_MANAGER, "_content_type": MERGE_CONTENT_TYPE}
         if dry_run:
             kwargs["dry_run"] = "All"
-        return self._call("patching %s %s" % (kind, name), self._method(kind, "patch"), *self._target(kind, name, namespace), patch, **kwargs)
+        return self._call("patch", kind, name, namespace, self._method(kind, "patch"), *self._args(kind, name, namespace),
+                          patch, **kwargs)[1]
 
     def delete(self, kind, name, namespace, dry_run):
         kwargs = {"propagation_policy": "Background"}
         if dry_run:
             kwargs["dry_run"] = "All"
-        try:
-            return self._call("deleting %s %s%s" % (kind, name, " (dry run)" if dry_run else ""),
-                              self._method(kind, "delete"), *self._target(kind, name, namespace), **kwargs)
-        except GpuhardenError as error:
-            if error.result.get("status") == 404:
-                return None
-            raise
+        status, body = self._call("delete", kind, name, namespace, self._method(kind, "delete"), *self._args(kind, name, namespace),
+                                  accept=(404,), **kwargs)
+        return None if status == 404 else body
 
     def list(self, kind, page_limit, namespace=None, **selectors):
         """Every object of the kind (one namespace, or all), following ``continue``: one paginated LIST."""
-        if namespace is None and KINDS[kind][2]:
+        _class, _suffix, namespaced, resource, group = KINDS[kind]
+        if namespace is None and namespaced:
             method = getattr(getattr(_k8s.k8s_client, KINDS[kind][0])(self.api), "list_%s_for_all_namespaces" % KINDS[kind][1])
             args = ()
         else:
             method = self._method(kind, "list")
-            args = (namespace,) if KINDS[kind][2] else ()
+            args = (namespace,) if namespaced else ()
+        return self.list_with(method, _k8s_access.Target("list", resource, group, namespace), page_limit, args=args, **selectors)
+
+    def list_with(self, method, target, page_limit, **params):
+        """One paginated LIST through any typed client's list method (custom resources too), its pages counted."""
 
         def counted(*call_args, **kwargs):
             self.requests += 1
             return method(*call_args, **kwargs)
 
-        action = "%s: listing %ss%s" % (self.who, kind, " in %s" % namespace if namespace else "")
-        return _k8s.list_all(self.api, counted, action, page_limit, args=args, **selectors)[0]
+        return _k8s_access.list_all(self.who, self.api, counted, target, page_limit, **params)[0]
 
 
 def _immutable_message(check, live, desired):

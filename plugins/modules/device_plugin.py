@@ -338,6 +338,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target
 
 POLL_SECONDS = 1.0
 
@@ -419,14 +420,8 @@ def read_cluster_policies(client, page_limit):
     """The GPU Operator's ClusterPolicies: ([policies], None); ([], None) without its CRD (404: no operator);
     ([], finding) when this identity may not list them (403): reported, the ownerReferences still tell."""
     method = _k8s.k8s_client.CustomObjectsApi(client.api).list_cluster_custom_object
-
-    def counted(*args, **kwargs):
-        client.requests += 1
-        return method(*args, **kwargs)
-
     try:
-        return _k8s.list_all(client.api, counted, "device_plugin: listing ClusterPolicies (nvidia.com/v1)", page_limit,
-                             args=CLUSTER_POLICY)[0], None
+        return client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit, args=CLUSTER_POLICY), None
     except GpuhardenError as error:
         if error.result.get("status") == 404:
             return [], None

@@ -113,6 +113,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
 
 def argument_spec():
@@ -136,7 +137,7 @@ def decide(params):
     _disruption.resolve_budget(params["max_unavailable"], 0)  # bad input fails before any request
     api = _k8s.api_client(params)
     try:
-        nodes, _pages = _k8s.list_all(api, _k8s.k8s_client.CoreV1Api(api).list_node, "disruption_budget: listing nodes")
+        nodes, _pages = list_all("disruption_budget", api, _k8s.k8s_client.CoreV1Api(api).list_node, Target("list", "nodes"))
     finally:
         api.close()
     return _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],

@@ -108,6 +108,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
 
 def argument_spec():
@@ -128,8 +129,8 @@ def build_module():
 def list_pods(api, field_selector, page_limit):
     """Every pod the selector matches, following ``continue``; returns (pods, requests made)."""
     core = _k8s.k8s_client.CoreV1Api(api)
-    return _k8s.list_all(api, core.list_pod_for_all_namespaces, "gpu_pods_info: listing pods (fieldSelector %s)" % field_selector,
-                         page_limit, field_selector=field_selector)
+    return list_all("gpu_pods_info", api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
+                    field_selector=field_selector)
 
 
 def gather(params):

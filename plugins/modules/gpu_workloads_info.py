@@ -77,6 +77,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_workloads, _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
 
 def argument_spec():
@@ -90,6 +91,18 @@ def argument_spec():
 
 def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+# kind: (resource, API group), for the RBAC rule a 403 names
+RESOURCES = {
+    "Node": ("nodes", ""),
+    "Pod": ("pods", ""),
+    "Deployment": ("deployments", "apps"),
+    "StatefulSet": ("statefulsets", "apps"),
+    "DaemonSet": ("daemonsets", "apps"),
+    "Job": ("jobs", "batch"),
+    "CronJob": ("cronjobs", "batch"),
+}
 
 
 def _listers(api):
@@ -117,7 +130,7 @@ def gather(params):
     objects, total = {}, 0
     try:
         for kind, call in _listers(api).items():
-            objects[kind], requests = _k8s.list_all(api, call, "gpu_workloads_info: listing %ss" % kind, params["page_limit"])
+            objects[kind], requests = list_all("gpu_workloads_info", api, call, Target("list", *RESOURCES[kind]), params["page_limit"])
             total += requests
     finally:
         api.close()

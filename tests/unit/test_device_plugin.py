@@ -244,7 +244,7 @@ def test_module_refuses_malformed_options_before_any_request(dead_kubeconfig, ov
 
 def test_module_reports_an_unreachable_api_server_clearly(dead_kubeconfig):
     result = run_module("device_plugin", {"kubeconfig": dead_kubeconfig, "request_timeout": 2}, {})
-    assert result["failed"] and "device_plugin: listing DaemonSets: cannot reach the API server" in result["msg"]
+    assert result["failed"] and "device_plugin: list daemonsets (API group apps) at cluster scope: cannot reach the API server" in result["msg"]
 
 
 # ------------------------------------------------------------------------------------------------ placement
@@ -931,13 +931,15 @@ def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
                 raise ApiException(status=self.status, reason="x")
             return type("R", (), {"data": json.dumps({"items": [CLUSTER_POLICY]}).encode()})()
 
-    client = type("C", (), {"api": object(), "requests": 0})()
+    client = module._k8s_objects.Client(object(), "device_plugin")
     for status, expected in ((404, ([], None)), (None, ([CLUSTER_POLICY], None))):
         monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api, s=status: Api(s))
         assert module.read_cluster_policies(client, 500) == expected
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(403))
     policies, finding = module.read_cluster_policies(client, 500)
     assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["hint"]
+    assert "forbidden: the identity in use may not list clusterpolicies (API group nvidia.com)" in finding["hint"]
+    assert client.requests == 3
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(500))
     with pytest.raises(GpuhardenError, match="500"):
         module.read_cluster_policies(client, 500)

@@ -375,7 +375,8 @@ def test_module_forbidden_is_a_clear_error():
     with FakeApi(CLUSTER, status=403) as api:
         result = run_info(api, nodes=["gpu-1"])
     assert result["failed"] is True
-    assert "answered 403 Forbidden: the identity lacks the RBAC permission" in result["msg"]
+    assert "gpu_pods_info: forbidden: gpuharden may not list pods (API group \"\" (core)) at cluster scope" in result["msg"]
+    assert "deploy/rbac/gpuharden-rbac.yaml" in result["msg"]
     assert 'cannot list resource "pods"' in result["msg"]
 
 

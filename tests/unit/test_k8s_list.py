@@ -50,9 +50,14 @@ def api_exception(status, message="boom"):
     return error
 
 
+def plain(action):
+    """The failure of a LIST made outside _k8s_access (only these tests do): the API server's own words."""
+    return lambda error: _k8s.api_error(error, action)
+
+
 def test_follows_continue_and_passes_selectors_raw():
     method = FakeList(5)
-    items, pages = _k8s.list_all(Api(), method, "t: listing things", 2, args=("ns",), field_selector="a!=")
+    items, pages = _k8s.list_all(Api(), method, "t: listing things", plain("t: listing things"), 2, args=("ns",), field_selector="a!=")
     assert [item["metadata"]["name"] for item in items] == ["o0", "o1", "o2", "o3", "o4"] and pages == 3
     args, kwargs = method.calls[1]
     assert args == ("ns",)
@@ -61,44 +66,43 @@ def test_follows_continue_and_passes_selectors_raw():
 
 
 def test_empty_list_is_one_page():
-    assert _k8s.list_all(Api(), FakeList(0), "t", 500) == ([], 1)
+    assert _k8s.list_all(Api(), FakeList(0), "t", plain("t"), 500) == ([], 1)
 
 
 def test_expired_continue_token_restarts_once():
     method = FakeList(5, fail={2: api_exception(410)})
-    items, pages = _k8s.list_all(Api(), method, "t", 2)
+    items, pages = _k8s.list_all(Api(), method, "t", plain("t"), 2)
     assert len(items) == 5 and pages == 5  # page, 410, then the three pages again
     assert "_continue" not in method.calls[2][1]
 
 
 def test_second_expiry_and_expiry_of_the_first_page_fail():
     with pytest.raises(GpuhardenError) as error:
-        _k8s.list_all(Api(), FakeList(5, fail={2: api_exception(410), 4: api_exception(410)}), "t: listing things", 2)
+        _k8s.list_all(Api(), FakeList(5, fail={2: api_exception(410), 4: api_exception(410)}), "t: listing things", plain("t: listing things"), 2)
     assert error.value.msg.startswith("t: listing things: API server answered 410 Gone") and error.value.result["status"] == 410
     with pytest.raises(GpuhardenError):
-        _k8s.list_all(Api(), FakeList(5, fail={1: api_exception(410)}), "t", 2)
+        _k8s.list_all(Api(), FakeList(5, fail={1: api_exception(410)}), "t", plain("t"), 2)
 
 
-def test_default_failure_and_custom_failure():
+def test_plain_failure_and_the_rbac_aware_one():
     with pytest.raises(GpuhardenError) as error:
-        _k8s.list_all(Api(), FakeList(1, fail={1: api_exception(500, "etcd down")}), "t: listing pods", 2)
+        _k8s.list_all(Api(), FakeList(1, fail={1: api_exception(500, "etcd down")}), "t: listing pods", plain("t: listing pods"), 2)
     assert error.value.msg == "t: listing pods: API server answered 500 Internal Server Error: etcd down"
     target = _k8s_access.Target("list", "pods")
     denied = api_exception(403, 'pods is forbidden: User "alice" cannot list resource "pods"')
     with pytest.raises(GpuhardenError) as error:
-        _k8s.list_all(Api(), FakeList(1, fail={1: denied}), "m: listing pods", 2,
-                      failure=lambda failed: _k8s_access.failure("m", target, failed))
+        _k8s.list_all(Api(), FakeList(1, fail={1: denied}), "m: listing pods", lambda failed: _k8s_access.failure("m", target, failed), 2)
     assert error.value.msg.startswith("m: forbidden: alice may not list pods (API group \"\" (core)) at cluster scope")
     assert error.value.result["forbidden"]["identity"] == "alice"
 
 
 def test_unreachable_and_not_json():
     with pytest.raises(GpuhardenError, match="t: cannot reach the API server: refused"):
-        _k8s.list_all(Api(), FakeList(1, fail={1: OSError("refused")}), "t", 2)
+        _k8s.list_all(Api(), FakeList(1, fail={1: OSError("refused")}), "t", plain("t"), 2)
     with pytest.raises(GpuhardenError, match="t: the API server's answer is not JSON"):
-        _k8s.list_all(Api(), lambda **kwargs: Response(b"<html>"), "t", 2)
+        _k8s.list_all(Api(), lambda **kwargs: Response(b"<html>"), "t", plain("t"), 2)
     with pytest.raises(GpuhardenError, match="t: the API server's answer is not a list object"):
-        _k8s.list_all(Api(), lambda **kwargs: Response(b"[1]"), "t", 2)
+        _k8s.list_all(Api(), lambda **kwargs: Response(b"[1]"), "t", plain("t"), 2)
 
 
 def test_access_wrapper_keeps_its_forbidden_message():
@@ -177,7 +181,7 @@ def test_real_client_plain_dicts():
         api = _k8s.api_client(params)
         try:
             core = _k8s.k8s_client.CoreV1Api(api)
-            items, pages = _k8s.list_all(api, core.list_node, "t: listing nodes", 3, label_selector="a=b")
+            items, pages = _k8s.list_all(api, core.list_node, "t: listing nodes", plain("t: listing nodes"), 3, label_selector="a=b")
         finally:
             api.close()
     assert pages == 3 and [type(item) for item in items] == [dict] * 7
