@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
-"""The one exception type of the module_utils layer; only a module's main() turns it into fail_json."""
+"""The one exception type of the module_utils layer; only the module shell (``_module_shell.run_module``, called by
+each module's main()) turns it into fail_json."""
 
 from __future__ import annotations
 
