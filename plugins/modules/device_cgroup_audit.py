@@ -222,11 +222,8 @@ timings:
   type: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit_node
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit_node, _module_shell
 
 
 def build_module():
@@ -234,12 +231,7 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    try:
-        result = _device_audit_node.run(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: _device_audit_node.run(module.params), never_changed=True)
 
 
 if __name__ == "__main__":

@@ -332,10 +332,9 @@ api_requests:
 """
 
 import time
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target
@@ -543,14 +542,7 @@ def run(module):
 
 
 def main():
-    module = build_module()
-    if not _k8s.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(**result)
+    _module_shell.run_module(build_module(), run, requires=[_k8s.REQUIREMENT])
 
 
 if __name__ == "__main__":

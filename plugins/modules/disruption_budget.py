@@ -108,11 +108,8 @@ deferred:
   sample: {"gpu-5": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 8; unavailable now: gpu-3 (cordoned)"}
 """
 
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption, _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption, _k8s, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
 
@@ -146,14 +143,7 @@ def decide(params):
 
 
 def main():
-    module = build_module()
-    if not _k8s.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
-    try:
-        result = decide(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: decide(module.params), requires=[_k8s.REQUIREMENT], never_changed=True)
 
 
 if __name__ == "__main__":

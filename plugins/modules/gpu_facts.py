@@ -190,10 +190,9 @@ ansible_facts:
 """
 
 import os
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _host, _nvml
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _host, _module_shell, _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -229,12 +228,7 @@ def gather(root):
 
 
 def main():
-    module = build_module()
-    try:
-        facts = gather(module.params["root"])
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, ansible_facts={"gpuharden": facts})
+    _module_shell.run_module(build_module(), lambda module: {"ansible_facts": {"gpuharden": gather(module.params["root"])}}, never_changed=True)
 
 
 if __name__ == "__main__":

@@ -305,11 +305,9 @@ diff:
 """
 
 import os
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _kubelet
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _kubelet, _module_shell
 
 
 def build_module():
@@ -344,14 +342,7 @@ def _node_path(root, path):
 
 
 def main():
-    module = build_module()
-    if not _kubelet.HAS_RUAMEL:
-        module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=str(_kubelet.RUAMEL_IMPORT_ERROR))
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(**result)
+    _module_shell.run_module(build_module(), run, requires=[("ruamel.yaml", _kubelet.HAS_RUAMEL, str(_kubelet.RUAMEL_IMPORT_ERROR))])
 
 
 if __name__ == "__main__":

@@ -191,12 +191,9 @@ failed_step:
   returned: failure
 """
 
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig, _mig_nvml
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig, _mig_nvml, _module_shell, _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml import HAS_PYNVML, PYNVML_IMPORT_ERROR
 
 
 def build_module():
@@ -266,15 +263,10 @@ def run(module):
 
 def main():
     module = build_module()
-    if not HAS_PYNVML:
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
-    if module.params["config_file"] and not _mig_nvml.HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=_mig_nvml.YAML_IMPORT_ERROR)
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(**result)
+    requires = [("nvidia-ml-py", _nvml.HAS_PYNVML, _nvml.PYNVML_IMPORT_ERROR)]
+    if module.params["config_file"]:
+        requires.append(("PyYAML", _mig_nvml.HAS_YAML, _mig_nvml.YAML_IMPORT_ERROR))
+    _module_shell.run_module(module, run, requires=requires)
 
 
 if __name__ == "__main__":

@@ -185,11 +185,8 @@ seconds:
   type: float
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _node_audit
 
 
 def argument_spec():
@@ -207,12 +204,7 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    try:
-        result = _node_audit.audit(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: _node_audit.audit(module.params), never_changed=True)
 
 
 if __name__ == "__main__":

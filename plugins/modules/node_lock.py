@@ -80,11 +80,8 @@ holder:
   type: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_lock
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _node_lock
 
 
 def build_module():
@@ -101,12 +98,7 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    try:
-        result = _node_lock.run(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: _node_lock.run(module.params), never_changed=True)
 
 
 if __name__ == "__main__":

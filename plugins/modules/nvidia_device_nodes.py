@@ -232,11 +232,8 @@ backup_files:
   type: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes, _files
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes, _files, _module_shell
 
 
 def build_module():
@@ -286,12 +283,7 @@ def run(module):
 
 
 def main():
-    module = build_module()
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(**result)
+    _module_shell.run_module(build_module(), run)
 
 
 if __name__ == "__main__":

@@ -65,11 +65,8 @@ missing:
   elements: int
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _process_cgroups
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _process_cgroups
 
 
 def argument_spec():
@@ -84,12 +81,7 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    try:
-        result = _process_cgroups.read(module.params["root"], module.params["pids"])
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: _process_cgroups.read(module.params["root"], module.params["pids"]), never_changed=True)
 
 
 if __name__ == "__main__":
