@@ -139,26 +139,19 @@ findings:
   elements: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_memory, _files, _host
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_memory, _files, _host, _module_shell
 
 
 def build_module():
     return AnsibleModule(argument_spec=_cgroup_memory.argument_spec(), supports_check_mode=True)
 
 
-def main():
-    module = build_module()
-    try:
-        planned = _cgroup_memory.decide(module.params)
-        changes = [change for change in planned["changes"] if change.changed]
-        if not module.check_mode:
-            _cgroup_memory.write_values(changes, module.params["root"], _host.host_path)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+def run(module):
+    planned = _cgroup_memory.decide(module.params)
+    changes = [change for change in planned["changes"] if change.changed]
+    if not module.check_mode:
+        _cgroup_memory.write_values(changes, module.params["root"], _host.host_path)
     for uid in planned["unlimited_pods"]:
         module.warn("GPU pod %s has no memory limit: nothing bounds its memory on this node" % uid)
     result = {
@@ -173,7 +166,11 @@ def main():
     }
     if module._diff:
         result["diff"] = _files.diffs(changes)
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    _module_shell.run_module(build_module(), run)
 
 
 if __name__ == "__main__":

@@ -223,26 +223,17 @@ backup_files:
   sample: {"/etc/containerd/config.toml": "/etc/containerd/config.toml.1234.2026-01-01@00:00:00~"}
 """
 
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd, _files
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd, _files, _module_shell
 
 
 def build_module():
     return AnsibleModule(argument_spec=_containerd.argument_spec(), supports_check_mode=True)
 
 
-def main():
-    module = build_module()
-    if not _containerd.HAS_TOMLKIT:
-        module.fail_json(msg=missing_required_lib("tomlkit"), exception=_containerd.TOMLKIT_IMPORT_ERROR)
-    try:
-        result = _containerd.decide(module.params)
-        warnings = _containerd.enforce_binary(result, module.params) + result["warnings"]
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+def run(module):
+    result = _containerd.decide(module.params)
+    warnings = _containerd.enforce_binary(result, module.params) + result["warnings"]
     changes = result["changes"]
     changed = bool(changes)
     backups = {}
@@ -272,7 +263,11 @@ def main():
     }
     if module._diff:
         output["diff"] = _files.diffs(changes)
-    module.exit_json(**output)
+    return output
+
+
+def main():
+    _module_shell.run_module(build_module(), run, requires=[("tomlkit", _containerd.HAS_TOMLKIT, _containerd.TOMLKIT_IMPORT_ERROR)])
 
 
 if __name__ == "__main__":

@@ -169,10 +169,9 @@ api_requests:
 """
 
 import time
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _drain, _k8s
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _drain, _k8s, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, call, list_all
 
@@ -320,10 +319,8 @@ def diff(result):
     return {"before": before, "after": after, "before_header": "nodes (live)", "after_header": "nodes (after %s)" % MODULE}
 
 
-def main():
-    module = build_module()
-    if not _k8s.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
+def execute(module):
+    """run() against the API server the options name; a failure still reports the requests it made."""
     cluster = None
     try:
         api = _k8s.api_client(module.params)
@@ -333,14 +330,17 @@ def main():
         finally:
             api.close()
     except GpuhardenError as error:
-        partial = dict(error.result)
-        partial.setdefault("changed", False)
-        partial["api_requests"] = cluster.requests if cluster else 0
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **partial)
+        error.result.setdefault("changed", False)
+        error.result["api_requests"] = cluster.requests if cluster else 0
+        raise
     result["api_requests"] = cluster.requests
     if module._diff:
         result["diff"] = diff(result)
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    _module_shell.run_module(build_module(), execute, requires=[_k8s.REQUIREMENT])
 
 
 if __name__ == "__main__":

@@ -154,10 +154,8 @@ api_requests:
   type: int
 """
 
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_objects, _runtime_class
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_objects, _module_shell, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 
@@ -214,21 +212,14 @@ def run(module):
               "node_runtime_handlers": on_nodes, "message": decision["message"], "api_requests": client.requests}
     if module._diff and decision["changed"]:
         result["diff"] = _k8s_objects.diff_entry(decision, desired)
+    for finding in findings:
+        if finding["severity"] == "error" and finding["repair"] == "manual":
+            module.warn(finding["hint"])
     return result
 
 
 def main():
-    module = build_module()
-    if not _k8s.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    for finding in result["findings"]:
-        if finding["severity"] == "error" and finding["repair"] == "manual":
-            module.warn(finding["hint"])
-    module.exit_json(**result)
+    _module_shell.run_module(build_module(), run, requires=[_k8s.REQUIREMENT])
 
 
 if __name__ == "__main__":

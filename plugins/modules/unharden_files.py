@@ -115,10 +115,8 @@ backups_made:
   elements: str
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _originals
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _originals
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 
 WRITERS = ["nvidia_device_nodes", "containerd_nvidia_runtime", "kubelet_config"]
@@ -150,6 +148,14 @@ def decide(params):
 
 
 def run(module):
+    try:
+        return restore(module)
+    except OSError as error:
+        # _originals reads and writes with plain os calls; the task still names the module and the file.
+        raise GpuhardenError("unharden_files: %s" % error) from error
+
+
+def restore(module):
     plan = decide(module.params)
     changed = any(entry["changed"] for entry in plan["entries"])
     made = []
@@ -172,14 +178,7 @@ def run(module):
 
 
 def main():
-    module = build_module()
-    try:
-        result = run(module)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    except OSError as error:
-        module.fail_json(msg="unharden_files: %s" % error, exception=traceback.format_exc())
-    module.exit_json(**result)
+    _module_shell.run_module(build_module(), run)
 
 
 if __name__ == "__main__":
