@@ -153,6 +153,14 @@ def should_fail(findings, fail_on):
     return bool(at_or_above(findings, fail_on))
 
 
+def fail_on_message(module_name, findings, fail_on):
+    """Why a check module fails the task over its own findings (option ``fail_on``), or None."""
+    failing = at_or_above(findings, fail_on)
+    if not failing:
+        return None
+    return "%s: %d finding(s) at or above %s: %s" % (module_name, len(failing), fail_on, ", ".join(sorted({entry["id"] for entry in failing})))
+
+
 def by_severity(findings):
     counts = {}
     for entry in findings:

@@ -185,10 +185,9 @@ api_requests:
 """
 
 import time
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _findings, _k8s
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _findings, _k8s, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
 
@@ -271,18 +270,15 @@ def gather(params):
             "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting}}
 
 
+def fail_on_message(params, result):
+    if not _findings.should_fail(result["findings"], params["fail_on"]):
+        return None
+    return "%s: %d finding(s), the worst %s (fail_on=%s)" % (MODULE, len(result["findings"]), result["max_severity"], params["fail_on"])
+
+
 def main():
-    module = build_module()
-    if not _k8s.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=_k8s.KUBERNETES_IMPORT_ERROR)
-    try:
-        result = gather(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    if _findings.should_fail(result["findings"], module.params["fail_on"]):
-        message = "%s: %d finding(s), the worst %s (fail_on=%s)" % (MODULE, len(result["findings"]), result["max_severity"], module.params["fail_on"])
-        module.fail_json(msg=message, changed=False, **result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(build_module(), lambda module: gather(module.params), requires=[_k8s.REQUIREMENT], never_changed=True,
+                             fail_when=fail_on_message)
 
 
 if __name__ == "__main__":

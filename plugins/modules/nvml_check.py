@@ -169,11 +169,8 @@ topology:
            "nvlink_active": {"0": 12}}
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _nvml_node
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _module_shell, _nvml_node
 
 
 def build_module():
@@ -181,16 +178,9 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    try:
-        result = _nvml_node.check(module.params)
-    except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
-    failing = _findings.at_or_above(result["findings"], module.params["fail_on"])
-    if failing:
-        module.fail_json(msg="nvml_check: %d finding(s) at or above %s: %s" % (
-            len(failing), module.params["fail_on"], ", ".join(sorted({entry["id"] for entry in failing}))), **result)
-    module.exit_json(changed=False, **result)
+    _module_shell.run_module(
+        build_module(), lambda module: _nvml_node.check(module.params), never_changed=True,
+        fail_when=lambda params, result: _findings.fail_on_message("nvml_check", result["findings"], params["fail_on"]))
 
 
 if __name__ == "__main__":
