@@ -239,6 +239,27 @@ def _init(inventory):
     return True
 
 
+def _in_session(report, read):
+    """``read(report)`` between nvmlInit and nvmlShutdown; returns ``report``, and no NVML error escapes.
+
+    ``report["available"]`` becomes True when ``read`` finishes; an NVML error that ``read`` does not record on one GPU
+    (init, the GPU count) goes into ``report["reason"]`` instead.
+    """
+    if not _init(report):
+        return report
+    try:
+        read(report)
+        report["available"] = True
+    except pynvml.NVMLError as error:
+        report["reason"] = failure_reason(error)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+    return report
+
+
 def collect_inventory(read_numa_node):
     """Everything NVML says about the node's GPUs.
 
@@ -256,9 +277,8 @@ def collect_inventory(read_numa_node):
         "gpu_count": None,
         "gpus": [],
     }
-    if not _init(inventory):
-        return inventory
-    try:
+
+    def read(inventory):
         inventory["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
         inventory["nvml_version"] = _text(pynvml.nvmlSystemGetNVMLVersion())
         inventory["cuda_driver_version"] = _cuda_version(
@@ -272,15 +292,8 @@ def collect_inventory(read_numa_node):
                 inventory["gpus"].append(_gpu_facts(index, handle, read_numa_node))
             except pynvml.NVMLError as error:
                 inventory["gpus"].append({"index": index, "error": failure_reason(error)})
-        inventory["available"] = True
-    except pynvml.NVMLError as error:
-        inventory["reason"] = failure_reason(error)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-    return inventory
+
+    return _in_session(inventory, read)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,16 +326,7 @@ def probe_access():
 
     Returns ``{"available", "reason", "gpu_count", "gpus": [{"index", "uuid", "error"}]}``; nothing raises.
     """
-    probe = {"available": False, "reason": None, "gpu_count": None, "gpus": []}
-    if not HAS_PYNVML:
-        probe["reason"] = missing_pynvml_reason()
-        return probe
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        probe["reason"] = failure_reason(error)
-        return probe
-    try:
+    def read(probe):
         count = pynvml.nvmlDeviceGetCount()
         probe["gpu_count"] = count
         for index in range(count):
@@ -331,15 +335,8 @@ def probe_access():
                 probe["gpus"].append({"index": index, "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)), "error": None})
             except pynvml.NVMLError as error:
                 probe["gpus"].append({"index": index, "uuid": None, "error": failure_reason(error)})
-        probe["available"] = True
-    except pynvml.NVMLError as error:
-        probe["reason"] = failure_reason(error)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-    return probe
+
+    return _in_session({"available": False, "reason": None, "gpu_count": None, "gpus": []}, read)
 
 
 def _reading(errors, name, call, *args):
@@ -433,9 +430,8 @@ def collect_health(read_numa_node):
         "available": False, "reason": None, "driver_version": None, "nvml_version": None,
         "gpu_count": None, "gpus": [], "topology_pairs": [],
     }
-    if not _init(inventory):
-        return inventory
-    try:
+
+    def read(inventory):
         inventory["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
         inventory["nvml_version"] = _text(pynvml.nvmlSystemGetNVMLVersion())
         count = pynvml.nvmlDeviceGetCount()
@@ -457,12 +453,5 @@ def collect_health(read_numa_node):
             handles[index] = handle
             inventory["gpus"].append(gpu)
         inventory["topology_pairs"] = _common_ancestors(handles)
-        inventory["available"] = True
-    except pynvml.NVMLError as error:
-        inventory["reason"] = failure_reason(error)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-    return inventory
+
+    return _in_session(inventory, read)
