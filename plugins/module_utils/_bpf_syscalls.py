@@ -236,6 +236,17 @@ def load_program(insns, prog_type=BPF_PROG_TYPE_CGROUP_DEVICE, name="", license_
 
 
 def attach_program(cgroup, prog_fd, flags=BPF_F_ALLOW_MULTI, attach_type=BPF_CGROUP_DEVICE, replace_fd=0):
+    _cgroup_prog_command(BPF_PROG_ATTACH, cgroup, prog_fd, attach_type, flags, replace_fd)
+
+
+def detach_program(cgroup, prog_fd, attach_type=BPF_CGROUP_DEVICE):
+    _cgroup_prog_command(BPF_PROG_DETACH, cgroup, prog_fd, attach_type)
+
+
+def _cgroup_prog_command(command, cgroup, prog_fd, attach_type, flags=0, replace_fd=0):
+    """BPF_PROG_ATTACH and BPF_PROG_DETACH read the same attr: target_fd, attach_bpf_fd, attach_type, attach_flags,
+    replace_bpf_fd (zero where detach has no use for them).  ``cgroup`` is a path, opened and closed here, or an fd
+    the caller keeps."""
     fd = cgroup if isinstance(cgroup, int) else open_cgroup(cgroup)
     try:
         attr = ctypes.create_string_buffer(ATTR_SIZE)
@@ -244,20 +255,7 @@ def attach_program(cgroup, prog_fd, flags=BPF_F_ALLOW_MULTI, attach_type=BPF_CGR
         _u32(attr, 8, attach_type)
         _u32(attr, 12, flags)
         _u32(attr, 16, replace_fd)
-        bpf(BPF_PROG_ATTACH, attr, cgroup if isinstance(cgroup, str) else "")
-    finally:
-        if not isinstance(cgroup, int):
-            os.close(fd)
-
-
-def detach_program(cgroup, prog_fd, attach_type=BPF_CGROUP_DEVICE):
-    fd = cgroup if isinstance(cgroup, int) else open_cgroup(cgroup)
-    try:
-        attr = ctypes.create_string_buffer(ATTR_SIZE)
-        _u32(attr, 0, fd)
-        _u32(attr, 4, prog_fd)
-        _u32(attr, 8, attach_type)
-        bpf(BPF_PROG_DETACH, attr, cgroup if isinstance(cgroup, str) else "")
+        bpf(command, attr, cgroup if isinstance(cgroup, str) else "")
     finally:
         if not isinstance(cgroup, int):
             os.close(fd)
