@@ -152,6 +152,14 @@ def features(parsed):
 # Options -> plugin config
 
 
+def _newer_option(params, name, feat, since, version):
+    """The option's value (None: unset); set for a release older than ``since`` (``feat[name]`` false), an error."""
+    value = params.get(name)
+    if value is not None and not feat[name]:
+        raise GpuhardenError("device_plugin: option %s=%r needs release %s or newer; version is %s" % (name, value, since, version))
+    return value
+
+
 def _list_strategies(value, where):
     values = value if isinstance(value, list) else [value]
     if not values:
@@ -239,23 +247,14 @@ def check_params(params):
     mig_strategy = _choice(params, "mig_strategy", MIG_STRATEGIES)
     id_strategy = _choice(params, "device_id_strategy", DEVICE_ID_STRATEGIES)
     driver_root = _abs_path(params, "nvidia_driver_root")
-    dev_root = params.get("nvidia_dev_root")
+    dev_root = _newer_option(params, "nvidia_dev_root", feat, "0.16.0", version)
     if dev_root is not None:
-        if not feat["nvidia_dev_root"]:
-            raise GpuhardenError("device_plugin: option nvidia_dev_root=%r needs release 0.16.0 or newer; version is %s"
-                                 % (dev_root, version))
         dev_root = _abs_path(params, "nvidia_dev_root")
-    discovery = params.get("device_discovery_strategy")
+    discovery = _newer_option(params, "device_discovery_strategy", feat, "0.16.0", version)
     if discovery is not None:
-        if not feat["device_discovery_strategy"]:
-            raise GpuhardenError("device_plugin: option device_discovery_strategy=%r needs release 0.16.0 or newer; version is %s"
-                                 % (discovery, version))
         _choice(params, "device_discovery_strategy", DISCOVERY_STRATEGIES)
-    policy = params.get("shared_devices_allocation_policy")
+    policy = _newer_option(params, "shared_devices_allocation_policy", feat, "0.20.0", version)
     if policy is not None:
-        if not feat["shared_devices_allocation_policy"]:
-            raise GpuhardenError("device_plugin: option shared_devices_allocation_policy=%r needs release 0.20.0 or newer; "
-                                 "version is %s" % (policy, version))
         _choice(params, "shared_devices_allocation_policy", ALLOCATION_POLICIES)
     time_slicing = _time_slicing(params.get("time_slicing"))
     if time_slicing and mig_strategy == "single":
