@@ -98,16 +98,9 @@ def _compute_instances(gi):
             info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, 0)
         except pynvml.NVMLError:
             continue
-        count = pynvml.c_uint(0)
-        array = (pynvml.c_nvmlComputeInstance_t * max(info.instanceCount, 1))()
-        try:
-            pynvml.nvmlGpuInstanceGetComputeInstances(gi, info.id, array, pynvml.byref(count))
-        except pynvml.NVMLError as error:
-            if getattr(error, "value", None) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND):
-                continue
-            raise
-        for index in range(count.value):
-            ci_info = pynvml.nvmlComputeInstanceGetInfo(array[index])
+        for instance in _nvml.instance_handles(pynvml.nvmlGpuInstanceGetComputeInstances, gi, info.id, pynvml.c_nvmlComputeInstance_t,
+                                               info.instanceCount):
+            ci_info = pynvml.nvmlComputeInstanceGetInfo(instance)
             found.append({"id": ci_info.id, "profile_id": ci_info.profileId,
                           "start": ci_info.placement.start, "size": ci_info.placement.size})
     return sorted(found, key=lambda ci: ci["id"])

@@ -126,20 +126,27 @@ def gpu_instance_profiles(handle):
     return profiles
 
 
+def instance_handles(list_call, parent, profile_id, element_type, capacity):
+    """The MIG instances of one profile under ``parent`` (a GPU's GPU instances, a GPU instance's compute instances),
+    as ``list_call`` fills them in; none where NVML says the profile is not supported or has none."""
+    count = pynvml.c_uint(0)
+    array = (element_type * max(capacity, 1))()
+    try:
+        list_call(parent, profile_id, array, pynvml.byref(count))
+    except pynvml.NVMLError as error:
+        if getattr(error, "value", None) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND):
+            return []
+        raise
+    return [array[index] for index in range(count.value)]
+
+
 def gpu_instances(handle, profiles):
     """The GPU instances that exist now: [{id, profile_id, profile, start, size}]."""
     found = []
     for profile in profiles.values():
-        count = pynvml.c_uint(0)
-        array = (pynvml.c_nvmlGpuInstance_t * max(profile["instance_count"], 1))()
-        try:
-            pynvml.nvmlDeviceGetGpuInstances(handle, profile["id"], array, pynvml.byref(count))
-        except pynvml.NVMLError as error:
-            if getattr(error, "value", None) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND):
-                continue
-            raise
-        for index in range(count.value):
-            info = pynvml.nvmlGpuInstanceGetInfo(array[index])
+        for instance in instance_handles(pynvml.nvmlDeviceGetGpuInstances, handle, profile["id"], pynvml.c_nvmlGpuInstance_t,
+                                         profile["instance_count"]):
+            info = pynvml.nvmlGpuInstanceGetInfo(instance)
             found.append(
                 {
                     "id": info.id,
