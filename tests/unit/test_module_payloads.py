@@ -52,8 +52,8 @@ CONTROLLER_SIDE = {
 }
 
 # module_utils (relative to plugins/module_utils, no .py) that no node-side payload may contain, and why each
-# belongs to the controller.  Shared pure helpers (_errors, _mig, _nvml_health, _cgroup_paths, ...) are not here:
-# both sides may use them.
+# belongs to the controller.  Shared pure helpers (_errors, _module_shell, _mig, _nvml_health, _cgroup_paths, ...) are
+# not here: both sides may use them.
 CONTROLLER_MODULE_UTILS = {
     "_k8s": "the Kubernetes client adapter: imports the kubernetes package and reads kubeconfigs",
     "_k8s_access": "Kubernetes API calls (LIST, RBAC-aware errors) through _k8s",
@@ -100,6 +100,13 @@ def test_the_payload_reader_sees_controller_code(payloads):
     assert any(hit.startswith("ansible_collections/gpuharden/k8s/plugins/module_utils/_k8s.py:")
                for hit in consistency["kubernetes_imports"])
     assert payloads["check_variables"]["zip_bytes"] == 0
+
+
+@pytest.mark.parametrize("module", sorted(set(NODE_SIDE) | set(CONTROLLER_SIDE) - {"check_variables"}))
+def test_payload_ships_the_module_shell(payloads, module):
+    """Every module ends through _module_shell.run_module; on the node side the tests below keep it free of controller
+    code."""
+    assert "_module_shell" in payloads[module]["module_utils"]
 
 
 @pytest.mark.parametrize("module", sorted(NODE_SIDE))
