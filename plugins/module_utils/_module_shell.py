@@ -8,8 +8,9 @@
 A module's ``main()`` builds its ``AnsibleModule`` and hands it here with the function that does the work;
 ``run_module`` is the one place where a ``GpuhardenError`` becomes ``fail_json``.
 
-Node-side modules ship this file, so it imports nothing but ``_errors``: the callers pass in the import guards of
-the libraries they need (``HAS_X`` and the import's traceback; ``_k8s.REQUIREMENT`` for the controller's modules).
+Node-side modules ship this file, so it imports nothing of the collection but ``_errors``: the callers pass in the
+import guards of the libraries they need (``HAS_X`` and the import's traceback; ``_k8s.REQUIREMENT`` for the
+controller's modules).
 """
 
 from __future__ import annotations
