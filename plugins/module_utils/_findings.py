@@ -170,4 +170,3 @@ def by_severity(findings):
 
 def remediable_stages(findings):
     return sorted({entry["stage"] for entry in findings if entry.get("remediable") and entry.get("stage")})
-
