@@ -273,12 +273,12 @@ def _declared_findings(name, have, report, replicas, labelled):
             {key: have[key] for key in unknown},
             "the node advertises nvidia.com resources the NVIDIA device plugin does not name: it discards renames in its "
             "config (DisableResourceNamingInConfig, NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go), so another "
-            "device plugin (GPU passthrough, network operator) or a modified plugin advertises them", node=name))
+            "device plugin (GPU passthrough, network operator) or a modified plugin advertises them", node=name, gpu=None, pod=None))
     if report is None:
         if labelled and not gpus and not any(mig.values()):
             found.append(finding(
                 "gpu_not_advertised", "critical", {"allocatable": {GPU: ">0"}}, {"allocatable": have},
-                "the node is labelled as a GPU node but advertises no GPU: the NVIDIA device plugin is missing or failing here", node=name))
+                "the node is labelled as a GPU node but advertises no GPU: the NVIDIA device plugin is missing or failing here", node=name, gpu=None, pod=None))
         return found
     physical = report["gpu_count"]
     if report["mig_devices"]:
@@ -299,22 +299,22 @@ def _declared_findings(name, have, report, replicas, labelled):
             found.append(finding(
                 "mig_not_advertised", "error",
                 {"mig_devices": report["mig_devices"], "profiles": report["mig_profiles"], "resources": names},
-                {"allocatable": have}, hint, node=name))
+                {"allocatable": have}, hint, node=name, gpu=None, pod=None))
         return found
     if physical and not gpus and not any(mig.values()):
         found.append(finding(
             "gpu_not_advertised", "critical", {"allocatable": {GPU: physical * replicas}, "gpus_present": physical},
             {"allocatable": have},
             "GPUs are present but allocatable is 0: the NVIDIA device plugin is missing or failing on this node "
-            "(or advertises another resource name)", node=name))
+            "(or advertises another resource name)", node=name, gpu=None, pod=None))
     elif physical and gpus < physical * replicas:
         found.append(finding(
             "gpu_partially_advertised", "error", {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
-            "fewer GPUs advertised than present: the device plugin marked some unhealthy (XID) or does not see them", node=name))
+            "fewer GPUs advertised than present: the device plugin marked some unhealthy (XID) or does not see them", node=name, gpu=None, pod=None))
     elif gpus > physical * replicas:
         found.append(finding(
             "gpu_over_advertised", "warning", {"allocatable": {GPU: physical * replicas}}, {"allocatable": have},
-            "more GPUs advertised than present: time-slicing or MPS replicas (set sharing_replicas) or a stale Node status", node=name))
+            "more GPUs advertised than present: time-slicing or MPS replicas (set sharing_replicas) or a stale Node status", node=name, gpu=None, pod=None))
     return found
 
 
@@ -325,7 +325,7 @@ def _allocation_findings(name, have, allocated):
             found.append(finding(
                 "allocated_exceeds_declared", "critical", {resource: "<= %d" % have.get(resource, 0)}, {resource: count},
                 "pods bound to the node request more %s than it advertises: they were bound by nodeName past the scheduler, or the "
-                "plugin's advertisement shrank under running pods; they share GPUs or fail to start" % resource, node=name))
+                "plugin's advertisement shrank under running pods; they share GPUs or fail to start" % resource, node=name, gpu=None, pod=None))
     return found
 
 
@@ -345,16 +345,16 @@ def _usage_findings(name, report, pods, allocation):
         where = {"pid": process["pid"], "cgroup": process["cgroup"], "used_memory_mib": process["used_memory_mib"]}
         if process["cgroup"] is None:
             found.append(finding("gpu_process_unattributed", "info", "the process's cgroup", where,
-                                 "no cgroup in the node report for this PID: run gpuharden.k8s.process_cgroup_info on the node", gpu=gpu, node=name))
+                                 "no cgroup in the node report for this PID: run gpuharden.k8s.process_cgroup_info on the node", gpu=gpu, node=name, pod=None))
             continue
         if parsed is None:
             found.append(finding("gpu_process_outside_pods", "warning", "a pod's container cgroup", where,
-                                 "a process outside any pod uses the GPU: the scheduler does not count it", gpu=gpu, node=name))
+                                 "a process outside any pod uses the GPU: the scheduler does not count it", gpu=gpu, node=name, pod=None))
             continue
         if pod is None:
             found.append(finding("gpu_process_unknown_pod", "warning", "a pod bound to the node", dict(where, pod_uid=parsed["pod_uid"]),
                                  "the process's pod is not in the API server (a static pod, or the pod was deleted and its container kept running)",
-                                 gpu=gpu, node=name))
+                                 gpu=gpu, node=name, pod=None))
             continue
         container = pod["containers"].get(parsed["container_id"])
         entry = per_pod.setdefault(pod["uid"], {"pod": pod, "devices": {}, "memory": 0, "pids": set()})
@@ -389,11 +389,11 @@ def _usage_findings(name, report, pods, allocation):
             found.append(finding(
                 "gpu_process_without_allocation", "critical", {"gpu_requests": {GPU: 0}, "devices": 0}, used,
                 "the pod requested no GPU yet its processes use GPUs (NVIDIA_VISIBLE_DEVICES=all, a privileged container or a host "
-                "device mount): it shares GPU memory with the pods the GPUs were allocated to", pod=_pod_label(pod), node=name))
+                "device mount): it shares GPU memory with the pods the GPUs were allocated to", pod=_pod_label(pod), node=name, gpu=None))
         elif len(devices) > requested and not entry.get("checked_exactly"):
             found.append(finding(
                 "gpu_process_exceeds_allocation", "error", {"gpu_requests": pod["gpu_requests"], "devices": requested}, used,
-                "the pod uses more GPUs than it was allocated: it reaches GPUs allocated to other pods", pod=_pod_label(pod), node=name))
+                "the pod uses more GPUs than it was allocated: it reaches GPUs allocated to other pods", pod=_pod_label(pod), node=name, gpu=None))
     return found
 
 
@@ -405,7 +405,7 @@ def _pod_spec_findings(pods_on_node, name):
                 "visible_devices_without_request", "error", {"NVIDIA_VISIBLE_DEVICES": "unset (set by the device plugin)"},
                 {"containers": dict(pod["visible"])},
                 "a container sets NVIDIA_VISIBLE_DEVICES itself without requesting a GPU: with the nvidia runtime it gets those GPUs "
-                "unscheduled and shares their memory; remove the variable and request nvidia.com/gpu", pod=_pod_label(pod), node=name))
+                "unscheduled and shares their memory; remove the variable and request nvidia.com/gpu", pod=_pod_label(pod), node=name, gpu=None))
     return found
 
 
@@ -479,7 +479,7 @@ def _requested_not_advertised(nodes, pods, targets):
             "%d pod(s) request %s, which no node advertises: they stay Pending (or fail admission where bound)%s; fix the "
             "workloads' resource name - the NVIDIA device plugin advertises nvidia.com/gpu and nvidia.com/mig-<profile> "
             "whatever its config renames" % (len(requesters), resource, "; did you mean %s?" % close[0] if close else ""),
-            pod=requesters[0] if len(requesters) == 1 else None, node=node))
+            pod=requesters[0] if len(requesters) == 1 else None, node=node, gpu=None))
     return found
 
 
@@ -514,13 +514,13 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
     for node, pod_name, message in bad:
         if node in target_set:
             findings.append(finding("pod_unreadable", "warning", "a valid pod spec", {"pod": pod_name, "error": message},
-                                    "the pod's GPU requests could not be read", node=node))
+                                    "the pod's GPU requests could not be read", node=node, gpu=None, pod=None))
     for name in targets:
         node = by_name.get(name)
         report = normalized.get(name)
         if node is None:
             findings.append(finding("node_not_found", "error", "a Node object", None,
-                                    "no Node with this name in the API server: check gpuharden_k8s_node_name", node=name))
+                                    "no Node with this name in the API server: check gpuharden_k8s_node_name", node=name, gpu=None, pod=None))
             continue
         labelled = is_gpu_node(node, label)
         have = declared(node)

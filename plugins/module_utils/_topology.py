@@ -273,22 +273,22 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
             "gpu_numa_unknown", "warning", {"numa_node": ">= 0"}, {"numa_node": gpu["numa_node"]},
             "sysfs gives no NUMA node for this GPU: the device plugin reports no topology for it, so the Topology "
             "Manager cannot align it (BIOS/ACPI SRAT setting, or a VM without a virtual NUMA topology)",
-            gpu={"index": index, "uuid": gpu["uuid"], "pci_bus_id": gpu["pci_bus_id"]}, node=node_name))
+            gpu={"index": index, "uuid": gpu["uuid"], "pci_bus_id": gpu["pci_bus_id"]}, node=node_name, pod=None))
     if policy is None:
         findings.append(finding(
             "topology_policy_unknown", "info", "the kubelet's topologyManagerPolicy", None,
-            "the kubelet's policy could not be read; the feasibility of GPU workloads was not checked", node=node_name))
+            "the kubelet's policy could not be read; the feasibility of GPU workloads was not checked", node=node_name, gpu=None, pod=None))
     elif policy in ("none", "best-effort") and len(layout) > 1:
         findings.append(finding(
             "topology_policy_no_alignment", "warning",
             {"topologyManagerPolicy": "single-numa-node or restricted"}, {"topologyManagerPolicy": policy},
             "the GPUs span %d NUMA nodes and the kubelet does not enforce alignment: a GPU pod may get GPUs and CPUs "
-            "from different sockets (role gpuharden.k8s.kubelet_topology)" % len(layout), node=node_name))
+            "from different sockets (role gpuharden.k8s.kubelet_topology)" % len(layout), node=node_name, gpu=None, pod=None))
     if policy == "single-numa-node" and gpus and cpu_policy != "static":
         findings.append(finding(
             "cpu_policy_not_static", "warning", {"cpuManagerPolicy": "static"},
             {"cpuManagerPolicy": cpu_policy}, "under single-numa-node without the static CPU Manager policy no CPU is "
-            "aligned with the GPUs: only devices are (role gpuharden.k8s.kubelet_topology)", node=node_name))
+            "aligned with the GPUs: only devices are (role gpuharden.k8s.kubelet_topology)", node=node_name, gpu=None, pod=None))
     landing = []
     blocked = []
     for workload in workloads:
@@ -318,7 +318,7 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
             "with %s" % (
                 _workload_ref(workload), max(count for _name, count in too_big), "pod" if scope == "pod" else "container",
                 node_name, largest, _describe_policy(fitting_policy(len(layout), scope, per_container_fits))),
-            pod="%s/%s" % (workload["namespace"], workload["name"]) if workload["kind"] == "Pod" else None, node=node_name))
+            pod="%s/%s" % (workload["namespace"], workload["name"]) if workload["kind"] == "Pod" else None, node=node_name, gpu=None))
         findings[-1]["fitting_policy"] = fitting_policy(len(layout), scope, per_container_fits)
         findings[-1]["workload"] = findings[-1]["found"]["workload"]
     return {

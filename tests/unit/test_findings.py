@@ -160,3 +160,14 @@ def test_severity_helpers():
     assert _findings.by_severity(findings) == {"warning": 1, "critical": 1, "info": 1}
     with pytest.raises(GpuhardenError, match="loud"):
         _findings.check_threshold("fail_on", "loud")
+
+
+@pytest.mark.parametrize("producer", ["_nvml_health.py", "_consistency.py", "_topology.py"])
+def test_per_node_findings_always_say_node_gpu_and_pod(producer):
+    """nvml_check, gpu_consistency and topology_check document node, gpu and pod on every finding (None: none);
+    the post-check role and gpu_consistency's callers select on them."""
+    [path] = [path for path in PLUGIN_FILES if path.name == producer]
+    calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) == "finding"]
+    assert calls
+    assert [node.lineno for node in calls if not {"node", "gpu", "pod"} <= {kw.arg for kw in node.keywords}] == []
