@@ -44,7 +44,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "build/collections"))
 sys.path.insert(0, str(REPO / "src"))
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _k8s, _k8s_access  # noqa: E402
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency  # noqa: E402
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access  # noqa: E402
 from gpuharden_lab import manager  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "build/collections"))
 sys.path.insert(0, str(REPO / "src"))
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls as bpf  # noqa: E402
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _bpf_syscalls as bpf  # noqa: E402
 from gpuharden_lab import noderoot  # noqa: E402
 
 from tests.integration import devcg_shapes as shapes  # noqa: E402

@@ -4,7 +4,7 @@
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
 #
-# Kept in sync with plugins/module_utils/_k8s.py AUTH_ARG_SPEC (validate-modules compares them).
+# Kept in sync with plugins/module_utils/k8s/_k8s.py AUTH_ARG_SPEC (validate-modules compares them).
 
 from __future__ import annotations
 

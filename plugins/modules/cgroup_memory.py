@@ -140,7 +140,8 @@ findings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_memory, _files, _host, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory
 
 
 def build_module():

@@ -224,7 +224,8 @@ backup_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd, _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd
 
 
 def build_module():

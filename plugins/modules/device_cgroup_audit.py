@@ -223,7 +223,8 @@ timings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit_node, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 
 
 def build_module():

@@ -334,10 +334,12 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin, _k8s, _k8s_objects, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding
-from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target
 
 POLL_SECONDS = 1.0
 

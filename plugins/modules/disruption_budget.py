@@ -109,8 +109,10 @@ deferred:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption, _k8s, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _disruption
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
 
 
 def argument_spec():

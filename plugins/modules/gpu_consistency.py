@@ -187,9 +187,11 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _findings, _k8s, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
 
 MODULE = "gpu_consistency"
 SETTLE_INTERVAL = 3

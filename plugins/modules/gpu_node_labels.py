@@ -104,8 +104,10 @@ api_requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_objects, _module_shell, _node_labels
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
 
 MAX_CONFLICT_RETRIES = 3
 

@@ -307,7 +307,8 @@ diff:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _kubelet, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet
 
 
 def build_module():

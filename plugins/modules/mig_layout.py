@@ -192,8 +192,10 @@ failed_step:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig, _mig_nvml, _module_shell, _nvml
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml, _nvml
 
 
 def build_module():

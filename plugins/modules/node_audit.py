@@ -186,7 +186,8 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 
 
 def argument_spec():

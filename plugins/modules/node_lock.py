@@ -81,7 +81,7 @@ holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell, _node_lock
 
 
 def build_module():

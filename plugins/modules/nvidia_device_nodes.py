@@ -233,7 +233,8 @@ backup_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes, _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _device_nodes
 
 
 def build_module():

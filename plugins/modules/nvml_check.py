@@ -170,7 +170,8 @@ topology:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _module_shell, _nvml_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml_node
 
 
 def build_module():

@@ -66,7 +66,8 @@ missing:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _process_cgroups
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _process_cgroups
 
 
 def argument_spec():

@@ -143,8 +143,9 @@ workloads_blocked:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _module_shell, _topology
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 
 def argument_spec():

@@ -101,9 +101,11 @@ api_requests:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_objects, _module_shell, _unharden_cluster
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import check_dns_subdomain
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_cluster
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import check_dns_subdomain
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
 
 
 def argument_spec():

@@ -116,8 +116,8 @@ backups_made:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _module_shell, _originals
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell, _originals
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 WRITERS = ["nvidia_device_nodes", "containerd_nvidia_runtime", "kubelet_config"]
 

@@ -54,7 +54,7 @@ import uuid
 
 from gpuharden import ansible_output
 
-# The collection's one severity scale (plugins/module_utils/_findings.py; a unit test pins the two equal): the CLI
+# The collection's one severity scale (plugins/module_utils/core/_findings.py; a unit test pins the two equal): the CLI
 # does not import the collection's code.
 SEVERITIES = ("info", "warning", "error", "critical")
 # The JSON report's schema; drift-merge only combines reports of the version it writes.
@@ -346,7 +346,7 @@ def consistency_findings(findings, node):
 
 
 # What drift reports of a RuntimeClass check that did not answer with findings; check, stage and remediable as in the
-# collection's findings catalogue (plugins/module_utils/_findings.py; tests/unit/test_findings.py pins them).
+# collection's findings catalogue (plugins/module_utils/core/_findings.py; tests/unit/test_findings.py pins them).
 RUNTIME_CLASS_DIFFERS = {"check": "runtime_class", "stage": "runtime_class", "remediable": True}
 RUNTIME_CLASS_CHECK_FAILED = {"check": "runtime_class", "stage": None, "remediable": False}
 

@@ -8,7 +8,7 @@ with type "c", "b" or "a" and None for a wildcard number.
 
 from __future__ import annotations
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils._ebpf import encode
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf._ebpf import encode
 
 ACC = {"m": 1, "r": 2, "w": 4}
 TYPES = {"b": 1, "c": 2}

@@ -28,8 +28,8 @@ import time
 
 import ansible_runner
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _bpf_syscalls as bpf
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _bpf_syscalls as bpf
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _ebpf
 from gpuharden_lab import REPO_ROOT, pods
 from gpuharden_lab.pods import ContainerSpec
 

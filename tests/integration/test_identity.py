@@ -16,9 +16,9 @@ import tempfile
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._k8s_access import Target, call
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, call
 from gpuharden_lab import REPO_ROOT
 from kubernetes import client, utils
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils._nvml_node import driver_mig_devices
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml._nvml_node import driver_mig_devices
 from gpuharden_lab.noderoot import build_node_root, mig_gi_minor, mig_minors_text
 
 from tests.real.device_plugin import PluginRunner, counts, plugin_dir, versions

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""grpc-go is the judge of the stdlib-only pod-resources client (plugins/module_utils/_podresources.py).
+"""grpc-go is the judge of the stdlib-only pod-resources client (plugins/module_utils/node/_podresources.py).
 
 lab/realcomponents/podresources-server registers the REAL generated ``v1.PodResourcesLister`` service of k8s.io/kubelet
 (the control plane's version) on a unix socket, with canned answers from JSON; the client's answers must equal the
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _podresources as pr
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _podresources as pr
 
 from tests.unit.conftest import run_module, world_tmp  # noqa: F401 - fixture
 from tests.unit.test_device_audit_podresources import SOCKET, _pods, _uuid, named_node  # noqa: F401 - fixture

@@ -11,7 +11,7 @@ import struct
 import threading
 import urllib.parse
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _podresources as pr
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _podresources as pr
 
 
 def varint(value):

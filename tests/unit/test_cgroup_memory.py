@@ -9,8 +9,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_memory
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory
 from ansible_collections.gpuharden.k8s.plugins.modules import cgroup_memory
 
 from tests.unit.conftest import run_module

@@ -5,8 +5,10 @@ and process_cgroup_info on a temp /proc."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _consistency, _findings
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_paths
 
 from tests.unit.conftest import run_module
 
@@ -278,7 +280,7 @@ def test_exited_processes_are_left_out():
 
 def test_mig_profiles_come_from_the_mig_devices_when_they_are_named():
     """The physical MIG profiles are per MIG device (compute instance), as NVML names them."""
-    from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
 
     devices = [{"uuid": "MIG-%d" % i, "name": "NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"} for i in range(3)]
     devices.append({"uuid": "MIG-9", "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"})

@@ -10,8 +10,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _containerd
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd
 
 from tests.unit.conftest import run_module
 
@@ -632,7 +632,7 @@ def test_item10_warn_option_configures_and_warns(world_tmp):
 
 
 def test_item10_node_audit_reports_the_missing_binary(world_tmp):
-    from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 
     root = install(world_tmp, "v3-confd-nvidia")
     (root / BINARY.lstrip("/")).unlink()

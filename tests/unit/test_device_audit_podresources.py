@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency, _device_audit_node, _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
 
 from tests.unit.conftest import run_module
 from tests.unit.podresources_fake import FakeKubelet, encode_allocatable, encode_list

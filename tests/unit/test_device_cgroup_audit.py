@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _cgroup_paths, _ebpf
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit as audit_mod
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit as audit_mod
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _ebpf
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_paths
 from gpuharden_lab.noderoot import build_node_root
 
 from tests.integration import devcg_shapes as shapes

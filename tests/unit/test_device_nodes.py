@@ -9,8 +9,8 @@ import stat
 
 import pynvml
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_nodes as dn
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _device_nodes as dn
 from gpuharden_lab.noderoot import build_node_root
 
 from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module, tree_snapshot

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_plugin as dp
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s_objects
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
 
 from tests.unit.conftest import run_module

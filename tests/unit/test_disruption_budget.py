@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fleet-wide disruption budget (plugins/module_utils/_disruption.py): pure planner."""
+"""The fleet-wide disruption budget (plugins/module_utils/cluster/_disruption.py): pure planner."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _disruption
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _disruption
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 
 def node(name, *, cordoned=False, ready="True", gpus=1, taints=(), labels=None):

@@ -8,8 +8,9 @@ import importlib
 import json
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _drain, _k8s_access
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_access
 
 from tests.unit.conftest import run_module
 

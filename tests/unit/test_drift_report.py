@@ -9,7 +9,7 @@ import re
 import stat
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding as model_finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 
 from gpuharden import cli, drift
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils._findings import finding as model_finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 
 from gpuharden import cli, drift
 

@@ -8,8 +8,8 @@ set with LD_IMM64 so every test controls all 64 bits.
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _ebpf
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _ebpf
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 from tests.integration import devcg_shapes as shapes
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _device_audit, _findings, _node_audit
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 from gpuharden import drift
 
@@ -90,7 +92,7 @@ def test_one_severity_scale():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SEVERITIES" for t in node.targets):
                 owners.append(path.relative_to(REPO).as_posix())
-    assert sorted(owners) == ["plugins/module_utils/_findings.py", "src/gpuharden/drift.py"]
+    assert sorted(owners) == ["plugins/module_utils/core/_findings.py", "src/gpuharden/drift.py"]
     assert drift.SEVERITIES == _findings.SEVERITIES
 
 

@@ -8,8 +8,8 @@ import copy
 import json
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_labels as nl
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels as nl
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_node_labels as module
 
 DEFAULTS = {name: spec.get("default") for name, spec in module.argument_spec().items()}

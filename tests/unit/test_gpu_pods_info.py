@@ -14,8 +14,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.doc_fragments import _k8s_auth
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_pods, _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_pods_info
 
 from tests.unit.conftest import run_module

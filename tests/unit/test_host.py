@@ -5,7 +5,7 @@ import os
 import stat
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _host
 
 
 def test_cpu_list_compresses_ranges():

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _k8s, _k8s_access
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 from kubernetes.client.rest import ApiException
 
 
@@ -261,7 +261,7 @@ class ClusterServer(FakeServer):
 
 
 def test_gpu_consistency_module_lists_both_kinds_and_matches_the_pure_check():
-    from ansible_collections.gpuharden.k8s.plugins.module_utils import _consistency
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
 
     from tests.unit.conftest import run_module
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 from gpuharden_lab import NVML_FIXTURES, REPO_ROOT
 from gpuharden_lab.noderoot import build_node_root
 
@@ -144,7 +144,7 @@ def test_check_mode_plans_without_touching_nvml(node):
 def test_nvml_table_matches_the_builtin_one(make_node, fixture):
     """The table read from NVML (enum -> id, placements, limits) is the one the packing test proves."""
     import pynvml
-    from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig_nvml
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml
 
     make_node(fixture)
     with _mig_nvml.Session():

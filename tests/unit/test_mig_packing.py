@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 
 TABLES = sorted(_mig.BUILTIN_TABLES)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mig"
 EXAMPLES = ["all-disabled", "all-enabled", "all-1g.10gb", "all-2g.20gb", "all-3g.40gb", "all-balanced",

@@ -13,6 +13,7 @@ controller's Python; the node-side ones run on the play's hosts.  No module runs
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -51,24 +52,30 @@ CONTROLLER_SIDE = {
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
 }
 
-# module_utils (relative to plugins/module_utils, no .py) that no node-side payload may contain, and why each
-# belongs to the controller.  Shared pure helpers (_errors, _module_shell, _mig, _nvml_health, _cgroup_paths, ...) are
-# not here: both sides may use them.
-CONTROLLER_MODULE_UTILS = {
-    "_k8s": "the Kubernetes client adapter: imports the kubernetes package and reads kubeconfigs",
-    "_k8s_access": "Kubernetes API calls (LIST, RBAC-aware errors) through _k8s",
-    "_k8s_objects": "server-side apply of API objects through _k8s",
-    "_consistency": "three-state check over the LISTed Nodes and Pods of the whole play (gpu_consistency)",
-    "_gpu_pods": "GPU pods from API Pod objects (gpu_pods_info, gpu_consistency)",
-    "_gpu_workloads": "GPU workloads from API objects (gpu_workloads_info)",
-    "_topology": "admission of the API's workloads under a node's policy (topology_check, delegated)",
-    "_drain": "cordon/drain plans over API objects (node_maintenance)",
-    "_disruption": "the fleet-wide disruption budget from Node objects (disruption_budget)",
-    "_node_labels": "Node labels, taints and their originals annotation (gpu_node_labels, unharden_cluster)",
-    "_runtime_class": "the RuntimeClass object (runtime_class)",
-    "_device_plugin": "the device plugin's DaemonSet and ConfigMap (device_plugin)",
-    "_unharden_cluster": "which cluster objects, labels and taints the uninstall puts back (unharden_cluster)",
+# module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
+# payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).
+CONTROLLER_LAYERS = {
+    "k8s": "the Kubernetes client adapter and the one request path (LIST, apply, RBAC-aware errors)",
+    "cluster": "planners over API objects of the whole play: consistency, workloads, topology admission, drain, "
+               "disruption budget, labels, RuntimeClass, device plugin, uninstall",
 }
+NODE_LAYERS = ("core", "nvml", "bpf", "node", "audit")
+# What each layer may import: a layer below it, never one beside or above.
+# The node planners are pure; the nvml and bpf adapters feed them what they read (nvml/_mig_nvml -> node/_mig,
+# bpf/_device_audit_node -> node/_podresources, _cgroup_paths).
+MAY_IMPORT = {
+    "core": {"core"},
+    "node": {"core", "node"},
+    "nvml": {"core", "nvml", "node"},
+    "bpf": {"core", "bpf", "node"},
+    "audit": {"core", "nvml", "bpf", "node", "audit"},
+    "k8s": {"core", "k8s"},
+    "cluster": {"core", "k8s", "node", "nvml", "cluster"},
+}
+
+
+def _layer(name):
+    return name.split("/", 1)[0] if "/" in name else None
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +94,36 @@ def test_every_module_is_classified(payloads):
     assert set(payloads) == set(NODE_SIDE) | set(CONTROLLER_SIDE)
 
 
-def test_controller_module_utils_exist():
-    """A renamed or moved file would otherwise drop out of the rule unnoticed."""
+def test_every_module_util_lives_in_a_layer():
+    """A file beside the layers would drop out of the rules below unnoticed."""
     utils = REPO_ROOT / "plugins" / "module_utils"
-    assert [name for name in CONTROLLER_MODULE_UTILS if not (utils / (name + ".py")).is_file()] == []
+    assert sorted(path.name for path in utils.glob("*.py")) == []
+    assert sorted(path.name for path in utils.iterdir() if path.is_dir() and path.name != "__pycache__") == sorted(
+        set(CONTROLLER_LAYERS) | set(NODE_LAYERS))
+    for layer in list(CONTROLLER_LAYERS) + list(NODE_LAYERS):
+        assert list((utils / layer).glob("_*.py")), layer
+
+
+def test_layers_import_downwards():
+    """Static: every module_utils import names a layer its own layer may use (MAY_IMPORT)."""
+    utils = REPO_ROOT / "plugins" / "module_utils"
+    prefix = "ansible_collections.gpuharden.k8s.plugins.module_utils."
+    wrong = []
+    for path in sorted(utils.rglob("_*.py")):
+        layer = path.parent.name
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix):
+                used = node.module[len(prefix):].split(".")[0]
+                if used not in MAY_IMPORT[layer]:
+                    wrong.append("%s/%s imports %s" % (layer, path.name, node.module))
+    assert wrong == []
 
 
 def test_the_payload_reader_sees_controller_code(payloads):
     """The checks below mean something only if the reader finds what a controller module does ship."""
     consistency = payloads["gpu_consistency"]
-    assert {"_consistency", "_k8s", "_errors"} <= set(consistency["module_utils"])
-    assert any(hit.startswith("ansible_collections/gpuharden/k8s/plugins/module_utils/_k8s.py:")
+    assert {"cluster/_consistency", "k8s/_k8s", "core/_errors"} <= set(consistency["module_utils"])
+    assert any(hit.startswith("ansible_collections/gpuharden/k8s/plugins/module_utils/k8s/_k8s.py:")
                for hit in consistency["kubernetes_imports"])
     assert payloads["check_variables"]["zip_bytes"] == 0
 
@@ -106,15 +132,16 @@ def test_the_payload_reader_sees_controller_code(payloads):
 def test_payload_ships_the_module_shell(payloads, module):
     """Every module ends through _module_shell.run_module; on the node side the tests below keep it free of controller
     code."""
-    assert "_module_shell" in payloads[module]["module_utils"]
+    assert "core/_module_shell" in payloads[module]["module_utils"]
 
 
 @pytest.mark.parametrize("module", sorted(NODE_SIDE))
 def test_node_payload_has_no_controller_module_utils(payloads, module):
     payload = payloads[module]
     assert payload["style"] == "new" and payload["module_utils"], payload
-    shipped = {name: CONTROLLER_MODULE_UTILS[name] for name in payload["module_utils"] if name in CONTROLLER_MODULE_UTILS}
-    assert shipped == {}, "%s (node side) ships controller-side module_utils %s" % (module, shipped)
+    shipped = sorted(name for name in payload["module_utils"] if _layer(name) in CONTROLLER_LAYERS)
+    assert shipped == [], "%s (node side) ships controller-side module_utils %s" % (module, shipped)
+    assert {_layer(name) for name in payload["module_utils"]} <= set(NODE_LAYERS), payload["module_utils"]
 
 
 @pytest.mark.parametrize("module", sorted(NODE_SIDE))

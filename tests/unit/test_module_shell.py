@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils.basic import missing_required_lib
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils._module_shell import run_module
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._module_shell import run_module
 
 
 class Ended(Exception):

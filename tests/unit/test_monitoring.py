@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 
 from gpuharden import drift
 

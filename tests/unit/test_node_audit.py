@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _node_audit
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from gpuharden_lab.noderoot import build_node_root
 
 from tests.unit.conftest import run_module, tree_snapshot

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 
 from tests.unit.conftest import run_module
 

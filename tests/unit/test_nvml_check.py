@@ -10,8 +10,9 @@ import os
 import shutil
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _findings, _nvml_health
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml_health
 from gpuharden_lab import NVML_FIXTURES
 
 from tests.unit.conftest import run_module

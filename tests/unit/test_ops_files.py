@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _mig
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 
 from gpuharden.cli import build_parser
 

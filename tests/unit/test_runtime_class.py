@@ -8,8 +8,8 @@ import copy
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _runtime_class as rc
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _runtime_class as rc
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.modules import runtime_class as module
 
 from tests.unit.conftest import run_module

@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _runtime_class as rc
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _runtime_class as rc
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.modules import runtime_class as module
 
 from gpuharden import drift

@@ -5,8 +5,8 @@ extraction from API objects (gpu_workloads_info's logic); the malformed inputs."
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _gpu_workloads, _topology
-from ansible_collections.gpuharden.k8s.plugins.module_utils._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_facts, gpu_workloads_info
 
 from tests.unit.conftest import run_module

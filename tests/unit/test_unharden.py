@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _files, _originals
-from ansible_collections.gpuharden.k8s.plugins.module_utils import _unharden_cluster as uc
-from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import ORIGINALS_ANNOTATION
-from ansible_collections.gpuharden.k8s.plugins.module_utils._node_labels import plan as label_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_cluster as uc
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import ORIGINALS_ANNOTATION
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import plan as label_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _originals
 from ansible_collections.gpuharden.k8s.plugins.modules import unharden_files
 
 

@@ -1,0 +1,278 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Every node-side check in one process, for drift runs.
+
+Each check takes the options of the module that fixes (or checks) the same thing, validated against that
+module's own option spec, and calls the same ``decide`` function the module calls in check mode.  So the audit
+reports drift exactly when the remediation module would change something: they share one planner.
+
+Findings follow the one model of ``_findings``: its catalogue says which stage fixes each and whether running
+that stage changes something (informational findings and post-check findings are not remediable).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory, _containerd, _device_nodes, _kubelet, _mig, _process_cgroups
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml, _nvml, _nvml_node
+
+
+def section_params(name, spec, given, root, rules=None):
+    """The section's options validated like the module validates its own; None values mean 'not given'."""
+    if not isinstance(given, dict):
+        raise GpuhardenError("node_audit: option %s must be a dict of %s options, got %r" % (name, name, given))
+    given = {key: value for key, value in given.items() if value is not None}
+    given["root"] = root
+    validator = ArgumentSpecValidator(spec, **(rules or {}))
+    result = validator.validate(given)
+    if result.error_messages:
+        raise GpuhardenError("node_audit: option %s: %s" % (name, "; ".join(result.error_messages)))
+    return result.validated_parameters
+
+
+# ---------------------------------------------------------------------------------------------
+# One function per check: options -> (would_change, findings, details)
+
+
+def audit_device_nodes(params):
+    policy, planned = _device_nodes.decide(params)
+    findings = []
+    ids = {"create": "device_node_missing", "replace": "device_node_wrong_type", "fix": "device_node_permissions"}
+    for path, node in sorted(planned["nodes"].items()):
+        if node["action"] in ids:
+            findings.append(finding(
+                ids[node["action"]], "error", node["after"], node["before"],
+                "a wrong /dev/nvidia* node breaks or widens GPU access; device_permissions recreates it", planned=True, path=path))
+        elif node["action"] == "missing":
+            findings.append(finding(
+                "device_node_missing", "error", node["after"], "missing",
+                "create_missing is false, so the stage will not create it", planned=False, path=path))
+    for path, link in sorted(planned["links"].items()):
+        if link["action"] != "ok":
+            findings.append(finding(
+                "device_char_link", "warning", link["after"], link["before"],
+                "without /dev/char links runc's systemd cgroup driver drops GPU access after a daemon-reload", path=path))
+    for change in planned["changes"]:
+        if change.changed and change is planned["udev_cleanup"]:  # the udev rules earlier versions wrote
+            findings.append(finding(
+                "device_udev_rules_obsolete", "warning", "absent",
+                "udev rules for nvidia-uvm*/nvidia-cap*", "these devices send no uevent, so the rules never fire; "
+                "device_permissions removes them", path=change.path))
+        elif change.changed:
+            findings.append(finding(
+                "device_permissions_not_persisted", "warning",
+                change.reason, "missing" if change.before is None else "differs", "a chmod alone is undone by the driver "
+                "on the next module load or device re-creation", path=change.path))
+    for entry in planned["not_persistable"]:
+        findings.append(finding(
+            "device_permissions_not_persistable", "info", entry["wanted"],
+            entry["kept"], "the policy cannot stick here: %s; the node is kept at that, and GPU access stays limited "
+            "through /dev/nvidiactl and /dev/nvidia<N>" % entry["kept_by"], path=entry["path"]))
+    for conflict in planned["conflicts"]:
+        where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
+        findings.append(finding(
+            "device_settings_conflict", "warning" if conflict["overrides"] else "info",
+            "%s=%s" % (conflict["parameter"], conflict["expected"]), "%s=%s in %s" % (conflict["parameter"], conflict["value"], where),
+            conflict["message"]))
+    if planned["reboot_or_reload_required"]:
+        running, desired = planned["driver_params"]["running"], planned["driver_params"]["desired"]
+        findings.append(finding(
+            "driver_params_stale", "info",
+            ", ".join("%s=%s" % item for item in sorted(desired.items())),
+            ", ".join("%s=%s" % item for item in sorted(running.items())),
+            "the running driver uses other NVreg_DeviceFile* values until it is reloaded or the node reboots"))
+    changed = _device_nodes.changed(planned)
+    return changed, findings, {"policy": dict(policy, mode="%04o" % policy["mode"])}
+
+
+def audit_containerd(params):
+    plan = _containerd.decide(params)
+    findings = []
+    if plan["changes"]:
+        findings.append(finding(
+            "containerd_nvidia_runtime", "error",
+            {"runtime_name": plan["runtime_name"], "runtime": plan["desired"]["runtime"],
+             "default_runtime_name": plan["desired"]["default_runtime_name"], "enable_cdi": plan["desired"]["enable_cdi"]},
+            {"runtime": plan["current"]["runtime"], "default_runtime_name": plan["current"]["default_runtime_name"],
+             "enable_cdi": plan["current"]["enable_cdi"]},
+            "; ".join(plan["actions"]) or "containerd's config differs from the nvidia runtime the stage writes",
+            path=plan["runtime_file"]))
+    problem = _containerd.binary_problem(plan)
+    if problem:
+        findings.append(finding(
+            "containerd_runtime_binary_missing", "error",
+            "an executable %s" % plan["runtime_binary"], plan["runtime_binary_state"],
+            "install the NVIDIA container toolkit (nvidia-container-toolkit): %s" % problem, path=plan["runtime_binary"]))
+    return bool(plan["changes"]), findings, {"config_version": plan["config_version"], "files": plan["files"]}
+
+
+def _where(source):
+    if not source or source.get("kind") == "default":
+        return "the kubelet's default"
+    detail = ", ".join(str(value) for key, value in sorted(source.items()) if key != "kind" and value is not None)
+    return "%s %s" % (source.get("kind", ""), detail) if detail else str(source.get("kind"))
+
+
+def audit_kubelet(params):
+    # The role removes stale manager checkpoints whenever it finds them (with the kubelet stopped), so the
+    # audit plans with that option on: a stale checkpoint is drift the stage fixes.
+    plan = _kubelet.decide(dict(params, remove_stale_state=True))
+    changes = [change for change in plan["changes"] if change.changed]
+    findings = []
+    for field, source in sorted(plan["sources"].items()):
+        if source["before"] != source["after"] or source["source_before"] != source["source_after"]:
+            findings.append(finding(
+                "kubelet_setting", "error",
+                source["after"], source["before"],
+                "the kubelet reads %s from %s; the stage sets it in %s"
+                % (field, _where(source["source_before"]), _where(source["source_after"])),
+                subject=field))
+    for entry in plan["stale_state_files"]:
+        findings.append(finding(
+            "kubelet_stale_checkpoint", "error", "no checkpoint from another policy",
+            entry["reason"], "the kubelet refuses to start with it after the policy change; the stage removes it "
+            "with the kubelet stopped", path=entry["path"]))
+    if changes and not findings:
+        for change in changes:
+            findings.append(finding(
+                "kubelet_config_file", "warning", change.reason,
+                "missing" if change.before is None else ("present" if change.after is None else "differs"),
+                "the effective settings match, but the stage rewrites this file", path=change.node_path))
+    return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"]}
+
+
+def audit_mig(params):
+    if not _nvml.HAS_PYNVML:
+        raise GpuhardenError("node_audit: the mig check needs nvidia-ml-py (pynvml) on the node's Python")
+    entries = _mig_nvml.entries_from_params(params)
+    with _mig_nvml.Session():
+        gpus = _mig_nvml.read_node()
+        decision = _mig.plan_node(gpus, entries, params["force"], params["strategy"])
+    steps = [step for index in sorted(decision["plans"]) for step in decision["plans"][index]["steps"]]
+    findings = list(decision["findings"])
+    for busy in decision["busy"]:
+        findings.append(finding(
+            "mig_gpu_busy", "warning", "no GPU processes on a GPU whose layout changes",
+            "pids %s on GPU %s" % (", ".join(map(str, busy["pids"])), busy["index"]),
+            "the mig stage drains the node first (mig_drain) or refuses without force", gpu=busy["index"]))
+    return bool(steps), findings, {"steps": len(steps)}
+
+
+def audit_cgroup_memory(params):
+    planned = _cgroup_memory.decide(params)
+    findings = planned["findings"]
+    changed = any(change.changed for change in planned["changes"])
+    return changed, findings, {"pods": len(planned["pods"]), "not_found": planned["not_found"]}
+
+
+def audit_nvml(params):
+    result = _nvml_node.check(params)
+    # What the controller-side gpu_consistency check takes per node (nvml_check's result and the GPU processes'
+    # cgroups), so a drift run needs no second trip to the node for it.
+    pids = [process["pid"] for process in result.get("processes") or []]
+    report = dict(result, process_cgroups=_process_cgroups.read(params["root"], pids)["cgroups"])
+    return False, result["findings"], {"gpu_count": result.get("gpu_count"), "node_report": report}
+
+
+def audit_device_cgroups(params):
+    result = _device_audit_node.run(params, keep_answer=True)
+    details = {"summary": result["summary"], "allocation_source": result["allocation_source"], "pod_resources": result["pod_resources"]}
+    if result["pod_resources_answer"] is not None:
+        details["node_report_pod_resources"] = result["pod_resources_answer"]
+    return False, result["findings"], details
+
+
+# name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml
+CHECKS = (
+    ("device_nodes", _device_nodes.argument_spec, None, audit_device_nodes),
+    ("containerd", _containerd.argument_spec, None, audit_containerd),
+    ("kubelet", _kubelet.argument_spec, None, audit_kubelet),
+    ("mig", _mig_nvml.argument_spec, _mig_nvml.OPTION_RULES, audit_mig),
+    ("cgroup_memory", _cgroup_memory.argument_spec, None, audit_cgroup_memory),
+    ("nvml", _nvml_node.argument_spec, None, audit_nvml),
+    ("device_cgroups", _device_audit_node.argument_spec, None, audit_device_cgroups),
+)
+CHECK_NAMES = tuple(name for name, _spec, _rules, _function in CHECKS)
+
+
+LOCK_SPEC = {
+    "owner": {"type": "str", "required": True},
+    "path": {"type": "path", "default": _node_lock.DEFAULT_PATH},
+    "timeout": {"type": "int", "default": 0},
+    "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
+}
+
+
+def audit(params, clock=time.monotonic):
+    """Run every check whose options are given, holding the node's run lock when ``lock`` is given (in this
+    process: no extra round trips).  A check that cannot run is reported as an error finding and the others still
+    run: a drift report with one broken check is more useful than none."""
+    if not params.get("lock"):
+        return _audit(params, clock)
+    result = ArgumentSpecValidator(LOCK_SPEC).validate({k: v for k, v in params["lock"].items() if v is not None})
+    if result.error_messages:
+        raise GpuhardenError("node_audit: option lock: %s" % "; ".join(result.error_messages))
+    lock = dict(result.validated_parameters, state="acquired")
+    _node_lock.run(lock)
+    try:
+        return _audit(params, clock)
+    finally:
+        _node_lock.run(dict(lock, state="released"))
+
+
+def _audit(params, clock):
+    root = params["root"]
+    node = params.get("node_name")
+    findings, checks, node_report, pod_resources = [], {}, None, None
+    started = clock()
+    for name, spec, rules, function in CHECKS:
+        given = params.get(name)
+        if given is None:
+            checks[name] = {"status": "skipped"}
+            continue
+        begun = clock()
+        try:
+            options = section_params(name, spec(), given, root, rules)
+            if node and "node_name" in options and not options.get("node_name"):
+                options["node_name"] = node
+            would_change, found, details = function(options)
+        except (GpuhardenError, OSError) as error:
+            message = getattr(error, "msg", None) or str(error)
+            findings.append(finding("%s_check_failed" % name, "error", "the %s check runs" % name, message,
+                                    "fix the node or the options; the other checks still ran"))
+            checks[name] = {"status": "error", "error": message, "seconds": round(clock() - begun, 4)}
+            continue
+        findings.extend(found)
+        if "node_report" in details:
+            node_report = details.pop("node_report")
+        # The kubelet's pod-resources answer the device_cgroups check read: gpu_consistency's exact allocation.
+        pod_resources = details.pop("node_report_pod_resources", pod_resources)
+        # drift: the stage would change something; findings: only what running the stage does not change
+        status = "drift" if would_change else ("findings" if found else "ok")
+        checks[name] = {"status": status, "would_change": would_change, "findings": len(found),
+                        "seconds": round(clock() - begun, 4), "details": details}
+    if node_report is not None and pod_resources is not None:
+        node_report["pod_resources"] = pod_resources
+    by_severity = _findings.by_severity(findings)
+    return {
+        "findings": findings,
+        "checks": checks,
+        "summary": {
+            "findings": len(findings),
+            "by_severity": by_severity,
+            "max_severity": _findings.max_severity(findings),
+            "stages": _findings.remediable_stages(findings),
+            "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
+        },
+        "node_report": node_report,
+        "seconds": round(clock() - started, 4),
+    }

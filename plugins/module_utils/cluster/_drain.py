@@ -1,0 +1,261 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Cordon, drain and uncordon planning for ``node_maintenance``: pure functions over API objects (plain dicts).
+
+``classify`` sorts the pods of the nodes into those to evict, to skip (DaemonSet and mirror pods), to
+wait for (already terminating) and to refuse (no controller without ``force``, emptyDir without
+``delete_emptydir_data``), as kubectl drain does.  ``predict_blocks`` says which evictions the
+PodDisruptionBudgets' current ``disruptionsAllowed`` would refuse (check mode).  ``run_evictions`` and
+``wait_gone`` are the retry loops, with the API calls, the clock and the sleep passed in.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+STATES = ("cordoned", "drained", "uncordoned")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES = ("Succeeded", "Failed")
+MULTIPLE_PDBS = "more than one PodDisruptionBudget"
+
+
+def pod_ref(pod):
+    meta = pod.get("metadata") or {}
+    return {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+            "node": (pod.get("spec") or {}).get("nodeName")}
+
+
+def label(ref):
+    return "%s/%s" % (ref["namespace"], ref["name"])
+
+
+def controller_of(pod):
+    """(kind, name) of the pod's controller ownerReference, or None."""
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("controller"):
+            return owner.get("kind"), owner.get("name")
+    return None
+
+
+def check_nodes(nodes):
+    """The node names, validated and without duplicates, in order."""
+    if not nodes:
+        raise GpuhardenError("node_maintenance: option nodes is empty: name at least one node")
+    names = []
+    for position, node in enumerate(nodes):
+        if not isinstance(node, str) or not node.strip() or any(char in node for char in ",=/ "):
+            raise GpuhardenError("node_maintenance: option nodes[%d]=%r is not a node name" % (position, node))
+        if node not in names:
+            names.append(node)
+    return names
+
+
+def check_options(params):
+    if params["state"] not in STATES:
+        raise GpuhardenError("node_maintenance: option state=%r must be one of %s" % (params["state"], ", ".join(STATES)))
+    for option in ("timeout", "retry_interval", "poll_interval"):
+        value = params.get(option)
+        if value is None or not value > 0:
+            raise GpuhardenError("node_maintenance: option %s=%r must be a positive number of seconds" % (option, value))
+    if params.get("grace_period") is not None and params["grace_period"] < 0:
+        raise GpuhardenError("node_maintenance: option grace_period=%r must be 0 or more seconds" % params["grace_period"])
+    if params.get("page_limit") is not None and params["page_limit"] < 1:
+        raise GpuhardenError("node_maintenance: option page_limit=%r must be a positive number of objects" % params["page_limit"])
+
+
+def cordon_plan(nodes, current, state):
+    """{node: desired spec.unschedulable} for the nodes whose flag must change; ``current`` is {node: bool}."""
+    desired = state in ("cordoned", "drained")
+    return {node: desired for node in nodes if bool(current[node]) != desired}
+
+
+def cordon_patch(unschedulable):
+    """The merge patch kubectl cordon/uncordon sends."""
+    return {"spec": {"unschedulable": True if unschedulable else None}}
+
+
+def classify(pods, nodes, force=False, delete_emptydir_data=False):
+    """Sort the pods bound to ``nodes``: {evict, skipped, waiting, refused}, each a list of refs.
+
+    skipped: DaemonSet pods (the DaemonSet controller would put them back at once; the node's own agents,
+    the NVIDIA device plugin among them, keep running) and mirror pods (static pods: the API cannot
+    remove them).  waiting: pods already terminating.  refused: pods without a controller (gone for good
+    once evicted) unless ``force``, and pods with emptyDir volumes (their data is lost) unless
+    ``delete_emptydir_data``.  Finished pods (Succeeded/Failed) are evicted without either flag.
+    """
+    wanted = set(nodes)
+    plan = {"evict": [], "skipped": [], "waiting": [], "refused": []}
+    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
+        ref = pod_ref(pod)
+        if ref["node"] not in wanted:
+            continue
+        meta = pod.get("metadata") or {}
+        controller = controller_of(pod)
+        finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+        ref["labels"] = meta.get("labels") or {}
+        ref["controller"] = "%s/%s" % controller if controller else None
+        ref["phase"] = (pod.get("status") or {}).get("phase")
+        if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+            plan["skipped"].append(dict(ref, reason="mirror pod (static pod of the kubelet)"))
+        elif controller and controller[0] == "DaemonSet":
+            plan["skipped"].append(dict(ref, reason="DaemonSet pod"))
+        elif meta.get("deletionTimestamp"):
+            plan["waiting"].append(dict(ref, reason="already terminating"))
+        elif not controller and not finished and not force:
+            plan["refused"].append(dict(ref, reason="no controller: it would be gone for good (force: true evicts it)"))
+        elif not finished and not delete_emptydir_data and any("emptyDir" in (volume or {}) for volume in (pod.get("spec") or {}).get("volumes") or []):
+            plan["refused"].append(dict(ref, reason="emptyDir volume: its data would be lost (delete_emptydir_data: true evicts it)"))
+        else:
+            plan["evict"].append(ref)
+    return plan
+
+
+def refusal_message(refused):
+    lines = ["%s on %s: %s" % (label(ref), ref["node"], ref["reason"]) for ref in refused]
+    return "node_maintenance: cannot drain, %d pod(s) would be lost: %s. Nothing was evicted." % (len(refused), "; ".join(lines))
+
+
+def _matches(selector, labels):
+    """A policy/v1 LabelSelector against labels: {} matches everything, None nothing."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def matching_pdbs(ref, pdbs):
+    """Names of the PodDisruptionBudgets in the pod's namespace whose selector matches it."""
+    found = []
+    for pdb in pdbs:
+        meta = pdb.get("metadata") or {}
+        if meta.get("namespace") == ref["namespace"] and _matches((pdb.get("spec") or {}).get("selector"), ref.get("labels") or {}):
+            found.append(meta.get("name"))
+    return sorted(found)
+
+
+def predict_blocks(evict, pdbs):
+    """Evictions the budgets would refuse now, in order: [dict(ref, pdb, message)] (check mode).
+
+    Each budget allows ``status.disruptionsAllowed`` evictions of healthy pods; pods that are not Running
+    or already finished do not count.  A pod under two budgets is refused by the API server (500).
+    """
+    allowed = {}
+    for pdb in pdbs:
+        meta = pdb.get("metadata") or {}
+        allowed[(meta.get("namespace"), meta.get("name"))] = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+    blocked = []
+    for ref in evict:
+        names = matching_pdbs(ref, pdbs)
+        if not names or ref.get("phase") != "Running":
+            continue
+        if len(names) > 1:
+            blocked.append(dict(ref, pdb=names, message="This pod has %s: %s" % (MULTIPLE_PDBS, ", ".join(names))))
+            continue
+        key = (ref["namespace"], names[0])
+        if allowed[key] > 0:
+            allowed[key] -= 1
+        else:
+            blocked.append(dict(ref, pdb=names, message="PodDisruptionBudget %s/%s allows no more disruptions now" % key))
+    return blocked
+
+
+def eviction_body(ref, grace_period=None, dry_run=False):
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": ref["name"], "namespace": ref["namespace"]}}
+    options = {}
+    if grace_period is not None:
+        options["gracePeriodSeconds"] = grace_period
+    if ref.get("uid"):
+        options["preconditions"] = {"uid": ref["uid"]}  # never evict a pod that replaced this one under its name
+    if dry_run:
+        options["dryRun"] = ["All"]
+    if options:
+        body["deleteOptions"] = options
+    return body
+
+
+def eviction_outcome(status, body):
+    """What an Eviction answer means: (outcome, message); outcome is evicted, gone, retry or blocked.
+
+    201/200: accepted.  404: the pod is already gone.  409 with a UID precondition: it was replaced, so ours is
+    gone.  429: a PodDisruptionBudget refuses it now (retry until the timeout).  500 naming several budgets:
+    refused for good.  Anything else is an error the caller raises.
+    """
+    message = (body or {}).get("message") or ""
+    causes = [cause.get("message") for cause in ((body or {}).get("details") or {}).get("causes") or [] if cause.get("message")]
+    if causes:
+        message = "%s (%s)" % (message, "; ".join(causes)) if message else "; ".join(causes)
+    if status in (200, 201):
+        return "evicted", message
+    if status == 404 or (status == 409 and "precondition" in message.lower()):
+        return "gone", message
+    if status == 429:
+        return "retry", message or "the eviction would violate a PodDisruptionBudget"
+    if status == 500 and MULTIPLE_PDBS in message:
+        return "blocked", message
+    return None, message
+
+
+def run_evictions(pending, evict, clock, sleep, deadline, retry_interval):
+    """Evict every ref; retry the ones a budget refuses (429) until ``deadline``.
+
+    ``evict(ref)`` returns (outcome, message) as ``eviction_outcome``.  Returns (evicted, gone, blocked);
+    blocked entries carry the last ``message``.  Never deletes: a pod a budget protects stays.
+    """
+    evicted, gone, blocked = [], [], []
+    pending = list(pending)
+    while pending:
+        retry = []
+        for ref in pending:
+            outcome, message = evict(ref)
+            if outcome == "evicted":
+                evicted.append(ref)
+            elif outcome == "gone":
+                gone.append(ref)
+            elif outcome == "blocked":
+                blocked.append(dict(ref, message=message))
+            else:
+                retry.append(dict(ref, message=message))
+        pending = retry
+        if not pending:
+            break
+        if clock() + retry_interval > deadline:
+            blocked.extend(pending)
+            break
+        sleep(retry_interval)
+    return evicted, gone, blocked
+
+
+def wait_gone(refs, present_uids, clock, sleep, deadline, poll_interval):
+    """Poll until no ref's UID is present any more or ``deadline``: the refs still there (a pod that came
+    back under the same name with a new UID counts as gone).  ``present_uids()`` returns a set."""
+    remaining = list(refs)
+    while remaining:
+        present = present_uids()
+        remaining = [ref for ref in remaining if ref["uid"] in present]
+        if not remaining or clock() + poll_interval > deadline:
+            break
+        sleep(poll_interval)
+    return remaining
+
+
+def public(ref, *extra):
+    """A ref as the module returns it."""
+    keys = ("namespace", "name", "uid", "node", "controller") + extra
+    return {key: ref.get(key) for key in keys if key in ref}

@@ -1,0 +1,1647 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Where the kubelet really reads its settings, and the plan that makes them what we want.
+
+The kubelet's effective configuration is: defaults < ``--config`` file < ``--config-dir`` drop-ins
+(``*.conf``, lexical order, JSON merge patch) < command-line flags.  The flags come from the service
+unit (ExecStart after systemd's ``$VAR`` expansion, Environment=, EnvironmentFile=, where an
+EnvironmentFile beats Environment=), or, on k3s/rke2, from the ``kubelet-arg`` lists of the
+distribution's config files.  ``discover`` reads all of that (read-only, each file once);
+``plan`` returns the file changes that make every managed field effective, fixing flags where
+they live instead of writing file values a flag would silently override, and verifies the result
+by discovering again over the planned files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import struct
+import subprocess
+from fractions import Fraction
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import host_path
+
+try:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.error import YAMLError
+
+    HAS_RUAMEL = True
+    RUAMEL_IMPORT_ERROR = None
+except ImportError as _error:  # pragma: no cover - the module reports missing_required_lib
+    HAS_RUAMEL = False
+    RUAMEL_IMPORT_ERROR = _error
+    CommentedMap = dict
+    YAMLError = ValueError
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+FLAVORS = ("kubeadm", "k3s", "rke2")
+SERVICES = {"kubeadm": ("kubelet",), "k3s": ("k3s-agent", "k3s"), "rke2": ("rke2-agent", "rke2-server")}
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+             "/lib/systemd/system", "/usr/lib/systemd/system")
+RANCHER = {
+    "k3s": {"config": "/etc/rancher/k3s/config.yaml", "config_env": "K3S_CONFIG_FILE",
+            "config_dir": "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d"},
+    "rke2": {"config": "/etc/rancher/rke2/config.yaml", "config_env": "RKE2_CONFIG_FILE",
+             "config_dir": "/var/lib/rancher/rke2/agent/etc/kubelet.conf.d"},
+}
+DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+CPU_STATE = "cpu_manager_state"
+MEMORY_STATE = "memory_manager_state"
+
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+TOPOLOGY_SCOPES = ("container", "pod")
+TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
+CPU_POLICIES = ("none", "static")
+MEMORY_POLICIES = ("None", "Static")
+ENFORCE_VALUES = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible",
+                  "kube-reserved-compressible", "none")
+DEFAULTS = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "None", "topologyManagerPolicy": "none",
+            "topologyManagerScope": "container"}
+
+# kubelet flags that take no value (pflag bools); every other flag takes one.
+BOOL_FLAGS = frozenset((
+    "help", "h", "version", "fail-swap-on", "register-node", "register-schedulable", "exit-on-lock-contention",
+    "enable-server", "enable-debugging-handlers", "enable-load-reader", "cgroups-per-qos", "protect-kernel-defaults",
+    "rotate-certificates", "rotate-server-certificates", "serialize-image-pulls", "make-iptables-util-chains",
+    "fail-cgroupv1", "keep-terminated-pod-volumes", "seccomp-default", "alsologtostderr", "logtostderr",
+    "one-output", "skip-headers", "skip-log-headers", "local-storage-capacity-isolation",
+    "enable-controller-attach-detach", "reregister-node",
+))
+# KubeletConfiguration fields whose flag is not the kebab-case of the field name
+# (kubernetes/kubernetes cmd/kubelet/app/options/options.go, AddKubeletConfigFlags).
+FIELD_FLAGS = {
+    "contentType": "kube-api-content-type",
+    "registryPullQPS": "registry-qps",
+    "eventRecordQPS": "event-qps",
+    "makeIPTablesUtilChains": "make-iptables-util-chains",
+    "serverTLSBootstrap": "rotate-server-certificates",
+    "enableContentionProfiling": "contention-profiling",
+    "imageMinimumGCAge": "minimum-image-ttl-duration",
+    "resolverConfig": "resolv-conf",
+    "staticPodURLHeader": "manifest-url-header",
+    "reservedSystemCPUs": "reserved-cpus",
+    "staticPodPath": "pod-manifest-path",
+    "staticPodURL": "manifest-url",
+    "podPidsLimit": "pod-max-pids",
+    "imageGCHighThresholdPercent": "image-gc-high-threshold",
+    "imageGCLowThresholdPercent": "image-gc-low-threshold",
+    "kubeAPIQPS": "kube-api-qps",
+    "kubeAPIBurst": "kube-api-burst",
+    "cgroupsPerQOS": "cgroups-per-qos",
+    "clusterDNS": "cluster-dns",
+    "tlsCipherSuites": "tls-cipher-suites",
+    "tlsMinVersion": "tls-min-version",
+}
+# Map-valued flags that the kubelet merges key by key over the file (all others replace the value).
+MERGED_MAP_FIELDS = ("featureGates",)
+# Map-valued flags (cliflag.MapStringString and friends in options.go): the first occurrence replaces the file's
+# map, later occurrences add to it.  ``--eviction-hard``/``--eviction-soft`` write ``signal<quantity``
+# (cliflag.NewLangleSeparatedMapStringString); the policy-option maps take one ``key=value`` per occurrence and do
+# not split on commas (cliflag.NewMapStringStringNoSplit).
+MAP_FLAG_FIELDS = ("featureGates", "kubeReserved", "systemReserved", "evictionHard", "evictionSoft",
+                   "evictionSoftGracePeriod", "evictionMinimumReclaim", "qosReserved", "cpuManagerPolicyOptions",
+                   "topologyManagerPolicyOptions")
+LANGLE_MAP_FIELDS = ("evictionHard", "evictionSoft")
+NOSPLIT_MAP_FIELDS = ("cpuManagerPolicyOptions", "topologyManagerPolicyOptions")
+# Fields the kubelet reads only from a configuration file: no command-line flag sets them.
+FLAGLESS_FIELDS = ("memoryThrottlingFactor", "memoryReservationPolicy", "shutdownGracePeriod",
+                   "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority", "memorySwap")
+# kubeadm: `kubeadm upgrade node` rewrites this file from the kubelet-config ConfigMap (kubernetes/website
+# content/en/docs/reference/setup-tools/kubeadm/generated/kubeadm_upgrade_node_phase_kubelet-config.md) and may
+# regenerate kubeadm-flags.env; the --config-dir drop-ins and /etc/default|sysconfig/kubelet are never touched.
+KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
+KUBEADM_FLAGS_ENV = "/var/lib/kubelet/kubeadm-flags.env"
+# k3s (and rke2, which embeds the same agent) read kubelet drop-ins correctly only from v1.32 on: the kubelet
+# merged drop-ins through its internal types before kubernetes/kubernetes#127421 (k3s-io/docs#433, k3s-io/k3s#2116).
+RANCHER_DROPIN_SINCE = (1, 32)
+# kubelet flags k3s/rke2 pass themselves before the kubelet-arg entries (a kubelet-arg of the same name replaces
+# them): k3s-io/k3s pkg/daemons/agent/agent_linux.go.  Only those that matter to a check here.
+RANCHER_BUILTIN_FLAGS = ("--eviction-hard=imagefs.available<5%,nodefs.available<5%",)
+# kubelet default for evictionHard memory.available (kubernetes/kubernetes pkg/kubelet/eviction/defaults_linux.go,
+# applied in cmd/kubelet/app/server.go loadConfigFile when the file sets no evictionHard).
+DEFAULT_EVICTION_MEMORY = "100Mi"
+VERSION_RE = re.compile(r"(?:\b(k3s|rke2) version|Kubernetes) v(\d+)\.(\d+)\.(\d+)\S*")
+QUANTITY_PARTS_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m))?$")
+QUANTITY_SUFFIX = {None: 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
+                   "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+                   "m": Fraction(1, 1000)}
+DROPIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.conf$")
+FIELD_RE = re.compile(r"^[a-z][A-Za-z0-9]*$")
+CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[KMGTPE]i?|m|k)?$")
+
+
+def flag_for_field(field):
+    if field in FIELD_FLAGS:
+        return FIELD_FLAGS[field]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", field).lower()
+
+
+def _plain(value):
+    """ruamel's round-trip types as plain Python values (for comparison and return values)."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def _show(value):
+    return json.dumps(_plain(value), sort_keys=True)
+
+
+def _same(left, right):
+    left, right = _plain(left), _plain(right)
+    if isinstance(left, bool) or isinstance(right, bool):
+        return left is right
+    return left == right
+
+
+# --------------------------------------------------------------------------------------------
+# reading the node
+
+
+class NodeReader:
+    """Read-only access to the node's files below ``root``, each file read once."""
+
+    def __init__(self, root="/", overlay=None):
+        self.root = root
+        self._cache = {}
+        self.overlay = overlay or {}
+
+    def path(self, node_path):
+        return host_path(self.root, node_path)
+
+    def read(self, node_path):
+        if node_path in self.overlay:
+            return self.overlay[node_path]
+        if node_path not in self._cache:
+            self._cache[node_path] = _files.read_text(self.path(node_path))
+        return self._cache[node_path]
+
+    def isdir(self, node_path):
+        return os.path.isdir(self.path(node_path))
+
+    def files_below(self, node_path):
+        """Relative paths of the regular files below a directory (recursively), sorted; overlay included."""
+        found = set()
+        top = self.path(node_path)
+        for dirpath, _dirs, names in os.walk(top):
+            for name in names:
+                found.add(os.path.relpath(os.path.join(dirpath, name), top))
+        prefix = node_path.rstrip("/") + "/"
+        for path, text in self.overlay.items():
+            if path.startswith(prefix):
+                if text is None:
+                    found.discard(path[len(prefix):])
+                else:
+                    found.add(path[len(prefix):])
+        return sorted(found)
+
+    def with_overlay(self, overlay):
+        reader = NodeReader(self.root, dict(self.overlay, **overlay))
+        reader._cache = self._cache
+        return reader
+
+
+class Origin:
+    """Where a flag comes from."""
+
+    def __init__(self, kind, path=None, variable=None, index=None):
+        self.kind = kind  # envfile, unit-env, exec, rancher-config, default
+        self.path = path
+        self.variable = variable
+        self.index = index
+
+    def describe(self):
+        if self.kind == "envfile":
+            return "%s in %s" % (self.variable, self.path)
+        if self.kind == "unit-env":
+            return "Environment=%s in %s" % (self.variable, self.path)
+        if self.kind == "exec":
+            return "ExecStart= in %s" % self.path
+        if self.kind == "rancher-config":
+            return "%s[%d] in %s" % (self.variable, self.index, self.path)
+        return "built-in default of the distribution"
+
+    def as_dict(self):
+        pairs = (("kind", self.kind), ("path", self.path), ("variable", self.variable), ("index", self.index))
+        return {key: value for key, value in pairs if value is not None}
+
+
+class Flag:
+    def __init__(self, name, value, origin):
+        self.name = name
+        self.value = value
+        self.origin = origin
+
+    def text(self):
+        return "--%s" % self.name if self.value is None else "--%s=%s" % (self.name, self.value)
+
+
+def parse_unit_text(text, path):
+    """[(section, key, value)] of a unit file or drop-in, continuation lines joined."""
+    entries = []
+    section = None
+    pending = ""
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        if "=" not in line:
+            raise GpuhardenError("%s: line %d is not Key=Value: %r" % (path, lineno, line))
+        key, value = line.split("=", 1)
+        entries.append((section, key.strip(), value.strip()))
+    return entries
+
+
+def _unit_specifiers(value, unit_name):
+    base = unit_name.rsplit(".", 1)[0]
+    return re.sub(r"%([nN%])", lambda m: {"n": unit_name, "N": base, "%": "%"}[m.group(1)], value)
+
+
+def find_unit(reader, service):
+    name = service if "." in service else service + ".service"
+    for directory in UNIT_DIRS:
+        path = "%s/%s" % (directory, name)
+        if reader.read(path) is not None:
+            return name, path
+    return name, None
+
+
+def load_unit(reader, service):
+    """The service's [Service] settings after its drop-ins, as systemd merges them."""
+    name, main = find_unit(reader, service)
+    if main is None:
+        raise GpuhardenError("service %s: no unit file %s in %s" % (service, name, ", ".join(UNIT_DIRS)))
+    dropins = {}
+    for directory in reversed(UNIT_DIRS):  # same-named drop-ins in earlier dirs mask later ones
+        dropin_dir = "%s/%s.d" % (directory, name)
+        if reader.isdir(dropin_dir):
+            for rel in reader.files_below(dropin_dir):
+                if "/" not in rel and rel.endswith(".conf"):
+                    dropins[rel] = "%s/%s" % (dropin_dir, rel)
+    fragments = [main] + [dropins[key] for key in sorted(dropins)]
+    unit = {"name": name, "path": main, "fragments": fragments, "exec_start": None, "environment": [],
+            "environment_files": []}
+    for path in fragments:
+        for section, key, value in parse_unit_text(reader.read(path), path):
+            if section != "Service":
+                continue
+            if key == "ExecStart":
+                unit["exec_start"] = (value, path) if value else None
+            elif key == "Environment":
+                if not value:
+                    unit["environment"] = []
+                    continue
+                try:
+                    items = shlex.split(value)
+                except ValueError as error:
+                    raise GpuhardenError("%s: Environment=%s: %s" % (path, value, error)) from None
+                for item in items:
+                    var, _sep, val = item.partition("=")
+                    unit["environment"].append((var, val, path))
+            elif key == "EnvironmentFile":
+                if not value:
+                    unit["environment_files"] = []
+                    continue
+                optional = value.startswith("-")
+                unit["environment_files"].append((_unit_specifiers(value.lstrip("-"), name), optional, path))
+    if unit["exec_start"] is None:
+        raise GpuhardenError("service %s: %s and its drop-ins set no ExecStart=" % (service, main))
+    return unit
+
+
+class EnvFile:
+    """An EnvironmentFile= (KEY=VALUE lines) that can be rewritten one variable at a time."""
+
+    LINE_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+    def __init__(self, path, text):
+        self.path = path
+        self.text = text
+        self.lines = text.split("\n")
+        self.values = {}
+        self.where = {}
+        index = 0
+        while index < len(self.lines):
+            line = self.lines[index]
+            start = index
+            index += 1
+            stripped = line.strip()
+            if not stripped or stripped[0] in "#;":
+                continue
+            while line.endswith("\\") and index < len(self.lines):
+                line = line[:-1] + self.lines[index]
+                index += 1
+            match = self.LINE_RE.match(line)
+            if not match:
+                raise GpuhardenError("%s: line %d is not KEY=VALUE: %r" % (path, start + 1, stripped))
+            raw = match.group(3)
+            quote = ""
+            if raw[:1] in ("'", '"'):
+                quote = raw[0]
+                if len(raw) < 2 or not raw.endswith(quote):
+                    raise GpuhardenError("%s: line %d: unterminated %s quote in %s=%s"
+                                         % (path, start + 1, quote, match.group(2), raw))
+                raw = raw[1:-1]
+                if quote == '"':
+                    raw = re.sub(r'\\(["\\$`])', r"\1", raw)
+            self.values[match.group(2)] = raw
+            self.where[match.group(2)] = (start, index, match.group(1), quote)
+
+    def set(self, variable, value):
+        start, end, prefix, quote = self.where[variable]
+        if end - start > 1:
+            raise GpuhardenError("%s: %s spans continuation lines; edit it by hand" % (self.path, variable))
+        written = value.replace("\\", "\\\\").replace('"', '\\"') if quote == '"' else value
+        self.lines[start] = "%s%s=%s%s%s" % (prefix, variable, quote, written, quote)
+        self.values[variable] = value
+
+    def render(self):
+        return "\n".join(self.lines)
+
+
+def unit_environment(reader, unit):
+    """{NAME: (value, Origin)} and the parsed env files; EnvironmentFile= beats Environment=."""
+    values = {}
+    for var, val, path in unit["environment"]:
+        values[var] = (val, Origin("unit-env", path, var))
+    env_files = {}
+    for path, optional, unit_path in unit["environment_files"]:
+        text = reader.read(path)
+        if text is None:
+            if optional:
+                continue
+            raise GpuhardenError("%s: EnvironmentFile=%s does not exist, so %s cannot start"
+                                 % (unit_path, path, unit["name"]))
+        env_file = EnvFile(path, text)
+        env_files[path] = env_file
+        for var, val in env_file.values.items():
+            values[var] = (val, Origin("envfile", path, var))
+    return values, env_files
+
+
+def exec_tokens(unit, env):
+    """ExecStart= as (word, Origin) after systemd's variable expansion."""
+    line, path = unit["exec_start"]
+    line = line.lstrip("-@+!:")
+    try:
+        words = shlex.split(line)
+    except ValueError as error:
+        raise GpuhardenError("%s: ExecStart=%s: %s" % (path, line, error)) from None
+    exec_origin = Origin("exec", path)
+    tokens = []
+    for word in words:
+        whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)|\$\{([A-Za-z_][A-Za-z0-9_]*)\}", word)
+        if whole:
+            value, origin = env.get(whole.group(1) or whole.group(2), ("", None))
+            parts = value.split() if whole.group(1) else ([value] if value else [])
+            tokens.extend((part, origin or exec_origin) for part in parts)
+            continue
+        expanded = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m.group(1), ("", None))[0], word)
+        tokens.append((expanded, exec_origin))
+    return tokens
+
+
+def parse_flags(tokens):
+    """pflag-like: [(word, origin)] -> [Flag], names normalised (``_`` -> ``-``)."""
+    flags = []
+    index = 0
+    while index < len(tokens):
+        word, origin = tokens[index]
+        index += 1
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            continue
+        body = word.lstrip("-")
+        if "=" in body:
+            name, value = body.split("=", 1)
+        elif body.replace("_", "-") in BOOL_FLAGS or index >= len(tokens):
+            name, value = body, None
+        else:
+            name, value = body, tokens[index][0]
+            index += 1
+        flags.append(Flag(name.replace("_", "-"), value, origin))
+    return flags
+
+
+def last_flag(flags, name):
+    found = [flag for flag in flags if flag.name == name]
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------------------------
+# YAML documents
+
+
+def _yaml():
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    return yaml
+
+
+def _sequence_indent(text):
+    """(sequence, offset) for ruamel from the first block sequence under a key in ``text``."""
+    lines = text.splitlines()
+    for number, line in enumerate(lines[1:], 1):
+        stripped = line.lstrip()
+        if stripped.startswith("- ") or stripped == "-":
+            parent = lines[number - 1]
+            if parent.rstrip().endswith(":"):
+                offset = max(0, len(line) - len(stripped) - (len(parent) - len(parent.lstrip())))
+                return offset + 2, offset
+            break
+    return 2, 0
+
+
+class YamlFile:
+    """A YAML file loaded once for a round-trip edit (comments and order kept)."""
+
+    def __init__(self, path, text, what):
+        self.path = path
+        self.text = text
+        self.modified = False
+        if text is None:
+            self.doc = None
+            return
+        try:
+            doc = _yaml().load(text)
+        except YAMLError as error:
+            raise GpuhardenError("%s: not valid YAML (%s): %s" % (path, what, str(error).replace("\n", " "))) from None
+        if doc is None:
+            doc = CommentedMap()
+        if not isinstance(doc, dict):
+            raise GpuhardenError("%s: the %s must be a YAML mapping, found %s" % (path, what, type(_plain(doc)).__name__))
+        self.doc = doc
+
+    def render(self):
+        if not self.modified:
+            return self.text
+        yaml = _yaml()
+        sequence, offset = _sequence_indent(self.text or "")
+        yaml.indent(mapping=2, sequence=sequence, offset=offset)
+        stream = io.StringIO()
+        yaml.dump(self.doc, stream)
+        return stream.getvalue()
+
+
+class KubeletConfigFile(YamlFile):
+    def __init__(self, path, text, dropin):
+        super().__init__(path, text, "kubelet drop-in" if dropin else "KubeletConfiguration file")
+        self.dropin = dropin
+        if self.doc is None:
+            return
+        # The kubelet refuses an empty --config file ("kubelet config file ... was empty") and decodes it with the
+        # universal decoder, which needs apiVersion and kind (kubernetes/kubernetes
+        # pkg/kubelet/kubeletconfig/configfiles/configfiles.go, .../util/codec/codec.go); a drop-in without them, or
+        # with another group/version/kind than kubelet.config.k8s.io/v1beta1 KubeletConfiguration, is refused in
+        # cmd/kubelet/app/server.go mergeKubeletConfigurations.  KubeletConfiguration exists only in v1beta1.
+        what = "kubelet drop-in" if dropin else "kubelet config file"
+        if not (text or "").strip():
+            raise GpuhardenError("%s: the %s is empty; the kubelet refuses it (it needs at least apiVersion: %s and "
+                                 "kind: %s)" % (path, what, API_VERSION, KIND))
+        missing = [field for field in ("apiVersion", "kind") if self.doc.get(field) is None]
+        if missing:
+            raise GpuhardenError("%s: %s without %s (the kubelet refuses it; expected apiVersion: %s, kind: %s)"
+                                 % (path, what, " and ".join(missing), API_VERSION, KIND))
+        for field, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+            value = self.doc.get(field)
+            if value != expected:
+                raise GpuhardenError("%s: %s is %r, expected %r (the kubelet refuses it)" % (path, field, _plain(value), expected))
+
+    def lookup(self, path):
+        """(state, value): state 'absent' (says nothing), 'unset' (null / replaced by a non-map), 'set'."""
+        if self.doc is None:
+            return "absent", None
+        node = self.doc
+        for depth, key in enumerate(path):
+            if not isinstance(node, dict):
+                return "unset", None
+            if key not in node:
+                return "absent", None
+            node = node[key]
+            if node is None:
+                return "unset", None
+            if depth < len(path) - 1 and not isinstance(node, dict):
+                return "unset", None
+        return "set", node
+
+    def assign(self, path, value):
+        """Set one field path; True when the file changes."""
+        node = self.doc
+        for key in path[:-1]:
+            child = node.get(key)
+            if child is None:
+                child = CommentedMap()
+                node[key] = child
+            elif not isinstance(child, dict):
+                raise GpuhardenError("%s: field %s is %s, expected a mapping" % (self.path, key, _show(child)))
+            node = child
+        if path[-1] in node and _same(node[path[-1]], value):
+            return False
+        node[path[-1]] = value
+        self.modified = True
+        return True
+
+    def remove_override(self, path):
+        """Remove what this file says about ``path`` (the leaf, or the null / non-map above it)."""
+        node = self.doc
+        for depth, key in enumerate(path):
+            if not isinstance(node, dict) or key not in node:
+                return
+            child = node[key]
+            if depth == len(path) - 1 or child is None or not isinstance(child, dict):
+                del node[key]
+                self.modified = True
+                return
+            node = child
+
+
+def new_dropin_text(path):
+    return ("# Managed by gpuharden.k8s.kubelet_config: settings the kubelet must have on this node.\n"
+            "apiVersion: %s\nkind: %s\n" % (API_VERSION, KIND))
+
+
+# --------------------------------------------------------------------------------------------
+# discovery
+
+
+def detect_service(reader, service, flavor):
+    if service != "auto":
+        return service
+    candidates = SERVICES[flavor] if flavor != "auto" else tuple(name for names in SERVICES.values() for name in names)
+    found = [name for name in candidates if find_unit(reader, name)[1] is not None]
+    if not found:
+        raise GpuhardenError("no kubelet service found: none of %s has a unit file in %s; set option service"
+                             % (", ".join(candidates), ", ".join(UNIT_DIRS)))
+    if len(found) > 1:
+        raise GpuhardenError("more than one kubelet service unit found (%s); set option service to the one that runs"
+                             % ", ".join(found))
+    return found[0]
+
+
+def detect_flavor(flavor, service, unit):
+    if flavor != "auto":
+        return flavor
+    words = unit["exec_start"][0].lstrip("-@+!:").split()
+    binary = os.path.basename(words[0]) if words else ""
+    for name in ("k3s", "rke2"):
+        if service.startswith(name) or binary == name:
+            return name
+    return "kubeadm"
+
+
+def _default_run_command(argv):
+    """(rc, stdout, stderr) of a command, C locale; the module passes AnsibleModule.run_command instead."""
+    env = dict(os.environ, LANG="C", LC_ALL="C")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        return 127, "", str(error)
+    return done.returncode, done.stdout, done.stderr
+
+
+class DistributionVersion:
+    """The k3s/rke2 version: option distribution_version, else ``<ExecStart binary> --version`` (read once)."""
+
+    def __init__(self, root="/", given=None, run_command=None):
+        self.root = root
+        self.given = given
+        self.run_command = run_command or _default_run_command
+        self.found = None
+
+    def parse(self, text, source):
+        match = VERSION_RE.search(text or "")
+        if not match:
+            return None
+        return {"version": match.group(0).split()[-1], "minor": (int(match.group(2)), int(match.group(3))),
+                "source": source}
+
+    def require(self, flavor, binary):
+        if self.found is not None:
+            return self.found
+        if self.given:
+            found = self.parse("Kubernetes v" + self.given.strip().lstrip("v"), "option distribution_version")
+            if found is None:
+                raise GpuhardenError("option distribution_version=%r: not a version such as v1.31.4+%s1"
+                                     % (self.given, flavor))
+            self.found = found
+            return found
+        why = "the unit's ExecStart= names no program"
+        if binary:
+            path = host_path(self.root, binary)
+            if not os.path.isfile(path) or not os.access(path, os.X_OK):
+                why = "%s is not an executable file" % path
+            else:
+                rc, out, err = self.run_command([path, "--version"])
+                found = self.parse(out, "%s --version" % binary) if rc == 0 else None
+                if found is not None:
+                    self.found = found
+                    return found
+                why = "%s --version answered rc=%s: %s" % (binary, rc, (out or err or "").strip()[:200] or "nothing")
+        # Never guessed: before v1.32 the kubelet drop-in directory must not be written (RANCHER_DROPIN_SINCE).
+        raise GpuhardenError("%s: cannot tell the %s version (%s); %s before v1.32 reads no kubelet drop-in "
+                             "directory, so the place to write depends on it. Set option distribution_version (the "
+                             "node's status.nodeInfo.kubeletVersion, e.g. v1.31.4+%s1)" % (flavor, flavor, why, flavor, flavor))
+
+
+def _arg_name(entry):
+    return str(entry).lstrip("-").split("=", 1)[0].replace("_", "-")
+
+
+def rancher_kubelet_args(reader, flavor, tokens, env, dropins=True):
+    """kubelet flags of a k3s/rke2 node: the distribution's own (its --config-dir from v1.32 on), then kubelet-arg.
+
+    Also returns the loaded config files and where a new kubelet-arg entry goes: the last file whose list the
+    distribution uses (``kubelet-arg`` replaces the lists before it, ``kubelet-arg+`` appends)."""
+    settings = RANCHER[flavor]
+    config = env.get(settings["config_env"], (settings["config"], None))[0] or settings["config"]
+    exec_args = []
+    index = 1
+    while index < len(tokens):
+        word, origin = tokens[index]
+        index += 1
+        for option in ("--config", "-c", "--kubelet-arg"):
+            if word == option and index < len(tokens):
+                value = tokens[index][0]
+                index += 1
+            elif word.startswith(option + "="):
+                value = word[len(option) + 1:]
+            else:
+                continue
+            if option == "--kubelet-arg":
+                exec_args.append(("--" + value.lstrip("-"), origin))
+            else:
+                config = value
+            break
+    yaml_files = {}
+    files = [config]
+    config_d = config + ".d"
+    if reader.isdir(config_d):
+        files += ["%s/%s" % (config_d, rel) for rel in reader.files_below(config_d)
+                  if "/" not in rel and rel.endswith((".yaml", ".yml"))]
+    yaml_args = []
+    arg_target = None
+    for path in files:
+        loaded = YamlFile(path, reader.read(path), "%s config file" % flavor)
+        if loaded.doc is None:
+            continue
+        yaml_files[path] = loaded
+        for key in ("kubelet-arg", "kubelet-arg+"):
+            if key not in loaded.doc:
+                continue
+            value = loaded.doc[key]
+            if isinstance(value, str):
+                raise GpuhardenError("%s: %s is a string (%r); gpuharden needs the list form to edit it"
+                                     % (path, key, value))
+            if value is not None and (not isinstance(value, list) or not all(isinstance(item, str) for item in value)):
+                raise GpuhardenError("%s: %s must be a list of strings, found %s" % (path, key, _show(value)))
+            entries = [("--" + item.lstrip("-"), Origin("rancher-config", path, key, number))
+                       for number, item in enumerate(value or [])]
+            yaml_args = entries if key == "kubelet-arg" else yaml_args + entries
+            if value is not None:
+                arg_target = (path, key)
+    user_args = exec_args if exec_args else yaml_args
+    user_names = {_arg_name(word) for word, _origin in user_args}
+    if dropins:
+        default = [("--config-dir=" + settings["config_dir"], Origin("default"))]
+    else:
+        # Before v1.32 the distribution passes its defaults as flags; a kubelet-arg of the same name replaces one.
+        default = [(word, Origin("default")) for word in RANCHER_BUILTIN_FLAGS if _arg_name(word) not in user_names]
+    arg_info = {"exec": bool(exec_args), "target": arg_target or (config, "kubelet-arg")}
+    return parse_flags([("kubelet", None)] + default + user_args), yaml_files, arg_info
+
+
+def _exec_binary(unit):
+    words = unit["exec_start"][0].lstrip("-@+!:").split()
+    return words[0] if words else None
+
+
+def discover(reader, service="auto", flavor="auto", versions=None):
+    """Everything the kubelet reads, parsed: unit, env files, flags, config file and drop-ins."""
+    service = detect_service(reader, service, flavor)
+    unit = load_unit(reader, service)
+    flavor = detect_flavor(flavor, service, unit)
+    env, env_files = unit_environment(reader, unit)
+    tokens = exec_tokens(unit, env)
+    rancher_files = {}
+    arg_info = None
+    version = None
+    legacy = False
+    if flavor == "kubeadm":
+        flags = parse_flags(tokens[1:])
+    else:
+        version = (versions or DistributionVersion(reader.root)).require(flavor, _exec_binary(unit))
+        legacy = version["minor"] < RANCHER_DROPIN_SINCE
+        flags, rancher_files, arg_info = rancher_kubelet_args(reader, flavor, tokens, env, dropins=not legacy)
+    config_flag = last_flag(flags, "config")
+    dir_flag = last_flag(flags, "config-dir")
+    config_path = config_flag.value if config_flag else None
+    config_dir = dir_flag.value.rstrip("/") if dir_flag and dir_flag.value else None
+    if not config_path and not config_dir and not legacy:
+        raise GpuhardenError("service %s: the kubelet is started without --config or --config-dir (%s), so it reads "
+                             "no configuration file; add --config first" % (service, unit["path"]))
+    layers = []
+    if config_path:
+        text = reader.read(config_path)
+        if text is None:
+            raise GpuhardenError("%s: the kubelet's --config file does not exist (from %s)"
+                                 % (config_path, config_flag.origin.describe()))
+        layers.append(KubeletConfigFile(config_path, text, dropin=False))
+    dropin_names = []
+    if config_dir:
+        for rel in reader.files_below(config_dir):
+            if rel.endswith(".conf"):
+                path = "%s/%s" % (config_dir, rel)
+                dropin_names.append(rel)
+                layers.append(KubeletConfigFile(path, reader.read(path), dropin=True))
+    root_flag = last_flag(flags, "root-dir")
+    return {
+        "service": service, "flavor": flavor, "unit": unit, "env_files": env_files, "flags": flags,
+        "rancher_files": rancher_files, "config": config_path, "config_dir": config_dir, "layers": layers,
+        "dropin_names": dropin_names, "root_dir": root_flag.value if root_flag and root_flag.value else DEFAULT_ROOT_DIR,
+        "version": version, "kubelet_args_only": legacy, "kubelet_arg": arg_info,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# effective values
+
+
+def parse_map_flag(value, field=None):
+    """One occurrence of a map flag as {key: value} (``<`` for the eviction thresholds, one pair for NoSplit maps)."""
+    separator = "<" if field in LANGLE_MAP_FIELDS else "="
+    items = [value or ""] if field in NOSPLIT_MAP_FIELDS else (value or "").split(",")
+    result = {}
+    for item in items:
+        if item.strip():
+            key, _sep, val = item.partition(separator)
+            result[key.strip()] = val.strip()
+    return result
+
+
+def flag_map(found, field):
+    """All occurrences of a map flag: the first replaces the file's map, the next ones add to it."""
+    result = {}
+    for flag in found:
+        result.update(parse_map_flag(flag.value, field))
+    return result
+
+
+def parse_reserved_memory(values):
+    """--reserved-memory occurrences ("0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi") as reservedMemory."""
+    result = []
+    for value in values:
+        for part in (value or "").split(";"):
+            if not part.strip():
+                continue
+            numa, _sep, limits = part.partition(":")
+            try:
+                numa_node = int(numa)
+            except ValueError:
+                numa_node = numa
+            result.append({"numaNode": numa_node, "limits": parse_map_flag(limits)})
+    return result
+
+
+def flag_setting(flags, path, desired):
+    """(Flag or None, value as the kubelet would read it) for a field path set by a flag."""
+    field = path[0]
+    name = flag_for_field(field)
+    found = [flag for flag in flags if flag.name == name]
+    if not found:
+        return None, None
+    if field in MERGED_MAP_FIELDS:
+        if len(path) < 2:
+            return found[-1], {key: val for flag in found for key, val in parse_map_flag(flag.value).items()}
+        setter = None
+        for flag in found:
+            if path[1] in parse_map_flag(flag.value):
+                setter = flag
+        return (setter, parse_map_flag(setter.value)[path[1]]) if setter else (None, None)
+    if field == "reservedMemory":
+        return found[-1], parse_reserved_memory([flag.value for flag in found])
+    if field in MAP_FLAG_FIELDS:
+        merged = flag_map(found, field)
+        return found[-1], (merged.get(path[1]) if len(path) > 1 else merged)
+    value = found[-1].value
+    if value is None and name in BOOL_FLAGS:
+        value = "true"  # pflag: a bool flag without a value means true
+    if len(path) > 1:
+        return found[-1], parse_map_flag(value).get(path[1])
+    if isinstance(desired, list):
+        return found[-1], [item.strip() for item in (value or "").split(",") if item.strip()]
+    return found[-1], value
+
+
+def flag_agrees(flag_value, desired):
+    if flag_value is None:
+        return desired is None
+    if isinstance(desired, bool):
+        return str(flag_value).lower() == str(desired).lower()
+    if isinstance(desired, (int, float)):
+        try:
+            return float(flag_value) == float(desired)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(desired, list) and desired and isinstance(desired[0], dict):
+        return _plain(flag_value) == _plain(desired)
+    if isinstance(desired, dict):
+        return {str(k): str(v) for k, v in (flag_value or {}).items()} == {str(k): str(v) for k, v in desired.items()}
+    return _plain(flag_value) == _plain(desired)
+
+
+def effective(view, path, desired=None):
+    """{value, source} of one field path: the last file layer that sets it, unless a flag does."""
+    value, source = DEFAULTS.get(path[0]) if len(path) == 1 else None, {"kind": "default"}
+    for layer in view["layers"]:
+        state, found = layer.lookup(path)
+        if state == "absent":
+            continue
+        kind = "dropin" if layer.dropin else "file"
+        value, source = (_plain(found), {"kind": kind, "path": layer.path}) if state == "set" else (None, {
+            "kind": kind, "path": layer.path, "unset": True})
+    flag, flag_value = flag_setting(view["flags"], path, desired)
+    if flag is not None:
+        value = flag_value
+        source = dict(flag.origin.as_dict(), kind="flag", flag=flag.text(), where=flag.origin.kind)
+    return {"value": value, "source": source, "flag": flag}
+
+
+def effective_matches(entry, desired):
+    if entry["flag"] is not None:
+        return flag_agrees(entry["value"], desired)
+    return _same(entry["value"], desired)
+
+
+# --------------------------------------------------------------------------------------------
+# desired state from the module's options
+
+
+def _fail_option(option, value, why):
+    raise GpuhardenError("option %s=%s: %s" % (option, _show(value), why))
+
+
+ONLINE_CPUS = "/sys/devices/system/cpu/online"
+
+
+def cpu_set(text):
+    """The CPUs of a Linux CPU list such as ``0-3,8`` (the format of sysfs and of reservedSystemCPUs)."""
+    cpus = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        low, _sep, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def format_cpu_set(cpus):
+    return ",".join(str(cpu) for cpu in sorted(cpus))
+
+
+def _check_cpulist(option, value):
+    if not isinstance(value, str) or not CPULIST_RE.match(value.replace(" ", "")):
+        _fail_option(option, value, "not a CPU list such as 0-1 or 0,64")
+    for part in value.replace(" ", "").split(","):
+        low, _sep, high = part.partition("-")
+        if high and int(high) < int(low):
+            _fail_option(option, value, "range %s runs backwards" % part)
+    return value.replace(" ", "")
+
+
+def _check_quantities(option, value):
+    if not isinstance(value, dict) or not value:
+        _fail_option(option, value, "expected a non-empty mapping of resource name to quantity")
+    result = {}
+    for key, quantity in value.items():
+        if isinstance(quantity, bool) or not isinstance(quantity, (str, int)):
+            _fail_option(option, value, "%s must be a quantity such as 1Gi, found %s" % (key, _show(quantity)))
+        if not QUANTITY_RE.match(str(quantity)):
+            _fail_option(option, value, "%s=%s is not a Kubernetes quantity" % (key, quantity))
+        result[str(key)] = str(quantity)
+    return result
+
+
+def _check_reserved_memory(option, value):
+    if not isinstance(value, list) or not value:
+        _fail_option(option, value, "expected a non-empty list of {numaNode, limits}")
+    result = []
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != {"numaNode", "limits"}:
+            _fail_option(option, value, "each entry needs exactly numaNode and limits, found %s" % _show(entry))
+        numa = entry["numaNode"]
+        if isinstance(numa, bool) or not isinstance(numa, int) or numa < 0:
+            _fail_option(option, value, "numaNode must be a NUMA node number >= 0, found %s" % _show(numa))
+        result.append({"numaNode": numa, "limits": _check_quantities("%s[numaNode=%d].limits" % (option, numa),
+                                                                     entry["limits"])})
+    return result
+
+
+def _check_choice(option, value, choices):
+    if value not in choices:
+        _fail_option(option, value, "unknown value, expected one of %s" % ", ".join(choices))
+    return value
+
+
+def _check_topology_options(option, value):
+    if not isinstance(value, dict):
+        _fail_option(option, value, "expected a mapping of policy option to value")
+    result = {}
+    for key, item in value.items():
+        if key not in TOPOLOGY_OPTIONS:
+            _fail_option(option, value, "unknown topology manager policy option %r, expected one of %s"
+                         % (key, ", ".join(TOPOLOGY_OPTIONS)))
+        if key == "prefer-closest-numa-nodes":
+            text = str(item).lower()
+            if text not in ("true", "false"):
+                _fail_option(option, value, "%s must be true or false, found %s" % (key, _show(item)))
+        else:
+            text = str(item)
+            if isinstance(item, bool) or not text.isdigit() or int(text) < 1:
+                _fail_option(option, value, "%s must be a positive integer, found %s" % (key, _show(item)))
+        result[key] = text
+    return result
+
+
+SETTING_CHECKS = {
+    "topologyManagerPolicy": lambda o, v: _check_choice(o, v, TOPOLOGY_POLICIES),
+    "topologyManagerScope": lambda o, v: _check_choice(o, v, TOPOLOGY_SCOPES),
+    "topologyManagerPolicyOptions": _check_topology_options,
+    "cpuManagerPolicy": lambda o, v: _check_choice(o, v, CPU_POLICIES),
+    "memoryManagerPolicy": lambda o, v: _check_choice(o, v, MEMORY_POLICIES),
+    "reservedSystemCPUs": _check_cpulist,
+    "reservedMemory": _check_reserved_memory,
+    "kubeReserved": _check_quantities,
+    "systemReserved": _check_quantities,
+}
+
+
+def _check_setting(option, field, value):
+    if field in SETTING_CHECKS:
+        return SETTING_CHECKS[field](option, value)
+    if field == "featureGates":
+        if not isinstance(value, dict) or not all(isinstance(item, bool) for item in value.values()):
+            _fail_option(option, value, "expected a mapping of feature gate name to true/false")
+        return dict(value)
+    if field == "memoryThrottlingFactor":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            _fail_option(option, value, "expected a number greater than 0 and at most 1 (kubelet default 0.9)")
+        return float(value)
+    if field == "enforceNodeAllocatable":
+        if not isinstance(value, list) or not all(isinstance(item, str) and item in ENFORCE_VALUES for item in value):
+            _fail_option(option, value, "expected a list drawn from %s" % ", ".join(ENFORCE_VALUES))
+        return list(value)
+    if field == "memoryReservationPolicy":
+        return _check_choice(option, value, ("None", "TieredReservation"))
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            _fail_option(option, value, "keys must be strings")
+        return {key: _check_setting("%s.%s" % (option, key), key, item) for key, item in value.items()}
+    return value
+
+
+def desired_config(params):
+    """The managed KubeletConfiguration fields (nested dict) from the module's options."""
+    desired = {}
+    settings = params.get("settings") or {}
+    if not isinstance(settings, dict):
+        _fail_option("settings", settings, "expected a mapping of KubeletConfiguration fields")
+    for field, value in settings.items():
+        if not isinstance(field, str) or not FIELD_RE.match(field):
+            _fail_option("settings", {str(field): value}, "%r is not a KubeletConfiguration field name" % field)
+        if field in ("apiVersion", "kind"):
+            _fail_option("settings.%s" % field, value, "is fixed (%s)" % (API_VERSION if field == "apiVersion" else KIND))
+        if value is None:
+            _fail_option("settings.%s" % field, value, "null is not a value; leave the field out to not manage it")
+        desired[field] = _check_setting("settings.%s" % field, field, value)
+    options = (
+        ("topology_manager_policy", "topologyManagerPolicy"),
+        ("topology_manager_scope", "topologyManagerScope"),
+        ("topology_manager_policy_options", "topologyManagerPolicyOptions"),
+        ("cpu_manager_policy", "cpuManagerPolicy"),
+        ("reserved_system_cpus", "reservedSystemCPUs"),
+        ("memory_manager_policy", "memoryManagerPolicy"),
+        ("reserved_memory", "reservedMemory"),
+    )
+    for option, field in options:
+        value = params.get(option)
+        if value is None:
+            continue
+        value = _check_setting(option, field, value)
+        if field in desired and not _same(desired[field], value):
+            _fail_option("settings.%s" % field, desired[field], "conflicts with option %s=%s" % (option, _show(value)))
+        desired[field] = value
+    return desired
+
+
+def leaves(desired, prefix=()):
+    """[(path, value)]: dicts are merged key by key, everything else is one value."""
+    result = []
+    for key, value in desired.items():
+        if isinstance(value, dict) and value and key != "reservedMemory":
+            result.extend(leaves(value, prefix + (key,)))
+        else:
+            result.append((prefix + (key,), value))
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+
+
+def _fix_token_flags(tokens, field, leaf_keys):
+    """Rewrite a flag list (words) so it no longer sets ``field`` (or, for merged maps, the given keys)."""
+    name = flag_for_field(field)
+    out = []
+    index = 0
+    removed = []
+    while index < len(tokens):
+        word = tokens[index]
+        index += 1
+        body = word.lstrip("-") if word.startswith("-") and word != "-" else None
+        if body is None:
+            out.append(word)
+            continue
+        flag_name, has_value, value = body.partition("=")
+        if flag_name.replace("_", "-") != name:
+            out.append(word)
+            if not has_value and flag_name.replace("_", "-") not in BOOL_FLAGS and index < len(tokens) \
+                    and not tokens[index].startswith("--"):
+                out.append(tokens[index])
+                index += 1
+            continue
+        if not has_value and index < len(tokens):
+            value = tokens[index]
+            index += 1
+        if field in MERGED_MAP_FIELDS and leaf_keys:
+            kept = {key: val for key, val in parse_map_flag(value).items() if key not in leaf_keys}
+            removed.append("--%s=%s" % (name, value))
+            if kept:
+                out.append("--%s=%s" % (name, ",".join("%s=%s" % item for item in kept.items())))
+            continue
+        removed.append("--%s=%s" % (name, value))
+    return out, removed
+
+
+class Planner:
+    def __init__(self, reader, params, cgroup_version=None, run_command=None):
+        self.reader = reader
+        self.params = params
+        self.cgroup_version = cgroup_version
+        self.versions = DistributionVersion(reader.root, params.get("distribution_version"), run_command)
+        self.envfile_edits = {}
+        self.yaml_edits = {}
+        self.reasons = {}
+
+    def reason(self, path, text):
+        self.reasons.setdefault(path, [])
+        if text not in self.reasons[path]:
+            self.reasons[path].append(text)
+
+    def conflict(self, what, where, fix_possible=True):
+        if self.params.get("on_flag_conflict", "fix") != "fix":
+            raise GpuhardenError("%s in %s overrides the configuration file; with on_flag_conflict=fix it is removed "
+                                 "there, or remove it yourself" % (what, where))
+        if not fix_possible:
+            raise GpuhardenError("%s in %s overrides the configuration file and cannot be fixed automatically; "
+                                 "remove it from the unit and run again" % (what, where))
+
+    def fix_flag(self, view, flag, field, leaf_keys, desired_text):
+        origin = flag.origin
+        what = "flag %s" % flag.text()
+        if origin.kind == "envfile":
+            self.conflict(what, origin.describe())
+            env_file = self.envfile_edits.get(origin.path) or view["env_files"][origin.path]
+            self.envfile_edits[origin.path] = env_file
+            words, removed = _fix_token_flags(env_file.values[origin.variable].split(), field, leaf_keys)
+            if not removed:
+                return
+            env_file.set(origin.variable, " ".join(words))
+            self.reason(origin.path, "removed %s from %s: it overrode %s (now %s from the config file)"
+                        % (", ".join(removed), origin.variable, field, desired_text))
+        elif origin.kind == "rancher-config":
+            self.conflict(what, origin.describe())
+            loaded = self.yaml_edits.get(origin.path) or view["rancher_files"][origin.path]
+            self.yaml_edits[origin.path] = loaded
+            entries = loaded.doc[origin.variable]
+            if entries[origin.index] is None:
+                return
+            words, removed = _fix_token_flags(["--" + str(entries[origin.index]).lstrip("-")], field, leaf_keys)
+            if words:
+                entries[origin.index] = words[0][2:]
+            else:
+                entries[origin.index] = None  # removed below, once all indexes are known
+            loaded.modified = True
+            self.reason(origin.path, "removed %s from %s: it overrode %s (now %s from the kubelet drop-in)"
+                        % (", ".join(removed), origin.variable, field, desired_text))
+        else:
+            self.conflict(what, origin.describe(), fix_possible=False)
+
+    def run(self):
+        params = self.params
+        desired = desired_config(params)
+        if not desired:
+            raise GpuhardenError("nothing to manage: set at least one of topology_manager_policy, topology_manager_scope, "
+                                 "topology_manager_policy_options, cpu_manager_policy, reserved_system_cpus, "
+                                 "memory_manager_policy, reserved_memory or settings")
+        dropin_name = params.get("dropin_name") or "50-gpuharden.conf"
+        if not DROPIN_RE.match(dropin_name) or dropin_name.startswith("00-"):
+            _fail_option("dropin_name", dropin_name, "must be a file name ending in .conf that does not start with 00-")
+        if memory_qos_requested(desired) and self.cgroup_version in (1, "hybrid"):
+            raise GpuhardenError("MemoryQoS (featureGates.MemoryQoS / memoryThrottlingFactor) needs cgroup v2, and this "
+                                 "node's memory controller is on cgroup v1 (%s): refusing" % self.cgroup_version)
+        view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto", self.versions)
+        managed = leaves(desired)
+        before = {path: effective(view, path, value) for path, value in managed}
+        self.reserved_cpus_before = effective(view, ("reservedSystemCPUs",))["value"]
+        self.policies_before = {field: effective(view, (field,))["value"] or DEFAULTS[field]
+                                for field in ("cpuManagerPolicy", "memoryManagerPolicy")}
+
+        if view["kubelet_args_only"]:
+            # k3s/rke2 before v1.32: the values become kubelet-arg entries (no drop-in is read correctly there)
+            self.plan_kubelet_args(view, desired)
+            return self.finish(view, None, desired, managed, before)
+        # 1. where the values go: the drop-in when the kubelet reads a drop-in directory, else the --config file
+        if view["config_dir"]:
+            target_path = "%s/%s" % (view["config_dir"], dropin_name)
+            existing = [layer for layer in view["layers"] if layer.path == target_path]
+            target = existing[0] if existing else KubeletConfigFile(target_path, new_dropin_text(target_path), True)
+            target.created = not existing
+        else:
+            target = view["layers"][0]
+            target.created = False
+        assigned = [".".join(path) for path, value in managed if target.assign(path, value)]
+        if assigned:
+            self.reason(target.path, "sets %s" % ", ".join(assigned))
+        # 2. later drop-ins that would override the target
+        if target.dropin:
+            target_rel = target.path[len(view["config_dir"]) + 1:]
+            for layer in view["layers"]:
+                if not layer.dropin or layer.path == target.path:
+                    continue
+                if layer.path[len(view["config_dir"]) + 1:] < target_rel:
+                    continue
+                for path, value in managed:
+                    state, found = layer.lookup(path)
+                    if state != "absent" and not (state == "set" and _same(found, value)):
+                        self.conflict("%s: %s" % (".".join(path), _show(found)), "drop-in %s (sorts after %s)"
+                                      % (layer.path, target_rel))
+                        layer.remove_override(path)
+                        self.yaml_edits[layer.path] = layer
+                        self.reason(layer.path, "removed %s (%s): it overrode %s"
+                                    % (".".join(path), _show(found), target.path))
+        # 3. flags that override the file: fixed where they live (each flag once)
+        conflicting = {}
+        for path, value in managed:
+            flag = before[path]["flag"]
+            if flag is not None and not flag_agrees(before[path]["value"], value):
+                conflicting.setdefault(path[0], set()).update(path[1:2])
+        for field, keys in conflicting.items():
+            merged = field in MERGED_MAP_FIELDS
+            for each in [flag for flag in view["flags"] if flag.name == flag_for_field(field)]:
+                if merged and not keys & set(parse_map_flag(each.value)):
+                    continue
+                self.fix_flag(view, each, field, keys if merged else None, _show(desired[field]))
+        return self.finish(view, target, desired, managed, before)
+
+    def finish(self, view, target, desired, managed, before):
+        changes = self.changes(view, target)
+        after_reader = self.reader.with_overlay({change.node_path: change.after for change in changes})
+        after_view = discover(after_reader, view["service"], view["flavor"], self.versions)
+        after = {path: effective(after_view, path, value) for path, value in managed}
+        for path, value in managed:
+            if not effective_matches(after[path], value):  # pragma: no cover - a planner bug, never a silent write
+                raise GpuhardenError("planned %s=%s but the kubelet would still read %s from %s"
+                                     % (".".join(path), _show(value), _show(after[path]["value"]), after[path]["source"]))
+        self.check_result(view, after_view, desired)
+        persistence, why = self.persistence(view, managed, after, changes)
+        if persistence != "durable" and self.params.get("require_durable"):
+            raise GpuhardenError("require_durable: nothing written, the settings would not last: %s" % why)
+        result = self.result(view, after_view, managed, before, after, changes)
+        result.update(persistence=persistence, persistence_reason=why)
+        return result
+
+    def plan_kubelet_args(self, view, desired):
+        """Set each managed field as kubelet-arg entries of the k3s/rke2 config file the distribution reads last."""
+        flavor = view["flavor"]
+        version = view["version"]["version"]
+        if view["kubelet_arg"]["exec"]:
+            raise GpuhardenError("%s %s reads kubelet settings only from kubelet-arg, and this unit passes --kubelet-arg "
+                                 "in ExecStart= (%s), which beats the config files and is never edited; move them to %s"
+                                 % (flavor, version, view["unit"]["path"], RANCHER[flavor]["config"]))
+        target_path, target_key = view["kubelet_arg"]["target"]
+        for field, value in desired.items():
+            if field in FLAGLESS_FIELDS:
+                raise GpuhardenError("%s: %s %s reads kubelet settings only from kubelet-arg flags (no drop-in "
+                                     "directory before v1.32), and the kubelet has no flag for it; upgrade %s to "
+                                     "v1.32 or later" % (field, flavor, version, flavor))
+            name = flag_for_field(field)
+            words = ["%s=%s" % (name, text) for text in self.flag_values(view, field, value)]
+            self.set_kubelet_arg(view, name, words, target_path, target_key, field)
+
+    def flag_values(self, view, field, value):
+        """The text of each occurrence of ``field``'s flag that gives it ``value`` (maps keep the other keys)."""
+        if field == "reservedMemory":
+            return ["%d:%s" % (entry["numaNode"], ",".join("%s=%s" % item for item in entry["limits"].items()))
+                    for entry in value]
+        if isinstance(value, dict):
+            found = [flag for flag in view["flags"] if flag.name == flag_for_field(field)]
+            merged = dict(flag_map(found, field), **{key: _flag_text(item) for key, item in value.items()})
+            separator = "<" if field in LANGLE_MAP_FIELDS else "="
+            pairs = ["%s%s%s" % (key, separator, item) for key, item in merged.items()]
+            return pairs if field in NOSPLIT_MAP_FIELDS else [",".join(pairs)]
+        if isinstance(value, list):
+            return [",".join(_flag_text(item) for item in value)]
+        return [_flag_text(value)]
+
+    def set_kubelet_arg(self, view, name, words, target_path, target_key, field):
+        files = view["rancher_files"]
+        current = [(path, key, entry) for path, loaded in files.items() for key in ("kubelet-arg", "kubelet-arg+")
+                   if isinstance(loaded.doc.get(key), list) for entry in loaded.doc[key] if _arg_name(entry) == name]
+        if [entry.lstrip("-") for _path, _key, entry in current] == words and \
+                all((path, key) == (target_path, target_key) for path, key, _entry in current):
+            return
+        if target_path not in files:
+            loaded = YamlFile(target_path, "", "%s config file" % view["flavor"])
+            loaded.created = True
+            files[target_path] = loaded
+        for path, loaded in files.items():
+            for key in ("kubelet-arg", "kubelet-arg+"):
+                entries = loaded.doc.get(key)
+                if (path, key) == (target_path, target_key) and not isinstance(entries, list):
+                    loaded.doc[key] = entries = []
+                if not isinstance(entries, list):
+                    continue
+                positions = [index for index, entry in enumerate(entries) if _arg_name(entry) == name]
+                is_target = (path, key) == (target_path, target_key)
+                if not positions and not is_target:
+                    continue
+                at = positions[0] if positions else len(entries)
+                for index in reversed(positions):
+                    del entries[index]
+                if is_target:
+                    for offset, word in enumerate(words):
+                        entries.insert(at + offset, word)
+                loaded.modified = True
+                self.yaml_edits[path] = loaded
+                self.reason(path, ("sets %s in %s" % (", ".join(words), key)) if is_target
+                            else "removed --%s from %s: %s now sets %s" % (name, key, target_path, field))
+
+    def persistence(self, view, managed, after, changes):
+        """("durable" | "reverts_on_kubeadm_upgrade", why): whether the managed values outlive the distribution's
+        own rewrites of its files."""
+        if view["flavor"] != "kubeadm":
+            where = "kubelet-arg in %s" % view["kubelet_arg"]["target"][0] if view["kubelet_args_only"] else \
+                "the drop-in directory %s" % view["config_dir"]
+            return "durable", "%s never rewrites %s or its config files" % (view["flavor"], where)
+        in_config = sorted(".".join(path) for path, _value in managed
+                           if after[path]["source"].get("kind") == "file" and after[path]["source"].get("path") == KUBEADM_CONFIG)
+        flags_removed = [change.node_path for change in changes if change.node_path == KUBEADM_FLAGS_ENV and change.changed]
+        reasons = []
+        if in_config:
+            reasons.append("%s come from %s, which `kubeadm upgrade node` rewrites from the kubelet-config ConfigMap "
+                           "(they last only if the ConfigMap carries them too)" % (", ".join(in_config), KUBEADM_CONFIG))
+            if not view["config_dir"]:
+                reasons.append("the kubelet has no --config-dir: add --config-dir=/etc/kubernetes/kubelet.conf.d to "
+                               "KUBELET_EXTRA_ARGS (kubelet v1.32 or later) and run again, so the values go to a drop-in "
+                               "kubeadm never touches")
+        if flags_removed:
+            reasons.append("a flag removed from %s can come back: kubeadm regenerates that file" % KUBEADM_FLAGS_ENV)
+        if reasons:
+            return "reverts_on_kubeadm_upgrade", "; ".join(reasons)
+        where = "the drop-in directory %s" % view["config_dir"] if view["config_dir"] else "files kubeadm does not manage"
+        return "durable", "the values live in %s and flags kubeadm does not rewrite" % where
+
+    def changes(self, view, target):
+        changes = []
+        edited = {target.path: target} if target is not None and target.modified else {}
+        edited.update(self.yaml_edits)
+        for path, loaded in sorted(edited.items()):
+            for key in ("kubelet-arg", "kubelet-arg+"):
+                if isinstance(loaded.doc, dict) and isinstance(loaded.doc.get(key), list):
+                    entries = loaded.doc[key]
+                    for index in reversed(range(len(entries))):
+                        if entries[index] is None:
+                            del entries[index]
+            after = loaded.render()
+            before = None if getattr(loaded, "created", False) else loaded.text
+            if before != after:
+                changes.append(self.change(path, before, after))
+        for path, env_file in sorted(self.envfile_edits.items()):
+            if env_file.render() != env_file.text:
+                changes.append(self.change(path, env_file.text, env_file.render()))
+        return changes
+
+    def change(self, node_path, before, after, reason=None):
+        change = _files.FileChange(self.reader.path(node_path), before, after, mode=0o644,
+                                   reason=reason or "; ".join(self.reasons.get(node_path, [])))
+        change.node_path = node_path
+        return change
+
+    def check_result(self, view, after_view, desired):
+        self.check_reserved_cpus_online(after_view)
+        cpu = effective(after_view, ("cpuManagerPolicy",))["value"]
+        if cpu == "static":
+            reserved = effective(after_view, ("reservedSystemCPUs",))["value"]
+            kube_cpu = effective(after_view, ("kubeReserved", "cpu"))["value"]
+            system_cpu = effective(after_view, ("systemReserved", "cpu"))["value"]
+            if not reserved and not kube_cpu and not system_cpu:
+                raise GpuhardenError("cpuManagerPolicy static without reserved CPUs: the kubelet refuses to start; set "
+                                     "reserved_system_cpus (or kubeReserved/systemReserved cpu in settings)")
+        memory = effective(after_view, ("memoryManagerPolicy",))["value"]
+        if memory == "Static" and not effective(after_view, ("reservedMemory",))["value"]:
+            raise GpuhardenError("memoryManagerPolicy Static without reservedMemory: the kubelet refuses to start; set "
+                                 "reserved_memory (one entry per NUMA node)")
+        if memory == "Static":
+            self.check_reserved_memory(after_view)
+
+    def check_reserved_cpus_online(self, view):
+        """reservedSystemCPUs must be CPUs the node has, whatever the CPU Manager policy, or the kubelet exits at start
+        with "reserved-cpus: X is not a subset of online-cpus: Y" (kubernetes/kubernetes cmd/kubelet/app/server.go
+        getReservedCPUs, against the CPU topology cadvisor discovers; measured with the real kubelet v1.36.3, which
+        then left the node without a kubelet until the role's rollback).  The node's online CPUs are read from
+        sysfs; where that file is missing nothing is judged.  Checked before anything is written."""
+        entry = effective(view, ("reservedSystemCPUs",))
+        reserved = entry["value"]
+        online_text = (self.reader.read(ONLINE_CPUS) or "").strip()
+        # only what this plan would set: a node already running on a bad value is the audit's to report, not a refusal
+        if not reserved or not online_text or reserved == getattr(self, "reserved_cpus_before", None):
+            return
+        online, wanted = cpu_set(online_text), cpu_set(str(reserved))
+        if not wanted <= online:
+            raise GpuhardenError("reservedSystemCPUs %s (from %s) names CPU(s) %s that the node does not have: its online CPUs "
+                                 "are %s (%s); the kubelet would refuse to start (reserved-cpus is not a subset of "
+                                 "online-cpus); nothing written"
+                                 % (reserved, entry["source"], format_cpu_set(wanted - online), online_text, ONLINE_CPUS))
+
+    def check_reserved_memory(self, view):
+        """Memory Manager Static: for memory and each hugepages size, the reservedMemory limits over all NUMA nodes
+        must equal kubeReserved + systemReserved (+ the evictionHard memory.available threshold for memory), or the
+        kubelet refuses to start (kubernetes/kubernetes pkg/kubelet/cm/memorymanager/memory_manager.go
+        validateReservedMemory; the reservation is GetNodeAllocatableReservation in pkg/kubelet/cm, the eviction
+        part hardEvictionReservation).  Checked on the values the kubelet would read after the change."""
+        reserved = {}
+        for entry in effective(view, ("reservedMemory",))["value"] or []:
+            for name, quantity in (entry.get("limits") or {}).items():
+                where = "reservedMemory[numaNode=%s].limits.%s" % (entry.get("numaNode"), name)
+                reserved[name] = reserved.get(name, 0) + _quantity(where, quantity)
+        kube, system = effective_map(view, "kubeReserved"), effective_map(view, "systemReserved")
+        eviction_text, eviction_source = eviction_memory(view)
+        types = {name for name in list(reserved) + list(kube) + list(system)
+                 if name == "memory" or name.startswith("hugepages-")} | {"memory"}
+        for name in sorted(types):
+            parts = [("kubeReserved.%s" % name, kube.get(name)), ("systemReserved.%s" % name, system.get(name))]
+            if name == "memory":
+                parts.append(("evictionHard memory.available (%s)" % eviction_source, eviction_text))
+            wanted = 0
+            for label, text in parts:
+                if text is not None:
+                    wanted += self.eviction_bytes(text) if label.startswith("evictionHard") else _quantity(label, text)
+            have = reserved.get(name, 0)
+            if have != wanted:
+                raise GpuhardenError(
+                    "memoryManagerPolicy Static: reservedMemory reserves %s=%s over all NUMA nodes, but %s = %s; the "
+                    "kubelet refuses to start unless they are equal (pkg/kubelet/cm/memorymanager/memory_manager.go): "
+                    "make reserved_memory add up to %s or change the reservations; nothing written"
+                    % (name, _show_bytes(have), " + ".join("%s %s" % (label, text if text is not None else "(unset: 0)")
+                                                           for label, text in parts), _show_bytes(wanted), _show_bytes(wanted)))
+
+    def eviction_bytes(self, text):
+        if not str(text).endswith("%"):
+            return _quantity("evictionHard memory.available", text)
+        # A percentage of the node's memory capacity (cadvisor: MemTotal), computed as the kubelet does: the
+        # percentage is a float32 (pkg/kubelet/eviction/helpers.go parsePercentage, api GetThresholdQuantity).
+        meminfo = self.reader.read("/proc/meminfo") or ""
+        match = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
+        if not match:
+            raise GpuhardenError("evictionHard memory.available=%s is a percentage and /proc/meminfo has no MemTotal: "
+                                 "cannot check the Memory Manager reservation; give it as a quantity" % text)
+        try:
+            percent = _float32(_float32(float(str(text)[:-1])) / 100)
+        except ValueError:
+            raise GpuhardenError("evictionHard memory.available=%s is not a percentage" % text) from None
+        return int(int(match.group(1)) * 1024 * percent)
+
+    def stale_state(self, view, after_view):
+        """Checkpoints the kubelet would refuse after the change (kubelet pkg/kubelet/cm/cpumanager/state/state_checkpoint.go
+        and memorymanager/state: the checkpoint's policyName must equal the configured policy).  ``stale_before``: it
+        was refused by the configuration before the change too (the node's kubelet was already failing on it).  The policies
+        before come from ``policies_before``, read before the edits (the view's layers are edited in place)."""
+        stale = []
+        for name, field in ((CPU_STATE, "cpuManagerPolicy"), (MEMORY_STATE, "memoryManagerPolicy")):
+            path = "%s/%s" % (after_view["root_dir"].rstrip("/"), name)
+            text = self.reader.read(path)
+            if text is None:
+                continue
+            policy = effective(after_view, (field,))["value"] or DEFAULTS[field]
+            policy_before = getattr(self, "policies_before", {}).get(field, policy)
+            try:
+                checkpoint = json.loads(text)
+                have = checkpoint.get("policyName", "") if isinstance(checkpoint, dict) else None
+            except ValueError:
+                have = None
+            if have != policy:
+                stale.append({"path": path, "policy": have, "configured_policy": policy, "stale_before": have != policy_before,
+                              "reason": "unreadable checkpoint" if have is None else
+                              "checkpoint policy %s differs from configured policy %s" % (have, policy)})
+        return stale
+
+    def result(self, view, after_view, managed, before, after, changes):
+        stale = self.stale_state(view, after_view)
+        if self.params.get("remove_stale_state"):
+            for entry in stale:
+                change = self.change(entry["path"], self.reader.read(entry["path"]), None,
+                                     reason="stale checkpoint: " + entry["reason"])
+                # One the configuration before this change refused too: the uninstall must never bring it back.
+                change.restorable = not entry["stale_before"]
+                changes.append(change)
+
+        def policy_after(field):
+            return effective(after_view, (field,))["value"] or DEFAULTS[field]
+
+        sources = {}
+        for path, _value in managed:
+            sources[".".join(path)] = {
+                "before": before[path]["value"], "after": after[path]["value"],
+                "source_before": before[path]["source"], "source_after": after[path]["source"],
+            }
+        # A restart only matters when what the kubelet reads changes (a flag that already carries the value,
+        # or a file value shadowed by it, changes nothing effective) or a stale checkpoint must go.
+        effective_change = any(not _same_effective(before[path], after[path]) for path, _value in managed)
+        return {
+            "changes": changes,
+            "service": view["service"],
+            "flavor": view["flavor"],
+            "sources": sources,
+            "config_file": view["config"],
+            "config_dir": view["config_dir"],
+            "cpu_manager_policy_changed": self.policies_before["cpuManagerPolicy"] != policy_after("cpuManagerPolicy"),
+            "memory_manager_policy_changed":
+                self.policies_before["memoryManagerPolicy"] != policy_after("memoryManagerPolicy"),
+            "stale_state_files": stale,
+            "restart_required": effective_change or bool(stale),
+            "effective_changed": effective_change,
+            "distribution_version": (view["version"] or {}).get("version"),
+            "kubelet_args_only": view["kubelet_args_only"],
+        }
+
+
+def plan(reader, params, cgroup_version=None, run_command=None):
+    """The whole plan: {changes: [FileChange], service, flavor, sources, stale_state_files, ...}."""
+    return Planner(reader, params, cgroup_version, run_command).run()
+
+
+def _same_effective(before, after):
+    if before["flag"] is not None:
+        return flag_agrees(before["value"], after["value"])
+    if after["flag"] is not None:
+        return flag_agrees(after["value"], before["value"])
+    return _same(before["value"], after["value"])
+
+
+def _float32(value):
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _quantity(label, text):
+    """A Kubernetes quantity as an exact number (bytes for memory)."""
+    match = QUANTITY_PARTS_RE.match(str(text).strip())
+    if not match:
+        raise GpuhardenError("%s=%s is not a Kubernetes quantity" % (label, text))
+    number = Fraction(match.group(1))
+    if match.group(2):
+        return number * Fraction(10) ** int(match.group(2)[1:])
+    return number * QUANTITY_SUFFIX[match.group(3)]
+
+
+def _show_bytes(value):
+    for suffix, size in (("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10)):
+        if value and value % size == 0:
+            return "%d%s" % (value // size, suffix)
+    return str(int(value)) if value == int(value) else str(float(value))
+
+
+def effective_map(view, field):
+    """A map field as the kubelet reads it: the --config file, drop-ins merged key by key (JSON merge patch,
+    null removes), then the flag (replacing the map, or merged into it for featureGates)."""
+    merged = {}
+    for layer in view["layers"]:
+        state, found = layer.lookup((field,))
+        if state == "unset":
+            merged = {}
+        elif state == "set" and isinstance(found, dict):
+            if not layer.dropin:
+                merged = {}
+            for key, item in found.items():
+                if item is None:
+                    merged.pop(str(key), None)
+                else:
+                    merged[str(key)] = _plain(item)
+    found = [flag for flag in view["flags"] if flag.name == flag_for_field(field)]
+    if found:
+        flags = flag_map(found, field)
+        merged = dict(merged, **flags) if field in MERGED_MAP_FIELDS else flags
+    return merged
+
+
+def eviction_memory(view):
+    """(threshold text or None, where it comes from) of evictionHard memory.available.
+
+    The kubelet uses its default (100Mi) only when the --config file sets no evictionHard map at all, or with
+    mergeDefaultEvictionSettings (cmd/kubelet/app/server.go loadConfigFile); drop-ins merge key by key over that;
+    a --eviction-hard flag replaces the whole map."""
+    base_sets = False
+    merge_defaults = False
+    for layer in view["layers"]:
+        if not layer.dropin:
+            state, _found = layer.lookup(("evictionHard",))
+            base_sets = state == "set"
+            merge_defaults = layer.lookup(("mergeDefaultEvictionSettings",)) == ("set", True)
+    flags = [flag for flag in view["flags"] if flag.name == "eviction-hard"]
+    if flags:
+        origin = flags[-1].origin
+        where = "flag %s, %s" % (flags[-1].text(), origin.describe())
+        return flag_map(flags, "evictionHard").get("memory.available"), where
+    merged = effective_map(view, "evictionHard")
+    if "memory.available" in merged:
+        return merged["memory.available"], "the kubelet configuration files"
+    if not base_sets or merge_defaults:
+        return DEFAULT_EVICTION_MEMORY, "the kubelet's default"
+    return None, "not set: the --config file's evictionHard has no memory.available"
+
+
+def _flag_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(_plain(value))
+
+
+def memory_qos_requested(desired):
+    gates = desired.get("featureGates") or {}
+    return gates.get("MemoryQoS") is True or "memoryThrottlingFactor" in desired
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the whole decision, shared by kubelet_config and node_audit
+
+
+def argument_spec():
+    return {
+        "topology_manager_policy": {"type": "str", "choices": list(TOPOLOGY_POLICIES)},
+        "topology_manager_scope": {"type": "str", "choices": list(TOPOLOGY_SCOPES)},
+        "topology_manager_policy_options": {"type": "dict"},
+        "cpu_manager_policy": {"type": "str", "choices": list(CPU_POLICIES)},
+        "reserved_system_cpus": {"type": "str"},
+        "memory_manager_policy": {"type": "str", "choices": list(MEMORY_POLICIES)},
+        "reserved_memory": {"type": "list", "elements": "dict", "options": {
+            "numaNode": {"type": "int", "required": True},
+            "limits": {"type": "dict", "required": True},
+        }},
+        "settings": {"type": "dict", "default": {}},
+        "flavor": {"type": "str", "choices": ["auto"] + list(FLAVORS), "default": "auto"},
+        "service": {"type": "str", "default": "auto"},
+        "on_flag_conflict": {"type": "str", "choices": ["fix", "fail"], "default": "fix"},
+        "dropin_name": {"type": "str", "default": "50-gpuharden.conf"},
+        "remove_stale_state": {"type": "bool", "default": False},
+        "distribution_version": {"type": "str"},
+        "require_durable": {"type": "bool", "default": False},
+        "backup": {"type": "bool", "default": False},
+        "root": {"type": "path", "default": "/"},
+    }
+
+
+def decide(params, run_command=None):
+    """Read the node as the kubelet would and plan (nothing changes here).  ``run_command(argv) -> (rc, out, err)``
+    asks k3s/rke2 for its version when option distribution_version is not given."""
+    root = params["root"]
+    if not os.path.isdir(root):
+        raise GpuhardenError("kubelet_config: option root=%s is not a directory" % root)
+    return plan(NodeReader(root), params, cgroup_version=_host.cgroup_version(root), run_command=run_command)
