@@ -67,7 +67,9 @@ _GROUPS = (
     ("device_cgroups", "postcheck", NEVER, (
         "isolation_breach", "broken_allocation", "privileged_container", "unauditable_program", "allocation_unmatched",
         "gpu_access")),
-    ("topology", "kubelet_topology", ALWAYS, ("topology_policy_unknown", "topology_policy_no_alignment", "cpu_policy_not_static")),
+    # The kubelet stage owns these settings, but whether a run changes them is the operator's choice (the CPU Manager
+    # policy is unmanaged by default) and the admission check's: node_audit's kubelet_setting says what a run changes.
+    ("topology", "kubelet_topology", NEVER, ("topology_policy_unknown", "topology_policy_no_alignment", "cpu_policy_not_static")),
     ("topology", "postcheck", NEVER, ("gpu_numa_unknown", "workload_cannot_fit_numa")),
     # The node does not advertise what NVML sees: the device_plugin stage (re)deploys the plugin.
     ("consistency", "device_plugin", ALWAYS, ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")),
