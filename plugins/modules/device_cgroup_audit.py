@@ -158,6 +158,8 @@ EXAMPLES = r"""
 RETURN = r"""
 findings:
   description:
+    - Like every gpuharden check's findings, each also has C(check), C(stage) (the harden stage it belongs to, or
+      V(postcheck)) and C(remediable).
     - One entry per problem, most severe first, with C(id), C(severity), C(node), C(pod) (UID), C(pod_name),
       C(container) (name, else ID), C(container_id), C(cgroup), C(gpu) (minor), C(gpu_uuid), C(device),
       C(expected), C(found) and C(hint).

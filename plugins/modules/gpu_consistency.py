@@ -149,6 +149,8 @@ EXAMPLES = r"""
 RETURN = r"""
 findings:
   description:
+    - Like every gpuharden check's findings, each also has C(check), C(stage) (the harden stage it belongs to, or
+      V(postcheck)) and C(remediable).
     - One entry per problem, with C(id), C(severity) (V(info), V(warning), V(error), V(critical)), C(node), C(gpu)
       (C(index), C(minor), C(uuid), C(mig_device_uuid)) or V(null), C(pod) (C(namespace), C(name), C(uid)) or V(null),
       C(expected), C(found) and C(hint).

@@ -101,6 +101,8 @@ EXAMPLES = r"""
 RETURN = r"""
 findings:
   description:
+    - Like every gpuharden check's findings, each also has C(check), C(stage) (the harden stage it belongs to, or
+      V(postcheck)) and C(remediable).
     - One entry per problem, with C(id), C(severity) (V(info), V(warning), V(error), V(critical)), C(node), C(gpu)
       (index, minor, uuid, pci_bus_id) or V(null), C(pod) (always V(null) here), C(expected), C(found) and C(hint).
     - Ids are V(nvml_init_failed), V(nvml_unprivileged_init_failed), V(nvml_root_gpu_denied),

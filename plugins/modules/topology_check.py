@@ -99,6 +99,8 @@ EXAMPLES = r"""
 RETURN = r"""
 findings:
   description:
+    - Like every gpuharden check's findings, each also has C(check), C(stage) (the harden stage it belongs to, or
+      V(postcheck)) and C(remediable).
     - One entry per problem with C(id), C(severity), C(node), C(gpu), C(pod), C(expected), C(found), C(hint).
     - Ids are V(workload_cannot_fit_numa) (error; also C(workload) and C(fitting_policy)), V(gpu_numa_unknown)
       (warning), V(cpu_policy_not_static) (warning), V(topology_policy_no_alignment) (warning) and
