@@ -132,12 +132,6 @@ def severity_rank(severity):
     return SEVERITIES.index(severity)
 
 
-def check_threshold(option, value):
-    if value not in FAIL_CHOICES:
-        raise GpuhardenError("option %s=%r is not one of %s" % (option, value, ", ".join(FAIL_CHOICES)))
-    return value
-
-
 def at_or_above(findings, threshold):
     """The findings whose severity is at least ``threshold`` (``never``: none)."""
     if threshold == "never":
