@@ -67,16 +67,29 @@ def audits(lab, tmp_path_factory):
     return results
 
 
-def test_audit_iff_check_mode_harden_would_change(lab, audits, tmp_path):
-    runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES)
-    would_change = {host: set() for host in audits}
+def _check_mode_harden(lab, tmp_path, skip_compliant_stages):
+    """Check-mode harden of the node-side stages: per host, the checks whose stage module ran and those it would change."""
+    runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES,
+                               extravars={"gpuharden_skip_compliant_stages": skip_compliant_stages})
+    ran, would_change = {}, {}
     for event in events:
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
             pytest.fail("check-mode harden failed on %s: %s" % (data.get("host"), (data.get("res") or {}).get("msg")))
-        if event.get("event") == "runner_on_ok" and data.get("task_action") in CHECK_OF_ACTION and data["res"].get("changed"):
-            would_change[data["host"]].add(CHECK_OF_ACTION[data["task_action"]])
+        if event.get("event") == "runner_on_ok" and data.get("task_action") in CHECK_OF_ACTION:
+            ran.setdefault(data["host"], set()).add(CHECK_OF_ACTION[data["task_action"]])
+            if data["res"].get("changed"):
+                would_change.setdefault(data["host"], set()).add(CHECK_OF_ACTION[data["task_action"]])
     assert runner.rc == 0
+    return ran, would_change
+
+
+def test_audit_iff_check_mode_harden_would_change(lab, audits, tmp_path):
+    # Every stage's module runs here (gpuharden_skip_compliant_stages=false): this is what proves the audit right,
+    # and so what makes it safe for harden to skip the stages whose check is ok.
+    ran, would_change = _check_mode_harden(lab, tmp_path, skip_compliant_stages=False)
+    would_change = {host: would_change.get(host, set()) for host in audits}
+    assert all(ran.get(host) == set(CHECK_OF_ACTION.values()) for host in audits), ran
     assert len(audits) == 11
     for host, audit in sorted(audits.items()):
         reported = {entry["check"] for entry in audit["findings"] if entry["remediable"]} & set(CHECK_OF_ACTION.values())
@@ -104,6 +117,19 @@ def test_audit_iff_check_mode_harden_would_change(lab, audits, tmp_path):
     # only the stages with seeded faults besides the fresh node's missing persistence files
     assert "container_runtime" not in audits["seed-dev-perm"]["summary"]["stages"]
     assert "container_runtime" in audits["seed-no-runtime"]["summary"]["stages"]
+
+
+def test_harden_runs_only_the_stages_whose_check_is_not_ok(lab, audits, tmp_path):
+    """The default harden plans with node_audit and runs a node-side stage's module only where that check is not ok;
+    what it would change is exactly what the run of every stage would change."""
+    ran, would_change = _check_mode_harden(lab, tmp_path, skip_compliant_stages=True)
+    for host, audit in sorted(audits.items()):
+        not_ok = {check for check in CHECK_OF_ACTION.values() if audit["checks"][check]["status"] != "ok"}
+        assert ran.get(host, set()) == not_ok, (host, ran.get(host), {name: audit["checks"][name]["status"] for name in not_ok})
+        reported = {entry["check"] for entry in audit["findings"] if entry["remediable"]} & set(CHECK_OF_ACTION.values())
+        assert would_change.get(host, set()) == reported, host
+    # the seeded faults are spread so that some node skips some stage, or this test would prove nothing
+    assert any(ran.get(host, set()) != set(CHECK_OF_ACTION.values()) for host in audits)
 
 
 def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):

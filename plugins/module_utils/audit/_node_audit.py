@@ -147,7 +147,8 @@ def audit_kubelet(params):
                 "kubelet_config_file", "warning", change.reason,
                 "missing" if change.before is None else ("present" if change.after is None else "differs"),
                 "the effective settings match, but the stage rewrites this file", path=change.node_path))
-    return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"]}
+    return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"],
+                                     "policies": plan.get("policies_set", {})}
 
 
 def audit_mig(params):

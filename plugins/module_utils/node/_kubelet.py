@@ -1182,8 +1182,9 @@ class Planner:
         managed = leaves(desired)
         before = {path: effective(view, path, value) for path, value in managed}
         self.reserved_cpus_before = effective(view, ("reservedSystemCPUs",))["value"]
-        self.policies_before = {field: effective(view, (field,))["value"] or DEFAULTS[field]
-                                for field in ("cpuManagerPolicy", "memoryManagerPolicy")}
+        # what the configuration sets (None: the kubelet's default), read before the edits
+        self.policies_set = {field: effective(view, (field,))["value"] for field in DEFAULTS}
+        self.policies_before = {field: self.policies_set[field] or DEFAULTS[field] for field in DEFAULTS}
 
         if view["kubelet_args_only"]:
             # k3s/rke2 before v1.32: the values become kubelet-arg entries (no drop-in is read correctly there)
@@ -1503,6 +1504,7 @@ class Planner:
             "sources": sources,
             "config_file": view["config"],
             "config_dir": view["config_dir"],
+            "policies_set": dict(self.policies_set),
             "cpu_manager_policy_changed": self.policies_before["cpuManagerPolicy"] != policy_after("cpuManagerPolicy"),
             "memory_manager_policy_changed":
                 self.policies_before["memoryManagerPolicy"] != policy_after("memoryManagerPolicy"),
