@@ -189,12 +189,9 @@ ansible_facts:
           returned: always
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _host, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts
 
 
 def argument_spec():
@@ -205,31 +202,8 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-def gather(root):
-    if not os.path.isdir(root):
-        raise GpuhardenError("gpu_facts: option root=%s is not a directory" % root)
-    inventory = _nvml.collect_inventory(lambda bus_id: _host.numa_node(root, bus_id))
-    majors = _host.char_majors(root)
-    return {
-        "nvml": {
-            "available": inventory["available"],
-            "reason": inventory["reason"],
-            "version": inventory["nvml_version"],
-        },
-        "driver_version": inventory["driver_version"],
-        "cuda_driver_version": inventory["cuda_driver_version"],
-        "gpu_count": inventory["gpu_count"],
-        "gpus": inventory["gpus"],
-        "driver_gpus": _host.driver_gpus(root),
-        "device_nodes": _host.device_node_inventory(root),
-        "driver_params": _host.driver_params(root),
-        "char_majors": {name: major for name, major in majors.items() if name.startswith("nvidia")},
-        "cgroup_version": _host.cgroup_version(root),
-    }
-
-
 def main():
-    _module_shell.run_module(build_module(), lambda module: {"ansible_facts": {"gpuharden": gather(module.params["root"])}}, never_changed=True)
+    _module_shell.run_module(build_module(), lambda module: {"ansible_facts": {"gpuharden": _gpu_facts.gather(module.params["root"])}}, never_changed=True)
 
 
 if __name__ == "__main__":

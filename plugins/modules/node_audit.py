@@ -66,13 +66,27 @@ options:
     description:
       - Options of M(gpuharden.k8s.device_cgroup_audit) (O(root) excluded). Omit to skip the check.
     type: dict
+  facts:
+    description:
+      - Also return what M(gpuharden.k8s.gpu_facts) returns, as C(ansible_facts.gpuharden), read in this module run
+        (C(harden_gpu_nodes.yml) plans with it, so it needs no second trip to the node for the facts).
+    type: bool
+    default: false
   lock:
     description:
       - Hold the node's gpuharden run lock (see M(gpuharden.k8s.node_lock)) while the checks run, so that the audit
-        never reads a node a harden run is changing. Taken and given back inside this module run.
+        never reads a node a harden run is changing. Taken and given back inside this module run, unless O(lock.hold).
       - The module fails, naming the holder, when another run holds the lock longer than O(lock.timeout).
+      - The lock is a file on the node, and it is taken also in check mode; leave this option out of a check-mode run
+        that cannot give the lock back (M(gpuharden.k8s.node_lock) does nothing in check mode).
     type: dict
     suboptions:
+      hold:
+        description:
+          - Keep the lock after the checks (it is given back when the module fails), for a run that goes on to change
+            the node and gives it back itself with M(gpuharden.k8s.node_lock) O(gpuharden.k8s.node_lock#module:state=released).
+        type: bool
+        default: false
       owner:
         description: Who holds the lock (unique per run).
         type: str
@@ -183,6 +197,10 @@ seconds:
   description: Time spent in the checks.
   returned: always
   type: float
+ansible_facts:
+  description: With O(facts), C(gpuharden), as M(gpuharden.k8s.gpu_facts) returns it.
+  returned: when O(facts) is true
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -194,6 +212,7 @@ def argument_spec():
     spec = {
         "root": {"type": "path", "default": "/"},
         "node_name": {"type": "str"},
+        "facts": {"type": "bool", "default": False},
     }
     spec.update((name, {"type": "dict"}) for name in _node_audit.CHECK_NAMES)
     spec["lock"] = {"type": "dict", "options": _node_audit.LOCK_SPEC}

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from ansible_collections.gpuharden.k8s.plugins.modules import gpu_facts
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts as gpu_facts
 from gpuharden_lab import NVML_FIXTURES, NVML_LIBRARY_DIR
 
 from tests.unit.conftest import UNPRIVILEGED_UID, run_as, run_module

@@ -27,10 +27,11 @@ NODE_SIDE = {
     "cgroup_memory": "roles/cgroup_limits (immediate.yml, preflight.yml) on each node",
     "containerd_nvidia_runtime": "roles/container_runtime on each node",
     "device_cgroup_audit": "roles/postcheck on each node (reads the node's cgroups and BPF programs)",
-    "gpu_facts": "pre_tasks of harden/bootstrap, audit_node, roles/kubelet_topology plan.yml, on each node",
+    "gpu_facts": "pre_tasks of bootstrap, audit_node, roles/kubelet_topology plan.yml, on each node",
     "kubelet_config": "roles/kubelet_topology, roles/postcheck on each node",
     "mig_layout": "roles/mig on each node",
-    "node_audit": "drift_check on each node (every node-side check in one run)",
+    "node_audit": "drift_check and harden's plan on each node (every node-side check in one run; harden's also takes "
+                  "the run lock and the GPU facts)",
     "node_lock": "harden/bootstrap/unharden/drift on each node (the lock file lives on the node)",
     "nvidia_device_nodes": "roles/device_permissions on each node",
     "nvml_check": "roles/postcheck on each node",
@@ -43,8 +44,9 @@ CONTROLLER_SIDE = {
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck, drift_check, delegate_to localhost, run_once",
     "gpu_node_labels": "roles/device_plugin, bootstrap, delegate_to localhost (run_once)",
-    "gpu_pods_info": "roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
-    "gpu_workloads_info": "roles/postcheck, roles/kubelet_topology plan.yml, delegate_to localhost, run_once",
+    "gpu_pods_info": "harden's plan, roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
+    "gpu_workloads_info": "roles/postcheck (run_once), roles/kubelet_topology plan.yml (the batch's first host whose "
+                          "policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
     "runtime_class": "roles/runtime_class, drift_check, delegate_to localhost, run_once",
     "topology_check": "roles/postcheck, roles/kubelet_topology plan.yml, delegate_to localhost per node: it "

@@ -135,3 +135,41 @@ def test_summary_orders_severities_and_collects_stages():
     assert result["summary"]["max_severity"] == "critical"
     assert result["summary"]["stages"] == ["device_permissions"]
     assert result["summary"]["by_severity"] == {"warning": 1, "critical": 1}
+
+
+def test_lock_is_given_back_unless_held_and_always_when_the_audit_fails(world_tmp):
+    """harden plans with lock.hold: the lock stays with the run after the audit (its post-check gives it back); a
+    drift check's lock is given back in the same module run; an audit that raises never keeps it."""
+    root = _node(world_tmp)
+    lock = world_tmp / "run.lock"
+    given_back = _audit(root, containerd={"runtime_name": "nvidia"}, lock={"owner": "drift@1", "path": str(lock)})
+    assert given_back["checks"]["containerd"]["status"] == "drift" and not lock.exists()
+    held = _audit(root, containerd={"runtime_name": "nvidia"}, lock={"owner": "harden@1", "path": str(lock), "hold": True})
+    assert held["checks"]["containerd"]["status"] == "drift" and '"harden@1"' in lock.read_text()
+    refused = run_module("node_audit", {"root": str(root), "containerd": {}, "lock": {"owner": "drift@2", "path": str(lock)}}, {})
+    assert refused["failed"] and "harden@1" in refused["msg"]
+    assert '"harden@1"' in lock.read_text()  # another run's lock is left alone
+    lock.unlink()
+
+    def broken(params):
+        raise RuntimeError("a bug in a check")
+
+    original = _node_audit.CHECKS
+    try:
+        _node_audit.CHECKS = (("containerd", lambda: {"root": {"type": "path"}}, None, broken),)
+        with pytest.raises(RuntimeError):
+            _node_audit.audit({"root": str(root), "containerd": {}, "lock": {"owner": "harden@2", "path": str(lock), "hold": True}})
+    finally:
+        _node_audit.CHECKS = original
+    assert not lock.exists()
+
+
+def test_facts_are_gpu_facts_of_the_same_run(world_tmp):
+    root = _node(world_tmp)
+    without = _audit(root, containerd={"runtime_name": "nvidia"})
+    assert "ansible_facts" not in without
+    node = build_node_root(world_tmp / "facts", "l4")
+    audited = run_module("node_audit", {"root": str(node.root), "facts": True}, node.env())
+    alone = run_module("gpu_facts", {"root": str(node.root)}, node.env())
+    assert audited["ansible_facts"]["gpuharden"] == alone["ansible_facts"]["gpuharden"]
+    assert audited["ansible_facts"]["gpuharden"]["gpu_count"] == 2 and len(audited["ansible_facts"]["gpuharden"]["driver_gpus"]) == 2

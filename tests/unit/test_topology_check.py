@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.modules import gpu_facts, gpu_workloads_info
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts as gpu_facts
+from ansible_collections.gpuharden.k8s.plugins.modules import gpu_workloads_info
 
 from tests.unit.conftest import run_module
 

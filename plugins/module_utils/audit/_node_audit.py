@@ -23,7 +23,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory, _containerd, _device_nodes, _kubelet, _mig, _process_cgroups
-from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml, _nvml, _nvml_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts, _mig_nvml, _nvml, _nvml_node
 
 
 def section_params(name, spec, given, root, rules=None):
@@ -210,6 +210,8 @@ LOCK_SPEC = {
     "path": {"type": "path", "default": _node_lock.DEFAULT_PATH},
     "timeout": {"type": "int", "default": 0},
     "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
+    # harden holds the lock from its plan to its post-check, and gives it back with node_lock state=released
+    "hold": {"type": "bool", "default": False},
 }
 
 
@@ -223,11 +225,16 @@ def audit(params, clock=time.monotonic):
     if result.error_messages:
         raise GpuhardenError("node_audit: option lock: %s" % "; ".join(result.error_messages))
     lock = dict(result.validated_parameters, state="acquired")
+    hold = lock.pop("hold")
     _node_lock.run(lock)
     try:
-        return _audit(params, clock)
-    finally:
+        report = _audit(params, clock)
+    except BaseException:
         _node_lock.run(dict(lock, state="released"))
+        raise
+    if not hold:
+        _node_lock.run(dict(lock, state="released"))
+    return report
 
 
 def _audit(params, clock):
@@ -264,7 +271,8 @@ def _audit(params, clock):
     if node_report is not None and pod_resources is not None:
         node_report["pod_resources"] = pod_resources
     by_severity = _findings.by_severity(findings)
-    return {
+    extra = {"ansible_facts": {"gpuharden": _gpu_facts.gather(root)}} if params.get("facts") else {}
+    return dict(extra, **{
         "findings": findings,
         "checks": checks,
         "summary": {
@@ -276,4 +284,4 @@ def _audit(params, clock):
         },
         "node_report": node_report,
         "seconds": round(clock() - started, 4),
-    }
+    })
