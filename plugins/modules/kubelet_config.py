@@ -233,6 +233,14 @@ sources:
            "source_before": {"kind": "flag", "flag": "--topology-manager-policy=none", "where": "envfile",
                              "path": "/etc/default/kubelet", "variable": "KUBELET_EXTRA_ARGS"},
            "source_after": {"kind": "file", "path": "/var/lib/kubelet/config.yaml"}}}
+policies_set:
+  description:
+    - The topology, CPU and memory manager policies and the topology scope the configuration sets before the change
+      (flags, drop-ins and file together, as the kubelet reads them); V(null) where the kubelet's default applies.
+  type: dict
+  returned: always
+  sample: {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": null, "cpuManagerPolicy": "static",
+           "memoryManagerPolicy": null}
 cpu_manager_policy_changed:
   description: The effective CPU Manager policy changes.
   type: bool

@@ -145,7 +145,7 @@ def test_item3_known_list_covers_every_role_option_and_default(collection):
 
 def test_item3_names_the_collection_sets_itself_are_known(collection):
     _prefixes, known = collection
-    assert {"gpuharden_drift_audit", "mig_result", "postcheck_findings", "device_plugin_result", "container_runtime_restart_required",
+    assert {"gpuharden_node_plan", "mig_result", "postcheck_findings", "device_plugin_result", "container_runtime_restart_required",
             "kubelet_topology_audit_options"} <= known
 
 
