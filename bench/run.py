@@ -2,7 +2,7 @@
 """`make bench`: every benchmark goal of the operations issue in one run, printed side by side as ratios.
 
 (a)-(c) bench/drift.py (scale lab, 32 nodes), (d) bench/consistency.py (5,000 kwok nodes), (e) bench/ebpf_audit.py
-(1,000 cgroups).  Each script's own output is shown as it runs; the table at the end is also written to
+(10,000 cgroups).  Each script's own output is shown as it runs; the table at the end is also written to
 build/bench/results.md (the README's performance table is copied from it) and the figures to build/bench/*.json.
 Root only; the labs are taken one after the other under the shared lab lock.
 """

@@ -264,6 +264,18 @@ def test_thousand_containers_share_verdicts():
     programs = {i: _gpu_prog([i % 4]) for i in range(1000)}
     result = _run(containers, programs, allocations=[])
     assert len(result["findings"]) == 1000 and {f["id"] for f in result["findings"]} == {"isolation_breach"}
+    # shared by content (1,000 program IDs, four shapes), never mixed up between shapes
+    assert [view["gpus"] for view in result["containers"]] == [[i % 4] for i in range(1000)]
+    assert [f["gpu"] for f in sorted(result["findings"], key=lambda f: f["container_id"])] == [i % 4 for i in range(1000)]
+
+
+def test_identical_unauditable_programs_keep_their_own_ids():
+    """Verdicts are shared by the programs' bytes, except unauditable ones: their reason names the program."""
+    calls = {"xlated": _ebpf.encode([(0x85, 0, 0, 14), (0x95, 0, 0, 0)]), "unauditable": None}
+    containers = [_container(UID_A, CID["a"], [1]), _container(UID_B, CID["b"], [2])]
+    result = _run(containers, {1: calls, 2: dict(calls)}, allocations=[])
+    reasons = {f["pod"]: f["found"] for f in result["findings"]}
+    assert reasons[UID_A].startswith("program 1: ") and reasons[UID_B].startswith("program 2: ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,3 +399,30 @@ def test_malformed_devices_list_is_named_in_the_finding(v1_node):
     assert finding["id"] == "unauditable_program"
     assert "/sys/fs/cgroup/devices/kubepods/burstable/pod%s/%s/devices.list line 2: 'c 195:x rw'" % (UID_A, CID["a"]) in finding["found"]
     assert _snapshot(v1_node.root) == before
+
+
+def _host_cgroup2():
+    for path in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        if (path / "cgroup.controllers").exists() and os.access(path, os.W_OK):
+            return path
+    return None
+
+
+@pytest.mark.skipif(_host_cgroup2() is None, reason="needs a writable cgroup2 hierarchy (root)")
+def test_nested_cgroups_found_on_real_cgroupfs_by_link_count():
+    """On cgroupfs, a container cgroup's link count says whether it has nested cgroups (fs/kernfs/inode.c); the
+    walk must still find every nested one, and none where there are none."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit_node as node
+
+    base = Path(_host_cgroup2()) / ("gpuharden-unit-%d" % os.getpid())
+    pod = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice" % UID_A.replace("-", "_")
+    plain, nesting = "%s/cri-containerd-%s.scope" % (pod, CID["a"]), "%s/cri-containerd-%s.scope" % (pod, CID["b"])
+    made = [base / plain, base / nesting / "sub" / "deeper"]
+    try:
+        for path in made:
+            path.mkdir(parents=True)
+        assert node.filesystem_type(str(base)) in node.CGROUP_FS_MAGICS
+        assert node.find_container_cgroups(str(base)) == {"/" + plain: [], "/" + nesting: ["/" + nesting + "/sub", "/" + nesting + "/sub/deeper"]}
+    finally:
+        for top, _dirs, _files in sorted(os.walk(base, topdown=False), key=lambda entry: -len(entry[0])):
+            os.rmdir(top)

@@ -53,7 +53,7 @@ BPF_F_QUERY_EFFECTIVE = 1
 
 ATTR_SIZE = 144  # sizeof(union bpf_attr), 6.1
 INFO_SIZE = 232  # sizeof(struct bpf_prog_info), 6.1
-DUMP_BUFFER_INSNS = 4096  # first try; grown to the real size when the program is larger
+DUMP_BUFFER_INSNS = 512  # first try (runc and crun emit tens of instructions); grown to the real size when larger
 
 _PRIVILEGE_HINT = "reading device-cgroup programs needs root on the node (CAP_SYS_ADMIN, or CAP_BPF and CAP_NET_ADMIN)"
 
@@ -87,10 +87,15 @@ def syscall_number(machine=None):
         raise BpfError("bpf(2): unsupported machine %r (known: x86_64, aarch64)" % machine) from None
 
 
+_nr_bpf = None
+
+
 def bpf(cmd, attr, what=""):
     """Call bpf(cmd, attr); returns the result (an fd for some commands) or raises BpfError."""
-    nr = syscall_number()
-    ret = _libc_syscall()(ctypes.c_long(nr), ctypes.c_int(cmd), attr, ctypes.c_uint(len(attr)))
+    global _nr_bpf
+    if _nr_bpf is None:
+        _nr_bpf = syscall_number()
+    ret = _libc_syscall()(ctypes.c_long(_nr_bpf), ctypes.c_int(cmd), attr, ctypes.c_uint(len(attr)))
     if ret < 0:
         err = ctypes.get_errno()
         name = COMMAND_NAMES.get(cmd, "command %d" % cmd)
@@ -197,7 +202,7 @@ def prog_info(prog_fd, dump=True, buffer_insns=DUMP_BUFFER_INSNS):
             elif _u64(info, 32) == 0:
                 result["unauditable"] = "the kernel will not dump the program: constant blinding (net.core.bpf_jit_harden) with raw dumps restricted"
             else:
-                result["xlated"] = insns.raw[:length]
+                result["xlated"] = ctypes.string_at(insns, length)  # not .raw: that copies the whole buffer
         return result
 
 

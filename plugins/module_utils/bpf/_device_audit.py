@@ -153,6 +153,7 @@ class _Evaluator:
         for prog_id, record in programs.items():
             self._programs[prog_id] = self._program(prog_id, record)
         self._matrices = {}
+        self._by_content = {}
 
     def _program(self, prog_id, record):
         xlated = record.get("xlated")
@@ -173,14 +174,21 @@ class _Evaluator:
         if found is not None:
             return found
         programs = [self._programs.get(pid) or _Stub("program %d: vanished while the audit ran" % pid) for pid in prog_ids]
-        matrix = {}
-        for cell_key, ctx, dev_type, major, minor, access in self.cells:
-            verdict = _ebpf.combine([program.run(ctx) for program in programs])
-            if v1_rules is not None and verdict.decision != _ebpf.DENY:
-                v1 = v1_decide(v1_rules, dev_type, major, minor, access)
-                if v1.decision == _ebpf.DENY:
-                    verdict = v1
-            matrix[cell_key] = verdict
+        # runc loads one program per container, byte-identical for the same allocation shape: the verdicts are
+        # shared by content, except where one is unauditable (its reason names the program ID).
+        content = (tuple(program.content_key for program in programs), v1_key)
+        matrix = self._by_content.get(content)
+        if matrix is None:
+            matrix = {}
+            for cell_key, ctx, dev_type, major, minor, access in self.cells:
+                verdict = _ebpf.combine([program.run(ctx) for program in programs])
+                if v1_rules is not None and verdict.decision != _ebpf.DENY:
+                    v1 = v1_decide(v1_rules, dev_type, major, minor, access)
+                    if v1.decision == _ebpf.DENY:
+                        verdict = v1
+                matrix[cell_key] = verdict
+            if all(verdict.decision != _ebpf.UNAUDITABLE for verdict in matrix.values()):
+                self._by_content[content] = matrix
         self._matrices[key] = matrix
         return matrix
 
@@ -188,6 +196,7 @@ class _Evaluator:
 class _Stub:
     def __init__(self, reason):
         self.verdict = _ebpf.Verdict(_ebpf.UNAUDITABLE, reason)
+        self.content_key = id(self)
 
     def run(self, ctx):
         return self.verdict
@@ -199,6 +208,7 @@ class _Named:
     def __init__(self, prog_id, program):
         self.prog_id = prog_id
         self.program = program
+        self.content_key = id(program)  # programs are shared by their bytes (_Evaluator._by_bytes)
 
     def run(self, ctx):
         verdict = self.program.run(ctx)
@@ -220,6 +230,34 @@ def _merge_any(matrices):
             or verdicts[0]
         )
     return merged
+
+
+class _Summary:
+    """What one container's matrices say, for every container that has the same ones.
+
+    ``anywhere``: the subtree's merged matrix (a process may sit in any nested cgroup); ``own``: the container's own
+    cgroup, which decides whether its allocation is reachable.
+    """
+
+    def __init__(self, matrices, roles, accesses):
+        own, anywhere = matrices[0], _merge_any(matrices)
+        self.sentinels_open = all(anywhere[("%s %d:%d" % s, "rw")].decision == _ebpf.ALLOW for s in SENTINELS)
+        self.gpu_opens = [(path, gpu, _opens(anywhere, path, accesses)) for path, (role, gpu) in sorted(roles.items()) if role == "gpu"]
+        self.gpus_open = sorted(gpu for _path, gpu, opened in self.gpu_opens if opened)
+        self.allowed, self.unauditable, reasons = {}, {}, {}
+        for path in roles:
+            allowed = _with(anywhere, path, accesses, _ebpf.ALLOW)
+            undecided = _with(anywhere, path, accesses, _ebpf.UNAUDITABLE)
+            if allowed:
+                self.allowed[path] = allowed
+            if undecided:
+                self.unauditable[path] = undecided
+            for access in accesses:
+                verdict = anywhere[(path, access)]
+                if verdict.decision == _ebpf.UNAUDITABLE:
+                    reasons.setdefault(verdict.reason, []).append("%s %s" % (path, access))
+        self.reasons = sorted(reasons.items())
+        self.denied_own = {path: [a for a in accesses if a in ("r", "w", "rw") and own[(path, a)].decision == _ebpf.DENY] for path in roles}
 
 
 def _with(matrix, path, accesses, decision):
@@ -318,31 +356,35 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
                 slot["privileged"] = slot["privileged"] or bool(entry.get("privileged"))
                 slot["pod"] = slot["pod"] or entry.get("pod")
 
+    summaries = {}
     for container in containers:
-        own = None
-        matrices = []
+        matrices, key = [], []
         for cgroup in container["cgroups"]:
-            v1_rules, v1_key = None, None
+            v1_rules, v1_key, v1_error = None, None, None
             if cgroup.get("v1") is not None:
                 v1_key = cgroup["v1"]
                 try:
                     v1_rules = parse_devices_list(cgroup["v1"], cgroup.get("v1_file") or "devices.list")
                 except GpuhardenError as error:
                     v1_rules, v1_key = None, None  # unparseable: only the BPF layer's denials are certain
-                    cgroup = dict(cgroup, v1_error=error.msg)
-            matrix = evaluator.matrix(cgroup.get("programs") or [], v1_rules, v1_key)
-            if cgroup.get("v1_error"):
-                matrix = {key: v if v.decision == _ebpf.DENY else _ebpf.Verdict(_ebpf.UNAUDITABLE, cgroup["v1_error"]) for key, v in matrix.items()}
+                    v1_error = error.msg
+            prog_ids = tuple(cgroup.get("programs") or ())
+            matrix = evaluator.matrix(prog_ids, v1_rules, v1_key)
+            key.append((id(matrix), v1_error))  # the evaluator keeps its matrices: their ids stay unique
+            if v1_error:
+                matrix = {k: v if v.decision == _ebpf.DENY else _ebpf.Verdict(_ebpf.UNAUDITABLE, v1_error) for k, v in matrix.items()}
             matrices.append(matrix)
-            if own is None:
-                own = matrix
-        anywhere = _merge_any(matrices)
+        # Containers share their programs (runc emits one per allocation shape), so what a set of matrices says is
+        # derived once per distinct set, not once per container.
+        summary = summaries.get(tuple(key))
+        if summary is None:
+            summary = summaries[tuple(key)] = _Summary(matrices, roles, accesses)
         alloc = allocated.get(container["container_id"])
         if alloc and alloc.get("pod"):
             container = dict(container, pod_name=alloc["pod"])
-        privileged = all(anywhere[("%s %d:%d" % s, "rw")].decision == _ebpf.ALLOW for s in SENTINELS) or bool(alloc and alloc["privileged"])
-        gpus_open = sorted(gpu for path, (role, gpu) in roles.items() if role == "gpu" and _opens(anywhere, path, accesses))
-        view = {
+        privileged = summary.sentinels_open or bool(alloc and alloc["privileged"])
+        gpus_open = summary.gpus_open
+        views.append({
             "cgroup": container["cgroup"],
             "pod_uid": container["pod_uid"],
             "container_id": container["container_id"],
@@ -354,27 +396,13 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
             "programs": list(container["cgroups"][0].get("programs") or []),
             "v1": container["cgroups"][0].get("v1") is not None,
             "nested": [c["path"] for c in container["cgroups"][1:]],
-            "gpus": gpus_open,
-            "allowed": {},
-            "unauditable": {},
-        }
-        for path in roles:
-            allowed = _with(anywhere, path, accesses, _ebpf.ALLOW)
-            undecided = _with(anywhere, path, accesses, _ebpf.UNAUDITABLE)
-            if allowed:
-                view["allowed"][path] = allowed
-            if undecided:
-                view["unauditable"][path] = undecided
-        views.append(view)
+            "gpus": list(gpus_open),
+            "allowed": dict(summary.allowed),
+            "unauditable": dict(summary.unauditable),
+        })
 
         # Unauditable cells that matter: one finding per distinct reason.
-        reasons = {}
-        for path in roles:
-            for access in accesses:
-                verdict = anywhere[(path, access)]
-                if verdict.decision == _ebpf.UNAUDITABLE:
-                    reasons.setdefault(verdict.reason, []).append("%s %s" % (path, access))
-        for reason, where in sorted(reasons.items()):
+        for reason, where in summary.reasons:
             add(
                 "unauditable_program", container, "a decidable device program",
                 "%s (undecided: %s)" % (reason, ", ".join(where[:6]) + (", ..." if len(where) > 6 else "")),
@@ -398,10 +426,7 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
                 )  # fmt: skip
             continue
         minors = alloc["minors"] if alloc else set()
-        for path, (role, gpu) in sorted(roles.items()):
-            if role != "gpu":
-                continue
-            opened = _opens(anywhere, path, accesses)
+        for path, gpu, opened in summary.gpu_opens:
             if gpu not in minors and opened:
                 add(
                     "isolation_breach", container, "no access to %s (not allocated)" % path,
@@ -414,7 +439,7 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
             continue
         required = [(path, gpu) for path, (role, gpu) in sorted(roles.items()) if (role == "gpu" and gpu in minors) or role in ("ctl", "uvm")]
         for path, gpu in required:
-            denied = [a for a in accesses if a in ("r", "w", "rw") and own[(path, a)].decision == _ebpf.DENY]
+            denied = summary.denied_own[path]
             if denied:
                 add(
                     "broken_allocation", container, "%s access to %s (allocated)" % ("+".join(a for a in accesses if a in OPEN_ACCESSES), path),

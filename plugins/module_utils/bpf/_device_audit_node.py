@@ -13,6 +13,8 @@ the device IDs the kubelet gave each container), else none (only which container
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import platform
@@ -26,6 +28,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_
 
 DEFAULT_BUNDLE_DIRS = ["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"]
 MAX_DEPTH = 8  # below a kubepods root: QoS, pod, container, and a few nested levels
+# CGROUP_SUPER_MAGIC and CGROUP2_SUPER_MAGIC, include/uapi/linux/magic.h
+CGROUP_FS_MAGICS = (0x27E0EB, 0x63677270)
 
 
 def argument_spec():
@@ -83,8 +87,36 @@ def _subdirs(path):
         return []
 
 
+def filesystem_type(path):
+    """statfs(2)'s f_type of ``path``, or None where it cannot be read."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        buf = ctypes.create_string_buffer(256)  # struct statfs, f_type (a C long) first
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def _has_subdirs(path, nlink_counts_subdirs):
+    """Whether the directory ``path`` has subdirectories.
+
+    On cgroupfs a directory's link count is two plus its subdirectories (kernfs_refresh_inode in
+    fs/kernfs/inode.c: ``set_nlink(inode, kn->dir.subdirs + 2)``), so one stat answers without listing the
+    cgroup's dozens of control files; elsewhere, or when the stat fails, the directory is listed.
+    """
+    if nlink_counts_subdirs:
+        try:
+            return os.stat(path).st_nlink != 2
+        except OSError:
+            return True
+    return True
+
+
 def find_container_cgroups(hierarchy):
     """{container cgroup path: [nested cgroup paths]} below the kubepods roots of one hierarchy (paths relative to it)."""
+    nlink_counts_subdirs = filesystem_type(hierarchy) in CGROUP_FS_MAGICS
     found = {}
     roots = []
     for top in _subdirs(hierarchy):
@@ -99,7 +131,7 @@ def find_container_cgroups(hierarchy):
             child = rel + "/" + name
             if _cgroup_paths.parse_container_path(child):
                 nested = []
-                inner = [child]
+                inner = [child] if _has_subdirs(hierarchy + child, nlink_counts_subdirs) else []
                 while inner:
                     current = inner.pop()
                     for sub in _subdirs(hierarchy + current):
@@ -187,11 +219,14 @@ def collect(root, cgroup_root, bundle_dirs):
     if not os.path.isdir(base):
         raise GpuhardenError("device_cgroup_audit: cgroup_root: %s is not a directory" % base)
     layout, v2_root, v1_root = cgroup_layout(base)
-    paths = {}
+    paths, found_in = {}, {}
     for hierarchy in (v2_root, v1_root):
         if hierarchy:
+            found_in[hierarchy] = seen = set()
             for rel, nested in find_container_cgroups(hierarchy).items():
                 paths.setdefault(rel, set()).update(nested)
+                seen.add(rel)
+                seen.update(nested)
     bundle_dirs = [_host.host_path(root, d) for d in bundle_dirs if os.path.isdir(_host.host_path(root, d))]
     containers, prog_ids, skipped = [], set(), []
     for rel in sorted(paths):
@@ -199,7 +234,7 @@ def collect(root, cgroup_root, bundle_dirs):
         cgroups = []
         for path in [rel] + sorted(paths[rel]):
             entry = {"path": path, "programs": [], "v1": None}
-            if v2_root and os.path.isdir(v2_root + path):
+            if v2_root and path in found_in[v2_root]:
                 try:
                     entry["programs"], _flags = _bpf_syscalls.query_programs(v2_root + path, effective=True)
                 except _bpf_syscalls.BpfError as error:
@@ -207,7 +242,7 @@ def collect(root, cgroup_root, bundle_dirs):
                         skipped.append(path)
                         continue
                     raise
-            if v1_root and os.path.isdir(v1_root + path):
+            if v1_root and path in found_in[v1_root]:
                 entry["v1"], entry["v1_file"] = _read_v1(v1_root, path)
             prog_ids.update(entry["programs"])
             cgroups.append(entry)
