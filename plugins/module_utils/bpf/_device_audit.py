@@ -296,17 +296,24 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
     views = []
 
     def add(fid, container, expected, found, hint, gpu=None, device=None, alloc=None):
-        findings.append(finding(
-            fid, severity[fid], expected, found, hint,
-            node=node,
-            pod=container["pod_uid"] if container else (alloc or {}).get("pod_uid"),
-            pod_name=(alloc or {}).get("pod") or (container or {}).get("pod_name"),
-            container=(container.get("name") or container["container_id"]) if container else (alloc or {}).get("container"),
-            container_id=container["container_id"] if container else None,
-            cgroup=container["cgroup"] if container else None,
-            gpu=gpu,
-            gpu_uuid=minor_to_uuid.get(gpu) if gpu is not None else None,
-            device=device))
+        findings.append(
+            finding(
+                fid,
+                severity[fid],
+                expected,
+                found,
+                hint,
+                node=node,
+                pod=container["pod_uid"] if container else (alloc or {}).get("pod_uid"),
+                pod_name=(alloc or {}).get("pod") or (container or {}).get("pod_name"),
+                container=(container.get("name") or container["container_id"]) if container else (alloc or {}).get("container"),
+                container_id=container["container_id"] if container else None,
+                cgroup=container["cgroup"] if container else None,
+                gpu=gpu,
+                gpu_uuid=minor_to_uuid.get(gpu) if gpu is not None else None,
+                device=device,
+            )
+        )
 
     # Allocation -> containers.
     allocated = {}  # container_id -> {"minors": set, "privileged": bool, "pod": name}
@@ -384,22 +391,24 @@ def audit(node, containers, programs, devices, accesses=("r", "w", "m"), allocat
             container = dict(container, pod_name=alloc["pod"])
         privileged = summary.sentinels_open or bool(alloc and alloc["privileged"])
         gpus_open = summary.gpus_open
-        views.append({
-            "cgroup": container["cgroup"],
-            "pod_uid": container["pod_uid"],
-            "container_id": container["container_id"],
-            "container": container.get("name"),
-            "driver": container.get("driver"),
-            "qos": container.get("qos"),
-            "sandbox": bool(container.get("sandbox")),
-            "privileged": privileged,
-            "programs": list(container["cgroups"][0].get("programs") or []),
-            "v1": container["cgroups"][0].get("v1") is not None,
-            "nested": [c["path"] for c in container["cgroups"][1:]],
-            "gpus": list(gpus_open),
-            "allowed": dict(summary.allowed),
-            "unauditable": dict(summary.unauditable),
-        })
+        views.append(
+            {
+                "cgroup": container["cgroup"],
+                "pod_uid": container["pod_uid"],
+                "container_id": container["container_id"],
+                "container": container.get("name"),
+                "driver": container.get("driver"),
+                "qos": container.get("qos"),
+                "sandbox": bool(container.get("sandbox")),
+                "privileged": privileged,
+                "programs": list(container["cgroups"][0].get("programs") or []),
+                "v1": container["cgroups"][0].get("v1") is not None,
+                "nested": [c["path"] for c in container["cgroups"][1:]],
+                "gpus": list(gpus_open),
+                "allowed": dict(summary.allowed),
+                "unauditable": dict(summary.unauditable),
+            }
+        )
 
         # Unauditable cells that matter: one finding per distinct reason.
         for reason, where in summary.reasons:
