@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Issue 15, item 5: each role's options are mapped to its module once, for harden, bootstrap and the audit.
+
+The mapping is a ``__<role>_..._options`` variable in the role's vars/main.yml.  The role's module call takes it as
+module_defaults, and tasks/audit_params.yml hands exactly that variable to node_audit (or the drift check's dry
+run), so the desired state cannot be spelt two ways.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ONE_REFERENCE = re.compile(r"^\{\{ *(__[a-z_]+_options) *\}\}$")
+
+# role -> (its audit option fact, the module its tasks call with the same options)
+ROLES = {
+    "device_permissions": ("device_permissions_audit_options", "gpuharden.k8s.nvidia_device_nodes"),
+    "container_runtime": ("container_runtime_audit_options", "gpuharden.k8s.containerd_nvidia_runtime"),
+    "kubelet_topology": ("kubelet_topology_audit_options", "gpuharden.k8s.kubelet_config"),
+    "cgroup_limits": ("cgroup_limits_audit_options", "gpuharden.k8s.cgroup_memory"),
+    "mig": ("mig_audit_options", "gpuharden.k8s.mig_layout"),
+    "runtime_class": ("runtime_class_audit_options", "gpuharden.k8s.runtime_class"),
+}
+
+
+def _tasks(data):
+    stack = list(data or [])
+    while stack:
+        task = stack.pop()
+        if isinstance(task, dict):
+            yield task
+            for key in ("block", "rescue", "always"):
+                stack.extend(task.get(key) or [])
+
+
+def _audit_reference(role, fact):
+    for task in _tasks(yaml.safe_load((REPO / "roles" / role / "tasks" / "audit_params.yml").read_text())):
+        facts = task.get("ansible.builtin.set_fact") or {}
+        if fact in facts:
+            return facts[fact]
+    raise AssertionError("roles/%s/tasks/audit_params.yml sets no %s" % (role, fact))
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_the_audit_takes_the_options_the_role_passes_its_module(role):
+    fact, module = ROLES[role]
+    text = " ".join(_audit_reference(role, fact).split())
+    names = ONE_REFERENCE.findall(text) or re.findall(r"(__[a-z_]+_options) if", text)
+    assert len(names) == 1, "%s: %s is %r, not one reference to the role's module options" % (role, fact, text)
+    [options] = names
+    defined = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
+    assert isinstance(defined.get(options), dict), "%s is not defined in roles/%s/vars/main.yml" % (options, role)
+    callers = []
+    for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            defaults = task.get("module_defaults") or {}
+            if module in defaults:
+                assert " ".join(str(defaults[module]).split()) == "{{ %s }}" % options, (path, defaults[module])
+                callers.append(path.name)
+            if module in task:
+                spelt = sorted(set(task[module] or {}) & set(defined[options]))
+                assert not spelt, "%s calls %s with %s spelt out again" % (path.name, module, spelt)
+    assert callers, "no task of roles/%s passes %s to %s" % (role, options, module)
