@@ -14,7 +14,6 @@ the device IDs the kubelet gave each container), else none (only which container
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import os
 import platform
@@ -90,7 +89,7 @@ def _subdirs(path):
 def filesystem_type(path):
     """statfs(2)'s f_type of ``path``, or None where it cannot be read."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc, as _bpf_syscalls loads it (no ldconfig run)
         buf = ctypes.create_string_buffer(256)  # struct statfs, f_type (a C long) first
         if libc.statfs(os.fsencode(path), buf) != 0:
             return None
