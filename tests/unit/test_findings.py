@@ -114,6 +114,9 @@ def _harden_tags():
         for task in tasks or []:
             tags.update(task.get("tags") or [])
             walk(task.get("block"))
+            imported = task.get("ansible.builtin.import_tasks")
+            if imported:  # the stages (tasks/stages.yml), the plan
+                walk(yaml.safe_load((REPO / "playbooks" / imported).read_text()))
 
     for play in yaml.safe_load((REPO / "playbooks" / "harden_gpu_nodes.yml").read_text()):
         walk(play.get("tasks"))
