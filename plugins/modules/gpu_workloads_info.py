@@ -33,6 +33,16 @@ options:
     description: Objects per page of each LIST (C(limit)); the module follows C(continue) until the end.
     type: int
     default: 500
+  topology:
+    description:
+      - Also weigh the listed workloads against these nodes, in the same run, as M(gpuharden.k8s.topology_check)
+        does for one node (the same check, with each node's labels and taints from the LIST). The post-check does this
+        once for the play instead of one module run per node.
+      - A dictionary by node name; each value has C(gpus) (required), C(topology_manager_policy),
+        C(topology_manager_scope) (default V(container)) and C(cpu_manager_policy), as the options of
+        M(gpuharden.k8s.topology_check).
+    type: dict
+    default: {}
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -66,6 +76,13 @@ nodes:
   description: Every Node by name, with C(labels), C(taints) (C(key), C(value), C(effect)) and C(gpu_allocatable).
   returned: always
   type: dict
+topology:
+  description:
+    - By node name, for each node of the C(topology) option, what M(gpuharden.k8s.topology_check) returns for it
+      (C(findings), C(max_severity), C(numa_nodes), C(gpus_without_numa), C(max_gpus_per_numa_node),
+      C(workloads_landing), C(workloads_blocked)).
+  returned: always
+  type: dict
 api_requests:
   description: LIST requests (pages) made, all kinds together.
   returned: always
@@ -73,7 +90,7 @@ api_requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
@@ -85,6 +102,7 @@ def argument_spec():
     spec.update(
         resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
         page_limit={"type": "int", "default": 500},
+        topology={"type": "dict", "default": {}},
     )
     return spec
 
@@ -126,6 +144,7 @@ def gather(params):
     resources = [resource for resource in params["resources"] if resource]
     if not resources:
         raise GpuhardenError("gpu_workloads_info: option resources is empty: name at least one resource such as nvidia.com/gpu")
+    topology = _topology_nodes(params["topology"] or {})
     api = _k8s.api_client(params)
     objects, total = {}, 0
     try:
@@ -135,7 +154,40 @@ def gather(params):
     finally:
         api.close()
     nodes = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources) for node in objects.pop("Node")}
-    return {"workloads": _gpu_workloads.collect(objects, resources), "nodes": nodes, "api_requests": total}
+    workloads = _gpu_workloads.collect(objects, resources)
+    weighed = {name: _weigh(name, options, workloads, nodes.get(name) or {}) for name, options in topology.items()}
+    return {"workloads": workloads, "nodes": nodes, "topology": weighed, "api_requests": total}
+
+
+TOPOLOGY_KEYS = ("gpus", "topology_manager_policy", "topology_manager_scope", "cpu_manager_policy")
+
+
+def _weigh(name, options, workloads=(), node=None):
+    """topology_check's result for one node of the topology option, its errors named as this module's option."""
+    node = node or {}
+    try:
+        return _topology.check_node(name, options["gpus"], options["topology_manager_policy"], options["topology_manager_scope"],
+                                    options["cpu_manager_policy"], workloads, node.get("labels") or {}, node.get("taints") or [])
+    except GpuhardenError as error:
+        raise GpuhardenError(str(error).replace("topology_check: option ", "gpu_workloads_info: option topology.%s." % name, 1)) from None
+
+
+def _topology_nodes(topology):
+    """The topology option with its defaults, refused before any request when a node's entry is malformed."""
+    checked = {}
+    for name, options in topology.items():
+        if not isinstance(options, dict):
+            raise GpuhardenError("gpu_workloads_info: option topology.%s: expected a dictionary with gpus, got %r" % (name, options))
+        unknown = sorted(set(options) - set(TOPOLOGY_KEYS))
+        if unknown or "gpus" not in options:
+            raise GpuhardenError("gpu_workloads_info: option topology.%s: %s (it takes %s, gpus required)" % (
+                name, "unknown keys %s" % ", ".join(unknown) if unknown else "no gpus", ", ".join(TOPOLOGY_KEYS)))
+        entry = {"gpus": options["gpus"], "topology_manager_policy": options.get("topology_manager_policy") or None,
+                 "topology_manager_scope": options.get("topology_manager_scope") or "container",
+                 "cpu_manager_policy": options.get("cpu_manager_policy") or None}
+        _weigh(name, entry)  # the node's own data, checked now: a bad entry fails the run before it lists anything
+        checked[name] = entry
+    return checked
 
 
 def main():

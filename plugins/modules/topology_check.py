@@ -171,12 +171,10 @@ def build_module():
 def check(params):
     if not params["node_name"]:
         raise GpuhardenError("topology_check: option node_name is empty")
-    result = _topology.evaluate(
+    return _topology.check_node(
         params["node_name"], params["gpus"], params["topology_manager_policy"] or None,
         scope=params["topology_manager_scope"], cpu_policy=params["cpu_manager_policy"] or None,
         workloads=params["workloads"], labels=params["node_labels"], taints=params["node_taints"])
-    result["max_severity"] = _findings.max_severity(result["findings"])
-    return result
 
 
 def main():

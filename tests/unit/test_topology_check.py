@@ -196,6 +196,56 @@ def test_gpu_workloads_info_options():
         gpu_workloads_info.gather({"page_limit": 5, "resources": [""]})
 
 
+def _listing(monkeypatch, objects):
+    """gpu_workloads_info with its LISTs answered from ``objects`` (kind -> API objects as dicts)."""
+    class Api:
+        def close(self):
+            pass
+    monkeypatch.setattr(gpu_workloads_info._k8s, "api_client", lambda params: Api())
+    monkeypatch.setattr(gpu_workloads_info, "_listers", lambda api: {kind: kind for kind in gpu_workloads_info.RESOURCES})
+    requested = []
+
+    def list_all(name, api, kind, target, page_limit):
+        requested.append(kind)
+        return [dict(entry) for entry in objects.get(kind, [])], 1
+    monkeypatch.setattr(gpu_workloads_info, "list_all", list_all)
+    return requested
+
+
+def test_the_topology_option_weighs_every_node_as_topology_check_does(monkeypatch):
+    pool = {"metadata": {"name": "dgx-1", "labels": {"pool": "dgx"}}, "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    other = {"metadata": {"name": "dgx-2", "labels": {"pool": "other"}}, "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    train = {"metadata": {"name": "train-8g", "namespace": "ml"}, "spec": {"template": {"spec": _spec("8")}}}
+    requested = _listing(monkeypatch, {"Node": [pool, other], "Deployment": [train]})
+    single = {"gpus": DGX, "topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static"}
+    result = gpu_workloads_info.gather({"page_limit": 500, "resources": ["nvidia.com/gpu"], "topology": {
+        "dgx-1": single, "dgx-2": single, "dgx-3": dict(single, topology_manager_policy="restricted")}})
+    assert sorted(requested) == sorted(gpu_workloads_info.RESOURCES)  # one LIST per kind, whatever the node count
+    assert sorted(result["topology"]) == ["dgx-1", "dgx-2", "dgx-3"]
+    # dgx-1 (selected by the Deployment's nodeSelector) cannot admit it; dgx-2 is never chosen; dgx-3 admits it
+    assert _blocked(result["topology"]["dgx-1"]) == ["train-8g"] and result["topology"]["dgx-1"]["max_severity"] == "error"
+    assert result["topology"]["dgx-2"]["workloads_landing"] == [] and result["topology"]["dgx-3"]["findings"] == []
+    # each entry is what topology_check returns for that node, given the same labels and taints
+    alone = run_module("topology_check", dict(single, node_name="dgx-1", workloads=result["workloads"],
+                                              node_labels={"pool": "dgx"}), {})
+    assert {key: alone[key] for key in result["topology"]["dgx-1"]} == result["topology"]["dgx-1"]
+    assert "topology" in gpu_workloads_info.gather({"page_limit": 500, "resources": ["nvidia.com/gpu"], "topology": {}})
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"topology_manager_policy": "single-numa-node"}, r"option topology\.dgx-1: no gpus"),
+    ({"gpus": DGX, "policy": "x"}, r"option topology\.dgx-1: unknown keys policy"),
+    ({"gpus": DGX, "topology_manager_policy": "strict"}, r"gpu_workloads_info: option topology\.dgx-1\.topology_manager_policy: 'strict'"),
+    ({"gpus": [{"index": 0, "numa_node": "zero"}]}, r"gpu_workloads_info: option topology\.dgx-1\.gpus"),
+    ("dgx", r"option topology\.dgx-1: expected a dictionary"),
+])
+def test_a_malformed_topology_entry_is_refused_before_any_request(monkeypatch, entry, message):
+    requested = _listing(monkeypatch, {})
+    with pytest.raises(GpuhardenError, match=message):
+        gpu_workloads_info.gather({"page_limit": 500, "resources": ["nvidia.com/gpu"], "topology": {"dgx-1": entry}})
+    assert requested == []
+
+
 # --- malformed inputs: the module names the option, the entry and the value ---------------------------------
 
 MALFORMED = [

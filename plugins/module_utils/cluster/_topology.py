@@ -18,7 +18,7 @@ nvml_check return them), its labels and taints, the kubelet policies, and the wo
 from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding, max_severity
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
@@ -329,6 +329,14 @@ def evaluate(node_name, gpus, policy, scope="container", cpu_policy=None, worklo
         "workloads_landing": landing,
         "workloads_blocked": blocked,
     }
+
+
+def check_node(node_name, gpus, policy=None, scope="container", cpu_policy=None, workloads=(), labels=None, taints=()):
+    """What topology_check returns for one node: evaluate() and the highest severity of its findings."""
+    result = evaluate(node_name, gpus, policy, scope=scope, cpu_policy=cpu_policy, workloads=workloads, labels=labels,
+                      taints=taints)
+    result["max_severity"] = max_severity(result["findings"])
+    return result
 
 
 def _describe_policy(policy):
