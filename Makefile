@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit \
-        integration molecule monitoring-check dist python-dist collection-build collection-install-check demo bench lab-down clean
+        integration sandbox molecule test-checks test-lab dist-install-check monitoring-check dist python-dist collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -59,7 +59,23 @@ control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
 # dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
-test: setup dist lint sanity monitoring-check unit real integration molecule collection-install-check
+# Then two streams side by side, one per core: the lab (integration, then molecule; one lab at a time) and every
+# check that needs no lab.  The second stream writes build/test-checks.log, printed when both are done, so the lab's
+# output stays live; each stream's time is printed at the end.
+test: setup dist
+	@start=$$(date +%s); \
+	( $(MAKE) --no-print-directory test-checks; echo "$$? $$(( $$(date +%s) - start ))" > $(BUILD)/test-checks.status ) \
+	  > $(BUILD)/test-checks.log 2>&1 & \
+	lab_rc=0; $(MAKE) --no-print-directory test-lab || lab_rc=$$?; lab_s=$$(( $$(date +%s) - start )); \
+	wait; \
+	echo "=== make test-checks (build/test-checks.log)"; cat $(BUILD)/test-checks.log; \
+	read -r checks_rc checks_s < $(BUILD)/test-checks.status; \
+	echo "=== make test: test-lab rc=$$lab_rc in $$lab_s s, test-checks rc=$$checks_rc in $$checks_s s"; \
+	[ "$$lab_rc" = 0 ] && [ "$$checks_rc" = 0 ]
+
+test-checks: lint sanity monitoring-check unit sandbox real dist-install-check
+
+test-lab: integration molecule
 
 lint: ruff ansible-lint
 
@@ -83,7 +99,12 @@ monitoring-check: venv
 	promtool check metrics < $(BUILD)/gpuharden-sample.prom
 
 unit: venv collection-link nvml-double
-	$(BIN)/python -m pytest -q -m "not lab and not real"
+	$(BIN)/python -m pytest -q -m "not lab and not real and not sandbox"
+
+# Root, runc and cgroups in throwaway sandboxes of their own (tests/lab/test_pods.py, test_standins.py, the device
+# cgroup audit against real runc programs): no lab, so `make test` runs them beside the lab tests.
+sandbox: setup
+	$(BIN)/python -m pytest -q -m "sandbox and not lab"
 
 # tests/real: the upstream binaries (device plugin, containerd, kubelet, a grpc-go pod-resources server) judge what
 # the product writes and reads.  `make test` builds the quick ones (real-quick, about 7 min cold); the tests of
@@ -93,7 +114,7 @@ real: setup real-quick
 
 # The lab: network namespaces, sshd, runc and the control plane (root).
 integration: setup
-	$(BIN)/python -m pytest -q -m lab
+	$(BIN)/python -m pytest -q -m lab --durations=15
 
 molecule: setup
 	# One lab at a time on a machine: the same lock the lab tests take (tests/labfixtures.py).
@@ -115,7 +136,11 @@ collection-build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path $(DIST) .
 
 # Install the built tarball into a scratch path and run its module there, away from this checkout.
-collection-install-check: collection-build nvml-double
+collection-install-check: collection-build dist-install-check
+
+# The same check of the tarball already in dist/, never rebuilt: `make test` builds dist/ first, and its lab stream
+# installs those archives too (test_installed_artifacts.py), so the checks stream must not remove them meanwhile.
+dist-install-check: nvml-double
 	$(BIN)/python tools/install_check.py $(DIST)/gpuharden-k8s-*.tar.gz
 
 demo: setup

@@ -37,7 +37,7 @@ from tests.integration import devcg_shapes as shapes
 from tests.lab.test_pods import BUNDLES, RUNC_ROOT, _make_node
 from tests.labfixtures import running_lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.sandbox
 
 MODULE = REPO_ROOT / "plugins/modules/device_cgroup_audit.py"
 COLLECTIONS = REPO_ROOT / "build/collections"
@@ -348,6 +348,7 @@ def test_nested_cgroups_and_the_effective_list(node, running, devices, scratch):
 # The real lab: seed-failures, node seed-isolation, over SSH
 
 
+@pytest.mark.lab
 def test_seed_isolation_over_ssh():
     with running_lab("seed-failures") as state:
         placed = {p["name"]: p for p in state["pods"] if p["node"] == "seed-isolation"}

@@ -24,7 +24,7 @@ import pytest
 from gpuharden_lab import noderoot, pods
 from gpuharden_lab.pods import ContainerSpec
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.sandbox
 
 HOST_CGROUP2 = Path("/sys/fs/cgroup/unified")
 FIXTURE = "dgx-a100-80gb"  # 8 GPUs, minors 0-7

@@ -23,7 +23,7 @@ from gpuharden_lab.standins import kubelet as kl
 from gpuharden_lab.standins import systemctl as sc
 
 # They need root and the kubelet-validate binary the control-plane build makes.
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.sandbox
 
 PY = sys.executable
 VENV_BIN = Path(PY).parent

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, la
 from gpuharden_lab import node as lab_node
 from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
-from gpuharden_lab.system import LabError, kill_cgroup_tree, require_root, run
+from gpuharden_lab.system import NODE_WORKERS, LabError, kill_cgroup_tree, require_root, run
 
 # The node's Python gets only what node-side modules need, so a module that needs more fails in the lab.
 NODE_PYTHON_PACKAGES = ["nvidia-ml-py>=12.535,<14", "ruamel.yaml>=0.18,<0.20", "tomlkit>=0.13,<0.16", "PyYAML>=6,<7"]
@@ -107,14 +108,17 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
 
 def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
     """Start containerd and the kubelet in every node through its systemctl, as boot would (and, on real nodes, the
-    lab service that runs the device plugin pods)."""
-    states = {}
-    for node in nodes:
+    lab service that runs the device plugin pods).  The nodes boot side by side, as a fleet's do; each node's units
+    start in its own order."""
+
+    def boot(node: lab_node.Node) -> str:
         lab_units = [PLUGIN_RUNNER_UNIT] if node.spec.real_containerd is not None else []
         for unit in ("containerd", node.spec.kubelet_unit, *lab_units):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
-        states[node.name] = lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
-    return states
+        return lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:
+        return dict(zip([node.name for node in nodes], pool.map(boot, nodes), strict=True))
 
 
 def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path, kube: dict | None) -> Path:

@@ -10,6 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
+# How many nodes the lab works on at once where their steps are independent (service start-up, NVML process
+# lists): enough to overlap the waits for child processes, few enough for a 2-core machine.
+NODE_WORKERS = 4
+
 
 class LabError(Exception):
     """The lab's one exception type: a clear message about what could not be set up or torn down."""

@@ -6,6 +6,7 @@ its GPU allocation.  Containers that use their GPUs show up as processes in the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from gpuharden_lab import NVML_DOUBLE_DIR, layout, pods
 from gpuharden_lab.node import Node
 from gpuharden_lab.noderoot import load_fixture
-from gpuharden_lab.system import LabError, run
+from gpuharden_lab.system import NODE_WORKERS, LabError, run
 
 # This host's cgroup2 hierarchy has no memory controller (memory is on cgroup v1), so memory.max and
 # memory.high cannot exist in the nodes' real cgroup2 trees.  Nodes with memory-limited pods get a view
@@ -192,10 +193,14 @@ def place(api: client.ApiClient, nodes: dict[str, Node], entries: list[dict]) ->
                     {"pid": pid, "used_memory_mib": int(entry["gpu_memory_mib"])}
                 )
     _write_memory_views(nodes, placed_specs)
-    # Only the scenario's containers run on the lab's GPUs: the fixtures' sample PIDs are not processes here.
-    for node_name, node in nodes.items():
+    # Only the scenario's containers run on the lab's GPUs: the fixtures' sample PIDs are not processes here.  One
+    # node's GPUs in turn (its double's state file), the nodes side by side.
+    def set_node_processes(node_name: str) -> None:
         for index in gpu_index_of[node_name].values():
-            set_nvml_processes(node, index, processes.get(node_name, {}).get(index, []))
+            set_nvml_processes(nodes[node_name], index, processes.get(node_name, {}).get(index, []))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:
+        list(pool.map(set_node_processes, nodes))
     return placed
 
 
