@@ -137,7 +137,8 @@ collection-build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path $(DIST) .
 
 # Install the built tarball into a scratch path and run its module there, away from this checkout.
-collection-install-check: collection-build dist-install-check
+collection-install-check: collection-build
+	$(MAKE) --no-print-directory dist-install-check
 
 # The same check of the tarball already in dist/, never rebuilt: `make test` builds dist/ first, and its lab stream
 # installs those archives too (test_installed_artifacts.py), so the checks stream must not remove them meanwhile.
