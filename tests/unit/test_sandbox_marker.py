@@ -32,6 +32,19 @@ def _names(node: ast.AST) -> set[str]:
     return {child.id for child in ast.walk(node) if isinstance(child, ast.Name)}
 
 
+def _uses(function: ast.FunctionDef, fixtures: dict[str, ast.FunctionDef]) -> set[str]:
+    """The names a test or fixture uses, through the module's fixtures it asks for, however deep."""
+    used, seen, pending = set(), set(), [function]
+    while pending:
+        current = pending.pop()
+        used |= _names(current)
+        for arg in current.args.args:
+            if arg.arg in fixtures and arg.arg not in seen:
+                seen.add(arg.arg)
+                pending.append(fixtures[arg.arg])
+    return used
+
+
 def sandbox_tests_using_the_lab(path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
     module_marks = _module_marks(tree)
@@ -44,8 +57,7 @@ def sandbox_tests_using_the_lab(path: Path) -> list[str]:
         marks = module_marks | _marks(node.decorator_list)
         if "sandbox" not in marks or "lab" in marks:
             continue
-        used = _names(node) | {name for arg in node.args.args if arg.arg in fixtures for name in _names(fixtures[arg.arg])}
-        if used & LAB_NAMES:
+        if _uses(node, fixtures) & LAB_NAMES:
             wrong.append("%s::%s" % (path.name, node.name))
     return wrong
 
@@ -62,12 +74,15 @@ def test_the_check_finds_a_sandbox_test_that_brings_the_lab_up(tmp_path):
     probe.write_text(
         "import pytest\nfrom tests.labfixtures import running_lab\npytestmark = pytest.mark.sandbox\n\n"
         "@pytest.fixture\ndef lab():\n    with running_lab('healthy') as state:\n        yield state\n\n"
+        "@pytest.fixture\ndef nodes(lab):\n    return lab['nodes']\n\n"
         "def test_via_fixture(lab):\n    pass\n\n"
+        "def test_via_two_fixtures(nodes):\n    pass\n\n"
         "def test_direct():\n    with running_lab('healthy'):\n        pass\n\n"
         "@pytest.mark.lab\ndef test_marked():\n    with running_lab('healthy'):\n        pass\n\n"
         "def test_clean(tmp_path):\n    pass\n"
     )
-    assert sandbox_tests_using_the_lab(probe) == ["test_probe.py::test_via_fixture", "test_probe.py::test_direct"]
+    assert sandbox_tests_using_the_lab(probe) == ["test_probe.py::test_via_fixture", "test_probe.py::test_via_two_fixtures",
+                                                  "test_probe.py::test_direct"]
 
 
 def test_make_test_runs_sandbox_beside_the_lab_and_lab_wins():
