@@ -113,9 +113,12 @@ sandbox: setup
 real: setup real-quick
 	$(BIN)/python -m pytest -q -m real
 
-# The lab: network namespaces, sshd, runc and the control plane (root).
+# The lab: network namespaces, sshd, runc and the control plane (root).  LAB_WORKERS labs at once (pytest-xdist,
+# one lab instance per worker, a whole test file per worker: tests/conftest.py); LAB_WORKERS=0 runs them in this
+# process on lab instance 0, one at a time.
+LAB_WORKERS ?= 2
 integration: setup
-	$(BIN)/python -m pytest -q -m lab --durations=15
+	$(BIN)/python -m pytest -q -m lab --durations=15 $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
 
 molecule: setup
 	# One lab at a time on a machine: the same lock the lab tests take (tests/labfixtures.py).

@@ -7,6 +7,12 @@ import os
 import sys
 from pathlib import Path
 
+# One lab instance per pytest-xdist worker (gw0 -> 0, gw1 -> 1, ...), set before anything imports
+# gpuharden_lab.layout, which reads it once; subprocesses (the gpuharden CLI, ansible) inherit it.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER.startswith("gw"):
+    os.environ.setdefault("GPUHARDEN_LAB_INSTANCE", _XDIST_WORKER[2:])
+
 REPO = Path(__file__).resolve().parent.parent
 COLLECTIONS = REPO / "build" / "collections"
 LINK = COLLECTIONS / "ansible_collections" / "gpuharden" / "k8s"

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One lab at a time on a machine: tests that use the global lab take this lock for as long as they use it."""
+"""One lab at a time per lab instance (gpuharden_lab.layout.INSTANCE; one per pytest-xdist worker, see
+tests/conftest.py): tests that use the lab take this lock for as long as they use it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import contextlib
 import fcntl
 import os
 
-from gpuharden_lab import manager
-
-LOCK_FILE = "/var/tmp/gpuharden-lab.lock"
+from gpuharden_lab import layout, manager
 
 
 @contextlib.contextmanager
 def lab_lock():
-    with open(LOCK_FILE, "a") as handle:
+    with open(layout.LOCK_FILE, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

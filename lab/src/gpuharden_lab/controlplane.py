@@ -24,9 +24,9 @@ from gpuharden_lab.system import LabError, run, spawn, wait_for_tcp
 
 BUILD_SCRIPT = REPO_ROOT / "lab" / "controlplane" / "build.sh"
 STAGES = REPO_ROOT / "lab" / "controlplane" / "stages.yaml"
-ETCD_PORT, ETCD_PEER_PORT = 2379, 2380
-API_PORT = 6443
-KCM_PORT, SCHEDULER_PORT = 10257, 10259
+ETCD_PORT, ETCD_PEER_PORT = layout.ETCD_PORT, layout.ETCD_PEER_PORT
+API_PORT = layout.API_PORT
+KCM_PORT, SCHEDULER_PORT = layout.KCM_PORT, layout.SCHEDULER_PORT
 API_URL = "https://127.0.0.1:%d" % API_PORT
 TOOL_USER = "gpuharden"
 NO_RBAC_USER = "lab-no-rbac"  # authenticated, bound to nothing: for tests of clear 403 messages

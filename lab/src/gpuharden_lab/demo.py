@@ -18,12 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from gpuharden_lab import REPO_ROOT, cluster, manager
+from gpuharden_lab import REPO_ROOT, cluster, layout, manager
 from gpuharden_lab.system import LabError
 
 SCENARIO = os.environ.get("GPUHARDEN_DEMO_SCENARIO", "seed-failures")
 BIN = Path(sys.executable).parent
-LAB_LOCK = "/var/tmp/gpuharden-lab.lock"
 
 
 def _section(title: str) -> None:
@@ -37,7 +36,7 @@ def _run(argv: list[str]) -> int:
 
 def main() -> int:
     # Other lab users (the lab tests, molecule) take the same lock: wait for them instead of pulling their lab down.
-    with open(LAB_LOCK, "a") as lock:
+    with open(layout.LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return demo()
 
@@ -52,8 +51,8 @@ def demo() -> int:
     except LabError as error:
         print("demo: %s" % error, file=sys.stderr)
         return 2
-    print("lab up in %.1fs: %d nodes over SSH, kube-apiserver on 127.0.0.1:6443 (timings: %s)"
-          % (state["timings"]["total"], len(state["nodes"]), state["timings"]))
+    print("lab up in %.1fs: %d nodes over SSH, kube-apiserver on 127.0.0.1:%d (timings: %s)"
+          % (state["timings"]["total"], len(state["nodes"]), layout.API_PORT, state["timings"]))
 
     fleet(state)
 
