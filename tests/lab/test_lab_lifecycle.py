@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -135,3 +136,44 @@ def test_lab_needs_root_and_says_so():
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert completed.returncode == 2, completed.stderr
     assert "needs root" in completed.stderr
+
+
+def _other_instance_cli(instance: int, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPUHARDEN_LAB_INSTANCE=str(instance))
+    env.pop("GPUHARDEN_LAB_DIR", None)
+    return subprocess.run([sys.executable, "-m", "gpuharden.cli", "lab", *args], capture_output=True, text=True,
+                          check=False, env=env, cwd=REPO_ROOT)
+
+
+def _named_leftovers() -> list[str]:
+    """What `lab down` would remove by name (netns, links, cgroup, directory, inventory); processes come and go."""
+    return [item for item in manager.leftovers() if not item.startswith("process ")]
+
+
+def test_a_second_instance_comes_and_goes_without_touching_this_one(clean_lab):
+    """Two labs at once (make integration runs one per worker): the other's up and down leave this one whole."""
+    other = layout.MAX_INSTANCE if layout.INSTANCE != layout.MAX_INSTANCE else 0
+    own = manager.up("healthy", with_cluster=False)
+    own_leftovers = _named_leftovers()
+    with open("/var/tmp/gpuharden-lab%s.lock" % (other or ""), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            up = _other_instance_cli(other, "up", "--scenario", "healthy", "--no-cluster")
+            assert up.returncode == 0, up.stderr[-3000:]
+            theirs = json.loads(up.stdout)
+            assert {info["address"] for info in theirs["nodes"].values()}.isdisjoint(
+                info["address"] for info in own["nodes"].values())
+            assert theirs["inventory"] != own["inventory"]
+            # This instance counts none of the other's netns, links, cgroup, directory, inventory or processes.
+            assert _named_leftovers() == own_leftovers
+            down = _other_instance_cli(other, "down")
+            assert down.returncode == 0, down.stderr[-3000:]
+            assert "nothing left behind" in down.stdout + down.stderr
+        finally:
+            _other_instance_cli(other, "down")
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    assert _named_leftovers() == own_leftovers
+    for info in own["nodes"].values():
+        result = manager.ssh(info["address"], "true")
+        assert result.returncode == 0, result.stderr
+    assert manager.status()["nodes"] == {node: {"address": info["address"], "sshd": "running"} for node, info in own["nodes"].items()}
