@@ -59,22 +59,30 @@ control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
 # dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
-# Then two streams side by side: the lab (integration, then molecule; one lab at a time), which is the longer, and
-# every check that needs no lab, niced so that the lab keeps its core.  The second stream writes
-# build/test-checks.log, printed when both are done, so the lab's output stays live; the last line gives each
-# stream's exit code and seconds.  A missing status counts as a failure.
+# Then two streams side by side: the lab (integration on LAB_WORKERS labs at once, then molecule), which is the
+# longer, and every check that needs no lab, niced so that the lab keeps its cores; it also builds the real
+# containerd and kubelet (real-components: cold about 17 min, warm seconds) before `make real`, so their tests run
+# rather than skip.  The second stream writes build/test-checks.log, printed when both are done, so the lab's output
+# stays live.  Then the real-nodes lab tests (the real kubelet, containerd and device plugin as the nodes), which need
+# that build.  Under `make test` a test whose upstream binary is missing fails instead of skipping
+# (GPUHARDEN_REQUIRE_BUILT, tests/builds.py).  The last line gives each part's exit code and seconds.  A missing
+# status counts as a failure.
 test: setup dist
-	@start=$$(date +%s); status=$(BUILD)/test-checks.status; rm -f "$$status"; \
+	@export GPUHARDEN_REQUIRE_BUILT=1; start=$$(date +%s); status=$(BUILD)/test-checks.status; rm -f "$$status"; \
 	( rc=0; nice -n 10 $(MAKE) --no-print-directory test-checks || rc=$$?; \
 	  echo "$$rc $$(( $$(date +%s) - start ))" > "$$status" ) > $(BUILD)/test-checks.log 2>&1 & \
 	lab_rc=0; $(MAKE) --no-print-directory test-lab || lab_rc=$$?; lab_s=$$(( $$(date +%s) - start )); \
 	wait; \
 	echo "=== make test-checks (build/test-checks.log)"; cat $(BUILD)/test-checks.log; \
 	checks_rc=missing; checks_s=-; if [ -s "$$status" ]; then read -r checks_rc checks_s < "$$status"; fi; \
-	echo "=== make test: test-lab rc=$$lab_rc in $$lab_s s, test-checks rc=$$checks_rc in $$checks_s s"; \
-	[ "$$lab_rc" = 0 ] && [ "$$checks_rc" = 0 ]
+	real_rc=not-run; real_s=-; \
+	if [ "$$checks_rc" = 0 ]; then phase=$$(date +%s); real_rc=0; \
+	  $(MAKE) --no-print-directory real-nodes || real_rc=$$?; real_s=$$(( $$(date +%s) - phase )); fi; \
+	echo "=== make test: test-lab rc=$$lab_rc in $$lab_s s, test-checks rc=$$checks_rc in $$checks_s s," \
+	  "real-nodes rc=$$real_rc in $$real_s s, all in $$(( $$(date +%s) - start )) s"; \
+	[ "$$lab_rc" = 0 ] && [ "$$checks_rc" = 0 ] && [ "$$real_rc" = 0 ]
 
-test-checks: lint sanity monitoring-check unit sandbox real dist-install-check
+test-checks: lint sanity monitoring-check unit sandbox real-components real dist-install-check
 
 test-lab: integration molecule
 
@@ -117,8 +125,10 @@ real: setup real-quick
 # one lab instance per worker, a whole test file per worker: tests/conftest.py); LAB_WORKERS=0 runs them in this
 # process on lab instance 0, one at a time.
 LAB_WORKERS ?= 2
+# The real-nodes tests are apart (real-nodes, real-lab): they need real-components.
 integration: setup
-	$(BIN)/python -m pytest -q -m lab --durations=15 $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
+	$(BIN)/python -m pytest -q -m "lab and not real_nodes" --durations=15 \
+	  $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
 
 molecule: setup
 	# One lab at a time on a machine: the same lock the lab tests take (tests/labfixtures.py).
@@ -177,10 +187,13 @@ real-quick: real-device-plugin real-podresources-server
 real-components: real-quick real-containerd real-kubelet
 
 # The lab's real-nodes scenario: the real kubelet, containerd and device plugin as lab nodes (docs/development.md).
-# Not part of `make test`: its builds take about 17 minutes cold; there, these tests skip and name this target.
-.PHONY: real-lab
-real-lab: setup real-components
-	$(BIN)/python -m pytest -q -m lab tests/integration/test_real_nodes.py tests/integration/test_real_nodes_harden.py
+# real-nodes runs its tests on what real-components built (`make test` runs it last; without the build they skip and
+# name real-lab); real-lab builds first.  One lab at a time, on lab instance 0.
+.PHONY: real-lab real-nodes
+real-lab: setup real-components real-nodes
+
+real-nodes: setup
+	$(BIN)/python -m pytest -q -m "lab and real_nodes" -p no:xdist --durations=5
 
 # The real containerd (2.x and 1.7, each with ctr; cri-status, a CRI Status client, with 2.x) and the real kubelet at
 # the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy into

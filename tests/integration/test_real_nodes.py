@@ -20,10 +20,12 @@ from gpuharden_lab import manager, realnode
 from gpuharden_lab.node import run_in
 from kubernetes import client
 
+from tests.builds import skip_unbuilt
 from tests.integration.cluster_side import admin, failures, module_args, run, wait_for
 from tests.labfixtures import running_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: `make real-nodes` runs them, after `make real-components` built the daemons; `make integration` does not.
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 C2, C17 = "real-c2-0", "real-c17-0"
 NODES = (C2, C17)
@@ -32,7 +34,7 @@ NODES = (C2, C17)
 def real_nodes_lab():
     """The real-nodes lab for one test module; the module is skipped where the real binaries are not built."""
     if not realnode.available():
-        pytest.skip("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
+        skip_unbuilt("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
     with running_lab("real-nodes") as state:
         yield state
 

@@ -22,7 +22,8 @@ from gpuharden_lab.noderoot import load_fixture
 
 from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: `make real-nodes` runs them, after `make real-components` built the daemons; `make integration` does not.
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 PLUGIN_VERSION = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
 EXTRA_VARS = {"device_plugin_version": PLUGIN_VERSION, "device_plugin_wait": False, "gpuharden_mig_strategy": "mixed"}

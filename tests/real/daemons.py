@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import tomlkit
 from gpuharden_lab import realnode
+
+from tests.builds import skip_unbuilt
 
 # Defaults of containerd (v2 defaults/defaults_linux.go, defaults_unix.go, plugins/services/opt/path_unix.go,
 # internal/cri/config/config_unix.go, plugins/imageverifier/path_unix.go; containerd/nri pkg/adaptation defaults) and
@@ -35,7 +36,7 @@ def binary(directory: str, name: str, target: str) -> Path:
     """The built binary, or skip the test naming the make target that builds it."""
     path = realnode.CACHE / directory / name
     if not os.access(path, os.X_OK):
-        pytest.skip("%s not built: run `make %s`" % (path, target))
+        skip_unbuilt("%s not built: run `make %s`" % (path, target))
     return path
 
 

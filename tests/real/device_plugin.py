@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.builds import skip_unbuilt
+
 REPO = Path(__file__).resolve().parents[2]
 VERSIONS_ENV = REPO / "lab" / "realcomponents" / "versions.env"
 NVML_BUILD_DIR = Path(os.environ.get("NVML_DOUBLE_BUILD_DIR") or REPO / "build" / "nvml")
@@ -51,7 +53,7 @@ def require_plugin(version: str) -> Path:
     d = plugin_dir(version)
     for name in ("nvidia-device-plugin", "dp-listwatch"):
         if not os.access(d / name, os.X_OK):
-            pytest.skip(f"the real device plugin {version} is not built ({d / name} missing): run `{MAKE_TARGET}`")
+            skip_unbuilt(f"the real device plugin {version} is not built ({d / name} missing): run `{MAKE_TARGET}`")
     return d
 
 

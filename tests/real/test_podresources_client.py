@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _podresources as pr
 
+from tests.builds import skip_unbuilt
 from tests.unit.conftest import run_module, world_tmp  # noqa: F401 - fixture
 from tests.unit.test_device_audit_podresources import SOCKET, _pods, _uuid, named_node  # noqa: F401 - fixture
 from tests.unit.test_device_cgroup_audit import UID_B, _by_id, v1_node  # noqa: F401 - fixture
@@ -34,7 +35,7 @@ def server_binary() -> Path:
     cache = Path(os.environ.get("GPUHARDEN_CACHE", Path.home() / ".cache" / "gpuharden"))
     path = cache / "realcomponents" / ("podresources-server-v0.%s.%s" % k8s.groups()) / "podresources-server"
     if not os.access(path, os.X_OK):
-        pytest.skip("%s not built: run `%s`" % (path, BUILD))
+        skip_unbuilt("%s not built: run `%s`" % (path, BUILD))
     return path
 
 
