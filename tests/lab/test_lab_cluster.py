@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
 import time
+from pathlib import Path
 
 import pytest
 from gpuharden_lab import cluster, manager
@@ -37,12 +38,26 @@ def lab(tmp_path_factory):
     marker = tmp_path_factory.mktemp("marker") / "marker"
     marker.write_text("")
     with running_lab("healthy") as state:
+        netns_inodes = {os.stat("/run/netns/" + info["netns"]).st_ino for info in state["nodes"].values()}
+        assert _processes_in(netns_inodes), "the nodes' services should be running in their network namespaces"
         yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
     # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
     assert host_files_changed_since(str(marker)) == []
-    # ... and the services themselves (started at boot through the node's systemctl) died with the lab.
-    survivors = subprocess.run(["pgrep", "-f", "gpuharden_lab.standins"], capture_output=True, text=True, check=False)
-    assert survivors.stdout.split() == []
+    # ... and the services themselves (started at boot through the node's systemctl) died with the lab: no process is
+    # left in this lab's nodes (by namespace, not by name: another lab instance's stand-ins may be running beside it).
+    assert _processes_in(netns_inodes) == []
+
+
+def _processes_in(netns_inodes):
+    """The command lines of the processes living in one of these network namespaces."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "ns" / "net").stat().st_ino in netns_inodes:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
 
 
 def _wait(predicate, timeout=30.0):

@@ -293,7 +293,12 @@ def test_gpu_consistency_settles_until_the_node_advertises_its_gpus():
 
     with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
         def register_later():
-            time.sleep(4)
+            # Counted from the module's first read, not from its start: on a loaded machine the module process can
+            # take longer than any fixed delay to import and make that read, and would then see the GPUs at once.
+            deadline = time.monotonic() + 60
+            while not any(path == "/api/v1/nodes" for path, _ in list(server.requests)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(3.5)
             server.lists["/api/v1/nodes"] = [_gpu_node({"cpu": "8", "nvidia.com/gpu": "2"})]
 
         threading.Thread(target=register_later, daemon=True).start()
