@@ -713,12 +713,13 @@ def run(argv: list[str]) -> int:
     cfg = merged or {}
     port = int(flag_value(flags, "healthz-port") or cfg.get("healthzPort") or 10248)
     bind = flag_value(flags, "healthz-bind-address") or cfg.get("healthzBindAddress") or "127.0.0.1"
-    srv = serve_healthz(bind, port)
-    info("Started healthz server", address="%s:%d" % (bind, port))
-
+    # The handlers go in before healthz answers: a caller that sees healthz ok may stop us at once,
+    # and a SIGTERM before them would kill the process instead of shutting it down cleanly.
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    srv = serve_healthz(bind, port)
+    info("Started healthz server", address="%s:%d" % (bind, port))
 
     mirror = None
     node_name = flag_value(flags, "hostname-override") or os.environ.get("GPUHARDEN_NODE_NAME") or ""
