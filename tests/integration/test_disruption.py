@@ -17,9 +17,10 @@ import threading
 import ansible_runner
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._disruption import unavailable_reasons
 from gpuharden_lab import REPO_ROOT, manager
 
-from tests.integration.cluster_side import admin
+from tests.integration.cluster_side import admin, wait_for
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
@@ -97,6 +98,20 @@ def reset_to_defaults(state, nodes):
     core = _core(state)
     for node in nodes:
         core.patch_node(node, {"spec": {"unschedulable": None}})
+    # The rollout takes the nodes that are already unavailable first (playbooks/harden_gpu_nodes.yml), so a node still
+    # NotReady from its restart would become the canary in place of the one a test names: wait until each Node counts
+    # as available by the budget's own rule.  (A cold make test once saw fresh-1 go first: still NotReady.)
+    wait_for(lambda: not unavailable_nodes(core, nodes), timeout=120, what="the nodes available again after the reset")
+
+
+def unavailable_nodes(core, nodes):
+    """{node: reasons} for the nodes the disruption budget counts as unavailable (cordoned or not Ready)."""
+    reasons = {}
+    for node in nodes:
+        found = unavailable_reasons(core.api_client.sanitize_for_serialization(core.read_node(node)))
+        if found:
+            reasons[node] = found
+    return reasons
 
 
 def _core(state):
