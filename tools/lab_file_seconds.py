@@ -12,7 +12,6 @@ Usage: .venv/bin/python tools/lab_file_seconds.py build/integration-junit.xml > 
 
 from __future__ import annotations
 
-import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -40,9 +39,7 @@ def main(argv: list[str]) -> int:
     if not seconds:
         print("%s: no test case with a time" % argv[1], file=sys.stderr)
         return 1
-    # The report's name, not its path: a fresh clone's path is a temporary directory, noise in the table.
-    print("# Seconds per lab test file, from %s (tools/lab_file_seconds.py); tests/conftest.py runs the"
-          % os.path.basename(argv[1]))
+    print("# Seconds per lab test file, from %s (tools/lab_file_seconds.py); tests/conftest.py runs the" % argv[1])
     print("# longest first.  Refresh it when a lab file is added or changes much.")
     for path, total in sorted(seconds.items(), key=lambda item: (-item[1], item[0])):
         print("%7.1f %s" % (total, path))
