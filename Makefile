@@ -128,15 +128,14 @@ real: setup real-quick
 
 # The lab: network namespaces, sshd, runc and the control plane (root).  LAB_WORKERS labs at once (pytest-xdist,
 # one lab instance per worker, a whole test file per worker: tests/conftest.py); LAB_WORKERS=0 runs them in this
-# process on lab instance 0, one at a time.  The files go out longest first, by tests/integration/lab-file-seconds.txt
-# (tools/lab_file_seconds.py writes it from build/integration-junit.xml), so no worker is left alone with a long one.
+# process on lab instance 0, one at a time.
 LAB_WORKERS ?= 2
 # The lab instance of make test's side stream (real-nodes, molecule): the first one integration does not use.
 SIDE_LAB_INSTANCE ?= $(if $(filter-out 0,$(LAB_WORKERS)),$(LAB_WORKERS),1)
 # The real-nodes tests are apart (real-nodes, real-lab): they need real-components.
 integration: setup
 	$(BIN)/python -m pytest -q -m "lab and not real_nodes" --durations=15 --junitxml=$(BUILD)/integration-junit.xml \
-	  $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile --no-loadscope-reorder,-p no:xdist)
+	  $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
 
 # On lab instance GPUHARDEN_LAB_INSTANCE (default 0), under the lock the lab tests take for that instance
 # (tests/labfixtures.py); molecule.yml takes the inventory that instance's `gpuharden lab up` writes.
