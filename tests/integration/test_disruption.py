@@ -101,7 +101,10 @@ def reset_to_defaults(state, nodes):
     # The rollout takes the nodes that are already unavailable first (playbooks/harden_gpu_nodes.yml), so a node still
     # NotReady from its restart would become the canary in place of the one a test names: wait until each Node counts
     # as available by the budget's own rule.  (A cold make test once saw fresh-1 go first: still NotReady.)
-    wait_for(lambda: not unavailable_nodes(core, nodes), timeout=120, what="the nodes available again after the reset")
+    try:
+        wait_for(lambda: not unavailable_nodes(core, nodes), timeout=120, what="the nodes available again after the reset")
+    except AssertionError as error:
+        raise AssertionError("%s: still unavailable %s" % (error, unavailable_nodes(core, nodes))) from None
 
 
 def unavailable_nodes(core, nodes):
