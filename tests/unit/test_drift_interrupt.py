@@ -432,5 +432,5 @@ def test_item05_abandoned_host_listing_leaves_no_process(tmp_path, monkeypatch, 
                                 timeout=1 if how == "timeout" else 30) is None
     finally:
         timer.cancel()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 25  # the fake sleeps 60 s and the listing's own timeout is 30 s; slack for a loaded machine
     assert _none_left(tmp_path, seconds=2.0) == []

@@ -465,11 +465,11 @@ def test_protocol_errors(script, match):
 
 
 def test_timeout_never_hangs():
-    peer = Peer([_end_of_request, _headers(1, OK_HEAD), 2.0])  # headers, then silence
+    peer = Peer([_end_of_request, _headers(1, OK_HEAD), 4.0])  # headers, then silence
     started = time.monotonic()
     with pytest.raises(socket.timeout):
         pr.exchange(peer.client, "/v1.PodResourcesLister/List", b"", 0.3)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.5  # well before the silence ends; slack for a loaded CI machine
     peer.client.close()
     peer.thread.join(5)
 
@@ -483,7 +483,7 @@ def test_call_timeout_message(tmp_path):
         started = time.monotonic()
         with pytest.raises(pr.PodResourcesError, match=r"did not answer List within 0.3s"):
             pr.list_pod_resources(path, timeout=0.3)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 10  # the server never answers: only the timeout ends the call
     finally:
         server.close()
 
