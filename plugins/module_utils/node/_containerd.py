@@ -1025,11 +1025,13 @@ def _set_key(table, key, value):
     if position == len(body) or not body:
         table.raw_append(key, new) if hasattr(table, "raw_append") else table.append(key, new)
     else:
-        after_key = body[position - 1][0] if position > 0 else None
-        if after_key is None:
+        if position == 0:
             table.raw_append(key, new)
         else:
-            table.value._insert_after(after_key, key, new)
+            # tomlkit has no public insert at a position. Container._insert_at(index, key, item) is in every release
+            # requirements-node.txt allows (0.13 to 0.15.x); _insert_after, used here before, is gone since 0.15.3
+            # (tomlkit/container.py). tests/unit/test_containerd.py inserts mid-table with the installed tomlkit.
+            table.value._insert_at(position, key, new)
         dict.__setitem__(table, key, table.value[key])
 
 
