@@ -81,6 +81,9 @@ def run_as(uid, function, *args):
     return payload["result"]
 
 
+MODULE_RUN_TIMEOUT = 120  # a module that never gives up fails its test instead of hanging the suite
+
+
 def run_module(name, args, env):
     """Run a module file as Ansible would run it locally (a fresh Python, args in a JSON file)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
@@ -93,7 +96,10 @@ def run_module(name, args, env):
             capture_output=True,
             text=True,
             check=False,
+            timeout=MODULE_RUN_TIMEOUT,
         )
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError("module %s did not end within %d s" % (name, MODULE_RUN_TIMEOUT)) from error
     finally:
         os.unlink(handle.name)
     try:

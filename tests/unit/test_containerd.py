@@ -239,6 +239,24 @@ def test_default_runtime_name_already_nvidia_copies_its_options_when_runc_missin
     assert result["changes"][0].after.count("enable_cdi") == 1
 
 
+@pytest.mark.parametrize(("fixture", "options"), [
+    ("v2-single.toml", {"enable_cdi": True}),
+    ("v2-comments.toml", {"enable_cdi": True, "set_as_default": True}),
+    ("v2-nvidia-differs.toml", {"enable_cdi": True}),
+])
+def test_a_tomlkit_without_insert_at_writes_the_same_settings(world_tmp, monkeypatch, fixture, options):
+    # _set_key inserts a new key mid-table with the private Container._insert_at; a tomlkit release without it (as
+    # 0.15.3 dropped _insert_after) must still give the same configuration, through tomlkit's public append.
+    root = install(world_tmp, fixture)
+    with_insert = plan(root, **options)["changes"][0].after
+    calls = []
+    monkeypatch.setattr(_containerd, "_private_insert_at", lambda container: calls.append(container))
+    without_insert = plan(root, **options)["changes"][0].after
+    assert calls, "the fixture never adds a key mid-table: the fallback was not exercised"
+    assert tomllib.loads(without_insert) == tomllib.loads(with_insert)
+    assert comments(without_insert) == comments(with_insert)
+
+
 def test_no_base_runtime_warns(world_tmp):
     # the default runtime is the one being added, so there is nothing to copy from
     root = install(world_tmp, files={CONFIG: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n"})

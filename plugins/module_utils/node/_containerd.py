@@ -1022,17 +1022,28 @@ def _set_key(table, key, value):
     # keys go after the last key/value line, not after trailing blank lines or comments of the header block
     while position > 0 and body[position - 1][0] is None:
         position -= 1
-    if position == len(body) or not body:
+    if position == len(body):
         table.raw_append(key, new) if hasattr(table, "raw_append") else table.append(key, new)
+        return
+    insert_at = _private_insert_at(table.value)
+    if position == 0:
+        table.raw_append(key, new)
+    elif insert_at is None:
+        # A tomlkit without it: its public append, which also puts a plain key before the table's sub-tables
+        # (Container.append, tomlkit/container.py), with less say over where comments and blank lines go.
+        table.append(key, new)
     else:
-        if position == 0:
-            table.raw_append(key, new)
-        else:
-            # tomlkit has no public insert at a position. Container._insert_at(index, key, item) is in every release
-            # requirements-node.txt allows (0.13 to 0.15.x); _insert_after, used here before, is gone since 0.15.3
-            # (tomlkit/container.py). tests/unit/test_containerd.py inserts mid-table with the installed tomlkit.
-            table.value._insert_at(position, key, new)
-        dict.__setitem__(table, key, table.value[key])
+        # tomlkit has no public insert at a position. Container._insert_at(index, key, item) is in every release
+        # requirements-node.txt allows (0.13 to 0.15.x); _insert_after, used here before, is gone since 0.15.3
+        # (tomlkit/container.py). tests/unit/test_containerd.py inserts mid-table with the installed tomlkit and
+        # without _insert_at.
+        insert_at(position, key, new)
+    dict.__setitem__(table, key, table.value[key])
+
+
+def _private_insert_at(container):
+    """tomlkit's Container._insert_at(index, key, item), or None in a release without it."""
+    return getattr(container, "_insert_at", None)
 
 
 def _first_key_indent(table, fallback):
