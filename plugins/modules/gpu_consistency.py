@@ -36,8 +36,13 @@ description:
     number of nodes, made at the same
     time; memory and time grow linearly with the number of nodes plus pods. Both are ordinary (consistent) LISTs, as
     up to date as the API server's storage, not possibly stale reads from its watch cache (C(resourceVersion=0)).
+  - With O(topology), the same run also weighs the cluster's GPU workloads against those nodes' GPUs and Topology
+    Manager policies, as M(gpuharden.k8s.gpu_workloads_info) with its C(topology) option does, from the same LIST of
+    Nodes and pods plus one LIST per workload controller kind (Deployments, StatefulSets, DaemonSets, Jobs, CronJobs),
+    made at the same time. The post-check does both in this one module run.
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes) and on C(pods) in
-    all namespaces.
+    all namespaces, and with O(topology) on C(deployments), C(statefulsets), C(daemonsets) (API group C(apps)),
+    C(jobs) and C(cronjobs) (C(batch)).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -113,6 +118,22 @@ options:
     type: str
     choices: [never, info, warning, error, critical]
     default: never
+  topology:
+    description:
+      - Also weigh the GPU workloads against these nodes, as M(gpuharden.k8s.topology_check) does for one node (the
+        same check, with each node's labels and taints from the LIST); the result is RV(topology).
+      - A dictionary by node name; each value has C(gpus) (required), C(topology_manager_policy),
+        C(topology_manager_scope) (default V(container)) and C(cpu_manager_policy), as the options of
+        M(gpuharden.k8s.topology_check). A malformed entry fails the module before any request.
+      - When the workloads cannot be read (a workload kind's LIST refused, a workload's GPU request malformed), the
+        consistency check still runs; the nodes are weighed without workloads and RV(workloads_error) says why.
+    type: dict
+    default: {}
+  workload_resources:
+    description: Extended resources that count as GPUs in the workloads weighed for O(topology).
+    type: list
+    elements: str
+    default: [nvidia.com/gpu]
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -179,8 +200,18 @@ settle:
   returned: always
   type: dict
   sample: {"seconds": 6.1, "reads": 3, "awaiting": []}
+topology:
+  description:
+    - Per node of O(topology), what M(gpuharden.k8s.topology_check) returns for it (C(findings), C(max_severity),
+      C(workloads_landing), ...), weighed against the workloads of the last read; V({}) without O(topology).
+  returned: always
+  type: dict
+workloads_error:
+  description: Why the workloads could not be read for O(topology) (the nodes were weighed without them), else V(null).
+  returned: always
+  type: str
 api_requests:
-  description: LIST requests (pages) per kind, over all reads.
+  description: LIST requests (pages) per kind (C(nodes), C(pods), and with O(topology) each workload kind), over all reads.
   returned: always
   type: dict
   sample: {"nodes": 1, "pods": 1}
@@ -189,11 +220,11 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
 
 MODULE = "gpu_consistency"
 SETTLE_INTERVAL = 3
@@ -211,6 +242,8 @@ def argument_spec():
         settle_seconds={"type": "int", "default": 0},
         settle_nodes={"type": "list", "elements": "str"},
         fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
+        topology={"type": "dict", "default": {}},
+        workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
     )
     return spec
 
@@ -223,16 +256,38 @@ def build_module():
 POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def read_cluster(api, page_limit):
-    """The two LISTs, made at the same time: (nodes, pods, {kind: pages})."""
-    core = _k8s.k8s_client.CoreV1Api(api)
-    lists = _k8s.list_concurrently({
-        "nodes": lambda: list_all(MODULE, api, core.list_node, Target("list", "nodes"), page_limit),
-        "pods": lambda: list_all(MODULE, api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
-                                 field_selector=POD_SELECTOR),
-    })
-    (nodes, node_pages), (pods, pod_pages) = lists["nodes"], lists["pods"]
-    return nodes, pods, {"nodes": node_pages, "pods": pod_pages}
+def read_cluster(api, page_limit, workload_kinds=()):
+    """The LISTs, made at the same time: (nodes, pods, controllers, {resource: pages}).
+
+    ``controllers`` maps each of ``workload_kinds`` to its objects, or to the GpuhardenError its LIST failed with:
+    the workloads only feed the topology check, which must not take the consistency check down with it.
+    """
+    def soft(kind):
+        def read():
+            try:
+                return list_kind(MODULE, api, kind, page_limit)
+            except GpuhardenError as error:
+                return error, 0
+        return read
+
+    lists = {"Node": lambda: list_kind(MODULE, api, "Node", page_limit),
+             "Pod": lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=POD_SELECTOR)}
+    lists.update((kind, soft(kind)) for kind in workload_kinds)
+    read = _k8s.list_concurrently(lists)
+    pages = {CLUSTER_LISTS[kind][2]: count for kind, (_items, count) in read.items()}
+    controllers = {kind: read[kind][0] for kind in workload_kinds}
+    return read["Node"][0], read["Pod"][0], controllers, pages
+
+
+def _workloads(pods, controllers, resources):
+    """(GPU workloads, None), or (None, why not) when a LIST failed or a workload's request is malformed."""
+    failed = [str(objects) for objects in controllers.values() if isinstance(objects, GpuhardenError)]
+    if failed:
+        return None, "; ".join(failed)
+    try:
+        return _gpu_workloads.collect(dict(controllers, Pod=pods), resources), None
+    except GpuhardenError as error:
+        return None, "%s: %s" % (MODULE, error)
 
 
 def gather(params):
@@ -245,23 +300,35 @@ def gather(params):
         raise GpuhardenError("%s: option settle_seconds=%r must be 0 or more seconds" % (MODULE, params["settle_seconds"]))
     # Validate the reports before any request: bad input fails fast and clearly.
     _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
+    topology = _gpu_workloads.topology_entries(MODULE, params["topology"] or {})
+    resources = [resource for resource in params["workload_resources"] or [] if resource]
+    if topology and not resources:
+        raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
     api = _k8s.api_client(params)
     started = time.monotonic()
-    requests = {"nodes": 0, "pods": 0}
+    requests = {}
     reads = 0
+    controllers = None
     try:
         while True:
             # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again.
             with _k8s.gc_paused():
-                nodes, pods, pages = read_cluster(api, params["page_limit"])
+                # the workload controllers are listed once: only the Nodes and pods change while the run settles
+                nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
+                                                          _gpu_workloads.CONTROLLER_KINDS if topology and controllers is None else ())
+                controllers = listed if controllers is None else controllers
                 findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
                                                        wanted=params["nodes"] or None, label=params["gpu_node_label"],
                                                        replicas=params["sharing_replicas"])
+                if topology:
+                    workloads, workloads_error = _workloads(pods, controllers, resources)
+                    node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
+                                      for node in nodes if node["metadata"].get("name") in topology}
                 # Freed while the collector is still off: switched back on over them, it would walk them all once more.
                 del nodes, pods
             reads += 1
             for kind, count in pages.items():
-                requests[kind] += count
+                requests[kind] = requests.get(kind, 0) + count
             awaiting = _consistency.awaiting_advertisement(findings)
             waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]]
             left = params["settle_seconds"] - (time.monotonic() - started)
@@ -270,8 +337,11 @@ def gather(params):
             time.sleep(min(SETTLE_INTERVAL, left))
     finally:
         api.close()
+    weighed = {} if not topology else {
+        name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
-            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting}}
+            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting},
+            "topology": weighed, "workloads_error": workloads_error if topology else None}
 
 
 def fail_on_message(params, result):

@@ -90,11 +90,14 @@ api_requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
+
+MODULE = "gpu_workloads_info"
+KINDS = ("Node", "Pod") + _gpu_workloads.CONTROLLER_KINDS
 
 
 def argument_spec():
@@ -111,83 +114,25 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-# kind: (resource, API group), for the RBAC rule a 403 names
-RESOURCES = {
-    "Node": ("nodes", ""),
-    "Pod": ("pods", ""),
-    "Deployment": ("deployments", "apps"),
-    "StatefulSet": ("statefulsets", "apps"),
-    "DaemonSet": ("daemonsets", "apps"),
-    "Job": ("jobs", "batch"),
-    "CronJob": ("cronjobs", "batch"),
-}
-
-
-def _listers(api):
-    core = _k8s.k8s_client.CoreV1Api(api)
-    apps = _k8s.k8s_client.AppsV1Api(api)
-    batch = _k8s.k8s_client.BatchV1Api(api)
-    return {
-        "Node": core.list_node,
-        "Pod": core.list_pod_for_all_namespaces,
-        "Deployment": apps.list_deployment_for_all_namespaces,
-        "StatefulSet": apps.list_stateful_set_for_all_namespaces,
-        "DaemonSet": apps.list_daemon_set_for_all_namespaces,
-        "Job": batch.list_job_for_all_namespaces,
-        "CronJob": batch.list_cron_job_for_all_namespaces,
-    }
-
-
 def gather(params):
     if not params["page_limit"] or params["page_limit"] < 1:
-        raise GpuhardenError("gpu_workloads_info: option page_limit=%r must be a positive number of objects" % params["page_limit"])
+        raise GpuhardenError("%s: option page_limit=%r must be a positive number of objects" % (MODULE, params["page_limit"]))
     resources = [resource for resource in params["resources"] if resource]
     if not resources:
-        raise GpuhardenError("gpu_workloads_info: option resources is empty: name at least one resource such as nvidia.com/gpu")
-    topology = _topology_nodes(params["topology"] or {})
+        raise GpuhardenError("%s: option resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
+    topology = _gpu_workloads.topology_entries(MODULE, params["topology"] or {})
     api = _k8s.api_client(params)
     objects, total = {}, 0
     try:
-        for kind, call in _listers(api).items():
-            objects[kind], requests = list_all("gpu_workloads_info", api, call, Target("list", *RESOURCES[kind]), params["page_limit"])
+        for kind in KINDS:
+            objects[kind], requests = list_kind(MODULE, api, kind, params["page_limit"])
             total += requests
     finally:
         api.close()
     nodes = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources) for node in objects.pop("Node")}
     workloads = _gpu_workloads.collect(objects, resources)
-    weighed = {name: _weigh(name, options, workloads, nodes.get(name) or {}) for name, options in topology.items()}
+    weighed = {name: _gpu_workloads.weigh(MODULE, name, entry, workloads, nodes.get(name)) for name, entry in topology.items()}
     return {"workloads": workloads, "nodes": nodes, "topology": weighed, "api_requests": total}
-
-
-TOPOLOGY_KEYS = ("gpus", "topology_manager_policy", "topology_manager_scope", "cpu_manager_policy")
-
-
-def _weigh(name, options, workloads=(), node=None):
-    """topology_check's result for one node of the topology option, its errors named as this module's option."""
-    node = node or {}
-    try:
-        return _topology.check_node(name, options["gpus"], options["topology_manager_policy"], options["topology_manager_scope"],
-                                    options["cpu_manager_policy"], workloads, node.get("labels") or {}, node.get("taints") or [])
-    except GpuhardenError as error:
-        raise GpuhardenError(str(error).replace("topology_check: option ", "gpu_workloads_info: option topology.%s." % name, 1)) from None
-
-
-def _topology_nodes(topology):
-    """The topology option with its defaults, refused before any request when a node's entry is malformed."""
-    checked = {}
-    for name, options in topology.items():
-        if not isinstance(options, dict):
-            raise GpuhardenError("gpu_workloads_info: option topology.%s: expected a dictionary with gpus, got %r" % (name, options))
-        unknown = sorted(set(options) - set(TOPOLOGY_KEYS))
-        if unknown or "gpus" not in options:
-            raise GpuhardenError("gpu_workloads_info: option topology.%s: %s (it takes %s, gpus required)" % (
-                name, "unknown keys %s" % ", ".join(unknown) if unknown else "no gpus", ", ".join(TOPOLOGY_KEYS)))
-        entry = {"gpus": options["gpus"], "topology_manager_policy": options.get("topology_manager_policy") or None,
-                 "topology_manager_scope": options.get("topology_manager_scope") or "container",
-                 "cpu_manager_policy": options.get("cpu_manager_policy") or None}
-        _weigh(name, entry)  # the node's own data, checked now: a bad entry fails the run before it lists anything
-        checked[name] = entry
-    return checked
 
 
 def main():

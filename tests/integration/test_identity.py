@@ -94,6 +94,11 @@ def test_gpu_consistency_and_gpu_pods_info(lab):
     assert result["api_requests"] == {"nodes": 1, "pods": 1} and NODE in result["nodes"]
     result = _module(lab, "gpu_pods_info", nodes=[NODE])
     assert result["_event"] == "runner_on_ok", result.get("msg")
+    # the post-check's one run: the same LISTs plus the workload controllers, all allowed to the tool identity
+    result = _module(lab, "gpu_consistency", nodes=[NODE], topology={NODE: {"gpus": [{"index": 0, "numa_node": 0}]}})
+    assert result["_event"] == "runner_on_ok", result.get("msg")
+    assert result["workloads_error"] is None and NODE in result["topology"]
+    assert set(result["api_requests"]) == {"nodes", "pods", "deployments", "statefulsets", "daemonsets", "jobs", "cronjobs"}
 
 
 def test_node_maintenance_cycle(lab):

@@ -118,6 +118,14 @@ class TestSeedFailures:
         for node in ("seed-no-plugin", "seed-mig-strategy"):  # 2 L4s, 4 H100s: never placed there at all
             assert not _found(first, node, "workload_cannot_fit_numa")
 
+    def test_without_the_consistency_check_gpu_workloads_info_weighs_the_workloads(self, lab):
+        """The default run weighs the workloads inside the consistency check's one module run; without that check the
+        role lists them with gpu_workloads_info instead, and the same node gets the same finding."""
+        saved, _elapsed = _play(lab, "-e", "postcheck_consistency=false", hosts="seed-memory-high")
+        (entry,) = _found(saved, "seed-memory-high", "workload_cannot_fit_numa")
+        assert entry["workload"] == {"kind": "Deployment", "namespace": "default", "name": "train-8g"}
+        assert not saved["seed-memory-high"]["workloads_failed"]
+
     def test_gpu_processes_and_mig_devices_are_listed(self, first):
         memory = [proc["used_memory_mib"] for proc in first["seed-isolation"]["nvml"]["processes"]]
         assert 4096 in memory and 2048 in memory  # train-ok and sneaky-all-gpus (NVIDIA_VISIBLE_DEVICES=all)

@@ -231,9 +231,13 @@ def test_gc_paused_from_concurrent_lists_ends_enabled():
 
 
 class ClusterServer(FakeServer):
+    """Nodes and pods (and any other path put in ``lists``) served as paginated LISTs; a path in ``refused`` answers
+    403 as the API server's RBAC does."""
+
     def __init__(self, nodes, pods):
         super().__init__(0)
         self.lists = {"/api/v1/nodes": nodes, "/api/v1/pods": pods}
+        self.refused = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -246,7 +250,18 @@ class ClusterServer(FakeServer):
                 url = urlparse(self.path)
                 query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
                 server.requests.append((url.path, query))
-                items = server.lists[url.path]
+                if url.path in server.refused:
+                    resource = url.path.rsplit("/", 1)[-1]
+                    data = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403, "message": (
+                        'User "system:serviceaccount:gpuharden-system:gpuharden" cannot list resource "%s" at the cluster scope'
+                        % resource)}).encode()
+                    self.send_response(403)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                items = server.lists.get(url.path, [])
                 start = int(query.get("continue") or 0)
                 end = start + int(query["limit"])
                 data = json.dumps({"kind": "List", "metadata": {"continue": str(end) if end < len(items) else ""},
@@ -352,3 +367,84 @@ def test_gpu_consistency_settles_only_for_the_nodes_the_run_changed():
             assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}, settle_nodes
         result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 4, "settle_nodes": ["gpu-0"]}, {})
         assert result["settle"]["reads"] >= 2
+
+
+# gpu_consistency with the topology option: the post-check's one controller module run
+
+WORKLOAD_PATHS = {"/apis/apps/v1/deployments": "deployments", "/apis/apps/v1/statefulsets": "statefulsets",
+                  "/apis/apps/v1/daemonsets": "daemonsets", "/apis/batch/v1/jobs": "jobs", "/apis/batch/v1/cronjobs": "cronjobs"}
+DGX_GPUS = [{"index": n, "numa_node": n // 4} for n in range(8)]
+
+
+def _topology_cluster():
+    nodes = [{"metadata": {"name": "dgx-%d" % n, "labels": {"nvidia.com/gpu.present": "true", "pool": "dgx" if n == 1 else "other"}},
+              "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in (1, 2)]
+    pods = [{"metadata": {"name": "small", "namespace": "ml", "uid": "u1"},
+             "spec": {"nodeName": "dgx-1", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+             "status": {"phase": "Running"}}]
+    train = {"metadata": {"name": "train-8g", "namespace": "ml"},
+             "spec": {"template": {"spec": {"nodeSelector": {"pool": "dgx"},
+                                            "containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+    return nodes, pods, train
+
+
+def test_gpu_consistency_weighs_the_topology_from_the_same_lists():
+    """One module run, one LIST per kind: the consistency findings are those of a run without topology, and each node's
+    topology is what topology_check gives for it with the same workloads, labels and taints."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_workloads
+
+    from tests.unit.conftest import run_module
+
+    nodes, pods, train = _topology_cluster()
+    single = {"gpus": DGX_GPUS, "topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static"}
+    with ClusterServer(nodes, pods) as server:
+        server.lists["/apis/apps/v1/deployments"] = [train]
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        plain_run = run_module("gpu_consistency", {"host": url, "api_key": "test-token"}, {})
+        server.requests.clear()
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "topology": {"dgx-1": single, "dgx-2": single}}, {})
+    assert result.get("failed") is not True, result
+    assert result["findings"] == plain_run["findings"] and result["nodes"] == plain_run["nodes"]
+    assert plain_run["topology"] == {} and plain_run["api_requests"] == {"nodes": 1, "pods": 1}
+    assert result["workloads_error"] is None
+    assert result["api_requests"] == {"nodes": 1, "pods": 1, "deployments": 1, "statefulsets": 1, "daemonsets": 1, "jobs": 1, "cronjobs": 1}
+    assert sorted(path for path, _query in server.requests) == sorted(["/api/v1/nodes", "/api/v1/pods", *WORKLOAD_PATHS])
+    blocked = [entry["workload"]["name"] for entry in result["topology"]["dgx-1"]["findings"] if entry["id"] == "workload_cannot_fit_numa"]
+    assert blocked == ["train-8g"]  # its nodeSelector picks dgx-1 only
+    assert not [entry for entry in result["topology"]["dgx-2"]["findings"] if entry["id"] == "workload_cannot_fit_numa"]
+    workloads = _gpu_workloads.collect({"Pod": pods, "Deployment": [train]}, ["nvidia.com/gpu"])
+    alone = run_module("topology_check", dict(single, node_name="dgx-1", workloads=workloads, node_labels={
+        "nvidia.com/gpu.present": "true", "pool": "dgx"}), {})
+    assert {key: alone[key] for key in result["topology"]["dgx-1"]} == result["topology"]["dgx-1"]
+
+
+def test_gpu_consistency_keeps_its_findings_when_a_workload_kind_is_forbidden():
+    from tests.unit.conftest import run_module
+
+    nodes, pods, train = _topology_cluster()
+    single = {"gpus": DGX_GPUS, "topology_manager_policy": "single-numa-node"}
+    with ClusterServer(nodes, pods) as server:
+        server.lists["/apis/apps/v1/deployments"] = [train]
+        server.refused.add("/apis/batch/v1/cronjobs")
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        plain_run = run_module("gpu_consistency", {"host": url, "api_key": "test-token"}, {})
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "topology": {"dgx-1": single}}, {})
+    assert result.get("failed") is not True, result
+    assert result["findings"] == plain_run["findings"]
+    assert "forbidden" in result["workloads_error"] and "list cronjobs (API group batch)" in result["workloads_error"], result["workloads_error"]
+    # weighed without workloads, as topology_check alone would: the node's own findings only
+    assert not [entry for entry in result["topology"]["dgx-1"]["findings"] if entry.get("workload")]
+
+
+def test_gpu_consistency_refuses_a_malformed_topology_before_any_request():
+    from tests.unit.conftest import run_module
+
+    with ClusterServer([], []) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "topology": {"dgx-1": {"gpus": DGX_GPUS,
+                                                "topology_manager_policy": "strict"}}}, {})
+        empty = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "workload_resources": [""],
+                                               "topology": {"dgx-1": {"gpus": DGX_GPUS}}}, {})
+    assert result["failed"] and "gpu_consistency: option topology.dgx-1.topology_manager_policy: 'strict'" in result["msg"], result["msg"]
+    assert empty["failed"] and "option workload_resources is empty" in empty["msg"], empty["msg"]
+    assert server.requests == []

@@ -42,15 +42,15 @@ CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin, delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
-    "gpu_consistency": "roles/postcheck, drift_check, delegate_to localhost, run_once",
+    "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check, delegate_to localhost",
     "gpu_node_labels": "roles/device_plugin, bootstrap, delegate_to localhost (run_once)",
     "gpu_pods_info": "harden's plan, roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
-    "gpu_workloads_info": "roles/postcheck (run_once, with every node's topology check), roles/kubelet_topology "
+    "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
     "runtime_class": "roles/runtime_class, drift_check, delegate_to localhost, run_once",
     "topology_check": "roles/kubelet_topology plan.yml, roles/postcheck (without workloads), delegate_to localhost "
-                      "per node: it weighs the workloads gpu_workloads_info listed on the controller",
+                      "per node: it weighs the workloads gpu_workloads_info or gpu_consistency listed on the controller",
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
 }
 

@@ -202,13 +202,12 @@ def _listing(monkeypatch, objects):
         def close(self):
             pass
     monkeypatch.setattr(gpu_workloads_info._k8s, "api_client", lambda params: Api())
-    monkeypatch.setattr(gpu_workloads_info, "_listers", lambda api: {kind: kind for kind in gpu_workloads_info.RESOURCES})
     requested = []
 
-    def list_all(name, api, kind, target, page_limit):
+    def list_kind(name, api, kind, page_limit):
         requested.append(kind)
         return [dict(entry) for entry in objects.get(kind, [])], 1
-    monkeypatch.setattr(gpu_workloads_info, "list_all", list_all)
+    monkeypatch.setattr(gpu_workloads_info, "list_kind", list_kind)
     return requested
 
 
@@ -220,7 +219,7 @@ def test_the_topology_option_weighs_every_node_as_topology_check_does(monkeypatc
     single = {"gpus": DGX, "topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static"}
     result = gpu_workloads_info.gather({"page_limit": 500, "resources": ["nvidia.com/gpu"], "topology": {
         "dgx-1": single, "dgx-2": single, "dgx-3": dict(single, topology_manager_policy="restricted")}})
-    assert sorted(requested) == sorted(gpu_workloads_info.RESOURCES)  # one LIST per kind, whatever the node count
+    assert sorted(requested) == sorted(gpu_workloads_info.KINDS)  # one LIST per kind, whatever the node count
     assert sorted(result["topology"]) == ["dgx-1", "dgx-2", "dgx-3"]
     # dgx-1 (selected by the Deployment's nodeSelector) cannot admit it; dgx-2 is never chosen; dgx-3 admits it
     assert _blocked(result["topology"]["dgx-1"]) == ["train-8g"] and result["topology"]["dgx-1"]["max_severity"] == "error"

@@ -13,6 +13,7 @@ affinity, tolerations, and the GPUs each container asks for.
 
 from __future__ import annotations
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._gpu_pods import TERMINATED_PHASES, parse_quantity
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
@@ -107,3 +108,38 @@ def node_summary(node, resources):
         "taints": [{key: taint.get(key) for key in ("key", "value", "effect")} for taint in (node.get("spec") or {}).get("taints") or []],
         "gpu_allocatable": gpus,
     }
+
+
+# The workload controllers: with the bare pods, what a node's topology check weighs.
+CONTROLLER_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+TOPOLOGY_KEYS = ("gpus", "topology_manager_policy", "topology_manager_scope", "cpu_manager_policy")
+
+
+def weigh(module, name, entry, workloads=(), node=None):
+    """topology_check's result for one node of a module's ``topology`` option (an entry ``topology_entries``
+    returned), with the node's labels and taints from its ``node_summary``; errors named as that option."""
+    node = node or {}
+    try:
+        return _topology.check_node(name, entry["gpus"], entry["topology_manager_policy"], entry["topology_manager_scope"],
+                                    entry["cpu_manager_policy"], workloads, node.get("labels") or {}, node.get("taints") or [])
+    except GpuhardenError as error:
+        raise GpuhardenError(str(error).replace("topology_check: option ", "%s: option topology.%s." % (module, name), 1)) from None
+
+
+def topology_entries(module, topology):
+    """A module's ``topology`` option (node name -> gpus and policies) with its defaults; a malformed entry is
+    refused here, before the module makes any request."""
+    checked = {}
+    for name, options in topology.items():
+        if not isinstance(options, dict):
+            raise GpuhardenError("%s: option topology.%s: expected a dictionary with gpus, got %r" % (module, name, options))
+        unknown = sorted(set(options) - set(TOPOLOGY_KEYS))
+        if unknown or "gpus" not in options:
+            raise GpuhardenError("%s: option topology.%s: %s (it takes %s, gpus required)" % (
+                module, name, "unknown keys %s" % ", ".join(unknown) if unknown else "no gpus", ", ".join(TOPOLOGY_KEYS)))
+        entry = {"gpus": options["gpus"], "topology_manager_policy": options.get("topology_manager_policy") or None,
+                 "topology_manager_scope": options.get("topology_manager_scope") or "container",
+                 "cpu_manager_policy": options.get("cpu_manager_policy") or None}
+        weigh(module, name, entry)  # the node's own data, checked now
+        checked[name] = entry
+    return checked

@@ -108,3 +108,23 @@ def list_all(module, api, method, target, page_limit=500, **kwargs):
     """Every item of one paginated LIST (``_k8s.list_all``), a 403 named by ``failure``: (items, pages)."""
     return _k8s.list_all(api, method, "%s: %s" % (module, target.describe()), lambda error: failure(module, target, error),
                          page_limit, **kwargs)
+
+
+# kind -> (typed client class, its cluster-wide LIST method, resource, API group): the kinds the read-only modules LIST
+# across all namespaces (the resource and group are the RBAC rule a 403 names).
+CLUSTER_LISTS = {
+    "Node": ("CoreV1Api", "list_node", "nodes", ""),
+    "Pod": ("CoreV1Api", "list_pod_for_all_namespaces", "pods", ""),
+    "Deployment": ("AppsV1Api", "list_deployment_for_all_namespaces", "deployments", "apps"),
+    "StatefulSet": ("AppsV1Api", "list_stateful_set_for_all_namespaces", "statefulsets", "apps"),
+    "DaemonSet": ("AppsV1Api", "list_daemon_set_for_all_namespaces", "daemonsets", "apps"),
+    "Job": ("BatchV1Api", "list_job_for_all_namespaces", "jobs", "batch"),
+    "CronJob": ("BatchV1Api", "list_cron_job_for_all_namespaces", "cronjobs", "batch"),
+}
+
+
+def list_kind(module, api, kind, page_limit=500, **selectors):
+    """Every object of ``kind`` (a key of CLUSTER_LISTS) in the cluster, one paginated LIST: (items, pages)."""
+    client_class, method, resource, group = CLUSTER_LISTS[kind]
+    typed = getattr(_k8s.k8s_client, client_class)(api)
+    return list_all(module, api, getattr(typed, method), Target("list", resource, group), page_limit, **selectors)
