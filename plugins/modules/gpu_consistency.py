@@ -33,8 +33,8 @@ description:
     three C(1c.3g.40gb) compute instances is V(nvidia.com/mig-3g.40gb) x3, V(1g.10gb+me) is V(nvidia.com/mig-1g.10gb)).
     Either naming is consistent; C(expected.resources) of C(mig_not_advertised) gives both."
   - One paginated LIST of nodes and one of the non-terminated pods (bound or pending) for the whole cluster, whatever the
-    number of nodes, made at the same
-    time; memory and time grow linearly with the number of nodes plus pods. Both are ordinary (consistent) LISTs, as
+    number of nodes, made at the same time (with O(pods_snapshot), the pods an earlier module of the play listed);
+    memory and time grow linearly with the number of nodes plus pods. Both are ordinary (consistent) LISTs, as
     up to date as the API server's storage, not possibly stale reads from its watch cache (C(resourceVersion=0)).
   - With O(topology), the same run also weighs the cluster's GPU workloads against those nodes' GPUs and Topology
     Manager policies, as M(gpuharden.k8s.gpu_workloads_info) with its C(topology) option does, from the same LIST of
@@ -134,6 +134,14 @@ options:
     type: list
     elements: str
     default: [nvidia.com/gpu]
+  pods_snapshot:
+    description:
+      - "The RV(gpuharden.k8s.gpu_pods_info#module:pods_snapshot) path of an earlier M(gpuharden.k8s.gpu_pods_info) run
+        of the same play (with its O(gpuharden.k8s.gpu_pods_info#module:pods_snapshot) option): the first read takes its
+        pods instead of listing them again (only the Nodes are listed); a read while settling lists them."
+      - The snapshot is read once and removed, before any request. The read-only drift check passes it; harden does
+        not, since its drains and restarts change the pods between its plan and its post-check.
+    type: path
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -223,7 +231,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_snapshot
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
 
 MODULE = "gpu_consistency"
@@ -244,6 +252,7 @@ def argument_spec():
         fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
         topology={"type": "dict", "default": {}},
         workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
+        pods_snapshot={"type": "path"},
     )
     return spec
 
@@ -252,12 +261,9 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-# Not terminated, bound or not: pending pods that request a resource no node advertises are findings too.
-POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def read_cluster(api, page_limit, workload_kinds=()):
-    """The LISTs, made at the same time: (nodes, pods, controllers, {resource: pages}).
+def read_cluster(api, page_limit, workload_kinds=(), pods=None):
+    """The LISTs, made at the same time: (nodes, pods, controllers, {resource: pages}); ``pods`` given (a snapshot),
+    no LIST of pods.
 
     ``controllers`` maps each of ``workload_kinds`` to its objects, or to the GpuhardenError its LIST failed with:
     the workloads only feed the topology check, which must not take the consistency check down with it.
@@ -270,13 +276,15 @@ def read_cluster(api, page_limit, workload_kinds=()):
                 return error, 0
         return read
 
-    lists = {"Node": lambda: list_kind(MODULE, api, "Node", page_limit),
-             "Pod": lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=POD_SELECTOR)}
+    lists = {"Node": lambda: list_kind(MODULE, api, "Node", page_limit)}
+    if pods is None:
+        lists["Pod"] = lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=_consistency.POD_SELECTOR)
     lists.update((kind, soft(kind)) for kind in workload_kinds)
     read = _k8s.list_concurrently(lists)
     pages = {CLUSTER_LISTS[kind][2]: count for kind, (_items, count) in read.items()}
+    pages.setdefault("pods", 0)
     controllers = {kind: read[kind][0] for kind in workload_kinds}
-    return read["Node"][0], read["Pod"][0], controllers, pages
+    return read["Node"][0], read["Pod"][0] if pods is None else pods, controllers, pages
 
 
 def _workloads(pods, controllers, resources):
@@ -291,6 +299,8 @@ def _workloads(pods, controllers, resources):
 
 
 def gather(params):
+    # taken (read and removed) first, so that a run that fails below leaves no snapshot behind
+    snapshot = _k8s_snapshot.take(MODULE, "pods_snapshot", params["pods_snapshot"], "pods") if params["pods_snapshot"] else None
     if not params["page_limit"] or params["page_limit"] < 1:
         raise GpuhardenError("%s: option page_limit=%r must be a positive number of objects" % (MODULE, params["page_limit"]))
     for position, node in enumerate(params["nodes"]):
@@ -315,7 +325,9 @@ def gather(params):
             with _k8s.gc_paused():
                 # the workload controllers are listed once: only the Nodes and pods change while the run settles
                 nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
-                                                          _gpu_workloads.CONTROLLER_KINDS if topology and controllers is None else ())
+                                                          _gpu_workloads.CONTROLLER_KINDS if topology and controllers is None else (),
+                                                          snapshot)
+                snapshot = None  # a read while settling lists the pods again
                 controllers = listed if controllers is None else controllers
                 findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
                                                        wanted=params["nodes"] or None, label=params["gpu_node_label"],

@@ -46,6 +46,17 @@ options:
       - Pods per page of the LIST (C(limit) parameter); the module follows C(continue) until the end.
     type: int
     default: 500
+  pods_snapshot:
+    description:
+      - "Also hand the pods of this LIST to M(gpuharden.k8s.gpu_consistency) later in the same play (its
+        O(gpuharden.k8s.gpu_consistency#module:pods_snapshot) option), so that it need not list them again. The LIST is
+        then the one that check needs, every pod of the cluster that has not finished, bound or pending; the pods are
+        cut down to what it reads (names, UID, node, phase, container names, resources, C(NVIDIA_VISIBLE_DEVICES) and
+        container IDs: no other environment value, annotation or volume) and written to a private file (directory 0700,
+        file 0600) in the controller's temp directory, whose path is RV(pods_snapshot)."
+      - What this module returns is the same with or without it. Not with O(include_terminated).
+    type: bool
+    default: false
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -96,6 +107,10 @@ unlimited_pods:
   returned: always
   type: list
   elements: dict
+pods_snapshot:
+  description: With O(pods_snapshot), the path of the snapshot file, else V(null).
+  returned: always
+  type: str
 api_requests:
   description: Number of LIST requests (pages) the call made.
   returned: always
@@ -104,11 +119,11 @@ api_requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_snapshot
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
 
 
 def argument_spec():
@@ -118,6 +133,7 @@ def argument_spec():
         resource_prefixes={"type": "list", "elements": "str", "default": ["nvidia.com/"]},
         include_terminated={"type": "bool", "default": False},
         page_limit={"type": "int", "default": 500},
+        pods_snapshot={"type": "bool", "default": False},
     )
     return spec
 
@@ -128,9 +144,7 @@ def build_module():
 
 def list_pods(api, field_selector, page_limit):
     """Every pod the selector matches, following ``continue``; returns (pods, requests made)."""
-    core = _k8s.k8s_client.CoreV1Api(api)
-    return list_all("gpu_pods_info", api, core.list_pod_for_all_namespaces, Target("list", "pods"), page_limit,
-                    field_selector=field_selector)
+    return list_kind("gpu_pods_info", api, "Pod", page_limit, field_selector=field_selector)
 
 
 def gather(params):
@@ -139,16 +153,24 @@ def gather(params):
     prefixes = [prefix for prefix in params["resource_prefixes"] if prefix]
     if not prefixes:
         raise GpuhardenError("gpu_pods_info: option resource_prefixes is empty: name at least one resource prefix such as nvidia.com/")
+    if params["pods_snapshot"] and params["include_terminated"]:
+        raise GpuhardenError("gpu_pods_info: options pods_snapshot and include_terminated exclude each other: the snapshot "
+                             "holds the pods gpu_consistency checks, which have not finished")
     field_selector, names = _gpu_pods.list_plan(params["nodes"], params["include_terminated"])
-    if not names:
-        return {"pods": [], "pod_uids_by_node": {}, "unlimited_pods": [], "api_requests": 0}
+    if not names and not params["pods_snapshot"]:
+        return {"pods": [], "pod_uids_by_node": {}, "unlimited_pods": [], "api_requests": 0, "pods_snapshot": None}
+    if params["pods_snapshot"]:
+        # gpu_consistency's own LIST: the whole cluster, pending pods too (collect keeps only those bound to the nodes)
+        field_selector = _consistency.POD_SELECTOR
     api = _k8s.api_client(params)
     try:
         pods, requests = list_pods(api, field_selector, params["page_limit"])
     finally:
         api.close()
     found, by_node, unlimited = _gpu_pods.collect(pods, names, prefixes)
-    return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests}
+    snapshot = _k8s_snapshot.write("pods", [_consistency.project_pod(pod) for pod in pods]) if params["pods_snapshot"] else None
+    return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests,
+            "pods_snapshot": snapshot}
 
 
 def main():

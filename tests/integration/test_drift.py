@@ -59,12 +59,33 @@ def _drift(state, *args, env=None):
 
 
 @pytest.fixture(scope="module")
-def audits(lab, tmp_path_factory):
+def drift_results(lab, tmp_path_factory):
+    """{module: [results]} of one drift_check.yml run."""
     runner, events = _playbook(lab, "drift_check.yml", tmp_path_factory.mktemp("drift"), extravars={"gpuharden_drift_fail": False})
-    results = {event["event_data"]["host"]: event["event_data"]["res"] for event in events
-               if event.get("event") == "runner_on_ok" and event["event_data"].get("task_action") == "gpuharden.k8s.node_audit"}
     assert runner.rc == 0, runner.stdout.read()[-4000:]
+    results = {}
+    for event in events:
+        if event.get("event") == "runner_on_ok" and str(event["event_data"].get("task_action", "")).startswith("gpuharden.k8s."):
+            data = event["event_data"]
+            results.setdefault(data["task_action"].rsplit(".", 1)[-1], []).append(dict(data["res"], _host=data["host"]))
     return results
+
+
+@pytest.fixture(scope="module")
+def audits(drift_results):
+    return {result["_host"]: result for result in drift_results["node_audit"]}
+
+
+def test_drift_lists_the_pods_once(drift_results):
+    """The plan's LIST of pods is also the consistency check's: gpu_pods_info hands it over in a snapshot file, which
+    gpu_consistency reads and removes; the seeded GPU process without an allocation is still found."""
+    (listed,) = drift_results["gpu_pods_info"]
+    (checked,) = drift_results["gpu_consistency"]
+    assert listed["pods_snapshot"] and listed["api_requests"] >= 1
+    assert checked["api_requests"]["pods"] == 0 and checked["api_requests"]["nodes"] >= 1, checked["api_requests"]
+    assert not os.path.exists(os.path.dirname(listed["pods_snapshot"])), "the snapshot is removed once read"
+    found = {(entry["node"], entry["id"]) for entry in checked["findings"]}
+    assert {("seed-isolation", "gpu_process_without_allocation"), ("seed-no-plugin", "gpu_not_advertised")} <= found, found
 
 
 def _check_mode_harden(lab, tmp_path, skip_compliant_stages):

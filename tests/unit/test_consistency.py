@@ -20,6 +20,42 @@ CID_B = "b" * 64
 CID_C = "c" * 64
 
 
+@pytest.fixture(autouse=True)
+def projected_pods_give_the_same_check(monkeypatch):
+    """Every check() of these tests also runs on project_pod's cut-down pods (what a pods snapshot holds) and must give
+    the same findings and summary: the projection keeps everything check() reads."""
+    original = _consistency.check
+
+    def both(nodes, pods, *args, **kwargs):
+        result = original(nodes, pods, *args, **kwargs)
+        assert original(nodes, [_consistency.project_pod(entry) for entry in pods], *args, **kwargs) == result
+        return result
+
+    monkeypatch.setattr(_consistency, "check", both)
+    yield
+    monkeypatch.setattr(_consistency, "check", original)
+
+
+def test_the_projection_drops_what_check_does_not_read():
+    secret = {"name": "main", "image": "registry.example/app:1", "command": ["run"], "resources": {"limits": {"nvidia.com/gpu": "1"}},
+              "env": [{"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                      {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+              "volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+    full = {"metadata": {"name": "p", "namespace": "ml", "uid": UID_A, "labels": {"a": "b"}, "managedFields": [{}],
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"DB_PASSWORD\": \"hunter2\"}"}},
+            "spec": {"nodeName": "gpu-1", "containers": [secret], "volumes": [{"name": "v", "secret": {"secretName": "s"}}],
+                     "serviceAccountName": "sa"},
+            "status": {"phase": "Running", "qosClass": "BestEffort", "podIP": "10.0.0.1",
+                       "containerStatuses": [{"name": "main", "containerID": "containerd://" + CID_A, "image": "x", "state": {}}]}}
+    projected = _consistency.project_pod(full)
+    assert "hunter2" not in repr(projected) and "secretKeyRef" not in repr(projected)
+    assert projected == {
+        "metadata": {"name": "p", "namespace": "ml", "uid": UID_A},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                                       "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+        "status": {"phase": "Running", "qosClass": "BestEffort", "containerStatuses": [{"name": "main", "containerID": "containerd://" + CID_A}]}}
+
+
 def node(name, gpus=None, labels=None, extra=None):
     allocatable = {"cpu": "8"}
     if gpus is not None:

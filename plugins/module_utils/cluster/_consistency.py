@@ -32,6 +32,9 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
 PREFIX = "nvidia.com/"
 VISIBLE_DEVICES_OFF = ("", "void", "none")
+# The pods check() weighs: not terminated, bound or not (pending pods that request a resource no node advertises are
+# findings too); the field selector of gpu_consistency's LIST, and of gpu_pods_info's when it hands its pods over.
+POD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,6 +224,39 @@ def index_pods(pods):
             for name, count in requests.items():
                 totals[name] = totals.get(name, 0) + count
     return by_uid, allocated, bad
+
+
+# What check() reads of a pod, and nothing else: a pod handed over between two modules of one run (gpu_pods_info's
+# pods_snapshot) is cut down to it, so the file holds no environment value but NVIDIA_VISIBLE_DEVICES, no annotation
+# (kubectl's last-applied-configuration repeats the whole spec), no volume, command or image.
+# tests/unit/test_consistency.py runs every check of its own twice, on the pods and on their projections.
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+_STATUS_CONTAINER_LISTS = ("containerStatuses", "initContainerStatuses")
+
+
+def _project_container(container):
+    kept = {field: container[field] for field in _CONTAINER_FIELDS if field in (container or {})}
+    visible = [{key: env[key] for key in ("name", "value") if key in env}
+               for env in (container or {}).get("env") or [] if env.get("name") == "NVIDIA_VISIBLE_DEVICES"]
+    if visible:
+        kept["env"] = visible
+    return kept
+
+
+def project_pod(pod):
+    """The pod as check() needs it (see above)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    projected = {"metadata": {key: meta[key] for key in ("name", "namespace", "uid") if key in meta},
+                 "spec": {key: spec[key] for key in ("nodeName",) if key in spec},
+                 "status": {key: status[key] for key in ("phase", "qosClass") if key in status}}
+    for kind in ("containers", "initContainers"):
+        if kind in spec:
+            projected["spec"][kind] = [_project_container(container) for container in spec[kind] or []]
+    for kind in _STATUS_CONTAINER_LISTS:
+        if kind in status:
+            projected["status"][kind] = [{key: entry[key] for key in ("name", "containerID") if key in entry}
+                                         for entry in status[kind] or []]
+    return projected
 
 
 def is_gpu_node(node, label):
