@@ -2,8 +2,8 @@
 """Issue 15, item 5: each role's options are mapped to its module once, for harden, bootstrap and the audit.
 
 The mapping is a ``__<role>_..._options`` variable in the role's vars/main.yml.  The role's module call takes it as
-module_defaults, and tasks/audit_params.yml hands exactly that variable to node_audit (or the drift check's dry
-run), so the desired state cannot be spelt two ways.
+module_defaults, and the role's ``<role>_audit_options`` variable (vars/main.yml too) hands exactly that variable to
+node_audit (or the drift check's dry run), so the desired state cannot be spelt two ways.
 """
 
 from __future__ import annotations
@@ -38,12 +38,21 @@ def _tasks(data):
                 stack.extend(task.get(key) or [])
 
 
-def _audit_reference(role, fact):
-    for task in _tasks(yaml.safe_load((REPO / "roles" / role / "tasks" / "audit_params.yml").read_text())):
-        facts = task.get("ansible.builtin.set_fact") or {}
-        if fact in facts:
-            return facts[fact]
-    raise AssertionError("roles/%s/tasks/audit_params.yml sets no %s" % (role, fact))
+def _audit_reference(role, variable):
+    defined = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
+    if variable not in defined:
+        raise AssertionError("roles/%s/vars/main.yml defines no %s" % (role, variable))
+    return defined[variable]
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_the_audit_options_cost_no_task(role):
+    """node_plan imports each role's tasks/audit_params.yml to expose its variables: no set_fact of an audit option,
+    which would be one worker process per host (container_runtime keeps one task, for facts read through hostvars)."""
+    variable, _module = ROLES[role]
+    tasks = list(_tasks(yaml.safe_load((REPO / "roles" / role / "tasks" / "audit_params.yml").read_text())))
+    assert not [task for task in tasks if variable in (task.get("ansible.builtin.set_fact") or {})]
+    assert len(tasks) == (1 if role == "container_runtime" else 0), tasks
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
