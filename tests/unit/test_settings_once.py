@@ -75,3 +75,29 @@ def test_the_audit_takes_the_options_the_role_passes_its_module(role):
                 spelt = sorted(set(task[module] or {}) & set(defined[options]))
                 assert not spelt, "%s calls %s with %s spelt out again" % (path.name, module, spelt)
     assert callers, "no task of roles/%s passes %s to %s" % (role, options, module)
+
+
+def _imported_roles(tasks, base):
+    """Roles a play's tasks import statically, following import_tasks files (role variables reach a play only so)."""
+    roles = set()
+    for task in _tasks(tasks):
+        imported = task.get("ansible.builtin.import_role") or task.get("import_role")
+        if imported:
+            roles.add(imported["name"])
+        path = task.get("ansible.builtin.import_tasks") or task.get("import_tasks")
+        if path:
+            roles |= _imported_roles(yaml.safe_load((base / path).read_text()), (base / path).parent)
+    return roles
+
+
+@pytest.mark.parametrize("playbook", sorted(path.name for path in (REPO / "playbooks").glob("*_*.yml")))
+def test_every_play_with_the_kubelet_write_sees_the_cgroup_limits_settings(playbook):
+    """kubelet_topology's kubelet write merges cgroup_limits_audit_kubelet_settings, a variable of role cgroup_limits:
+    a play that imports kubelet_topology must import cgroup_limits too, or its kubelet write drops MemoryQoS (harden's
+    disruptive play did, and a drift after `--remediate` found cgroup_limits drift)."""
+    for play in yaml.safe_load((REPO / "playbooks" / playbook).read_text()) or []:
+        if "hosts" not in play:
+            continue
+        roles = _imported_roles(play.get("pre_tasks", []) + play.get("tasks", []), REPO / "playbooks")
+        if "gpuharden.k8s.kubelet_topology" in roles:
+            assert "gpuharden.k8s.cgroup_limits" in roles, "%s, play %r" % (playbook, play.get("name"))
