@@ -31,9 +31,7 @@ def projected_pods_give_the_same_check(monkeypatch):
         assert original(nodes, [_consistency.project_pod(entry) for entry in pods], *args, **kwargs) == result
         return result
 
-    monkeypatch.setattr(_consistency, "check", both)
-    yield
-    monkeypatch.setattr(_consistency, "check", original)
+    monkeypatch.setattr(_consistency, "check", both)  # monkeypatch puts the original back after each test
 
 
 def test_the_projection_drops_what_check_does_not_read():
