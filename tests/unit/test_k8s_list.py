@@ -238,6 +238,8 @@ class ClusterServer(FakeServer):
         super().__init__(0)
         self.lists = {"/api/v1/nodes": nodes, "/api/v1/pods": pods}
         self.refused = set()
+        # called with the path after each LIST is answered: a test changes the cluster between two reads with it
+        self.after_list = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -271,6 +273,8 @@ class ClusterServer(FakeServer):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                if server.after_list:
+                    server.after_list(url.path)
 
         self.httpd.RequestHandlerClass = Handler
 
@@ -307,22 +311,20 @@ def test_gpu_consistency_settles_until_the_node_advertises_its_gpus():
     from tests.unit.conftest import run_module
 
     with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
-        def register_later():
-            # Counted from the module's first read, not from its start: on a loaded machine the module process can
-            # take longer than any fixed delay to import and make that read, and would then see the GPUs at once.
-            deadline = time.monotonic() + 60
-            while not any(path == "/api/v1/nodes" for path, _ in list(server.requests)) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            time.sleep(3.5)
-            server.lists["/api/v1/nodes"] = [_gpu_node({"cpu": "8", "nvidia.com/gpu": "2"})]
+        # The GPUs appear once the first Nodes LIST is answered, whenever that is: a wall-clock delay raced the module on
+        # a loaded machine (CI at 89339b1 saw every read inside 20 s without them).
+        def register_after_first_read(path):
+            if path == "/api/v1/nodes":
+                server.lists["/api/v1/nodes"] = [_gpu_node({"cpu": "8", "nvidia.com/gpu": "2"})]
 
-        threading.Thread(target=register_later, daemon=True).start()
+        server.after_list = register_after_first_read
         result = run_module("gpu_consistency", {"host": "http://127.0.0.1:%d" % server.httpd.server_address[1], "api_key": "test-token",
                                                 "settle_seconds": 20}, {})
     assert result.get("failed") is not True, result
     assert result["findings"] == [], result["findings"]
-    assert result["settle"]["reads"] >= 2 and result["settle"]["awaiting"] == [] and 3 <= result["settle"]["seconds"] < 20
-    assert result["api_requests"]["nodes"] == result["settle"]["reads"]
+    # one read without the GPUs, one SETTLE_INTERVAL (3 s) later with them
+    assert result["settle"]["reads"] == 2 and result["settle"]["awaiting"] == [] and 3 <= result["settle"]["seconds"] < 20
+    assert result["api_requests"]["nodes"] == 2
 
 
 def test_gpu_consistency_settle_gives_up_and_reports_the_last_read():
