@@ -142,9 +142,22 @@ options:
       - The snapshot is read once and removed, before any request. The read-only drift check passes it; harden does
         not, since its drains and restarts change the pods between its plan and its post-check.
     type: path
+  runtime_class:
+    description:
+      - Also check the NVIDIA RuntimeClass as M(gpuharden.k8s.runtime_class) does in check mode (the same code: every
+        RuntimeClass audited, the target Nodes' C(status.runtimeHandlers) from this module's LIST of Nodes, the write
+        decided by a server-side dry run); the result is RV(runtime_class_check). The read-only drift check does it here
+        rather than in a module run of its own.
+      - A dictionary of M(gpuharden.k8s.runtime_class)'s options C(name), C(handler), C(node_selector), C(tolerations),
+        C(overhead_pod_fixed) and C(nodes), with the same defaults. A malformed value fails the module before any
+        request.
+      - When that check fails (a handler only a recreate can change, a refused request), the consistency check is not
+        affected; RV(runtime_class_check) then holds C(failed), C(msg) and the findings so far.
+    type: dict
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
+  - module: gpuharden.k8s.runtime_class
   - module: gpuharden.k8s.nvml_check
   - module: gpuharden.k8s.process_cgroup_info
 """
@@ -218,6 +231,13 @@ workloads_error:
   description: Why the workloads could not be read for O(topology) (the nodes were weighed without them), else V(null).
   returned: always
   type: str
+runtime_class_check:
+  description:
+    - With O(runtime_class), what M(gpuharden.k8s.runtime_class) returns in check mode (C(changed), C(action),
+      C(findings), C(runtime_class), C(node_runtime_handlers), C(message), C(api_requests)), or C(failed), C(msg),
+      C(findings) and C(api_requests) when that check failed; else V(null).
+  returned: always
+  type: dict
 api_requests:
   description: LIST requests (pages) per kind (C(nodes), C(pods), and with O(topology) each workload kind), over all reads.
   returned: always
@@ -228,10 +248,10 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_snapshot
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
 
 MODULE = "gpu_consistency"
@@ -253,6 +273,7 @@ def argument_spec():
         topology={"type": "dict", "default": {}},
         workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
         pods_snapshot={"type": "path"},
+        runtime_class={"type": "dict"},
     )
     return spec
 
@@ -314,6 +335,8 @@ def gather(params):
     resources = [resource for resource in params["workload_resources"] or [] if resource]
     if topology and not resources:
         raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
+    runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
+        params["runtime_class"], "%s: option runtime_class" % MODULE)
     api = _k8s.api_client(params)
     started = time.monotonic()
     requests = {}
@@ -336,6 +359,7 @@ def gather(params):
                     workloads, workloads_error = _workloads(pods, controllers, resources)
                     node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
                                       for node in nodes if node["metadata"].get("name") in topology}
+                last_nodes = nodes if runtime_class else None
                 # Freed while the collector is still off: switched back on over them, it would walk them all once more.
                 del nodes, pods
             reads += 1
@@ -347,13 +371,26 @@ def gather(params):
             if not waited_for or left <= 0:
                 break
             time.sleep(min(SETTLE_INTERVAL, left))
+        runtime_class_check = None if runtime_class is None else check_runtime_class(api, runtime_class, last_nodes, params["page_limit"])
+        del last_nodes
     finally:
         api.close()
     weighed = {} if not topology else {
         name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
             "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting},
-            "topology": weighed, "workloads_error": workloads_error if topology else None}
+            "topology": weighed, "workloads_error": workloads_error if topology else None, "runtime_class_check": runtime_class_check}
+
+
+def check_runtime_class(api, runtime_class, nodes, page_limit):
+    """runtime_class's check mode over this module's client and last LIST of Nodes; a failure is reported, not raised."""
+    desired, names = runtime_class
+    client = _k8s_objects.Client(api, MODULE)
+    try:
+        result, _decision = _runtime_class.reconcile(client, desired, names=names, nodes=nodes, page_limit=page_limit)
+    except GpuhardenError as error:
+        return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "api_requests": client.requests}
+    return dict(result, api_requests=client.requests)
 
 
 def fail_on_message(params, result):

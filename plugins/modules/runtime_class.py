@@ -154,6 +154,8 @@ api_requests:
   type: int
 """
 
+import copy
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
@@ -163,12 +165,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8
 
 def argument_spec():
     spec = _k8s.auth_argument_spec()
+    spec.update(copy.deepcopy(_runtime_class.OBJECT_OPTIONS))
     spec.update(
-        name={"type": "str", "default": "nvidia"},
-        handler={"type": "str", "default": "nvidia"},
-        node_selector={"type": "dict", "default": {}},
-        tolerations={"type": "list", "elements": "dict", "default": []},
-        overhead_pod_fixed={"type": "dict", "default": {}},
         force={"type": "bool", "default": False},
         force_conflicts={"type": "bool", "default": True},
         nodes={"type": "list", "elements": "str", "default": []},
@@ -188,33 +186,18 @@ def run(module):
     desired = _runtime_class.check_params(params)
     client = _k8s_objects.Client(_k8s.api_client(params), "runtime_class")
     try:
-        findings = _runtime_class.audit(client.list("RuntimeClass", params["page_limit"]), desired)
-        on_nodes = _runtime_class.node_handler_audit(client.list("Node", params["page_limit"]), desired, params["nodes"])
-        findings.extend(on_nodes.pop("findings"))
-        decision = _k8s_objects.plan(client, desired, params["force_conflicts"], _runtime_class.handler_immutable)
-        foreign = _runtime_class.owned_elsewhere(decision)
-        if foreign is not None:
-            findings.append(foreign)
-            decision = dict(decision, action="skip", changed=False, message=foreign["hint"])
-        if decision["action"] == "recreate":
-            if not params["force"]:
-                raise GpuhardenError(decision["message"], findings=findings)
-            client.delete("RuntimeClass", desired["metadata"]["name"], None, dry_run=True)
-        stored = None
-        if not module.check_mode and decision["action"] != "skip":
-            stored = _k8s_objects.execute(client, desired, decision, params["force_conflicts"], recreate=params["force"])
+        result, decision = _runtime_class.reconcile(client, desired, names=params["nodes"], page_limit=params["page_limit"],
+                                                    force=params["force"], force_conflicts=params["force_conflicts"],
+                                                    apply=not module.check_mode)
     except GpuhardenError as error:
         error.result.setdefault("api_requests", client.requests)
         raise
     finally:
         client.api.close()
-    shown = _k8s_objects.comparable(stored if stored is not None else decision["after"] if decision["action"] not in ("none", "skip")
-                                    else decision["live"])
-    result = {"changed": decision["changed"], "action": decision["action"], "findings": findings, "runtime_class": shown,
-              "node_runtime_handlers": on_nodes, "message": decision["message"], "api_requests": client.requests}
+    result["api_requests"] = client.requests
     if module._diff and decision["changed"]:
         result["diff"] = _k8s_objects.diff_entry(decision, desired)
-    for finding in findings:
+    for finding in result["findings"]:
         if finding["severity"] == "error" and finding["repair"] == "manual":
             module.warn(finding["hint"])
     return result

@@ -264,6 +264,9 @@ class Outcomes:
                 self.consistency_error = _message(result) or "gpu_consistency failed"
             else:
                 self.consistency = result["findings"]
+            # the RuntimeClass dry run, when the drift check folded it into the consistency run (its runtime_class option)
+            if result.get("runtime_class_check") is not None:
+                self.runtime_class = result["runtime_class_check"]
         elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
             self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
                                   "checks": result.get("checks", {}), "seconds": result.get("seconds")}

@@ -88,6 +88,17 @@ def test_drift_lists_the_pods_once(drift_results):
     assert {("seed-isolation", "gpu_process_without_allocation"), ("seed-no-plugin", "gpu_not_advertised")} <= found, found
 
 
+def test_drift_checks_the_runtime_class_in_the_consistency_run(drift_results):
+    """The RuntimeClass dry run rides in the consistency check's module run (its runtime_class option, the same
+    identity here): no runtime_class module run of its own, and the scenario's RuntimeClass traps are still found."""
+    (checked,) = drift_results["gpu_consistency"]
+    assert "runtime_class" not in drift_results, "the separate RuntimeClass dry run ran too"
+    found = {entry["id"] for entry in checked["runtime_class_check"]["findings"]}
+    assert {"runtime_class_handler_mismatch", "runtime_class_overhead_gpu"} <= found, checked["runtime_class_check"]
+    # the wrong handler is immutable: without force the dry run refuses, and says so, rather than predicting a recreate
+    assert checked["runtime_class_check"].get("failed") and "handler is immutable" in checked["runtime_class_check"]["msg"]
+
+
 def _check_mode_harden(lab, tmp_path, skip_compliant_stages):
     """Check-mode harden of the node-side stages: per host, the checks whose stage module ran and those it would change."""
     runner, events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, check=True, tags=NODE_SIDE_STAGES,

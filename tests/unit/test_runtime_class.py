@@ -141,3 +141,10 @@ def test_coexistence_runtime_class_of_another_installer_is_never_rewritten():
     assert rc.owned_elsewhere({"action": "adopt", "live": static, "changed": True}) is None
     assert rc.owned_elsewhere({"action": "none", "live": operator_owned, "changed": False}) is None
     assert rc.owned_elsewhere({"action": "create", "live": None, "changed": True}) is None
+
+
+def test_gpu_consistency_refuses_a_malformed_runtime_class_before_any_request(dead_kubeconfig):
+    """The drift check's RuntimeClass dry run inside gpu_consistency: its options are checked as the module's are."""
+    result = run_module("gpu_consistency", {"kubeconfig": dead_kubeconfig, "runtime_class": {"handler": "Bad"}}, {})
+    assert result.get("failed") and "is not a DNS label" in result["msg"], result
+    assert "cannot reach the API server" not in result["msg"]

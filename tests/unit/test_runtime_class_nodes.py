@@ -182,3 +182,68 @@ def test_drift_reports_the_missing_handler_as_a_container_runtime_cluster_findin
     assert entry["repair"] == "container_runtime" and "role container_runtime" in entry["hint"]
     assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
     assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 1' in drift.prometheus_text(report)
+
+
+# ------------------------------------------------------------------------------------------------ in the consistency run
+# The drift check runs the RuntimeClass dry run inside its gpu_consistency module run (option runtime_class): the same
+# reconcile() over that module's client, with that module's LIST of Nodes.
+
+
+def folded(monkeypatch, cluster, option):
+    from ansible_collections.gpuharden.k8s.plugins.modules import gpu_consistency
+
+    monkeypatch.setattr(gpu_consistency._k8s_objects, "Client", lambda api, who: cluster)
+    return gpu_consistency.check_runtime_class(None, rc.check_option(option, "gpu_consistency: option runtime_class"),
+                                               copy.deepcopy(NODES), 500)
+
+
+@pytest.mark.parametrize("live, names", [((RUNTIME_CLASS,), []), ((RUNTIME_CLASS,), ["gpu-1", "gpu-9"]), ((), []),
+                                         ((dict(RUNTIME_CLASS, overhead={"podFixed": {"nvidia.com/gpu": "1"}}),), [])])
+def test_the_folded_check_answers_as_the_module_in_check_mode(monkeypatch, live, names):
+    alone = run_fake(monkeypatch, FakeCluster(*live, *NODES), check_mode=True, nodes=names)
+    cluster = FakeCluster(*live, *NODES)
+    inside = folded(monkeypatch, cluster, {"name": "nvidia", "handler": "nvidia", "nodes": names})
+    # the module LISTs the Nodes itself; the folded check takes the consistency run's LIST (one request less)
+    assert inside.pop("api_requests") == alone.pop("api_requests") - 1
+    assert inside == alone
+    assert [write for write in cluster.writes if not write[1]] == []
+
+
+def test_the_folded_check_reports_a_refusal_instead_of_raising(monkeypatch):
+    legacy = dict(copy.deepcopy(RUNTIME_CLASS), handler="nvidia-legacy")
+    inside = folded(monkeypatch, FakeCluster(legacy, *NODES), {"handler": "nvidia"})
+    assert inside["failed"] is True and "handler is immutable" in inside["msg"]
+    assert {f["id"] for f in inside["findings"]} == {"runtime_class_handler_mismatch", "runtime_class_handler_missing_on_node"}
+    # the drift report reads it as it read the separate task's failure: the findings, no check_failed entry
+    assert {f["id"] for f in drift.runtime_class_findings(inside)} == {"runtime_class_handler_mismatch",
+                                                                       "runtime_class_handler_missing_on_node"}
+
+
+@pytest.mark.parametrize("option, needle", [
+    ({"handlr": "nvidia"}, "unknown key(s) handlr"),
+    ({"nodes": "gpu-0"}, "runtime_class.nodes='gpu-0' must be a list"),
+    ({"handler": "Not_A_Label"}, "option handler"),
+    ({"overhead_pod_fixed": {"nvidia.com/gpu": "1"}}, "phantom GPUs"),
+    (["nvidia"], "must be a mapping"),
+])
+def test_the_folded_option_is_validated_as_the_module_options(option, needle):
+    with pytest.raises(GpuhardenError) as caught:
+        rc.check_option(option, "gpu_consistency: option runtime_class")
+    assert needle in str(caught.value)
+
+
+def test_the_folded_option_takes_the_module_defaults():
+    desired, names = rc.check_option({"nodes": ["gpu-0"]}, "gpu_consistency: option runtime_class")
+    assert desired == rc.check_params(params()) and names == ["gpu-0"]
+
+
+def test_drift_takes_the_runtime_class_check_from_the_consistency_run(monkeypatch):
+    inside = folded(monkeypatch, FakeCluster(RUNTIME_CLASS, *NODES), {})
+    outcomes = drift.Outcomes()
+    outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.node_audit",
+                                                           "res": {"findings": [], "summary": {}, "checks": {}}}})
+    outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.gpu_consistency",
+                                                           "res": {"findings": [], "runtime_class_check": inside}}})
+    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
+    assert report["cluster"]["runtime_class_checked"] is True
+    assert [(f["id"], f["subject"]) for f in report["cluster"]["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-1")]

@@ -22,6 +22,7 @@ import json
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _disruption, _gpu_pods, _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 
 GPU_DOMAIN = "nvidia.com/"
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -67,6 +68,32 @@ def check_params(params):
         if tolerations:
             obj["scheduling"]["tolerations"] = tolerations
     return obj
+
+
+# The options that describe the desired RuntimeClass, as modules runtime_class and gpu_consistency (its runtime_class
+# option, the drift check's dry run) take them: one spec, so the two cannot drift apart.
+OBJECT_OPTIONS = {
+    "name": {"type": "str", "default": "nvidia"},
+    "handler": {"type": "str", "default": "nvidia"},
+    "node_selector": {"type": "dict", "default": {}},
+    "tolerations": {"type": "list", "elements": "dict", "default": []},
+    "overhead_pod_fixed": {"type": "dict", "default": {}},
+}
+
+
+def check_option(value, option):
+    """An option holding OBJECT_OPTIONS and ``nodes`` as one mapping (gpu_consistency's runtime_class): (the desired
+    RuntimeClass, the node names to check), every key validated as the runtime_class module's own options are."""
+    if not isinstance(value, dict):
+        raise GpuhardenError("%s must be a mapping of %s, not %r" % (option, ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"]), value))
+    unknown = sorted(str(key) for key in set(value) - set(OBJECT_OPTIONS) - {"nodes"})
+    if unknown:
+        raise GpuhardenError("%s has unknown key(s) %s; it takes %s" % (option, ", ".join(unknown),
+                                                                         ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"])))
+    names = value.get("nodes") or []
+    if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
+        raise GpuhardenError("%s.nodes=%r must be a list of node names" % (option, names))
+    return check_params({key: spec["default"] if value.get(key) is None else value[key] for key, spec in OBJECT_OPTIONS.items()}), names
 
 
 def handler_immutable(live, desired):
@@ -214,3 +241,38 @@ def node_handler_audit(nodes, desired, names=()):
     registered = {(node.get("metadata") or {}).get("name") for node in nodes}
     return {"findings": findings, "checked": checked, "without_runtime_handlers": without,
             "not_registered": sorted(set(names or ()) - registered)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole check (and, with apply, the write) over an API client: module runtime_class, and gpu_consistency's
+# runtime_class option, which runs it in check mode beside its own LISTs (the drift check's dry run, without a module
+# run of its own).
+
+
+def reconcile(client, desired, *, names=(), nodes=None, page_limit=500, force=False, force_conflicts=True, apply=False):
+    """Audit every RuntimeClass and the target Nodes' handlers, decide the write (server-side dry run) and, with
+    ``apply``, make it.  ``nodes``: the Node objects when the caller has listed them already, else one LIST here.
+
+    Returns (result, decision): the runtime_class module's result (changed, action, findings, runtime_class,
+    node_runtime_handlers, message) and ``_k8s_objects.plan``'s decision, for the diff.  A handler that only a
+    recreate can change raises GpuhardenError (with the findings) unless ``force``.
+    """
+    findings = audit(client.list("RuntimeClass", page_limit), desired)
+    on_nodes = node_handler_audit(client.list("Node", page_limit) if nodes is None else nodes, desired, names)
+    findings.extend(on_nodes.pop("findings"))
+    decision = _k8s_objects.plan(client, desired, force_conflicts, handler_immutable)
+    foreign = owned_elsewhere(decision)
+    if foreign is not None:
+        findings.append(foreign)
+        decision = dict(decision, action="skip", changed=False, message=foreign["hint"])
+    if decision["action"] == "recreate":
+        if not force:
+            raise GpuhardenError(decision["message"], findings=findings)
+        client.delete("RuntimeClass", desired["metadata"]["name"], None, dry_run=True)
+    stored = None
+    if apply and decision["action"] != "skip":
+        stored = _k8s_objects.execute(client, desired, decision, force_conflicts, recreate=force)
+    shown = _k8s_objects.comparable(stored if stored is not None else decision["after"] if decision["action"] not in ("none", "skip")
+                                    else decision["live"])
+    return {"changed": decision["changed"], "action": decision["action"], "findings": findings, "runtime_class": shown,
+            "node_runtime_handlers": on_nodes, "message": decision["message"]}, decision
