@@ -144,7 +144,7 @@ options:
     type: path
   runtime_class:
     description:
-      - Also check the NVIDIA RuntimeClass as M(gpuharden.k8s.runtime_class) does in check mode (the same code: every
+      - Also check the NVIDIA RuntimeClass as M(gpuharden.k8s.runtime_class) does in check mode, with the same code (every
         RuntimeClass audited, the target Nodes' C(status.runtimeHandlers) from this module's LIST of Nodes, the write
         decided by a server-side dry run); the result is RV(runtime_class_check). The read-only drift check does it here
         rather than in a module run of its own.

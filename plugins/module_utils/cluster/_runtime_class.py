@@ -88,8 +88,8 @@ def check_option(value, option):
         raise GpuhardenError("%s must be a mapping of %s, not %r" % (option, ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"]), value))
     unknown = sorted(str(key) for key in set(value) - set(OBJECT_OPTIONS) - {"nodes"})
     if unknown:
-        raise GpuhardenError("%s has unknown key(s) %s; it takes %s" % (option, ", ".join(unknown),
-                                                                         ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"])))
+        known = ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"])
+        raise GpuhardenError("%s has unknown key(s) %s; it takes %s" % (option, ", ".join(unknown), known))
     names = value.get("nodes") or []
     if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
         raise GpuhardenError("%s.nodes=%r must be a list of node names" % (option, names))
