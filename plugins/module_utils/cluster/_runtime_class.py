@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
-"""The NVIDIA RuntimeClass: validation, the desired object and the audit of existing ones (pure functions).
+"""The NVIDIA RuntimeClass: validation, the desired object and the audit of existing ones (pure functions), and
+``reconcile``, which runs them over an API client for modules runtime_class and gpu_consistency.
 
 The handler must be the containerd runtime name the node side configured (role container_runtime sets the fact
 ``container_runtime_handler``) and is immutable.  ``overhead.podFixed`` must never hold ``nvidia.com/*`` or any
@@ -84,12 +85,12 @@ OBJECT_OPTIONS = {
 def check_option(value, option):
     """An option holding OBJECT_OPTIONS and ``nodes`` as one mapping (gpu_consistency's runtime_class): (the desired
     RuntimeClass, the node names to check), every key validated as the runtime_class module's own options are."""
+    known = sorted(OBJECT_OPTIONS) + ["nodes"]
     if not isinstance(value, dict):
-        raise GpuhardenError("%s must be a mapping of %s, not %r" % (option, ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"]), value))
-    unknown = sorted(str(key) for key in set(value) - set(OBJECT_OPTIONS) - {"nodes"})
+        raise GpuhardenError("%s must be a mapping of %s, not %r" % (option, ", ".join(known), value))
+    unknown = sorted(str(key) for key in set(value) - set(known))
     if unknown:
-        known = ", ".join(sorted(OBJECT_OPTIONS) + ["nodes"])
-        raise GpuhardenError("%s has unknown key(s) %s; it takes %s" % (option, ", ".join(unknown), known))
+        raise GpuhardenError("%s has unknown key(s) %s; it takes %s" % (option, ", ".join(unknown), ", ".join(known)))
     names = value.get("nodes") or []
     if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
         raise GpuhardenError("%s.nodes=%r must be a list of node names" % (option, names))
