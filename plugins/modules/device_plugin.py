@@ -46,6 +46,9 @@ description:
     is stored and the prediction is the API server's own.
   - After a change (and on every run with O(wait)) waits until the DaemonSet's desired, updated and ready pod counts
     agree, and on timeout fails naming the nodes whose pod is not ready, and why.
+  - With O(node_labels), first labels (and optionally taints) the GPU nodes exactly as M(gpuharden.k8s.gpu_node_labels)
+    does, over the same LIST of Nodes, and picks the plugin's nodes from the Nodes as that leaves them: one module run
+    and one LIST of Nodes for both steps.
   - Runs on the controller (C(delegate_to=localhost), C(run_once)).
 author:
   - gpuharden maintainers (@gpuharden)
@@ -105,7 +108,7 @@ options:
   node_selector:
     description:
       - Labels a node must have to run the plugin. Must not be empty, so that the plugin stays off CPU-only nodes.
-      - M(gpuharden.k8s.gpu_node_labels) sets them.
+      - O(node_labels) or M(gpuharden.k8s.gpu_node_labels) sets them.
     type: dict
     default: {nvidia.com/gpu.present: "true"}
   tolerations:
@@ -220,6 +223,47 @@ options:
     description: Seconds to wait for the rollout.
     type: int
     default: 300
+  node_labels:
+    description:
+      - Label the GPU nodes before the plugin is audited and applied, with the options of
+        M(gpuharden.k8s.gpu_node_labels) (same defaults, same behaviour, same identity as this module). Its result is
+        RV(node_labels). Labels and taints are patched even when another installer serves the nodes (the plugin is then
+        not applied), as the separate module would.
+      - Omitted, no node is labelled.
+    type: dict
+    suboptions:
+      nodes:
+        description: Names of the GPU nodes (C(metadata.name) of the Node objects).
+        type: list
+        elements: str
+        default: []
+      unlabel_nodes:
+        description: Names of nodes that must not carry O(node_labels.labels) (CPU-only nodes); their taints are left alone.
+        type: list
+        elements: str
+        default: []
+      labels:
+        description: Labels the GPU nodes must have; O(node_selector) normally selects them.
+        type: dict
+        default: {nvidia.com/gpu.present: "true"}
+      taint:
+        description: V(present) adds the taint to O(node_labels.nodes), V(absent) removes it, V(ignore) leaves taints alone.
+        type: str
+        default: ignore
+        choices: [present, absent, ignore]
+      taint_key:
+        description: Key of the dedicated-GPU taint.
+        type: str
+        default: nvidia.com/gpu
+      taint_value:
+        description: Value of the taint (empty for none).
+        type: str
+        default: ""
+      taint_effect:
+        description: Effect of the taint.
+        type: str
+        default: NoSchedule
+        choices: [NoSchedule, PreferNoSchedule, NoExecute]
   page_limit:
     description: Objects per page of each LIST.
     type: int
@@ -260,6 +304,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+node_labels:
+  description:
+    - With O(node_labels), what M(gpuharden.k8s.gpu_node_labels) returns - C(changed), C(changed_nodes), and C(nodes) (per
+      changed node, C(before) and C(after) of the managed labels and taints) - its requests counted in RV(api_requests).
+      The module's C(changed) includes it.
+  returned: when O(node_labels) is set
+  type: dict
+  sample: {"changed": true, "changed_nodes": ["gpu-1"], "nodes": {"gpu-1": {"before": {"labels": {}},
+           "after": {"labels": {"nvidia.com/gpu.present": "true"}}}}}
 findings:
   description:
     - Problems of the plugin DaemonSets found before this run, in the findings model of every check (C(id), C(check),
@@ -331,10 +384,11 @@ api_requests:
   type: int
 """
 
+import copy
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
@@ -379,6 +433,7 @@ def argument_spec():
         wait={"type": "bool", "default": True},
         wait_timeout={"type": "int", "default": 300},
         page_limit={"type": "int", "default": 500},
+        node_labels={"type": "dict", "options": copy.deepcopy(_node_labels.LABEL_OPTIONS)},
     )
     return spec
 
@@ -395,7 +450,8 @@ def check_module_params(params):
     expected = [_device_plugin.qualify_resource(name) for name in params["expected_resource_names"] or []]
     if not expected:
         raise GpuhardenError("device_plugin: option expected_resource_names is empty")
-    return _device_plugin.check_params(params), expected
+    labelling = None if params["node_labels"] is None else _node_labels.check_params(params["node_labels"], "device_plugin", "node_labels")
+    return _device_plugin.check_params(params), expected, labelling
 
 
 def wait_rollout(client, ds, targets, timeout, page_limit):
@@ -451,18 +507,28 @@ def skipped_summary(obj, installers):
             "resource_version": None}
 
 
+def labels_diff(labelled):
+    return [_node_labels.diff(labelled, _k8s_objects.dump)] if labelled["changed"] else []
+
+
 def run(module):
     params = module.params
-    settings, expected = check_module_params(params)
+    settings, expected, labelling = check_module_params(params)
     objects, config = _device_plugin.desired_objects(settings)
     plugin = objects[1]
     adopt = settings["adopt_installers"]
     client = _k8s_objects.Client(_k8s.api_client(params), "device_plugin")
     result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "skipped": False}
+    labelled = {"changed": False}
     try:
         # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
         daemonsets = client.list("DaemonSet", params["page_limit"])
         nodes = client.list("Node", params["page_limit"])
+        if labelling is not None:
+            # The node labels first, as gpu_node_labels would before this module: the plugin's nodes are picked from the
+            # Nodes as the labels leave them (the server's answers; in check mode the patched copies).
+            labelled, nodes = _node_labels.reconcile(client, nodes, labelling, apply=not module.check_mode)
+            result["node_labels"] = labelled
         cluster_policies, operator_unknown = read_cluster_policies(client, params["page_limit"])
         config_maps = {}
         for namespace, name in _device_plugin.referenced_config_maps(daemonsets):
@@ -488,7 +554,7 @@ def run(module):
         blocked = _device_plugin.blocking(findings)
         if blocked:
             installers = sorted({f["installer"] for f in blocked})
-            result.update(skipped=True, installers=sorted(set(result["installers"]) | set(installers)), changed=False,
+            result.update(skipped=True, installers=sorted(set(result["installers"]) | set(installers)), changed=labelled["changed"],
                           objects=[skipped_summary(obj, installers) for obj in objects])
             for repair in repairs:
                 if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs
@@ -497,7 +563,7 @@ def run(module):
                         if entry["subject"] == repair["object"]:
                             entry["repair"] = "manual"
             if module._diff:
-                result["diff"] = []
+                result["diff"] = labels_diff(labelled)
             result["api_requests"] = client.requests
             return result
         missing_class = runtime_class_finding(client, settings["runtime_class_name"])
@@ -522,7 +588,8 @@ def run(module):
         result["deleted"] = ["%s/%s" % (r["namespace"], r["name"]) for r in to_delete]
         result["objects"] = [_k8s_objects.summary(decisions[i], obj, stored[i]) for i, obj in enumerate(objects)]
         if module._diff:
-            result["diff"] = [_k8s_objects.diff_entry(decisions[i], obj) for i, obj in enumerate(objects) if decisions[i]["changed"]]
+            result["diff"] = labels_diff(labelled)
+            result["diff"] += [_k8s_objects.diff_entry(decisions[i], obj) for i, obj in enumerate(objects) if decisions[i]["changed"]]
             result["diff"] += [{"before": "%s\n" % r["object"], "after": "", "before_header": "%s (deleted: %s)" % (r["object"], r["reason"]),
                                 "after_header": "(none)"} for r in to_delete]
         if params["wait"] and not module.check_mode:
@@ -531,9 +598,13 @@ def run(module):
             result["rollout"] = dict(states[0], target_count=len(targets))
             if len(states) > 1:
                 result["rollout"]["gpu_feature_discovery"] = states[1]
-        result["changed"] = changed
+        result["changed"] = changed or labelled["changed"]
     except GpuhardenError as error:
         error.result.setdefault("api_requests", client.requests)
+        if "node_labels" in result:
+            # the labels were sent before the failure: the task says so
+            error.result.setdefault("node_labels", result["node_labels"])
+            error.result.setdefault("changed", labelled["changed"] and not module.check_mode)
         raise
     finally:
         client.api.close()

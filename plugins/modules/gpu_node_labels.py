@@ -103,34 +103,18 @@ api_requests:
   type: int
 """
 
+import copy
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
 
-MAX_CONFLICT_RETRIES = 3
-
-try:
-    import yaml
-
-    HAS_YAML = True
-except ImportError:
-    HAS_YAML = False
-
-
 def argument_spec():
     spec = _k8s.auth_argument_spec()
-    spec.update(
-        nodes={"type": "list", "elements": "str", "default": []},
-        unlabel_nodes={"type": "list", "elements": "str", "default": []},
-        labels={"type": "dict", "default": {"nvidia.com/gpu.present": "true"}},
-        taint={"type": "str", "default": "ignore", "choices": ["present", "absent", "ignore"]},
-        taint_key={"type": "str", "default": "nvidia.com/gpu", "no_log": False},  # a taint key, not a secret
-        taint_value={"type": "str", "default": ""},
-        taint_effect={"type": "str", "default": "NoSchedule", "choices": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-        page_limit={"type": "int", "default": 500},
-    )
+    spec.update(copy.deepcopy(_node_labels.LABEL_OPTIONS))
+    spec.update(page_limit={"type": "int", "default": 500})
     return spec
 
 
@@ -138,57 +122,24 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-def patch_node(client, name, patch, labels, taint, state, unlabel):
-    """Send one node's patch; on a resourceVersion conflict re-read the node and recompute (taints only)."""
-    for _attempt in range(MAX_CONFLICT_RETRIES):
-        try:
-            return client.merge_patch("Node", name, patch, dry_run=False)
-        except GpuhardenError as error:
-            if error.result.get("status") != 409:
-                raise
-        node = client.read("Node", name)
-        if node is None:
-            raise GpuhardenError("gpu_node_labels: Node %s disappeared while it was being labelled" % name)
-        patch, _before, _after = _node_labels.node_plan(node, labels, taint, state, unlabel=unlabel)
-        if patch is None:
-            return node
-    raise GpuhardenError("gpu_node_labels: Node %s kept changing; its taints were not updated after %d attempts" % (name, MAX_CONFLICT_RETRIES))
-
-
-def _dump(data):
-    if HAS_YAML:
-        return yaml.safe_dump(data, default_flow_style=False, sort_keys=True)
-    import json
-
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-
 def run(module):
     params = module.params
     if params["page_limit"] is None or params["page_limit"] < 1:
         raise GpuhardenError("gpu_node_labels: option page_limit=%r must be a positive number of nodes" % params["page_limit"])
-    nodes, unlabel, labels, taint, state = _node_labels.check_params(params)
-    if not nodes and not unlabel:
+    checked = _node_labels.check_params(params)
+    if not checked[0] and not checked[1]:
         return {"changed": False, "changed_nodes": [], "nodes": {}, "api_requests": 0}
     client = _k8s_objects.Client(_k8s.api_client(params), "gpu_node_labels")
     try:
-        live = client.list("Node", params["page_limit"])
-        patches, before, after = _node_labels.plan(live, nodes, unlabel, labels, taint, state)
-        if not module.check_mode:
-            unlabel_set = set(unlabel)
-            for name in sorted(patches):
-                patch_node(client, name, patches[name], labels, taint, state, name in unlabel_set)
+        result, _nodes = _node_labels.reconcile(client, client.list("Node", params["page_limit"]), checked, apply=not module.check_mode)
     except GpuhardenError as error:
         error.result.setdefault("api_requests", client.requests)
         raise
     finally:
         client.api.close()
-    result = {"changed": bool(patches), "changed_nodes": sorted(patches),
-              "nodes": {name: {"before": before[name], "after": after[name]} for name in sorted(patches)},
-              "api_requests": client.requests}
-    if module._diff and patches:
-        result["diff"] = {"before": _dump(before), "after": _dump(after),
-                          "before_header": "Nodes (live)", "after_header": "Nodes (desired)"}
+    result["api_requests"] = client.requests
+    if module._diff and result["changed"]:
+        result["diff"] = _node_labels.diff(result, _k8s_objects.dump)
     return result
 
 

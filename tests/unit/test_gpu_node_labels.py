@@ -99,3 +99,103 @@ def test_malformed_options(overrides, needle):
     with pytest.raises(GpuhardenError) as caught:
         nl.check_params(params(**overrides))
     assert needle in caught.value.msg
+
+
+# reconcile: the one labelling path of gpu_node_labels and of device_plugin's node_labels option
+
+
+class FakeNodes:
+    """The Node calls reconcile makes: merge patches (answered as the API server applies them) and GETs, with an
+    optional number of 409 answers first."""
+
+    def __init__(self, live, conflicts=0):
+        self.stored = {n["metadata"]["name"]: copy.deepcopy(n) for n in live}
+        self.sent = []
+        self.conflicts = conflicts
+
+    def merge_patch(self, kind, name, patch, dry_run, namespace=None):
+        assert kind == "Node" and dry_run is False and namespace is None
+        self.sent.append((name, copy.deepcopy(patch)))
+        if self.conflicts:
+            self.conflicts -= 1
+            raise GpuhardenError("conflict", status=409)
+        self.stored[name] = nl.merge_patched(self.stored[name], patch)
+        self.stored[name]["metadata"]["resourceVersion"] = str(int(self.stored[name]["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.stored[name])
+
+    def read(self, kind, name, namespace=None):
+        return copy.deepcopy(self.stored.get(name))
+
+
+def _fleet():
+    return [node("gpu-a"), node("gpu-b", LABEL, [TAINT]), node("cpu-c", dict(LABEL, zone="z1")), node("gpu-d", {"zone": "z2"})]
+
+
+def test_reconcile_check_mode_sends_nothing_and_predicts_what_the_patches_leave():
+    live = _fleet()
+    checked = nl.check_params(params(nodes=["gpu-a", "gpu-b", "gpu-d"], unlabel_nodes=["cpu-c"], taint="present"))
+    client = FakeNodes(live)
+    result, after = nl.reconcile(client, copy.deepcopy(live), checked, apply=False)
+    assert client.sent == []
+    assert result["changed"] is True and result["changed_nodes"] == ["cpu-c", "gpu-a", "gpu-d"]
+    assert result["nodes"]["cpu-c"] == {"before": {"labels": LABEL, "taints": []}, "after": {"labels": {}, "taints": []}}
+    # The Nodes in LIST order, the unchanged one as listed, the others as the server would store the patches.
+    assert [n["metadata"]["name"] for n in after] == ["gpu-a", "gpu-b", "cpu-c", "gpu-d"] and after[1] == live[1]
+    assert after[0]["metadata"]["labels"] == LABEL and after[0]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert after[2]["metadata"]["labels"] == {"zone": "z1"} and after[3]["metadata"]["labels"] == {"zone": "z2", **LABEL}
+    # What the patches leave needs no further patch: the prediction is the fixed point the real run reaches.
+    again, _nodes = nl.reconcile(client, after, checked, apply=False)
+    assert again["changed"] is False and again["changed_nodes"] == []
+
+
+def test_reconcile_applies_in_name_order_and_returns_the_servers_answers():
+    live = _fleet()
+    checked = nl.check_params(params(nodes=["gpu-a", "gpu-b", "gpu-d"], unlabel_nodes=["cpu-c"]))
+    predicted, predicted_nodes = nl.reconcile(FakeNodes(live), copy.deepcopy(live), checked, apply=False)
+    client = FakeNodes(live)
+    result, after = nl.reconcile(client, copy.deepcopy(live), checked, apply=True)
+    assert [name for name, _patch in client.sent] == ["cpu-c", "gpu-a", "gpu-d"]
+    assert result == predicted
+    assert after == [client.stored[n["metadata"]["name"]] for n in live]  # the server's objects, new resourceVersions
+    assert [n["metadata"]["labels"] for n in after] == [n["metadata"]["labels"] for n in predicted_nodes]
+    assert after[0]["metadata"]["resourceVersion"] == "8" and after[1]["metadata"]["resourceVersion"] == "7"
+
+
+def test_reconcile_recomputes_a_taint_patch_after_a_conflict():
+    live = [node("gpu-a", LABEL)]
+    client = FakeNodes(live, conflicts=1)
+    result, after = nl.reconcile(client, copy.deepcopy(live), nl.check_params(params(nodes=["gpu-a"], taint="present")), apply=True)
+    assert len(client.sent) == 2 and result["changed_nodes"] == ["gpu-a"]
+    assert after[0]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+
+
+def test_reconcile_refuses_unknown_nodes_before_any_patch():
+    client = FakeNodes(_fleet())
+    with pytest.raises(GpuhardenError, match="no Node object named gpu-z"):
+        nl.reconcile(client, _fleet(), nl.check_params(params(nodes=["gpu-a", "gpu-z"])), apply=True)
+    assert client.sent == []
+
+
+def test_merge_patched_follows_rfc_7386():
+    target = {"a": {"b": 1, "c": 2}, "l": [1, 2], "k": "v"}
+    assert nl.merge_patched(target, {"a": {"b": None, "d": 3}, "l": [3], "k": None, "n": {"x": None}}) == {
+        "a": {"c": 2, "d": 3}, "l": [3], "n": {}}
+    assert target == {"a": {"b": 1, "c": 2}, "l": [1, 2], "k": "v"}  # the LIST's object is left as it was
+
+
+def test_device_plugin_node_labels_option_is_the_same_spec_and_validation():
+    from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin
+
+    spec = device_plugin.argument_spec()["node_labels"]
+    assert spec["type"] == "dict" and spec["options"] == nl.LABEL_OPTIONS
+    assert {key: value for key, value in module.argument_spec().items() if key in nl.LABEL_OPTIONS} == nl.LABEL_OPTIONS
+    sub = {name: option.get("default") for name, option in nl.LABEL_OPTIONS.items()}
+    for overrides, needle in [
+        ({"nodes": ["Bad_Node"]}, "option node_labels.nodes='Bad_Node' is not a DNS subdomain"),
+        ({"nodes": ["a"], "unlabel_nodes": ["a"]}, "device_plugin: node(s) a are both in node_labels.nodes and in node_labels.unlabel_nodes"),
+        ({"labels": {}}, "device_plugin: option node_labels.labels is empty and node_labels.taint=ignore"),
+        ({"taint": "present", "taint_effect": "NoRun"}, "option node_labels: taint_effect='NoRun' is not one of"),
+    ]:
+        with pytest.raises(GpuhardenError) as caught:
+            nl.check_params(dict(sub, **overrides), "device_plugin", "node_labels")
+        assert needle in caught.value.msg, caught.value.msg

@@ -3,16 +3,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
-"""GPU node labels and the dedicated-GPU taint: validation and the per-node plan (pure functions).
+"""GPU node labels and the dedicated-GPU taint: validation, the per-node plan, and ``reconcile``, which sends it.
 
-``plan`` takes the Node objects of one paginated LIST and returns, for the nodes that need it, one merge
+``plan`` (pure) takes the Node objects of one paginated LIST and returns, for the nodes that need it, one merge
 patch each (labels, and the whole taint list with the node's resourceVersion as precondition, because
-``spec.taints`` is an atomic list).  Label and taint syntax checks are shared with the other cluster-side
-planners.
+``spec.taints`` is an atomic list).  ``reconcile`` plans over a LIST its caller made and, when told to apply, sends
+the patches: module gpu_node_labels, and module device_plugin's ``node_labels`` option, which labels the nodes over
+the same LIST of Nodes it picks the plugin's nodes from.  Label and taint syntax checks are shared with the other
+cluster-side planners.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -106,21 +109,35 @@ def check_tolerations(tolerations, where):
     return out
 
 
-def check_params(params):
-    """Validated module options: (nodes, unlabel_nodes, labels, taint spec or None, taint state)."""
-    nodes = [check_dns_subdomain(name, "option nodes") for name in params.get("nodes") or []]
-    unlabel = [check_dns_subdomain(name, "option unlabel_nodes") for name in params.get("unlabel_nodes") or []]
+# The options of module gpu_node_labels, which are also the sub-options of module device_plugin's node_labels: one spec.
+LABEL_OPTIONS = {
+    "nodes": {"type": "list", "elements": "str", "default": []},
+    "unlabel_nodes": {"type": "list", "elements": "str", "default": []},
+    "labels": {"type": "dict", "default": {"nvidia.com/gpu.present": "true"}},
+    "taint": {"type": "str", "default": "ignore", "choices": list(TAINT_STATES)},
+    "taint_key": {"type": "str", "default": "nvidia.com/gpu", "no_log": False},  # a taint key, not a secret
+    "taint_value": {"type": "str", "default": ""},
+    "taint_effect": {"type": "str", "default": "NoSchedule", "choices": list(TAINT_EFFECTS)},
+}
+
+
+def check_params(params, module="gpu_node_labels", option=""):
+    """Validated options: (nodes, unlabel_nodes, labels, taint spec or None, taint state).  ``option`` names the
+    mapping that holds them (device_plugin's ``node_labels``), so that an error names the option as written."""
+    within = "%s." % option if option else ""
+    nodes = [check_dns_subdomain(name, "option %snodes" % within) for name in params.get("nodes") or []]
+    unlabel = [check_dns_subdomain(name, "option %sunlabel_nodes" % within) for name in params.get("unlabel_nodes") or []]
     both = sorted(set(nodes) & set(unlabel))
     if both:
-        raise GpuhardenError("gpu_node_labels: node(s) %s are both in nodes and in unlabel_nodes" % ", ".join(both))
-    labels = check_labels(params.get("labels"), "option labels")
+        raise GpuhardenError("%s: node(s) %s are both in %snodes and in %sunlabel_nodes" % (module, ", ".join(both), within, within))
+    labels = check_labels(params.get("labels"), "option %slabels" % within)
     if not labels and params.get("taint", "ignore") == "ignore":
-        raise GpuhardenError("gpu_node_labels: option labels is empty and taint=ignore: nothing to manage")
+        raise GpuhardenError("%s: option %slabels is empty and %staint=ignore: nothing to manage" % (module, within, within))
     state = params.get("taint", "ignore")
     if state not in TAINT_STATES:
-        raise GpuhardenError("gpu_node_labels: option taint=%r is not one of %s" % (state, ", ".join(TAINT_STATES)))
-    taint = check_taint(params.get("taint_key") or "", params.get("taint_value"), params.get("taint_effect"), "option") \
-        if state != "ignore" else None
+        raise GpuhardenError("%s: option %staint=%r is not one of %s" % (module, within, state, ", ".join(TAINT_STATES)))
+    taint = check_taint(params.get("taint_key") or "", params.get("taint_value"), params.get("taint_effect"),
+                        "option %s" % option if option else "option") if state != "ignore" else None
     return nodes, unlabel, labels, taint, state
 
 
@@ -240,3 +257,64 @@ def plan(live_nodes, nodes, unlabel_nodes, labels, taint, state):
                 patches[name] = patch
                 before[name], after[name] = node_before, node_after
     return patches, before, after
+
+
+MAX_CONFLICT_RETRIES = 3
+
+
+def merge_patched(obj, patch):
+    """``obj`` as a JSON merge patch (RFC 7386, what the API server applies for application/merge-patch+json) leaves
+    it: a mapping merges key by key, null removes the key, anything else (such as the atomic ``spec.taints``) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(obj) if isinstance(obj, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patched(merged.get(key), value)
+    return merged
+
+
+def patch_node(client, name, patch, labels, taint, state, unlabel):
+    """Send one node's patch and return the Node the server stored; on a resourceVersion conflict (taints only: the
+    patch carries it as a precondition) re-read the node and recompute."""
+    for _attempt in range(MAX_CONFLICT_RETRIES):
+        try:
+            return client.merge_patch("Node", name, patch, dry_run=False)
+        except GpuhardenError as error:
+            if error.result.get("status") != 409:
+                raise
+        node = client.read("Node", name)
+        if node is None:
+            raise GpuhardenError("gpu_node_labels: Node %s disappeared while it was being labelled" % name)
+        patch, _before, _after = node_plan(node, labels, taint, state, unlabel=unlabel)
+        if patch is None:
+            return node
+    raise GpuhardenError("gpu_node_labels: Node %s kept changing; its taints were not updated after %d attempts" % (name, MAX_CONFLICT_RETRIES))
+
+
+def reconcile(client, live_nodes, checked, apply):
+    """The labels and taints ``checked`` (check_params' answer) over ``live_nodes`` (one LIST of Nodes), sent when
+    ``apply``: (result, nodes).  ``result`` is what module gpu_node_labels returns (changed, changed_nodes, and each
+    changed node's managed labels and taints before and after); ``nodes`` is the LIST as it stands afterwards, with
+    the server's answer for each patched Node (in check mode the Node the patch would leave), so that a caller that
+    selects nodes by these labels needs no second LIST."""
+    nodes, unlabel, labels, taint, state = checked
+    patches, before, after = plan(live_nodes, nodes, unlabel, labels, taint, state)
+    unlabel_set = set(unlabel)
+    by_name = {(node.get("metadata") or {}).get("name"): node for node in live_nodes}
+    updated = {}
+    for name in sorted(patches):
+        updated[name] = (patch_node(client, name, patches[name], labels, taint, state, name in unlabel_set) if apply
+                         else merge_patched(by_name[name], patches[name]))
+    result = {"changed": bool(patches), "changed_nodes": sorted(patches),
+              "nodes": {name: {"before": before[name], "after": after[name]} for name in sorted(patches)}}
+    return result, [updated.get((node.get("metadata") or {}).get("name"), node) for node in live_nodes]
+
+
+def diff(result, dump):
+    """The diff entry of a reconcile result (``dump`` renders a mapping: YAML where the controller has it)."""
+    return {"before": dump({name: entry["before"] for name, entry in result["nodes"].items()}),
+            "after": dump({name: entry["after"] for name, entry in result["nodes"].items()}),
+            "before_header": "Nodes (live)", "after_header": "Nodes (desired)"}

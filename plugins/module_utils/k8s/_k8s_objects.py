@@ -85,6 +85,11 @@ def for_diff(obj):
     meta = data.get("metadata") or {}
     for key in ("uid", "creationTimestamp"):
         meta.pop(key, None)
+    return dump(data)
+
+
+def dump(data):
+    """The text of a diff side: YAML where the controller has PyYAML, else indented JSON."""
     if HAS_YAML:
         return yaml.safe_dump(data, default_flow_style=False, sort_keys=True)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
