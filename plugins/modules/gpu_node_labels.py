@@ -111,6 +111,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
 
+
 def argument_spec():
     spec = _k8s.auth_argument_spec()
     spec.update(copy.deepcopy(_node_labels.LABEL_OPTIONS))
