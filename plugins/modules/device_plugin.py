@@ -47,7 +47,7 @@ description:
   - After a change (and on every run with O(wait)) waits until the DaemonSet's desired, updated and ready pod counts
     agree, and on timeout fails naming the nodes whose pod is not ready, and why.
   - With O(node_labels), first labels (and optionally taints) the GPU nodes exactly as M(gpuharden.k8s.gpu_node_labels)
-    does, over the same LIST of Nodes, and picks the plugin's nodes from the Nodes as that leaves them: one module run
+    does, over the same LIST of Nodes, and picks the plugin's nodes from the Nodes as that leaves them - one module run
     and one LIST of Nodes for both steps.
   - Runs on the controller (C(delegate_to=localhost), C(run_once)).
 author:
