@@ -122,8 +122,15 @@ def lab():
                                        "labels": {"kubernetes.io/hostname": CPU_NODE, "gpuharden.io/lab": "true"}},
                           "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
                                      "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}})
+        # One GPU node without the GPU label: the role labels it and installs the plugin in one module run, so even
+        # check mode must count it among the plugin's nodes (it picks them from the Nodes as the labels leave them).
+        core.patch_node(_unlabelled(state), {"metadata": {"labels": {"nvidia.com/gpu.present": None}}})
         api.close()
         yield state
+
+
+def _unlabelled(state):
+    return sorted(state["nodes"])[-1]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +141,7 @@ def check_run(lab):
     return before, result, _versions(lab)
 
 
-def test_check_mode_reports_changes_and_changes_nothing(check_run):
+def test_check_mode_reports_changes_and_changes_nothing(lab, check_run):
     before, result, after = check_run
     assert result["ok"], result.get("msg")
     assert before == after  # every resourceVersion, every node's labels and taints
@@ -145,7 +152,11 @@ def test_check_mode_reports_changes_and_changes_nothing(check_run):
     assert sorted(plugin["deleted"]) == ["kube-system/nvidia-device-plugin-list-none", "kube-system/nvidia-device-plugin-typo"]
     assert plugin["rollout"] == {}
     assert result["runtime_class"]["changed"] is True and result["runtime_class"]["action"] == "recreate"
-    assert result["labels"]["changed"] is False
+    unlabelled = _unlabelled(lab)
+    assert result["labels"]["changed"] is True and result["labels"]["changed_nodes"] == [unlabelled]
+    assert result["labels"]["nodes"][unlabelled] == {"before": {"labels": {}}, "after": {"labels": {"nvidia.com/gpu.present": "true"}}}
+    # the plugin's nodes as the labels will leave them, the unlabelled one included, from the one LIST of Nodes
+    assert sorted(plugin["target_nodes"]) == sorted(lab["nodes"])
 
 
 def test_seed_misconfigurations_are_caught_with_clear_messages(check_run):
@@ -195,6 +206,7 @@ def test_apply_installs_and_rolls_out_to_gpu_nodes_only(lab, applied):
     assert plugin["changed"] is True
     assert plugin["rollout"]["done"] is True and plugin["rollout"]["ready"] == len(lab["nodes"]) == plugin["rollout"]["target_count"]
     assert sorted(plugin["target_nodes"]) == sorted(lab["nodes"])
+    assert applied["labels"]["changed_nodes"] == [_unlabelled(lab)]
     api = _api(lab)
     try:
         apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
