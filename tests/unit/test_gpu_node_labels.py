@@ -176,7 +176,7 @@ def test_reconcile_refuses_unknown_nodes_before_any_patch():
     assert client.sent == []
 
 
-def test_merge_patched_follows_rfc_7386():
+def test_merge_patched_follows_rfc_7396():
     target = {"a": {"b": 1, "c": 2}, "l": [1, 2], "k": "v"}
     assert nl.merge_patched(target, {"a": {"b": None, "d": 3}, "l": [3], "k": None, "n": {"x": None}}) == {
         "a": {"c": 2, "d": 3}, "l": [3], "n": {}}

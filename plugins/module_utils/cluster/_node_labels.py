@@ -263,8 +263,10 @@ MAX_CONFLICT_RETRIES = 3
 
 
 def merge_patched(obj, patch):
-    """``obj`` as a JSON merge patch (RFC 7386, what the API server applies for application/merge-patch+json) leaves
-    it: a mapping merges key by key, null removes the key, anything else (such as the atomic ``spec.taints``) replaces."""
+    """``obj`` as a JSON merge patch leaves it: a mapping merges key by key, null removes the key, anything else (such
+    as the atomic ``spec.taints``) replaces.  RFC 7396, which the API server applies to an application/merge-patch+json
+    body through evanphx/json-patch's MergePatch (kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+    patch.go, jsonPatcher); the lab's device plugin test compares this prediction with the real API server's answer."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     merged = dict(obj) if isinstance(obj, dict) else {}
