@@ -40,10 +40,10 @@ NODE_SIDE = {
 }
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
-    "device_plugin": "roles/device_plugin, delegate_to localhost, run_once",
+    "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check, delegate_to localhost",
-    "gpu_node_labels": "roles/device_plugin, bootstrap, delegate_to localhost (run_once)",
+    "gpu_node_labels": "bootstrap (the bootstrap taint), standalone use, delegate_to localhost (run_once)",
     "gpu_pods_info": "harden's plan, roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
     "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
