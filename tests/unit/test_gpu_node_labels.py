@@ -169,6 +169,22 @@ def test_reconcile_recomputes_a_taint_patch_after_a_conflict():
     assert after[0]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
 
 
+def test_reconcile_failing_midway_names_the_nodes_it_already_patched():
+    live = _fleet()
+    client = FakeNodes(live)
+    sent = client.merge_patch
+
+    def refuse_gpu_d(kind, name, patch, dry_run, namespace=None):
+        if name == "gpu-d":
+            raise GpuhardenError("gpu_node_labels: API server answered 500", status=500)
+        return sent(kind, name, patch, dry_run, namespace)
+
+    client.merge_patch = refuse_gpu_d
+    with pytest.raises(GpuhardenError) as caught:
+        nl.reconcile(client, copy.deepcopy(live), nl.check_params(params(nodes=["gpu-a", "gpu-d"], unlabel_nodes=["cpu-c"])), apply=True)
+    assert caught.value.result["changed"] is True and caught.value.result["changed_nodes"] == ["cpu-c", "gpu-a"]
+
+
 def test_reconcile_refuses_unknown_nodes_before_any_patch():
     client = FakeNodes(_fleet())
     with pytest.raises(GpuhardenError, match="no Node object named gpu-z"):

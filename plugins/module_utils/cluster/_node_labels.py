@@ -308,8 +308,14 @@ def reconcile(client, live_nodes, checked, apply):
     by_name = {(node.get("metadata") or {}).get("name"): node for node in live_nodes}
     updated = {}
     for name in sorted(patches):
-        updated[name] = (patch_node(client, name, patches[name], labels, taint, state, name in unlabel_set) if apply
-                         else merge_patched(by_name[name], patches[name]))
+        try:
+            updated[name] = (patch_node(client, name, patches[name], labels, taint, state, name in unlabel_set) if apply
+                             else merge_patched(by_name[name], patches[name]))
+        except GpuhardenError as error:
+            # the nodes patched before this one stay patched: the failed task says which
+            error.result.setdefault("changed", bool(updated))
+            error.result.setdefault("changed_nodes", sorted(updated))
+            raise
     result = {"changed": bool(patches), "changed_nodes": sorted(patches),
               "nodes": {name: {"before": before[name], "after": after[name]} for name in sorted(patches)}}
     return result, [updated.get((node.get("metadata") or {}).get("name"), node) for node in live_nodes]
