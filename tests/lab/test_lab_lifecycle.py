@@ -82,11 +82,14 @@ HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/d
 def host_files_changed_since(marker: str) -> list[str]:
     """Files under the host's system trees newer than ``marker`` (caches the tools keep are not the lab's, nor libuuid's
     clock, which any process on the host that makes a time-based UUID updates: Python's uuid.uuid1() goes through
-    libuuid, which keeps /var/lib/libuuid/clock.txt wherever the uuid-runtime package made that directory)."""
+    libuuid, which keeps /var/lib/libuuid/clock.txt wherever the uuid-runtime package made that directory; nor pyenv's
+    shims, which its pip hook (pyenv.d/exec/pip-rehash.bash) rehashes through a prototype file, shims/.pyenv-shim,
+    after any `python -m pip` that goes through a pyenv shim: one in another stream of a fresh `make test` ran while
+    this test did, and the test failed on it)."""
     completed = subprocess.run(
         ["find", *HOST_TREES, "-xdev", "-newer", marker, "-not", "-path", "/root/.cache/*", "-not", "-path", "/root/.ansible/*",
          "-not", "-path", "/root/.config/go/*", "-not", "-path", "/run/netns*", "-not", "-path", "/var/lib/libuuid/*",
-         "-not", "-type", "d"],
+         "-not", "-path", "/root/.pyenv/shims/*", "-not", "-type", "d"],
         capture_output=True, text=True, check=False,
     )
     return sorted(line for line in completed.stdout.splitlines() if line)
