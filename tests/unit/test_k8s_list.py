@@ -339,8 +339,8 @@ def test_gpu_consistency_settle_gives_up_and_reports_the_last_read():
                                                 "settle_seconds": GIVE_UP_SECONDS}, {})
         waited = time.monotonic() - started
     assert [f["id"] for f in result["findings"]] == ["gpu_not_advertised"]
-    # A second read needs the first one to end inside settle_seconds: stop 29's CI, loaded, spent 4 s in one read, so
-    # the budget here is 12 s (no hook can stand in for the module's own clock, which is what this test is about).
+    # A second read needs the first one to end inside settle_seconds: with a 4 s budget, stop 29's loaded CI made one
+    # read only, so the budget here is 12 s (no hook can stand in for the module's own clock, which this test is about).
     assert result["settle"]["awaiting"] == ["gpu-0"] and result["settle"]["reads"] >= 2, result["settle"]
     # The module's own clock (no interpreter start-up): it waits out the budget, then gives up after one more read at
     # most one SETTLE_INTERVAL (3 s) later; the slack is for a loaded CI machine's slow reads.
@@ -375,8 +375,8 @@ def test_gpu_consistency_settles_only_for_the_nodes_the_run_changed():
             assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}, settle_nodes
             assert time.monotonic() - started < 60
         # Named in settle_nodes, gpu-0 is waited for: the GPUs come right after the first Nodes LIST is answered, so the
-        # module must read exactly once more (no race of wall-clock delays: stop 29's CI, loaded, spent a 4 s
-        # settle_seconds inside the first read and never read again).
+        # module must read exactly once more (no race of wall-clock delays: with a 4 s settle_seconds, stop 29's loaded
+        # CI made one read only).
         def register_after_first_read(path):
             if path == "/api/v1/nodes":
                 server.lists["/api/v1/nodes"] = [_gpu_node({"cpu": "8", "nvidia.com/gpu": "2"})]
