@@ -6,14 +6,13 @@ it removed) and only its own cluster objects."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_cluster as uc
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import ORIGINALS_ANNOTATION
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import ORIGINALS_ANNOTATION, merge_patched
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import plan as label_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _originals
 from ansible_collections.gpuharden.k8s.plugins.modules import unharden_files
@@ -195,17 +194,7 @@ def _node(name, labels=None, taints=None, annotations=None):
 def _labelled(live, nodes, taint=None, state="ignore"):
     """The Nodes after gpu_node_labels applied its patches (merge patch semantics for what it sends)."""
     patches, _b, _a = label_plan(live, nodes, [], {"nvidia.com/gpu.present": "true"}, taint, state)
-    out = []
-    for obj in live:
-        obj = json.loads(json.dumps(obj))
-        patch = patches.get(obj["metadata"]["name"]) or {}
-        for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
-            obj["metadata"]["labels"][key] = value
-        obj["metadata"]["annotations"].update((patch.get("metadata") or {}).get("annotations") or {})
-        if "spec" in patch:
-            obj["spec"]["taints"] = patch["spec"]["taints"]
-        out.append(obj)
-    return out
+    return [merge_patched(obj, patches.get(obj["metadata"]["name"]) or {}) for obj in live]
 
 
 def _objects():
