@@ -195,7 +195,7 @@ real-podresources-server:
 
 real-quick: real-device-plugin real-podresources-server
 
-real-components: real-quick real-containerd real-kubelet
+real-components: real-quick real-containerd real-kubelet real-pod-support
 
 # The lab's real-nodes scenario: the real kubelet, containerd and device plugin as lab nodes (docs/development.md).
 # real-nodes runs its tests on what real-components built (`make test` runs it in its side stream, after the checks
@@ -207,13 +207,18 @@ real-lab: setup real-components real-nodes
 real-nodes: setup
 	$(BIN)/python -m pytest -q -m "lab and real_nodes" -p no:xdist --durations=5
 
-# The real containerd (2.x and 1.7, each with ctr; cri-status, a CRI Status client, with 2.x) and the real kubelet at
+# The real containerd (2.x and 1.7, each with ctr and its runc shim; cri-status, a CRI Status client, with 2.x) and the real kubelet at
 # the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy into
 # ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd 2.4.2
 # about 8 min, 1.7.35 about 5 min, kubelet about 3.5 min after the control plane; warm: instant).
-.PHONY: real-containerd real-kubelet
+.PHONY: real-containerd real-kubelet real-pod-support
 real-containerd:
 	bash lab/realcomponents/build-containerd.sh >/dev/null
 
 real-kubelet:
 	bash lab/realcomponents/build-kubelet.sh >/dev/null
+
+# Real pods on the real nodes: the CNI plugins (bridge, host-local, loopback; cold about 2 min with the control
+# plane's Go caches) and the static sandbox binary the lab builds its sandbox image from (gcc, a second).
+real-pod-support:
+	bash lab/realcomponents/build-pod-support.sh >/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Build the real containerd daemon and its `ctr` client from the Go module proxy into a versioned
+# Build the real containerd daemon, its `ctr` client and its runc shim from the Go module proxy into a versioned
 # cache directory, one per release line the collection handles: containerd 2.x (module
 # github.com/containerd/containerd/v2, config version 4 by default, reads 2 and 3) and containerd 1.7
 # (module github.com/containerd/containerd, config version 2). Idempotent: with everything cached it
@@ -9,7 +9,7 @@
 # Usage: lab/realcomponents/build-containerd.sh [VERSION ...]
 #        (default: CONTAINERD_VERSION and CONTAINERD_1_VERSION from versions.env;
 #         last stdout line per version: its bin dir)
-# Out:   $GPUHARDEN_CACHE/realcomponents/containerd-<version>/{containerd,ctr}
+# Out:   $GPUHARDEN_CACHE/realcomponents/containerd-<version>/{containerd,ctr,containerd-shim-runc-v2}
 #        and, with the 2.x build, cri-status (a CRI RuntimeService.Status client, ./cri-status/).
 # Env:   GPUHARDEN_CACHE     cache root (default ~/.cache/gpuharden)
 #        GOMODCACHE/GOCACHE  where Go keeps modules / build cache (default: under $GPUHARDEN_CACHE/go/,
@@ -30,6 +30,8 @@ VERSIONS=("$@")
 [[ ${#VERSIONS[@]} -gt 0 ]] || VERSIONS=("$CONTAINERD_VERSION" "$CONTAINERD_1_VERSION")
 
 log() { echo "build-containerd.sh: $*" >&2; }
+# The runc shim containerd starts for each pod sandbox and container (the lab's real nodes run real pods).
+SHIM=containerd-shim-runc-v2
 # shellcheck source=gomodule.sh
 . "$HERE/gomodule.sh"
 
@@ -48,7 +50,7 @@ client_hash() {
 }
 
 built() { # <bin dir> <version>
-  [[ -x "$1/containerd" && -x "$1/ctr" ]] || return 1
+  [[ -x "$1/containerd" && -x "$1/ctr" && -x "$1/$SHIM" ]] || return 1
   case "$2" in
     v1.*) return 0 ;;
     *) [[ -x "$1/cri-status" && "$(cat "$1/.cri-status.srchash" 2>/dev/null)" == "$(client_hash)" ]] ;;
@@ -78,7 +80,7 @@ build_one() { # <version>
   local ld="-s -w -X $module/version.Version=${version#v} -X $module/version.Package=$module"
   local tags="no_btrfs,no_zfs,no_devmapper"
   local b t0
-  for b in containerd ctr; do
+  for b in containerd ctr "$SHIM"; do
     [[ -x "$base/$b" ]] && continue
     log "building $b $version"
     t0=$SECONDS

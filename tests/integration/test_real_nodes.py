@@ -14,9 +14,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from gpuharden_lab import manager, realnode
+from gpuharden_lab import layout, manager, realnode
 from gpuharden_lab.node import run_in
 from kubernetes import client
 
@@ -96,6 +97,50 @@ def test_fresh_containerd_has_no_nvidia_handler_and_the_runtime_class_check_says
     assert [f["subject"] for f in missing] == ["Node %s" % C2], result["findings"]
     assert missing[0]["found"] == ["", "runc"]
     assert C17 in result["node_runtime_handlers"]["without_runtime_handlers"], result["node_runtime_handlers"]
+
+
+def test_pods_run_on_the_real_nodes_through_containerd_and_runc(lab):
+    """A pod on each real node: the kubelet asks containerd's CRI for a sandbox (the sandbox image the lab built
+    locally, under the name the node's containerd config gives it, on the lab's CNI network) and a container, runc
+    starts both, and the Pod's status is the kubelet's own.  Its cgroups nest under the node's in every hierarchy, so
+    they go with the lab."""
+    api = admin(lab)
+    core = client.CoreV1Api(api)
+    names = {}
+    try:
+        for name in NODES:
+            image = realnode.sandbox_image_name(in_node(lab, name, ["cat", "/etc/containerd/config.toml"]).stdout)
+            names[name] = "probe-" + name
+            core.create_namespaced_pod("default", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": names[name]},
+                "spec": {"nodeName": name, "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 5,
+                         "containers": [{"name": "probe", "image": image, "imagePullPolicy": "Never", "command": ["/pause"]}]}})
+
+        def running(pod_name):
+            pod = core.read_namespaced_pod(pod_name, "default")
+            statuses = pod.status.container_statuses or []
+            return pod if pod.status.phase == "Running" and statuses and statuses[0].state.running else None
+
+        for name, pod_name in names.items():
+            pod = wait_for(lambda pod_name=pod_name: running(pod_name), timeout=90, what="pod %s Running" % pod_name)
+            container_id = pod.status.container_statuses[0].container_id
+            assert container_id.startswith("containerd://"), container_id
+            assert pod.status.pod_ip.startswith("10.244.0."), pod.status.pod_ip  # host-local's range in the lab's conflist
+            tasks = in_node(lab, name, ["ctr", "--namespace", "k8s.io", "tasks", "list"])
+            line = next((row for row in tasks.stdout.splitlines() if row.startswith(container_id.removeprefix("containerd://"))), "")
+            assert line.split()[-1:] == ["RUNNING"], tasks.stdout
+            pid = int(line.split()[1])
+            cgroups = Path("/proc/%d/cgroup" % pid).read_text()
+            node_cgroup = "/%s/nodes/%s/" % (layout.CGROUP_ROOT_NAME, name)
+            assert all(node_cgroup in row for row in cgroups.splitlines() if ":memory:" in row or ":devices:" in row or row.startswith("0::")), cgroups
+    finally:
+        for pod_name in names.values():
+            core.delete_namespaced_pod(pod_name, "default")
+        try:
+            wait_for(lambda: not [pod for pod in core.list_namespaced_pod("default").items if pod.metadata.name in names.values()],
+                     timeout=90, what="the probe pods gone")
+        finally:
+            api.close()
 
 
 def test_container_runtime_role_output_is_loaded_by_the_real_daemons(lab):

@@ -64,6 +64,11 @@ def lab_cgroup() -> Path:
     return cgroup2_mount() / CGROUP_ROOT_NAME
 
 
+def in_v1_hierarchy(cgroup: Path, hierarchy: Path) -> Path:
+    """The cgroup at the same place as ``cgroup`` (a path in the lab's cgroup2 tree) in the v1 ``hierarchy``."""
+    return hierarchy / cgroup.relative_to(cgroup2_mount())
+
+
 def netns_name(index: int) -> str:
     return "%s-n%d" % (PREFIX, index)
 

@@ -20,7 +20,7 @@ from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, la
 from gpuharden_lab import node as lab_node
 from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
-from gpuharden_lab.system import NODE_WORKERS, LabError, kill_cgroup_tree, require_root, run
+from gpuharden_lab.system import NODE_WORKERS, LabError, cgroup_v1_hierarchies, kill_cgroup_tree, require_root, run
 
 # The node's Python gets only what node-side modules need, so a module that needs more fails in the lab.
 NODE_PYTHON_PACKAGES = ["nvidia-ml-py>=12.535,<14", "ruamel.yaml>=0.18,<0.20", "tomlkit>=0.13,<0.16", "PyYAML>=6,<7"]
@@ -103,6 +103,7 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/usr/local/bin/kubelet", realnode.kubelet_wrapper(node.address), 0o755)
         node.write_file("/usr/local/bin/containerd", realnode.containerd_wrapper(release), 0o755)
         node.write_file("/usr/local/bin/ctr", realnode.ctr_wrapper(release), 0o755)
+        node.write_file(realnode.LAB_BIN + "/runc", realnode.runc_wrapper(), 0o755)
         node.write_file("/etc/containerd/config.toml", realnode.default_containerd_config(release))
         node.write_file("/etc/cni/net.d/10-gpuharden-lab.conflist", realnode.cni_conflist())
         node.write_file("/etc/kubernetes/manifests/.keep", "")  # kubeadm creates staticPodPath; the kubelet skips dot files
@@ -119,6 +120,22 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
     node.write_file("/etc/systemd/system.conf", "[Manager]\nDefaultEnvironment=%s\n" % " ".join(environment))
 
 
+def _import_sandbox_image(node: lab_node.Node, timeout: float = 30.0) -> None:
+    """Give a real node's containerd the sandbox image its config names (no registry is reachable here), before the
+    kubelet asks for a pod; ctr waits for containerd's socket."""
+    archive = node.directory / "sandbox-image.tar"
+    name = realnode.sandbox_image_name(node.upper_path("/etc/containerd/config.toml").read_text())
+    archive.write_bytes(realnode.sandbox_image_archive(name))
+    deadline = time.monotonic() + timeout
+    while True:
+        done = lab_node.run_in(node, ["ctr", "--namespace", "k8s.io", "images", "import", str(archive)], check=False)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise LabError("node %s: ctr could not import the sandbox image %s: %s" % (node.name, name, done.stderr.strip()[-500:]))
+        time.sleep(0.2)
+
+
 def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
     """Start containerd and the kubelet in every node through its systemctl, as boot would (and, on real nodes, the
     lab service that runs the device plugin pods).  The nodes boot side by side, as a fleet's do; each node's units
@@ -128,6 +145,8 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
         lab_units = [PLUGIN_RUNNER_UNIT] if node.spec.real_containerd is not None else []
         for unit in ("containerd", node.spec.kubelet_unit, *lab_units):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
+            if unit == "containerd" and node.spec.real_containerd is not None:
+                _import_sandbox_image(node)
         return lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:
@@ -297,8 +316,9 @@ def leftovers() -> list[str]:
         name = line.split(":")[1].strip().split("@")[0]
         if name.startswith(layout.PREFIX):
             found.append("link " + name)
-    if layout.lab_cgroup().exists():
-        found.append("cgroup " + str(layout.lab_cgroup()))
+    for cgroup in [layout.lab_cgroup()] + [layout.in_v1_hierarchy(layout.lab_cgroup(), hierarchy) for hierarchy in cgroup_v1_hierarchies()]:
+        if cgroup.exists():
+            found.append("cgroup " + str(cgroup))
     if layout.LAB_DIR.exists():
         found.append("directory " + str(layout.LAB_DIR))
     if layout.INVENTORY_FILE.exists():
@@ -336,6 +356,8 @@ def down() -> list[str]:
     """Remove everything the lab created, whatever state it is in (also after a crashed `up`)."""
     require_root()
     kill_cgroup_tree(layout.lab_cgroup())
+    for hierarchy in cgroup_v1_hierarchies():  # the real nodes' pods (node.start)
+        kill_cgroup_tree(layout.in_v1_hierarchy(layout.lab_cgroup(), hierarchy))
     for pid in _lab_pids() + _pids_in_netns(_lab_netns_inodes()):
         try:
             os.kill(pid, 9)

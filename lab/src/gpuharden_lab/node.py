@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpuharden_lab import layout
 from gpuharden_lab.noderoot import build_node_root
-from gpuharden_lab.system import LabError, run, spawn, wait_for_tcp
+from gpuharden_lab.system import LabError, cgroup_v1_hierarchies, run, spawn, wait_for_tcp
 
 # /usr/bin holds what distribution packages install there (the NVIDIA container toolkit's runtime).
 OVERLAY_LAYERS = {"/etc": "etc", "/usr/bin": "usr-bin", "/usr/local": "usr-local", "/var/lib": "var-lib", "/var/log": "var-log"}
@@ -284,10 +284,15 @@ def start(node: Node, timeout: float = 15.0) -> float:
     run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
     run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
     node.cgroup.mkdir(parents=True, exist_ok=True)
+    # A real node's pods are runc containers in the host's v1 hierarchies (hybrid host): the node's cgroup namespace
+    # is rooted at a cgroup of its own in each of them too, so its pods' cgroups nest there and go with the node.
+    v1_cgroups = () if node.spec.real_containerd is None else tuple(
+        layout.in_v1_hierarchy(node.cgroup, hierarchy) for hierarchy in cgroup_v1_hierarchies())
     spawn(
         ["ip", "netns", "exec", node.netns, str(node.directory / "launch.sh")],
         log=node.directory / "launch.log",
         cgroup=node.cgroup,
+        v1_cgroups=v1_cgroups,
     )
     return wait_for_tcp(node.address, 22, timeout, what="sshd of node %s" % node.name, log=node.directory / "launch.log")
 

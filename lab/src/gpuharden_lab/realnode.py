@@ -16,17 +16,34 @@ What this machine needs and a real node would not is in the lab-only wrappers at
   the vm.* and kernel.panic* sysctls it would set are not namespaced, so it sees files that already hold its
   values; ``--node-ip`` is the node's lab address.
 - containerd: its overlayfs snapshotter cannot sit on the node's /var/lib (itself an overlay), so the node mounts a
-  tmpfs on /var/lib/containerd (node.py); /opt is the host's, so it is a tmpfs in containerd's private mount namespace.
-Pods do not run on these nodes (no image registry, no systemd for runc's cgroups): the kubelet admits pods and
-reports them, containerd's CRI answers status, runtime handlers and config.
+  tmpfs on /var/lib/containerd (node.py); /opt is the host's, so it is a tmpfs in containerd's private mount namespace,
+  with the CNI plugins bound at /opt/cni/bin; it gets the host's v1 hierarchies as the kubelet does, and its runc shim
+  and the lab's runc wrapper first on PATH.
+
+Pods run on these nodes, through the real kubelet, containerd, its runc shim and the host's runc (cgroupfs, which is
+containerd's default, ``SystemdCgroup = false``; the kubelet takes the driver from the CRI):
+- no registry is reachable, so the lab imports the sandbox image the node's containerd config names, built here from
+  a static binary (lab/realcomponents/pause), as an air-gapped node gets its images;
+- the network add-on's config is a bridge with host-local addresses, without ipMasq or portmap (no iptables here);
+- this machine's bounding set lacks CAP_SYS_RESOURCE, so no process can lower its oom_score_adj: runc would fail
+  every sandbox (the kubelet gives sandboxes -998).  The runc wrapper raises a negative ``oomScoreAdj`` to 0 in the
+  bundle and changes nothing else;
+- the node's cgroup namespace is rooted at the node's own cgroup in every v1 hierarchy too (node.start), so the pods'
+  cgroups nest under the node's and ``lab down`` removes them.
+Only the sandbox image exists on a node: a pod whose image is another one waits in ErrImagePull, as on an air-gapped
+node; the device plugin pods still run through gpuharden_lab.plugin_runner (docs/development.md).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import json
 import os
 import re
+import shutil
+import tarfile
 from pathlib import Path
 
 from gpuharden_lab import REPO_ROOT, layout
@@ -38,6 +55,13 @@ CONTROLPLANE_BUILD = REPO_ROOT / "lab" / "controlplane" / "build.sh"
 # containerd releases a scenario may ask for, by major line: the keys of versions.env that pin them.
 CONTAINERD_RELEASES = {"2": "CONTAINERD_VERSION", "1.7": "CONTAINERD_1_VERSION"}
 BUILD_TARGET = "make real-components"
+SHIM = "containerd-shim-runc-v2"
+# The CNI plugins real pods need (build-pod-support.sh): the network config's bridge and host-local, and loopback,
+# which containerd's CRI runs for every pod's lo.
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+PAUSE_SOURCE = REPO_ROOT / "lab" / "realcomponents" / "pause" / "pause.c"
+# Where a real node keeps the lab's runc wrapper (runc_wrapper), first on containerd's PATH.
+LAB_BIN = "/usr/local/lib/gpuharden-lab/bin"
 
 # The kernel tunables the kubelet writes when they differ (pkg/kubelet/cm/container_manager_linux.go
 # setupKernelTunables, values from k8s.io/component-helpers/node/util/sysctl): not namespaced, so the wrapper shows
@@ -46,12 +70,14 @@ KUBELET_SYSCTLS = {"vm/overcommit_memory": 1, "vm/panic_on_oom": 0, "kernel/pani
                    "kernel/keys/root_maxkeys": 1000000, "kernel/keys/root_maxbytes": 25000000}
 
 # What a network add-on (flannel, calico, ...) leaves in /etc/cni/net.d: containerd's CRI reports the network ready
-# once a config loads (pods never run here, so the plugins themselves are not needed).
+# once a config loads, and runs its plugins (build-pod-support.sh) for every pod sandbox.
 CNI_CONFLIST = {
     "cniVersion": "1.0.0",
     "name": "gpuharden-lab",
-    "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}}, {"type": "portmap", "capabilities": {"portMappings": True}}],
+    # no ipMasq and no portmap: both need iptables, which this machine does not have, and lab pods reach nothing
+    # outside their node
+    "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}}],
 }
 
 
@@ -83,7 +109,19 @@ def _built(directory: str, name: str) -> Path:
 
 def containerd_binaries(release: str) -> dict[str, Path]:
     directory = "containerd-" + containerd_version(release)
-    return {"containerd": _built(directory, "containerd"), "ctr": _built(directory, "ctr")}
+    return {name: _built(directory, name) for name in ("containerd", "ctr", SHIM)}
+
+
+def cni_plugins_dir() -> Path:
+    directory = "cni-plugins-" + versions()["CNI_PLUGINS_VERSION"]
+    for plugin in CNI_PLUGINS:
+        _built(directory, plugin)
+    return CACHE / directory
+
+
+def pause_binary() -> Path:
+    digest = hashlib.sha256(PAUSE_SOURCE.read_bytes()).hexdigest()[:16]
+    return _built("pause-" + digest, "pause")
 
 
 def kubelet_binary() -> Path:
@@ -96,6 +134,8 @@ def available() -> bool:
         kubelet_binary()
         for release in CONTAINERD_RELEASES:
             containerd_binaries(release)
+        cni_plugins_dir()
+        pause_binary()
     except LabError:
         return False
     return True
@@ -105,6 +145,22 @@ def default_containerd_config(release: str) -> str:
     """``containerd config default`` of the pinned release: what the distribution package or install guide writes."""
     done = run([str(containerd_binaries(release)["containerd"]), "config", "default"])
     return "# containerd configuration: `containerd config default` of %s\n%s" % (containerd_version(release), done.stdout)
+
+
+# The host's cgroup layout in a wrapper's private mount namespace (the node's own /sys/fs/cgroup is a cgroup2 mount):
+# each v1 hierarchy of /proc/cgroups (controllers sharing a hierarchy id mount together), cgroup2 at
+# /sys/fs/cgroup/unified.  Inside the node's cgroup namespace each is rooted at the node's own cgroup (node.start).
+V1_HIERARCHIES = r"""# the host's layout: each v1 hierarchy of /proc/cgroups, cgroup2 at /sys/fs/cgroup/unified
+mount -t tmpfs -o mode=0755 cgroup /sys/fs/cgroup
+awk 'NR > 1 && $2 != 0 && $4 == 1 {print $2, $1}' /proc/cgroups | sort -n |
+    awk '{if ($1 in joined) joined[$1] = joined[$1] "," $2; else joined[$1] = $2} END {for (id in joined) print joined[id]}' |
+    while read -r controllers; do
+        mkdir -p "/sys/fs/cgroup/$controllers"
+        mount -t cgroup -o "$controllers" cgroup "/sys/fs/cgroup/$controllers"
+    done
+mkdir -p /sys/fs/cgroup/unified
+mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+"""
 
 
 def kubelet_wrapper(address: str) -> str:
@@ -117,18 +173,7 @@ set -eu
 if [ "${GPUHARDEN_LAB_KUBELET_NS:-}" != 1 ]; then
     GPUHARDEN_LAB_KUBELET_NS=1 exec unshare --mount --propagation private "$0" "$@"
 fi
-# the host's layout: each v1 hierarchy of /proc/cgroups (controllers sharing a hierarchy id mount together), cgroup2
-# at /sys/fs/cgroup/unified
-mount -t tmpfs -o mode=0755 cgroup /sys/fs/cgroup
-awk 'NR > 1 && $2 != 0 && $4 == 1 {print $2, $1}' /proc/cgroups | sort -n |
-    awk '{joined[$1] = ($1 in joined) ? joined[$1] "," $2 : $2} END {for (id in joined) print joined[id]}' |
-    while read -r controllers; do
-        mkdir -p "/sys/fs/cgroup/$controllers"
-        mount -t cgroup -o "$controllers" cgroup "/sys/fs/cgroup/$controllers"
-    done
-mkdir -p /sys/fs/cgroup/unified
-mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
-state=/run/gpuharden-lab/kubelet-sysctl
+%(v1_hierarchies)sstate=/run/gpuharden-lab/kubelet-sysctl
 mkdir -p "$state"
 for entry in %(sysctls)s; do
     name=${entry%%%%=*}
@@ -137,20 +182,58 @@ for entry in %(sysctls)s; do
     mount --bind "$file" "/proc/sys/$name"
 done
 exec %(binary)s "$@" --fail-cgroupv1=false --cgroups-per-qos=false --enforce-node-allocatable= --node-ip=%(address)s
-""" % {"version": versions()["K8S_VERSION"], "sysctls": sysctls, "binary": kubelet_binary(), "address": address}
+""" % {"version": versions()["K8S_VERSION"], "sysctls": sysctls, "binary": kubelet_binary(), "address": address,
+       "v1_hierarchies": V1_HIERARCHIES}
 
 
 def containerd_wrapper(release: str) -> str:
+    binaries = containerd_binaries(release)
     return """#!/bin/sh
 # gpuharden lab: the real containerd %(version)s (LAB-ONLY wrapper, not managed by gpuharden; see realnode.py).
-# /opt is the host's (the node's launch script gives /var/lib/containerd a tmpfs for the overlayfs snapshotter).
+# /opt is the host's (the node's launch script gives /var/lib/containerd a tmpfs for the overlayfs snapshotter), so
+# it is a tmpfs here with the CNI plugins at /opt/cni/bin, where the default config looks for them.  runc creates
+# the pods' cgroups: this host is hybrid cgroup v1, so it gets the host's hierarchies, as the kubelet does.  The
+# shim and the lab's runc wrapper (the host's runc) come first on PATH.
 set -eu
 if [ "${GPUHARDEN_LAB_CONTAINERD_NS:-}" != 1 ]; then
     GPUHARDEN_LAB_CONTAINERD_NS=1 exec unshare --mount --propagation private "$0" "$@"
 fi
 mount -t tmpfs -o size=16m,mode=0755 tmpfs /opt
+mkdir -p /opt/cni/bin
+mount --bind -o ro %(cni)s /opt/cni/bin
+%(v1_hierarchies)sexport PATH=%(lab_bin)s:%(shim_dir)s:$PATH
 exec %(binary)s "$@"
-""" % {"version": containerd_version(release), "binary": containerd_binaries(release)["containerd"]}
+""" % {"version": containerd_version(release), "binary": binaries["containerd"], "cni": cni_plugins_dir(),
+       "v1_hierarchies": V1_HIERARCHIES, "lab_bin": LAB_BIN, "shim_dir": binaries[SHIM].parent}
+
+
+# The pod sandbox's oom_score_adj: the kubelet gives every sandbox -998 (pkg/kubelet/qos/policy.go PodInfraOOMAdj)
+# and guaranteed containers -997, and runc writes it before the process starts; lowering it needs CAP_SYS_RESOURCE,
+# which this machine's bounding set lacks (CapBnd 000001fffeffffff), so runc would fail every sandbox with `can't
+# get final child's PID from pipe`.  The wrapper raises a negative value to 0 in the bundle, nothing else.
+RUNC_WRAPPER = """#!/usr/bin/python3
+# gpuharden lab: the host's runc for the real containerd's shim (LAB-ONLY, see realnode.py): a negative
+# process.oomScoreAdj becomes 0, because this machine cannot lower it (no CAP_SYS_RESOURCE).
+import json, os, sys
+args = sys.argv[1:]
+if "create" in args and "--bundle" in args:
+    config = os.path.join(args[args.index("--bundle") + 1], "config.json")
+    with open(config) as handle:
+        spec = json.load(handle)
+    if spec.get("process", {}).get("oomScoreAdj", 0) < 0:
+        spec["process"]["oomScoreAdj"] = 0
+        with open(config + ".lab", "w") as handle:
+            json.dump(spec, handle)
+        os.replace(config + ".lab", config)
+os.execv(%(runc)r, [%(runc)r] + args)
+"""
+
+
+def runc_wrapper() -> str:
+    runc = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if runc is None:
+        raise LabError("runc is not installed: real pods need the host's runc (make system-deps)")
+    return RUNC_WRAPPER % {"runc": runc}
 
 
 def ctr_wrapper(release: str) -> str:
@@ -187,3 +270,46 @@ def node_kubeconfig(name: str, server: str, directory: Path) -> str:
 
 def cni_conflist() -> str:
     return json.dumps(CNI_CONFLIST, indent=2) + "\n"
+
+
+def sandbox_image_name(config_text: str) -> str:
+    """The sandbox image a containerd config names: ``sandbox`` under the images plugin's pinned_images (2.x) or
+    ``sandbox_image`` in the CRI plugin (1.7)."""
+    found = re.search(r"""^\s*(?:sandbox|sandbox_image)\s*=\s*['"]([^'"]+)['"]""", config_text, re.M)
+    if found is None:
+        raise LabError("the containerd config names no sandbox image (sandbox / sandbox_image)")
+    return found.group(1)
+
+
+def _tar(members: dict[str, tuple[bytes, int]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, (data, mode) in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def sandbox_image_archive(name: str) -> bytes:
+    """An OCI image layout archive (``ctr images import``) of ``name``: one layer holding the lab's static pause
+    binary, its entrypoint.  No registry is reachable here, so the node gets the sandbox image as an air-gapped node
+    would."""
+    blobs = {}
+
+    def blob(data: bytes, media_type: str) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs["blobs/sha256/" + digest[7:]] = (data, 0o644)
+        return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+    layer = _tar({"pause": (pause_binary().read_bytes(), 0o755)})
+    config = {"architecture": "amd64", "os": "linux", "config": {"Entrypoint": ["/pause"]},
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}}
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+                "layers": [blob(layer, "application/vnd.oci.image.layer.v1.tar")]}
+    descriptor = blob(json.dumps(manifest).encode(), manifest["mediaType"])
+    descriptor["platform"] = {"architecture": "amd64", "os": "linux"}
+    descriptor["annotations"] = {"io.containerd.image.name": name}
+    index = {"schemaVersion": 2, "manifests": [descriptor]}
+    return _tar({"oci-layout": (b'{"imageLayoutVersion": "1.0.0"}', 0o644), "index.json": (json.dumps(index).encode(), 0o644), **blobs})

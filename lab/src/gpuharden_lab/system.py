@@ -34,17 +34,47 @@ def require_root() -> None:
         )
 
 
-def cgroup_exec_prefix(cgroup: Path) -> list[str]:
-    """argv prefix that moves the process into ``cgroup`` before exec'ing the rest."""
-    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup)]
+def cgroup_exec_prefix(*cgroups: Path) -> list[str]:
+    """argv prefix that moves the process into each of ``cgroups`` (one per hierarchy) before exec'ing the rest."""
+    return ["sh", "-c", 'set -e; for c in $0; do echo $$ > "$c/cgroup.procs"; done; exec "$@"', " ".join(map(str, cgroups))]
 
 
-def spawn(argv: list[str], *, log: Path, cgroup: Path | None = None, env: dict | None = None, cwd=None) -> int:
-    """Start a long-running process detached from us, in ``cgroup``; returns its PID."""
+def cgroup_v1_hierarchies() -> list[Path]:
+    """Where the host mounts its cgroup v1 hierarchies (a hybrid host's /sys/fs/cgroup/<controllers>), from
+    /proc/self/mountinfo; none on a cgroup2-only host."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        fstype = fields[fields.index("-") + 1]
+        if fstype == "cgroup" and Path(fields[4]) not in found:
+            found.append(Path(fields[4]))
+    return found
+
+
+def make_cgroup_v1(path: Path) -> None:
+    """``mkdir -p`` in a v1 hierarchy.  A new v1 cpuset cgroup starts without CPUs or memory nodes, and no process
+    can join it then, so each new level gets its parent's."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir()
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (directory / name).exists():
+                (directory / name).write_text((directory.parent / name).read_text())
+
+
+def spawn(argv: list[str], *, log: Path, cgroup: Path | None = None, v1_cgroups: tuple[Path, ...] = (),
+          env: dict | None = None, cwd=None) -> int:
+    """Start a long-running process detached from us, in ``cgroup`` (and, on a hybrid host, in ``v1_cgroups``);
+    returns its PID."""
     log.parent.mkdir(parents=True, exist_ok=True)
     if cgroup is not None:
         cgroup.mkdir(parents=True, exist_ok=True)
-        argv = cgroup_exec_prefix(cgroup) + argv
+        for v1_cgroup in v1_cgroups:
+            make_cgroup_v1(v1_cgroup)
+        argv = cgroup_exec_prefix(cgroup, *v1_cgroups) + argv
     with open(log, "ab") as handle:
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
