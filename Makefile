@@ -207,10 +207,11 @@ real-lab: setup real-components real-nodes
 real-nodes: setup
 	$(BIN)/python -m pytest -q -m "lab and real_nodes" -p no:xdist --durations=5
 
-# The real containerd (2.x and 1.7, each with ctr and its runc shim; cri-status, a CRI Status client, with 2.x) and the real kubelet at
-# the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy into
-# ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd 2.4.2
-# about 8 min, 1.7.35 about 5 min, kubelet about 3.5 min after the control plane; warm: instant).
+# The real containerd (2.x and 1.7, each with ctr and its runc shim; cri-status, a CRI Status client, with 2.x) and
+# the real kubelet at the control plane's K8S_VERSION (lab/controlplane/build.sh), built from the Go module proxy
+# into ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd
+# 2.4.2 about 8 min, 1.7.35 about 5 min, kubelet about 3.5 min after the control plane; each runc shim 12-40 s more
+# with containerd's build cache; warm: instant).
 .PHONY: real-containerd real-kubelet real-pod-support
 real-containerd:
 	bash lab/realcomponents/build-containerd.sh >/dev/null
