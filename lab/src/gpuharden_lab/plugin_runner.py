@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Runs the real NVIDIA device plugin for the plugin pods bound to a real node (realnode.py), as the container would.
 
-Pods cannot run on the lab's real nodes (no image registry, runc without systemd), so this lab service, inside the
-node, starts the real ``nvidia-device-plugin`` binary for each plugin pod the apiserver has on the node and stops it
+Pods run on the lab's real nodes, but only with the one image the lab imports there (the sandbox image, realnode.py):
+no registry is reachable, so the plugin pod's own container waits in ErrImagePull.  This lab service, inside the node,
+starts the real ``nvidia-device-plugin`` binary for each plugin pod the apiserver has on the node instead, and stops it
 when the pod goes.  Everything it runs with comes from the live objects:
 - the binary: the image tag's release, built by lab/realcomponents (another tag is an image the lab does not have:
   nothing runs, as with ErrImagePull);
