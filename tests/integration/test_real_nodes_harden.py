@@ -3,8 +3,9 @@
 containerd 2.x / 1.7, hardened by the product's own playbook; the real NVIDIA device plugin (run for the DaemonSet's
 pods, gpuharden_lab/plugin_runner.py) and the real kubelet then decide what the Nodes advertise.
 
-Two settings differ from a default run, both stated: `device_plugin_wait: false`, because pods cannot run on these
-nodes (no image registry, no systemd for runc), so the real kubelet never reports the plugin pod Ready; and
+Two settings differ from a default run, both stated: `device_plugin_wait: false`, because the plugin's image is not on
+these nodes (no registry is reachable; only the sandbox image is, realnode.py), so its container waits in ErrImagePull
+and the real kubelet never reports the plugin pod Ready; and
 `gpuharden_mig_strategy: mixed`, because the H100 node has MIG enabled (under `none` the real plugin advertises whole
 GPUs and the post-check fails the node with mig_not_advertised, which test_real_nodes.py covers).
 """
