@@ -195,7 +195,7 @@ real-podresources-server:
 
 real-quick: real-device-plugin real-podresources-server
 
-real-components: real-quick real-containerd real-kubelet real-pod-support
+real-components: real-quick real-containerd real-kubelet real-pod-support real-container-toolkit
 
 # The lab's real-nodes scenario: the real kubelet, containerd and device plugin as lab nodes (docs/development.md).
 # real-nodes runs its tests on what real-components built (`make test` runs it in its side stream, after the checks
@@ -212,7 +212,7 @@ real-nodes: setup
 # into ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd
 # 2.4.2 about 8 min, 1.7.35 about 5 min, kubelet about 3.5 min after the control plane; each runc shim 12-40 s more
 # with containerd's build cache; warm: instant).
-.PHONY: real-containerd real-kubelet real-pod-support
+.PHONY: real-containerd real-kubelet real-pod-support real-container-toolkit
 real-containerd:
 	bash lab/realcomponents/build-containerd.sh >/dev/null
 
@@ -223,3 +223,8 @@ real-kubelet:
 # plane's Go caches) and the static sandbox binary the lab builds its sandbox image from (gcc, a second).
 real-pod-support:
 	bash lab/realcomponents/build-pod-support.sh >/dev/null
+
+# The NVIDIA container toolkit's runtime side (nvidia-container-runtime, nvidia-cdi-hook, nvidia-ctk), which prepares
+# the device plugin's container on the real nodes (cold, empty caches: see the README's build table; warm: instant).
+real-container-toolkit:
+	bash lab/realcomponents/build-container-toolkit.sh >/dev/null

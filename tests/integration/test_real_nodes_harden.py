@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """harden_gpu_nodes.yml on the real-nodes lab: fresh kubeadm-like nodes on the real kubelet v1.36 and the real
-containerd 2.x / 1.7, hardened by the product's own playbook; the real NVIDIA device plugin (run for the DaemonSet's
-pods, gpuharden_lab/plugin_runner.py) and the real kubelet then decide what the Nodes advertise.
+containerd 2.x / 1.7, hardened by the product's own playbook; the real NVIDIA device plugin, in the DaemonSet's pods
+(a real container that the real NVIDIA container toolkit prepares, from the image the lab imported, realnode.py), and
+the real kubelet then decide what the Nodes advertise.
 
-Two settings differ from a default run, both stated: `device_plugin_wait: false`, because the plugin's image is not on
-these nodes (no registry is reachable; only the sandbox image is, realnode.py), so its container waits in ErrImagePull
-and the real kubelet never reports the plugin pod Ready; and
-`gpuharden_mig_strategy: mixed`, because the H100 node has MIG enabled (under `none` the real plugin advertises whole
-GPUs and the post-check fails the node with mig_not_advertised, which test_real_nodes.py covers).
+One setting differs from a default run, and is stated: `gpuharden_mig_strategy: mixed`, because the H100 node has MIG
+enabled (under `none` the real plugin advertises whole GPUs and the post-check fails the node with
+mig_not_advertised, which test_real_nodes.py covers).  The role waits for the plugin's rollout as by default: the
+real kubelet reports the plugin pods Ready.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, han
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 PLUGIN_VERSION = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
-EXTRA_VARS = {"device_plugin_version": PLUGIN_VERSION, "device_plugin_wait": False, "gpuharden_mig_strategy": "mixed"}
+EXTRA_VARS = {"device_plugin_version": PLUGIN_VERSION, "gpuharden_mig_strategy": "mixed"}
 # What the real plugin v0.18.2 advertised for the h100-mig-enabled fixture under migStrategy mixed (measured, and in
 # real-components.md): one whole GPU and the GPU instances by their GPU-instance profile.
 H100_MIG_MIXED = {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-3g.40gb": "3"}

@@ -47,15 +47,19 @@ def test_missing_nvidiactl_is_driver_not_loaded(make_node, nvml):
     assert err(nvml.init) == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 
 
-def test_missing_gpu_node_fails_only_that_handle(make_node, nvml):
+def test_a_gpu_without_its_device_node_is_not_enumerated(make_node, nvml):
+    """As the real library in a container given only some GPUs (NVIDIA/nvidia-docker#170): the others do not exist
+    for it, and the indices are those of the GPUs it sees."""
     node = make_node("dgx-a100-80gb.json")
     (node.dev / "nvidia3").unlink()
     nvml.init()
-    assert nvml.nvmlDeviceGetCount() == 8
-    assert err(nvml.nvmlDeviceGetHandleByIndex, 3) == pynvml.NVML_ERROR_UNKNOWN
-    assert err(nvml.nvmlDeviceGetHandleByUUID, node.fixture["gpus"][3]["uuid"]) == pynvml.NVML_ERROR_UNKNOWN
-    for i in (0, 1, 2, 4, 5, 6, 7):
-        nvml.nvmlDeviceGetHandleByIndex(i)
+    assert nvml.nvmlDeviceGetCount() == 7
+    uuids = [node.fixture["gpus"][i]["uuid"] for i in (0, 1, 2, 4, 5, 6, 7)]
+    assert [nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(7)] == uuids
+    assert [nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetHandleByUUID(uuid)) for uuid in uuids] == list(range(7))
+    assert err(nvml.nvmlDeviceGetHandleByIndex, 7) == pynvml.NVML_ERROR_INVALID_ARGUMENT
+    assert err(nvml.nvmlDeviceGetHandleByUUID, node.fixture["gpus"][3]["uuid"]) == pynvml.NVML_ERROR_NOT_FOUND
+    assert err(nvml.nvmlDeviceGetHandleByPciBusId, node.fixture["gpus"][3]["pci_bus_id"]) == pynvml.NVML_ERROR_NOT_FOUND
 
 
 def test_missing_gpu_node_error_is_configurable(make_node, nvml):

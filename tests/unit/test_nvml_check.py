@@ -132,13 +132,16 @@ def test_supplementary_group_opens_a_group_only_node(make_node):
     assert _ids(_run(node, unprivileged_groups=["44"])) == []
 
 
-def test_missing_device_node_is_unknown_not_no_permission(make_node):
+def test_a_missing_device_node_hides_its_gpu_from_nvml_and_the_driver_count_says_which(make_node):
+    """The library skips a GPU whose /dev/nvidia<minor> it cannot find (tests/fakes/nvml/README.md): NVML counts one
+    fewer than /proc/driver/nvidia/gpus, and the finding names the GPU it did not see."""
+    fixture = _fixture("dgx-a100-80gb")
     result = _run(make_node("dgx-a100-80gb", device_overrides={"/dev/nvidia2": None}))
-    assert _ids(result) == [("nvml_root_gpu_denied", 2)]
+    assert _ids(result) == [("gpu_count_driver_mismatch", None)]
     entry = result["findings"][0]
-    assert entry["found"]["nvml_return"] == 999 and entry["found"]["return_name"] == "UNKNOWN"
-    assert "devices-cgroup denial" in entry["hint"]
-    assert entry["gpu"]["identified_by"] == "pci_bus_order" and entry["gpu"]["minor"] == 2
+    assert entry["expected"]["gpus"] == 8 and entry["found"]["gpus"] == 7
+    assert entry["found"]["not_seen_by_nvml"] == [fixture["gpus"][2]["pci_bus_id"][4:].lower()]
+    assert "/dev/nvidia<minor> node is missing" in entry["hint"]
 
 
 def test_counts_against_inventory_and_driver(make_node):

@@ -22,6 +22,9 @@ from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
 from gpuharden_lab.system import NODE_WORKERS, LabError, cgroup_v1_hierarchies, kill_cgroup_tree, require_root, run
 
+# Where a GPU node's driver library lives (the NVML double); the GPU Operator's driver container uses the same path.
+DRIVER_LIBRARY_DIR = "/usr/local/nvidia/lib64"
+
 # The node's Python gets only what node-side modules need, so a module that needs more fails in the lab.
 NODE_PYTHON_PACKAGES = ["nvidia-ml-py>=12.535,<14", "ruamel.yaml>=0.18,<0.20", "tomlkit>=0.13,<0.16", "PyYAML>=6,<7"]
 
@@ -78,22 +81,16 @@ def _bridge() -> None:
 STANDINS = {"/usr/local/sbin/systemctl": "systemctl", "/usr/local/bin/kubelet": "kubelet", "/usr/local/bin/containerd": "containerd"}
 
 
-PLUGIN_RUNNER_UNIT = "gpuharden-lab-device-plugin-pods"
-PLUGIN_RUNNER_SERVICE = """[Unit]
-Description=gpuharden LAB-ONLY: the real NVIDIA device plugin for the plugin pods bound to this node (plugin_runner.py)
-
-[Service]
-ExecStart=%(python)s -m gpuharden_lab.plugin_runner --node %(node)s --kubeconfig %(kubeconfig)s
-Restart=always
-"""
-
-
 def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> None:
     """What every lab node has besides its scenario files: the NVML double as its driver library and
     the stand-ins for systemctl, kubelet and containerd (the only doubles besides NVML)."""
     if node.spec.fixture is not None:  # CPU-only nodes have no driver library
-        node.write_file("/usr/local/nvidia/lib64/libnvidia-ml.so.1", library.read_bytes(), mode=0o755)
-        node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", "/usr/local/nvidia/lib64\n")
+        # As the driver's installer lays it out: the versioned library, the soname link, the loader's cache (node.py
+        # runs ldconfig).  The NVIDIA container toolkit finds the driver's directory from the versioned name.
+        version = load_fixture(node.spec.fixture)[1]["driver_version"]
+        node.write_file("%s/libnvidia-ml.so.%s" % (DRIVER_LIBRARY_DIR, version), library.read_bytes(), mode=0o755)
+        node.write_symlink("%s/libnvidia-ml.so.1" % DRIVER_LIBRARY_DIR, "libnvidia-ml.so.%s" % version)
+        node.write_file("/etc/ld.so.conf.d/000-nvidia.conf", DRIVER_LIBRARY_DIR + "\n")
     for path, standin in STANDINS.items():
         if node.spec.real_containerd is not None and standin != "systemctl":
             continue
@@ -107,11 +104,13 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/etc/containerd/config.toml", realnode.default_containerd_config(release))
         node.write_file("/etc/cni/net.d/10-gpuharden-lab.conflist", realnode.cni_conflist())
         node.write_file("/etc/kubernetes/manifests/.keep", "")  # kubeadm creates staticPodPath; the kubelet skips dot files
-        node.write_file("/etc/systemd/system/%s.service" % PLUGIN_RUNNER_UNIT, PLUGIN_RUNNER_SERVICE % {
-            "python": sys.executable, "node": node.name, "kubeconfig": layout.CONTROL_PLANE_DIR / "admin.kubeconfig"})
-    if node.spec.fixture is not None:
-        # The NVIDIA container toolkit's runtime, which containerd's nvidia runtime names (BinaryName): installed on
-        # GPU nodes as the toolkit package installs it. Only its presence is checked; runc runs the lab's pods.
+        if node.spec.fixture is not None:
+            # The real NVIDIA container toolkit, where its package installs it: containerd's nvidia runtime names
+            # /usr/bin/nvidia-container-runtime (BinaryName), which finds nvidia-cdi-hook beside it.
+            for name, binary in realnode.container_toolkit_binaries().items():
+                node.write_file("/usr/bin/" + name, binary.read_bytes(), 0o755)
+    elif node.spec.fixture is not None:
+        # Stand-in nodes: containerd is the stand-in too, so only the runtime's presence is checked.
         node.write_file("/usr/bin/nvidia-container-runtime", "#!/bin/sh\n# gpuharden lab stand-in for the NVIDIA container toolkit\nexec runc \"$@\"\n", 0o755)
     environment = ["GPUHARDEN_NODE_NAME=%s" % node.name]
     if validator is not None:
@@ -120,33 +119,37 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
     node.write_file("/etc/systemd/system.conf", "[Manager]\nDefaultEnvironment=%s\n" % " ".join(environment))
 
 
-def _import_sandbox_image(node: lab_node.Node, timeout: float = 30.0) -> None:
-    """Give a real node's containerd the sandbox image its config names (no registry is reachable here), before the
-    kubelet asks for a pod; ctr waits for containerd's socket."""
-    archive = node.directory / "sandbox-image.tar"
+def _import_images(node: lab_node.Node, timeout: float = 30.0) -> None:
+    """Give a real node's containerd the images a real node would have pulled (no registry is reachable here), before
+    the kubelet asks for a pod: the sandbox image its config names and, on a GPU node, the device plugin image of each
+    pinned release.  ctr waits for containerd's socket."""
     name = realnode.sandbox_image_name(node.upper_path("/etc/containerd/config.toml").read_text())
-    archive.write_bytes(realnode.sandbox_image_archive(name))
-    deadline = time.monotonic() + timeout
-    while True:
-        done = lab_node.run_in(node, ["ctr", "--namespace", "k8s.io", "images", "import", str(archive)], check=False)
-        if done.returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise LabError("node %s: ctr could not import the sandbox image %s: %s" % (node.name, name, done.stderr.strip()[-500:]))
-        time.sleep(0.2)
+    images = [(name, realnode.sandbox_image_archive(name))]
+    if node.spec.fixture is not None:
+        images += [realnode.device_plugin_image_archive(release) for release in realnode.device_plugin_releases()]
+    for index, (name, data) in enumerate(images):
+        archive = node.directory / ("image-%d.tar" % index)
+        archive.write_bytes(data)
+        deadline = time.monotonic() + timeout
+        while True:
+            done = lab_node.run_in(node, ["ctr", "--namespace", "k8s.io", "images", "import", str(archive)], check=False)
+            if done.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise LabError("node %s: ctr could not import the image %s: %s" % (node.name, name, done.stderr.strip()[-500:]))
+            time.sleep(0.2)
+        archive.unlink()
 
 
 def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
-    """Start containerd and the kubelet in every node through its systemctl, as boot would (and, on real nodes, the
-    lab service that runs the device plugin pods).  The nodes boot side by side, as a fleet's do; each node's units
-    start in its own order."""
+    """Start containerd and the kubelet in every node through its systemctl, as boot would.  The nodes boot side by
+    side, as a fleet's do; each node's units start in its own order."""
 
     def boot(node: lab_node.Node) -> str:
-        lab_units = [PLUGIN_RUNNER_UNIT] if node.spec.real_containerd is not None else []
-        for unit in ("containerd", node.spec.kubelet_unit, *lab_units):
+        for unit in ("containerd", node.spec.kubelet_unit):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
             if unit == "containerd" and node.spec.real_containerd is not None:
-                _import_sandbox_image(node)
+                _import_images(node)
         return lab_node.run_in(node, ["systemctl", "is-active", node.spec.kubelet_unit], check=False).stdout.strip()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:

@@ -12,6 +12,7 @@ The sshd process holds the namespaces: ``enter_argv()`` runs a command inside th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -108,6 +109,14 @@ class Node:
         else:
             target.write_text(content)
         target.chmod(mode)
+
+    def write_symlink(self, node_path: str, target: str) -> None:
+        """Create or replace a symbolic link as the node sees it (in the node's overlay upper layer)."""
+        link = self.upper_path(node_path)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+        link.symlink_to(target)
 
     def write_live(self, node_path: str, content: str) -> None:
         """Write a file inside the running node (through its overlay, not behind its back)."""

@@ -30,13 +30,24 @@ containerd's default, ``SystemdCgroup = false``; the kubelet takes the driver fr
   bundle and changes nothing else;
 - the node's cgroup namespace is rooted at the node's own cgroup in every v1 hierarchy too (node.start), so the pods'
   cgroups nest under the node's and ``lab down`` removes them.
-Only the sandbox image exists on a node: a pod whose image is another one waits in ErrImagePull, as on an air-gapped
-node; the device plugin pods still run through gpuharden_lab.plugin_runner (docs/development.md).
+
+The device plugin runs as a real pod too.  A GPU node has the real NVIDIA container toolkit (nvidia-container-runtime,
+nvidia-cdi-hook, nvidia-ctk; build-container-toolkit.sh) at /usr/bin, as its package installs it, and the driver's
+NVML as a real driver lays it out (``libnvidia-ml.so.<driver version>`` and the ``.so.1`` link, in the loader's
+cache).  The lab imports an image of each pinned plugin release under the name the collection deploys
+(device_plugin_image), built here from the real binary and the upstream Dockerfile's entrypoint and environment.  When
+containerd runs the plugin's container through the nvidia runtime, the real toolkit (jit-cdi, its default on an NVML
+platform) generates the CDI edits from the NVML double and mounts the library and device nodes itself; through any
+other runtime the container has no NVML and the real plugin fails as on a real node.  What stands for the missing
+driver's kernel side is in the runc wrapper (RUNC_WRAPPER): the driver's /proc/driver entries in every container's
+procfs, and the double's state in a container the toolkit gave /dev/nvidiactl.
+Any other image is absent: a pod that names one waits in ErrImagePull, as on an air-gapped node.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -62,6 +73,19 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback")
 PAUSE_SOURCE = REPO_ROOT / "lab" / "realcomponents" / "pause" / "pause.c"
 # Where a real node keeps the lab's runc wrapper (runc_wrapper), first on containerd's PATH.
 LAB_BIN = "/usr/local/lib/gpuharden-lab/bin"
+# The NVIDIA container toolkit's binaries a GPU node gets at /usr/bin (build-container-toolkit.sh).
+CONTAINER_TOOLKIT = ("nvidia-container-runtime", "nvidia-cdi-hook", "nvidia-ctk")
+# The device plugin's image as the collection names it by default (roles/device_plugin/defaults: registry nvcr.io/nvidia,
+# repository k8s-device-plugin), tagged with each release versions.env pins; what an air-gapped site mirrors.
+DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
+DEVICE_PLUGIN_RELEASES = ("NVIDIA_DEVICE_PLUGIN_VERSION", "NVIDIA_DEVICE_PLUGIN_OLD_VERSION")
+# The plugin image's config, as upstream's deployments/container/Dockerfile sets it (v0.15-v0.18): ENTRYPOINT
+# ["nvidia-device-plugin"] and the NVIDIA_* environment the toolkit reads (the distroless base adds PATH).
+DEVICE_PLUGIN_IMAGE_CONFIG = {
+    "Entrypoint": ["nvidia-device-plugin"],
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_DISABLE_REQUIRE=true",
+            "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
+}
 
 # The kernel tunables the kubelet writes when they differ (pkg/kubelet/cm/container_manager_linux.go
 # setupKernelTunables, values from k8s.io/component-helpers/node/util/sysctl): not namespaced, so the wrapper shows
@@ -128,6 +152,20 @@ def kubelet_binary() -> Path:
     return _built("kubelet-" + versions()["K8S_VERSION"], "kubelet")
 
 
+def container_toolkit_binaries() -> dict[str, Path]:
+    directory = "nvidia-container-toolkit-" + versions()["NVIDIA_CONTAINER_TOOLKIT_VERSION"]
+    return {name: _built(directory, name) for name in CONTAINER_TOOLKIT}
+
+
+def device_plugin_releases() -> list[str]:
+    pinned = versions()
+    return [pinned[key] for key in DEVICE_PLUGIN_RELEASES]
+
+
+def device_plugin_binary(release: str) -> Path:
+    return _built("nvidia-device-plugin-" + release, "nvidia-device-plugin")
+
+
 def available() -> bool:
     """Whether every real binary a real node needs is built (tests skip otherwise, naming the make target)."""
     try:
@@ -136,6 +174,9 @@ def available() -> bool:
             containerd_binaries(release)
         cni_plugins_dir()
         pause_binary()
+        container_toolkit_binaries()
+        for release in device_plugin_releases():
+            device_plugin_binary(release)
     except LabError:
         return False
     return True
@@ -207,33 +248,66 @@ exec %(binary)s "$@"
        "v1_hierarchies": V1_HIERARCHIES, "lab_bin": LAB_BIN, "shim_dir": binaries[SHIM].parent}
 
 
-# The pod sandbox's oom_score_adj: the kubelet gives every sandbox -998 (pkg/kubelet/qos/policy.go PodInfraOOMAdj)
-# and guaranteed containers -997, and runc writes it before the process starts; lowering it needs CAP_SYS_RESOURCE,
-# which this machine's bounding set lacks (CapBnd 000001fffeffffff), so runc would fail every sandbox with `can't
-# get final child's PID from pipe`.  The wrapper raises a negative value to 0 in the bundle, nothing else.
+# The runc wrapper's lab-only changes to a bundle, and nothing else:
+# - oom_score_adj: the kubelet gives every sandbox -998 (pkg/kubelet/qos/policy.go PodInfraOOMAdj) and guaranteed
+#   containers -997, and runc writes it before the process starts; lowering it needs CAP_SYS_RESOURCE, which this
+#   machine's bounding set lacks (CapBnd 000001fffeffffff), so runc would fail every sandbox with `can't get final
+#   child's PID from pipe`.  A negative value becomes 0.
+# - the driver's procfs entries: on a real GPU node the kernel module's /proc/driver/nvidia* is in every procfs,
+#   a container's included, and the toolkit's hooks and the plugin read it (disable-device-node-modification opens
+#   proc/driver/nvidia/params; MIG device paths come from /proc/driver/nvidia-caps/mig-minors).  Here the node's
+#   /proc/driver is a bind mount (node.py), so a container's fresh procfs lacks it.  runc refuses mounts inside
+#   /proc in the spec, so a first createContainer hook binds the node's /proc/driver over the container's, before
+#   the toolkit's hooks run, as the kernel would show it.
+# - the NVML double's state: a real libnvidia-ml reaches the kernel driver through /dev/nvidiactl, and every
+#   container the NVIDIA runtime gave that device sees the same driver state.  The double keeps that state in files
+#   (its fixture and state.json), so a container whose spec holds /dev/nvidiactl (put there by the real
+#   nvidia-container-runtime, never by the lab) gets the node's double directories bound at the same paths.
+#   Without the device it gets nothing, and NVML in it fails with "Driver Not Loaded", as on a real node.
 RUNC_WRAPPER = """#!/usr/bin/python3
 # gpuharden lab: the host's runc for the real containerd's shim (LAB-ONLY, see realnode.py): a negative
-# process.oomScoreAdj becomes 0, because this machine cannot lower it (no CAP_SYS_RESOURCE).
+# process.oomScoreAdj becomes 0 (this machine cannot lower it); every container sees the node's /proc/driver, as the
+# kernel would show the driver's entries; a container the NVIDIA runtime gave /dev/nvidiactl reaches the NVML
+# double's state (%(double_dirs_text)s).
 import json, os, sys
 args = sys.argv[1:]
 if "create" in args and "--bundle" in args:
-    config = os.path.join(args[args.index("--bundle") + 1], "config.json")
+    bundle = args[args.index("--bundle") + 1]
+    config = os.path.join(bundle, "config.json")
     with open(config) as handle:
         spec = json.load(handle)
+    changed = False
     if spec.get("process", {}).get("oomScoreAdj", 0) < 0:
         spec["process"]["oomScoreAdj"] = 0
+        changed = True
+    if os.path.isdir("/proc/driver/nvidia"):
+        rootfs = os.path.join(bundle, (spec.get("root") or {}).get("path") or "rootfs")
+        hooks = spec.setdefault("hooks", {}).setdefault("createContainer", [])
+        hooks.insert(0, {"path": "/bin/mount", "args": ["mount", "--rbind", "/proc/driver", os.path.join(rootfs, "proc/driver")]})
+        changed = True
+    if any(device.get("path") == "/dev/nvidiactl" for device in (spec.get("linux") or {}).get("devices") or []):
+        taken = {mount.get("destination") for mount in spec.get("mounts") or []}
+        for directory in %(double_dirs)r:
+            if directory not in taken and os.path.isdir(directory):
+                spec.setdefault("mounts", []).append({"destination": directory, "type": "bind", "source": directory,
+                                                      "options": ["rbind", "nosuid", "nodev"]})
+                changed = True
+    if changed:
         with open(config + ".lab", "w") as handle:
             json.dump(spec, handle)
         os.replace(config + ".lab", config)
 os.execv(%(runc)r, [%(runc)r] + args)
 """
 
+# Where the NVML double keeps what a real driver keeps in the kernel (tests/fakes/nvml/nvml_double.c defaults).
+NVML_DOUBLE_DIRS = ("/etc/nvml-double", "/var/lib/nvml-double")
+
 
 def runc_wrapper() -> str:
     runc = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin")
     if runc is None:
         raise LabError("runc is not installed: real pods need the host's runc (make system-deps)")
-    return RUNC_WRAPPER % {"runc": runc}
+    return RUNC_WRAPPER % {"runc": runc, "double_dirs": NVML_DOUBLE_DIRS, "double_dirs_text": ", ".join(NVML_DOUBLE_DIRS)}
 
 
 def ctr_wrapper(release: str) -> str:
@@ -291,10 +365,9 @@ def _tar(members: dict[str, tuple[bytes, int]]) -> bytes:
     return buffer.getvalue()
 
 
-def sandbox_image_archive(name: str) -> bytes:
-    """An OCI image layout archive (``ctr images import``) of ``name``: one layer holding the lab's static pause
-    binary, its entrypoint.  No registry is reachable here, so the node gets the sandbox image as an air-gapped node
-    would."""
+def image_archive(name: str, files: dict[str, tuple[bytes, int]], config: dict) -> bytes:
+    """An OCI image layout archive (``ctr images import``) of ``name``: one layer holding ``files`` (path in the
+    image -> content, mode) and the image config ``config`` (Entrypoint, Env)."""
     blobs = {}
 
     def blob(data: bytes, media_type: str) -> dict:
@@ -302,14 +375,36 @@ def sandbox_image_archive(name: str) -> bytes:
         blobs["blobs/sha256/" + digest[7:]] = (data, 0o644)
         return {"mediaType": media_type, "digest": digest, "size": len(data)}
 
-    layer = _tar({"pause": (pause_binary().read_bytes(), 0o755)})
-    config = {"architecture": "amd64", "os": "linux", "config": {"Entrypoint": ["/pause"]},
-              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}}
+    layer = _tar(files)
+    image_config = {"architecture": "amd64", "os": "linux", "config": config,
+                    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}}
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+                "config": blob(json.dumps(image_config).encode(), "application/vnd.oci.image.config.v1+json"),
                 "layers": [blob(layer, "application/vnd.oci.image.layer.v1.tar")]}
     descriptor = blob(json.dumps(manifest).encode(), manifest["mediaType"])
     descriptor["platform"] = {"architecture": "amd64", "os": "linux"}
     descriptor["annotations"] = {"io.containerd.image.name": name}
     index = {"schemaVersion": 2, "manifests": [descriptor]}
     return _tar({"oci-layout": (b'{"imageLayoutVersion": "1.0.0"}', 0o644), "index.json": (json.dumps(index).encode(), 0o644), **blobs})
+
+
+def sandbox_image_archive(name: str) -> bytes:
+    """The sandbox image ``name``: the lab's static pause binary, its entrypoint.  No registry is reachable here, so
+    the node gets the sandbox image as an air-gapped node would."""
+    return image_archive(name, {"pause": (pause_binary().read_bytes(), 0o755)}, {"Entrypoint": ["/pause"]})
+
+
+# The plugin binary is linked against glibc only (cgo; go-nvml dlopens NVML at run time): `ldd` lists libc.so.6 and
+# the loader, which the image carries at the paths the binary names.
+IMAGE_LIBC = ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
+
+
+@functools.cache
+def device_plugin_image_archive(release: str) -> tuple[str, bytes]:
+    """The device plugin image of ``release`` under the name the collection deploys: the real binary at
+    /usr/bin/nvidia-device-plugin, the C library it links, and upstream's image config."""
+    files = {"usr/bin/nvidia-device-plugin": (device_plugin_binary(release).read_bytes(), 0o755)}
+    for library in IMAGE_LIBC:
+        files[library.lstrip("/")] = (Path(library).read_bytes(), 0o755)
+    name = "%s:%s" % (DEVICE_PLUGIN_IMAGE, release)
+    return name, image_archive(name, files, DEVICE_PLUGIN_IMAGE_CONFIG)

@@ -113,7 +113,8 @@ def _count_findings(node, reading, driver_gpus, expected_gpus, expected_mig, dri
         findings.append(finding(
             "gpu_count_driver_mismatch", "error", {"gpus": len(driver_gpus), "source": "/proc/driver/nvidia/gpus"},
             {"gpus": count, "source": "NVML", "not_seen_by_nvml": sorted(set(driver_gpus) - seen) if seen else None},
-            "NVML does not count the GPUs the driver knows: a GPU fell off the bus or the driver and library disagree", node=node, gpu=None, pod=None))
+            "NVML does not count the GPUs the driver knows: a GPU fell off the bus, its /dev/nvidia<minor> node is missing "
+            "(the library skips the GPUs whose node it cannot find), or the driver and library disagree", node=node, gpu=None, pod=None))
     if expected_gpus is not None and count is not None and count != expected_gpus:
         findings.append(finding(
             "gpu_count_unexpected", "error", {"gpus": expected_gpus, "source": "inventory"},

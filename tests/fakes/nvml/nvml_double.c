@@ -585,7 +585,8 @@ static int load_fixture(char *err, size_t errlen, int *notfound)
     copy_str(fx->driver_version, sizeof fx->driver_version, jstr(jget(root, "driver_version"), "550.54.15"));
     copy_str(fx->nvml_version, sizeof fx->nvml_version, jstr(jget(root, "nvml_version"), "12.550.54.15"));
     fx->cuda_version = (int)jint(jget(root, "cuda_driver_version"), 12040);
-    fx->missing_node_error = (int)jint(jget(root, "missing_node_error"), NVML_ERROR_UNKNOWN);
+    /* 0: a GPU without its device node is not enumerated (the default); else that code at handle lookup. */
+    fx->missing_node_error = (int)jint(jget(root, "missing_node_error"), 0);
     const jval *gpus = jget(root, "gpus");
     if (jlen(gpus) > MAXG) { snprintf(err, errlen, "at most %d gpus", MAXG); goto done; }
     for (int i = 0; i < jlen(gpus); i++) {
@@ -785,7 +786,35 @@ static int gpu_node_check(int i)
 {
     char name[32];
     snprintf(name, sizeof name, "nvidia%d", g_fx.gpus[i].minor);
-    return open_node(name, g_fx.missing_node_error);
+    return open_node(name, g_fx.missing_node_error ? g_fx.missing_node_error : NVML_ERROR_NOT_FOUND);
+}
+
+/* Whether GPU i is enumerated.  The real library attaches only the GPUs whose device node it finds: a container
+ * given /dev/nvidia1 alone sees one GPU, index 0 (NVIDIA/nvidia-docker#170: NVML "will report the right number of
+ * GPUs by ignoring the ones" it cannot use; the CDI and nvidia-docker isolation rests on it).  With an explicit
+ * missing_node_error a fixture keeps every GPU and fails the handle instead. */
+static int gpu_enumerated(int i)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (g_fx.missing_node_error) return 1;
+    snprintf(path, sizeof path, "%s/nvidia%d", g_dev_dir, g_fx.gpus[i].minor);
+    return !(stat(path, &st) != 0 && errno == ENOENT);
+}
+
+/* The fixture index of the index-th enumerated GPU, or -1. */
+static int enumerated_gpu(unsigned index)
+{
+    for (int i = 0; i < g_fx.ngpus; i++)
+        if (gpu_enumerated(i) && index-- == 0) return i;
+    return -1;
+}
+
+static int enumerated_index(int gpu)
+{
+    int index = 0;
+    for (int i = 0; i < gpu; i++) index += gpu_enumerated(i);
+    return index;
 }
 
 static int mig_admin_allowed(void)
@@ -1000,7 +1029,8 @@ static int count_impl(const char *sym, unsigned int *count)
     BEGIN();
     { int f = fault(sym, -1); if (f) FAIL(f); }
     if (!count) FAIL(NVML_ERROR_INVALID_ARGUMENT);
-    *count = (unsigned)g_fx.ngpus;
+    *count = 0;
+    for (int i = 0; i < g_fx.ngpus; i++) *count += (unsigned)gpu_enumerated(i);
     END();
 }
 
@@ -1020,9 +1050,10 @@ static int gpu_handle(int i, void **device)
 static int by_index_impl(const char *sym, unsigned int index, void **device)
 {
     BEGIN();
-    { int f = fault(sym, (int)index); if (f) FAIL(f); }
-    if (!device || index >= (unsigned)g_fx.ngpus) FAIL(NVML_ERROR_INVALID_ARGUMENT);
-    rc = gpu_handle((int)index, device);
+    int gpu = enumerated_gpu(index);
+    { int f = fault(sym, gpu < 0 ? (int)index : gpu); if (f) FAIL(f); }
+    if (!device || gpu < 0) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    rc = gpu_handle(gpu, device);
     END();
 }
 
@@ -1144,7 +1175,7 @@ API nvmlReturn_t nvmlDeviceGetIndex(void *device, unsigned int *index)
         for (int k = 0; k < n; k++)
             if (gis[k] == h->gi && cis[k] == h->ci) *index = (unsigned)k;
     } else {
-        *index = (unsigned)h->gpu;
+        *index = (unsigned)enumerated_index(h->gpu);
     }
     END();
 }
