@@ -83,6 +83,56 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     assert "2 clean" in report.stdout, report.stdout
 
 
+def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and_harden_repairs_it(lab):
+    """Under a MIG strategy the product's DaemonSet sets NVIDIA_MIG_MONITOR_DEVICES=all and adds CAP_SYS_ADMIN, as the
+    Helm chart does (templates/_helpers.tpl addMigMonitorDevices, requiresCapSysAdmin).  Each one missing fails on a
+    real node, and the lab shows both through the real toolkit and the real plugin:
+    - without the variable the toolkit gives no mig/monitor capability, and the real plugin gets Insufficient
+      Permissions on the MIG node (k8s-device-plugin#399); the L4 node has no MIG and keeps working;
+    - with the variable but without CAP_SYS_ADMIN the real toolkit refuses to create the container on every node
+      (nvidia-container-toolkit internal/modifier/cdi.go migCapsDevices.Validate: "cannot set
+      NVIDIA_MIG_CONFIG_DEVICES or NVIDIA_MIG_MONITOR_DEVICES in a non-privileged container").
+    A harden run puts both back."""
+    from kubernetes import client
+
+    from tests.integration.cluster_side import admin, wait_for
+    from tests.integration.test_real_nodes import DAEMONSET, NAMESPACE, plugin_exited, plugin_log, plugin_running, plugin_statuses, restart_plugin_pods
+
+    def patch_container(operations):
+        api = admin(lab)
+        try:
+            apps = client.AppsV1Api(api)
+            container = apps.read_namespaced_daemon_set(DAEMONSET, NAMESPACE).spec.template.spec.containers[0]
+            apps.patch_namespaced_daemon_set(DAEMONSET, NAMESPACE, operations)
+        finally:
+            api.close()
+        for name in NODES:
+            restart_plugin_pods(lab, name)
+        return container
+
+    container = patch_container([{"op": "remove", "path": "/spec/template/spec/containers/0/env"}])
+    assert container.security_context.capabilities.add == ["SYS_ADMIN"], container.security_context
+    assert [(e.name, e.value) for e in container.env] == [("NVIDIA_MIG_MONITOR_DEVICES", "all")], container.env
+    wait_for(lambda: plugin_exited(lab, C17), timeout=90, what="the real plugin failing on the MIG node")
+    assert "Insufficient Permissions" in plugin_log(lab, C17), plugin_log(lab, C17)[-2000:]
+    wait_for(lambda: plugin_running(lab, C2), timeout=90, what="the real plugin running on the L4 node")
+
+    patch_container([{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}]},
+                     {"op": "remove", "path": "/spec/template/spec/containers/0/securityContext/capabilities/add"}])
+
+    def refused(name):
+        return any("non-privileged container" in ((status.state.waiting and status.state.waiting.message) or "")
+                   for status in plugin_statuses(lab, name))
+
+    for name in NODES:
+        wait_for(lambda name=name: refused(name), timeout=90, what="the real toolkit refusing the plugin's container on %s" % name)
+
+    done, _changed = harden(lab)
+    assert done.returncode == 0, done.stdout[-6000:]
+    wait_for(lambda: plugin_running(lab, C17) and gpu_resources(lab, C17) == H100_MIG_MIXED, timeout=120,
+             what="the repaired plugin advertising the MIG devices again")
+
+
 def test_default_drift_reports_an_isolation_breach_from_the_real_kubelets_pod_resources(lab):
     """A 1-GPU pod the real kubelet admitted (its device manager allocated one GPU through the real plugin) whose
     container can open every GPU (NVIDIA_VISIBLE_DEVICES=all: the toolkit injects them all): the default drift run reads

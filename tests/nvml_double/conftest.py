@@ -82,6 +82,10 @@ class Node:
         self.mknod("nvidiactl", 255)
         for i, gpu in enumerate(fixture.get("gpus", [])):
             self.mknod(f"nvidia{gpu.get('minor', i)}", gpu.get("minor", i))
+        if any("mig" in gpu for gpu in fixture.get("gpus", [])):
+            # the MIG config and monitor capabilities, as on a MIG-capable node (noderoot.default_devices)
+            self.mknod("nvidia-caps/nvidia-cap1", 1, 0o400)
+            self.mknod("nvidia-caps/nvidia-cap2", 2, 0o444)
 
     def write_fixture(self, fixture: dict | str) -> None:
         text = fixture if isinstance(fixture, str) else json.dumps(fixture)

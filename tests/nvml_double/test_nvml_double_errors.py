@@ -62,6 +62,27 @@ def test_a_gpu_without_its_device_node_is_not_enumerated(make_node, nvml):
     assert err(nvml.nvmlDeviceGetHandleByPciBusId, node.fixture["gpus"][3]["pci_bus_id"]) == pynvml.NVML_ERROR_NOT_FOUND
 
 
+def test_memory_of_a_mig_enabled_gpu_needs_the_mig_monitor_capability(make_node, nvml):
+    """k8s-device-plugin#399 / nvidia-container-toolkit#1740: without nvidia-cap2 in its /dev (or denied by its devices
+    cgroup), a process gets Insufficient Permissions for a MIG-enabled GPU's memory, root included; other GPUs and
+    the MIG devices themselves are unaffected."""
+    node = make_node("h100-mig-enabled.json")
+    nvml.init()
+    mig_on = [i for i, gpu in enumerate(node.fixture["gpus"]) if gpu.get("mig", {}).get("mode") == 1]
+    assert mig_on and len(mig_on) < len(node.fixture["gpus"])
+    for i in range(len(node.fixture["gpus"])):
+        nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i))
+    (node.dev / "nvidia-caps" / "nvidia-cap2").unlink()
+    for i, _gpu in enumerate(node.fixture["gpus"]):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        if i in mig_on:
+            assert err(nvml.nvmlDeviceGetMemoryInfo, handle) == pynvml.NVML_ERROR_NO_PERMISSION
+        else:
+            nvml.nvmlDeviceGetMemoryInfo(handle)
+    mig_device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(nvml.nvmlDeviceGetHandleByIndex(mig_on[0]), 0)
+    assert nvml.nvmlDeviceGetMemoryInfo(mig_device).total > 0
+
+
 def test_missing_gpu_node_error_is_configurable(make_node, nvml):
     fx = load_fixture("l4.json")
     fx["missing_node_error"] = pynvml.NVML_ERROR_NOT_FOUND

@@ -824,6 +824,20 @@ static int mig_admin_allowed(void)
     return open_node_flags("nvidia-caps/nvidia-cap1", NVML_ERROR_NO_PERMISSION, O_RDONLY) == NVML_SUCCESS;
 }
 
+/* The memory of a MIG-enabled GPU is read through the mig/monitor capability: a process that cannot open
+ * nvidia-caps/nvidia-cap2 (absent from its /dev, or denied by its devices cgroup) gets Insufficient Permissions, as
+ * the device plugin does in a container without NVIDIA_MIG_MONITOR_DEVICES (k8s-device-plugin#399, "error getting
+ * device memory info") or without device-cgroup access to the capability (nvidia-container-toolkit#1740).  On a
+ * node the file is 0444 (the driver's DeviceFileMode 292), so every local process passes. */
+static int mig_monitor_allowed(void)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/nvidia-caps/nvidia-cap2", g_dev_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) { close(fd); return 1; }
+    return errno == ENXIO || errno == ENODEV; /* a mknod'd node with no driver behind it */
+}
+
 static gi_t *find_gi(gstate_t *s, int id)
 {
     for (int k = 0; k < s->ngi; k++)
@@ -1226,6 +1240,7 @@ static int mem_of(handle_t *h, const gpu_t *g, unsigned long long *total, unsign
         return NVML_SUCCESS;
     }
     state_snapshot();
+    if (g_st[h->gpu].mig_cur && !mig_monitor_allowed()) return NVML_ERROR_NO_PERMISSION;
     *total = g->mem_total;
     *reserved = g->mem_reserved;
     *used = g->mem_used;
