@@ -160,3 +160,49 @@ def test_default_drift_reports_an_isolation_breach_from_the_real_kubelets_pod_re
     assert breaches, json.dumps(findings, indent=1)[-4000:]
     audit = next(f for f in findings if f["id"] == "isolation_breach")
     assert "greedy" in json.dumps(audit), audit
+
+
+def test_a_pod_that_asks_the_nvidia_runtime_for_every_gpu_gets_them_and_drift_reports_it(lab):
+    """The isolation bypass the mission names, with real software: a pod on RuntimeClass nvidia that requests no GPU
+    but sets NVIDIA_VISIBLE_DEVICES=all.  The real toolkit honours the variable in an unprivileged container (its
+    default accept-nvidia-visible-devices-envvar-when-unprivileged = true), so the container gets every GPU's device
+    node; the default drift run reports the pod as visible_devices_without_request.  (The kernel's view of the
+    container, its v1 devices cgroup, is mounted only in the lab's kubelet and containerd wrappers here, so this test
+    reads the container's /dev.)"""
+    from kubernetes import client
+
+    from tests.integration.cluster_side import admin, wait_for
+    from tests.integration.test_real_nodes import gpus_in_the_toolkits_all_device
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sneaky", "namespace": "default"},
+           "spec": {"nodeName": C2, "runtimeClassName": "nvidia", "containers": [{
+               "name": "sneaky", "image": realnode.sandbox_image_name(in_node(lab, C2, ["cat", "/etc/containerd/config.toml"]).stdout),
+               "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}
+    api = admin(lab)
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", pod)
+
+        def running():
+            statuses = core.read_namespaced_pod("sneaky", "default").status.container_statuses or []
+            return statuses[0] if statuses and statuses[0].state.running else None
+
+        status = wait_for(running, timeout=90, what="the sneaky pod running")
+        task = next(line.split() for line in in_node(lab, C2, ["ctr", "--namespace", "k8s.io", "tasks", "list"]).stdout.splitlines()
+                    if line.startswith(status.container_id.split("//", 1)[1]))
+        devices = sorted("/dev/" + name for name in in_node(lab, C2, ["ls", "/proc/%s/root/dev" % task[1]]).stdout.split()
+                         if name.startswith("nvidia") and name[len("nvidia"):].isdigit())
+        assert devices == gpus_in_the_toolkits_all_device(lab, C2) and len(devices) == len(load_fixture("l4")[1]["gpus"]), devices
+
+        report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q", "--json"],
+                                cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+                                env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+        assert report.returncode == 1, report.stdout[-3000:] + report.stderr[-3000:]
+        findings = json.loads(report.stdout)["nodes"][C2]["findings"]
+        sneaky = [f for f in findings if f["id"] == "visible_devices_without_request" and (f.get("pod") or {}).get("name") == "sneaky"]
+        assert sneaky and sneaky[0]["found"] == {"containers": {"sneaky": "all"}}, json.dumps(findings, indent=1)[-4000:]
+    finally:
+        try:
+            client.CoreV1Api(api).delete_namespaced_pod("sneaky", "default", grace_period_seconds=0)
+        finally:
+            api.close()
