@@ -22,7 +22,7 @@ from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
 from gpuharden_lab.system import NODE_WORKERS, LabError, cgroup_v1_hierarchies, kill_cgroup_tree, require_root, run
 
-# Where a GPU node's driver library lives (the NVML double); the GPU Operator's driver container uses the same path.
+# Where a GPU node keeps its driver library (the NVML double), named in /etc/ld.so.conf.d as a driver install does.
 DRIVER_LIBRARY_DIR = "/usr/local/nvidia/lib64"
 
 # The node's Python gets only what node-side modules need, so a module that needs more fails in the lab.
