@@ -79,8 +79,9 @@ CONTAINER_TOOLKIT = ("nvidia-container-runtime", "nvidia-cdi-hook", "nvidia-ctk"
 # repository k8s-device-plugin), tagged with each release versions.env pins; what an air-gapped site mirrors.
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
 DEVICE_PLUGIN_RELEASES = ("NVIDIA_DEVICE_PLUGIN_VERSION", "NVIDIA_DEVICE_PLUGIN_OLD_VERSION")
-# The plugin image's config, as upstream's deployments/container/Dockerfile sets it (v0.15-v0.18): ENTRYPOINT
-# ["nvidia-device-plugin"] and the NVIDIA_* environment the toolkit reads (the distroless base adds PATH).
+# The plugin image's config, as upstream sets it (deployments/container/Dockerfile in v0.18.2, Dockerfile.ubuntu in
+# v0.15.0, the same there): ENTRYPOINT ["nvidia-device-plugin"] and the NVIDIA_* environment the toolkit reads; the
+# base image gives PATH.
 DEVICE_PLUGIN_IMAGE_CONFIG = {
     "Entrypoint": ["nvidia-device-plugin"],
     "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_DISABLE_REQUIRE=true",
