@@ -22,3 +22,12 @@ if not LINK.exists():
     os.symlink(REPO, LINK)
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The lab that shared_lab left up for a next user comes down with the session (tests/labfixtures.py)."""
+    if "tests.labfixtures" in sys.modules:
+        leftovers = sys.modules["tests.labfixtures"].take_down_shared_lab()
+        if leftovers:
+            print("\nthe shared lab left behind: %s" % ", ".join(leftovers), file=sys.stderr)
+            session.exitstatus = 1

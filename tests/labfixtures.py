@@ -8,7 +8,10 @@ import contextlib
 import fcntl
 import os
 
-from gpuharden_lab import layout, manager
+from gpuharden_lab import layout, manager, realnode
+from gpuharden_lab.scenario import load
+
+from tests.builds import skip_unbuilt
 
 
 @contextlib.contextmanager
@@ -21,14 +24,58 @@ def lab_lock():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _require_built(scenario: str, node_count: int | None = None) -> None:
+    if any(spec.real_containerd is not None for spec in load(scenario, node_count=node_count).nodes) and not realnode.available():
+        skip_unbuilt("the %s lab runs the real kubelet and containerd, which are not built: run `make real-lab` "
+                     "(or `make real-components`)" % scenario)
+
+
+# The scenario of the lab this process left up for the next shared_lab user, if any.
+_kept: dict[str, str] = {}
+
+
 @contextlib.contextmanager
 def running_lab(scenario: str, **kwargs):
     """A freshly brought-up lab for the duration of the block; always torn down, and checked for leftovers."""
     assert os.geteuid() == 0, "the lab tests need root"
+    _require_built(scenario, kwargs.get("node_count"))
     with lab_lock():
+        _kept.clear()
         manager.down()
         try:
             yield manager.up(scenario, **kwargs)
         finally:
             leftovers = manager.down()
         assert leftovers == []
+
+
+@contextlib.contextmanager
+def shared_lab(scenario: str):
+    """The scenario's lab, shared by consecutive test modules of this process: the first one brings it up, and it stays
+    up for the next shared_lab of the same scenario.  A user that changes the lab puts it back before the block ends,
+    or calls discard_shared_lab() so that the next user starts afresh.  running_lab, another scenario, and the end of
+    the session (take_down_shared_lab, tests/conftest.py) take it down."""
+    assert os.geteuid() == 0, "the lab tests need root"
+    _require_built(scenario)
+    with lab_lock():
+        state = manager.load_state()
+        if _kept.get("scenario") != scenario or state is None or state.get("status") != "up":
+            _kept.clear()
+            manager.down()
+            state = manager.up(scenario)
+            _kept["scenario"] = scenario
+        yield state
+
+
+def discard_shared_lab() -> None:
+    """The shared lab could not be put back: the next shared_lab brings a fresh one up."""
+    _kept.clear()
+
+
+def take_down_shared_lab() -> list[str]:
+    """At the session's end: the shared lab, if this process left one up, comes down; what is left behind."""
+    if not _kept:
+        return []
+    with lab_lock():
+        _kept.clear()
+        return manager.down()

@@ -85,3 +85,32 @@ def ensure_namespace(core: client.CoreV1Api, name: str):
     except client.exceptions.ApiException as error:
         if error.status != 409:
             raise
+
+
+def put_back(core: client.CoreV1Api, namespace: str, nodes, timeout: float = 120.0):
+    """Give a shared lab back as the test found it: the test's namespace gone (the kubelets stopped its pods) and the
+    nodes schedulable.  Where that fails, the next user gets a fresh lab (labfixtures.discard_shared_lab)."""
+    from tests.labfixtures import discard_shared_lab
+
+    try:
+        for node in nodes:
+            core.patch_node(node, {"spec": {"unschedulable": None}})
+        try:
+            core.delete_namespace(namespace)
+        except client.exceptions.ApiException as error:
+            if error.status != 404:
+                raise
+
+        def gone():
+            try:
+                core.read_namespace(namespace)
+            except client.exceptions.ApiException as error:
+                if error.status == 404:
+                    return True
+                raise
+            return False
+
+        wait_for(gone, timeout, interval=1.0, what="namespace %s deleted" % namespace)
+    except Exception:
+        discard_shared_lab()
+        raise

@@ -23,9 +23,10 @@ from gpuharden_lab import REPO_ROOT
 from kubernetes import client, utils
 
 from tests.integration import cluster_side as cs
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: the healthy lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 RBAC = REPO_ROOT / "deploy/rbac/gpuharden-rbac.yaml"
 IDENTITY = "system:serviceaccount:gpuharden-system:gpuharden"
@@ -53,7 +54,7 @@ def _tool_kubeconfig(state, token, directory):
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("healthy") as state, tempfile.TemporaryDirectory(prefix="gpuharden-identity-") as directory:
+    with shared_lab("healthy") as state, tempfile.TemporaryDirectory(prefix="gpuharden-identity-") as directory:
         api = cs.admin(state)
         # The lab already applied deploy/rbac (the tool runs as that ServiceAccount there); apply it again
         # anyway when it is missing, so this test does not depend on the lab doing it.
@@ -63,14 +64,16 @@ def lab():
             assert all(getattr(cause, "status", None) == 409 for cause in error.api_exceptions), error
         core = client.CoreV1Api(api)
         request = core.create_namespaced_service_account_token("gpuharden", "gpuharden-system", {"spec": {"expirationSeconds": 3600}})
-        state["sa_kubeconfig"] = _tool_kubeconfig(state, request.status.token, directory)
+        state = dict(state, sa_kubeconfig=_tool_kubeconfig(state, request.status.token, directory))
         cs.ensure_namespace(core, NS)
         core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"},
                                         "spec": {"nodeName": NODE, "tolerations": [{"operator": "Exists"}],
                                                  "containers": [{"name": "main", "image": "registry.example/app:1"}]}})
-        state["_api"] = api
-        yield state
-        api.close()
+        yield dict(state, _api=api)
+        try:
+            cs.put_back(core, NS, [NODE])
+        finally:
+            api.close()
 
 
 def _module(lab, module, check=False, **options):

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The adopter's path on the healthy lab, away from this checkout: a new virtualenv with only the CLI's wheel (and
-what it requires, from PyPI), the collection tarball installed into a scratch collections path, and the playbooks run
-by their FQCN from a directory with no ansible.cfg.
+"""The adopter's path on the healthy lab (real nodes that this checkout's harden run left compliant), away from this
+checkout: a new virtualenv with only the CLI's wheel (and what it requires, from PyPI), the collection tarball
+installed into a scratch collections path, and the playbooks run by their FQCN from a directory with no ansible.cfg.
 
 What the lab's hosts need from the controller's Ansible settings: nothing of this repository's ansible.cfg.  The
 inventory the lab writes carries the connection itself (ansible_user root, the lab's SSH key, its known_hosts file
@@ -25,9 +25,10 @@ import pytest
 import yaml
 
 from tests.distfixtures import REPO, built_or_build
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: the healthy lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 COLLECTION = ("gpuharden", "k8s")
 
@@ -63,7 +64,7 @@ def adopter(archives, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("healthy") as state:
+    with shared_lab("healthy") as state:  # read-only here
         yield state
 
 
@@ -126,12 +127,17 @@ def test_harden_check_mode_by_fqcn(adopter, lab):
     completed, results = _playbook(adopter, "harden_gpu_nodes", lab["inventory"], "--check")
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     assert _lab_hosts(lab) <= set(results), sorted(results)
+    # The lab reached its state by this checkout's harden run: the installed collection predicts no change.
+    recap = completed.stdout[completed.stdout.rfind("PLAY RECAP"):]
+    changed = {line.split(":", 1)[0].strip(): int(line.split("changed=")[1].split()[0]) for line in recap.splitlines()[1:] if "changed=" in line}
+    assert set(changed.values()) == {0}, recap
 
 
 def test_gpuharden_drift_finds_the_installed_collection(adopter, lab):
     report = adopter["home"] / "drift.json"
     completed = _run(adopter, "gpuharden", "drift", "-q", "-i", lab["inventory"], "--report", str(report))
-    assert completed.returncode in (0, 1), completed.stdout[-3000:] + completed.stderr[-3000:]  # clean or drifted
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]  # the hardened fleet is clean
     data = json.loads(report.read_text())
     assert set(data["nodes"]) == _lab_hosts(lab), sorted(data["nodes"])
+    assert data["summary"]["clean"] == len(_lab_hosts(lab)), data["summary"]
     assert data["summary"]["unreachable"] == 0 and data["summary"]["failed"] == 0, data["summary"]

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""node_maintenance on the healthy lab's real apiserver (pods run by kwok, ReplicaSet/DaemonSet/disruption
-controllers of the real kube-controller-manager).
+"""node_maintenance on the healthy lab: the real apiserver, the ReplicaSet/DaemonSet/disruption controllers of the
+real kube-controller-manager, and real pods that the nodes' real kubelet runs through the real containerd (the image
+is the sandbox image each node holds; no registry is reachable), so an eviction ends when the kubelet has stopped the
+pod.
 
 gpu-l4-0 runs two ReplicaSet pods under a PodDisruptionBudget minAvailable=2 and a DaemonSet pod.  Check mode
 predicts the blocks and changes no resourceVersion; the drain is blocked (429 retried until the timeout),
@@ -12,13 +14,14 @@ keeps a cordon that was there before.  A bare pod is refused before anything cha
 from __future__ import annotations
 
 import pytest
-from gpuharden_lab import manager
+from gpuharden_lab import manager, realnode
 from kubernetes import client
 
 from tests.integration import cluster_side as cs
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: the healthy lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 NODE = "gpu-l4-0"
 BARE_NODE = "gpu-h100-0"
@@ -26,11 +29,11 @@ NS = "drain-test"
 MODULE = "gpuharden.k8s.node_maintenance"
 
 
-def _template(labels, node):
+def _template(labels, node, image):
     return {"metadata": {"labels": labels}, "spec": {
         # Not a blanket toleration: one of node.kubernetes.io/unschedulable would let the replacements onto the cordoned node.
         "nodeSelector": {"kubernetes.io/hostname": node}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-        "containers": [{"name": "main", "image": "registry.example/app:1"}]}}
+        "containers": [{"name": "main", "image": image}]}}
 
 
 def _web_pods(core):
@@ -43,16 +46,18 @@ def _ready(pod):
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("healthy") as state:
+    with shared_lab("healthy") as state:
+        config = manager.ssh(state["nodes"][NODE]["address"], "cat /etc/containerd/config.toml").stdout
+        image = realnode.sandbox_image_name(config)
         api = cs.admin(state)
         core, apps, policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
         cs.ensure_namespace(core, NS)
         apps.create_namespaced_replica_set(NS, {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
                                                 "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                                                         "template": _template({"app": "web"}, NODE)}})
+                                                         "template": _template({"app": "web"}, NODE, image)}})
         apps.create_namespaced_daemon_set(NS, {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
                                                "spec": {"selector": {"matchLabels": {"app": "agent"}},
-                                                        "template": _template({"app": "agent"}, NODE)}})
+                                                        "template": _template({"app": "agent"}, NODE, image)}})
         policy.create_namespaced_pod_disruption_budget(NS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                                                             "metadata": {"name": "web-pdb"},
                                                             "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
@@ -60,9 +65,11 @@ def lab():
         cs.wait_for(lambda: [p for p in core.list_namespaced_pod(NS, label_selector="app=agent").items if _ready(p)], 90, what="DaemonSet pod")
         cs.wait_for(lambda: (policy.read_namespaced_pod_disruption_budget("web-pdb", NS).status.current_healthy or 0) == 2, 90,
                     what="budget status")
-        state["_api"] = api
-        yield state
-        api.close()
+        yield dict(state, _api=api)
+        try:
+            cs.put_back(core, NS, [NODE, BARE_NODE])
+        finally:
+            api.close()
 
 
 def _drain(lab, check=False, **options):
@@ -73,7 +80,7 @@ def _drain(lab, check=False, **options):
 
 
 def _versions(core):
-    """The node's spec (its resourceVersion moves with kwok's status heartbeats) and the pods' resourceVersions."""
+    """The node's spec (its resourceVersion moves with the kubelet's status updates) and the pods' resourceVersions."""
     node = core.read_node(NODE)
     return node.spec.to_dict(), {p.metadata.uid: p.metadata.resource_version for p in core.list_namespaced_pod(NS).items}
 

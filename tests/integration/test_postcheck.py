@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gpuharden_lab import REPO_ROOT
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import running_lab, shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -138,11 +138,14 @@ class TestSeedFailures:
         assert saved["seed-dev-perm"]["nvml"]["unprivileged"]["gpus"][0]["error"] is None
 
 
+# real_nodes: the healthy lab is a fresh install on the real kubelet and containerd, hardened by the product's own
+# playbook (scenarios/healthy.yaml); `make real-nodes` runs it after real-components.
+@pytest.mark.real_nodes
 class TestHealthy:
     @pytest.fixture(scope="class")
     @classmethod
     def lab(cls):
-        with running_lab("healthy") as state:
+        with shared_lab("healthy") as state:  # read-only here
             yield state
 
     def test_nothing_at_warning_or_above(self, lab):

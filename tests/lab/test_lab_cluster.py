@@ -37,7 +37,8 @@ PLUGIN = {
 def lab(tmp_path_factory):
     marker = tmp_path_factory.mktemp("marker") / "marker"
     marker.write_text("")
-    with running_lab("healthy") as state:
+    # The stand-ins' own fleet (the healthy scenario runs the real kubelet and containerd).
+    with running_lab("mixed-fleet") as state:
         netns_inodes = {os.stat("/run/netns/" + info["netns"]).st_ino for info in state["nodes"].values()}
         assert _processes_in(netns_inodes), "the nodes' services should be running in their network namespaces"
         yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
@@ -96,9 +97,11 @@ def test_tool_identity_is_the_shipped_service_account_and_not_admin(lab):
 
 def test_device_plugin_registration_is_mirrored(lab):
     state, api = lab
-    expected = {"gpu-a100-0": "8", "gpu-h100-0": "4", "gpu-l4-0": "2"}
+    expected = {"dgx-a100-0": "8", "hgx-h100-0": "4", "l4-k3s-0": "2", "cpu-0": None}
     allocatable = lambda: {n: i["allocatable_gpu"].get("nvidia.com/gpu") for n, i in cluster.node_summary(api).items()}  # noqa: E731
-    _wait(lambda: allocatable() == expected)  # the healthy scenario's plugin install
+    assert all(not info["allocatable_gpu"] for info in cluster.node_summary(api).values())  # no plugin yet
+    cluster.apply_objects(api, [PLUGIN])
+    _wait(lambda: allocatable() == expected)
     client.AppsV1Api(api).delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
     _wait(lambda: all(not info["allocatable_gpu"] for info in cluster.node_summary(api).values()))
     cluster.apply_objects(api, [PLUGIN])
@@ -107,7 +110,7 @@ def test_device_plugin_registration_is_mirrored(lab):
 
 def test_kubelet_refuses_a_config_the_real_validation_rejects(lab):
     state, _api = lab
-    address = _address(state, "gpu-l4-0")
+    address = _address(state, "hgx-h100-0")
     config = "/var/lib/kubelet/config.yaml"
     broken = manager.ssh(
         address,

@@ -22,6 +22,9 @@ from tests.labfixtures import lab_lock
 pytestmark = pytest.mark.lab
 
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
+# Nodes only, without a cluster: a stand-in fleet of three fixtures and a CPU-only node, which needs no real binaries
+# (the healthy scenario's real nodes are reached through a cluster and a harden run).
+SCENARIO = "mixed-fleet"
 LIST_UUIDS = (
     "%s -c 'import pynvml; pynvml.nvmlInit(); "
     "print([pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())])'"
@@ -37,9 +40,9 @@ def clean_lab():
         assert manager.down() == []
 
 
-def test_healthy_fleet_over_ssh(clean_lab):
-    state = manager.up("healthy", with_cluster=False)
-    scenario = load("healthy")
+def test_fleet_over_ssh(clean_lab):
+    state = manager.up(SCENARIO, with_cluster=False)
+    scenario = load(SCENARIO)
     assert manager.status()["nodes"] == {
         node: {"address": info["address"], "sshd": "running"} for node, info in state["nodes"].items()
     }
@@ -50,8 +53,10 @@ def test_healthy_fleet_over_ssh(clean_lab):
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     for spec in scenario.nodes:
-        fixture = json.loads((NVML_FIXTURES / (spec.fixture + ".json")).read_text())
         assert "%s | SUCCESS" % spec.name in completed.stdout
+        if spec.fixture is None:
+            continue
+        fixture = json.loads((NVML_FIXTURES / (spec.fixture + ".json")).read_text())
         # Each node answers with its own fixture's GPUs, through its own libnvidia-ml.so.1.
         result = manager.ssh(state["nodes"][spec.name]["address"], LIST_UUIDS % (layout.NODE_PYTHON / "bin/python"))
         assert result.returncode == 0, result.stderr
@@ -60,7 +65,7 @@ def test_healthy_fleet_over_ssh(clean_lab):
 
 def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
     host_name = socket.gethostname()
-    state = manager.up("healthy", with_cluster=False)
+    state = manager.up(SCENARIO, with_cluster=False)
     for node, info in state["nodes"].items():  # each node has its own UTS namespace
         assert manager.ssh(info["address"], "hostname").stdout.strip() == node
     assert socket.gethostname() == host_name
@@ -100,7 +105,7 @@ def test_up_down_cycles_leave_nothing(clean_lab, tmp_path):
     marker.write_text("")
     before = set(host_files_changed_since(str(marker)))
     for _ in range(2):
-        manager.up("healthy", with_cluster=False)
+        manager.up(SCENARIO, with_cluster=False)
         assert manager.leftovers()  # something exists while up
         assert manager.down() == []
     assert set(host_files_changed_since(str(marker))) - before == set()
@@ -108,7 +113,7 @@ def test_up_down_cycles_leave_nothing(clean_lab, tmp_path):
 
 def test_crashed_up_is_cleaned_by_down(clean_lab):
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpuharden.cli", "lab", "up", "--scenario", "healthy", "--no-cluster"],
+        [sys.executable, "-m", "gpuharden.cli", "lab", "up", "--scenario", SCENARIO, "--no-cluster"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 20
@@ -121,9 +126,9 @@ def test_crashed_up_is_cleaned_by_down(clean_lab):
 
 
 def test_up_refuses_a_second_lab_and_unknown_scenarios(clean_lab):
-    manager.up("healthy", with_cluster=False)
+    manager.up(SCENARIO, with_cluster=False)
     with pytest.raises(LabError, match="already up"):
-        manager.up("healthy", with_cluster=False)
+        manager.up(SCENARIO, with_cluster=False)
     with pytest.raises(LabError, match="unknown scenario"):
         load("no-such-scenario")
 
@@ -156,12 +161,12 @@ def _named_leftovers() -> list[str]:
 def test_a_second_instance_comes_and_goes_without_touching_this_one(clean_lab):
     """Two labs at once (make integration runs one per worker): the other's up and down leave this one whole."""
     other = layout.MAX_INSTANCE if layout.INSTANCE != layout.MAX_INSTANCE else 0
-    own = manager.up("healthy", with_cluster=False)
+    own = manager.up(SCENARIO, with_cluster=False)
     own_leftovers = _named_leftovers()
     with open("/var/tmp/gpuharden-lab%s.lock" % (other or ""), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            up = _other_instance_cli(other, "up", "--scenario", "healthy", "--no-cluster")
+            up = _other_instance_cli(other, "up", "--scenario", SCENARIO, "--no-cluster")
             assert up.returncode == 0, up.stderr[-3000:]
             theirs = json.loads(up.stdout)
             assert {info["address"] for info in theirs["nodes"].values()}.isdisjoint(

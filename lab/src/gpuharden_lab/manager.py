@@ -156,6 +156,21 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
         return dict(zip([node.name for node in nodes], pool.map(boot, nodes), strict=True))
 
 
+def _harden(inventory: str, extra_vars: dict) -> None:
+    """Bring the fleet to the scenario's state the way an adopter does: the product's own harden playbook, under the
+    tool's identity, over SSH.  A failed run fails `up`: the scenario's state was not reached."""
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
+            str(REPO_ROOT / "playbooks" / "harden_gpu_nodes.yml"), "-e", json.dumps(extra_vars)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    try:
+        done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False, timeout=1200)
+    except subprocess.TimeoutExpired:
+        raise LabError("the harden run that brings the fleet to its scenario's state did not end within 1200 s") from None
+    if done.returncode != 0:
+        raise LabError("the harden run that brings the fleet to its scenario's state failed (rc %d):\n%s\n%s"
+                       % (done.returncode, done.stdout[-6000:], done.stderr[-2000:]))
+
+
 def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path, kube: dict | None) -> Path:
     host_key = (layout.SSH_DIR / "host_ed25519.pub").read_text().split()
     known_hosts = "".join("%s %s %s\n" % (node.address, host_key[0], host_key[1]) for node in nodes)
@@ -186,6 +201,10 @@ def write_inventory(scenario: Scenario, nodes: list[lab_node.Node], python: Path
             "children": {"gpu_nodes": {"hosts": hosts}},
         }
     }
+    if any(node.spec.real_containerd is not None and node.spec.fixture is not None for node in nodes):
+        # No registry is reachable: the real nodes hold only the plugin images the lab imported (realnode.py), so the
+        # fleet runs the pinned release, as an air-gapped adopter pins the one they mirrored.
+        inventory["all"]["vars"]["device_plugin_version"] = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
     layout.INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
     target = layout.INVENTORY_FILE
     target.write_text(
@@ -211,7 +230,10 @@ def nodes_from_state(state: dict) -> list[lab_node.Node]:
     return [lab_node.Node(spec, index) for index, spec in enumerate(scenario.nodes)]
 
 
-def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True, kwok_nodes: int = 0) -> dict:
+def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True, kwok_nodes: int = 0,
+       harden: bool = True) -> dict:
+    """Bring the scenario's fleet up.  A scenario with `harden:` is reached by running the product's harden playbook
+    on the fleet as installed; `harden=False` (or no cluster) leaves the fleet as installed."""
     require_root()
     if layout.STATE_FILE.exists() or layout.LAB_DIR.exists():
         raise LabError("a lab is already up (%s): run `gpuharden lab down` first" % layout.LAB_DIR)
@@ -283,6 +305,11 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             timings["pods"] = time.monotonic() - phase
             state["cluster"] = kube
         state["inventory"] = str(write_inventory(scenario, nodes, python, kube))
+        state["hardened"] = bool(scenario.harden is not None and harden and kube)
+        if state["hardened"]:
+            phase = time.monotonic()
+            _harden(state["inventory"], scenario.harden)
+            timings["harden"] = time.monotonic() - phase
         state["status"] = "up"
         timings["total"] = time.monotonic() - started
         state["timings"] = {key: round(value, 2) for key, value in timings.items()}

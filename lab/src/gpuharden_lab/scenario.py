@@ -23,6 +23,9 @@ class Scenario:
     pods: list[dict] = field(default_factory=list)
     cluster: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
+    # The harden run that brings the fleet to the scenario's state (`harden:` in its file): the extra variables of
+    # playbooks/harden_gpu_nodes.yml, or None where the scenario is the state the nodes are written in.
+    harden: dict | None = None
 
 
 def available() -> list[str]:
@@ -108,6 +111,13 @@ def load(name: str, *, node_count: int | None = None) -> Scenario:
         raise LabError("%s: node names must be unique: %s" % (source, names))
     if not nodes:
         raise LabError("%s: no nodes" % source)
+    harden = data.get("harden")
+    if harden is not None and not isinstance(harden, dict):
+        raise LabError("%s: 'harden' must be a mapping of the harden playbook's extra variables, got %r" % (source, harden))
+    if harden is not None and any(node.real_containerd is None for node in nodes):
+        # A harden run on the stand-ins would only confirm what they were written to accept.
+        raise LabError("%s: 'harden' needs every node real ('real: {containerd: ...}'), not %s"
+                       % (source, [node.name for node in nodes if node.real_containerd is None]))
     return Scenario(
         name=name,
         description=data.get("description", ""),
@@ -115,4 +125,5 @@ def load(name: str, *, node_count: int | None = None) -> Scenario:
         pods=data.get("pods") or [],
         cluster=data.get("cluster") or {},
         raw=data,
+        harden=harden,
     )
