@@ -80,9 +80,9 @@ def test_nodes_ready_and_kubelets_healthy(lab):
     summary = cluster.node_summary(api)
     assert set(summary) == set(state["nodes"])
     assert all(info["ready"] for info in summary.values())
-    for node in state["nodes"]:
-        result = manager.ssh(_address(state, node), "systemctl is-active kubelet && curl -sf http://127.0.0.1:10248/healthz")
-        assert result.stdout.split() == ["active", "ok"], result.stdout + result.stderr
+    for node in manager.nodes_from_state(state):  # the k3s node's kubelet runs in its k3s-agent unit
+        result = manager.ssh(_address(state, node.name), "systemctl is-active %s && curl -sf http://127.0.0.1:10248/healthz" % node.spec.kubelet_unit)
+        assert result.stdout.split() == ["active", "ok"], (node.name, result.stdout + result.stderr)
 
 
 def test_tool_identity_is_the_shipped_service_account_and_not_admin(lab):
