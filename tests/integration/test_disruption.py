@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Do no harm, on the fresh-fleet lab: the fleet-wide disruption budget.
+"""Do no harm, on the fresh-fleet lab: the fleet-wide disruption budget, with the real kubelet and containerd.
 
-4 nodes on the kubelet's default manager policies (the scenario's 8 would double these serial rollouts and prove
+4 fresh nodes on the real kubelet's default manager policies (the scenario's 8 would double these serial rollouts and prove
 nothing more); the lab inventory opts into the static CPU Manager, so every node needs a drain.  A watcher samples
 the Nodes every 0.2 s during each run and keeps the most nodes it saw cordoned at once.  (The admission check and the
 kubelet restart count are in test_admission_and_restarts.py: one lab per test module.)
@@ -23,7 +23,8 @@ from gpuharden_lab import REPO_ROOT, manager
 from tests.integration.cluster_side import admin, wait_for
 from tests.labfixtures import running_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: fresh-fleet's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 FRESH = ["fresh-%d" % n for n in range(4)]
@@ -87,14 +88,16 @@ def kubelet_config(state, node):
 
 
 def reset_to_defaults(state, nodes):
-    """Back to the kubelet's default manager policies (as the scenario starts), kubelet restarted."""
+    """Back to the kubelet's default manager policies (as the scenario starts), kubelet restarted.  The static policy's
+    checkpoint goes too, as an admin removes it: the real kubelet refuses to start on a checkpoint of another policy
+    (pkg/kubelet/cm/cpumanager/state/state_checkpoint.go) and writes a new one."""
     for node in nodes:
         config = kubelet_config(state, node)
         for key in ("cpuManagerPolicy", "reservedSystemCPUs", "topologyManagerPolicy", "topologyManagerScope"):
             config.pop(key, None)
-        sh(state, node, "cat > /var/lib/kubelet/config.yaml <<'EOF'\n%sEOF\n"
-                        "printf '{\"policyName\":\"none\",\"defaultCpuSet\":\"\",\"checksum\":0}' > /var/lib/kubelet/cpu_manager_state\n"
-                        "rm -f /var/lib/kubelet/config.yaml.*~ && systemctl restart kubelet" % yaml.safe_dump(config, sort_keys=False))
+        sh(state, node, "systemctl stop kubelet && cat > /var/lib/kubelet/config.yaml <<'EOF'\n%sEOF\n"
+                        "rm -f /var/lib/kubelet/cpu_manager_state /var/lib/kubelet/config.yaml.*~ && systemctl start kubelet"
+                        % yaml.safe_dump(config, sort_keys=False))
     core = _core(state)
     for node in nodes:
         core.patch_node(node, {"spec": {"unschedulable": None}})

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The uninstall on the fresh-fleet lab (2 L4 nodes, never hardened; the lab inventory opts into the static CPU
-Manager, so harden drains each node and removes its stale CPU Manager checkpoint; containerd is set up without the
+"""The uninstall on the fresh-fleet lab (2 L4 nodes on the real kubelet and containerd, never hardened; the lab
+inventory opts into the static CPU Manager, so harden drains each node and removes the CPU Manager checkpoint the
+real kubelet wrote for its default policy; containerd is set up without the
 nvidia runtime first, fresh-0 version 3 with a conf.d import (harden creates a drop-in) and fresh-1 version 2 in one file
 (harden edits it and keeps a backup)): harden, then unharden, and every
 file the nodes wrote under /etc and /var/lib is byte for byte (and mode for mode) what it was, the Nodes carry the
@@ -9,7 +10,7 @@ changes nothing.
 
 Compared: every regular file, symlink, whiteout and directory in the nodes' overlay upper layers of /etc and /var/lib
 (what the node changed on top of the host; a host directory overlayfs copied up unchanged is the same directory to the
-node), except the runtime state the lab's kubelet, containerd and NVML double keep there
+node), except the runtime state the real kubelet, containerd, the CNI plugins and the NVML double keep there
 (VOLATILE), which changes with time whatever gpuharden does.  Exceptions the user can choose and this test does not:
 gpuharden_unharden_keep_backups=true would keep the backups harden made (here they must be gone too).
 """
@@ -34,16 +35,21 @@ from kubernetes import client
 from tests.integration.cluster_side import admin
 from tests.labfixtures import running_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: fresh-fleet's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 NODES = ["fresh-0", "fresh-1"]
 LAYERS = ("etc", "var-lib")
 LOWER = {"etc": "/etc", "var-lib": "/var/lib"}  # the host directories each layer lies over (gpuharden_lab.node)
-# Runtime state of the lab's stand-ins, rewritten as they run (not configuration): never compared.
+# Runtime state the real kubelet, containerd, the CNI plugins and the NVML double rewrite as pods come and go (not
+# configuration): never compared.  The kubelet's pod checkpoints appear with the first pod it admits, here the plugin
+# pod harden deployed (pkg/kubelet/allocation: allocated_pods_state, actuated_pods_state; pkg/kubelet/cm/dra:
+# dra_manager_state); host-local IPAM keeps its leases under /var/lib/cni.
 VOLATILE = ("var-lib/kubelet/pods", "var-lib/kubelet/device-plugins", "var-lib/kubelet/pod-resources",
             "var-lib/kubelet/plugins", "var-lib/kubelet/plugins_registry", "var-lib/containerd", "var-lib/nvml-double",
-            "var-lib/kubelet/checkpoints", "var-lib/kubelet/state", "var-lib/lab")
+            "var-lib/kubelet/checkpoints", "var-lib/kubelet/state", "var-lib/lab", "var-lib/cni",
+            "var-lib/kubelet/allocated_pods_state", "var-lib/kubelet/actuated_pods_state", "var-lib/kubelet/dra_manager_state")
 MANAGED = "app.kubernetes.io/managed-by=gpuharden"
 
 
@@ -139,7 +145,7 @@ def without_nvidia_runtime(state):
     (version 2) is one file."""
     for name, (version, layout_name) in zip(NODES, ((3, "conf.d"), (2, "single")), strict=True):
         script = "rm -rf /etc/containerd/conf.d /etc/containerd/config.toml.*~\n"
-        for path, text in containerd_files({"version": version, "layout": layout_name, "nvidia": False}).items():
+        for path, text in containerd_files({"version": version, "layout": layout_name, "nvidia": False, "systemd_cgroup": False}).items():
             script += "cat > %s <<'EOF'\n%sEOF\n" % (path, text)
         done = manager.ssh(state["nodes"][name]["address"], script + "systemctl restart containerd")
         assert done.returncode == 0, (name, done.stderr)

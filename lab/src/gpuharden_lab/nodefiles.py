@@ -105,16 +105,16 @@ WantedBy=multi-user.target
 CRI_PLUGIN = {2: 'plugins."io.containerd.grpc.v1.cri"', 3: 'plugins."io.containerd.cri.v1.runtime"'}
 
 
-def _runc_table(version: int) -> str:
+def _runc_table(version: int, systemd_cgroup: bool = True) -> str:
     base = CRI_PLUGIN[version] + ".containerd.runtimes.runc"
-    return '[%s]\n  runtime_type = "io.containerd.runc.v2"\n\n[%s.options]\n  SystemdCgroup = true\n' % (base, base)
+    return '[%s]\n  runtime_type = "io.containerd.runc.v2"\n\n[%s.options]\n  SystemdCgroup = %s\n' % (base, base, str(systemd_cgroup).lower())
 
 
-def _nvidia_table(version: int) -> str:
+def _nvidia_table(version: int, systemd_cgroup: bool = True) -> str:
     base = CRI_PLUGIN[version] + ".containerd.runtimes.nvidia"
     return (
         '[%s]\n  runtime_type = "io.containerd.runc.v2"\n\n[%s.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime"\n'
-        "  SystemdCgroup = true\n" % (base, base)
+        "  SystemdCgroup = %s\n" % (base, base, str(systemd_cgroup).lower())
     )
 
 
@@ -124,14 +124,17 @@ def containerd_files(spec: dict) -> dict[str, str]:
         raise LabError("containerd.version must be 2 or 3, got %r" % version)
     layout = spec.get("layout", "single")
     nvidia = bool(spec.get("nvidia", True))
+    # systemd_cgroup false on a real node: the real kubelet takes containerd's cgroup driver (the CRI's), and the lab has
+    # no systemd as PID 1 to run pods under it.
+    systemd_cgroup = bool(spec.get("systemd_cgroup", True))
     header = "# containerd configuration (generated for this node by its installer)\nversion = %d\n" % version
     if layout == "single":
-        body = header + "\n" + _runc_table(version) + ("\n" + _nvidia_table(version) if nvidia else "")
+        body = header + "\n" + _runc_table(version, systemd_cgroup) + ("\n" + _nvidia_table(version, systemd_cgroup) if nvidia else "")
         return {"/etc/containerd/config.toml": body}
     if layout == "conf.d":
-        files = {"/etc/containerd/config.toml": header + 'imports = ["/etc/containerd/conf.d/*.toml"]\n\n' + _runc_table(version)}
+        files = {"/etc/containerd/config.toml": header + 'imports = ["/etc/containerd/conf.d/*.toml"]\n\n' + _runc_table(version, systemd_cgroup)}
         if nvidia:
-            files["/etc/containerd/conf.d/99-nvidia.toml"] = "version = %d\n\n%s" % (version, _nvidia_table(version))
+            files["/etc/containerd/conf.d/99-nvidia.toml"] = "version = %d\n\n%s" % (version, _nvidia_table(version, systemd_cgroup))
         return files
     raise LabError("containerd.layout must be single or conf.d, got %r" % layout)
 
