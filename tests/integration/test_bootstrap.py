@@ -3,9 +3,14 @@
 configured, their Python without nvidia-ml-py.
 
 bare-l4-0 (2 L4s): the bootstrap ships pynvml.py to the node's Python, hardens every stage, the post-check passes,
-and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable; a second run changes
-nothing.  bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the post-check fails, the node stays
-cordoned and tainted, the run reports it in the custom stat gpuharden_bootstrap_failed and fails that host.
+and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable from the real plugin; a
+second run changes nothing.  bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the real NVIDIA container toolkit
+cannot create the plugin's container there (its jit-cdi mode builds the CDI edits for every GPU, and NVML answers
+GPU_IS_LOST for GPU 6: "failed to get full GPU device editors: error getting device handle for index '6': GPU is
+lost", measured), so the bootstrap stops at the device plugin stage, whose rollout wait names the node and its pod's
+RunContainerError; the node stays cordoned and tainted, the run reports it in the custom stat
+gpuharden_bootstrap_failed and fails that host.  (With the lab's earlier stand-ins the same node failed later, in the
+post-check, with gpu_lost: the real toolkit stops it first.)
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from kubernetes import client
 from tests.integration import cluster_side as cs
 from tests.labfixtures import running_lab
 
-pytestmark = pytest.mark.lab
+# real_nodes: the bare lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "bootstrap_gpu_node.yml"
 GOOD, LOST = "bare-l4-0", "bare-dgx-lost-0"
@@ -88,7 +94,8 @@ def second(lab, first):
 
 @pytest.fixture(scope="module")
 def failed(lab, second):
-    run = bootstrap(lab, LOST)
+    # The plugin's rollout wait is stated shorter than its default 300 s: the real toolkit refuses its container at once.
+    run = bootstrap(lab, LOST, device_plugin_wait_timeout=60)
     print("bootstrap of %s (GPU lost): %.1fs" % (LOST, run["seconds"]))
     return run
 
@@ -164,13 +171,14 @@ def test_second_run_changes_nothing(second):
     assert second["stats"].get("changed", {}).get(GOOD, 0) == 0
 
 
-def test_failed_post_check_keeps_the_node_out_of_service(lab, failed):
+def test_a_node_whose_gpu_the_real_plugin_refuses_stays_out_of_service(lab, failed):
     assert failed["rc"] != 0
     assert failed["stats"]["failures"].get(LOST) == 1
     report = failed["custom"]["gpuharden_bootstrap_failed"][LOST]
     assert report["node"] == LOST
-    assert report["stage"].startswith("Postcheck |"), report
-    assert "gpu_lost" in report["findings"] and "gpu_lost" in report["reason"]
+    assert report["stage"].startswith("Device plugin |"), report
+    assert "not ready on 1 node(s): %s (pod nvidia-device-plugin-" % LOST in report["reason"], report
+    assert any(reason in report["reason"] for reason in ("RunContainerError", "CrashLoopBackOff")), report
     assert report["kept_cordoned"] and report["kept_tainted"]
     assert LOST not in failed["custom"].get("gpuharden_bootstrap_ready", {})
     node = lab["_core"].read_node(LOST)

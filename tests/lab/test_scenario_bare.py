@@ -22,7 +22,9 @@ def test_bare_scenario_nodes_join_cordoned_tainted_and_unconfigured():
         assert spec.labels == {}
         config = yaml.safe_load(spec.files["/var/lib/kubelet/config.yaml"])
         assert not {"cpuManagerPolicy", "topologyManagerPolicy", "topologyManagerScope", "reservedSystemCPUs"} & set(config)
-        assert "nvidia" not in spec.files["/etc/containerd/config.toml"]
+        # containerd's config is the real release's own default (no nvidia runtime), written at `up`
+        assert spec.real_containerd == "2" and "/etc/containerd/config.toml" not in spec.files
+        assert "/var/lib/kubelet/cpu_manager_state" not in spec.files  # the real kubelet writes its own
         obj = cluster.node_object(Node(spec, 0), {"gpus": []})
         assert obj["spec"] == {"unschedulable": True, "taints": spec.taints}
         assert not {"gpuharden.io/hardened", "nvidia.com/gpu.present"} & set(obj["metadata"]["labels"])
