@@ -197,8 +197,8 @@ real-quick: real-device-plugin real-podresources-server
 
 real-components: real-quick real-containerd real-kubelet real-pod-support real-container-toolkit
 
-# The lab's real-nodes scenario: the real kubelet, containerd and device plugin as lab nodes (docs/development.md).
-# real-nodes runs its tests on what real-components built (`make test` runs it in its side stream, after the checks
+# The lab's real-node scenarios (real-nodes, healthy, fresh-fleet, bare): the real kubelet, containerd and device
+# plugin as lab nodes (docs/development.md).  real-nodes runs their tests (marker real_nodes) on what real-components built (`make test` runs it in its side stream, after the checks
 # built them; without the build they skip and name real-lab); real-lab builds first.  One test at a time, on lab
 # instance GPUHARDEN_LAB_INSTANCE (default 0).
 .PHONY: real-lab real-nodes
