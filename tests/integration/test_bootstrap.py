@@ -4,13 +4,15 @@ configured, their Python without nvidia-ml-py.
 
 bare-l4-0 (2 L4s): the bootstrap ships pynvml.py to the node's Python, hardens every stage, the post-check passes,
 and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable from the real plugin; a
-second run changes nothing.  bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the real NVIDIA container toolkit
-cannot create the plugin's container there (its jit-cdi mode builds the CDI edits for every GPU, and NVML answers
-GPU_IS_LOST for GPU 6: "failed to get full GPU device editors: error getting device handle for index '6': GPU is
-lost", measured), so the bootstrap stops at the device plugin stage, whose rollout wait names the node and its pod's
-RunContainerError; the node stays cordoned and tainted, the run reports it in the custom stat
-gpuharden_bootstrap_failed and fails that host.  (With the lab's earlier stand-ins the same node failed later, in the
-post-check, with gpu_lost: the real toolkit stops it first.)
+second run changes nothing.
+
+bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the real NVIDIA container toolkit cannot create
+the plugin's container there (its jit-cdi mode builds the CDI edits for every GPU, and NVML answers GPU_IS_LOST for
+GPU 6: "failed to get full GPU device editors: error getting device handle for index '6': GPU is lost", measured), so
+the bootstrap stops at the device plugin stage, whose rollout wait names the node and its pod's RunContainerError;
+the node stays cordoned and tainted, the run reports it in the custom stat gpuharden_bootstrap_failed and fails that
+host.  (With the lab's earlier stand-ins the same node failed later, in the post-check, with gpu_lost: the real
+toolkit stops it first.)
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def test_second_run_changes_nothing(second):
     assert second["stats"].get("changed", {}).get(GOOD, 0) == 0
 
 
-def test_a_node_whose_gpu_the_real_plugin_refuses_stays_out_of_service(lab, failed):
+def test_a_node_whose_lost_gpu_stops_the_plugins_container_stays_out_of_service(lab, failed):
     assert failed["rc"] != 0
     assert failed["stats"]["failures"].get(LOST) == 1
     report = failed["custom"]["gpuharden_bootstrap_failed"][LOST]

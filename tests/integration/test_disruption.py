@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Do no harm, on the fresh-fleet lab: the fleet-wide disruption budget, with the real kubelet and containerd.
 
-4 fresh nodes on the real kubelet's default manager policies (the scenario's 8 would double these serial rollouts and prove
-nothing more); the lab inventory opts into the static CPU Manager, so every node needs a drain.  A watcher samples
-the Nodes every 0.2 s during each run and keeps the most nodes it saw cordoned at once.  (The admission check and the
-kubelet restart count are in test_admission_and_restarts.py: one lab per test module.)
+4 fresh nodes on the real kubelet's default manager policies (the scenario's 8 would double these serial rollouts
+and prove nothing more); the lab inventory opts into the static CPU Manager, so every node needs a drain.  A watcher
+samples the Nodes every 0.2 s during each run and keeps the most nodes it saw cordoned at once.  (The admission check
+and the kubelet restart count are in test_admission_and_restarts.py: one lab per test module.)
 """
 
 from __future__ import annotations
