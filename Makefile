@@ -58,34 +58,30 @@ $(NVML_DOUBLE): $(wildcard tests/fakes/nvml/*.c tests/fakes/nvml/*.h tests/fakes
 control-plane:
 	bash lab/controlplane/build.sh >/dev/null
 
-# dist first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py) uses them.
-# Then two streams side by side.  The lab stream, the longer: `integration` on LAB_WORKERS labs at once.  The side
-# stream: every check that needs no lab, niced so that the labs keep their cores (it also builds the real containerd
-# and kubelet, real-components: cold about 17 min, warm seconds, before `make real`, so their tests run rather than
-# skip); then, not niced, on a lab instance of its own (SIDE_LAB_INSTANCE), the real-nodes lab tests (the real
-# kubelet, containerd and device plugin as the nodes), which need that build, and molecule.  The side stream writes
+# dist and real-components first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py)
+# uses dist/, and the real-node scenarios (healthy, fresh-fleet, bare, real-nodes) need the real kubelet, containerd,
+# toolkit and plugin (cold: minutes, README "Build and test times"; warm: about a second).  Then two streams side by
+# side.  The lab stream, the longer: `integration`, every lab test, stand-in and real-node scenarios alike, on
+# LAB_WORKERS labs at once.  The side stream: every check that needs no lab, niced so that the labs keep their cores,
+# then molecule, not niced, on a lab instance of its own (SIDE_LAB_INSTANCE).  The side stream writes
 # build/test-checks.log, printed when both are done, so the lab's output stays live.  Under `make test` a test whose
 # upstream binary is missing fails instead of skipping (GPUHARDEN_REQUIRE_BUILT, tests/builds.py).  The last line
 # gives each part's exit code and seconds since the start; a missing status counts as a failure.
-test: setup dist
+test: setup dist real-components
 	@export GPUHARDEN_REQUIRE_BUILT=1; start=$$(date +%s); status=$(BUILD)/test-side.status; rm -f "$$status"; \
 	( checks_rc=0; nice -n 10 $(MAKE) --no-print-directory test-checks || checks_rc=$$?; checks_s=$$(( $$(date +%s) - start )); \
-	  real_rc=not-run; real_s=-; \
-	  if [ "$$checks_rc" = 0 ]; then real_rc=0; \
-	    GPUHARDEN_LAB_INSTANCE=$(SIDE_LAB_INSTANCE) $(MAKE) --no-print-directory real-nodes || real_rc=$$?; \
-	    real_s=$$(( $$(date +%s) - start )); fi; \
 	  molecule_rc=0; GPUHARDEN_LAB_INSTANCE=$(SIDE_LAB_INSTANCE) $(MAKE) --no-print-directory molecule || molecule_rc=$$?; \
-	  echo "$$checks_rc $$checks_s $$real_rc $$real_s $$molecule_rc $$(( $$(date +%s) - start ))" > "$$status" \
+	  echo "$$checks_rc $$checks_s $$molecule_rc $$(( $$(date +%s) - start ))" > "$$status" \
 	) > $(BUILD)/test-checks.log 2>&1 & \
 	lab_rc=0; $(MAKE) --no-print-directory integration || lab_rc=$$?; lab_s=$$(( $$(date +%s) - start )); \
 	wait; \
 	echo "=== make test: the side stream (build/test-checks.log)"; cat $(BUILD)/test-checks.log; \
-	checks_rc=missing; checks_s=-; real_rc=missing; real_s=-; molecule_rc=missing; molecule_s=-; \
-	if [ -s "$$status" ]; then read -r checks_rc checks_s real_rc real_s molecule_rc molecule_s < "$$status"; fi; \
+	checks_rc=missing; checks_s=-; molecule_rc=missing; molecule_s=-; \
+	if [ -s "$$status" ]; then read -r checks_rc checks_s molecule_rc molecule_s < "$$status"; fi; \
 	echo "=== make test (seconds since the start): integration rc=$$lab_rc at $$lab_s s;" \
-	  "test-checks rc=$$checks_rc at $$checks_s s, real-nodes rc=$$real_rc at $$real_s s," \
-	  "molecule rc=$$molecule_rc at $$molecule_s s; all in $$(( $$(date +%s) - start )) s"; \
-	[ "$$lab_rc" = 0 ] && [ "$$checks_rc" = 0 ] && [ "$$real_rc" = 0 ] && [ "$$molecule_rc" = 0 ]
+	  "test-checks rc=$$checks_rc at $$checks_s s, molecule rc=$$molecule_rc at $$molecule_s s;" \
+	  "all in $$(( $$(date +%s) - start )) s"; \
+	[ "$$lab_rc" = 0 ] && [ "$$checks_rc" = 0 ] && [ "$$molecule_rc" = 0 ]
 
 test-checks: lint sanity monitoring-check unit sandbox real-components real dist-install-check
 
@@ -130,11 +126,11 @@ real: setup real-quick
 # one lab instance per worker, a whole test file per worker: tests/conftest.py); LAB_WORKERS=0 runs them in this
 # process on lab instance 0, one at a time.
 LAB_WORKERS ?= 2
-# The lab instance of make test's side stream (real-nodes, molecule): the first one integration does not use.
+# The lab instance of make test's side stream (molecule): the first one integration does not use.
 SIDE_LAB_INSTANCE ?= $(if $(filter-out 0,$(LAB_WORKERS)),$(LAB_WORKERS),1)
-# The real-nodes tests are apart (real-nodes, real-lab): they need real-components.
-integration: setup
-	$(BIN)/python -m pytest -q -m "lab and not real_nodes" --durations=15 --junitxml=$(BUILD)/integration-junit.xml \
+# Every lab test; those marked real_nodes need real-components (built first, warm: about a second).
+integration: setup real-components
+	$(BIN)/python -m pytest -q -m lab --durations=15 --junitxml=$(BUILD)/integration-junit.xml \
 	  $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
 
 # On lab instance GPUHARDEN_LAB_INSTANCE (default 0), under the lock the lab tests take for that instance
@@ -198,9 +194,9 @@ real-quick: real-device-plugin real-podresources-server
 real-components: real-quick real-containerd real-kubelet real-pod-support real-container-toolkit
 
 # The lab's real-node scenarios (real-nodes, healthy, fresh-fleet, bare): the real kubelet, containerd and device
-# plugin as lab nodes (docs/development.md).  real-nodes runs their tests (marker real_nodes) on what real-components built (`make test` runs it in its side stream, after the checks
-# built them; without the build they skip and name real-lab); real-lab builds first.  One test at a time, on lab
-# instance GPUHARDEN_LAB_INSTANCE (default 0).
+# plugin as lab nodes (docs/development.md).  real-nodes runs only their tests (marker real_nodes; `make integration`
+# and so `make test` run them with the others) on what real-components built (without the build they skip and name
+# real-lab); real-lab builds first.  One test at a time, on lab instance GPUHARDEN_LAB_INSTANCE (default 0).
 .PHONY: real-lab real-nodes
 real-lab: setup real-components real-nodes
 

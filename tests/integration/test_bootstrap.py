@@ -31,7 +31,7 @@ from kubernetes import client
 from tests.integration import cluster_side as cs
 from tests.labfixtures import running_lab
 
-# real_nodes: the bare lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+# real_nodes: the bare lab's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "bootstrap_gpu_node.yml"

@@ -25,7 +25,7 @@ from kubernetes import client, utils
 from tests.integration import cluster_side as cs
 from tests.labfixtures import shared_lab
 
-# real_nodes: the healthy lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+# real_nodes: the healthy lab's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 RBAC = REPO_ROOT / "deploy/rbac/gpuharden-rbac.yaml"

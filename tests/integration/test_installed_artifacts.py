@@ -27,7 +27,7 @@ import yaml
 from tests.distfixtures import REPO, built_or_build
 from tests.labfixtures import shared_lab
 
-# real_nodes: the healthy lab's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+# real_nodes: the healthy lab's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 COLLECTION = ("gpuharden", "k8s")

@@ -139,7 +139,7 @@ class TestSeedFailures:
 
 
 # real_nodes: the healthy lab is a fresh install on the real kubelet and containerd, hardened by the product's own
-# playbook (scenarios/healthy.yaml); `make real-nodes` runs it after real-components.
+# playbook (scenarios/healthy.yaml); they need real-components; `make real-nodes` runs only these.
 @pytest.mark.real_nodes
 class TestHealthy:
     @pytest.fixture(scope="class")

@@ -25,7 +25,7 @@ from tests.builds import skip_unbuilt
 from tests.integration.cluster_side import admin, failures, module_args, run, wait_for
 from tests.labfixtures import running_lab
 
-# real_nodes: `make real-nodes` runs them, after `make real-components` built the daemons; `make integration` does not.
+# real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 C2, C17 = "real-c2-0", "real-c17-0"

@@ -23,7 +23,7 @@ from gpuharden_lab.noderoot import load_fixture
 
 from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
-# real_nodes: `make real-nodes` runs them, after `make real-components` built the daemons; `make integration` does not.
+# real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 PLUGIN_VERSION = realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]

@@ -35,7 +35,7 @@ from kubernetes import client
 from tests.integration.cluster_side import admin
 from tests.labfixtures import running_lab
 
-# real_nodes: fresh-fleet's nodes run the real kubelet and containerd (`make real-nodes`, after real-components).
+# real_nodes: fresh-fleet's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
