@@ -14,6 +14,8 @@ import ansible_runner
 from gpuharden_lab import REPO_ROOT
 from kubernetes import client, config
 
+from tests.labfixtures import discard_shared_lab
+
 PLAYBOOKS = REPO_ROOT / "tests/integration/playbooks"
 
 
@@ -87,11 +89,15 @@ def ensure_namespace(core: client.CoreV1Api, name: str):
             raise
 
 
+def recap_changed(stdout: str) -> dict[str, int]:
+    """{host: changed count} from ansible-playbook's PLAY RECAP."""
+    recap = stdout[stdout.rfind("PLAY RECAP"):]
+    return {line.split(":", 1)[0].strip(): int(line.split("changed=")[1].split()[0]) for line in recap.splitlines()[1:] if "changed=" in line}
+
+
 def put_back(core: client.CoreV1Api, namespace: str, nodes, timeout: float = 120.0):
     """Give a shared lab back as the test found it: the test's namespace gone (the kubelets stopped its pods) and the
     nodes schedulable.  Where that fails, the next user gets a fresh lab (labfixtures.discard_shared_lab)."""
-    from tests.labfixtures import discard_shared_lab
-
     try:
         for node in nodes:
             core.patch_node(node, {"spec": {"unschedulable": None}})

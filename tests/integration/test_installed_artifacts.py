@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.distfixtures import REPO, built_or_build
+from tests.integration.cluster_side import recap_changed
 from tests.labfixtures import shared_lab
 
 # real_nodes: the healthy lab's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
@@ -128,9 +129,8 @@ def test_harden_check_mode_by_fqcn(adopter, lab):
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     assert _lab_hosts(lab) <= set(results), sorted(results)
     # The lab reached its state by this checkout's harden run: the installed collection predicts no change.
-    recap = completed.stdout[completed.stdout.rfind("PLAY RECAP"):]
-    changed = {line.split(":", 1)[0].strip(): int(line.split("changed=")[1].split()[0]) for line in recap.splitlines()[1:] if "changed=" in line}
-    assert set(changed.values()) == {0}, recap
+    changed = recap_changed(completed.stdout)
+    assert _lab_hosts(lab) <= set(changed) and set(changed.values()) == {0}, completed.stdout[-3000:]
 
 
 def test_gpuharden_drift_finds_the_installed_collection(adopter, lab):

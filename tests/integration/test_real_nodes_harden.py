@@ -18,9 +18,10 @@ import subprocess
 import sys
 
 import pytest
-from gpuharden_lab import realnode
+from gpuharden_lab import manager, realnode
 from gpuharden_lab.noderoot import load_fixture
 
+from tests.integration.cluster_side import recap_changed
 from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
 # real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
@@ -39,17 +40,15 @@ def lab():
 
 
 def harden(state):
-    argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", state["inventory"],
-            str(realnode.REPO_ROOT / "playbooks" / "harden_gpu_nodes.yml"), "-e", json.dumps(EXTRA_VARS)]
-    done = subprocess.run(argv, cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=900,
-                          env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
-    recap = done.stdout[done.stdout.rfind("PLAY RECAP"):]
-    changed = {}
-    for line in recap.splitlines()[1:]:
-        if ":" in line:
-            host, counts = line.split(":", 1)
-            changed[host.strip()] = int(counts.split("changed=")[1].split()[0])
-    return done, changed
+    done = manager.run_harden(state["inventory"], EXTRA_VARS, timeout=900)
+    return done, recap_changed(done.stdout)
+
+
+def drift(state, *args):
+    """`gpuharden drift` over the lab inventory, from this checkout."""
+    return subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", state["inventory"], "-q", *args],
+                          cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
 
 
 def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_the_nvml_inventory(lab):
@@ -76,9 +75,7 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     done, changed = harden(lab)
     assert done.returncode == 0, done.stdout[-6000:]
     assert changed == {"localhost": 0, C2: 0, C17: 0}, changed
-    report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q"], cwd=realnode.REPO_ROOT,
-                            capture_output=True, text=True, check=False, timeout=600,
-                            env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+    report = drift(lab)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "2 clean" in report.stdout, report.stdout
 
@@ -137,7 +134,7 @@ def test_default_drift_reports_an_isolation_breach_from_the_real_kubelets_pod_re
     """A 1-GPU pod the real kubelet admitted (its device manager allocated one GPU through the real plugin) whose
     container can open every GPU (NVIDIA_VISIBLE_DEVICES=all: the toolkit injects them all): the default drift run reads
     the allocation from the kubelet's pod-resources API and reports isolation_breach."""
-    from gpuharden_lab import manager, workloads
+    from gpuharden_lab import workloads
     from kubernetes import client
 
     from tests.integration.cluster_side import admin
@@ -151,9 +148,7 @@ def test_default_drift_reports_an_isolation_breach_from_the_real_kubelets_pod_re
         api.close()
     assert len(placed[0].gpu_minors) == 1 and len(placed[0].visible_minors) == 2, placed
     assert pod.spec.node_name == C2
-    report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q", "--json"],
-                            cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
-                            env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+    report = drift(lab, "--json")
     assert report.returncode == 1, report.stdout[-3000:] + report.stderr[-3000:]
     findings = json.loads(report.stdout)["nodes"][C2]["findings"]
     breaches = [f for f in findings if f["id"] == "isolation_breach"]
@@ -194,9 +189,7 @@ def test_a_pod_that_asks_the_nvidia_runtime_for_every_gpu_gets_them_and_drift_re
                          if name.startswith("nvidia") and name[len("nvidia"):].isdigit())
         assert devices == gpus_in_the_toolkits_all_device(lab, C2) and len(devices) == len(load_fixture("l4")[1]["gpus"]), devices
 
-        report = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", lab["inventory"], "-q", "--json"],
-                                cwd=realnode.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
-                                env=dict(os.environ, ANSIBLE_CONFIG=str(realnode.REPO_ROOT / "ansible.cfg")))
+        report = drift(lab, "--json")
         assert report.returncode == 1, report.stdout[-3000:] + report.stderr[-3000:]
         findings = json.loads(report.stdout)["nodes"][C2]["findings"]
         sneaky = [f for f in findings if f["id"] == "visible_devices_without_request" and (f.get("pod") or {}).get("name") == "sneaky"]

@@ -156,16 +156,22 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
         return dict(zip([node.name for node in nodes], pool.map(boot, nodes), strict=True))
 
 
-def _harden(inventory: str, extra_vars: dict) -> None:
-    """Bring the fleet to the scenario's state the way an adopter does: the product's own harden playbook, under the
-    tool's identity, over SSH.  A failed run fails `up`: the scenario's state was not reached."""
+def run_harden(inventory: str, extra_vars: dict, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """The product's own harden playbook over a lab inventory, as an adopter runs it: under the tool's identity, over
+    SSH, with this checkout's ansible.cfg.  Its output is the caller's to judge."""
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
             str(REPO_ROOT / "playbooks" / "harden_gpu_nodes.yml"), "-e", json.dumps(extra_vars)]
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def _harden(inventory: str, extra_vars: dict) -> None:
+    """Bring the fleet to the scenario's state the way an adopter does (run_harden).  A failed run fails `up`: the
+    scenario's state was not reached."""
     try:
-        done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False, timeout=1200)
-    except subprocess.TimeoutExpired:
-        raise LabError("the harden run that brings the fleet to its scenario's state did not end within 1200 s") from None
+        done = run_harden(inventory, extra_vars)
+    except subprocess.TimeoutExpired as expired:
+        raise LabError("the harden run that brings the fleet to its scenario's state did not end within %.0f s" % expired.timeout) from None
     if done.returncode != 0:
         raise LabError("the harden run that brings the fleet to its scenario's state failed (rc %d):\n%s\n%s"
                        % (done.returncode, done.stdout[-6000:], done.stderr[-2000:]))
@@ -305,8 +311,7 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
             timings["pods"] = time.monotonic() - phase
             state["cluster"] = kube
         state["inventory"] = str(write_inventory(scenario, nodes, python, kube))
-        state["hardened"] = bool(scenario.harden is not None and harden and kube)
-        if state["hardened"]:
+        if scenario.harden is not None and harden and kube:
             phase = time.monotonic()
             _harden(state["inventory"], scenario.harden)
             timings["harden"] = time.monotonic() - phase
