@@ -67,10 +67,26 @@ def double_library(work: Path) -> Path:
 
 
 def real_env() -> dict[str, str]:
-    """The environment with nothing pointing at the double."""
+    """The environment with nothing pointing at the double.
+
+    A driver whose libraries are reached only through LD_LIBRARY_PATH (a container image's /usr/local/nvidia) keeps
+    that entry; an entry holding the double does not stay.  PYTHONPATH keeps what it had (a carried ansible-core).
+    """
     env = {k: v for k, v in os.environ.items() if k not in DOUBLE_VARS and k != "LD_LIBRARY_PATH"}
-    env["PYTHONPATH"] = str(COLLECTIONS)
+    kept = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+            if d and not _is_double_dir(Path(d))]
+    if kept:
+        env["LD_LIBRARY_PATH"] = ":".join(kept)
+    env["PYTHONPATH"] = os.pathsep.join([str(COLLECTIONS)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
+
+
+def _is_double_dir(d: Path) -> bool:
+    lib = d / "libnvidia-ml.so.1"
+    try:
+        return lib.exists() and (d.resolve() == NVML_BUILD.resolve() or b"NVML_DOUBLE_FIXTURE" in lib.read_bytes())
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------------
