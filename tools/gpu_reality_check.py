@@ -8,7 +8,8 @@ On a machine with a real NVIDIA GPU and driver, from a checkout of this reposito
 
 1. Real side: the collection's gpu_facts and nvml_check modules (run directly by Python, as Ansible would
    run them) and the real NVIDIA k8s-device-plugin's discovery (``--kubelet-socket ''``: no registration;
-   its fixed socket dir is a temp dir in a private mount namespace; read by dp-listwatch).
+   its fixed socket dir is a temp dir in a private mount namespace; read by dp-listwatch), and on a MIG-capable
+   GPU its MIG GPU-instance profiles (NVML getters; the collection's profile table of them).
 2. Double side: the same three against the NVML double with the nearest shipped fixture (by GPU name, count
    and MIG mode), on a node root built by the lab (bind-mounted over /proc/driver and /sys/bus/pci/devices in
    the plugin's private namespace only).
@@ -131,6 +132,48 @@ def run_module(name: str, args: dict, env: dict[str, str], work: Path) -> dict:
     except ValueError:
         return {"failed": True, "msg": "no JSON from %s (rc %d)" % (name, p.returncode),
                 "stdout": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MIG profile tables (NVML getters only)
+
+PROFILE_PROBE = r"""
+import json, pynvml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml, _nvml
+FIELDS = ("id", "sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount", "decoderCount",
+          "encoderCount", "jpegCount", "ofaCount", "memorySizeMB")
+out = {}
+pynvml.nvmlInit()
+try:
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        gpu = {"raw": {}, "errors": {}}
+        for enum in _nvml.GPU_INSTANCE_PROFILE_ENUMS:
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+            except pynvml.NVMLError as error:
+                gpu["errors"][str(enum)] = str(error)
+                continue
+            gpu["raw"][str(enum)] = dict({f: getattr(info, f) for f in FIELDS}, name=_nvml.profile_name(info.name))
+        try:
+            gpu["table"] = _mig_nvml.profile_table(handle)
+        except pynvml.NVMLError as error:
+            gpu["table_error"] = str(error)
+        out[str(index)] = gpu
+finally:
+    pynvml.nvmlShutdown()
+print(json.dumps(out))
+"""
+
+
+def mig_profiles(env: dict[str, str], work: Path) -> dict:
+    """Every GPU's MIG GPU-instance profiles as NVML reports them, and the collection's profile table of them."""
+    p = subprocess.run([sys.executable, "-c", PROFILE_PROBE], capture_output=True, text=True, env=env, timeout=60,
+                       cwd=work)
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        return {"failed": True, "rc": p.returncode, "stderr": p.stderr[-2000:]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         log("double: gpu_facts, nvml_check on %s" % fixture)
         report["double"] = {"gpu_facts": run_module("gpu_facts", {"root": str(node.root)}, denv, work),
                             "nvml_check": run_module("nvml_check", {"root": str(node.root)}, denv, work)}
+        if mig_capable:
+            log("real and double: MIG profile tables")
+            report["real"]["mig_profiles"] = mig_profiles(env, work)
+            report["double"]["mig_profiles"] = mig_profiles(denv, work)
         if bindir is not None:
             for side, e, root in (("real", env, real_root.root if real_root else None), ("double", denv, node.root)):
                 report[side]["device_plugin"] = {}
@@ -317,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    for part in ("gpu_facts", "nvml_check", "device_plugin"):
+    for part in ("gpu_facts", "nvml_check", "mig_profiles", "device_plugin"):
         if part in report["real"] or part in report["double"]:
             show("%s (real vs double %s)" % (part, report["fixture"]),
                  disagreements(report["real"].get(part, {}), report["double"].get(part, {})))
