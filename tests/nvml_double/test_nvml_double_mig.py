@@ -100,7 +100,9 @@ def test_enable_mode_on_idle_gpu(make_node, nvml):
     h = nvml.nvmlDeviceGetHandleByIndex(0)
     assert nvml.nvmlDeviceGetMigMode(h) == [0, 0]
     assert nvml.nvmlDeviceGetMaxMigDeviceCount(h) == 0
-    assert err(nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, 0) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    # The profile table is answered with MIG disabled, as a real H200 did (driver 580.159.04); instances are not.
+    assert nvml.nvmlDeviceGetGpuInstanceProfileInfo(h, 0).id == 19
+    assert err(nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, 0x11) == pynvml.NVML_ERROR_INVALID_ARGUMENT
     assert err(nvml.nvmlDeviceCreateGpuInstance, h, 19) == pynvml.NVML_ERROR_NOT_SUPPORTED
     assert err(nvml.nvmlDeviceGetMigDeviceHandleByIndex, h, 0) == pynvml.NVML_ERROR_NOT_SUPPORTED
     assert nvml.nvmlDeviceSetMigMode(h, 1) == pynvml.NVML_SUCCESS

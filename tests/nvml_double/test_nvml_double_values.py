@@ -30,6 +30,7 @@ def test_all_fixtures_present():
                 "dgx-a100-pcie-degraded.json",
                 "h100-mig-enabled.json",
                 "h100-sxm5-80gb.json",
+                "h200-vm.json",
                 "l4.json",
             ]
         )
@@ -61,7 +62,7 @@ def test_fixture_identity(name, make_node, nvml):
         assert pci.busIdLegacy == g["pci_bus_id"][4:]
         assert pci.pciDeviceId == int(g["pci_device_id"], 16)
         assert pci.pciSubSystemId == int(g["pci_subsystem_id"], 16)
-        assert (pci.domain, pci.bus, pci.device) == (0, int(g["pci_bus_id"][9:11], 16), 0)
+        assert (pci.domain, pci.bus, pci.device) == (0, int(g["pci_bus_id"][9:11], 16), int(g["pci_bus_id"][12:14], 16))
         # lookups by UUID and bus id (full and short form) give the same GPU
         for other in (
             nvml.nvmlDeviceGetHandleByUUID(g["uuid"]),

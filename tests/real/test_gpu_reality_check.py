@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,9 @@ from tests.real.device_plugin import require_plugin, versions
 pytestmark = pytest.mark.real
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu_reality_check.py"
+WRAPPER = TOOL.with_suffix(".sh")
+REALITY = Path(__file__).resolve().parent / "reality"
+READ_ONLY_SMI = {"-L", "-q", "--query-gpu"}
 
 
 def test_the_tool_only_runs_read_only_things():
@@ -32,8 +37,18 @@ def test_the_tool_only_runs_read_only_things():
     assert modules == {"gpu_facts", "nvml_check"}
 
 
-@pytest.mark.parametrize("fixture", ["h100-mig-enabled", "l4"])
-def test_self_test_finds_no_disagreement(fixture, tmp_path):
+def test_the_wrapper_only_calls_read_only_nvidia_smi():
+    """The bare-machine wrapper: nvidia-smi only with -L, -q or --query-gpu (no -r, -mig, -pm, -ac, -pl, -e, -c)."""
+    code = "\n".join(line for line in WRAPPER.read_text().splitlines() if not line.lstrip().startswith("#"))
+    calls = re.findall(r"(?<![-\w/])nvidia-smi(?![-\w.])((?: +-[-\w=.,]+)*)", code)
+    assert calls
+    for flags in calls:
+        first = flags.split()[0].split("=")[0]
+        assert first in READ_ONLY_SMI, flags
+        assert all(flag.split("=")[0] in READ_ONLY_SMI | {"--format"} for flag in flags.split()), flags
+
+
+def self_test(fixture, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the tool runs as root")
     require_plugin(versions()["NVIDIA_DEVICE_PLUGIN_VERSION"])
@@ -41,7 +56,37 @@ def test_self_test_finds_no_disagreement(fixture, tmp_path):
     p = subprocess.run([sys.executable, str(TOOL), "--self-test", fixture, "--json", str(report)],
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr
+    return p, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("fixture", ["h100-mig-enabled", "l4", "h200-vm"])
+def test_self_test_finds_no_disagreement(fixture, tmp_path):
+    p, report = self_test(fixture, tmp_path)
     assert "nearest fixture: %s " % fixture in p.stderr
-    for part in ("gpu_facts", "nvml_check", "device_plugin"):
+    parts = ("gpu_facts", "nvml_check", "device_plugin") + (("mig_profiles",) if fixture != "l4" else ())
+    for part in parts:
         assert "== %s (real vs double %s): 0 value(s) differ" % (part, fixture) in p.stdout, p.stdout
-    assert report.exists()
+    assert set(report["double"]) == set(parts)
+
+
+# Values a node root cannot match: the dynamic majors the kernel handed out there, and the cgroup version of the
+# host the lab runs on.
+NODE_SPECIFIC = re.compile(r"^ansible_facts\.gpuharden\.(cgroup_version$|char_majors\.nvidia-(uvm|nvswitch|nvlink|caps)"
+                           r"|device_nodes\./dev/nvidia-(uvm|caps/).*\.major$)")
+
+
+def test_the_double_answers_as_the_real_h200(tmp_path):
+    """The h200-vm fixture against what a real H200 answered (tests/real/reality/h200-vm.json, read with
+    tools/gpu_reality_check.sh on 2026-12-04): the collection's modules, the MIG profile table (NVML answers it with
+    MIG disabled) and the real device plugin's advertisement for each MIG strategy agree, UUID aside."""
+    sys.path.insert(0, str(TOOL.parent))
+    import gpu_reality_check
+
+    recorded = json.loads((REALITY / "h200-vm.json").read_text())["real"]
+    fixture = json.loads((TOOL.parents[1] / "tests/fakes/nvml/fixtures/h200-vm.json").read_text())
+    _p, report = self_test("h200-vm", tmp_path)
+    double = json.loads(json.dumps(report["double"]).replace(fixture["gpus"][0]["uuid"], "GPU-REAL"))
+    for part in ("gpu_facts", "nvml_check", "mig_profiles", "device_plugin"):
+        rows = [row for row in gpu_reality_check.disagreements(recorded[part], double[part])
+                if not NODE_SPECIFIC.match(row[0])]
+        assert rows == [], part

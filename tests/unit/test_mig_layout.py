@@ -140,7 +140,25 @@ def test_check_mode_plans_without_touching_nvml(node):
     assert result["advertised_resources"]["single"] == {"nvidia.com/gpu": 56}
 
 
-@pytest.mark.parametrize("fixture", ["h100-mig-enabled", "dgx-a100-80gb"])
+def test_a_disabled_gpu_takes_its_table_from_nvml(make_node, monkeypatch):
+    """A real H200 (driver 580.159.04) answered its profile table with MIG disabled: read it; the built-in table
+    stands in only when NVML answers none."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml
+
+    make_node("h200-vm")
+    with _mig_nvml.Session():
+        gpu = _mig_nvml.read_gpu(0)
+    assert (gpu["mode_current"], gpu["profile_table_source"]) == (0, "nvml")
+    assert sorted(gpu["profile_table"]) == ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb",
+                                            "7g.141gb"]
+    monkeypatch.setattr(_mig_nvml, "profile_table", lambda handle: {})
+    with _mig_nvml.Session():
+        fallback = _mig_nvml.read_gpu(0)
+    assert fallback["profile_table_source"] == "builtin"
+    assert fallback["profile_table"] == gpu["profile_table"]
+
+
+@pytest.mark.parametrize("fixture", ["h100-mig-enabled", "dgx-a100-80gb", "h200-vm"])
 def test_nvml_table_matches_the_builtin_one(make_node, fixture):
     """The table read from NVML (enum -> id, placements, limits) is the one the packing test proves."""
     import pynvml

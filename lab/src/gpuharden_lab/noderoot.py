@@ -90,6 +90,8 @@ def default_devices(fixture: dict) -> list[DeviceNode]:
         DeviceNode("/dev/nvidia-uvm", UVM_MAJOR, 0),
         DeviceNode("/dev/nvidia-uvm-tools", UVM_MAJOR, 1),
     ]
+    if not fixture.get("modeset", True):  # nvidia-modeset not loaded (a headless VM, as the real H200 one was)
+        devices = [device for device in devices if device.path != "/dev/nvidia-modeset"]
     if not fixture["gpus"]:
         return []
     if any("mig" in gpu for gpu in fixture["gpus"]):
@@ -165,6 +167,25 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+def proc_devices(kernel_module: str) -> str:
+    """/proc/devices with the NVIDIA drivers' character majors.
+
+    The open kernel module names major 195 twice, ``nvidia`` and ``nvidiactl``, and registers the NVSwitch,
+    NVLink and IMEX-channel majors too (read on a real H200, open module 580.159.04, 2026-12-04); the proprietary
+    one's multi-module frontend registers ``nvidia-frontend``.  The dynamic majors keep the lab's numbers.
+    """
+    if kernel_module == "open":
+        nvidia = [(NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl"), (UVM_MAJOR, "nvidia-uvm"),
+                  (UVM_MAJOR + 1, "nvidia-nvswitch"), (UVM_MAJOR + 2, "nvidia-nvlink"), (CAPS_MAJOR, "nvidia-caps"),
+                  (UVM_MAJOR + 3, "nvidia-caps-imex-channels")]
+    elif kernel_module == "proprietary":
+        nvidia = [(NVIDIA_MAJOR, "nvidia-frontend"), (CAPS_MAJOR, "nvidia-caps"), (UVM_MAJOR, "nvidia-uvm")]
+    else:
+        raise ValueError("kernel_module %r is neither 'open' nor 'proprietary'" % kernel_module)
+    lines = ["  1 mem", "  4 /dev/vc/0", "  5 /dev/tty"] + ["%3d %s" % entry for entry in nvidia]
+    return "Character devices:\n" + "\n".join(lines) + "\n\nBlock devices:\n  7 loop\n  8 sd\n"
+
+
 def build_node_root(
     root: Path,
     fixture: str | os.PathLike,
@@ -210,13 +231,9 @@ def build_node_root(
     if fixture_path is None:  # CPU-only: no driver loaded
         _write(root / "proc/devices", "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n\nBlock devices:\n  7 loop\n  8 sd\n")
         return NodeRoot(root=root, fixture=None, devices=devices)
-    params = dict(DRIVER_DEFAULT_PARAMS, **(driver_params or {}))
+    params = dict(DRIVER_DEFAULT_PARAMS, **data.get("driver_params", {}), **(driver_params or {}))
     _write(root / "proc/driver/nvidia/params", "".join("%s: %s\n" % item for item in params.items()))
-    _write(
-        root / "proc/devices",
-        "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n %3d nvidia-frontend\n %3d nvidia-caps\n"
-        " %3d nvidia-uvm\n\nBlock devices:\n  7 loop\n  8 sd\n" % (NVIDIA_MAJOR, CAPS_MAJOR, UVM_MAJOR),
-    )
+    _write(root / "proc/devices", proc_devices(data.get("kernel_module", "proprietary")))
     _write(root / "proc/driver/nvidia-caps/mig-minors", mig_minors_text())
     if mig_capabilities and any("mig" in gpu for gpu in data["gpus"]):
         _write_mig_capabilities(root, data["gpus"])

@@ -34,35 +34,40 @@ _FIELDS_RE = re.compile(r"^(?:([0-9]+)c\.)?([0-9]+)g\.([0-9]+)gb$")
 _ATTRIBUTE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]*$")
 _DISABLED_WORDS = ("disabled", "off", "none")
 
-# Built-in GPU-instance profile tables (mig.md section 2), used only where NVML cannot report the table:
-# while MIG is disabled the driver answers NOT_SUPPORTED to profile queries.  Placements are memory-slice
-# starts; ``size`` is the placement size in memory slices; ``slices`` counts compute slices.
+# Built-in GPU-instance profile tables (mig.md section 2), used only where NVML reports no table for a GPU whose
+# MIG is disabled.  A real H200 on driver 580.159.04 did report its table with MIG disabled
+# (tools/gpu_reality_check.py, 2026-12-04); older drivers are said to answer NOT_SUPPORTED, so the fallback stays.
+# Placements are memory-slice starts; ``size`` is the placement size in memory slices; ``slices`` counts compute
+# slices.  The 80 GB and 141 GB boards share ids, enums, slices and placements; only the memory in the names differs.
 _TABLE_ROWS = (
-    # name, id, enum, compute slices, placement size, max instances, starts
-    ("1g.10gb", 19, 0, 1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
-    ("1g.10gb+me", 20, 7, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
-    ("1g.20gb", 15, 9, 1, 2, 4, (0, 2, 4, 6)),
-    ("2g.20gb", 14, 1, 2, 2, 3, (0, 2, 4)),
-    ("3g.40gb", 9, 2, 3, 4, 2, (0, 4)),
-    ("4g.40gb", 5, 3, 4, 4, 1, (0,)),
-    ("7g.80gb", 0, 4, 7, 8, 1, (0,)),
+    # names (80 GB, 141 GB), id, enum, compute slices, placement size, max instances, starts
+    (("1g.10gb", "1g.18gb"), 19, 0, 1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
+    (("1g.10gb+me", "1g.18gb+me"), 20, 7, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    (("1g.20gb", "1g.35gb"), 15, 9, 1, 2, 4, (0, 2, 4, 6)),
+    (("2g.20gb", "2g.35gb"), 14, 1, 2, 2, 3, (0, 2, 4)),
+    (("3g.40gb", "3g.71gb"), 9, 2, 3, 4, 2, (0, 4)),
+    (("4g.40gb", "4g.71gb"), 5, 3, 4, 4, 1, (0,)),
+    (("7g.80gb", "7g.141gb"), 0, 4, 7, 8, 1, (0,)),
 )
 
 
-def _table(rows):
+def _table(rows, column):
     return {
-        name: {"id": pid, "enum": enum, "slices": slices, "size": size, "instance_count": limit, "starts": list(starts)}
-        for name, pid, enum, slices, size, limit, starts in rows
+        names[column]: {"id": pid, "enum": enum, "slices": slices, "size": size, "instance_count": limit,
+                        "starts": list(starts)}
+        for names, pid, enum, slices, size, limit, starts in rows
     }
 
 
-BUILTIN_TABLES = {"A100-80GB": _table(_TABLE_ROWS), "H100-80GB": _table(_TABLE_ROWS)}
+BUILTIN_TABLES = {"A100-80GB": _table(_TABLE_ROWS, 0), "H100-80GB": _table(_TABLE_ROWS, 0),
+                  "H200-141GB": _table(_TABLE_ROWS, 1)}
 # PCI device ids (device << 16 | vendor) of the boards whose table is built in.
 BUILTIN_TABLE_BY_DEVICE_ID = {
     "0x20B210DE": "A100-80GB",  # A100-SXM4-80GB
     "0x20B510DE": "A100-80GB",  # A100 80GB PCIe
     "0x233010DE": "H100-80GB",  # H100 SXM5 80GB
     "0x233110DE": "H100-80GB",  # H100 PCIe 80GB
+    "0x233510DE": "H200-141GB",  # H200 SXM 141GB (read from one, 2026-12-04)
 }
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
@@ -442,9 +447,9 @@ def validate(gpu, want, table):
         raise GpuhardenError("%s does not support MIG, but the layout asks for MIG with %s" % (label, profiles),
                              gpu=gpu["index"], field="mig-enabled", value=True)
     if table is None:
-        raise GpuhardenError("%s: MIG is disabled and its profile table is unknown to gpuharden; enable MIG on it "
-                             "once (e.g. a layout with mig-enabled and no mig-devices) so NVML can report the table"
-                             % label, gpu=gpu["index"], field="mig-devices", value=want["mig_devices"])
+        raise GpuhardenError("%s: MIG is disabled, NVML reports no profile table for it and gpuharden has none built "
+                             "in for its board; enable MIG on it once (e.g. a layout with mig-enabled and no "
+                             "mig-devices) so NVML can report the table" % label, gpu=gpu["index"], field="mig-devices", value=want["mig_devices"])
     for name, count in sorted(want["mig_devices"].items()):
         if name not in table:
             raise GpuhardenError("%s has no MIG profile %s (its profiles: %s)" % (label, name, ", ".join(sorted(table))),

@@ -133,18 +133,27 @@ def read_gpu(index):
             return gpu
         raise
     gpu.update(mig_capable=True, mode_current=current, mode_pending=pending)
-    if current == 1:
-        gpu["profile_table"] = profile_table(handle)
+    # A real driver (H200, 580.159.04) reports the table with MIG disabled too; where one reports none, or fails
+    # part of it, the built-in table of the board stands in until MIG is enabled.
+    try:
+        table = profile_table(handle)
+    except pynvml.NVMLError:
+        if current == 1:
+            raise
+        table = None
+    if table or current == 1:
+        gpu["profile_table"] = table
         gpu["profile_table_source"] = "nvml"
+    else:
+        gpu["profile_table"] = _mig.builtin_table(gpu["pci_device_id"])
+        gpu["profile_table_source"] = "builtin" if gpu["profile_table"] else None
+    if current == 1:
         by_id = {entry["id"]: name for name, entry in gpu["profile_table"].items()}
         instances = _nvml.gpu_instances(handle, _nvml.gpu_instance_profiles(handle))
         for instance in instances:
             instance["profile"] = by_id.get(instance["profile_id"], instance["profile"])
             instance["compute_instances"] = _compute_instances(_gi_handle(handle, instance["id"]))
         gpu["gpu_instances"] = instances
-    else:
-        gpu["profile_table"] = _mig.builtin_table(gpu["pci_device_id"])
-        gpu["profile_table_source"] = "builtin" if gpu["profile_table"] else None
     return gpu
 
 

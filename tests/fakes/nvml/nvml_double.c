@@ -174,6 +174,16 @@ static const miptable_t MIG_TABLES[] = {
         { 7, 20, "1g.10gb+me", 1, 1, 1, 7, {0,1,2,3,4,5,6}, 14, 1, 1, 0, 1, 1, 9728 },
         { 9, 15, "1g.20gb",    1, 2, 4, 4, {0,2,4,6},       14, 1, 1, 0, 0, 0, 19968 },
     } },
+    /* Read from a real H200 (NVML 13.580.159.04, MIG disabled) by tools/gpu_reality_check.py, 2026-12-04. */
+    { "H200-141GB", 7, {
+        { 0, 19, "1g.18gb",    1, 1, 7, 7, {0,1,2,3,4,5,6},  16, 1, 1, 0, 1, 0, 16384 },
+        { 1, 14, "2g.35gb",    2, 2, 3, 3, {0,2,4},          32, 2, 2, 0, 2, 0, 33280 },
+        { 2,  9, "3g.71gb",    3, 4, 2, 2, {0,4},            60, 3, 3, 0, 3, 0, 71424 },
+        { 3,  5, "4g.71gb",    4, 4, 1, 1, {0},              64, 4, 4, 0, 4, 0, 71424 },
+        { 4,  0, "7g.141gb",   7, 8, 1, 1, {0},             132, 8, 7, 0, 7, 1, 143360 },
+        { 7, 20, "1g.18gb+me", 1, 1, 1, 7, {0,1,2,3,4,5,6},  16, 1, 1, 0, 1, 1, 16384 },
+        { 9, 15, "1g.35gb",    1, 2, 4, 4, {0,2,4,6},        26, 1, 1, 0, 1, 0, 33280 },
+    } },
     { "H100-80GB", 7, {
         { 0, 19, "1g.10gb",    1, 1, 7, 7, {0,1,2,3,4,5,6},  16, 1, 1, 0, 1, 0, 9984 },
         { 1, 14, "2g.20gb",    2, 2, 3, 3, {0,2,4},          32, 2, 2, 0, 2, 0, 20096 },
@@ -1585,11 +1595,13 @@ static void fill_gip(const gip_t *p, const gstate_t *s, unsigned *id, unsigned *
     *jpeg = (unsigned)p->jpeg; *ofa = (unsigned)p->ofa; *mem = p->mem_mb;
 }
 
+/* A MIG-capable GPU's profile table is answered whatever its MIG mode, and an enum past the last one
+ * (NVML_GPU_INSTANCE_PROFILE_COUNT, 0x11) is INVALID_ARGUMENT: as the real H200 answered with MIG disabled
+ * (driver 580.159.04, tools/gpu_reality_check.py, 2026-12-04). */
 static int gip_lookup(handle_t *h, const gpu_t *g, unsigned profile, const gip_t **out)
 {
-    if (profile >= 0x12) return NVML_ERROR_INVALID_ARGUMENT;
-    state_snapshot();
-    if (!g_st[h->gpu].mig_cur) return NVML_ERROR_NOT_SUPPORTED;
+    (void)h;
+    if (profile >= 0x11) return NVML_ERROR_INVALID_ARGUMENT;
     *out = gip_by_enum(g->mig, (int)profile);
     return *out ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
@@ -1651,8 +1663,9 @@ API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(void *device, uns
 {
     MIG_DEV_BEGIN(device);
     if (!count) FAIL(NVML_ERROR_INVALID_ARGUMENT);
-    const gip_t *p;
-    if ((rc = gip_by_id_checked(h, g, pid, &p))) goto out;
+    /* Answered with MIG disabled too (the real H200, as gip_lookup). */
+    const gip_t *p = gip_by_id(g->mig, (int)pid);
+    if (!p) FAIL(NVML_ERROR_INVALID_ARGUMENT);
     if (placements)
         for (int k = 0; k < p->nstarts; k++) {
             placements[k].start = (unsigned)p->starts[k];
