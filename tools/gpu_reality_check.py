@@ -159,6 +159,10 @@ try:
             gpu["table"] = _mig_nvml.profile_table(handle)
         except pynvml.NVMLError as error:
             gpu["table_error"] = str(error)
+        # What mig_layout plans from (its read path: getters only).
+        seen = _mig_nvml.read_gpu(index)
+        gpu["mig_layout_reads"] = {key: seen[key] for key in ("mig_capable", "mode_current", "mode_pending",
+                                                              "profile_table_source")}
         out[str(index)] = gpu
 finally:
     pynvml.nvmlShutdown()
