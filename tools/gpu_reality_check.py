@@ -134,6 +134,26 @@ def run_module(name: str, args: dict, env: dict[str, str], work: Path) -> dict:
                 "stdout": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
 
 
+# What node_audit (read-only; no lock) says of the GPU node: the device nodes as the device_permissions role's defaults
+# want them, NVML health, the device cgroups and, on a MIG-capable GPU, a layout of the profile with the most
+# instances (planned from the profile table NVML reports; an audit never applies it).
+def without_root(value, root: str):
+    """The result as seen from inside the node: the node root's prefix taken off every path in it."""
+    if root == "/":
+        return value
+    text = json.dumps(value).replace(json.dumps(root)[1:-1], "")
+    return json.loads(text)
+
+
+def audit_args(root: str, profiles: dict | None) -> dict:
+    args = {"root": root, "device_nodes": {}, "nvml": {}, "device_cgroups": {}}
+    table = ((profiles or {}).get("0") or {}).get("table") or {}
+    if table:
+        name = max(sorted(table), key=lambda n: (table[n]["instance_count"], -table[n]["slices"], "+" not in n))
+        args["mig"] = {"layout": {"all": {name: table[name]["instance_count"]}}, "strategy": "mixed"}
+    return args
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # MIG profile tables (NVML getters only)
 
@@ -286,6 +306,8 @@ def disagreements(real: dict, double: dict) -> list[tuple[str, object, object]]:
     missing = object()
     rows = []
     for key in sorted(set(a) | set(b)):
+        if key.rsplit(".", 1)[-1] == "seconds":  # timings
+            continue
         va, vb = a.get(key, missing), b.get(key, missing)
         if va != vb:
             rows.append((key, "<absent>" if va is missing else va, "<absent>" if vb is missing else vb))
@@ -359,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
             log("real and double: MIG profile tables")
             report["real"]["mig_profiles"] = mig_profiles(env, work)
             report["double"]["mig_profiles"] = mig_profiles(denv, work)
+        profiles = report["real"].get("mig_profiles")
+        log("real and double: node_audit")
+        report["real"]["node_audit"] = without_root(
+            run_module("node_audit", audit_args(root_opt, profiles), env, work), root_opt)
+        report["double"]["node_audit"] = without_root(
+            run_module("node_audit", audit_args(str(node.root), profiles), denv, work), str(node.root))
         if bindir is not None:
             for side, e, root in (("real", env, real_root.root if real_root else None), ("double", denv, node.root)):
                 report[side]["device_plugin"] = {}
@@ -368,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    for part in ("gpu_facts", "nvml_check", "mig_profiles", "device_plugin"):
+    for part in ("gpu_facts", "nvml_check", "mig_profiles", "node_audit", "device_plugin"):
         if part in report["real"] or part in report["double"]:
             show("%s (real vs double %s)" % (part, report["fixture"]),
                  disagreements(report["real"].get(part, {}), report["double"].get(part, {})))

@@ -24,7 +24,7 @@ READ_ONLY_SMI = {"-L", "-q", "--query-gpu"}
 
 
 def test_the_tool_only_runs_read_only_things():
-    """No nvidia-smi, no NVML setter, and only the read-only modules gpu_facts and nvml_check."""
+    """No nvidia-smi, no NVML setter, and only the read-only modules gpu_facts, nvml_check and node_audit."""
     source = TOOL.read_text()
     assert "nvidia-smi" not in source.replace("no nvidia-smi", "")
     assert not any(word in source for word in ("nvmlDeviceSet", "SetMigMode", "CreateGpuInstance", "nvmlDeviceReset"))
@@ -34,7 +34,15 @@ def test_the_tool_only_runs_read_only_things():
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_module"
         and isinstance(node.args[0], ast.Constant)
     }
-    assert modules == {"gpu_facts", "nvml_check"}
+    assert modules == {"gpu_facts", "nvml_check", "node_audit"}
+    sys.path.insert(0, str(TOOL.parent))
+    import gpu_reality_check
+
+    table = {"1g.18gb": {"instance_count": 7, "slices": 1}, "7g.141gb": {"instance_count": 1, "slices": 7}}
+    args = gpu_reality_check.audit_args("/", {"0": {"table": table}})
+    # node_audit is read-only unless it takes the run lock; the MIG layout is only planned.
+    assert "lock" not in args and set(args) == {"root", "device_nodes", "nvml", "device_cgroups", "mig"}
+    assert args["mig"] == {"layout": {"all": {"1g.18gb": 7}}, "strategy": "mixed"}
 
 
 def test_the_wrapper_only_calls_read_only_nvidia_smi():
@@ -63,7 +71,7 @@ def self_test(fixture, tmp_path):
 def test_self_test_finds_no_disagreement(fixture, tmp_path):
     p, report = self_test(fixture, tmp_path)
     assert "nearest fixture: %s " % fixture in p.stderr
-    parts = ("gpu_facts", "nvml_check", "device_plugin") + (("mig_profiles",) if fixture != "l4" else ())
+    parts = ("gpu_facts", "nvml_check", "node_audit", "device_plugin") + (("mig_profiles",) if fixture != "l4" else ())
     for part in parts:
         assert "== %s (real vs double %s): 0 value(s) differ" % (part, fixture) in p.stdout, p.stdout
     assert set(report["double"]) == set(parts)
