@@ -65,6 +65,15 @@ fi
     cat /proc/driver/nvidia/version 2>&1 || true
     cat /proc/driver/nvidia-caps/mig-minors 2>&1 | head -5 || true
     ls /sys/bus/pci/devices/ 2>&1 | head -40 || true
+    echo "== /proc/devices"
+    cat /proc/devices 2>&1 || true
+    echo "== /proc/driver/nvidia/capabilities"
+    find /proc/driver/nvidia/capabilities -type f 2>/dev/null | sort | while read -r f; do
+        echo "-- $f"
+        cat "$f" 2>&1 || true
+    done
+    echo "== /dev/char (nvidia links)"
+    ls -l /dev/char 2>&1 | grep -i nvidia || echo "none"
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 nvidia-smi -q >"$out/nvidia-smi-q.txt" 2>&1 || true
