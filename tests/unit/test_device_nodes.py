@@ -473,3 +473,26 @@ def test_item17_drift_check_catches_what_nvidia_modprobe_undoes(world_tmp):
     os.chmod(node.root / "dev/nvidia-uvm", 0o600)
     audit = run_module("node_audit", {"root": str(node.root), "device_nodes": options}, {})
     assert "/dev/nvidia-uvm" in [entry.get("path") for entry in audit["findings"] if entry["id"] == "device_node_permissions"]
+
+
+def test_a_capability_nobody_made_yet_is_left_alone_and_fixed_once_it_exists(world_tmp):
+    """A real H200 (open module 580.159.04) announced fabric-imex-mgmt (minor 4323) with no /dev node: the IMEX daemon
+    makes it with nvidia-modprobe -f when it needs it.  Harden creates only MIG capability nodes, and the audit calls the
+    missing IMEX one no drift; once it exists, its numbers and mode are kept as for every capability."""
+    node = _node(world_tmp, "h200-vm", mig_capabilities=True)
+    imex = node.root / "dev/nvidia-caps/nvidia-cap4323"
+    assert (node.root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").is_file() and not imex.exists()
+    assert dn.is_mig_capability("mig/config") and dn.is_mig_capability("gpu0/mig/gi1/ci0/access")
+    assert not dn.is_mig_capability("fabric-imex-mgmt") and not dn.is_mig_capability("gpu0/imex")
+    (node.root / "dev/nvidia-caps/nvidia-cap1").unlink()
+    result = _run(node)
+    assert "/dev/nvidia-caps/nvidia-cap4323" not in result["nodes"] and not imex.exists()
+    assert result["nodes"]["/dev/nvidia-caps/nvidia-cap1"]["action"] == "create"  # a MIG capability is made
+    audit = run_module("node_audit", {"root": str(node.root), "device_nodes": {}}, {})
+    assert [entry for entry in audit["findings"] if "4323" in str(entry.get("path"))] == []
+    assert audit["checks"]["device_nodes"]["status"] == "ok", audit["findings"]
+    os.mknod(imex, stat.S_IFCHR | 0o644, os.makedev(235, 4323))  # made by its user, with a wider mode
+    os.chmod(imex, 0o644)
+    fixed = _run(node)
+    assert fixed["nodes"]["/dev/nvidia-caps/nvidia-cap4323"]["action"] == "fix"
+    assert stat.S_IMODE(imex.stat().st_mode) == 0o400

@@ -237,6 +237,9 @@ def build_node_root(
     _write(root / "proc/driver/nvidia-caps/mig-minors", mig_minors_text())
     if mig_capabilities and any("mig" in gpu for gpu in data["gpus"]):
         _write_mig_capabilities(root, data["gpus"])
+    for name, cap in sorted(data.get("driver_capabilities", {}).items()):
+        _write(root / "proc/driver/nvidia/capabilities" / name,
+               "DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n" % (cap["minor"], cap["mode"]))
     for gpu in data["gpus"]:
         bdf = sysfs_bdf(gpu["pci_bus_id"])
         _write(

@@ -336,6 +336,18 @@ def describe(desc, name_of=None):
     return "%s%s %s %s" % (desc["type"], numbers, _ids(desc, name_of), desc["mode"])
 
 
+def is_mig_capability(name):
+    """Whether a capability file under /proc/driver/nvidia/capabilities is a MIG one (mig/config, mig/monitor,
+    gpu<N>/mig/gi<G>[/ci<C>]/access): the nodes libnvidia-container makes for MIG devices, which this module makes too.
+
+    The driver announces others that nobody makes until they are used: a real H200 (open kernel module 580.159.04,
+    2026-12-04) announced fabric-imex-mgmt (minor 4323, 0400) with no /dev node, which the IMEX daemon's
+    ``nvidia-modprobe -f`` makes when it needs it.  Such a node is fixed where it exists, never created.
+    """
+    parts = name.split("/")
+    return parts[0] == "mig" or (len(parts) > 2 and re.fullmatch(r"gpu[0-9]+", parts[0]) is not None and parts[1] == "mig")
+
+
 def _wanted_nodes(observed, policy, warnings):
     """[(path, major, minor, uid, gid, mode, fix_permissions, kept_by, policy_wants)] the driver's state calls for.
 
@@ -368,6 +380,9 @@ def _wanted_nodes(observed, policy, warnings):
         warnings.append("nvidia-caps has no major in /proc/devices: /dev/nvidia-caps/* left as they are")
     elif caps:
         for minor, cap in sorted(caps.items()):
+            path = "%s/nvidia-cap%d" % (CAPS_DIR, minor)
+            if not is_mig_capability(cap["name"]) and not observed["nodes"][path].get("exists"):
+                continue  # made on demand by whoever uses it (nvidia-modprobe -f); its absence is no drift
             kept_by = KEPT_BY_CAP % cap["name"] if cap["modify"] else KEPT_BY_NONE
             wanted.append(("%s/nvidia-cap%d" % (CAPS_DIR, minor), caps_major, minor, 0, 0, cap["mode"], cap["modify"],
                            kept_by, (0, policy["gid"], cap_mode(cap["mode"], policy))))
