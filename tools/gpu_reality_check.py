@@ -135,8 +135,9 @@ def run_module(name: str, args: dict, env: dict[str, str], work: Path) -> dict:
 
 
 # What node_audit (read-only; no lock) says of the GPU node: the device nodes as the device_permissions role's defaults
-# want them, NVML health, the device cgroups and, on a MIG-capable GPU, a layout of the profile with the most
-# instances (planned from the profile table NVML reports; an audit never applies it).
+# want them, NVML health, the device cgroups (the real machine's; the double's node root has none) and, on a
+# MIG-capable GPU, a layout of the profile with the most instances (planned from the profile table NVML reports; an
+# audit never applies it).
 def without_root(value, root: str):
     """The result as seen from inside the node: the node root's prefix taken off every path in it."""
     if root == "/":
@@ -145,8 +146,11 @@ def without_root(value, root: str):
     return json.loads(text)
 
 
-def audit_args(root: str, profiles: dict | None) -> dict:
-    args = {"root": root, "device_nodes": {}, "nvml": {}, "device_cgroups": {}}
+def audit_args(root: str, profiles: dict | None, cgroups: bool = True) -> dict:
+    """node_audit's options; ``cgroups=False`` leaves out the device-cgroup check (a node root has no cgroups)."""
+    args = {"root": root, "device_nodes": {}, "nvml": {}}
+    if cgroups:
+        args["device_cgroups"] = {}
     table = ((profiles or {}).get("0") or {}).get("table") or {}
     if table:
         name = max(sorted(table), key=lambda n: (table[n]["instance_count"], -table[n]["slices"], "+" not in n))
@@ -386,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         report["real"]["node_audit"] = without_root(
             run_module("node_audit", audit_args(root_opt, profiles), env, work), root_opt)
         report["double"]["node_audit"] = without_root(
-            run_module("node_audit", audit_args(str(node.root), profiles), denv, work), str(node.root))
+            run_module("node_audit", audit_args(str(node.root), profiles, cgroups=real_root is not None), denv, work),
+            str(node.root))
         if bindir is not None:
             for side, e, root in (("real", env, real_root.root if real_root else None), ("double", denv, node.root)):
                 report[side]["device_plugin"] = {}
