@@ -384,7 +384,7 @@ def _wanted_nodes(observed, policy, warnings):
             if not is_mig_capability(cap["name"]) and not observed["nodes"][path].get("exists"):
                 continue  # made on demand by whoever uses it (nvidia-modprobe -f); its absence is no drift
             kept_by = KEPT_BY_CAP % cap["name"] if cap["modify"] else KEPT_BY_NONE
-            wanted.append(("%s/nvidia-cap%d" % (CAPS_DIR, minor), caps_major, minor, 0, 0, cap["mode"], cap["modify"],
+            wanted.append((path, caps_major, minor, 0, 0, cap["mode"], cap["modify"],
                            kept_by, (0, policy["gid"], cap_mode(cap["mode"], policy))))
     return wanted
 

@@ -449,7 +449,8 @@ def validate(gpu, want, table):
     if table is None:
         raise GpuhardenError("%s: MIG is disabled, NVML reports no profile table for it and gpuharden has none built "
                              "in for its board; enable MIG on it once (e.g. a layout with mig-enabled and no "
-                             "mig-devices) so NVML can report the table" % label, gpu=gpu["index"], field="mig-devices", value=want["mig_devices"])
+                             "mig-devices) so NVML can report the table" % label,
+                             gpu=gpu["index"], field="mig-devices", value=want["mig_devices"])
     for name, count in sorted(want["mig_devices"].items()):
         if name not in table:
             raise GpuhardenError("%s has no MIG profile %s (its profiles: %s)" % (label, name, ", ".join(sorted(table))),
