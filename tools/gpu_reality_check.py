@@ -8,8 +8,9 @@ On a machine with a real NVIDIA GPU and driver, from a checkout of this reposito
 
 1. Real side: the collection's gpu_facts and nvml_check modules (run directly by Python, as Ansible would
    run them) and the real NVIDIA k8s-device-plugin's discovery (``--kubelet-socket ''``: no registration;
-   its fixed socket dir is a temp dir in a private mount namespace; read by dp-listwatch), and on a MIG-capable
-   GPU its MIG GPU-instance profiles (NVML getters; the collection's profile table of them).
+   its fixed socket dir is a temp dir in a private mount namespace; read by dp-listwatch), on a MIG-capable
+   GPU its MIG GPU-instance profiles (NVML getters; the collection's profile table of them), and node_audit
+   (read-only, without the run lock).
 2. Double side: the same three against the NVML double with the nearest shipped fixture (by GPU name, count
    and MIG mode), on a node root built by the lab (bind-mounted over /proc/driver and /sys/bus/pci/devices in
    the plugin's private namespace only).
@@ -134,10 +135,6 @@ def run_module(name: str, args: dict, env: dict[str, str], work: Path) -> dict:
                 "stdout": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
 
 
-# What node_audit (read-only; no lock) says of the GPU node: the device nodes as the device_permissions role's defaults
-# want them, NVML health, the device cgroups (the real machine's; the double's node root has none) and, on a
-# MIG-capable GPU, a layout of the profile with the most instances (planned from the profile table NVML reports; an
-# audit never applies it).
 def without_root(value, root: str):
     """The result as seen from inside the node: the node root's prefix taken off every path in it."""
     if root == "/":
@@ -146,6 +143,10 @@ def without_root(value, root: str):
     return json.loads(text)
 
 
+# What node_audit (read-only; no lock) says of the GPU node: the device nodes as the device_permissions role's defaults
+# want them, NVML health, the device cgroups (the real machine's; the double's node root has none) and, on a
+# MIG-capable GPU, a layout of the profile with the most instances (planned from the profile table NVML reports; an
+# audit never applies it).
 def audit_args(root: str, profiles: dict | None, cgroups: bool = True) -> dict:
     """node_audit's options; ``cgroups=False`` leaves out the device-cgroup check (a node root has no cgroups)."""
     args = {"root": root, "device_nodes": {}, "nvml": {}}
