@@ -95,8 +95,9 @@ def _is_double_dir(d: Path) -> bool:
 # Preparation
 
 
-def prepare(build: bool) -> tuple[Path | None, str]:
-    """Collection link, the NVML double, the plugin binaries (dir or None) and its version."""
+def prepare(build: bool, plugin_version: str | None = None) -> tuple[Path | None, str]:
+    """Collection link, the NVML double, the plugin binaries (dir or None) and its version (versions.env's
+    NVIDIA_DEVICE_PLUGIN_VERSION, or ``plugin_version``: a version, or ``old`` for NVIDIA_DEVICE_PLUGIN_OLD_VERSION)."""
     link = COLLECTIONS / "ansible_collections" / "gpuharden" / "k8s"
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +106,9 @@ def prepare(build: bool) -> tuple[Path | None, str]:
         log("building the NVML double")
         subprocess.run(["sh", str(REPO / "tests/fakes/nvml/build.sh"), str(NVML_BUILD)], check=True,
                        stdout=subprocess.DEVNULL, timeout=120)
-    version = versions()["NVIDIA_DEVICE_PLUGIN_VERSION"]
+    pinned = versions()
+    version = {None: pinned["NVIDIA_DEVICE_PLUGIN_VERSION"],
+               "old": pinned["NVIDIA_DEVICE_PLUGIN_OLD_VERSION"]}.get(plugin_version, plugin_version)
     cache = Path(os.environ.get("GPUHARDEN_CACHE") or Path.home() / ".cache" / "gpuharden")
     bindir = cache / "realcomponents" / ("nvidia-device-plugin-" + version)
     if not (bindir / "nvidia-device-plugin").exists() and build:
@@ -337,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", action="store_true", help="build the NVML double and the device plugin when missing")
     ap.add_argument("--json", help="also write every raw result here")
     ap.add_argument("--no-plugin", action="store_true", help="skip the device plugin part")
+    ap.add_argument("--plugin-version", help="the device plugin release to run (default: versions.env's; 'old': the "
+                    "older pinned one)")
     ap.add_argument("--self-test", metavar="FIXTURE",
                     help="check this tool without a GPU: the 'real' side is the NVML double with FIXTURE")
     args = ap.parse_args(argv)
@@ -344,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         log("run as root: nvml_check's unprivileged probe, the node root (mknod) and the plugin's mount namespace need it")
         return 2
     t0 = time.monotonic()
-    bindir, version = prepare(args.build)
+    bindir, version = prepare(args.build, args.plugin_version)
     if args.no_plugin:
         bindir = None
     work = Path(tempfile.mkdtemp(prefix="gpu-reality-"))

@@ -8,7 +8,8 @@
 # `sh tools/gpu_reality_check.sh --prepare CARRY`:
 #   wheels/ansible_core-*.whl, wheels/nvidia_ml_py-*.whl
 #                                                     installed (to a temp dir) only when python3 lacks them
-#   cache/realcomponents/nvidia-device-plugin-<v>/    the real plugin and dp-listwatch (make real-device-plugin)
+#   cache/realcomponents/nvidia-device-plugin-<v>/    the real plugin and dp-listwatch of both pinned releases,
+#                                                     gzipped (make real-device-plugin builds them)
 # and build/nvml/ (the NVML double) is used when present, else built with gcc.
 # Everything it runs only reads GPU state: nvidia-smi queries, NVML getters, the plugin's discovery.
 set -eu
@@ -16,16 +17,20 @@ set -eu
 if [ "${1:-}" = "--prepare" ]; then
     carry=${2:?carry dir}
     repo=$(cd "$(dirname "$0")/.." && pwd)
-    version=$(sed -n 's/^NVIDIA_DEVICE_PLUGIN_VERSION=//p' "$repo/lab/realcomponents/versions.env")
     cache=${GPUHARDEN_CACHE:-$HOME/.cache/gpuharden}
-    mkdir -p "$carry/wheels" "$carry/cache/realcomponents/nvidia-device-plugin-$version"
+    mkdir -p "$carry/wheels"
     for dist in ansible-core nvidia-ml-py; do
         "$repo/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$carry/wheels" \
             "$dist==$("$repo/.venv/bin/python" -c 'import sys; from importlib.metadata import version; print(version(sys.argv[1]))' $dist)"
     done
-    cp "$cache/realcomponents/nvidia-device-plugin-$version/nvidia-device-plugin" \
-       "$cache/realcomponents/nvidia-device-plugin-$version/dp-listwatch" \
-       "$carry/cache/realcomponents/nvidia-device-plugin-$version/"
+    for key in NVIDIA_DEVICE_PLUGIN_VERSION NVIDIA_DEVICE_PLUGIN_OLD_VERSION; do
+        version=$(sed -n "s/^$key=//p" "$repo/lab/realcomponents/versions.env")
+        mkdir -p "$carry/cache/realcomponents/nvidia-device-plugin-$version"
+        for bin in nvidia-device-plugin dp-listwatch; do
+            gzip -c "$cache/realcomponents/nvidia-device-plugin-$version/$bin" \
+                >"$carry/cache/realcomponents/nvidia-device-plugin-$version/$bin.gz"
+        done
+    done
     echo "prepared $carry"
     exit 0
 fi
@@ -51,7 +56,17 @@ if ! ldconfig -p | grep -q 'libnvidia-ml.so.1 '; then
         fi
     done
 fi
-[ -d "$carry/cache" ] && GPUHARDEN_CACHE=$(cd "$carry/cache" && pwd) && export GPUHARDEN_CACHE
+if [ -d "$carry/cache" ]; then  # the carried binaries, unpacked outside the checkout
+    GPUHARDEN_CACHE=/tmp/gpuharden-cache
+    export GPUHARDEN_CACHE
+    for packed in "$carry"/cache/realcomponents/*/*.gz; do
+        [ -e "$packed" ] || continue
+        dir=$GPUHARDEN_CACHE/realcomponents/$(basename "$(dirname "$packed")")
+        mkdir -p "$dir"
+        gunzip -c "$packed" >"$dir/$(basename "$packed" .gz)"
+        chmod 755 "$dir/$(basename "$packed" .gz)"
+    done
+fi
 
 {
     echo "== machine"
@@ -79,6 +94,11 @@ cat "$out/machine.txt"
 nvidia-smi -q >"$out/nvidia-smi-q.txt" 2>&1 || true
 
 status=0
-PYTHONUNBUFFERED=1 timeout 360 python3 tools/gpu_reality_check.py --json "$out/report.json" "$@" || status=$?
+PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_reality_check.py --json "$out/report.json" "$@" || status=$?
 echo "gpu_reality_check.py exit $status"
+if [ "$status" = 0 ]; then  # the older pinned plugin release too (v0.15 is the oldest the collection supports)
+    PYTHONUNBUFFERED=1 timeout 200 python3 tools/gpu_reality_check.py --json "$out/report-old-plugin.json" \
+        --plugin-version old "$@" || status=$?
+    echo "gpu_reality_check.py --plugin-version old exit $status"
+fi
 exit $status
