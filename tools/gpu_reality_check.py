@@ -212,12 +212,31 @@ def mig_profiles(env: dict[str, str], work: Path) -> dict:
 # The real device plugin
 
 
-def run_plugin(bindir: Path, strategy: str, env: dict[str, str], work: Path, node_root: Path | None) -> dict:
-    """Start the plugin (no registration) in a private mount namespace; what it advertised, or how it failed."""
+def skips_registration(version: str) -> bool:
+    """Whether the release has ``--kubelet-socket ''`` (no registration); v0.15.x has no such flag and must register
+    (tests/real/device_plugin.py runs it the same way)."""
+    numbers = tuple(int(part) for part in re.findall(r"[0-9]+", version)[:2])
+    return numbers >= (0, 16)
+
+
+def run_plugin(bindir: Path, version: str, strategy: str, env: dict[str, str], work: Path,
+               node_root: Path | None) -> dict:
+    """Start the plugin in a private mount namespace (without registering, or registering with dp-listwatch playing
+    the kubelet where the release cannot skip it); what it advertised, or how it failed."""
     d = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: unix socket paths
+    fake_kubelet = None
     try:
         sockdir = d / "varlib" / "kubelet" / "device-plugins"
         sockdir.mkdir(parents=True)
+        flags = '--kubelet-socket ""'
+        if not skips_registration(version):
+            flags = ""
+            fake_kubelet = subprocess.Popen([str(bindir / "dp-listwatch"), "-dir", str(sockdir), "-kubelet", "60s",
+                                             "-quiet", "1.5s", "-timeout", "5s"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while not (sockdir / "kubelet.sock").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         (d / "config.yaml").write_text(json.dumps({"version": "v1", "flags": {"migStrategy": strategy}}))
         host_dir = Path("/var/lib/kubelet/device-plugins")
         # Over the existing socket dir when there is one (a kubelet may use it), else over /var/lib: nothing new
@@ -226,7 +245,7 @@ def run_plugin(bindir: Path, strategy: str, env: dict[str, str], work: Path, nod
         if node_root is not None:
             mounts += " && mount --bind %s/proc/driver /proc/driver" % node_root
             mounts += " && mount --bind %s/sys/bus/pci/devices /sys/bus/pci/devices" % node_root
-        script = 'set -e; %s; cd %s; exec "$0" --kubelet-socket "" --config-file %s/config.yaml' % (mounts, d, d)
+        script = 'set -e; %s; cd %s; exec "$0" %s --config-file %s/config.yaml' % (mounts, d, flags, d)
         logf = d / "plugin.log"
         with open(logf, "wb") as out:
             proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
@@ -270,6 +289,9 @@ def run_plugin(bindir: Path, strategy: str, env: dict[str, str], work: Path, nod
             result["errors"].append(text[text.index("symbol lookup error"):].splitlines()[0])
         return result
     finally:
+        if fake_kubelet is not None:
+            fake_kubelet.kill()
+            fake_kubelet.wait()
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -403,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                 report[side]["device_plugin"] = {}
                 for strategy in strategies:
                     log("%s: nvidia-device-plugin %s, migStrategy %s" % (side, version, strategy))
-                    report[side]["device_plugin"][strategy] = run_plugin(bindir, strategy, e, work, root)
+                    report[side]["device_plugin"][strategy] = run_plugin(bindir, version, strategy, e, work, root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

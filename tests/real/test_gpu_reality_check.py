@@ -56,12 +56,12 @@ def test_the_wrapper_only_calls_read_only_nvidia_smi():
         assert all(flag.split("=")[0] in READ_ONLY_SMI | {"--format"} for flag in flags.split()), flags
 
 
-def self_test(fixture, tmp_path):
+def self_test(fixture, tmp_path, *options, version_key="NVIDIA_DEVICE_PLUGIN_VERSION"):
     if os.geteuid() != 0:
         pytest.skip("the tool runs as root")
-    require_plugin(versions()["NVIDIA_DEVICE_PLUGIN_VERSION"])
+    require_plugin(versions()[version_key])
     report = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, str(TOOL), "--self-test", fixture, "--json", str(report)],
+    p = subprocess.run([sys.executable, str(TOOL), "--self-test", fixture, "--json", str(report), *options],
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr
     return p, json.loads(report.read_text())
@@ -75,6 +75,15 @@ def test_self_test_finds_no_disagreement(fixture, tmp_path):
     for part in parts:
         assert "== %s (real vs double %s): 0 value(s) differ" % (part, fixture) in p.stdout, p.stdout
     assert set(report["double"]) == set(parts)
+
+
+def test_the_older_plugin_release_registers_with_a_stand_in_kubelet_and_agrees(tmp_path):
+    """v0.15.x has no --kubelet-socket: the tool lets it register with dp-listwatch playing the kubelet."""
+    p, report = self_test("h200-vm", tmp_path, "--plugin-version", "old", version_key="NVIDIA_DEVICE_PLUGIN_OLD_VERSION")
+    assert report["plugin_version"] == versions()["NVIDIA_DEVICE_PLUGIN_OLD_VERSION"]
+    assert "== device_plugin (real vs double h200-vm): 0 value(s) differ" in p.stdout
+    for strategy, run in report["double"]["device_plugin"].items():
+        assert run["resources"]["nvidia.com/gpu"]["count"] == 1 and run["errors"] == [], (strategy, run)
 
 
 # Values a node root cannot match: the dynamic majors the kernel handed out there, and the cgroup version of the
