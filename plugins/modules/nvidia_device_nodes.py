@@ -16,8 +16,8 @@ description:
     (minors 0 and 1 of the C(nvidia-uvm) major in C(/proc/devices)) and C(/dev/nvidia-caps/nvidia-cap<m>)
     (the C(nvidia-caps) major; the MIG capabilities announced under C(/proc/driver/nvidia/capabilities), plus
     existing C(nvidia-cap1) (MIG config, 0400) and C(nvidia-cap2) (MIG monitor, 0444)). Another announced
-    capability (such as C(fabric-imex-mgmt)) is fixed where its node exists and never created: its user makes it
-    with C(nvidia-modprobe -f) when it needs it.
+    capability (such as C(fabric-imex-mgmt)) is fixed where its node exists and never created, since its user makes
+    it with C(nvidia-modprobe -f) when it needs it.
   - Creates missing nodes, replaces nodes of the wrong type or numbers (a new node is made next to the old
     one and renamed over it), and fixes owner, group and mode.
   - "Creates the C(/dev/char/<major>:<minor>) symlinks that runc's systemd cgroup driver resolves device
