@@ -23,6 +23,14 @@ REALITY = Path(__file__).resolve().parent / "reality"
 READ_ONLY_SMI = {"-L", "-q", "--query-gpu"}
 
 
+def tool():
+    """tools/gpu_reality_check.py as a module."""
+    sys.path.insert(0, str(TOOL.parent))
+    import gpu_reality_check
+
+    return gpu_reality_check
+
+
 def test_the_tool_only_runs_read_only_things():
     """No nvidia-smi, no NVML setter, and only the read-only modules gpu_facts, nvml_check and node_audit."""
     source = TOOL.read_text()
@@ -35,11 +43,8 @@ def test_the_tool_only_runs_read_only_things():
         and isinstance(node.args[0], ast.Constant)
     }
     assert modules == {"gpu_facts", "nvml_check", "node_audit"}
-    sys.path.insert(0, str(TOOL.parent))
-    import gpu_reality_check
-
     table = {"1g.18gb": {"instance_count": 7, "slices": 1}, "7g.141gb": {"instance_count": 1, "slices": 7}}
-    args = gpu_reality_check.audit_args("/", {"0": {"table": table}})
+    args = tool().audit_args("/", {"0": {"table": table}})
     # node_audit is read-only unless it takes the run lock; the MIG layout is only planned.
     assert "lock" not in args and set(args) == {"root", "device_nodes", "nvml", "device_cgroups", "mig"}
     assert args["mig"] == {"layout": {"all": {"1g.18gb": 7}}, "strategy": "mixed"}
@@ -86,8 +91,8 @@ def test_the_older_plugin_release_registers_with_a_stand_in_kubelet_and_agrees(t
         assert run["resources"]["nvidia.com/gpu"]["count"] == 1 and run["errors"] == [], (strategy, run)
 
 
-# Values a node root cannot match: the dynamic majors the kernel handed out there, and the cgroup version of the
-# host the lab runs on.
+# Values a node root cannot match: the dynamic majors the real kernel handed out, and the cgroup version (a node root
+# has no cgroup mount).
 NODE_SPECIFIC = re.compile(r"^ansible_facts\.gpuharden\.(cgroup_version$|char_majors\.nvidia-(uvm|nvswitch|nvlink|caps)"
                            r"|device_nodes\./dev/nvidia-(uvm|caps/).*\.major$)")
 
@@ -96,14 +101,11 @@ def test_the_double_answers_as_the_real_h200(tmp_path):
     """The h200-vm fixture against what a real H200 answered (tests/real/reality/h200-vm.json, read with
     tools/gpu_reality_check.sh on 2026-12-04): the collection's modules, the MIG profile table (NVML answers it with
     MIG disabled) and the real device plugin's advertisement for each MIG strategy agree, UUID aside."""
-    sys.path.insert(0, str(TOOL.parent))
-    import gpu_reality_check
-
     recorded = json.loads((REALITY / "h200-vm.json").read_text())["real"]
     fixture = json.loads((TOOL.parents[1] / "tests/fakes/nvml/fixtures/h200-vm.json").read_text())
     _p, report = self_test("h200-vm", tmp_path)
     double = json.loads(json.dumps(report["double"]).replace(fixture["gpus"][0]["uuid"], "GPU-REAL"))
     for part in ("gpu_facts", "nvml_check", "mig_profiles", "device_plugin"):
-        rows = [row for row in gpu_reality_check.disagreements(recorded[part], double[part])
+        rows = [row for row in tool().disagreements(recorded[part], double[part])
                 if not NODE_SPECIFIC.match(row[0])]
         assert rows == [], part
