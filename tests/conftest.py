@@ -13,6 +13,9 @@ _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _XDIST_WORKER.startswith("gw"):
     os.environ.setdefault("GPUHARDEN_LAB_INSTANCE", _XDIST_WORKER[2:])
 
+# --dist loadfile with the modules on one shared lab as one work unit.
+from tests.xdist_shared_lab import pytest_xdist_make_scheduler  # noqa: E402,F401 (a hook; after the instance is set)
+
 REPO = Path(__file__).resolve().parent.parent
 COLLECTIONS = REPO / "build" / "collections"
 LINK = COLLECTIONS / "ansible_collections" / "gpuharden" / "k8s"
@@ -31,3 +34,4 @@ def pytest_sessionfinish(session, exitstatus):
         if leftovers:
             print("\nthe shared lab left behind: %s" % ", ".join(leftovers), file=sys.stderr)
             session.exitstatus = 1
+
