@@ -2,7 +2,7 @@
 """Role postcheck on the lab over SSH: every seeded fault nvml_check and topology_check can see is reported on the
 right node and GPU (seed-failures), the unprivileged-NVML finding disappears after the device_permissions role, an
 8-GPU Deployment is named as unable to fit a 4+4 NUMA DGX under single-numa-node.  The healthy fleet's post-check is
-in test_postcheck_healthy.py (the modules on the shared healthy lab run as one xdist work unit: tests/conftest.py)."""
+in test_postcheck_healthy.py (the modules on the shared healthy lab run as one xdist work unit: tests/xdist_shared_lab.py)."""
 
 from __future__ import annotations
 
