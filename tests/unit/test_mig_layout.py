@@ -151,7 +151,7 @@ def test_a_disabled_gpu_takes_its_table_from_nvml(make_node, monkeypatch):
     assert (gpu["mode_current"], gpu["profile_table_source"]) == (0, "nvml")
     assert sorted(gpu["profile_table"]) == ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb",
                                             "7g.141gb"]
-    monkeypatch.setattr(_mig_nvml, "profile_table", lambda handle: {})
+    monkeypatch.setattr(_mig_nvml, "profile_table", lambda handle, profiles=None: {})
     with _mig_nvml.Session():
         fallback = _mig_nvml.read_gpu(0)
     assert fallback["profile_table_source"] == "builtin"

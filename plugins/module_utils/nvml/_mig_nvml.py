@@ -72,10 +72,11 @@ def _placements(handle, profile_id):
     return [(array[i].start, array[i].size) for i in range(count.value)]
 
 
-def profile_table(handle):
-    """The GPU's profile table from NVML: {name: {id, enum, slices, size, instance_count, starts}}."""
+def profile_table(handle, profiles=None):
+    """The GPU's profile table from NVML: {name: {id, enum, slices, size, instance_count, starts}}, from ``profiles``
+    (``_nvml.gpu_instance_profiles``) when the caller has read them already."""
     table = {}
-    for profile in _nvml.gpu_instance_profiles(handle).values():
+    for profile in (profiles if profiles is not None else _nvml.gpu_instance_profiles(handle)).values():
         placements = _placements(handle, profile["id"])
         table[profile["name"]] = {
             "id": profile["id"],
@@ -135,8 +136,9 @@ def read_gpu(index):
     gpu.update(mig_capable=True, mode_current=current, mode_pending=pending)
     # A real driver (H200, 580.159.04) reports the table with MIG disabled too; where one reports none, or fails
     # part of it, the built-in table of the board stands in until MIG is enabled.
+    profiles = _nvml.gpu_instance_profiles(handle)
     try:
-        table = profile_table(handle)
+        table = profile_table(handle, profiles)
     except pynvml.NVMLError:
         if current == 1:
             raise
@@ -149,7 +151,7 @@ def read_gpu(index):
         gpu["profile_table_source"] = "builtin" if gpu["profile_table"] else None
     if current == 1:
         by_id = {entry["id"]: name for name, entry in gpu["profile_table"].items()}
-        instances = _nvml.gpu_instances(handle, _nvml.gpu_instance_profiles(handle))
+        instances = _nvml.gpu_instances(handle, profiles)
         for instance in instances:
             instance["profile"] = by_id.get(instance["profile_id"], instance["profile"])
             instance["compute_instances"] = _compute_instances(_gi_handle(handle, instance["id"]))

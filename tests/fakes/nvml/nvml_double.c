@@ -1598,9 +1598,8 @@ static void fill_gip(const gip_t *p, const gstate_t *s, unsigned *id, unsigned *
 /* A MIG-capable GPU's profile table is answered whatever its MIG mode, and an enum past the last one
  * (NVML_GPU_INSTANCE_PROFILE_COUNT, 0x11) is INVALID_ARGUMENT: as the real H200 answered with MIG disabled
  * (driver 580.159.04, tools/gpu_reality_check.py, 2026-12-04). */
-static int gip_lookup(handle_t *h, const gpu_t *g, unsigned profile, const gip_t **out)
+static int gip_lookup(const gpu_t *g, unsigned profile, const gip_t **out)
 {
-    (void)h;
     if (profile >= 0x11) return NVML_ERROR_INVALID_ARGUMENT;
     *out = gip_by_enum(g->mig, (int)profile);
     return *out ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
@@ -1612,7 +1611,7 @@ API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void *device, unsigned int 
     MIG_DEV_BEGIN(device);
     if (!info) FAIL(NVML_ERROR_INVALID_ARGUMENT);
     const gip_t *p;
-    if ((rc = gip_lookup(h, g, profile, &p))) goto out;
+    if ((rc = gip_lookup(g, profile, &p))) goto out;
     memset(info, 0, sizeof *info);
     fill_gip(p, NULL, &info->id, &info->sliceCount, &info->instanceCount, &info->multiprocessorCount,
              &info->copyEngineCount, &info->decoderCount, &info->encoderCount, &info->jpegCount, &info->ofaCount,
@@ -1627,7 +1626,7 @@ API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(void *device, unsigned int
     unsigned version = *(unsigned *)vinfo;
     if (version != GIP_V2 && version != GIP_V3) FAIL(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     const gip_t *p;
-    if ((rc = gip_lookup(h, g, profile, &p))) goto out;
+    if ((rc = gip_lookup(g, profile, &p))) goto out;
     char name[96];
     snprintf(name, sizeof name, "MIG %s", p->name);
     if (version == GIP_V2) {
