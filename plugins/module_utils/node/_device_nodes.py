@@ -340,9 +340,12 @@ def is_mig_capability(name):
     """Whether a capability file under /proc/driver/nvidia/capabilities is a MIG one (mig/config, mig/monitor,
     gpu<N>/mig/gi<G>[/ci<C>]/access): the nodes libnvidia-container makes for MIG devices, which this module makes too.
 
-    The driver announces others that nobody makes until they are used: a real H200 (open kernel module 580.159.04,
-    2026-12-04) announced fabric-imex-mgmt (minor 4323, 0400) with no /dev node, which the IMEX daemon's
-    ``nvidia-modprobe -f`` makes when it needs it.  Such a node is fixed where it exists, never created.
+    The driver keeps the MIG capabilities in tables of their own and the others apart (open-gpu-kernel-modules
+    ``kernel-open/nvidia/nv-caps.c``: ``g_nv_cap_mig_table`` and ``g_nv_cap_mig_gpu_table`` beside
+    ``g_nv_cap_sys_table``, which holds fabric-imex-mgmt).  A real H200 (open kernel module 580.159.04, 2026-12-04)
+    announced fabric-imex-mgmt (minor 4323, 0400) with no /dev node: whoever uses it makes it from its proc file
+    (nvidia-modprobe's ``-f``, ``--nvidia-capability-device-file``).  Such a node is fixed where it exists, never
+    created.
     """
     parts = name.split("/")
     return parts[0] == "mig" or (len(parts) > 2 and re.fullmatch(r"gpu[0-9]+", parts[0]) is not None and parts[1] == "mig")
