@@ -104,8 +104,14 @@ def snapshot():
     return {name: files(name) for name in NODES}
 
 
+# Taints the control plane sets and lifts on its own: a cordon's, and the node lifecycle controller's while a kubelet
+# reports NotReady or stops reporting (pkg/controller/nodelifecycle/node_lifecycle_controller.go, NotReadyTaintTemplate
+# and UnreachableTaintTemplate), as a real kubelet does for a moment after its containerd restarts.
+CONTROL_PLANE_TAINTS = ("node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
 def cluster(api):
-    """The Nodes' labels, taints and cordon (without what the lab's node controller adds for a cordon), and the
+    """The Nodes' labels, taints and cordon (without the taints the control plane sets and lifts itself), and the
     objects gpuharden manages."""
     core, apps, nodev1 = client.CoreV1Api(api), client.AppsV1Api(api), client.NodeV1Api(api)
     nodes = {}
@@ -113,7 +119,7 @@ def cluster(api):
         node = core.read_node(name)
         nodes[name] = {"labels": dict(node.metadata.labels or {}),
                        "taints": sorted((t.key, t.value or "", t.effect) for t in node.spec.taints or []
-                                        if t.key != "node.kubernetes.io/unschedulable"),
+                                        if t.key not in CONTROL_PLANE_TAINTS),
                        "unschedulable": bool(node.spec.unschedulable),
                        "originals": (node.metadata.annotations or {}).get("gpuharden.io/originals")}
     objects = sorted(["DaemonSet %s/%s" % (o.metadata.namespace, o.metadata.name)
