@@ -41,6 +41,12 @@ description:
     plugin.
   - The RuntimeClass O(runtime_class_name) must exist before the plugin is applied (the API server rejects pods naming a
     missing one); without it the module fails before writing anything, and check mode reports it.
+  - A change of the DaemonSet is not applied while a node it lands on reports C(status.runtimeHandlers) without the
+    RuntimeClass's handler (containerd there has no nvidia runtime, so the pod would never start, and a rolling update
+    removes the node's running plugin first). Such a node is read again for up to 30 seconds, the time the kubelet
+    takes to report a runtime that the same run just added; then the module fails naming the nodes and writes
+    nothing. Check mode reports them without waiting. Nodes that report no runtime handlers (kubelets before v1.30,
+    containerd 1.7) are not checked.
   - The result is changed only when the server's dry-run answer differs from the live object outside C(managedFields),
     C(resourceVersion), C(generation) and C(status). In check mode every write is sent with C(dryRun=All), so nothing
     is stored and the prediction is the API server's own.
@@ -325,7 +331,8 @@ findings:
       plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_mig_privileges_missing, plugin_no_nvidia_runtime,
       plugin_dev_root_forced, plugin_cdi_driver_root_unmounted, plugin_config_missing, plugin_config_invalid,
       plugin_config_unreadable, plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes,
-      plugin_competing, plugin_managed_by_other_installer, plugin_runtime_class_missing, plugin_operator_unknown.
+      plugin_competing, plugin_managed_by_other_installer, plugin_runtime_class_missing, plugin_operator_unknown,
+      runtime_class_handler_missing_on_node.
   returned: always
   type: list
   elements: dict
@@ -388,7 +395,7 @@ import copy
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _node_labels, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
@@ -396,6 +403,9 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target
 
 POLL_SECONDS = 1.0
+# How long a target Node may take to report the handler a runtime added in the same run (runtime_class_findings).
+HANDLER_WAIT_SECONDS = 30.0
+HANDLER_POLL_SECONDS = 2.0
 
 
 def argument_spec():
@@ -490,14 +500,44 @@ def read_cluster_policies(client, page_limit):
                            subject="ClusterPolicies (nvidia.com/v1)", repair="manual")
 
 
-def runtime_class_finding(client, name):
-    """A finding when the RuntimeClass the pods name does not exist (the API server rejects such pods), else None."""
-    if not name or client.read("RuntimeClass", name) is not None:
-        return None
-    return finding("plugin_runtime_class_missing", "error", "present", None,
-                   "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it first "
-                   "(role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is containerd's "
-                   "default runtime" % name, subject="RuntimeClass %s" % name, repair="manual")
+def runtime_class_findings(client, name, nodes, targets, wait_seconds):
+    """What keeps the plugin's pods from starting through the RuntimeClass they name: the class missing (the API server
+    rejects such pods: ``plugin_runtime_class_missing``), or target Nodes that report runtime handlers without the
+    class's handler (``runtime_class_handler_missing_on_node``: the sandbox is never created, FailedCreatePodSandBox).
+
+    A node the same run just gave the runtime (role container_runtime restarted containerd) reports the handler once
+    the kubelet has read the CRI status again and posted its Node status (pkg/kubelet/kubelet.go updateRuntimeUp every
+    5 s, the node status every 10 s), so a Node still lacking it is read again until ``wait_seconds`` have passed.
+    Returns (findings, the RuntimeClass's handler or None)."""
+    if not name:
+        return [], None
+    live = client.read("RuntimeClass", name)
+    if live is None:
+        return [finding("plugin_runtime_class_missing", "error", "present", None,
+                        "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it "
+                        "first (role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is "
+                        "containerd's default runtime" % name, subject="RuntimeClass %s" % name, repair="manual")], None
+    gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
+    deadline = time.monotonic() + wait_seconds
+    while gaps and time.monotonic() < deadline:
+        time.sleep(HANDLER_POLL_SECONDS)
+        lacking = {gap["subject"].split(" ", 1)[1] for gap in gaps}
+        nodes = [(client.read("Node", node["metadata"]["name"]) or node) if node["metadata"]["name"] in lacking else node
+                 for node in nodes]
+        gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
+    return gaps, live.get("handler")
+
+
+def handler_gap_message(gaps, runtime_class, handler):
+    """The refusal.  The pods are lost on those nodes first: the DaemonSet's RollingUpdate defaults to maxSurge 0 and
+    maxUnavailable 1 (k8s.io/api apps/v1 and pkg/apis/apps/v1/defaults.go SetDefaults_DaemonSet), so the controller
+    deletes a node's running plugin pod before it creates the new one (pkg/controller/daemon/update.go)."""
+    names = [gap["subject"].split(" ", 1)[1] for gap in gaps]
+    return ("device_plugin: not applied: %d node(s) the plugin lands on report no runtime handler %s (RuntimeClass %s): "
+            "%s. Its pods would never start there, and a rolling update takes the running plugin off a node before its "
+            "new pod starts, so those nodes would lose their GPUs. Add the nvidia runtime on them first (role "
+            "container_runtime, with them in the run), or keep them out of the plugin's node selector"
+            % (len(names), handler, runtime_class, ", ".join(names)))
 
 
 def skipped_summary(obj, installers):
@@ -566,11 +606,17 @@ def run(module):
                 result["diff"] = labels_diff(labelled)
             result["api_requests"] = client.requests
             return result
-        missing_class = runtime_class_finding(client, settings["runtime_class_name"])
-        if missing_class:
-            findings.append(missing_class)
-            if not module.check_mode:
-                raise GpuhardenError("device_plugin: " + missing_class["hint"], findings=findings, repairs=repairs)
+        # Check mode shows the nodes as they are now, without waiting for a runtime this run does not add.
+        class_findings, handler = runtime_class_findings(client, settings["runtime_class_name"], nodes, targets,
+                                                         0 if module.check_mode else HANDLER_WAIT_SECONDS)
+        findings += class_findings
+        if class_findings and not module.check_mode:
+            if handler is None:
+                raise GpuhardenError("device_plugin: " + class_findings[0]["hint"], findings=findings, repairs=repairs)
+            # Only a change of the DaemonSet replaces pods; one left as it is breaks nothing more than it has.
+            if any(decisions[index]["changed"] for index, obj in enumerate(objects) if obj["kind"] == "DaemonSet"):
+                raise GpuhardenError(handler_gap_message(class_findings, settings["runtime_class_name"], handler),
+                                     findings=findings, repairs=repairs)
         for decision in decisions:
             if decision["action"] == "recreate" and not params["force"]:
                 raise GpuhardenError(decision["message"], findings=findings, repairs=repairs)

@@ -99,6 +99,28 @@ def test_fresh_containerd_has_no_nvidia_handler_and_the_runtime_class_check_says
     assert C17 in result["node_runtime_handlers"]["without_runtime_handlers"], result["node_runtime_handlers"]
 
 
+def test_the_plugin_is_not_rolled_out_onto_a_node_whose_containerd_lacks_the_handler(lab, tmp_path):
+    """Found when the seed-failures GPU nodes ran the real kubelet and containerd: the managed DaemonSet's pod on a node
+    without the nvidia runtime stays in ContainerCreating (FailedCreatePodSandBox), and the rollout wait failed after
+    300 s.  The module now reads the Nodes' runtime handlers first and applies nothing; a 1.7 node, which reports none,
+    is not held against it."""
+    variables = {"dp_test_results": str(tmp_path), "device_plugin_version": PLUGIN_VERSION, "device_plugin_wait": False,
+                 "gpuharden_kubeconfig": lab["cluster"]["admin_kubeconfig"]}
+    _found, _stats, _seconds = run(lab, playbook="device_plugin.yml", extravars=variables)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert not result["ok"] and "device plugin" in result["task"].lower(), result
+    assert "no runtime handler nvidia (RuntimeClass nvidia): %s." % C2 in result["msg"], result["msg"]
+    assert C17 not in result["msg"]
+    missing = [f for f in result["failed_result"]["findings"] if f["id"] == "runtime_class_handler_missing_on_node"]
+    assert [f["subject"] for f in missing] == ["Node %s" % C2]
+    api = admin(lab)
+    try:
+        names = [ds.metadata.name for ds in client.AppsV1Api(api).list_namespaced_daemon_set(NAMESPACE).items]
+    finally:
+        api.close()
+    assert DAEMONSET not in names
+
+
 def test_pods_run_on_the_real_nodes_through_containerd_and_runc(lab):
     """A pod on each real node: the kubelet asks containerd's CRI for a sandbox (the sandbox image the lab built
     locally, under the name the node's containerd config gives it, on the lab's CNI network) and a container, runc

@@ -44,3 +44,53 @@ def test_a_bad_harden_key_is_refused(tmp_path, monkeypatch, data, message):
     monkeypatch.setattr(scenario, "SCENARIO_DIR", tmp_path)
     with pytest.raises(LabError, match=message):
         scenario.load("broken")
+
+
+def _load(tmp_path, monkeypatch, data):
+    (tmp_path / "custom.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(scenario, "SCENARIO_DIR", tmp_path)
+    return scenario.load("custom")
+
+
+def test_a_real_node_prepared_by_nvidia_ctk_and_a_checkpoint_seeded_after_it_joined(tmp_path, monkeypatch):
+    """`real: {nvidia_runtime: default}`: the real nvidia-ctk makes the toolkit's runtime containerd's default before
+    containerd first starts (realnode.NVIDIA_CTK_CONFIGURE).  A CPU Manager checkpoint the scenario names on a real node
+    is written once the Node joined, then the kubelet restarts on it; without one the real kubelet writes its own."""
+    loaded = _load(tmp_path, monkeypatch, {"nodes": [
+        {"name": "n0", "fixture": "l4", "real": {"containerd": "2", "nvidia_runtime": "default"},
+         "kubelet": {"config": {"cpuManagerPolicy": "static"}, "cpu_manager_state": "none"}},
+        {"name": "n1", "fixture": "l4", "real": {"containerd": "1.7"}, "kubelet": {"config": {"cpuManagerPolicy": "static"}}},
+        {"name": "n2", "fixture": "l4", "kubelet": {"cpu_manager_state": "none"}},
+    ]})
+    n0, n1, n2 = loaded.nodes
+    assert (n0.real_nvidia_runtime, n1.real_nvidia_runtime, n2.real_nvidia_runtime) == ("default", None, None)
+    assert "/var/lib/kubelet/cpu_manager_state" not in n0.files
+    assert '"policyName": "none"' in n0.seeded_after_join["/var/lib/kubelet/cpu_manager_state"]
+    assert "/var/lib/kubelet/cpu_manager_state" not in n1.files and n1.seeded_after_join == {}
+    # a stand-in node keeps the checkpoint among the files it starts with
+    assert '"policyName": "none"' in n2.files["/var/lib/kubelet/cpu_manager_state"] and n2.seeded_after_join == {}
+
+
+@pytest.mark.parametrize("real, message", [
+    ({"containerd": "2", "nvidia_runtime": "yes"}, r"'real' must be \{containerd: .*nvidia_runtime: default"),
+    ({"containerd": "2", "toolkit": True}, r"'real' must be \{containerd"),
+])
+def test_a_bad_real_key_is_refused(tmp_path, monkeypatch, real, message):
+    with pytest.raises(LabError, match=message):
+        _load(tmp_path, monkeypatch, {"nodes": [{"name": "n0", "fixture": "l4", "real": real}]})
+
+
+def test_the_nvidia_runtime_needs_a_gpu_node(tmp_path, monkeypatch):
+    with pytest.raises(LabError, match="needs a GPU node"):
+        _load(tmp_path, monkeypatch, {"nodes": [{"name": "cpu", "fixture": None, "real": {"containerd": "2", "nvidia_runtime": "default"}}]})
+
+
+def test_the_lab_raises_the_hosts_inotify_limits_for_real_nodes_and_never_lowers_them(tmp_path):
+    from gpuharden_lab import manager
+
+    (tmp_path / "fs/inotify").mkdir(parents=True)
+    (tmp_path / "fs/inotify/max_user_instances").write_text("128\n")
+    (tmp_path / "fs/inotify/max_user_watches").write_text("99999999\n")
+    manager.raise_inotify_limits(tmp_path)
+    assert (tmp_path / "fs/inotify/max_user_instances").read_text() == "%d\n" % manager.INOTIFY_LIMITS["fs/inotify/max_user_instances"]
+    assert (tmp_path / "fs/inotify/max_user_watches").read_text() == "99999999\n"

@@ -582,6 +582,56 @@ def test_item01_missing_runtime_class_fails_before_any_write_and_is_a_finding_in
     assert "plugin_runtime_class_missing" not in {f["id"] for f in result["findings"]}
 
 
+def with_handlers(api_node, *handlers):
+    return dict(api_node, status={"runtimeHandlers": [{"name": name, "features": {}} for name in handlers]})
+
+
+def test_a_target_node_without_the_runtime_classs_handler_stops_the_rollout_before_any_write(monkeypatch):
+    """Measured in the lab on the real kubelet and containerd: the managed DaemonSet, rolled out while a GPU node's
+    containerd had no nvidia runtime, left that node's plugin pod in ContainerCreating until the 300 s wait failed (and a
+    RollingUpdate takes a node's running plugin away first)."""
+    monkeypatch.setattr(module, "HANDLER_WAIT_SECONDS", 0.0)
+    gpu_a, gpu_b, cpu = API_NODES
+    nodes = [with_handlers(gpu_a, "", "runc", "nvidia"), with_handlers(gpu_b, "", "runc"), cpu]
+    cluster = FakeCluster(RUNTIME_CLASS, *nodes)
+    with pytest.raises(GpuhardenError, match=r"not applied: 1 node\(s\) .* no runtime handler nvidia \(RuntimeClass nvidia\): gpu-b") as caught:
+        run_fake(monkeypatch, cluster)
+    assert [w for w in cluster.writes if not w[1]] == []  # dry runs only
+    assert [(f["id"], f["subject"]) for f in caught.value.result["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-b")]
+    # check mode: the same finding, nothing refused
+    result, _fake = run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *nodes), check_mode=True)
+    assert "runtime_class_handler_missing_on_node" in {f["id"] for f in result["findings"]} and result["changed"] is True
+    # a node that does not report runtimeHandlers (kubelets before v1.30) is not held against the rollout
+    cluster = FakeCluster(RUNTIME_CLASS, with_handlers(gpu_a, "", "nvidia"), gpu_b, cpu)
+    result, _fake = run_fake(monkeypatch, cluster)
+    assert result["changed"] and ("DaemonSet", "kube-system", PLUGIN_NAME) in cluster.objects
+    # the DaemonSet already as desired: nothing is replaced, so the gap is reported, not refused
+    cluster.objects[("Node", None, "gpu-b")] = with_handlers(gpu_b, "", "runc")
+    result, _fake = run_fake(monkeypatch, cluster)
+    assert not result["changed"] and "runtime_class_handler_missing_on_node" in {f["id"] for f in result["findings"]}
+
+
+def test_a_node_that_reports_the_handler_within_the_wait_is_not_held_against_the_rollout(monkeypatch):
+    """The same run's container_runtime just restarted containerd there: the kubelet posts the handler seconds later."""
+    monkeypatch.setattr(module, "HANDLER_POLL_SECONDS", 0.0)
+    gpu_a, gpu_b, cpu = API_NODES
+    cluster = FakeCluster(RUNTIME_CLASS, with_handlers(gpu_a, "", "nvidia"), with_handlers(gpu_b, ""), cpu)
+    reads = []
+    plain_read = cluster.read
+
+    def read(kind, name, namespace=None):
+        if kind == "Node":
+            reads.append(name)
+            if len(reads) == 2:  # the kubelet's next status update
+                cluster.objects[("Node", None, "gpu-b")] = with_handlers(gpu_b, "", "nvidia")
+        return plain_read(kind, name, namespace)
+
+    cluster.read = read
+    result, _fake = run_fake(monkeypatch, cluster)
+    assert result["changed"] and reads == ["gpu-b", "gpu-b"]
+    assert "runtime_class_handler_missing_on_node" not in {f["id"] for f in result["findings"]}
+
+
 PLUGIN_NAME = "nvidia-device-plugin-daemonset"
 
 

@@ -64,6 +64,22 @@ def ensure_nvml_double() -> Path:
     return library
 
 
+# Every real kubelet and containerd takes inotify instances (cAdvisor, the CRI's and the kubelet's file watchers), and
+# the limit is per user, so the lab's real nodes share root's on this host: the default 128 runs out at about ten real
+# nodes across the labs of one machine, and the kubelet then exits with "Failed to start cAdvisor ... inotify_init: too
+# many open files".  kind asks its hosts for the same (kind docs, known-issues: "Pod errors due to too many open
+# files").  The lab raises these host limits and never lowers them.
+INOTIFY_LIMITS = {"fs/inotify/max_user_instances": 8192, "fs/inotify/max_user_watches": 1048576}
+
+
+def raise_inotify_limits(sysctl_root: Path = Path("/proc/sys")) -> None:
+    for name, wanted in INOTIFY_LIMITS.items():
+        path = sysctl_root / name
+        if int(path.read_text()) < wanted:
+            _log("raising %s to %d for the real nodes' kubelets and containerds" % (name.replace("/", "."), wanted))
+            path.write_text("%d\n" % wanted)
+
+
 def _ssh_keys() -> None:
     layout.SSH_DIR.mkdir(parents=True, exist_ok=True)
     layout.SSH_DIR.chmod(0o700)
@@ -146,6 +162,10 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
     side, as a fleet's do; each node's units start in its own order."""
 
     def boot(node: lab_node.Node) -> str:
+        if node.spec.real_nvidia_runtime == "default":
+            done = lab_node.run_in(node, list(realnode.NVIDIA_CTK_CONFIGURE), check=False)
+            if done.returncode != 0:
+                raise LabError("node %s: %s failed: %s" % (node.name, " ".join(realnode.NVIDIA_CTK_CONFIGURE), done.stderr.strip()[-500:]))
         for unit in ("containerd", node.spec.kubelet_unit):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
             if unit == "containerd" and node.spec.real_containerd is not None:
@@ -154,6 +174,19 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=NODE_WORKERS) as pool:
         return dict(zip([node.name for node in nodes], pool.map(boot, nodes), strict=True))
+
+
+def _seed_after_join(nodes: list[lab_node.Node]) -> None:
+    """The seeds a real node gets once its Node joined (NodeSpec.seeded_after_join): the files, then a kubelet
+    restart, whose outcome is the seed's (the real kubelet may refuse to start on them)."""
+    for node in nodes:
+        if not node.spec.seeded_after_join:
+            continue
+        for path, content in node.spec.seeded_after_join.items():
+            node.write_live(path, content)
+        done = lab_node.run_in(node, ["systemctl", "restart", node.spec.kubelet_unit], check=False)
+        if done.returncode != 0:
+            raise LabError("node %s: systemctl restart %s failed: %s" % (node.name, node.spec.kubelet_unit, done.stderr.strip()[-500:]))
 
 
 def run_harden(inventory: str, extra_vars: dict, timeout: float = 1200) -> subprocess.CompletedProcess:
@@ -254,6 +287,8 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
         python = ensure_node_python()
         library = ensure_nvml_double()
         timings["prerequisites"] = time.monotonic() - phase
+        if any(spec.real_containerd is not None for spec in scenario.nodes):
+            raise_inotify_limits()
         _ssh_keys()
         _bridge()
         layout.lab_cgroup().mkdir(parents=True, exist_ok=True)
@@ -305,6 +340,7 @@ def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool 
                 phase = time.monotonic()
                 timings["real_nodes_ready"] = cluster.wait_nodes_ready(api, [node.name for node in real_nodes], timeout=120)
                 cluster.label_registered_nodes(api, real_nodes)
+                _seed_after_join(real_nodes)
             cluster.apply_objects(api, scenario.cluster.get("objects") or [])
             phase = time.monotonic()
             state["pods"] = [vars(pod) for pod in workloads.place(api, {node.name: node for node in nodes}, scenario.pods)]

@@ -47,6 +47,12 @@ class NodeSpec:
     taints: list[dict] = field(default_factory=list)  # and with these taints
     python_missing: list[str] = field(default_factory=list)  # distributions the node's Python lacks
     real_containerd: str | None = None  # "2" or "1.7": the real containerd and kubelet run here (realnode.py)
+    # "default": before containerd first starts, the real nvidia-ctk configures its nvidia runtime as the default one,
+    # as NVIDIA's install guide has an admin do (realnode.NVIDIA_CTK_CONFIGURE); None: containerd's config as installed
+    real_nvidia_runtime: str | None = None
+    # Files a real node gets after its kubelet registered the Node, followed by a kubelet restart: what changed on a
+    # node that had joined (a seed the real kubelet refuses at start, which a node that never joined could not show)
+    seeded_after_join: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

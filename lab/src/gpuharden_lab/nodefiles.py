@@ -102,6 +102,8 @@ LimitCORE=infinity
 WantedBy=multi-user.target
 """
 
+CPU_MANAGER_STATE = "/var/lib/kubelet/cpu_manager_state"
+
 CRI_PLUGIN = {2: 'plugins."io.containerd.grpc.v1.cri"', 3: 'plugins."io.containerd.cri.v1.runtime"'}
 
 
@@ -154,7 +156,7 @@ def kubelet_files(spec: dict, *, reserved_default: str = "0-1") -> dict[str, str
         "/var/lib/kubelet/device-plugins/.keep": "",
     }
     if state_policy:
-        files["/var/lib/kubelet/cpu_manager_state"] = json.dumps(
+        files[CPU_MANAGER_STATE] = json.dumps(
             {"policyName": state_policy, "defaultCpuSet": "" if state_policy == "none" else "2-127", "checksum": 0}
         )
     if distribution == "kubeadm":

@@ -88,6 +88,12 @@ DEVICE_PLUGIN_IMAGE_CONFIG = {
             "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
 }
 
+# A GPU node prepared as the plugin's README has an admin prepare it before its DaemonSet goes on
+# (k8s-device-plugin v0.15.0 README.md, "Preparing your GPU Nodes": the toolkit's nvidia-container-runtime configured
+# as containerd's default low-level runtime, `--set-as-default`), run with the real nvidia-ctk before containerd first
+# starts (scenario key ``real: {nvidia_runtime: default}``).  What it writes where is the toolkit's own business.
+NVIDIA_CTK_CONFIGURE = ("nvidia-ctk", "runtime", "configure", "--runtime=containerd", "--set-as-default")
+
 # The kernel tunables the kubelet writes when they differ (pkg/kubelet/cm/container_manager_linux.go
 # setupKernelTunables, values from k8s.io/component-helpers/node/util/sysctl): not namespaced, so the wrapper shows
 # the kubelet files that already hold them instead of letting it change the host.

@@ -59,14 +59,24 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
     if not isinstance(python_missing, list) or not all(isinstance(name, str) for name in python_missing):
         raise LabError("%s: %s: 'python_missing' must be a list of distribution names, got %r" % (source, where, python_missing))
     real = merged.get("real")
-    if real is not None and (not isinstance(real, dict) or set(real) - {"containerd"} or str(real.get("containerd")) not in ("2", "1.7")):
-        raise LabError("%s: %s: 'real' must be {containerd: \"2\" or \"1.7\"}, got %r" % (source, where, real))
+    if real is not None and (not isinstance(real, dict) or set(real) - {"containerd", "nvidia_runtime"}
+                             or str(real.get("containerd")) not in ("2", "1.7") or real.get("nvidia_runtime") not in (None, "default")):
+        raise LabError("%s: %s: 'real' must be {containerd: \"2\" or \"1.7\", nvidia_runtime: default (optional)}, got %r"
+                       % (source, where, real))
+    if real is not None and real.get("nvidia_runtime") and merged.get("fixture") is None:
+        raise LabError("%s: %s: 'real.nvidia_runtime' needs a GPU node (a fixture): the toolkit is installed only there" % (source, where))
+    seeded_after_join: dict[str, str] = {}
     if real is not None:
         # A fresh install: kubeadm v1.36 passes nothing in kubeadm-flags.env that the config file can carry (and the
         # real kubelet v1.36 rejects --pod-infra-container-image, which the stand-in nodes still get); containerd's
         # config is the release's own default, written when the lab starts (realnode.default_containerd_config).
         kubelet.setdefault("kubeadm_flags", "")
         files = nodefiles.kubelet_files(kubelet)
+        # The real kubelet writes its own CPU Manager checkpoint when it first starts.  A checkpoint the scenario names
+        # is a seed: written after the Node joined, then the kubelet restarts on it (a stale one stops it there).
+        checkpoint = files.pop(nodefiles.CPU_MANAGER_STATE, None)
+        if (entry.get("kubelet") or {}).get("cpu_manager_state") is not None and checkpoint is not None:
+            seeded_after_join[nodefiles.CPU_MANAGER_STATE] = checkpoint
     else:
         files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
     files.update(defaults.get("files") or {})
@@ -83,6 +93,8 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         taints=[dict(taint) for taint in taints],
         python_missing=list(python_missing),
         real_containerd=str(real["containerd"]) if real is not None else None,
+        real_nvidia_runtime=real.get("nvidia_runtime") if real is not None else None,
+        seeded_after_join=seeded_after_join,
     )
 
 
