@@ -581,17 +581,23 @@ def test_desired_mig_single_and_mixed():
 
 
 def test_desired_from_configmap_config():
+    # the custom name is ignored, as the real plugin ignores `resources` (DisableResourceNamingInConfig), and so is a
+    # per-resource rename without renameByDefault
     cfg = ("version: v1\nflags:\n  migStrategy: mixed\nresources:\n  gpus:\n  - pattern: '*'\n    name: gpu-x\n"
-           "sharing:\n  timeSlicing:\n    renameByDefault: false\n    resources:\n    - name: gpu-x\n      replicas: 4\n")
+           "sharing:\n  timeSlicing:\n    renameByDefault: false\n    resources:\n    - name: nvidia.com/gpu\n      rename: gpu-y\n"
+           "      replicas: 4\n")
     pod = dp_pod(env=[{"name": "CONFIG_FILE", "value": "/config/config.yaml"}],
                  volumes=[{"name": "cfg", "configMap": {"name": "dp-config"}}],
                  mounts=[{"name": "cfg", "mountPath": "/config"}])
     cms = {("kube-system", "dp-config"): {"config.yaml": cfg}}
     inv = [gpu(), gpu(mig=True, devices=["2g.20gb"])]
-    assert kl.desired_nvidia_resources([pod], NODE, cms, inv) == {"nvidia.com/gpu-x": 4, "nvidia.com/mig-2g.20gb": 1}
+    assert kl.desired_nvidia_resources([pod], NODE, cms, inv) == {"nvidia.com/gpu": 4, "nvidia.com/mig-2g.20gb": 1}
     # env beats the file
     pod["spec"]["containers"][0]["env"].append({"name": "MIG_STRATEGY", "value": "none"})
-    assert kl.desired_nvidia_resources([pod], NODE, cms, inv) == {"nvidia.com/gpu-x": 8}
+    assert kl.desired_nvidia_resources([pod], NODE, cms, inv) == {"nvidia.com/gpu": 8}
+    # renameByDefault: every shared resource gets the .shared suffix
+    cms[("kube-system", "dp-config")]["config.yaml"] = cfg.replace("renameByDefault: false", "renameByDefault: true")
+    assert kl.desired_nvidia_resources([pod], NODE, cms, inv) == {"nvidia.com/gpu.shared": 8}
     # a config file the plugin cannot read makes it fail
     with pytest.raises(kl.PluginError):
         kl.desired_nvidia_resources([pod], NODE, {}, inv)

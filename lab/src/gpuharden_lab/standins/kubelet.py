@@ -22,7 +22,6 @@ pkg/kubelet/cm/memorymanager).  Everything it does is logged to stderr, klog sty
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import math
 import os
@@ -405,13 +404,6 @@ def plugin_config(pod: dict, configmaps: dict[tuple[str, str], dict[str, str]]) 
     raise PluginError("unable to load config: unable to read config file %s: no such file or directory" % path)
 
 
-def _resource_name(patterns: list[dict], product: str, default: str) -> str:
-    for r in patterns:
-        if fnmatch.fnmatch(product, str(r.get("pattern", "*"))):
-            return str(r.get("name") or default)
-    return default
-
-
 def _mig_default_name(profile: str) -> str:
     """The name the real plugin (v0.18.2, measured on the NVML double) gives a MIG device by default: its patterns are
     the GPU-instance profiles, matched unanchored (k8s-device-plugin internal/rm/rm.go, api/config/v1/resources.go),
@@ -449,9 +441,10 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
     for list_strategy in list_strategies if isinstance(list_strategies, list) else str(list_strategies).split(","):
         if list_strategy not in ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"):
             raise PluginError("invalid --device-list-strategy option: %s" % list_strategy)
-    resources = cfg.get("resources") or {}
-    gpu_patterns = list(resources.get("gpus") or [])
-    mig_patterns = list(resources.get("mig") or [])
+    # The real plugin ignores the config's `resources` (custom names for GPUs and MIG devices) and any per-resource
+    # `rename` under sharing, with a warning: k8s-device-plugin api/config/v1/config.go DisableResourceNamingInConfig
+    # and replicas.go disableResoureRenaming, called by cmd/nvidia-device-plugin/main.go in v0.15.0 and v0.18.2 alike.
+    # Measured: the real v0.15.0 with `resources.gpus: [{pattern: "*", name: nvidia-gpu}]` advertised nvidia.com/gpu.
     counts: dict[str, int] = {}
 
     def add(name: str, n: int = 1) -> None:
@@ -460,8 +453,7 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
 
     mig_gpus = [g for g in inventory if g.get("mig_enabled")]
     if strategy == "none" or not mig_gpus:
-        for g in inventory:
-            add(_resource_name(gpu_patterns, g.get("name", ""), "nvidia.com/gpu"))
+        add("nvidia.com/gpu", len(inventory))
     elif strategy == "single":
         if len(mig_gpus) != len(inventory):
             raise PluginError("invalid MIG configuration for strategy single: all GPUs must have MIG enabled or disabled")
@@ -470,16 +462,14 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
             raise PluginError("invalid MIG configuration for strategy single: no MIG devices found")
         if len(profiles) > 1:
             raise PluginError("invalid MIG configuration for strategy single: more than one MIG device type present")
-        for g in mig_gpus:
-            for _d in g.get("mig_devices") or []:
-                add(_resource_name(gpu_patterns, g.get("name", ""), "nvidia.com/gpu"))
+        add("nvidia.com/gpu", sum(len(g.get("mig_devices") or []) for g in mig_gpus))
     else:  # mixed
         for g in inventory:
             if not g.get("mig_enabled"):
-                add(_resource_name(gpu_patterns, g.get("name", ""), "nvidia.com/gpu"))
+                add("nvidia.com/gpu")
                 continue
             for prof in g.get("mig_devices") or []:
-                add(_resource_name(mig_patterns, prof, _mig_default_name(prof)))
+                add(_mig_default_name(prof))
     counts = {k: v for k, v in counts.items() if v > 0}
     sharing = cfg.get("sharing") or {}
     for kind in ("timeSlicing", "mps"):
@@ -490,7 +480,7 @@ def desired_nvidia_resources(pods: list[dict], node_name: str, configmaps: dict[
             replicas = int(r.get("replicas") or 1)
             if name in counts and replicas > 1:
                 n = counts.pop(name) * replicas
-                counts[name + ".shared" if (r.get("rename") or rename) else name] = n
+                counts[name + ".shared" if rename else name] = n
     return counts
 
 
