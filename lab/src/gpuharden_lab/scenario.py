@@ -75,7 +75,7 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         # The real kubelet writes its own CPU Manager checkpoint when it first starts.  A checkpoint the scenario names
         # is a seed: written after the Node joined, then the kubelet restarts on it (a stale one stops it there).
         checkpoint = files.pop(nodefiles.CPU_MANAGER_STATE, None)
-        if (entry.get("kubelet") or {}).get("cpu_manager_state") is not None and checkpoint is not None:
+        if kubelet.get("cpu_manager_state") is not None and checkpoint is not None:
             seeded_after_join[nodefiles.CPU_MANAGER_STATE] = checkpoint
     else:
         files = {**nodefiles.kubelet_files(kubelet), **nodefiles.containerd_files(containerd)}
