@@ -34,4 +34,3 @@ def pytest_sessionfinish(session, exitstatus):
         if leftovers:
             print("\nthe shared lab left behind: %s" % ", ".join(leftovers), file=sys.stderr)
             session.exitstatus = 1
-

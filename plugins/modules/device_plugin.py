@@ -521,18 +521,23 @@ def runtime_class_findings(client, name, nodes, targets, wait_seconds):
     deadline = time.monotonic() + wait_seconds
     while gaps and time.monotonic() < deadline:
         time.sleep(HANDLER_POLL_SECONDS)
-        lacking = {gap["subject"].split(" ", 1)[1] for gap in gaps}
+        lacking = set(_node_names(gaps))
         nodes = [(client.read("Node", node["metadata"]["name"]) or node) if node["metadata"]["name"] in lacking else node
                  for node in nodes]
         gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
     return gaps, live.get("handler")
 
 
+def _node_names(gaps):
+    """The Node names of runtime_class_handler_missing_on_node findings (subject "Node <name>")."""
+    return [gap["subject"].split(" ", 1)[1] for gap in gaps]
+
+
 def handler_gap_message(gaps, runtime_class, handler):
     """The refusal.  The pods are lost on those nodes first: the DaemonSet's RollingUpdate defaults to maxSurge 0 and
     maxUnavailable 1 (k8s.io/api apps/v1 and pkg/apis/apps/v1/defaults.go SetDefaults_DaemonSet), so the controller
     deletes a node's running plugin pod before it creates the new one (pkg/controller/daemon/update.go)."""
-    names = [gap["subject"].split(" ", 1)[1] for gap in gaps]
+    names = _node_names(gaps)
     return ("device_plugin: not applied: %d node(s) the plugin lands on report no runtime handler %s (RuntimeClass %s): "
             "%s. Its pods would never start there, and a rolling update takes the running plugin off a node before its "
             "new pod starts, so those nodes would lose their GPUs. Add the nvidia runtime on them first (role "
