@@ -24,8 +24,9 @@ def lab_lock():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _require_built(scenario: str, node_count: int | None = None) -> None:
-    if any(spec.real_containerd is not None for spec in load(scenario, node_count=node_count).nodes) and not realnode.available():
+def _require_built(scenario: str, node_count: int | None = None, stand_ins: bool = False) -> None:
+    nodes = load(scenario, node_count=node_count, stand_ins=stand_ins).nodes
+    if any(spec.real_containerd is not None for spec in nodes) and not realnode.available():
         skip_unbuilt("the %s lab runs the real kubelet and containerd, which are not built: run `make real-lab` "
                      "(or `make real-components`)" % scenario)
 
@@ -36,9 +37,10 @@ _kept: dict[str, str] = {}
 
 @contextlib.contextmanager
 def running_lab(scenario: str, **kwargs):
-    """A freshly brought-up lab for the duration of the block; always torn down, and checked for leftovers."""
+    """A freshly brought-up lab for the duration of the block; always torn down, and checked for leftovers.  A module
+    that passes ``stand_ins=True`` says in its docstring what it reads that only the stand-ins give."""
     assert os.geteuid() == 0, "the lab tests need root"
-    _require_built(scenario, kwargs.get("node_count"))
+    _require_built(scenario, kwargs.get("node_count"), kwargs.get("stand_ins", False))
     with lab_lock():
         _kept.clear()
         manager.down()

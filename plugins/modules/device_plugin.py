@@ -382,7 +382,9 @@ target_nodes:
 rollout:
   description:
     - The plugin DaemonSet's C(desired), C(current), C(updated), C(ready), C(available), C(misscheduled) pod counts,
-      C(done), and C(nodes_not_ready) (C(node), C(pod), C(phase), C(reason)). Empty in check mode or without O(wait).
+      C(done), C(nodes_not_ready) (C(node), C(pod), C(phase), C(reason)) and C(nodes_not_updated) (C(node), C(pod),
+      C(terminating), the target nodes whose pod is still of the previous template, read when the wait fails). Empty in
+      check mode or without O(wait).
   returned: always
   type: dict
 api_requests:

@@ -1114,6 +1114,18 @@ def not_run(what, inventory, limit, unmatched, status, rc, stdout):
         what, ansible_output.describe_exit(status, rc), (":\n" + ansible_output.indent(excerpt)) if excerpt else ", and printed nothing"))
 
 
+# The cluster-side stage that a run over some hosts applies to the whole fleet: its DaemonSet's rolling update replaces
+# the plugin pod of every GPU node, and stops for good at a node whose kubelet is stopped (the pod never terminates),
+# which another group's run may be about to repair (playbooks/tasks/stage_device_plugin.yml).
+FLEET_WIDE_STAGES = ("device_plugin",)
+
+
+def remediation_order(groups):
+    """The runs of --remediate, {stages: hosts}, in the order they run: the groups without a fleet-wide stage first, as
+    harden_gpu_nodes.yml runs the device plugin after every node-side stage; by their stages within each half."""
+    return sorted(groups.items(), key=lambda item: (any(stage in FLEET_WIDE_STAGES for stage in item[0]), item[0]))
+
+
 def remediate(args, report, base_vars, stream, stop=None, deadline=None):
     """harden_gpu_nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
     groups = {}
@@ -1131,7 +1143,7 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
                              pending=targets, checked=set(report["nodes"]) - targets)
 
     runs = []
-    for stages, hosts in sorted(groups.items()):
+    for stages, hosts in remediation_order(groups):
         stop_here()
         if not args.quiet:
             stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))

@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""container_runtime role over SSH on the seed-failures lab: check mode, apply, re-apply, fixtures, broken config."""
+"""container_runtime role over SSH on the seed-failures lab: check mode, apply, re-apply, fixtures, broken config.
+
+seed-no-runtime runs the real containerd 2.4 with its own default config; the other real nodes were prepared by the real
+nvidia-ctk (--set-as-default), which the role finds compliant."""
 
 from __future__ import annotations
 
@@ -90,7 +93,9 @@ def test_check_apply_reapply_on_the_fleet(lab):
     assert checked["rc"] == 0, checked["stats"]
     results = task_results(checked, MODULE_TASK)
     assert results[MISSING]["changed"] is True and results[MISSING]["restart_required"] is True
-    assert results[MISSING]["runtime_file"] == DROP_IN and results[MISSING]["config_version"] == 3
+    # the real containerd 2.4's `containerd config default` (the node as installed) is config version 4, and imports
+    # /etc/containerd/conf.d/*.toml: the runtime goes into a drop-in there
+    assert results[MISSING]["runtime_file"] == DROP_IN and results[MISSING]["config_version"] == 4
     assert results[MISSING]["diff"][0]["before"] == "" and "runtimes.nvidia]" in results[MISSING]["diff"][0]["after"]
     assert all(results[node]["changed"] is False for node in nodes if node != MISSING)
     assert {node: fingerprint(lab, node) for node in nodes} == before  # check mode touched nothing
@@ -110,9 +115,12 @@ def test_check_apply_reapply_on_the_fleet(lab):
     assert [line for line in before[MISSING].splitlines() if CONFIG in line] == [line for line in after.splitlines() if CONFIG in line]
     drop_in = tomllib.loads(sh(lab, MISSING, "cat " + DROP_IN))
     runtime = drop_in["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"].pop("nvidia")
-    assert runtime == {"runtime_type": "io.containerd.runc.v2",
-                       "options": {"SystemdCgroup": True, "BinaryName": "/usr/bin/nvidia-container-runtime"}}
-    assert drop_in == {"version": 3, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {}}}}}
+    # runc's runtime as the default config has it, through the toolkit's runtime: what `nvidia-ctk runtime configure`
+    # writes too, into the same file on the nodes it prepared
+    main = tomllib.loads(sh(lab, MISSING, "cat " + CONFIG))
+    runc = main["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]
+    assert runtime == dict(runc, options=dict(runc["options"], BinaryName="/usr/bin/nvidia-container-runtime"))
+    assert drop_in == {"version": 4, "plugins": {"io.containerd.cri.v1.runtime": {"containerd": {"runtimes": {}}}}}
 
     again_before = {node: fingerprint(lab, node) for node in nodes}
     again = playbook(lab, "container_runtime.yml")

@@ -9,6 +9,16 @@ a second run is changed=0 with resourceVersions unchanged; the version gate, dev
 trap are refused with nothing changed.  Last, a Helm-shaped install (plugin + config-manager + mps-control-daemon) and a
 GPU-Operator-shaped one (ClusterPolicy CRD + owned DaemonSet) are left byte-identical by a run with the role defaults,
 and reported with where to fix them.
+
+This module runs the seed-failures nodes on the stand-in kubelet and containerd (``stand_ins=True``), because what it
+checks needs plugin pods that the real nodes cannot run here:
+- the role's default release (v0.20.0), the Helm install's v0.17.4 with its config-manager, and the Operator's v0.14.5
+  are not served by the Go module proxy, so the lab has no binary for their images (lab/versions.env builds v0.18.2 and
+  v0.15.0), and the other installs would never settle;
+- the rollout over every GPU node includes seed-no-runtime, whose containerd has no nvidia handler: the module refuses
+  that rollout on real nodes (tests/integration/test_real_nodes.py pins the refusal).
+The real plugin run from the role's DaemonSet, with the real kubelet and containerd, is in test_real_nodes.py and
+test_real_nodes_harden.py.
 """
 
 from __future__ import annotations
@@ -109,7 +119,7 @@ def _findings(result, ident):
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    with running_lab("seed-failures", stand_ins=True) as state:
         from kubernetes import client
 
         api = _api(state)

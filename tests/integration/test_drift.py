@@ -261,25 +261,6 @@ def test_locked_node_is_reported_and_the_others_checked(lab, tmp_path):
         subprocess.run(lock + ["-a", "owner=harden@elsewhere state=released"], cwd=REPO_ROOT, env=env, capture_output=True, check=True)
 
 
-def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path):
-    hosts = "seed-no-runtime,seed-topology-none"
-    completed = _drift(lab, "-l", hosts, "--remediate", "--json", "-q")
-    data = json.loads(completed.stdout)
-    runs = data["remediation"]["runs"]
-    assert runs and all(run["rc"] == 0 for run in runs), runs
-    stages = {host: run["stages"] for run in runs for host in run["hosts"]}
-    assert "container_runtime" in stages["seed-no-runtime"] and "kubelet_topology" not in stages["seed-no-runtime"]
-    assert "kubelet_topology" in stages["seed-topology-none"] and "container_runtime" not in stages["seed-topology-none"]
-    assert data["remediation"]["before"]["drifted"] == 2
-    for host in hosts.split(","):
-        node = data["nodes"][host]
-        assert node["remediable_stages"] == [], (host, node["findings"])
-    problems = ("drifted", "attention", "unreachable", "failed", "cluster_findings")
-    assert completed.returncode == (1 if any(data["summary"][key] for key in problems) else 0)
-    again = _drift(lab, "-l", hosts, "--json", "-q")
-    assert all(not node["remediable_stages"] for node in json.loads(again.stdout)["nodes"].values())
-
-
 def test_item05_sigint_leaves_the_previous_report_and_metrics_byte_identical(lab, tmp_path):
     """Ctrl-C two seconds into `gpuharden drift`: exit 130, the previous report and .prom untouched byte for byte, no
     summary on stdout, every node without a result named; the nodes are not left locked (a complete run follows)."""
@@ -339,3 +320,34 @@ def test_check_mode_harden_reports_the_post_check_without_failing(lab, tmp_path)
     assert runner.rc != 0
     assert any("gpu_not_advertised" in (event["event_data"].get("res") or {}).get("msg", "") for event in events
                if event.get("event") == "runner_on_failed")
+
+
+# Last of the module: the remediation rolls the managed plugin out on every GPU node, seed-no-plugin's included.
+def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path):
+    hosts = "seed-no-runtime,seed-topology-none,seed-stale-cpu-state"
+    # Two operator decisions first, as the report asks: the seeded RuntimeClass names handler nvidia-legacy, which no
+    # containerd has (the plugin stage refuses a rollout whose pods could never start), and its handler is immutable,
+    # so recreating it is taken explicitly; and seed-stale-cpu-state's real kubelet is stopped, so its Node is NotReady
+    # and takes the one slot of the default disruption budget: two may be unavailable while it is repaired.
+    runner, _events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, tags=["runtime_class"], limit=hosts,
+                                extravars={"runtime_class_force": True})
+    assert runner.rc == 0, runner.stdout.read()[-4000:]
+    completed = _drift(lab, "-l", hosts, "--remediate", "-e", "gpuharden_max_unavailable=2", "--json", "-q")
+    data = json.loads(completed.stdout)
+    runs = data["remediation"]["runs"]
+    assert runs and all(run["rc"] == 0 for run in runs), runs
+    stages = {host: run["stages"] for run in runs for host in run["hosts"]}
+    assert "container_runtime" in stages["seed-no-runtime"] and "kubelet_topology" not in stages["seed-no-runtime"]
+    for host in ("seed-topology-none", "seed-stale-cpu-state"):
+        assert "kubelet_topology" in stages[host] and "container_runtime" not in stages[host], stages
+    # the fleet-wide plugin stage runs after the repairs of the others (drift.remediation_order)
+    fleet_wide = [index for index, run in enumerate(runs) if "device_plugin" in run["stages"]]
+    assert fleet_wide == list(range(len(runs) - len(fleet_wide), len(runs))), [run["stages"] for run in runs]
+    assert data["remediation"]["before"]["drifted"] == 3
+    for host in hosts.split(","):
+        node = data["nodes"][host]
+        assert node["remediable_stages"] == [], (host, node["findings"])
+    problems = ("drifted", "attention", "unreachable", "failed", "cluster_findings")
+    assert completed.returncode == (1 if any(data["summary"][key] for key in problems) else 0)
+    again = _drift(lab, "-l", hosts, "--json", "-q")
+    assert all(not node["remediable_stages"] for node in json.loads(again.stdout)["nodes"].values())

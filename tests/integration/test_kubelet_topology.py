@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""kubelet_topology over SSH on the seed-failures lab.
+"""kubelet_topology over SSH on the seed-failures lab, whose nodes run the real kubelet v1.36.
 
 Flags that override the file, a stale checkpoint, check mode, apply, re-apply, and a configuration the real
-kubelet validation rejects (rolled back, host failed, kubelet healthy again).
+kubelet's validation rejects (rolled back, host failed, kubelet healthy again).  What the kubelet runs with is read from
+its own /configz.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
+import yaml
 from gpuharden_lab import manager
 
 from tests.labfixtures import running_lab
@@ -96,16 +98,26 @@ def healthy(state, node):
     return done.returncode == 0 and done.stdout == "ok"
 
 
-def last_validated(state, node):
-    """The kubelet stand-in's log line with the effective configuration it validated last."""
-    done = sh(state, node, "grep 'Validated kubelet configuration' /var/log/kubelet.log | tail -n 1")
-    return done.stdout
+def effective_config(state, node, timeout=60):
+    """The configuration the real kubelet runs with, flags and drop-ins merged into its file: its /configz
+    (pkg/kubelet/server/server.go), asked on the node with the admin's token, which the kubelet checks through the API
+    server (authentication and authorization webhooks, the lab's kubelet config)."""
+    with open(state["cluster"]["admin_kubeconfig"]) as handle:
+        token = yaml.safe_load(handle)["users"][0]["user"]["token"]
+    deadline = time.monotonic() + timeout
+    while True:
+        done = sh(state, node, "curl -sfk --max-time 5 -H 'Authorization: Bearer %s' https://127.0.0.1:10250/configz" % token,
+                  check=False)
+        if done.returncode == 0:
+            return json.loads(done.stdout)["kubeletconfig"]
+        assert time.monotonic() < deadline, "%s: no /configz answer: %s" % (node, done.stderr)
+        time.sleep(2)  # the kubelet just restarted: its server is not listening yet
 
 
 def test_before_the_seeds_are_wrong(lab):
     assert not healthy(lab, STALE)  # the kubelet refused the stale checkpoint at boot
-    assert "topologyManagerPolicy=\"none\"" in last_validated(lab, TOPOLOGY_NONE) or \
-        "topologyManagerPolicy=none" in last_validated(lab, TOPOLOGY_NONE)
+    # the flag in /etc/default/kubelet is read at the next start; until then the file's none is what runs
+    assert effective_config(lab, TOPOLOGY_NONE)["topologyManagerPolicy"] == "none"
 
 
 def test_check_mode_changes_nothing(lab):
@@ -133,8 +145,9 @@ def test_apply_fixes_flags_where_they_live_and_handles_the_stale_checkpoint(lab)
     for node in NODES:
         assert report["stats"][node]["changed"] >= 1
         assert healthy(lab, node), node
-        validated = last_validated(lab, node)
-        assert "single-numa-node" in validated and "static" in validated, (node, validated)
+        effective = effective_config(lab, node)
+        policies = (effective["topologyManagerPolicy"], effective["cpuManagerPolicy"])
+        assert policies == ("single-numa-node", "static"), (node, policies)
     plan = results(report, "Kubelet | plan the configuration (read-only)")
     source = plan[TOPOLOGY_NONE]["sources"]["topologyManagerPolicy"]["source_before"]
     assert (source["kind"], source["path"]) == ("flag", "/etc/default/kubelet")

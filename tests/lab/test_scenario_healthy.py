@@ -94,3 +94,26 @@ def test_the_lab_raises_the_hosts_inotify_limits_for_real_nodes_and_never_lowers
     manager.raise_inotify_limits(tmp_path)
     assert (tmp_path / "fs/inotify/max_user_instances").read_text() == "%d\n" % manager.INOTIFY_LIMITS["fs/inotify/max_user_instances"]
     assert (tmp_path / "fs/inotify/max_user_watches").read_text() == "99999999\n"
+
+
+def test_seed_failures_runs_its_gpu_nodes_real_and_stand_ins_only_where_its_file_says():
+    loaded = scenario.load("seed-failures")
+    stand_ins = sorted(spec.name for spec in loaded.nodes if spec.real_containerd is None)
+    assert stand_ins == ["seed-isolation", "seed-memory-high", "seed-mig-strategy"]
+    real = {spec.name: spec for spec in loaded.nodes if spec.real_containerd is not None}
+    assert len(real) == 8 and {spec.real_containerd for spec in real.values()} == {"2"}
+    # prepared by the real nvidia-ctk, as the seeded plugins without a runtimeClassName need, but the node without it
+    assert {name for name, spec in real.items() if spec.real_nvidia_runtime is None} == {"seed-no-runtime"}
+    # the stale checkpoint is written after the Node joined (a real kubelet writes its own at first start)
+    assert set(real["seed-stale-cpu-state"].seeded_after_join) == {"/var/lib/kubelet/cpu_manager_state"}
+
+
+def test_stand_ins_drop_every_real_key_and_a_scenario_reached_by_harden_refuses_them():
+    loaded = scenario.load("seed-failures", stand_ins=True)
+    assert all(spec.real_containerd is None and spec.real_nvidia_runtime is None for spec in loaded.nodes)
+    # the stand-in containerd's config where the real node writes its own at `up`
+    no_runtime = next(spec for spec in loaded.nodes if spec.name == "seed-no-runtime")
+    assert "nvidia" not in no_runtime.files.get("/etc/containerd/config.toml", "") and any(
+        path.startswith("/etc/containerd/") for path in no_runtime.files)
+    with pytest.raises(LabError, match="'harden' needs every node real"):
+        scenario.load("healthy", stand_ins=True)

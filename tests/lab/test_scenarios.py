@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -40,15 +41,29 @@ def test_device_permission_seed(seeded):
     assert _ssh(state, "seed-isolation", "stat -c '%a' /dev/nvidia0").strip() == "666"
 
 
+# What the seeded plugins advertise: the real plugin on the real nodes (the stand-ins on seed-mig-strategy).
+PLUGIN_SEEDS = {
+    "seed-no-plugin": {},
+    # the real plugin ignores the config's renaming (measured with v0.15.0 on the real kubelet; the stand-in follows)
+    "seed-resource-typo": {"nvidia.com/gpu": "2"},
+    "seed-list-none": {},  # the plugin refuses deviceListStrategy none
+    "seed-no-runtime": {},  # no plugin: it could not get NVML there
+    "seed-mig-strategy": {"nvidia.com/gpu": "4"},  # MIG slices hidden
+    "seed-dev-perm": {"nvidia.com/gpu": "8"},
+}
+
+
 def test_plugin_seeds_show_in_allocatable(seeded):
     state, api = seeded
-    summary = cluster.node_summary(api)
-    assert summary["seed-no-plugin"]["allocatable_gpu"] == {}
-    # the real plugin ignores the config's renaming (measured with v0.15.0 on the real kubelet; the stand-in follows)
-    assert summary["seed-resource-typo"]["allocatable_gpu"] == {"nvidia.com/gpu": "2"}
-    assert summary["seed-list-none"]["allocatable_gpu"] == {}  # the plugin refuses deviceListStrategy none
-    assert summary["seed-mig-strategy"]["allocatable_gpu"] == {"nvidia.com/gpu": "4"}  # MIG slices hidden
-    assert summary["seed-dev-perm"]["allocatable_gpu"] == {"nvidia.com/gpu": "8"}
+    # The real plugins start after the lab is up (each pod's sandbox, the toolkit's hook, then the registration).
+    deadline = time.monotonic() + 90
+    while True:
+        summary = cluster.node_summary(api)
+        advertised = {name: summary[name]["allocatable_gpu"] for name in PLUGIN_SEEDS}
+        if advertised == PLUGIN_SEEDS or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert advertised == PLUGIN_SEEDS
 
 
 def test_kubelet_seeds(seeded):

@@ -350,6 +350,16 @@ def test_item5_remediate_harden_failure_is_shown_and_reported(site, monkeypatch,
     assert run["rc"] == 2 and run["error"].endswith("msg: lock held by drift@other")
 
 
+def test_remediate_runs_the_groups_with_the_device_plugin_last():
+    """A group's device plugin stage rolls the plugin out on every GPU node: it waits for the other groups' repairs
+    (a stale checkpoint stops a kubelet, and the rollout cannot replace that node's pod until it runs again)."""
+    groups = {("cgroup_limits", "container_runtime", "device_plugin"): ["gpu-a"], ("kubelet_topology",): ["gpu-b"],
+              ("device_plugin",): ["gpu-c"], ("cgroup_limits", "kubelet_topology"): ["gpu-d"]}
+    assert [stages for stages, _hosts in drift.remediation_order(groups)] == [
+        ("cgroup_limits", "kubelet_topology"), ("kubelet_topology",),
+        ("cgroup_limits", "container_runtime", "device_plugin"), ("device_plugin",)]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Item 5: no colour, for drift and facts
 

@@ -382,6 +382,28 @@ def test_rollout_done_and_not_ready_nodes():
     assert not dp.rollout(ds)["done"]
 
 
+def test_a_rollout_held_by_an_old_pod_that_never_terminates_says_where():
+    """Measured with the real kubelet: a node whose kubelet is stopped keeps its old plugin pod Terminating, and the
+    DaemonSet's rolling update stops there (updated 4 of 10, every pod ready)."""
+    ds = {"metadata": {"name": "p", "namespace": "kube-system", "generation": 2},
+          "status": {"observedGeneration": 2, "desiredNumberScheduled": 3, "updatedNumberScheduled": 1, "numberReady": 3,
+                     "currentNumberScheduled": 3, "numberAvailable": 3}}
+    ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    pods = [
+        {"metadata": {"name": "p-a", "labels": {"pod-template-generation": "2"}}, "spec": {"nodeName": "a"}, "status": ready},
+        {"metadata": {"name": "p-b", "labels": {"pod-template-generation": "1"}}, "spec": {"nodeName": "b"}, "status": ready},
+        {"metadata": {"name": "p-c", "labels": {"pod-template-generation": "1"}, "deletionTimestamp": "2026-12-04T21:40:00Z"},
+         "spec": {"nodeName": "c"}, "status": ready},
+    ]
+    state = dp.rollout(ds, pods, ["a", "b", "c"])
+    assert not state["done"]
+    assert state["nodes_not_updated"] == [{"node": "b", "pod": "p-b", "terminating": False},
+                                          {"node": "c", "pod": "p-c", "terminating": True}]
+    message = dp.rollout_message("DaemonSet kube-system/p", state, 300)
+    assert "updated 1, ready 3" in message and "still the previous template on 2 node(s): b, c" in message
+    assert "the old pod is terminating on c: the update waits until that node's kubelet ends it" in message
+
+
 def test_selector_immutable():
     _s, (_cm, ds), _c = render()
     live = copy.deepcopy(ds)

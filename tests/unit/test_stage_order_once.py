@@ -2,7 +2,8 @@
 """Issue 15, item 5: the stage order is written once (playbooks/tasks/stages.yml).
 
 harden_gpu_nodes.yml and bootstrap_gpu_node.yml import that file instead of naming the stages themselves; only
-harden's budgeted rollout play names the two steps that drain a node, and it keeps the file's order between them.
+harden's budgeted rollout play names the two steps that drain a node, and it keeps the file's order between them, and
+harden runs the last stage, the device plugin, after that play, from the one file stages.yml imports it from.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ STAGE_ROLES = ("device_permissions", "container_runtime", "runtime_class", "kube
 
 
 def _tasks(tasks):
+    """Every task, into blocks and into the task files of playbooks/tasks/ that a task imports (stage_*.yml)."""
     for task in tasks or []:
         if not isinstance(task, dict):
             continue
         yield task
         for key in ("block", "rescue", "always"):
             yield from _tasks(task.get(key))
+        imported = str(task.get("ansible.builtin.import_tasks", ""))
+        if imported.removeprefix("tasks/").startswith("stage_"):
+            yield from _tasks(yaml.safe_load((PLAYBOOKS / "tasks" / imported.removeprefix("tasks/")).read_text()))
 
 
 def _play_tasks(play):
@@ -35,13 +40,14 @@ def _play_tasks(play):
 def _role_step(task):
     """(role, tasks_from) for a task that imports or includes one of the stage roles, else None.  An import of a role's
     audit_params.yml is no step: it runs no task (container_runtime's one sets facts), it exposes the role's
-    variables to the play (the disruptive play imports cgroup_limits' so, for the kubelet write)."""
+    variables to the play (the disruptive play imports cgroup_limits' so, for the kubelet write).  Nor is its
+    preflight.yml, which only checks variables (harden checks the device plugin's before any stage runs)."""
     for action in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
         spec = task.get(action)
         if spec:
             role = spec["name"].rpartition(".")[2]
             step = str(spec.get("tasks_from", "main")).removesuffix(".yml")
-            if role in STAGE_ROLES and step != "audit_params":
+            if role in STAGE_ROLES and step not in ("audit_params", "preflight"):
                 return role, step
     return None
 
@@ -81,7 +87,10 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
     rollout = [(name, step) for name, step in named if "disruptive stages" in name]
     assert [step for _name, step in rollout] == ([("kubelet_topology", "main"), ("mig", "main")]
                                                  if playbook == "harden_gpu_nodes.yml" else [])
-    assert [entry for entry in named if entry not in rollout] == []
+    # harden's device plugin stage runs in a later play (tasks/stage_device_plugin.yml, the file stages.yml imports)
+    later = [(name, step) for name, step in named if step == ("device_plugin", "main") and "device plugin" in name]
+    assert len(later) == (1 if playbook == "harden_gpu_nodes.yml" else 0), named
+    assert [entry for entry in named if entry not in rollout and entry not in later] == []
 
 
 def test_the_drains_run_inline_only_where_the_playbook_says_so():
@@ -93,3 +102,21 @@ def test_the_drains_run_inline_only_where_the_playbook_says_so():
                     inline[playbook] = task["vars"]["__stages_inline_disruptive"]
     # harden drains in its budgeted rollout play; bootstrap drains a node that still has its bootstrap taint inline
     assert inline == {"harden_gpu_nodes.yml": False, "bootstrap_gpu_node.yml": True}
+
+
+def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_check():
+    """Found with the real kubelet: a node whose kubelet is stopped (the stale checkpoint the rollout repairs) never lets
+    its plugin pod go, so a plugin rollout before the repair waited 300 s and failed the run (tasks/stage_device_plugin.yml)."""
+    plays = yaml.safe_load((PLAYBOOKS / "harden_gpu_nodes.yml").read_text())
+    [stages] = [task for task in _play_tasks(plays[0]) if task.get("ansible.builtin.import_tasks") == "tasks/stages.yml"]
+    assert stages["vars"]["__stages_device_plugin_later"] is True
+    names = [play["name"] for play in plays]
+    rollout = next(index for index, name in enumerate(names) if "disruptive stages" in name)
+    steps = [(index, str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name")))
+             for index, play in enumerate(plays) for task in _play_tasks(play)]
+    [plugin] = [index for index, step in steps if step == "tasks/stage_device_plugin.yml"]
+    postcheck = [index for index, step in steps if step == "gpuharden.k8s.postcheck"]
+    assert plugin > rollout and postcheck == [plugin]
+    tasks = [str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name"))
+             for task in _play_tasks(plays[plugin])]
+    assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")

@@ -14,7 +14,7 @@ from gpuharden_lab.system import LabError
 
 def _up(args: argparse.Namespace) -> int:
     state = manager.up(args.scenario, args.nodes, with_cluster=not args.no_cluster, kwok_nodes=args.kwok_nodes,
-                       harden=not args.no_harden)
+                       harden=not args.no_harden, stand_ins=args.stand_ins)
     print(json.dumps(manager.status() | {"timings": state["timings"]}, indent=2))
     return 0
 
@@ -53,6 +53,8 @@ def register(commands) -> None:
     up.add_argument("--no-cluster", action="store_true", help="nodes only, no control plane (faster)")
     up.add_argument("--no-harden", action="store_true",
                     help="leave the fleet as installed, before the harden run a scenario's state is reached by (healthy)")
+    up.add_argument("--stand-ins", action="store_true",
+                    help="every node on the stand-in kubelet and containerd, the scenario's real parts left out")
     up.add_argument("--kwok-nodes", type=int, default=0, help="extra Nodes that exist only in the apiserver (scale checks)")
     up.set_defaults(handler=_guard(_up))
     actions.add_parser("status", help="show the lab's nodes and services").set_defaults(handler=_guard(_status))

@@ -265,23 +265,24 @@ def load_state() -> dict | None:
 
 
 def nodes_from_state(state: dict) -> list[lab_node.Node]:
-    scenario = load(state["scenario"], node_count=state.get("node_count"))
+    scenario = load(state["scenario"], node_count=state.get("node_count"), stand_ins=state.get("stand_ins", False))
     return [lab_node.Node(spec, index) for index, spec in enumerate(scenario.nodes)]
 
 
 def up(scenario_name: str, node_count: int | None = None, *, with_cluster: bool = True, kwok_nodes: int = 0,
-       harden: bool = True) -> dict:
+       harden: bool = True, stand_ins: bool = False) -> dict:
     """Bring the scenario's fleet up.  A scenario with `harden:` is reached by running the product's harden playbook
-    on the fleet as installed; `harden=False` (or no cluster) leaves the fleet as installed."""
+    on the fleet as installed; `harden=False` (or no cluster) leaves the fleet as installed.  `stand_ins` runs every
+    node on the stand-in kubelet and containerd (scenario.load)."""
     require_root()
     if layout.STATE_FILE.exists() or layout.LAB_DIR.exists():
         raise LabError("a lab is already up (%s): run `gpuharden lab down` first" % layout.LAB_DIR)
-    scenario = load(scenario_name, node_count=node_count)
+    scenario = load(scenario_name, node_count=node_count, stand_ins=stand_ins)
     started = time.monotonic()
     timings: dict[str, float] = {}
     try:
         layout.LAB_DIR.mkdir(parents=True)
-        state = {"scenario": scenario.name, "node_count": node_count, "status": "starting", "nodes": {}}
+        state = {"scenario": scenario.name, "node_count": node_count, "stand_ins": stand_ins, "status": "starting", "nodes": {}}
         _save_state(state)
         phase = time.monotonic()
         python = ensure_node_python()

@@ -1254,12 +1254,21 @@ def rollout(ds, pods=None, target_nodes=None):
         ("ready", "numberReady"), ("available", "numberAvailable"), ("misscheduled", "numberMisscheduled"))}
     observed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0) and "observedGeneration" in status
     done = observed and counts["desired"] == counts["updated"] == counts["ready"] and counts["misscheduled"] == 0
-    state = dict(counts, observed=observed, done=done, nodes_not_ready=[])
+    state = dict(counts, observed=observed, done=done, nodes_not_ready=[], nodes_not_updated=[])
     if pods is not None and target_nodes is not None:
         by_node = {}
+        generation = str(meta.get("generation"))
+        targets = set(target_nodes)
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            pod_meta = pod.get("metadata") or {}
+            # The controller labels each pod with the template generation it was made from
+            # (pkg/controller/daemon/util/daemonset_util.go CreatePodTemplate: pod-template-generation).
+            template = (pod_meta.get("labels") or {}).get("pod-template-generation")
+            if node in targets and template is not None and template != generation:
+                state["nodes_not_updated"].append({"node": node, "pod": pod_meta.get("name"),
+                                                   "terminating": bool(pod_meta.get("deletionTimestamp"))})
+            if node and not pod_meta.get("deletionTimestamp"):
                 by_node.setdefault(node, []).append(pod)
         for node in target_nodes:
             candidates = by_node.get(node) or []
@@ -1281,6 +1290,18 @@ def rollout_message(obj, state, timeout):
     lines = ["; ".join("%s (%s)" % (entry["node"], "pod %s %s: %s" % (entry["pod"], entry["phase"], entry["reason"])
                                     if entry["pod"] else entry["reason"]) for entry in state["nodes_not_ready"][:SAMPLE])]
     more = len(state["nodes_not_ready"]) - SAMPLE
-    return ("device_plugin: rollout of %s not finished after %d s: desired %d, updated %d, ready %d; not ready on %d node(s): %s%s"
-            % (obj, timeout, state["desired"], state["updated"], state["ready"], len(state["nodes_not_ready"]), lines[0],
-               " and %d more" % more if more > 0 else ""))
+    message = ("device_plugin: rollout of %s not finished after %d s: desired %d, updated %d, ready %d; not ready on %d node(s): %s%s"
+               % (obj, timeout, state["desired"], state["updated"], state["ready"], len(state["nodes_not_ready"]), lines[0],
+                  " and %d more" % more if more > 0 else ""))
+    outdated = state.get("nodes_not_updated") or []
+    if outdated:
+        # The rolling update replaces maxUnavailable pods at a time, each once its old pod is gone: a pod its node's
+        # kubelet never ends (the kubelet is stopped, the Node NotReady) holds the update there for good.
+        terminating = [entry["node"] for entry in outdated if entry["terminating"]]
+        message += ("; still the previous template on %d node(s): %s%s" % (
+            len(outdated), ", ".join(entry["node"] for entry in outdated[:SAMPLE]),
+            " and %d more" % (len(outdated) - SAMPLE) if len(outdated) > SAMPLE else ""))
+        if terminating:
+            message += ("; the old pod is terminating on %s: the update waits until that node's kubelet ends it (is the "
+                        "node NotReady? repair or remove it, then run again)" % ", ".join(terminating[:SAMPLE]))
+    return message
