@@ -1114,25 +1114,18 @@ def not_run(what, inventory, limit, unmatched, status, rc, stdout):
         what, ansible_output.describe_exit(status, rc), (":\n" + ansible_output.indent(excerpt)) if excerpt else ", and printed nothing"))
 
 
-# The cluster-side stage that a run over some hosts applies to the whole fleet: its DaemonSet's rolling update replaces
-# the plugin pod of every GPU node, and stops for good at a node whose kubelet is stopped (the pod never terminates),
-# which another group's run may be about to repair (playbooks/tasks/stage_device_plugin.yml).
-FLEET_WIDE_STAGES = ("device_plugin",)
-
-
-def remediation_order(groups):
-    """The runs of --remediate, {stages: hosts}, in the order they run: the groups without a fleet-wide stage first, as
-    harden_gpu_nodes.yml runs the device plugin after every node-side stage; by their stages within each half."""
-    return sorted(groups.items(), key=lambda item: (any(stage in FLEET_WIDE_STAGES for stage in item[0]), item[0]))
-
-
 def remediate(args, report, base_vars, stream, stop=None, deadline=None):
-    """harden_gpu_nodes.yml on the drifted hosts, one run per distinct set of stages, then the drift check again."""
-    groups = {}
-    for host, node in report["nodes"].items():
-        if node["remediable_stages"]:
-            groups.setdefault(tuple(node["remediable_stages"]), []).append(host)
-    targets = {host for hosts in groups.values() for host in hosts}
+    """harden_gpu_nodes.yml once on the drifted hosts, tagged with the stages any of them needs, then the drift check again.
+
+    One run, not one per set of stages: harden's plan runs on each node only the stages whose check is not ok (the same
+    audit as this check; tests/integration/test_drift.py holds the two to each other; gpuharden_skip_compliant_stages
+    is forced on for it), and one run keeps harden's own
+    order across the nodes: the disruptive steps in the budgeted rollout, the device plugin after them.  Runs per set of
+    stages rolled the plugin out over every GPU node before another run repaired a stopped kubelet, whose old plugin pod
+    then held the rolling update for good (found with the real kubelet on the seed-failures lab)."""
+    by_host = {host: list(node["remediable_stages"]) for host, node in report["nodes"].items() if node["remediable_stages"]}
+    groups = {tuple(sorted({stage for stages in by_host.values() for stage in stages})): sorted(by_host)} if by_host else {}
+    targets = set(by_host)
 
     def stop_here(status=None):
         reason = stopped(args, stop, deadline, status)
@@ -1143,7 +1136,7 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
                              pending=targets, checked=set(report["nodes"]) - targets)
 
     runs = []
-    for stages, hosts in remediation_order(groups):
+    for stages, hosts in groups.items():
         stop_here()
         if not args.quiet:
             stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))
@@ -1158,7 +1151,8 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
             return True
 
         status, rc, stats, stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
-                                                 forks=args.forks, extravars=base_vars, tags=list(stages), event_handler=handler,
+                                                 forks=args.forks, extravars=dict(base_vars, gpuharden_skip_compliant_stages=True),
+                                                 tags=list(stages), event_handler=handler,
                                                  cancel=stop.requested if stop is not None else None,
                                                  timeout=runner_timeout(deadline))
         stop_here(status)
@@ -1166,7 +1160,8 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
             # the drift check just ran on these hosts: harden's own pattern (gpuharden_target_hosts) leaves them out
             raise not_run("harden_gpu_nodes.yml (--remediate)", args.inventory, ",".join(sorted(hosts)), plays.plays[0][:1],
                           status, rc, stdout)
-        entry = {"hosts": sorted(hosts), "stages": list(stages), "status": status, "rc": rc,
+        entry = {"hosts": sorted(hosts), "stages": list(stages), "stages_by_host": {host: by_host[host] for host in sorted(hosts)},
+                 "status": status, "rc": rc,
                  "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))}
         if rc:
             entry["error"] = ansible_output.error_excerpt(stdout)

@@ -350,14 +350,20 @@ def test_item5_remediate_harden_failure_is_shown_and_reported(site, monkeypatch,
     assert run["rc"] == 2 and run["error"].endswith("msg: lock held by drift@other")
 
 
-def test_remediate_runs_the_groups_with_the_device_plugin_last():
-    """A group's device plugin stage rolls the plugin out on every GPU node: it waits for the other groups' repairs
-    (a stale checkpoint stops a kubelet, and the rollout cannot replace that node's pod until it runs again)."""
-    groups = {("cgroup_limits", "container_runtime", "device_plugin"): ["gpu-a"], ("kubelet_topology",): ["gpu-b"],
-              ("device_plugin",): ["gpu-c"], ("cgroup_limits", "kubelet_topology"): ["gpu-d"]}
-    assert [stages for stages, _hosts in drift.remediation_order(groups)] == [
-        ("cgroup_limits", "kubelet_topology"), ("kubelet_topology",),
-        ("cgroup_limits", "container_runtime", "device_plugin"), ("device_plugin",)]
+def test_remediate_is_one_harden_run_over_the_drifted_hosts_with_the_stages_any_of_them_needs(site, monkeypatch, capsys):
+    """One run keeps harden's order across the nodes (the disruptive steps, then the device plugin): runs per set of
+    stages rolled the plugin out over every GPU node before another run repaired a stopped kubelet (real kubelet)."""
+    runtime = [dict(DRIFTED[0], check="containerd", stage="container_runtime")]
+    kubelet = [dict(DRIFTED[0], check="kubelet", stage="kubelet_topology"), dict(DRIFTED[0], check="consistency", stage="device_plugin")]
+    calls = fake_runs(monkeypatch, (audited("gpu-a", runtime) + audited("gpu-b", kubelet) + audited("gpu-c") + [STATS], "successful", 0, ""),
+                      (play("gpu_nodes") + [STATS], "successful", 0, ""),
+                      (audited("gpu-a") + audited("gpu-b") + [STATS], "successful", 0, ""))
+    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"]), "--json") == drift.EXIT_CLEAN
+    check, harden, recheck = calls  # the drift check, one harden run, the drift check of the remediated hosts
+    assert (harden["limit"], harden["tags"]) == ("gpu-a,gpu-b", ["container_runtime", "device_plugin", "kubelet_topology"])
+    assert check["tags"] is None and recheck["limit"] == "gpu-a,gpu-b"
+    [run] = json.loads(capsys.readouterr().out)["remediation"]["runs"]
+    assert run["stages_by_host"] == {"gpu-a": ["container_runtime"], "gpu-b": ["device_plugin", "kubelet_topology"]}
 
 
 # ---------------------------------------------------------------------------------------------------
