@@ -120,3 +120,6 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     tasks = [str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name"))
              for task in _play_tasks(plays[plugin])]
     assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")
+    # not after a rollout that stopped at a failed node (its kubelet may be stopped: the plugin's update would hang there)
+    [stage] = [task for task in _play_tasks(plays[plugin]) if task.get("ansible.builtin.import_tasks") == "tasks/stage_device_plugin.yml"]
+    assert "selectattr('__harden_failed', 'defined')" in stage["when"] and stage["when"].strip().endswith("length == 0")
