@@ -120,6 +120,17 @@ def unavailable_nodes(core, nodes):
     return reasons
 
 
+def plugin_generation(state):
+    """The managed plugin DaemonSet's generation, None while there is none."""
+    from kubernetes import client
+
+    try:
+        return client.AppsV1Api(admin(state)).read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system").metadata.generation
+    except client.ApiException as error:
+        assert error.status == 404, error
+        return None
+
+
 def _core(state):
     from kubernetes import client
 
@@ -168,10 +179,16 @@ def test_failing_canary_stops_the_rollout_and_stays_cordoned(fresh):
     # rollback, which restores only the files the role wrote.
     sh(fresh, canary, "printf 'KUBELET_EXTRA_ARGS=--max-pods=lots\\n' > /etc/default/kubelet")
     others = {node: sh(fresh, node, "cat /var/lib/kubelet/config.yaml") for node in FRESH[1:]}
+    plugin = plugin_generation(fresh)
     try:
         with CordonWatcher(fresh, FRESH) as watcher:
-            rc, events, _stats, output = harden(fresh, extravars={"kubelet_topology_health_timeout": 10}, tags=["kubelet_topology"])
+            # the device plugin stage too, with a change to its DaemonSet: a stopped rollout must not apply it (the
+            # canary's kubelet is stopped, and the plugin's rolling update would hang on its old pod)
+            rc, events, _stats, output = harden(fresh, extravars={"kubelet_topology_health_timeout": 10,
+                                                                  "device_plugin_pull_policy": "Always"},
+                                                tags=["kubelet_topology", "device_plugin"])
         assert rc != 0
+        assert plugin_generation(fresh) == plugin
         assert failed_hosts(events)[0] == canary or canary in failed_hosts(events), failed_hosts(events)
         assert watcher.ever == {canary}, sorted(watcher.ever)
         assert _core(fresh).read_node(canary).spec.unschedulable, "the failed canary must stay cordoned"
