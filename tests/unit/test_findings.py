@@ -110,16 +110,18 @@ def test_node_audit_checks_are_the_catalogues():
 def _harden_tags():
     tags = set()
 
-    def walk(tasks):
+    def walk(tasks, directory):
         for task in tasks or []:
             tags.update(task.get("tags") or [])
-            walk(task.get("block"))
+            walk(task.get("block"), directory)
             imported = task.get("ansible.builtin.import_tasks")
-            if imported:  # the stages (tasks/stages.yml), the plan
-                walk(yaml.safe_load((REPO / "playbooks" / imported).read_text()))
+            if imported:  # the stages (tasks/stages.yml, its tasks/stage_device_plugin.yml), the plan
+                # Ansible looks next to the importing file first, then in the playbook's directory
+                path = directory / imported if (directory / imported).exists() else REPO / "playbooks" / imported
+                walk(yaml.safe_load(path.read_text()), path.parent)
 
     for play in yaml.safe_load((REPO / "playbooks" / "harden_gpu_nodes.yml").read_text()):
-        walk(play.get("tasks"))
+        walk(play.get("tasks"), REPO / "playbooks")
     return tags
 
 
