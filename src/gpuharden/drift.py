@@ -1118,11 +1118,11 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
     """harden_gpu_nodes.yml once on the drifted hosts, tagged with the stages any of them needs, then the drift check again.
 
     One run, not one per set of stages: harden's plan runs on each node only the stages whose check is not ok (the same
-    audit as this check; tests/integration/test_drift.py holds the two to each other; gpuharden_skip_compliant_stages
-    is forced on for it), and one run keeps harden's own
-    order across the nodes: the disruptive steps in the budgeted rollout, the device plugin after them.  Runs per set of
-    stages rolled the plugin out over every GPU node before another run repaired a stopped kubelet, whose old plugin pod
-    then held the rolling update for good (found with the real kubelet on the seed-failures lab)."""
+    audit as this check, tests/integration/test_drift.py holds the two to each other; gpuharden_skip_compliant_stages
+    is forced on for it), and one run keeps harden's own order across the nodes: the disruptive steps in the budgeted
+    rollout, the device plugin after them.  Runs per set of stages rolled the plugin out over every GPU node before
+    another run repaired a stopped kubelet, whose old plugin pod then held the rolling update for good (found with the
+    real kubelet on the seed-failures lab)."""
     by_host = {host: list(node["remediable_stages"]) for host, node in report["nodes"].items() if node["remediable_stages"]}
     groups = {tuple(sorted({stage for stages in by_host.values() for stage in stages})): sorted(by_host)} if by_host else {}
     targets = set(by_host)
