@@ -1124,8 +1124,10 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
     another run repaired a stopped kubelet, whose old plugin pod then held the rolling update for good (found with the
     real kubelet on the seed-failures lab)."""
     by_host = {host: list(node["remediable_stages"]) for host, node in report["nodes"].items() if node["remediable_stages"]}
-    groups = {tuple(sorted({stage for stages in by_host.values() for stage in stages})): sorted(by_host)} if by_host else {}
-    targets = set(by_host)
+    if not by_host:
+        return []
+    hosts = sorted(by_host)
+    stages = sorted({stage for host_stages in by_host.values() for stage in host_stages})
 
     def stop_here(status=None):
         reason = stopped(args, stop, deadline, status)
@@ -1133,44 +1135,38 @@ def remediate(args, report, base_vars, stream, stop=None, deadline=None):
             # the remediated hosts' state is unknown until they are checked again; the others' results are final
             # but the report is not written without them
             raise Incomplete(reason[0] + " during --remediate (harden_gpu_nodes.yml may have stopped part way)", reason[1],
-                             pending=targets, checked=set(report["nodes"]) - targets)
+                             pending=set(hosts), checked=set(report["nodes"]) - set(hosts))
 
-    runs = []
-    for stages, hosts in groups.items():
-        stop_here()
-        if not args.quiet:
-            stream.write("remediating %s: stages %s\n" % (", ".join(sorted(hosts)), ", ".join(stages)))
-        changed = {}
-        plays = PlayTracker()
+    stop_here()
+    if not args.quiet:
+        stream.write("remediating %s: stages %s\n" % (", ".join(hosts), ", ".join(stages)))
+    changed = {}
+    plays = PlayTracker()
 
-        def handler(event, changed=changed, plays=plays):
-            plays.feed(event)
-            data = event.get("event_data") or {}
-            if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-                changed[data["host"]] = changed.get(data["host"], 0) + 1
-            return True
+    def handler(event):
+        plays.feed(event)
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            changed[data["host"]] = changed.get(data["host"], 0) + 1
+        return True
 
-        status, rc, stats, stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(sorted(hosts)),
-                                                 forks=args.forks, extravars=dict(base_vars, gpuharden_skip_compliant_stages=True),
-                                                 tags=list(stages), event_handler=handler,
-                                                 cancel=stop.requested if stop is not None else None,
-                                                 timeout=runner_timeout(deadline))
-        stop_here(status)
-        if plays.first_unmatched():
-            # the drift check just ran on these hosts: harden's own pattern (gpuharden_target_hosts) leaves them out
-            raise not_run("harden_gpu_nodes.yml (--remediate)", args.inventory, ",".join(sorted(hosts)), plays.plays[0][:1],
-                          status, rc, stdout)
-        entry = {"hosts": sorted(hosts), "stages": list(stages), "stages_by_host": {host: by_host[host] for host in sorted(hosts)},
-                 "status": status, "rc": rc,
-                 "changed_tasks": changed, "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))}
-        if rc:
-            entry["error"] = ansible_output.error_excerpt(stdout)
-            stream.write("gpuharden drift: harden_gpu_nodes.yml on %s failed (%s)%s\n" % (
-                ", ".join(sorted(hosts)), ansible_output.describe_exit(status, rc),
-                (":\n" + ansible_output.indent(entry["error"])) if entry["error"] else ""))
-            stream.flush()
-        runs.append(entry)
-    return runs
+    status, rc, stats, stdout = run_playbook(args.harden_playbook, args.inventory, limit=",".join(hosts), forks=args.forks,
+                                             extravars=dict(base_vars, gpuharden_skip_compliant_stages=True), tags=stages,
+                                             event_handler=handler, cancel=stop.requested if stop is not None else None,
+                                             timeout=runner_timeout(deadline))
+    stop_here(status)
+    if plays.first_unmatched():
+        # the drift check just ran on these hosts: harden's own pattern (gpuharden_target_hosts) leaves them out
+        raise not_run("harden_gpu_nodes.yml (--remediate)", args.inventory, ",".join(hosts), plays.plays[0][:1], status, rc, stdout)
+    entry = {"hosts": hosts, "stages": stages, "stages_by_host": dict(sorted(by_host.items())), "status": status, "rc": rc, "changed_tasks": changed,
+             "failures": sorted(set(stats.get("failures", {})) | set(stats.get("dark", {})))}
+    if rc:
+        entry["error"] = ansible_output.error_excerpt(stdout)
+        stream.write("gpuharden drift: harden_gpu_nodes.yml on %s failed (%s)%s\n" % (
+            ", ".join(hosts), ansible_output.describe_exit(status, rc),
+            (":\n" + ansible_output.indent(entry["error"])) if entry["error"] else ""))
+        stream.flush()
+    return [entry]
 
 
 def explain_incomplete(error, args, stream):

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from gpuharden_lab import manager
 
+from tests.integration.cluster_side import wait_for
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
@@ -104,14 +105,11 @@ def effective_config(state, node, timeout=60):
     server (authentication and authorization webhooks, the lab's kubelet config)."""
     with open(state["cluster"]["admin_kubeconfig"]) as handle:
         token = yaml.safe_load(handle)["users"][0]["user"]["token"]
-    deadline = time.monotonic() + timeout
-    while True:
-        done = sh(state, node, "curl -sfk --max-time 5 -H 'Authorization: Bearer %s' https://127.0.0.1:10250/configz" % token,
-                  check=False)
-        if done.returncode == 0:
-            return json.loads(done.stdout)["kubeletconfig"]
-        assert time.monotonic() < deadline, "%s: no /configz answer: %s" % (node, done.stderr)
-        time.sleep(2)  # the kubelet just restarted: its server is not listening yet
+    command = "curl -sfk --max-time 5 -H 'Authorization: Bearer %s' https://127.0.0.1:10250/configz" % token
+    # the kubelet may just have restarted: its server is not listening yet
+    answer = wait_for(lambda: sh(state, node, command, check=False).stdout, timeout=timeout, interval=2,
+                      what="%s's kubelet to answer /configz" % node)
+    return json.loads(answer)["kubeletconfig"]
 
 
 def test_before_the_seeds_are_wrong(lab):
