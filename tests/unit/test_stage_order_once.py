@@ -112,13 +112,14 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     assert stages["vars"]["__stages_device_plugin_later"] is True
     names = [play["name"] for play in plays]
     rollout = next(index for index, name in enumerate(names) if "disruptive stages" in name)
-    steps = [(index, str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name")))
-             for index, play in enumerate(plays) for task in _play_tasks(play)]
+    def imported(task):
+        return str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name"))
+
+    steps = [(index, imported(task)) for index, play in enumerate(plays) for task in _play_tasks(play)]
     [plugin] = [index for index, step in steps if step == "tasks/stage_device_plugin.yml"]
     postcheck = [index for index, step in steps if step == "gpuharden.k8s.postcheck"]
     assert plugin > rollout and postcheck == [plugin]
-    tasks = [str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name"))
-             for task in _play_tasks(plays[plugin])]
+    tasks = [imported(task) for task in _play_tasks(plays[plugin])]
     assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")
     # not after a rollout that stopped at a failed node (its kubelet may be stopped: the plugin's update would hang there)
     [stage] = [task for task in _play_tasks(plays[plugin]) if task.get("ansible.builtin.import_tasks") == "tasks/stage_device_plugin.yml"]
