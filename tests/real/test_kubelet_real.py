@@ -177,6 +177,9 @@ def test_kubeadm_node_topology_and_static_cpu_manager_run_on_the_real_kubelet(wo
     config = assert_serving(first)
     assert (config["cpuManagerPolicy"], config["topologyManagerPolicy"]) == ("none", "none")
     assert config["failCgroupV1"] is False and config["cgroupsPerQOS"] is False  # the lab drop-in is read
+    # the CPU Manager writes its checkpoint when it starts, which can come after /configz answers (a loaded machine
+    # stopped the kubelet before it had)
+    assert daemons.wait_for(lambda: (root / CHECKPOINT.lstrip("/")).exists(), 60, first), "no cpu_manager_state written"
     first.stop()
     checkpoint = json.loads((root / CHECKPOINT.lstrip("/")).read_text())
     assert checkpoint["policyName"] == "none"
