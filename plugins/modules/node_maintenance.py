@@ -12,6 +12,12 @@ version_added: 0.1.0
 description:
   - V(cordoned) marks the nodes unschedulable; V(drained) cordons them and evicts their pods through the Eviction API
     (C(policy/v1)), so every PodDisruptionBudget is honoured; V(uncordoned) makes them schedulable again.
+  - V(device_plugin_restarted) evicts only the NVIDIA device plugin's own pods on the nodes, which a drain leaves
+    running, and waits until they are gone; their DaemonSet starts them again and C(spec.unschedulable) stays as it is.
+    The plugin enumerates the GPUs, and so the MIG devices, only when it starts (k8s-device-plugin
+    C(cmd/nvidia-device-plugin/main.go)), so after a MIG layout change the running plugin would go on advertising the
+    GPU instances that are gone. Every installer's plugin pod counts; a static plugin pod, or one no DaemonSet starts
+    again, is left alone and reported in RV(skipped_pods).
   - An eviction a budget refuses (HTTP 429) is retried every O(retry_interval) seconds until O(timeout); then the pod is
     reported in RV(blocked) and the task fails. It is never deleted instead, not even with O(force).
   - DaemonSet pods (the node's own agents, the NVIDIA device plugin among them) and mirror pods are skipped. Pods
@@ -46,8 +52,10 @@ options:
   state:
     description:
       - V(cordoned) sets C(spec.unschedulable); V(drained) also evicts the pods; V(uncordoned) clears it.
+      - V(device_plugin_restarted) evicts the NVIDIA device plugin's pods of the nodes and leaves C(spec.unschedulable)
+        as it is.
     type: str
-    choices: [cordoned, drained, uncordoned]
+    choices: [cordoned, drained, uncordoned, device_plugin_restarted]
     default: drained
   force:
     description:
@@ -114,6 +122,12 @@ EXAMPLES = r"""
     state: uncordoned
   delegate_to: localhost
 
+- name: Restart the node's device plugin after a MIG layout change, so that it advertises the new GPU instances
+  gpuharden.k8s.node_maintenance:
+    nodes: [gpu-node-1]
+    state: device_plugin_restarted
+  delegate_to: localhost
+
 - name: Drain a node that also runs bare pods and pods with scratch space
   gpuharden.k8s.node_maintenance:
     nodes: [gpu-node-2]
@@ -130,7 +144,8 @@ nodes:
   sample: {"gpu-1": {"unschedulable_before": false, "unschedulable_after": true}}
 evicted:
   description:
-    - Pods evicted (or, in check mode, that would be), as C(namespace), C(name), C(uid), C(node), C(controller).
+    - Pods evicted (or, in check mode, that would be), as C(namespace), C(name), C(uid), C(node), C(controller); with
+      O(state=device_plugin_restarted), the device plugin pods.
   returned: always
   type: list
   elements: dict
@@ -148,7 +163,9 @@ would_block:
   type: list
   elements: dict
 skipped_pods:
-  description: DaemonSet and mirror pods left on the nodes, with C(reason).
+  description:
+    - DaemonSet and mirror pods left on the nodes, with C(reason); with O(state=device_plugin_restarted), the plugin
+      pods that were not restarted.
   returned: always
   type: list
   elements: dict
@@ -265,6 +282,9 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
         "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [],
     }
     plan = None
+    if params["state"] == _drain.RESTART_PLUGIN:
+        plan = dict(_drain.plugin_restart_plan(cluster.pods(nodes), nodes), refused=[])
+        result["skipped_pods"] = [_drain.public(ref, "reason") for ref in plan["skipped"]]
     if params["state"] == "drained":
         plan = _drain.classify(cluster.pods(nodes), nodes, params["force"], params["delete_emptydir_data"])
         result["skipped_pods"] = [_drain.public(ref, "reason") for ref in plan["skipped"]]
@@ -309,7 +329,9 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
         problems.append("%d evicted pod(s) still present after %gs: %s"
                         % (len(result["not_gone"]), params["timeout"], ", ".join(_drain.label(ref) for ref in result["not_gone"])))
     if problems:
-        raise GpuhardenError("%s: drain of %s incomplete, the nodes stay cordoned: %s" % (MODULE, ", ".join(nodes), " | ".join(problems)), **result)
+        what = ("restart of the device plugin on %s incomplete" if params["state"] == _drain.RESTART_PLUGIN
+                else "drain of %s incomplete, the nodes stay cordoned")
+        raise GpuhardenError("%s: %s: %s" % (MODULE, what % ", ".join(nodes), " | ".join(problems)), **result)
     return result
 
 

@@ -115,6 +115,15 @@ def test_node_maintenance_cycle(lab):
     assert uncordoned["_event"] == "runner_on_ok" and uncordoned["changed"] is True
 
 
+def test_node_maintenance_finds_the_managed_device_plugin_pod_to_restart(lab):
+    """Check mode: the pod it would evict after a MIG layout change is the one plugin pod of the node (the harden run
+    that evicts it under this identity is in test_real_nodes_harden.py)."""
+    checked = _module(lab, "node_maintenance", check=True, nodes=[NODE], state="device_plugin_restarted")
+    assert checked["_event"] == "runner_on_ok", checked.get("msg")
+    assert [(p["node"], p["controller"]) for p in checked["evicted"]] == [(NODE, "DaemonSet/nvidia-device-plugin-daemonset")], checked["evicted"]
+    assert checked["nodes"][NODE]["unschedulable_before"] == checked["nodes"][NODE]["unschedulable_after"]
+
+
 @pytest.mark.parametrize("name", OTHER_MODULES)
 def test_other_cluster_modules_are_not_forbidden(lab, name):
     assert (REPO_ROOT / "plugins/modules" / (name + ".py")).exists()

@@ -449,3 +449,50 @@ def test_ctl_waits_for_the_library_lock(make_node):
     os.close(fd)
     assert proc.wait(timeout=30) == 0
     assert node.state()["gpus"][node.fixture["gpus"][1]["uuid"]]["processes"] == []
+
+
+def _capability_tree(caps):
+    """{relative path of each access file: its DeviceFileMinor} under the driver's capability tree."""
+    tree = {}
+    for path in sorted(caps.rglob("access")):
+        fields = dict(line.split(": ", 1) for line in path.read_text().splitlines())
+        assert fields["DeviceFileMode"] == str(0o444) and fields["DeviceFileModify"] == "1", fields
+        tree[str(path.relative_to(caps).parent)] = int(fields["DeviceFileMinor"])
+    return tree
+
+
+def test_the_drivers_mig_capability_tree_follows_the_instances(a100, monkeypatch):
+    """As the kernel module adds and removes /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>[/ci<id>]/access
+    with the instances, so does the double, where the node's view holds that tree (its mig/config entry); the minors
+    are the ones the lab numbers /proc/driver/nvidia-caps/mig-minors with (gpuharden_lab.noderoot.mig_gi_minor)."""
+    from gpuharden_lab.noderoot import mig_gi_minor
+
+    node, h = a100
+    caps = node.root / "capabilities"
+    (caps / "mig").mkdir(parents=True)
+    (caps / "mig" / "config").write_text("DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+    stale = caps / "gpu0" / "mig" / "gi13"
+    stale.mkdir(parents=True)
+    (stale / "access").write_text("DeviceFileMinor: 999\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+    monkeypatch.setenv("NVML_DOUBLE_CAPS_DIR", str(caps))
+
+    gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, 9, place(4, 4))
+    gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
+    cis = [pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0) for _ in range(2)]
+    base = mig_gi_minor(0, gi_id)
+    assert _capability_tree(caps) == {"gpu0/mig/gi%d" % gi_id: base, "gpu0/mig/gi%d/ci0" % gi_id: base + 1,
+                                      "gpu0/mig/gi%d/ci1" % gi_id: base + 2}
+    for ci in cis:
+        pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    assert _capability_tree(caps) == {}
+    assert (caps / "mig" / "config").exists()
+
+
+def test_no_capability_tree_is_made_where_the_node_has_none(a100, monkeypatch):
+    node, h = a100
+    caps = node.root / "capabilities"
+    monkeypatch.setenv("NVML_DOUBLE_CAPS_DIR", str(caps))
+    gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, 9, place(4, 4))
+    pynvml.nvmlGpuInstanceDestroy(gi)
+    assert not caps.exists()

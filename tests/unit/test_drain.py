@@ -345,6 +345,70 @@ def test_diff_shows_flag_and_evictions():
 
 
 # ---------------------------------------------------------------------------------------------
+# The device plugin's restart after a MIG layout change
+
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+
+
+def with_containers(item, *containers):
+    item["spec"]["containers"] = [dict(container) for container in containers]
+    return item
+
+
+def plugin_pods():
+    plugin = {"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE}
+    return [
+        with_containers(pod("ours", namespace="kube-system", owner=("DaemonSet", "nvidia-device-plugin-daemonset")), plugin),
+        # the Helm chart's plugin with its config-manager sidecar, and its MPS control daemon (the same image)
+        with_containers(pod("helm", namespace="nvdp", owner=("DaemonSet", "nvdp-nvidia-device-plugin")),
+                        {"name": "config-manager", "image": PLUGIN_IMAGE, "command": ["config-manager"]},
+                        {"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE, "command": ["nvidia-device-plugin"]}),
+        with_containers(pod("mps", namespace="nvdp", owner=("DaemonSet", "nvdp-mps-control-daemon")),
+                        {"name": "mps-control-daemon-ctr", "image": PLUGIN_IMAGE, "command": ["mps-control-daemon"]}),
+        with_containers(pod("gfd", namespace="kube-system", owner=("DaemonSet", "gpu-feature-discovery")),
+                        {"name": "gpu-feature-discovery", "image": PLUGIN_IMAGE, "command": ["gpu-feature-discovery"]}),
+        with_containers(pod("static", namespace="kube-system", owner=("Node", "n1"), mirror=True), plugin),
+        with_containers(pod("bare", namespace="kube-system", owner=None), plugin),
+        with_containers(pod("old", namespace="kube-system", owner=("DaemonSet", "nvidia-device-plugin-daemonset"), deleting=True), plugin),
+        with_containers(pod("elsewhere", node="n2", namespace="kube-system", owner=("DaemonSet", "nvidia-device-plugin-daemonset")), plugin),
+        with_containers(pod("train"), {"name": "train", "image": "nvcr.io/nvidia/pytorch:24.01"}),
+    ]
+
+
+def test_plugin_restart_plan_picks_every_installers_plugin_pod_of_the_node_only():
+    plan = _drain.plugin_restart_plan(plugin_pods(), ["n1"])
+    assert sorted(ref["name"] for ref in plan["evict"]) == ["helm", "ours"]
+    assert {ref["name"]: ref["reason"].split(":")[0] for ref in plan["skipped"]} == {
+        "static": "static device plugin pod", "bare": "device plugin pod without a DaemonSet to start it again"}
+    assert [ref["name"] for ref in plan["waiting"]] == ["old"]
+    assert _drain.cordon_plan(["n1"], {"n1": True}, _drain.RESTART_PLUGIN) == {}
+
+
+def test_plugin_restart_evicts_the_plugin_pods_waits_and_leaves_the_cordon():
+    clock = Clock()
+    cluster = FakeCluster({"n1": True}, [p for p in plugin_pods() if p["metadata"]["name"] != "old"])
+    checked = node_maintenance.run(params(state=_drain.RESTART_PLUGIN), True, cluster)
+    assert checked["changed"] is True and sorted(p["name"] for p in checked["evicted"]) == ["helm", "ours"]
+    assert _writes(cluster) == [] and "would_block" in checked
+    cluster.calls = []
+    result = node_maintenance.run(params(state=_drain.RESTART_PLUGIN), False, cluster, clock, clock.sleep)
+    assert result["changed"] is True and sorted(p["name"] for p in result["evicted"]) == ["helm", "ours"]
+    assert sorted(_writes(cluster)) == [("evict", "helm"), ("evict", "ours")]  # no patch: the node stays cordoned
+    assert cluster.state["n1"] is True
+    assert sorted(p["name"] for p in result["skipped_pods"]) == ["bare", "static"] and result["not_gone"] == []
+
+
+def test_plugin_restart_waits_for_a_terminating_plugin_pod_and_a_timeout_says_so_without_calling_it_a_drain():
+    clock = Clock()
+    stuck = [p for p in plugin_pods() if p["metadata"]["name"] == "old"]
+    cluster = FakeCluster({"n1": False}, stuck)
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(state=_drain.RESTART_PLUGIN, timeout=3), False, cluster, clock, clock.sleep)
+    assert "restart of the device plugin on n1 incomplete" in error.value.msg and "kube-system/old" in error.value.msg
+    assert "cordoned" not in error.value.msg and _writes(cluster) == []
+
+
+# ---------------------------------------------------------------------------------------------
 # 403 messages and module-level errors
 
 

@@ -189,11 +189,14 @@ def _seed_after_join(nodes: list[lab_node.Node]) -> None:
             raise LabError("node %s: systemctl restart %s failed: %s" % (node.name, node.spec.kubelet_unit, done.stderr.strip()[-500:]))
 
 
-def run_harden(inventory: str, extra_vars: dict, timeout: float = 1200) -> subprocess.CompletedProcess:
+def run_harden(inventory: str, extra_vars: dict, timeout: float = 1200, limit: str | None = None) -> subprocess.CompletedProcess:
     """The product's own harden playbook over a lab inventory, as an adopter runs it: under the tool's identity, over
-    SSH, with this checkout's ansible.cfg.  Its output is the caller's to judge."""
+    SSH, with this checkout's ansible.cfg, on the hosts of ``limit`` (``--limit``) or all.  Its output is the caller's
+    to judge."""
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
             str(REPO_ROOT / "playbooks" / "harden_gpu_nodes.yml"), "-e", json.dumps(extra_vars)]
+    if limit:
+        argv += ["--limit", limit]
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False, timeout=timeout)
 

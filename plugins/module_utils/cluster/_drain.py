@@ -9,14 +9,17 @@
 wait for (already terminating) and to refuse (no controller without ``force``, emptyDir without
 ``delete_emptydir_data``), as kubectl drain does.  ``predict_blocks`` says which evictions the
 PodDisruptionBudgets' current ``disruptionsAllowed`` would refuse (check mode).  ``run_evictions`` and
-``wait_gone`` are the retry loops, with the API calls, the clock and the sleep passed in.
+``wait_gone`` are the retry loops, with the API calls, the clock and the sleep passed in.  ``plugin_restart_plan``
+picks the NVIDIA device plugin's own pods of the nodes, which a drain leaves running, for a restart.
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._device_plugin import plugin_container
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
-STATES = ("cordoned", "drained", "uncordoned")
+RESTART_PLUGIN = "device_plugin_restarted"
+STATES = ("cordoned", "drained", "uncordoned", RESTART_PLUGIN)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_PHASES = ("Succeeded", "Failed")
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
@@ -68,6 +71,8 @@ def check_options(params):
 
 def cordon_plan(nodes, current, state):
     """{node: desired spec.unschedulable} for the nodes whose flag must change; ``current`` is {node: bool}."""
+    if state == RESTART_PLUGIN:
+        return {}  # the plugin's restart leaves spec.unschedulable as it is
     desired = state in ("cordoned", "drained")
     return {node: desired for node in nodes if bool(current[node]) != desired}
 
@@ -108,6 +113,39 @@ def classify(pods, nodes, force=False, delete_emptydir_data=False):
             plan["refused"].append(dict(ref, reason="no controller: it would be gone for good (force: true evicts it)"))
         elif not finished and not delete_emptydir_data and any("emptyDir" in (volume or {}) for volume in (pod.get("spec") or {}).get("volumes") or []):
             plan["refused"].append(dict(ref, reason="emptyDir volume: its data would be lost (delete_emptydir_data: true evicts it)"))
+        else:
+            plan["evict"].append(ref)
+    return plan
+
+
+def plugin_restart_plan(pods, nodes):
+    """The NVIDIA device plugin's pods on ``nodes`` to restart: {evict, skipped, waiting}, each a list of refs.
+
+    The plugin enumerates the GPUs, and so the MIG devices, only when its plugins start (k8s-device-plugin
+    cmd/nvidia-device-plugin/main.go, start: at start-up, on SIGHUP, on a new kubelet socket, 30 s after a failed
+    start): after a MIG layout change the running plugin still advertises the GPU instances that are gone.  A pod whose
+    container is the plugin (``_device_plugin.plugin_container``: not gpu-feature-discovery, the config manager or the
+    MPS control daemon) is evicted when a DaemonSet starts it again; a static plugin pod (mirror pod) is skipped, and
+    reported, since only its node's kubelet can restart it.  Any installer's plugin counts (this run's, Helm's, the
+    GPU Operator's): each DaemonSet puts its pod back as it was.
+    """
+    wanted = set(nodes)
+    plan = {"evict": [], "skipped": [], "waiting": []}
+    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
+        ref = pod_ref(pod)
+        if ref["node"] not in wanted or plugin_container(pod.get("spec") or {}) is None:
+            continue
+        meta = pod.get("metadata") or {}
+        controller = controller_of(pod)
+        ref["labels"] = meta.get("labels") or {}
+        ref["controller"] = "%s/%s" % controller if controller else None
+        ref["phase"] = (pod.get("status") or {}).get("phase")
+        if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+            plan["skipped"].append(dict(ref, reason="static device plugin pod: restart it on the node"))
+        elif not controller or controller[0] != "DaemonSet":
+            plan["skipped"].append(dict(ref, reason="device plugin pod without a DaemonSet to start it again: restart it yourself"))
+        elif meta.get("deletionTimestamp"):
+            plan["waiting"].append(dict(ref, reason="already terminating"))
         else:
             plan["evict"].append(ref)
     return plan

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -708,7 +709,83 @@ static void state_read(int *exists)
     json_free(root);
 }
 
-/* Write g_st atomically (temp file + rename). Returns an NVML code. */
+/* The driver's MIG capability tree, /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<id>[/ci<id>]/access: the kernel
+ * module adds an entry when a GPU or compute instance is created and removes it when the instance is destroyed
+ * (open-gpu-kernel-modules nv-caps).  Kept in step with the state, but only where the node's view already holds that
+ * tree (its mig/config entry, written by the lab's node root): minors as /proc/driver/nvidia-caps/mig-minors numbers
+ * them (lab noderoot.py mig_gi_minor: 15 GPU instances of 8 compute instances per GPU, after config 1 and monitor 2). */
+#define CAP_GIS 15
+#define CAP_CIS 8
+#define CAP_ACCESS_MODE 0444
+
+static void env_path(char *out, size_t n, const char *var, const char *def);
+
+static void caps_remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[PATH_MAX];
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) continue;
+            struct stat sb;
+            if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) caps_remove_tree(sub);
+            else unlink(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static void caps_write_access(const char *dir, int minor)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/access", dir) >= (int)sizeof path) return;
+    mkdirs_for(path);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, CAP_ACCESS_MODE);
+    fclose(f);
+}
+
+static void caps_sync(void)
+{
+    char caps[CFGPATH], marker[PATH_MAX];
+    env_path(caps, sizeof caps, "NVML_DOUBLE_CAPS_DIR", "/proc/driver/nvidia/capabilities");
+    if (snprintf(marker, sizeof marker, "%s/mig/config", caps) >= (int)sizeof marker || access(marker, F_OK) != 0) return;
+    for (int i = 0; i < g_fx.ngpus; i++) {
+        if (!g_fx.gpus[i].mig) continue;
+        int minor = g_fx.gpus[i].minor;
+        char mig[PATH_MAX];
+        if (snprintf(mig, sizeof mig, "%s/gpu%d/mig", caps, minor) >= (int)sizeof mig) continue;
+        DIR *d = opendir(mig);
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                if (strncmp(e->d_name, "gi", 2) != 0) continue;
+                char sub[PATH_MAX];
+                if (snprintf(sub, sizeof sub, "%s/%s", mig, e->d_name) < (int)sizeof sub) caps_remove_tree(sub);
+            }
+            closedir(d);
+        }
+        const gstate_t *s = &g_st[i];
+        for (int k = 0; k < s->ngi; k++) {
+            const gi_t *gi = &s->gi[k];
+            int base = 3 + CAP_GIS * (CAP_CIS + 1) * minor + (CAP_CIS + 1) * gi->id;
+            char gdir[PATH_MAX];
+            if (snprintf(gdir, sizeof gdir, "%s/gi%d", mig, gi->id) >= (int)sizeof gdir) continue;
+            caps_write_access(gdir, base);
+            for (int c = 0; c < gi->nci; c++) {
+                char cdir[PATH_MAX];
+                if (snprintf(cdir, sizeof cdir, "%s/ci%d", gdir, gi->ci[c].id) < (int)sizeof cdir)
+                    caps_write_access(cdir, base + 1 + gi->ci[c].id);
+            }
+        }
+    }
+}
+
+/* Write g_st atomically (temp file + rename), then the driver's capability tree. Returns an NVML code. */
 static int state_write(void)
 {
     char dir[CFGPATH], tmp[PATH_MAX];
@@ -751,6 +828,7 @@ static int state_write(void)
         unlink(tmp);
         return (e == EACCES || e == EPERM) ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_UNKNOWN;
     }
+    caps_sync();
     return NVML_SUCCESS;
 }
 
