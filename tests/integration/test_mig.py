@@ -1,12 +1,17 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Role mig over SSH on the seed-failures lab, node seed-mig-strategy (4x H100, MIG on for GPUs 0-2 with a
-layout, fixture h100-mig-enabled) whose device plugin runs migStrategy none.
+"""Role mig over SSH on the real-nodes lab, node real-c17-0 (4x H100, MIG on for GPUs 0-2 with a layout, fixture
+h100-mig-enabled), on the real kubelet, containerd 1.7 and device plugin v0.18.2 (migStrategy mixed): the fleet is
+hardened first, as an adopter's would be.
 
-The test switches the plugin's ConfigMap to migStrategy mixed (as admin), then: check mode (plan, the
-NVML state file byte-identical) -> apply (drain, apply, uncordon) -> re-apply (nothing changes, state
-file checksum and mtime unchanged) -> the Node's allocatable nvidia.com/mig-<profile> counts (kubelet
-stand-in mirroring the plugin) match the layout.  Then a busy GPU whose mode must change, with force:
-the mode change stays pending, the role runs the reset step and re-applies, and the node converges.
+1. The role: check mode (plan, the NVML state file byte-identical) -> apply (drain, apply, the node's plugin pods
+   restarted, uncordon) -> re-apply (nothing changes, state file checksum and mtime unchanged, nothing restarted) ->
+   the real kubelet's allocatable nvidia.com/mig-<profile> counts, from the real plugin, match the layout.
+2. The real plugin enumerates the MIG devices only when it starts (k8s-device-plugin cmd/nvidia-device-plugin/main.go,
+   start: at start-up, on SIGHUP, on a new kubelet socket, 30 s after a failed start): with the restart switched off
+   (mig_restart_device_plugin=false, the role before it had one), a harden run that changes the layout leaves the real
+   kubelet advertising the destroyed GPU instances, and its post-check fails the node with mig_not_advertised.
+3. A busy GPU whose mode must change, with force: the mode change stays pending, the role runs the reset step and
+   re-applies, and the node converges.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from gpuharden_lab import NVML_DOUBLE_DIR, manager
 from gpuharden_lab.cluster import api_client
 from kubernetes import client
 
-from tests.labfixtures import running_lab
+from tests.integration.test_real_nodes import C17, real_nodes_lab, restart_plugin_pods
+from tests.integration.test_real_nodes_harden import EXTRA_VARS, H100_MIG_MIXED
 
-pytestmark = pytest.mark.lab
+# real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
+pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(__file__).parent / "playbooks" / "mig.yml"
-NODE = "seed-mig-strategy"
+NODE = C17
 STATE = "/var/lib/nvml-double/state.json"
 FIXTURE = "/etc/nvml-double/fixture.json"
 CTL = str(NVML_DOUBLE_DIR / "nvml_double_ctl.py")
@@ -40,12 +47,21 @@ CTL = str(NVML_DOUBLE_DIR / "nvml_double_ctl.py")
 # 3g.40gb(3x 1c CIs) + 2x 2g.20gb to 3x 2g.20gb; GPU2 from empty to 2x 3g.40gb; GPU3 stays without MIG.
 LAYOUT = {"0": {"1g.10gb": 7}, "1": {"2g.20gb": 3}, "2": {"3g.40gb": 2}, "3": "disabled"}
 EXPECTED = {"nvidia.com/mig-1g.10gb": 7, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/gpu": 1}
+# Then GPU2 goes to 7x 1g.10gb.
+SECOND_LAYOUT = dict(LAYOUT, **{"2": {"1g.10gb": 7}})
+SECOND_EXPECTED = {"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/gpu": 1}
 
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    labs = real_nodes_lab()
+    state = next(labs)
+    try:
+        hardened = manager.run_harden(state["inventory"], EXTRA_VARS, timeout=900)
+        assert hardened.returncode == 0, hardened.stdout[-6000:]
         yield state
+    finally:
+        labs.close()
 
 
 def sh(state, command):
@@ -65,7 +81,7 @@ def playbook(state, variables, check=False):
     with tempfile.TemporaryDirectory(prefix="gpuharden-mig-test-") as private_data_dir:
         extra = Path(private_data_dir) / "extra.json"
         extra.write_text(json.dumps(variables))
-        cmdline = ["--limit", NODE, "-e", "@%s" % extra] + (["--check", "--diff"] if check else [])
+        cmdline = ["--limit", NODE, "-e", "mig_test_hosts=%s" % NODE, "-e", "@%s" % extra] + (["--check", "--diff"] if check else [])
         envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                    "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
         started = time.monotonic()
@@ -85,19 +101,13 @@ def playbook(state, variables, check=False):
         return {"rc": runner.rc, "seconds": round(time.monotonic() - started, 1), "results": results}
 
 
+RESTART = "Device plugin restart | evict the node's device plugin pods (their DaemonSets start them again)"
+
+
 def task(report, suffix):
     found = [res for name, res in report["results"].items() if name.endswith(suffix)]
     assert found, "no task ending with %r in %s" % (suffix, sorted(report["results"]))
     return found[-1]
-
-
-def set_mig_strategy(state, strategy):
-    api = client.CoreV1Api(api_client(state["cluster"]["admin_kubeconfig"]))
-    cm = api.read_namespaced_config_map("nvidia-plugin-config", "kube-system")
-    config = yaml.safe_load(cm.data["config.yaml"])
-    config["flags"]["migStrategy"] = strategy
-    api.patch_namespaced_config_map("nvidia-plugin-config", "kube-system",
-                                    {"data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)}})
 
 
 def node_status(state):
@@ -116,8 +126,9 @@ def wait_for_allocatable(state, expected, timeout=60):
         time.sleep(2)
 
 
-def test_role_applies_layout_and_node_advertises_it(lab):
-    set_mig_strategy(lab, "mixed")
+def test_role_applies_layout_restarts_the_plugin_and_the_real_kubelet_advertises_it(lab):
+    assert wait_for_allocatable(lab, {key: int(value) for key, value in H100_MIG_MIXED.items()}, timeout=5) == {
+        key: int(value) for key, value in H100_MIG_MIXED.items()}
     variables = {"mig_layout": LAYOUT, "mig_strategy": "mixed"}
 
     before = state_file(lab)
@@ -138,6 +149,8 @@ def test_role_applies_layout_and_node_advertises_it(lab):
                  "Uncordon | make the node schedulable again"):
         ran = task(applied, name)
         assert not ran["skipped"] and not ran["failed"], (name, ran)
+    restarted = task(applied, RESTART)
+    assert [(pod["node"], pod["controller"]) for pod in restarted["evicted"]] == [(NODE, "DaemonSet/nvidia-device-plugin-daemonset")]
     assert not node_status(lab).spec.unschedulable
     print("mig role apply: %.1fs" % applied["seconds"])
 
@@ -147,10 +160,20 @@ def test_role_applies_layout_and_node_advertises_it(lab):
     assert task(again, "MIG | plan (no NVML mutation)")["changed"] is False
     assert task(again, "MIG | apply the layout")["skipped"] is True
     assert task(again, "MIG | cordon and drain the node")["skipped"] is True  # nothing to change: no drain
+    assert task(again, "MIG | restart the node's device plugin pods, which would go on advertising the old layout")["skipped"] is True
     assert state_file(lab) == settled  # checksum and mtime
     print("mig role re-apply: %.1fs" % again["seconds"])
 
     assert wait_for_allocatable(lab, EXPECTED) == EXPECTED
+
+
+def test_without_the_restart_the_real_plugin_advertises_the_old_layout_and_the_post_check_fails(lab):
+    stale = manager.run_harden(lab["inventory"], dict(EXTRA_VARS, gpuharden_mig_layout=SECOND_LAYOUT, mig_restart_device_plugin=False),
+                               timeout=900, limit=NODE)
+    assert stale.returncode != 0 and "MIG | apply the layout" in stale.stdout and "mig_not_advertised" in stale.stdout, stale.stdout[-8000:]
+    assert wait_for_allocatable(lab, EXPECTED, timeout=5) == EXPECTED  # the old layout, 30 s and more after the change
+    restart_plugin_pods(lab, NODE)
+    assert wait_for_allocatable(lab, SECOND_EXPECTED, timeout=120) == SECOND_EXPECTED
 
 
 def test_busy_gpu_pending_mode_is_reset_by_the_role(lab):
@@ -172,7 +195,7 @@ def test_busy_gpu_pending_mode_is_reset_by_the_role(lab):
     assert final["after"]["3"] == {"mig_enabled": True, "mig_devices": {"1g.10gb": 7}}
     expected = dict(EXPECTED, **{"nvidia.com/mig-1g.10gb": 14})
     del expected["nvidia.com/gpu"]
-    assert wait_for_allocatable(lab, expected) == expected
+    assert wait_for_allocatable(lab, expected, timeout=120) == expected
     assert task(playbook(lab, {"mig_layout": layout}), "MIG | plan (no NVML mutation)")["changed"] is False
 
 

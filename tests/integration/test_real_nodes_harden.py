@@ -22,7 +22,7 @@ from gpuharden_lab import manager, realnode
 from gpuharden_lab.noderoot import load_fixture
 
 from tests.integration.cluster_side import recap_changed
-from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab, restart_plugin_pods
+from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
 # real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
@@ -93,7 +93,7 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     from kubernetes import client
 
     from tests.integration.cluster_side import admin, wait_for
-    from tests.integration.test_real_nodes import DAEMONSET, NAMESPACE, plugin_exited, plugin_log, plugin_running, plugin_statuses
+    from tests.integration.test_real_nodes import DAEMONSET, NAMESPACE, plugin_exited, plugin_log, plugin_running, plugin_statuses, restart_plugin_pods
 
     def patch_container(operations):
         api = admin(lab)
@@ -199,49 +199,4 @@ def test_a_pod_that_asks_the_nvidia_runtime_for_every_gpu_gets_them_and_drift_re
             client.CoreV1Api(api).delete_namespaced_pod("sneaky", "default", grace_period_seconds=0)
         finally:
             api.close()
-
-
-# GPU0 keeps its 7x 1g.10gb, GPU1 goes from a 3g.40gb (split into three compute instances) + 2x 2g.20gb to 3x 2g.20gb,
-# GPU2 from no GPU instance to 2x 3g.40gb, GPU3 stays a whole GPU (the layout of tests/integration/test_mig.py); then
-# GPU2 goes to 7x 1g.10gb.
-MIG_LAYOUTS = [
-    ({"0": {"1g.10gb": 7}, "1": {"2g.20gb": 3}, "2": {"3g.40gb": 2}, "3": "disabled"},
-     {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-2g.20gb": "3", "nvidia.com/mig-3g.40gb": "2"}),
-    ({"0": {"1g.10gb": 7}, "1": {"2g.20gb": 3}, "2": {"1g.10gb": 7}, "3": "disabled"},
-     {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-2g.20gb": "3"}),
-]
-
-
-def test_a_mig_layout_change_is_advertised_by_the_real_plugin_only_once_restarted(lab):
-    """The real plugin enumerates the GPUs, and so the MIG devices, only when its plugins start: at start-up, on
-    SIGHUP, when the kubelet's socket is created anew, or 30 s after a failed start (k8s-device-plugin
-    cmd/nvidia-device-plugin/main.go, start).  A running plugin goes on advertising the GPU instances a layout change
-    destroyed: with mig_restart_device_plugin=false (the role before this test) the real kubelet still advertises the
-    old layout, and the run's post-check fails the node.  By default the role restarts the node's plugin pods before
-    it uncordons the node, so the real kubelet advertises the new layout and the post-check agrees with NVML."""
-    from tests.integration.cluster_side import wait_for
-
-    def advertised():
-        # the real kubelet keeps a resource whose devices are all gone in allocatable, at 0
-        return {name: count for name, count in gpu_resources(lab, C17).items() if count != "0"}
-
-    def advertises(expected, timeout):
-        try:
-            wait_for(lambda: advertised() == expected, timeout=timeout, what="the real kubelet advertising %s" % expected)
-        except AssertionError as error:
-            raise AssertionError("%s; it advertises %s" % (error, gpu_resources(lab, C17))) from None
-
-    (first, first_advertised), (second, second_advertised) = MIG_LAYOUTS
-    assert gpu_resources(lab, C17) == H100_MIG_MIXED
-    stale = manager.run_harden(lab["inventory"], dict(EXTRA_VARS, gpuharden_mig_layout=first, mig_restart_device_plugin=False),
-                               timeout=900, limit=C17)
-    assert stale.returncode != 0 and "MIG | apply the layout" in stale.stdout and "mig_not_advertised" in stale.stdout, stale.stdout[-8000:]
-    assert advertised() == H100_MIG_MIXED  # the old layout, 30 s and more after the change
-    restart_plugin_pods(lab, C17)
-    advertises(first_advertised, 120)
-
-    done = manager.run_harden(lab["inventory"], dict(EXTRA_VARS, gpuharden_mig_layout=second), timeout=900, limit=C17)
-    assert done.returncode == 0, done.stdout[-8000:]
-    assert "restart the node's device plugin pods" in done.stdout, done.stdout[-8000:]
-    advertises(second_advertised, 90)
 
