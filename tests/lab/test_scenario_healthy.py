@@ -99,9 +99,9 @@ def test_the_lab_raises_the_hosts_inotify_limits_for_real_nodes_and_never_lowers
 def test_seed_failures_runs_its_gpu_nodes_real_and_stand_ins_only_where_its_file_says():
     loaded = scenario.load("seed-failures")
     stand_ins = sorted(spec.name for spec in loaded.nodes if spec.real_containerd is None)
-    assert stand_ins == ["seed-isolation", "seed-memory-high", "seed-mig-strategy"]
+    assert stand_ins == ["seed-isolation", "seed-memory-high"]
     real = {spec.name: spec for spec in loaded.nodes if spec.real_containerd is not None}
-    assert len(real) == 8 and {spec.real_containerd for spec in real.values()} == {"2"}
+    assert len(real) == 9 and {spec.real_containerd for spec in real.values()} == {"2"}
     # prepared by the real nvidia-ctk, as the seeded plugins without a runtimeClassName need, but the node without it
     assert {name for name, spec in real.items() if spec.real_nvidia_runtime is None} == {"seed-no-runtime"}
     # the stale checkpoint is written after the Node joined (a real kubelet writes its own at first start)
