@@ -32,7 +32,7 @@ from gpuharden_lab.cluster import api_client
 from kubernetes import client
 
 from tests.integration.test_real_nodes import C17, real_nodes_lab, restart_plugin_pods
-from tests.integration.test_real_nodes_harden import EXTRA_VARS, H100_MIG_MIXED
+from tests.integration.test_real_nodes_harden import EXTRA_VARS, H100_MIG_MIXED, drift
 
 # real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
@@ -153,6 +153,14 @@ def test_role_applies_layout_restarts_the_plugin_and_the_real_kubelet_advertises
     assert [(pod["node"], pod["controller"]) for pod in restarted["evicted"]] == [(NODE, "DaemonSet/nvidia-device-plugin-daemonset")]
     assert not node_status(lab).spec.unschedulable
     print("mig role apply: %.1fs" % applied["seconds"])
+    # The new instances' capability entries want /dev/nvidia-caps nodes, made in the same run (the device_permissions
+    # stage again): the drift check finds none missing.
+    nodes = task(applied, "Repair the NVIDIA device nodes and persist their permissions")
+    assert not nodes["skipped"] and nodes["changed"] is True, nodes
+    report = drift(lab, "-l", NODE, "--json")
+    assert report.returncode in (0, 1), report.stderr[-3000:]
+    findings = json.loads(report.stdout)["nodes"][NODE]["findings"]
+    assert [f.get("path") for f in findings if f["id"] == "device_node_missing"] == [], findings
 
     settled = state_file(lab)
     again = playbook(lab, variables)
