@@ -116,8 +116,8 @@ def test_node_maintenance_cycle(lab):
 
 
 def test_node_maintenance_finds_the_managed_device_plugin_pod_to_restart(lab):
-    """Check mode: the pod it would evict after a MIG layout change is the one plugin pod of the node (the harden run
-    that evicts it under this identity is in test_real_nodes_harden.py)."""
+    """Check mode: the pod it would evict after a MIG layout change is the one plugin pod of the node (the mig role
+    evicts it under this identity in test_mig.py)."""
     checked = _module(lab, "node_maintenance", check=True, nodes=[NODE], state="device_plugin_restarted")
     assert checked["_event"] == "runner_on_ok", checked.get("msg")
     assert [(p["node"], p["controller"]) for p in checked["evicted"]] == [(NODE, "DaemonSet/nvidia-device-plugin-daemonset")], checked["evicted"]
