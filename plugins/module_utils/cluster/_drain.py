@@ -82,6 +82,21 @@ def cordon_patch(unschedulable):
     return {"spec": {"unschedulable": True if unschedulable else None}}
 
 
+def _pods_on(pods, nodes):
+    """(pod, ref, metadata, controller) of the pods bound to ``nodes``, by node, namespace and name; the ref also holds
+    the pod's labels (for the budgets), its controller as kind/name and its phase."""
+    wanted = set(nodes)
+    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
+        ref = pod_ref(pod)
+        if ref["node"] not in wanted:
+            continue
+        meta = pod.get("metadata") or {}
+        controller = controller_of(pod)
+        ref.update(labels=meta.get("labels") or {}, controller="%s/%s" % controller if controller else None,
+                   phase=(pod.get("status") or {}).get("phase"))
+        yield pod, ref, meta, controller
+
+
 def classify(pods, nodes, force=False, delete_emptydir_data=False):
     """Sort the pods bound to ``nodes``: {evict, skipped, waiting, refused}, each a list of refs.
 
@@ -91,18 +106,9 @@ def classify(pods, nodes, force=False, delete_emptydir_data=False):
     once evicted) unless ``force``, and pods with emptyDir volumes (their data is lost) unless
     ``delete_emptydir_data``.  Finished pods (Succeeded/Failed) are evicted without either flag.
     """
-    wanted = set(nodes)
     plan = {"evict": [], "skipped": [], "waiting": [], "refused": []}
-    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
-        ref = pod_ref(pod)
-        if ref["node"] not in wanted:
-            continue
-        meta = pod.get("metadata") or {}
-        controller = controller_of(pod)
-        finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
-        ref["labels"] = meta.get("labels") or {}
-        ref["controller"] = "%s/%s" % controller if controller else None
-        ref["phase"] = (pod.get("status") or {}).get("phase")
+    for pod, ref, meta, controller in _pods_on(pods, nodes):
+        finished = ref["phase"] in FINISHED_PHASES
         if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
             plan["skipped"].append(dict(ref, reason="mirror pod (static pod of the kubelet)"))
         elif controller and controller[0] == "DaemonSet":
@@ -129,17 +135,10 @@ def plugin_restart_plan(pods, nodes):
     reported, since only its node's kubelet can restart it.  Any installer's plugin counts (this run's, Helm's, the
     GPU Operator's): each DaemonSet puts its pod back as it was.
     """
-    wanted = set(nodes)
     plan = {"evict": [], "skipped": [], "waiting": []}
-    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
-        ref = pod_ref(pod)
-        if ref["node"] not in wanted or plugin_container(pod.get("spec") or {}) is None:
+    for pod, ref, meta, controller in _pods_on(pods, nodes):
+        if plugin_container(pod.get("spec") or {}) is None:
             continue
-        meta = pod.get("metadata") or {}
-        controller = controller_of(pod)
-        ref["labels"] = meta.get("labels") or {}
-        ref["controller"] = "%s/%s" % controller if controller else None
-        ref["phase"] = (pod.get("status") or {}).get("phase")
         if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
             plan["skipped"].append(dict(ref, reason="static device plugin pod: restart it on the node"))
         elif not controller or controller[0] != "DaemonSet":
