@@ -66,18 +66,22 @@ control-plane:
 # then molecule, not niced, on a lab instance of its own (SIDE_LAB_INSTANCE).  The side stream writes
 # build/test-checks.log, printed when both are done, so the lab's output stays live.  Under `make test` a test whose
 # upstream binary is missing fails instead of skipping (GPUHARDEN_REQUIRE_BUILT, tests/builds.py).  The last line
-# gives each part's exit code and seconds since the start; a missing status counts as a failure.
+# gives each part's exit code and seconds since the start; a missing status counts as a failure.  Above it, when a part
+# failed, tools/failure_digest.py names each failed task and test with its message (CI keeps only the tail).
 test: setup dist real-components
 	@export GPUHARDEN_REQUIRE_BUILT=1; start=$$(date +%s); status=$(BUILD)/test-side.status; rm -f "$$status"; \
 	( checks_rc=0; nice -n 10 $(MAKE) --no-print-directory test-checks || checks_rc=$$?; checks_s=$$(( $$(date +%s) - start )); \
 	  molecule_rc=0; GPUHARDEN_LAB_INSTANCE=$(SIDE_LAB_INSTANCE) $(MAKE) --no-print-directory molecule || molecule_rc=$$?; \
 	  echo "$$checks_rc $$checks_s $$molecule_rc $$(( $$(date +%s) - start ))" > "$$status" \
 	) > $(BUILD)/test-checks.log 2>&1 & \
-	lab_rc=0; $(MAKE) --no-print-directory integration || lab_rc=$$?; lab_s=$$(( $$(date +%s) - start )); \
+	lab_rc=0; $(MAKE) --no-print-directory integration 2>&1 | tee $(BUILD)/integration.log || lab_rc=$$?; \
+	lab_s=$$(( $$(date +%s) - start )); \
 	wait; \
 	echo "=== make test: the side stream (build/test-checks.log)"; cat $(BUILD)/test-checks.log; \
 	checks_rc=missing; checks_s=-; molecule_rc=missing; molecule_s=-; \
 	if [ -s "$$status" ]; then read -r checks_rc checks_s molecule_rc molecule_s < "$$status"; fi; \
+	if [ "$$lab_rc" != 0 ] || [ "$$checks_rc" != 0 ] || [ "$$molecule_rc" != 0 ]; then \
+	  $(BIN)/python tools/failure_digest.py $(BUILD)/integration.log $(BUILD)/test-checks.log || true; fi; \
 	echo "=== make test (seconds since the start): integration rc=$$lab_rc at $$lab_s s;" \
 	  "test-checks rc=$$checks_rc at $$checks_s s, molecule rc=$$molecule_rc at $$molecule_s s;" \
 	  "all in $$(( $$(date +%s) - start )) s"; \

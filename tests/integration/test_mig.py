@@ -176,7 +176,9 @@ def test_role_applies_layout_restarts_the_plugin_and_the_real_kubelet_advertises
 
 
 def test_without_the_restart_the_real_plugin_advertises_the_old_layout_and_the_post_check_fails(lab):
-    stale = manager.run_harden(lab["inventory"], dict(EXTRA_VARS, gpuharden_mig_layout=SECOND_LAYOUT, mig_restart_device_plugin=False),
+    # the post-check's wait for the node to advertise the new layout, shortened: it cannot end well here
+    stale = manager.run_harden(lab["inventory"], dict(EXTRA_VARS, gpuharden_mig_layout=SECOND_LAYOUT, mig_restart_device_plugin=False,
+                                                      gpuharden_postcheck_settle_seconds=30),
                                timeout=900, limit=NODE)
     assert stale.returncode != 0 and "MIG | apply the layout" in stale.stdout and "mig_not_advertised" in stale.stdout, stale.stdout[-8000:]
     assert wait_for_allocatable(lab, EXPECTED, timeout=5) == EXPECTED  # the old layout, 30 s and more after the change
