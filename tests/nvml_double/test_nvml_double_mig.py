@@ -496,3 +496,30 @@ def test_no_capability_tree_is_made_where_the_node_has_none(a100, monkeypatch):
     gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, 9, place(4, 4))
     pynvml.nvmlGpuInstanceDestroy(gi)
     assert not caps.exists()
+
+
+def test_a_reset_that_ends_mig_mode_drops_the_destroyed_instances_capability_entries(a100, nvml, monkeypatch):
+    """The control tool's reset destroys the GPU's instances when the pending mode takes effect: their capability
+    entries go with them (nvml_double_ctl.drop_mig_capabilities), those of the other GPUs stay."""
+    from gpuharden_lab.noderoot import mig_gi_minor
+
+    node, h0 = a100
+    caps = node.root / "capabilities"
+    (caps / "mig").mkdir(parents=True)
+    (caps / "mig" / "config").write_text("DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+    monkeypatch.setenv("NVML_DOUBLE_CAPS_DIR", str(caps))
+    node.ctl("set-processes", "--gpu", "1", "--clear")
+    h1 = nvml.nvmlDeviceGetHandleByIndex(1)
+    assert nvml.nvmlDeviceSetMigMode(h1, 1) == pynvml.NVML_SUCCESS
+    for h in (h0, h1):
+        pynvml.nvmlGpuInstanceCreateComputeInstance(pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, 9, place(4, 4)), 0)
+    assert len(_capability_tree(caps)) == 4
+
+    state = json.loads(node.state_path.read_text())
+    state["gpus"][node.fixture["gpus"][0]["uuid"]]["mig_pending"] = 0
+    node.state_path.write_text(json.dumps(state))
+    node.ctl("reset", "--gpu", "0")
+    assert node.state()["gpus"][node.fixture["gpus"][0]["uuid"]]["gpu_instances"] == []
+    gi_id = [key for key in _capability_tree(caps) if key.count("/") == 2][0].rsplit("gi", 1)[1]
+    base = mig_gi_minor(1, int(gi_id))
+    assert _capability_tree(caps) == {"gpu1/mig/gi%s" % gi_id: base, "gpu1/mig/gi%s/ci0" % gi_id: base + 1}

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -198,6 +199,23 @@ def cmd_show(args, fx) -> int:
     return 0
 
 
+def drop_mig_capabilities(fx: dict, gpus) -> None:
+    """Remove the driver's capability entries of the GPU instances a reset destroyed, as the kernel module does.
+
+    The C side rewrites the tree on each of its state writes (nvml_double.c caps_sync); a reset only ever destroys
+    instances, so removing the GPUs' gi<id> entries keeps the tree in step.  Only where the node's view holds the tree
+    (its mig/config entry), as there."""
+    caps = os.environ.get("NVML_DOUBLE_CAPS_DIR") or "/proc/driver/nvidia/capabilities"
+    if not os.path.exists(os.path.join(caps, "mig", "config")):
+        return
+    for i in gpus:
+        mig = os.path.join(caps, "gpu%d" % fx["gpus"][i]["minor"], "mig")
+        if os.path.isdir(mig):
+            for name in os.listdir(mig):
+                if name.startswith("gi"):
+                    shutil.rmtree(os.path.join(mig, name), ignore_errors=True)
+
+
 def cmd_reset(args, fx) -> int:
     with locked(args.state):
         state = read_state(args.state, fx)
@@ -208,13 +226,16 @@ def cmd_reset(args, fx) -> int:
                 busy.append(i)
         if busy:
             raise CtlError(f"GPU reset refused: processes running on GPU(s) {busy} (use --force)", 3)
+        flipped = []
         for i in _select(fx, args.gpu):
             st = state["gpus"][fx["gpus"][i]["uuid"]]
             st["processes"] = []
             if st["mig_pending"] != st["mig_current"]:
                 st["mig_current"] = st["mig_pending"]
                 st["gpu_instances"] = []
+                flipped.append(i)
         write_state(args.state, state)
+        drop_mig_capabilities(fx, flipped)
     return 0
 
 
