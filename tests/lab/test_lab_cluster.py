@@ -38,15 +38,28 @@ def lab(tmp_path_factory):
     marker = tmp_path_factory.mktemp("marker") / "marker"
     marker.write_text("")
     # The stand-ins' own fleet (the healthy scenario runs the real kubelet and containerd).
-    with running_lab("mixed-fleet") as state:
-        netns_inodes = {os.stat("/run/netns/" + info["netns"]).st_ino for info in state["nodes"].values()}
-        assert _processes_in(netns_inodes), "the nodes' services should be running in their network namespaces"
-        yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
-    # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
-    assert host_files_changed_since(str(marker)) == []
-    # ... and the services themselves (started at boot through the node's systemctl) died with the lab: no process is
-    # left in this lab's nodes (by namespace, not by name: another lab instance's stand-ins may be running beside it).
-    assert _processes_in(netns_inodes) == []
+    held = []
+    try:
+        with running_lab("mixed-fleet") as state:
+            # Hold each node's network namespace open until the check below: a namespace the lab's down released
+            # could otherwise give its inode number to a namespace another lab instance makes meanwhile, and that
+            # lab's processes would be counted as this one's leftovers.
+            held = [os.open("/run/netns/" + info["netns"], os.O_RDONLY | os.O_CLOEXEC) for info in state["nodes"].values()]
+            netns_inodes = {os.fstat(handle).st_ino for handle in held}
+            assert _processes_in(netns_inodes), "the nodes' services should be running in their network namespaces"
+            yield state, cluster.api_client(state["cluster"]["admin_kubeconfig"])
+        # Services in the nodes wrote logs, state and checkpoints: all of it stayed inside the nodes.
+        assert host_files_changed_since(str(marker)) == []
+        # ... and the services themselves (started at boot through the node's systemctl) died with the lab: no process
+        # is left in this lab's nodes (by namespace, not by name: another lab instance's stand-ins may be running beside
+        # it).  A process SIGKILLed by the down may take a moment to go.
+        deadline = time.monotonic() + 10.0
+        while _processes_in(netns_inodes) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert _processes_in(netns_inodes) == []
+    finally:
+        for handle in held:
+            os.close(handle)
 
 
 def _processes_in(netns_inodes):
