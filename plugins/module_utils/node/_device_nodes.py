@@ -345,7 +345,10 @@ def is_mig_capability(name):
     ``g_nv_cap_sys_table``, which holds fabric-imex-mgmt).  A real H200 (open kernel module 580.159.04, 2026-12-04)
     announced fabric-imex-mgmt (minor 4323, 0400) with no /dev node: whoever uses it makes it from its proc file
     (nvidia-modprobe's ``-f``, ``--nvidia-capability-device-file``).  Such a node is fixed where it exists, never
-    created.
+    created.  The MIG ones are wanted before anything asks for them: the toolkit's CDI generation lists only the
+    capability nodes it finds ("Could not locate /dev/nvidia-caps/nvidia-cap66", kubernetes-sigs/dra-driver-nvidia-gpu
+    #787), so without them a MIG pod gets no access to its instance; NVIDIA/mig-parted
+    ``deployments/container/reconfigure-mig.sh`` runs nvidia-smi to make them before it regenerates its CDI spec (#82).
     """
     parts = name.split("/")
     return parts[0] == "mig" or (len(parts) > 2 and re.fullmatch(r"gpu[0-9]+", parts[0]) is not None and parts[1] == "mig")
