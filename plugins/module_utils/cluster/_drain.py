@@ -86,10 +86,9 @@ def _pods_on(pods, nodes):
     """(pod, ref, metadata, controller) of the pods bound to ``nodes``, by node, namespace and name; the ref also holds
     the pod's labels (for the budgets), its controller as kind/name and its phase."""
     wanted = set(nodes)
-    for pod in sorted(pods, key=lambda item: (pod_ref(item)["node"] or "", pod_ref(item)["namespace"] or "", pod_ref(item)["name"] or "")):
-        ref = pod_ref(pod)
-        if ref["node"] not in wanted:
-            continue
+    bound = [(pod_ref(pod), pod) for pod in pods]
+    bound = [(ref, pod) for ref, pod in bound if ref["node"] in wanted]
+    for ref, pod in sorted(bound, key=lambda item: (item[0]["node"] or "", item[0]["namespace"] or "", item[0]["name"] or "")):
         meta = pod.get("metadata") or {}
         controller = controller_of(pod)
         ref.update(labels=meta.get("labels") or {}, controller="%s/%s" % controller if controller else None,
