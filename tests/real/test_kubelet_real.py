@@ -289,4 +289,8 @@ def test_memory_manager_static_as_the_module_checks_it_runs_on_the_real_kubelet(
     config = assert_serving(running)
     assert config["memoryManagerPolicy"] == "Static"
     assert config["reservedMemory"] == [{"numaNode": 0, "limits": {"memory": "100Mi"}}]
-    assert json.loads((root / "var/lib/kubelet/memory_manager_state").read_text())["policyName"] == "Static"
+    # like the CPU Manager's checkpoint, the Memory Manager's state is written when it starts, which can come after
+    # /configz answers (a loaded machine got there first once)
+    state = root / "var/lib/kubelet/memory_manager_state"
+    assert daemons.wait_for(state.exists, 60, running), "no memory_manager_state written"
+    assert json.loads(state.read_text())["policyName"] == "Static"
