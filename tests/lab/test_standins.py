@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -627,16 +628,31 @@ def test_json_merge_patch_and_flag_parsing():
 # containerd
 
 
-def run_containerd(node: Path, timeout: float = 3.0) -> tuple[int | None, str]:
+def run_containerd(node: Path, timeout: float = 60.0) -> tuple[int | None, str]:
+    """Start the stand-in; return (None, stderr) once it says it booted, or (exit code, stderr) once it exits.
+
+    Waits on those events, not on a fixed time: on a loaded CI machine the interpreter alone can take seconds
+    to start, and a 3 s window once read a refusal that came late as a boot.
+    """
     p = subprocess.Popen([PY, "-m", "gpuharden_lab.standins.containerd"], stderr=subprocess.PIPE, text=True,
                          env=os.environ.copy())
+    watchdog = threading.Timer(timeout, p.kill)
+    watchdog.start()
+    lines: list[str] = []
     try:
-        _o, err = p.communicate(timeout=timeout)
-        return p.returncode, err
-    except subprocess.TimeoutExpired:
-        p.terminate()
-        _o, err = p.communicate(timeout=10)
-        return None, err
+        for line in p.stderr:
+            lines.append(line)
+            if "successfully booted" in line:
+                p.terminate()
+                lines.append(p.stderr.read())
+                p.wait()
+                return None, "".join(lines)
+        return p.wait(), "".join(lines)
+    finally:
+        watchdog.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_containerd_config_handling(node):
