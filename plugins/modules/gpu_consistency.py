@@ -371,7 +371,8 @@ def gather(params):
             if not waited_for or left <= 0:
                 break
             time.sleep(min(SETTLE_INTERVAL, left))
-        runtime_class_check = None if runtime_class is None else check_runtime_class(api, runtime_class, last_nodes, params["page_limit"])
+        runtime_class_check = None if runtime_class is None else _runtime_class.dry_run(
+            _k8s_objects.Client(api, MODULE), runtime_class, last_nodes, params["page_limit"])
         del last_nodes
     finally:
         api.close()
@@ -380,17 +381,6 @@ def gather(params):
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
             "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting},
             "topology": weighed, "workloads_error": workloads_error if topology else None, "runtime_class_check": runtime_class_check}
-
-
-def check_runtime_class(api, runtime_class, nodes, page_limit):
-    """runtime_class's check mode over this module's client and last LIST of Nodes; a failure is reported, not raised."""
-    desired, names = runtime_class
-    client = _k8s_objects.Client(api, MODULE)
-    try:
-        result, _decision = _runtime_class.reconcile(client, desired, names=names, nodes=nodes, page_limit=page_limit)
-    except GpuhardenError as error:
-        return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "api_requests": client.requests}
-    return dict(result, api_requests=client.requests)
 
 
 def fail_on_message(params, result):

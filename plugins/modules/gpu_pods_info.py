@@ -57,10 +57,23 @@ options:
       - What this module returns is the same with or without it. Not with O(include_terminated).
     type: bool
     default: false
+  runtime_class:
+    description:
+      - Also check the NVIDIA RuntimeClass as M(gpuharden.k8s.runtime_class) does in check mode, with the same code (every
+        RuntimeClass audited, the target Nodes' C(status.runtimeHandlers), the write decided by a server-side dry run,
+        so nothing is written); the result is RV(runtime_class_check). Harden's plan does it here, in the module run it
+        makes anyway, and runs its RuntimeClass stage only where this check would change or report something.
+      - A dictionary of M(gpuharden.k8s.runtime_class)'s options C(name), C(handler), C(node_selector), C(tolerations),
+        C(overhead_pod_fixed) and C(nodes), with the same defaults. A malformed value fails the module before any
+        request. It then also needs what M(gpuharden.k8s.runtime_class) needs in check mode.
+      - When that check fails (a handler only a recreate can change, a refused request), the pods are still returned;
+        RV(runtime_class_check) then holds C(failed), C(msg) and the findings so far.
+    type: dict
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
   - module: gpuharden.k8s.cgroup_memory
+  - module: gpuharden.k8s.runtime_class
 """
 
 EXAMPLES = r"""
@@ -111,18 +124,25 @@ pods_snapshot:
   description: With O(pods_snapshot), the path of the snapshot file, else V(null).
   returned: always
   type: str
+runtime_class_check:
+  description:
+    - With O(runtime_class), what M(gpuharden.k8s.runtime_class) returns in check mode (C(changed), C(action),
+      C(findings), C(runtime_class), C(node_runtime_handlers), C(message), C(api_requests)), or C(failed), C(msg),
+      C(findings) and C(api_requests) when that check failed; else V(null).
+  returned: always
+  type: dict
 api_requests:
-  description: Number of LIST requests (pages) the call made.
+  description: Number of LIST requests (pages) the call made for the pods (the RuntimeClass check counts its own).
   returned: always
   type: int
   sample: 1
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_pods, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_snapshot
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
 
 
@@ -134,6 +154,7 @@ def argument_spec():
         include_terminated={"type": "bool", "default": False},
         page_limit={"type": "int", "default": 500},
         pods_snapshot={"type": "bool", "default": False},
+        runtime_class={"type": "dict"},
     )
     return spec
 
@@ -156,21 +177,27 @@ def gather(params):
     if params["pods_snapshot"] and params["include_terminated"]:
         raise GpuhardenError("gpu_pods_info: options pods_snapshot and include_terminated exclude each other: the snapshot "
                              "holds the pods gpu_consistency checks, which have not finished")
+    runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
+        params["runtime_class"], "gpu_pods_info: option runtime_class")
     field_selector, names = _gpu_pods.list_plan(params["nodes"], params["include_terminated"])
-    if not names and not params["pods_snapshot"]:
-        return {"pods": [], "pod_uids_by_node": {}, "unlimited_pods": [], "api_requests": 0, "pods_snapshot": None}
     if params["pods_snapshot"]:
         # gpu_consistency's own LIST: the whole cluster, pending pods too (collect keeps only those bound to the nodes)
         field_selector = _consistency.POD_SELECTOR
-    api = _k8s.api_client(params)
-    try:
-        pods, requests = list_pods(api, field_selector, params["page_limit"])
-    finally:
-        api.close()
+    pods, requests, runtime_class_check = [], 0, None
+    if names or params["pods_snapshot"] or runtime_class:
+        api = _k8s.api_client(params)
+        try:
+            if names or params["pods_snapshot"]:
+                pods, requests = list_pods(api, field_selector, params["page_limit"])
+            if runtime_class:
+                client = _k8s_objects.Client(api, "gpu_pods_info")
+                runtime_class_check = _runtime_class.dry_run(client, runtime_class, page_limit=params["page_limit"])
+        finally:
+            api.close()
     found, by_node, unlimited = _gpu_pods.collect(pods, names, prefixes)
     snapshot = _k8s_snapshot.write("pods", [_consistency.project_pod(pod) for pod in pods]) if params["pods_snapshot"] else None
     return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests,
-            "pods_snapshot": snapshot}
+            "pods_snapshot": snapshot, "runtime_class_check": runtime_class_check}
 
 
 def main():

@@ -21,7 +21,7 @@ import pytest
 from gpuharden_lab import manager, realnode
 from gpuharden_lab.noderoot import load_fixture
 
-from tests.integration.cluster_side import recap_changed
+from tests.integration.cluster_side import admin, recap_changed
 from tests.integration.test_real_nodes import C2, C17, NODES, gpu_resources, handlers, in_node, node_objects, real_nodes_lab
 
 # real_nodes: they need `make real-components` (which `make integration` builds first); `make real-nodes` runs only these.
@@ -44,6 +44,32 @@ def harden(state):
     return done, recap_changed(done.stdout)
 
 
+RUNTIME_CLASS_TASK = "TASK [gpuharden.k8s.runtime_class : RuntimeClass | ensure it matches containerd's runtime (once for the play)]"
+
+
+def runtime_class_task(stdout):
+    """What the RuntimeClass module task printed in the run ("" when the stage was left out before it)."""
+    start = stdout.find(RUNTIME_CLASS_TASK)
+    if start < 0:
+        return ""
+    end = stdout.find("\nTASK [", start + len(RUNTIME_CLASS_TASK))
+    return stdout[start:end if end >= 0 else None]
+
+
+def runtime_class_object(state):
+    from kubernetes import client
+
+    api = admin(state)
+    try:
+        return client.NodeV1Api(api).read_runtime_class("nvidia")
+    except client.exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    finally:
+        api.close()
+
+
 def drift(state, *args):
     """`gpuharden drift` over the lab inventory, from this checkout."""
     return subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", state["inventory"], "-q", *args],
@@ -59,6 +85,8 @@ def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_th
     done, changed = harden(lab)
     assert done.returncode == 0, done.stdout[-6000:]
     assert changed[C2] > 0 and changed[C17] > 0, changed
+    # no RuntimeClass yet: the plan's dry run says so, and the stage creates it
+    assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
 
     l4_gpus = len(load_fixture("l4")[1]["gpus"])
     assert gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4_gpus)}
@@ -75,6 +103,11 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     done, changed = harden(lab)
     assert done.returncode == 0, done.stdout[-6000:]
     assert changed == {"localhost": 0, C2: 0, C17: 0}, changed
+    # the plan's dry run of the RuntimeClass found nothing to do, so its stage was left out (its module never ran);
+    # the first run above ran it, and the repair test below shows it running again when the object drifts
+    stage = runtime_class_task(done.stdout)
+    assert not stage or "skipping:" in stage and "ok:" not in stage and "changed:" not in stage, stage
+    assert runtime_class_object(lab).handler == "nvidia"
     report = drift(lab)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "2 clean" in report.stdout, report.stdout
@@ -124,8 +157,18 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     for name in NODES:
         wait_for(lambda name=name: refused(name), timeout=90, what="the real toolkit refusing the plugin's container on %s" % name)
 
+    # the RuntimeClass drifts too (gone): the plan's dry run sees it, and the same run's RuntimeClass stage puts it back
+    api = admin(lab)
+    try:
+        client.NodeV1Api(api).delete_runtime_class("nvidia")
+    finally:
+        api.close()
+    assert runtime_class_object(lab) is None
+
     done, _changed = harden(lab)
     assert done.returncode == 0, done.stdout[-6000:]
+    assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
+    assert runtime_class_object(lab).handler == "nvidia"
     wait_for(lambda: plugin_running(lab, C17) and gpu_resources(lab, C17) == H100_MIG_MIXED, timeout=120,
              what="the repaired plugin advertising the MIG devices again")
 

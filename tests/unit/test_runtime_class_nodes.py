@@ -190,11 +190,8 @@ def test_drift_reports_the_missing_handler_as_a_container_runtime_cluster_findin
 
 
 def folded(monkeypatch, cluster, option):
-    from ansible_collections.gpuharden.k8s.plugins.modules import gpu_consistency
-
-    monkeypatch.setattr(gpu_consistency._k8s_objects, "Client", lambda api, who: cluster)
-    return gpu_consistency.check_runtime_class(None, rc.check_option(option, "gpu_consistency: option runtime_class"),
-                                               copy.deepcopy(NODES), 500)
+    """The dry run as gpu_consistency makes it: over that module's client and its LIST of Nodes."""
+    return rc.dry_run(cluster, rc.check_option(option, "gpu_consistency: option runtime_class"), copy.deepcopy(NODES), 500)
 
 
 @pytest.mark.parametrize("live, names", [((RUNTIME_CLASS,), []), ((RUNTIME_CLASS,), ["gpu-1", "gpu-9"]), ((), []),
@@ -247,3 +244,62 @@ def test_drift_takes_the_runtime_class_check_from_the_consistency_run(monkeypatc
     report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
     assert report["cluster"]["runtime_class_checked"] is True
     assert [(f["id"], f["subject"]) for f in report["cluster"]["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-1")]
+
+
+# ------------------------------------------------------------------------------------------------ in harden's plan
+# Harden's plan runs the same dry run inside its gpu_pods_info module run (option runtime_class), with no LIST of Nodes
+# of its own, and playbooks/harden_gpu_nodes.yml runs the RuntimeClass stage only where it would change or report
+# something.
+
+
+def planned(monkeypatch, cluster, option, nodes=()):
+    from ansible_collections.gpuharden.k8s.plugins.modules import gpu_pods_info
+
+    monkeypatch.setattr(gpu_pods_info._k8s, "api_client", lambda params: FakeApi())
+    monkeypatch.setattr(gpu_pods_info._k8s_objects, "Client", lambda api, who: cluster)
+    monkeypatch.setattr(gpu_pods_info, "list_pods", lambda api, selector, limit: ([], 1))
+    spec = gpu_pods_info.argument_spec()
+    module_params = {name: entry.get("default") for name, entry in spec.items()}
+    module_params.update(nodes=list(nodes), runtime_class=option)
+    return gpu_pods_info.gather(module_params)
+
+
+class FakeApi:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("live, names", [((RUNTIME_CLASS,), []), ((RUNTIME_CLASS,), ["gpu-1", "gpu-9"]), ((), []),
+                                         ((dict(RUNTIME_CLASS, overhead={"podFixed": {"nvidia.com/gpu": "1"}}),), [])])
+def test_the_plan_check_answers_as_the_module_in_check_mode(monkeypatch, live, names):
+    alone = run_fake(monkeypatch, FakeCluster(*live, *NODES), check_mode=True, nodes=names)
+    cluster = FakeCluster(*live, *NODES)
+    result = planned(monkeypatch, cluster, {"name": "nvidia", "handler": "nvidia", "nodes": names}, nodes=["gpu-0"])
+    # the same requests as the module's own run: the plan has no LIST of Nodes to lend it
+    assert result["runtime_class_check"] == alone
+    assert result["api_requests"] == 1 and result["pod_uids_by_node"] == {"gpu-0": []}
+    assert [write for write in cluster.writes if not write[1]] == []
+
+
+def test_the_plan_check_runs_without_nodes_and_reports_a_refusal(monkeypatch):
+    legacy = dict(copy.deepcopy(RUNTIME_CLASS), handler="nvidia-legacy")
+    result = planned(monkeypatch, FakeCluster(legacy, *NODES), {"handler": "nvidia"})
+    check = result["runtime_class_check"]
+    assert check["failed"] is True and "handler is immutable" in check["msg"]
+    assert result["pods"] == [] and result["api_requests"] == 0
+
+
+def test_the_plan_without_the_option_checks_no_runtime_class(monkeypatch):
+    cluster = FakeCluster(RUNTIME_CLASS, *NODES)
+    result = planned(monkeypatch, cluster, None, nodes=["gpu-0"])
+    assert result["runtime_class_check"] is None and cluster.writes == []
+
+
+def test_the_plan_option_is_validated_before_any_request(monkeypatch):
+    cluster = FakeCluster(RUNTIME_CLASS, *NODES)
+    with pytest.raises(GpuhardenError) as caught:
+        planned(monkeypatch, cluster, {"handlr": "nvidia"}, nodes=["gpu-0"])
+    assert "gpu_pods_info: option runtime_class has unknown key(s) handlr" in str(caught.value)
+    assert cluster.requests == 0 and cluster.writes == []

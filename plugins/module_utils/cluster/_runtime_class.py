@@ -277,3 +277,16 @@ def reconcile(client, desired, *, names=(), nodes=None, page_limit=500, force=Fa
                                     else decision["live"])
     return {"changed": decision["changed"], "action": decision["action"], "findings": findings, "runtime_class": shown,
             "node_runtime_handlers": on_nodes, "message": decision["message"]}, decision
+
+
+def dry_run(client, option, nodes=None, page_limit=500):
+    """The runtime_class module's check mode inside another controller module's run (gpu_consistency for the drift
+    check, gpu_pods_info for harden's plan): ``option`` is check_option's (desired, node names), ``nodes`` that module's
+    LIST of Nodes or None to list them here.  A refusal (a handler only a recreate can change, a refused request) is
+    returned as ``failed``, ``msg`` and the findings so far, not raised: the caller's own result stands."""
+    desired, names = option
+    try:
+        result, _decision = reconcile(client, desired, names=names, nodes=nodes, page_limit=page_limit)
+    except GpuhardenError as error:
+        return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "api_requests": client.requests}
+    return dict(result, api_requests=client.requests)
