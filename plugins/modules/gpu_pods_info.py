@@ -69,11 +69,24 @@ options:
       - When that check fails (a handler only a recreate can change, a refused request), the pods are still returned;
         RV(runtime_class_check) then holds C(failed), C(msg) and the findings so far.
     type: dict
+  device_plugin:
+    description:
+      - Also check the NVIDIA device plugin as M(gpuharden.k8s.device_plugin) does in check mode, with the same code
+        (the node labels, every plugin DaemonSet audited, each write decided by a server-side dry run, so nothing is
+        written); the result is RV(device_plugin_check). Harden's plan does it here, and runs its device plugin stage
+        only where this check would change or report something.
+      - A dictionary of M(gpuharden.k8s.device_plugin)'s options but the cluster identity's, with the same defaults,
+        validated as that module validates them, before any request. It then also needs what
+        M(gpuharden.k8s.device_plugin) needs in check mode.
+      - When that check fails, the pods are still returned; RV(device_plugin_check) then holds C(failed), C(msg) and the
+        findings so far.
+    type: dict
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
   - module: gpuharden.k8s.cgroup_memory
   - module: gpuharden.k8s.runtime_class
+  - module: gpuharden.k8s.device_plugin
 """
 
 EXAMPLES = r"""
@@ -131,15 +144,22 @@ runtime_class_check:
       C(findings) and C(api_requests) when that check failed; else V(null).
   returned: always
   type: dict
+device_plugin_check:
+  description:
+    - With O(device_plugin), what M(gpuharden.k8s.device_plugin) returns in check mode (C(changed), C(findings),
+      C(repairs), C(objects), C(node_labels), C(api_requests), ...) and the C(warnings) it would give, or C(failed),
+      C(msg), C(findings), C(warnings) and C(api_requests) when that check failed; else V(null).
+  returned: always
+  type: dict
 api_requests:
-  description: Number of LIST requests (pages) the call made for the pods (the RuntimeClass check counts its own).
+  description: Number of LIST requests (pages) the call made for the pods (each check counts its own).
   returned: always
   type: int
   sample: 1
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_pods, _runtime_class
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin_reconcile, _gpu_pods, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
@@ -155,6 +175,7 @@ def argument_spec():
         page_limit={"type": "int", "default": 500},
         pods_snapshot={"type": "bool", "default": False},
         runtime_class={"type": "dict"},
+        device_plugin={"type": "dict"},
     )
     return spec
 
@@ -179,12 +200,14 @@ def gather(params):
                              "holds the pods gpu_consistency checks, which have not finished")
     runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
         params["runtime_class"], "gpu_pods_info: option runtime_class")
+    device_plugin = None if params["device_plugin"] is None else _device_plugin_reconcile.check_option(
+        params["device_plugin"], "gpu_pods_info: option device_plugin")
     field_selector, names = _gpu_pods.list_plan(params["nodes"], params["include_terminated"])
     if params["pods_snapshot"]:
         # gpu_consistency's own LIST: the whole cluster, pending pods too (collect keeps only those bound to the nodes)
         field_selector = _consistency.POD_SELECTOR
-    pods, requests, runtime_class_check = [], 0, None
-    if names or params["pods_snapshot"] or runtime_class:
+    pods, requests, runtime_class_check, device_plugin_check = [], 0, None, None
+    if names or params["pods_snapshot"] or runtime_class or device_plugin:
         api = _k8s.api_client(params)
         try:
             if names or params["pods_snapshot"]:
@@ -192,12 +215,14 @@ def gather(params):
             if runtime_class:
                 client = _k8s_objects.Client(api, "gpu_pods_info")
                 runtime_class_check = _runtime_class.dry_run(client, runtime_class, page_limit=params["page_limit"])
+            if device_plugin:
+                device_plugin_check = _device_plugin_reconcile.dry_run(_k8s_objects.Client(api, "device_plugin"), device_plugin)
         finally:
             api.close()
     found, by_node, unlimited = _gpu_pods.collect(pods, names, prefixes)
     snapshot = _k8s_snapshot.write("pods", [_consistency.project_pod(pod) for pod in pods]) if params["pods_snapshot"] else None
     return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests,
-            "pods_snapshot": snapshot, "runtime_class_check": runtime_class_check}
+            "pods_snapshot": snapshot, "runtime_class_check": runtime_class_check, "device_plugin_check": device_plugin_check}
 
 
 def main():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_reconcile as dpr
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
@@ -584,7 +585,7 @@ API_NODES = [dict(n, kind="Node") for n in NODES]
 def run_fake(monkeypatch, cluster, check_mode=False, cluster_policies=(), **overrides):
     monkeypatch.setattr(module._k8s, "api_client", lambda params: None)
     monkeypatch.setattr(module._k8s_objects, "Client", lambda api, who: cluster)
-    monkeypatch.setattr(module, "read_cluster_policies", lambda client, limit: (list(cluster_policies), None))
+    monkeypatch.setattr(dpr, "read_cluster_policies", lambda client, limit: (list(cluster_policies), None))
     fake = FakeModule(check_mode, **overrides)
     return module.run(fake), fake
 
@@ -612,7 +613,7 @@ def test_a_target_node_without_the_runtime_classs_handler_stops_the_rollout_befo
     """Measured in the lab on the real kubelet and containerd: the managed DaemonSet, rolled out while a GPU node's
     containerd had no nvidia runtime, left that node's plugin pod in ContainerCreating until the 300 s wait failed (and a
     RollingUpdate takes a node's running plugin away first)."""
-    monkeypatch.setattr(module, "HANDLER_WAIT_SECONDS", 0.0)
+    monkeypatch.setattr(dpr, "HANDLER_WAIT_SECONDS", 0.0)
     gpu_a, gpu_b, cpu = API_NODES
     nodes = [with_handlers(gpu_a, "", "runc", "nvidia"), with_handlers(gpu_b, "", "runc"), cpu]
     cluster = FakeCluster(RUNTIME_CLASS, *nodes)
@@ -635,7 +636,7 @@ def test_a_target_node_without_the_runtime_classs_handler_stops_the_rollout_befo
 
 def test_a_node_that_reports_the_handler_within_the_wait_is_not_held_against_the_rollout(monkeypatch):
     """The same run's container_runtime just restarted containerd there: the kubelet posts the handler seconds later."""
-    monkeypatch.setattr(module, "HANDLER_POLL_SECONDS", 0.0)
+    monkeypatch.setattr(dpr, "HANDLER_POLL_SECONDS", 0.0)
     gpu_a, gpu_b, cpu = API_NODES
     cluster = FakeCluster(RUNTIME_CLASS, with_handlers(gpu_a, "", "nvidia"), with_handlers(gpu_b, ""), cpu)
     reads = []
@@ -1006,12 +1007,77 @@ def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
     client = module._k8s_objects.Client(object(), "device_plugin")
     for status, expected in ((404, ([], None)), (None, ([CLUSTER_POLICY], None))):
         monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api, s=status: Api(s))
-        assert module.read_cluster_policies(client, 500) == expected
+        assert dpr.read_cluster_policies(client, 500) == expected
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(403))
-    policies, finding = module.read_cluster_policies(client, 500)
+    policies, finding = dpr.read_cluster_policies(client, 500)
     assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["hint"]
     assert "forbidden: the identity in use may not list clusterpolicies (API group nvidia.com)" in finding["hint"]
     assert client.requests == 3
     monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(500))
     with pytest.raises(GpuhardenError, match="500"):
-        module.read_cluster_policies(client, 500)
+        dpr.read_cluster_policies(client, 500)
+
+
+# ------------------------------------------------------------------------------------------------ in harden's plan
+# Harden's plan makes the module's check-mode run inside its gpu_pods_info module run (option device_plugin:
+# _device_plugin_reconcile.dry_run over the same code), and runs the device plugin stage only where it would change
+# or report something. It must answer exactly as the module does in check mode.
+
+
+def plan_clusters():
+    _s, (cm, ds), _c = render()
+    seed = plugin_ds("typo-seed", selector={"pool": "b"})
+    taken = copy.deepcopy(cm)
+    taken["metadata"].update(labels=dict(HELM_LABELS), annotations=dict(HELM_ANNOTATIONS))
+    return {
+        "fresh": (FakeCluster(RUNTIME_CLASS, *API_NODES), {}),
+        "installed": (FakeCluster(RUNTIME_CLASS, *API_NODES, cm, ds), {}),
+        "no RuntimeClass": (FakeCluster(*API_NODES), {}),
+        "competing seed, removed": (FakeCluster(RUNTIME_CLASS, *API_NODES, seed), {"remove_competing": True}),
+        "name taken by Helm": (FakeCluster(RUNTIME_CLASS, *API_NODES, taken), {}),
+        "labels to set": (FakeCluster(RUNTIME_CLASS, *API_NODES, cm, ds),
+                          {"node_labels": {"nodes": [n["metadata"]["name"] for n in API_NODES], "labels": {"gpu": "yes"}}}),
+        "MIG mixed": (FakeCluster(RUNTIME_CLASS, *API_NODES, cm, ds), {"mig_strategy": "mixed"}),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(plan_clusters()))
+def test_the_plan_dry_run_answers_as_the_module_in_check_mode(monkeypatch, name):
+    cluster, options = plan_clusters()[name]
+    alone, fake = run_fake(monkeypatch, cluster, check_mode=True, **options)
+    cluster, options = plan_clusters()[name]
+    before = copy.deepcopy(cluster.objects)
+    planned = dpr.dry_run(cluster, dpr.check_option(dict(options, wait=False), "gpu_pods_info: option device_plugin"))
+    assert planned.pop("warnings") == fake.warnings
+    assert planned == alone
+    assert cluster.objects == before and [write for write in cluster.writes if not write[1]] == []
+
+
+def test_the_plan_dry_run_reports_a_refusal_instead_of_raising(monkeypatch):
+    _s, (cm, ds), _c = render()
+    immutable = copy.deepcopy(ds)
+    immutable["spec"]["selector"] = {"matchLabels": {"name": "someone-else"}}  # only a recreate changes a selector
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, cm, immutable)
+    monkeypatch.setattr(dpr, "read_cluster_policies", lambda client, limit: ([], None))
+    with pytest.raises(GpuhardenError) as refused:
+        run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *API_NODES, cm, copy.deepcopy(immutable)), check_mode=True)
+    planned = dpr.dry_run(cluster, dpr.check_option({}, "gpu_pods_info: option device_plugin"))
+    assert planned["failed"] is True and planned["msg"] == str(refused.value)
+    assert [write for write in cluster.writes if not write[1]] == []
+
+
+@pytest.mark.parametrize("option, needle", [
+    ({"mig_strategy": "some"}, "mig_strategy"),
+    ({"verison": "v0.18.2"}, "verison"),
+    ({"version": "v0.14.5"}, "v0.14.5"),
+    ({"page_limit": 0}, "page_limit=0"),
+    ("v0.18.2", "must be a mapping"),
+])
+def test_the_plan_option_is_validated_as_the_module_options(option, needle):
+    with pytest.raises(GpuhardenError) as caught:
+        dpr.check_option(option, "gpu_pods_info: option device_plugin")
+    assert needle in str(caught.value)
+
+
+def test_the_plan_option_takes_the_module_defaults():
+    assert dpr.check_option({}, "x") == {name: spec.get("default") for name, spec in dpr.OPTIONS.items()}

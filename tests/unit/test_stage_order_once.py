@@ -123,4 +123,8 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")
     # not after a rollout that stopped at a failed node (its kubelet may be stopped: the plugin's update would hang there)
     [stage] = [task for task in _play_tasks(plays[plugin]) if task.get("ansible.builtin.import_tasks") == "tasks/stage_device_plugin.yml"]
-    assert "selectattr('__harden_failed', 'defined')" in stage["when"] and stage["when"].strip().endswith("length == 0")
+    [failed_rule] = [rule for rule in stage["when"] if "__harden_failed" in rule]
+    assert "selectattr('__harden_failed', 'defined')" in failed_rule and failed_rule.strip().endswith("length == 0")
+    # nor where the plan's dry run of it found nothing to do (and no node-side stage ran)
+    assert "__harden_device_plugin_needed | bool" in stage["when"]
+    assert "device_plugin_check" in stage["vars"]["__harden_device_plugin_checks"]
