@@ -210,6 +210,8 @@ def test_kubeadm_node_topology_and_static_cpu_manager_run_on_the_real_kubelet(wo
     assert config["topologyManagerPolicy"] == "single-numa-node"
     assert config["reservedSystemCPUs"] == "0"
     assert config["failCgroupV1"] is False and config["cgroupsPerQOS"] is False  # the lab drop-in still applies
+    # as before the change: the checkpoint can come after /configz answers (a fresh-clone run read it too early)
+    assert daemons.wait_for(lambda: (root / CHECKPOINT.lstrip("/")).exists(), 60, running), "no cpu_manager_state written"
     written = json.loads((root / CHECKPOINT.lstrip("/")).read_text())
     assert written["policyName"] == "static", written
     log = running.text()
