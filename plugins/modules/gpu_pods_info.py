@@ -139,9 +139,8 @@ pods_snapshot:
   type: str
 runtime_class_check:
   description:
-    - With O(runtime_class), what M(gpuharden.k8s.runtime_class) returns in check mode (C(changed), C(action),
-      C(findings), C(runtime_class), C(node_runtime_handlers), C(message), C(api_requests)), or C(failed), C(msg),
-      C(findings) and C(api_requests) when that check failed; else V(null).
+    - With O(runtime_class), the RuntimeClass check's result as M(gpuharden.k8s.gpu_consistency) returns it
+      (RV(gpuharden.k8s.gpu_consistency#module:runtime_class_check)), from the same code; else V(null).
   returned: always
   type: dict
 device_plugin_check:
