@@ -1081,3 +1081,29 @@ def test_the_plan_option_is_validated_as_the_module_options(option, needle):
 
 def test_the_plan_option_takes_the_module_defaults():
     assert dpr.check_option({}, "x") == {name: spec.get("default") for name, spec in dpr.OPTIONS.items()}
+
+
+def test_the_roles_options_rendered_from_its_defaults_pass_the_modules_validation(tmp_path):
+    """device_plugin_audit_options as Ansible renders it from the role's defaults (what the role's call takes as
+    module_defaults and the plan hands its dry run): the module's own validation takes it. An option the role leaves
+    unset must be left out, not passed as null, which the module refuses where it has choices (the first harden on the
+    real-nodes lab failed so)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.import_role": {"name": "gpuharden.k8s.device_plugin", "tasks_from": "audit_params.yml"}},
+        {"ansible.builtin.copy": {"content": "{{ device_plugin_audit_options | to_json }}", "dest": str(tmp_path / "rendered.json"),
+                                  "mode": "0600"}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(repo / "ansible.cfg"))
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+                           "-e", "ansible_python_interpreter=%s" % sys.executable],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rendered = json.loads((tmp_path / "rendered.json").read_text())
+    assert "shared_devices_allocation_policy" not in rendered and "nvidia_dev_root" not in rendered
+    params = dpr.check_option(rendered, "device_plugin_audit_options")
+    assert params["version"] == rendered["version"] and params["node_selector"] == {"nvidia.com/gpu.present": "true"}
