@@ -45,15 +45,31 @@ def harden(state):
 
 
 RUNTIME_CLASS_TASK = "TASK [gpuharden.k8s.runtime_class : RuntimeClass | ensure it matches containerd's runtime (once for the play)]"
+DEVICE_PLUGIN_TASK = ("TASK [gpuharden.k8s.device_plugin : Device plugin | label the GPU nodes, unlabel the CPU-only ones, and install "
+                      "or repair the plugin (once for the play)]")
+
+
+def task_output(stdout, banner):
+    """What a task printed in the run, the last time it was shown ("" when its stage was left out before it): the
+    first play shows the device plugin stage too, skipped, since harden runs it in the last play."""
+    start = stdout.rfind(banner)
+    if start < 0:
+        return ""
+    end = stdout.find("\nTASK [", start + len(banner))
+    return stdout[start:end if end >= 0 else None]
 
 
 def runtime_class_task(stdout):
-    """What the RuntimeClass module task printed in the run ("" when the stage was left out before it)."""
-    start = stdout.find(RUNTIME_CLASS_TASK)
-    if start < 0:
-        return ""
-    end = stdout.find("\nTASK [", start + len(RUNTIME_CLASS_TASK))
-    return stdout[start:end if end >= 0 else None]
+    return task_output(stdout, RUNTIME_CLASS_TASK)
+
+
+def device_plugin_task(stdout):
+    return task_output(stdout, DEVICE_PLUGIN_TASK)
+
+
+def left_out(output):
+    """The task did not run: not shown, or shown only as skipped."""
+    return not output or ("skipping:" in output and "ok:" not in output and "changed:" not in output)
 
 
 def runtime_class_object(state):
@@ -85,8 +101,9 @@ def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_th
     done, changed = harden(lab)
     assert done.returncode == 0, done.stdout[-6000:]
     assert changed[C2] > 0 and changed[C17] > 0, changed
-    # no RuntimeClass yet: the plan's dry run says so, and the stage creates it
+    # no RuntimeClass and no plugin yet: the plan's dry runs say so, and the stages create them
     assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
+    assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
 
     l4_gpus = len(load_fixture("l4")[1]["gpus"])
     assert gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4_gpus)}
@@ -105,9 +122,10 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     assert changed == {"localhost": 0, C2: 0, C17: 0}, changed
     # the plan's dry run of the RuntimeClass found nothing to do, so its stage was left out (its module never ran);
     # the first run above ran it, and the repair test below shows it running again when the object drifts
-    stage = runtime_class_task(done.stdout)
-    assert not stage or "skipping:" in stage and "ok:" not in stage and "changed:" not in stage, stage
+    assert left_out(runtime_class_task(done.stdout)), runtime_class_task(done.stdout)
     assert runtime_class_object(lab).handler == "nvidia"
+    # the same for the device plugin stage: its dry run in the plan found the DaemonSet and the labels as they should be
+    assert left_out(device_plugin_task(done.stdout)), device_plugin_task(done.stdout)
     report = drift(lab)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "2 clean" in report.stdout, report.stdout
@@ -169,6 +187,8 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     assert done.returncode == 0, done.stdout[-6000:]
     assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
     assert runtime_class_object(lab).handler == "nvidia"
+    # the patched DaemonSet: the plan's dry run of the device plugin saw it, and the stage put it back
+    assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
     wait_for(lambda: plugin_running(lab, C17) and gpu_resources(lab, C17) == H100_MIG_MIXED, timeout=120,
              what="the repaired plugin advertising the MIG devices again")
 

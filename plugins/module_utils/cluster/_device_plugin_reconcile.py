@@ -43,7 +43,7 @@ OPTIONS = {
     "device_list_strategy": {"type": "list", "elements": "str", "default": ["envvar"]},
     "device_id_strategy": {"type": "str", "default": "uuid", "choices": ["uuid", "index"]},
     "fail_on_init_error": {"type": "bool", "default": True},
-    "pass_device_specs": {"type": "bool", "default": False},
+    "pass_device_specs": {"type": "bool", "default": False, "no_log": False},  # "pass" matches ansible-core's password pattern
     "nvidia_driver_root": {"type": "str", "default": "/"},
     "nvidia_dev_root": {"type": "str"},
     "device_discovery_strategy": {"type": "str", "choices": ["auto", "nvml", "tegra"]},
