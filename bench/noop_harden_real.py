@@ -32,6 +32,7 @@ def main(argv=None):
     parser.add_argument("--host", default="real-c2-0")
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args(argv)
+    args.inventory = str(Path(args.inventory).resolve())  # ansible-runner runs in a private directory of its own
     out = {"harden": [], "drift": []}
     for _ in range(args.runs):
         out["harden"].append(bench.timed_playbook("harden", args.inventory, [args.host], extravars=EXTRA_VARS))
