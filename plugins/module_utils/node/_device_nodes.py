@@ -347,7 +347,9 @@ def is_mig_capability(name):
     (nvidia-modprobe's ``-f``, ``--nvidia-capability-device-file``).  Such a node is fixed where it exists, never
     created.  The MIG ones are wanted before anything asks for them: the toolkit's CDI generation lists only the
     capability nodes it finds ("Could not locate /dev/nvidia-caps/nvidia-cap66", kubernetes-sigs/dra-driver-nvidia-gpu
-    #787), so without them a MIG pod gets no access to its instance; NVIDIA/mig-parted
+    #787; nvidia-container-toolkit v1.20.2 ``internal/discover/mounts.go`` skips a node it cannot locate, and
+    tests/real/test_cdi_mig_caps.py shows it with the real ``nvidia-ctk cdi generate``, before and after this module
+    made them), so without them a MIG pod gets no access to its instance; NVIDIA/mig-parted
     ``deployments/container/reconfigure-mig.sh`` runs nvidia-smi to make them before it regenerates its CDI spec (#82).
     """
     parts = name.split("/")
