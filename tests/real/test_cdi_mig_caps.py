@@ -46,8 +46,8 @@ def nvidia_ctk() -> Path:
 
 def generate(ctk: Path, node) -> tuple[dict, str]:
     """The CDI spec the real toolkit generates for the node root, and its log."""
-    if not shutil.which("unshare") or os.geteuid() != 0:
-        pytest.skip("needs root and unshare (a private mount namespace)")
+    if not shutil.which("unshare") or os.geteuid() != 0 or not os.path.isdir("/proc/driver"):
+        pytest.skip("needs root, unshare (a private mount namespace) and /proc/driver to mount the node's over")
     script = 'mount --bind "$1/proc/driver" /proc/driver && exec "$2" --debug cdi generate --driver-root "$1" --dev-root "$1" --format json'
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(node.root), str(ctk)],
                           env=dict(os.environ, **node.env()), capture_output=True, text=True, timeout=120, check=False)
