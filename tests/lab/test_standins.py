@@ -102,7 +102,7 @@ def systemctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return p
 
 
-def wait_for(pred, timeout: float = 10.0, what: str = "condition"):
+def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
