@@ -82,6 +82,7 @@ def test_the_spec_leaves_missing_capability_nodes_out_and_has_them_once_the_prod
 
     after, log = generate(ctk, node)
     devices = mig_device_nodes(after)
+    assert devices.keys() == mig_device_nodes(before).keys(), devices
     for name, paths in devices.items():
         caps = [path for path in paths if path.startswith("/dev/nvidia-caps/nvidia-cap")]
         # the GPU instance's and the compute instance's capability, both made by the product
