@@ -87,6 +87,15 @@ options:
             the node and gives it back itself with M(gpuharden.k8s.node_lock) O(gpuharden.k8s.node_lock#module:state=released).
         type: bool
         default: false
+      release_if_compliant:
+        description:
+          - With O(lock.hold), give the lock back in this module run all the same where the node is compliant, that
+            is where no node-side stage of C(harden_gpu_nodes.yml) would run (every value of C(summary.node_stages) is
+            false) and the node shows the NVIDIA driver's GPUs. RV(lock.held) says which happened.
+          - For a run that, on such a node, changes nothing more on it (C(harden_gpu_nodes.yml) sets it only where the
+            plan's cluster-side dry runs are clean too), so it needs no further trip to give the lock back.
+        type: bool
+        default: false
       owner:
         description: Who holds the lock (unique per run).
         type: str
@@ -182,9 +191,23 @@ checks:
   returned: always
   type: dict
 summary:
-  description: C(findings), C(by_severity), C(max_severity), C(stages) (the stages to run to fix the remediable findings), C(would_change).
+  description:
+    - C(findings), C(by_severity), C(max_severity), C(stages) (the stages to run to fix the remediable findings),
+      C(would_change).
+    - C(node_stages), per node-side stage of C(harden_gpu_nodes.yml) (C(device_permissions), C(container_runtime),
+      C(kubelet_topology), C(mig), C(cgroup_limits)), whether harden runs it on this node, which it does where its
+      check's C(status) is not C(ok) (an error or a check left out runs it too), and for C(mig) only where its check
+      ran.
   returned: always
   type: dict
+lock:
+  description: With O(lock), what became of the node's run lock.
+  returned: when O(lock) is given
+  type: dict
+  contains:
+    held:
+      description: Whether this run kept the lock (see O(lock.hold) and O(lock.release_if_compliant)).
+      type: bool
 node_report:
   description:
     - When the NVML check ran, what M(gpuharden.k8s.gpu_consistency) takes in O(gpuharden.k8s.gpu_consistency#module:node_reports)

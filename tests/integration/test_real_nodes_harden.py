@@ -59,6 +59,19 @@ def task_output(stdout, banner):
     return stdout[start:end if end >= 0 else None]
 
 
+LOCK_RELEASE_TASK = "TASK [Give the node's run lock back]"
+
+
+def lock_released_by(stdout):
+    """The hosts whose run lock the last play's node_lock task gave back (a compliant node's plan gave it back itself)."""
+    output = task_output(stdout, LOCK_RELEASE_TASK)
+    return sorted(name for name in NODES if ("ok: [%s]" % name) in output or ("changed: [%s]" % name) in output)
+
+
+def lock_file(state, name):
+    return in_node(state, name, ["cat", "/run/gpuharden/run.lock"]).returncode == 0
+
+
 def runtime_class_task(stdout):
     return task_output(stdout, RUNTIME_CLASS_TASK)
 
@@ -104,6 +117,9 @@ def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_th
     # no RuntimeClass and no plugin yet: the plan's dry runs say so, and the stages create them
     assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
     assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
+    # every node had stages to run, so its plan kept the run lock and the last play gave it back
+    assert lock_released_by(done.stdout) == sorted(NODES), task_output(done.stdout, LOCK_RELEASE_TASK)
+    assert not any(lock_file(lab, name) for name in NODES)
 
     l4_gpus = len(load_fixture("l4")[1]["gpus"])
     assert gpu_resources(lab, C2) == {"nvidia.com/gpu": str(l4_gpus)}
@@ -126,6 +142,11 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     assert runtime_class_object(lab).handler == "nvidia"
     # the same for the device plugin stage: its dry run in the plan found the DaemonSet and the labels as they should be
     assert left_out(device_plugin_task(done.stdout)), device_plugin_task(done.stdout)
+    # compliant nodes, clean dry runs: each plan's audit gave its lock back (node_audit lock.release_if_compliant),
+    # so the last play made no trip for it, and no lock is left behind
+    assert lock_released_by(done.stdout) == [], task_output(done.stdout, LOCK_RELEASE_TASK)
+    assert left_out(task_output(done.stdout, LOCK_RELEASE_TASK)), task_output(done.stdout, LOCK_RELEASE_TASK)
+    assert not any(lock_file(lab, name) for name in NODES)
     report = drift(lab)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "2 clean" in report.stdout, report.stdout
@@ -189,6 +210,9 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     assert runtime_class_object(lab).handler == "nvidia"
     # the patched DaemonSet: the plan's dry run of the device plugin saw it, and the stage put it back
     assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
+    # the nodes are compliant, but the plugin's DaemonSet is not: its rollout reaches every node, so each plan kept
+    # its node's lock until the last play
+    assert lock_released_by(done.stdout) == sorted(NODES), task_output(done.stdout, LOCK_RELEASE_TASK)
     wait_for(lambda: plugin_running(lab, C17) and gpu_resources(lab, C17) == H100_MIG_MIXED, timeout=120,
              what="the repaired plugin advertising the MIG devices again")
 

@@ -164,6 +164,49 @@ def test_lock_is_given_back_unless_held_and_always_when_the_audit_fails(world_tm
     assert not lock.exists()
 
 
+def test_node_stages_is_harden_s_stage_table():
+    """A stage runs where its check is not "ok" (drift, findings, an error, a check left out), MIG only where its
+    check ran: each status of each check, alone, moves exactly its own stage."""
+    every_ok = {name: {"status": "ok"} for name in _node_audit.CHECK_NAMES}
+    assert _node_audit.node_stages(every_ok) == dict.fromkeys(("device_permissions", "container_runtime", "kubelet_topology", "mig", "cgroup_limits"), False)
+    assert _node_audit.node_stages({})["mig"] is False and _node_audit.node_stages({})["container_runtime"] is True
+    for status in ("drift", "findings", "error", "skipped"):
+        for stage, check in _node_audit.NODE_STAGES:
+            runs = _node_audit.node_stages(dict(every_ok, **{check: {"status": status}}))
+            wanted = not (stage == "mig" and status == "skipped")
+            assert runs == {name: name == stage and wanted for name, _check in _node_audit.NODE_STAGES}, (stage, status)
+
+
+def test_lock_is_given_back_by_a_held_audit_only_on_a_compliant_gpu_node(world_tmp):
+    """lock.release_if_compliant: the audit gives harden's held lock back itself where harden runs no node-side stage
+    and the node shows the driver's GPUs; a stage to run, or no driver GPUs, keeps it held."""
+    gpu_root = build_node_root(world_tmp / "gpu", "l4").root
+    no_gpu_root = world_tmp / "cpu"
+    no_gpu_root.mkdir()
+    lock = world_tmp / "run.lock"
+    statuses = {}
+
+    def check(name):
+        return lambda params: (statuses[name] == "drift", [], {})
+
+    sections = {stage_check: {} for _stage, stage_check in _node_audit.NODE_STAGES if stage_check != "mig"}
+    original = _node_audit.CHECKS
+    try:
+        _node_audit.CHECKS = tuple((name, lambda: {"root": {"type": "path"}}, None, check(name)) for name in sections)
+        for root, drifted, held in ((gpu_root, None, False), (gpu_root, "kubelet", True), (no_gpu_root, None, True)):
+            statuses.update(dict.fromkeys(sections, "ok"), **({drifted: "drift"} if drifted else {}))
+            result = _node_audit.audit(dict(sections, root=str(root), lock={
+                "owner": "harden@3", "path": str(lock), "hold": True, "release_if_compliant": True}))
+            assert result["lock"] == {"held": held} and lock.exists() is held, (root, drifted)
+            assert any(result["summary"]["node_stages"].values()) is bool(drifted)
+            lock.unlink(missing_ok=True)
+        statuses.update(dict.fromkeys(sections, "ok"))
+        kept = _node_audit.audit(dict(sections, root=str(gpu_root), lock={"owner": "harden@4", "path": str(lock), "hold": True}))
+        assert kept["lock"] == {"held": True} and '"harden@4"' in lock.read_text()
+    finally:
+        _node_audit.CHECKS = original
+
+
 def test_facts_are_gpu_facts_of_the_same_run(world_tmp):
     root = _node(world_tmp)
     without = _audit(root, containerd={"runtime_name": "nvidia"})

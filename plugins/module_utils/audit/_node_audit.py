@@ -19,7 +19,7 @@ import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit_node
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _host, _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory, _containerd, _device_nodes, _kubelet, _mig, _process_cgroups
@@ -205,6 +205,28 @@ CHECKS = (
 CHECK_NAMES = tuple(name for name, _spec, _rules, _function in CHECKS)
 
 
+# The node-side stages of harden_gpu_nodes.yml, in its order, and the check that plans each (the one stage table: the
+# playbook runs a stage where node_stages says so).  A stage runs where its check is not "ok": drift, findings, an
+# error or a check that was not asked all run it, so that when in doubt the stage decides as it always did.  MIG is the
+# exception: its check is left out exactly when no layout is asked for, and then the stage has nothing to do.
+NODE_STAGES = (
+    ("device_permissions", "device_nodes"),
+    ("container_runtime", "containerd"),
+    ("kubelet_topology", "kubelet"),
+    ("mig", "mig"),
+    ("cgroup_limits", "cgroup_memory"),
+)
+
+
+def node_stages(checks):
+    """{stage: whether harden runs it on this node} from the checks' statuses."""
+    runs = {}
+    for stage, check in NODE_STAGES:
+        status = checks.get(check, {}).get("status", "skipped")
+        runs[stage] = status != "ok" and not (check == "mig" and status == "skipped")
+    return runs
+
+
 LOCK_SPEC = {
     "owner": {"type": "str", "required": True},
     "path": {"type": "path", "default": _node_lock.DEFAULT_PATH},
@@ -212,6 +234,8 @@ LOCK_SPEC = {
     "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
     # harden holds the lock from its plan to its post-check, and gives it back with node_lock state=released
     "hold": {"type": "bool", "default": False},
+    # ... unless the plan leaves nothing to do on the node: then this run gives it back, and harden saves a trip
+    "release_if_compliant": {"type": "bool", "default": False},
 }
 
 
@@ -226,14 +250,20 @@ def audit(params, clock=time.monotonic):
         raise GpuhardenError("node_audit: option lock: %s" % "; ".join(result.error_messages))
     lock = dict(result.validated_parameters, state="acquired")
     hold = lock.pop("hold")
+    release_if_compliant = lock.pop("release_if_compliant")
     _node_lock.run(lock)
     try:
         report = _audit(params, clock)
     except BaseException:
         _node_lock.run(dict(lock, state="released"))
         raise
-    if not hold:
+    # A compliant node is one where harden runs no node-side stage and that shows the driver's GPUs (a node without
+    # them fails harden's GPU-node check, or gets the device plugin stage's unlabelling; neither is this run's call).
+    compliant = not any(report["summary"]["node_stages"].values()) and bool(_host.driver_gpus(params["root"]))
+    held = hold and not (release_if_compliant and compliant)
+    if not held:
         _node_lock.run(dict(lock, state="released"))
+    report["lock"] = {"held": held}
     return report
 
 
@@ -281,6 +311,7 @@ def _audit(params, clock):
             "max_severity": _findings.max_severity(findings),
             "stages": _findings.remediable_stages(findings),
             "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
+            "node_stages": node_stages(checks),
         },
         "node_report": node_report,
         "seconds": round(clock() - started, 4),
