@@ -114,7 +114,8 @@ def _harden_tags():
         for task in tasks or []:
             tags.update(task.get("tags") or [])
             walk(task.get("block"), directory)
-            imported = task.get("ansible.builtin.import_tasks")
+            imported = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
+            imported = imported.get("file") if isinstance(imported, dict) else imported
             if imported:  # the stages (tasks/stages.yml, its tasks/stage_device_plugin.yml), the plan
                 # Ansible looks next to the importing file first, then in the playbook's directory
                 path = directory / imported if (directory / imported).exists() else REPO / "playbooks" / imported

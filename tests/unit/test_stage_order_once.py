@@ -8,10 +8,12 @@ harden runs the last stage, the device plugin, after that play, from the one fil
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
@@ -27,9 +29,15 @@ def _tasks(tasks):
         yield task
         for key in ("block", "rescue", "always"):
             yield from _tasks(task.get(key))
-        imported = str(task.get("ansible.builtin.import_tasks", ""))
+        imported = _tasks_file(task)
         if imported.removeprefix("tasks/").startswith("stage_"):
             yield from _tasks(yaml.safe_load((PLAYBOOKS / "tasks" / imported.removeprefix("tasks/")).read_text()))
+
+
+def _tasks_file(task):
+    """The tasks file a task imports or includes, else ""."""
+    spec = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks") or ""
+    return str(spec.get("file", "") if isinstance(spec, dict) else spec)
 
 
 def _play_tasks(play):
@@ -82,6 +90,10 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
         fact = stages_run.strip("{} ")
         [stages_run] = [task["ansible.builtin.set_fact"][fact] for task in _play_tasks(first)
                         if fact in (task.get("ansible.builtin.set_fact") or {})]
+    if isinstance(stages_run, str):  # harden: node_audit's stage table, or every stage (gpuharden_skip_compliant_stages=false)
+        assert "gpuharden_node_plan.summary.node_stages" in stages_run, stages_run
+        assert set(re.findall(r"'(\w+)': ", stages_run)) == {stage for stage, _check in _node_audit.NODE_STAGES}, stages_run
+        stages_run = dict(_node_audit.NODE_STAGES)
     assert set(stages_run) == {"device_permissions", "container_runtime", "kubelet_topology", "mig", "cgroup_limits"}
     named = [(play["name"], step) for play in plays for step in map(_role_step, _play_tasks(play)) if step]
     rollout = [(name, step) for name, step in named if "disruptive stages" in name]
@@ -113,7 +125,7 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     names = [play["name"] for play in plays]
     rollout = next(index for index, name in enumerate(names) if "disruptive stages" in name)
     def imported(task):
-        return str(task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.import_role", {}).get("name"))
+        return _tasks_file(task) or str(task.get("ansible.builtin.import_role", {}).get("name"))
 
     steps = [(index, imported(task)) for index, play in enumerate(plays) for task in _play_tasks(play)]
     [plugin] = [index for index, step in steps if step == "tasks/stage_device_plugin.yml"]
@@ -122,7 +134,7 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     tasks = [imported(task) for task in _play_tasks(plays[plugin])]
     assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")
     # not after a rollout that stopped at a failed node (its kubelet may be stopped: the plugin's update would hang there)
-    [stage] = [task for task in _play_tasks(plays[plugin]) if task.get("ansible.builtin.import_tasks") == "tasks/stage_device_plugin.yml"]
+    [stage] = [task for task in _play_tasks(plays[plugin]) if _tasks_file(task) == "tasks/stage_device_plugin.yml"]
     [failed_rule] = [rule for rule in stage["when"] if "__harden_failed" in rule]
     assert "selectattr('__harden_failed', 'defined')" in failed_rule and failed_rule.strip().endswith("length == 0")
     # nor where the plan's dry run of it found nothing to do (and no node-side stage ran)
