@@ -60,6 +60,7 @@ def task_output(stdout, banner):
 
 
 LOCK_RELEASE_TASK = "TASK [Give the node's run lock back]"
+POSTCHECK_READ_TASK = "TASK [gpuharden.k8s.postcheck : Postcheck | read the node in one node_audit run"
 
 
 def lock_released_by(stdout):
@@ -117,8 +118,11 @@ def test_harden_a_fresh_real_fleet_then_the_real_plugin_and_kubelet_advertise_th
     # no RuntimeClass and no plugin yet: the plan's dry runs say so, and the stages create them
     assert "changed: [" in runtime_class_task(done.stdout), runtime_class_task(done.stdout) or done.stdout[-6000:]
     assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
-    # every node had stages to run, so its plan kept the run lock and the last play gave it back
-    assert lock_released_by(done.stdout) == sorted(NODES), task_output(done.stdout, LOCK_RELEASE_TASK)
+    # every node had stages to run, so its plan kept the run lock; the post-check read each node again in one
+    # node_audit run, which gave the lock back, so the last play's node_lock task had nothing left to do
+    read = task_output(done.stdout, POSTCHECK_READ_TASK)
+    assert all("ok: [%s]" % name in read for name in NODES), read or done.stdout[-6000:]
+    assert lock_released_by(done.stdout) == [], task_output(done.stdout, LOCK_RELEASE_TASK)
     assert not any(lock_file(lab, name) for name in NODES)
 
     l4_gpus = len(load_fixture("l4")[1]["gpus"])
@@ -211,7 +215,8 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     # the patched DaemonSet: the plan's dry run of the device plugin saw it, and the stage put it back
     assert "changed: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
     # the nodes are compliant, but the plugin's DaemonSet is not: its rollout reaches every node, so each plan kept
-    # its node's lock until the last play
+    # its node's lock until the last play (the post-check took the plan's audit: no read of its own gave it back)
+    assert left_out(task_output(done.stdout, POSTCHECK_READ_TASK)), task_output(done.stdout, POSTCHECK_READ_TASK)
     assert lock_released_by(done.stdout) == sorted(NODES), task_output(done.stdout, LOCK_RELEASE_TASK)
     wait_for(lambda: plugin_running(lab, C17) and gpu_resources(lab, C17) == H100_MIG_MIXED, timeout=120,
              what="the repaired plugin advertising the MIG devices again")

@@ -31,7 +31,7 @@ NODE_SIDE = {
     "kubelet_config": "roles/kubelet_topology, roles/postcheck on each node",
     "mig_layout": "roles/mig on each node",
     "node_audit": "drift_check and harden's plan on each node (every node-side check in one run; harden's also takes "
-                  "the run lock and the GPU facts)",
+                  "the run lock and the GPU facts), roles/postcheck's one read of a node (NVML, device cgroups, kubelet)",
     "node_lock": "harden/bootstrap/unharden/drift on each node (the lock file lives on the node)",
     "nvidia_device_nodes": "roles/device_permissions on each node",
     "nvml_check": "roles/postcheck on each node",
