@@ -148,6 +148,7 @@ device_plugin_check:
     - With O(device_plugin), what M(gpuharden.k8s.device_plugin) returns in check mode (C(changed), C(findings),
       C(repairs), C(objects), C(node_labels), C(api_requests), ...) and the C(warnings) it would give, or C(failed),
       C(msg), C(findings), C(warnings) and C(api_requests) when that check failed; else V(null).
+    - C(clean) is true when the stage would change, report and warn nothing (false when the check failed).
   returned: always
   type: dict
 api_requests:

@@ -1049,6 +1049,7 @@ def test_the_plan_dry_run_answers_as_the_module_in_check_mode(monkeypatch, name)
     before = copy.deepcopy(cluster.objects)
     planned = dpr.dry_run(cluster, dpr.check_option(dict(options, wait=False), "gpu_pods_info: option device_plugin"))
     assert planned.pop("warnings") == fake.warnings
+    assert planned.pop("clean") is (not alone["changed"] and not alone.get("findings") and not fake.warnings)
     assert planned == alone
     assert cluster.objects == before and [write for write in cluster.writes if not write[1]] == []
 
@@ -1062,7 +1063,7 @@ def test_the_plan_dry_run_reports_a_refusal_instead_of_raising(monkeypatch):
     with pytest.raises(GpuhardenError) as refused:
         run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *API_NODES, cm, copy.deepcopy(immutable)), check_mode=True)
     planned = dpr.dry_run(cluster, dpr.check_option({}, "gpu_pods_info: option device_plugin"))
-    assert planned["failed"] is True and planned["msg"] == str(refused.value)
+    assert planned["failed"] is True and planned["msg"] == str(refused.value) and planned["clean"] is False
     assert [write for write in cluster.writes if not write[1]] == []
 
 

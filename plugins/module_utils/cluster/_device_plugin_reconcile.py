@@ -293,12 +293,16 @@ def check_option(value, option):
 
 def dry_run(client, params):
     """The device_plugin module's check mode inside another module's run: its result, with the warnings it would give
-    as ``warnings``; a refusal (another installer's object to recreate, a failed request) is returned as ``failed``,
-    ``msg`` and the findings so far, not raised: the caller's own result stands."""
+    as ``warnings`` and ``clean`` when it would change, report and warn nothing; a refusal (another installer's object
+    to recreate, a failed request) is returned as ``failed``, ``msg`` and the findings so far, not raised: the caller's
+    own result stands."""
     warnings = []
     try:
         result = reconcile(client, params, check_mode=True, warn=warnings.append)
     except GpuhardenError as error:
         return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "warnings": warnings,
-                "api_requests": client.requests}
-    return dict(result, warnings=warnings)
+                "api_requests": client.requests, "clean": False}
+    # clean: the stage would change, report and warn nothing (harden leaves it out, and may give a compliant node's
+    # lock back early)
+    clean = not result.get("changed") and not result.get("findings") and not warnings
+    return dict(result, warnings=warnings, clean=clean)
