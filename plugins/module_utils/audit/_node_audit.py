@@ -257,14 +257,21 @@ def audit(params, clock=time.monotonic):
     except BaseException:
         _node_lock.run(dict(lock, state="released"))
         raise
-    # A compliant node is one where harden runs no node-side stage and that shows the driver's GPUs (a node without
-    # them fails harden's GPU-node check, or gets the device plugin stage's unlabelling; neither is this run's call).
-    compliant = not any(report["summary"]["node_stages"].values()) and bool(_host.driver_gpus(params["root"]))
-    held = hold and not (release_if_compliant and compliant)
+    held = hold and not (release_if_compliant and _compliant(report, params["root"]))
     if not held:
         _node_lock.run(dict(lock, state="released"))
     report["lock"] = {"held": held}
     return report
+
+
+def _compliant(report, root):
+    """Harden runs no node-side stage here, and the node shows the driver's GPUs (a node without them fails harden's
+    GPU-node check, or gets the device plugin stage's unlabelling; neither is this run's call).  The driver's list is
+    the facts' where this run gathered them."""
+    if any(report["summary"]["node_stages"].values()):
+        return False
+    facts = report.get("ansible_facts", {}).get("gpuharden")
+    return bool(facts["driver_gpus"] if facts is not None else _host.driver_gpus(root))
 
 
 def _audit(params, clock):
