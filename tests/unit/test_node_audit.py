@@ -216,3 +216,27 @@ def test_facts_are_gpu_facts_of_the_same_run(world_tmp):
     alone = run_module("gpu_facts", {"root": str(node.root)}, node.env())
     assert audited["ansible_facts"]["gpuharden"] == alone["ansible_facts"]["gpuharden"]
     assert audited["ansible_facts"]["gpuharden"]["gpu_count"] == 2 and len(audited["ansible_facts"]["gpuharden"]["driver_gpus"]) == 2
+
+
+# What roles/kubelet_topology/tasks/plan.yml reads of its plan; harden hands it node_audit's instead of a second read.
+PLAN_FIELDS_THE_ROLE_READS = ("sources", "service", "cpu_manager_policy_changed", "memory_manager_policy_changed",
+                              "stale_state_files", "restart_required")
+
+
+@pytest.mark.parametrize("checkpoint", [None, '{"policyName":"none","defaultCpuSet":"0-3","checksum":1}'])
+def test_kubelet_plan_of_the_audit_is_the_kubelet_stage_s_own_plan(world_tmp, checkpoint):
+    root = _node(world_tmp)
+    if checkpoint is not None:  # a none-policy checkpoint: stale once the stage sets cpuManagerPolicy static
+        (root / "var/lib/kubelet/cpu_manager_state").write_text(checkpoint)
+    options = dict(KUBELET, settings={"memoryThrottlingFactor": 0.8})
+    for _round in ("drifted", "after the write"):
+        audited = _audit(root, kubelet=options)["checks"]["kubelet"]["details"]["plan"]
+        stage = run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": True}, **options), {})
+        for field in PLAN_FIELDS_THE_ROLE_READS:
+            assert audited[field] == stage[field], field
+        assert (audited["changed"] or audited["restart_required"]) == (stage["changed"] or stage["restart_required"])
+        assert "changes" not in audited
+        if checkpoint is not None and _round == "drifted":
+            assert [entry["path"] for entry in audited["stale_state_files"]] == ["/var/lib/kubelet/cpu_manager_state"]
+        run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": False, "remove_stale_state": True}, **options), {})
+    assert audited["restart_required"] is False and audited["changed"] is False

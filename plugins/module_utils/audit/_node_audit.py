@@ -147,8 +147,12 @@ def audit_kubelet(params):
                 "kubelet_config_file", "warning", change.reason,
                 "missing" if change.before is None else ("present" if change.after is None else "differs"),
                 "the effective settings match, but the stage rewrites this file", path=change.node_path))
+    # "plan": what kubelet_config in check mode returns for the same options, less its files, so that harden's kubelet
+    # stage takes its plan from here instead of reading the node again (roles/kubelet_topology/tasks/plan.yml). Its
+    # "changed" counts the stale checkpoints the stage removes; they make "restart_required" true either way.
+    plan_without_files = {key: value for key, value in plan.items() if key != "changes"}
     return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"],
-                                     "policies": plan.get("policies_set", {})}
+                                     "policies": plan.get("policies_set", {}), "plan": dict(plan_without_files, changed=bool(changes))}
 
 
 def audit_mig(params):
