@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""roles/device_permissions/tasks/preflight.yml: one task checks every rule of the policy and its owner, group and
-mode, names each rule a value breaks, and passes the combinations the role accepts. One ansible-playbook run on
-localhost, one play per case."""
+"""The roles' preflights that check several rules in one task (roles/device_permissions and roles/postcheck,
+tasks/preflight.yml): each names every rule a value breaks and passes the combinations its role accepts. One
+ansible-playbook run on localhost per role, one play per case."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import tempfile
 from pathlib import Path
 
 import ansible_runner
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 UNSET = {"device_permissions_owner": None, "device_permissions_group": None, "device_permissions_mode": None}
 # case -> (policy and values, None when accepted, else the pieces its message names)
-CASES = {
+DEVICE_PERMISSIONS = {
     "default": ({"device_permissions_policy": "default"}, None),
     "default with a mode": ({"device_permissions_policy": "default", "device_permissions_mode": "0660"},
                             ["policy=default", "owner/group/mode null"]),
@@ -34,28 +35,47 @@ CASES = {
                           "device_permissions_mode": "abc"}, ["a mode ending in 0", "mode=abc is not a quoted octal mode"]),
     "custom": ({"device_permissions_policy": "custom", "device_permissions_mode": "0666"}, None),
 }
+POSTCHECK_DEFAULTS = {"postcheck_nvml": True, "postcheck_topology": True, "postcheck_consistency": True,
+                      "postcheck_expected_gpus": None, "postcheck_expected_mig_devices": None}
+POSTCHECK = {
+    "defaults": ({}, None),
+    "topology without NVML": ({"postcheck_nvml": False, "postcheck_consistency": False}, ["set postcheck_nvml=true"]),
+    "no NVML, nothing needs it": ({"postcheck_nvml": False, "postcheck_topology": False, "postcheck_consistency": False}, None),
+    "counts": ({"postcheck_expected_gpus": 8, "postcheck_expected_mig_devices": "0"}, None),
+    "a negative count": ({"postcheck_expected_gpus": -1}, ["postcheck_expected_gpus=-1", "whole numbers"]),
+    "a fraction, and NVML off": ({"postcheck_expected_mig_devices": "1.5", "postcheck_nvml": False},
+                                 ["set postcheck_nvml=true", "postcheck_expected_mig_devices=1.5"]),
+}
 
 
-def test_device_permissions_preflight_names_every_broken_rule_and_passes_the_rest():
+def _outcomes(role, unset, cases):
+    """{case: the preflight's message, or None where it passed}."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
         plays = [{
-            "hosts": "localhost", "gather_facts": False, "vars": dict(UNSET, **values),
-            "tasks": [{"block": [{"ansible.builtin.include_tasks": str(REPO / "roles/device_permissions/tasks/preflight.yml")},
+            "hosts": "localhost", "gather_facts": False, "vars": dict(unset, **values),
+            "tasks": [{"block": [{"ansible.builtin.include_tasks": str(REPO / "roles" / role / "tasks/preflight.yml")},
                                  {"ansible.builtin.set_fact": {"outcome": None}}],
                        "rescue": [{"ansible.builtin.set_fact": {"outcome": "{{ ansible_failed_result.msg }}"}}]},
                       {"ansible.builtin.copy": {"dest": str(out / ("%d.json" % index)), "content": "{{ outcome | to_json }}"}}],
-        } for index, (values, _expected) in enumerate(CASES.values())]
+        } for index, (values, _expected) in enumerate(cases.values())]
         (Path(tmp) / "pb.yml").write_text(yaml.safe_dump(plays))
         run = ansible_runner.run(private_data_dir=tmp, playbook=str(Path(tmp) / "pb.yml"), envvars=ENV, quiet=True,
                                  inventory="localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
         assert run.rc == 0, run.stdout.read()[-3000:]
-        for index, (case, (_values, expected)) in enumerate(CASES.items()):
-            message = json.loads((out / ("%d.json" % index)).read_text())
-            if expected is None:
-                assert message is None, (case, message)
-            else:
-                assert message is not None, case
-                for piece in expected:
-                    assert piece in message, (case, piece, message)
+        return {case: json.loads((out / ("%d.json" % index)).read_text()) for index, case in enumerate(cases)}
+
+
+@pytest.mark.parametrize(("role", "unset", "cases"), [("device_permissions", UNSET, DEVICE_PERMISSIONS),
+                                                      ("postcheck", POSTCHECK_DEFAULTS, POSTCHECK)])
+def test_preflight_names_every_broken_rule_and_passes_the_rest(role, unset, cases):
+    outcomes = _outcomes(role, unset, cases)
+    for case, (_values, expected) in cases.items():
+        message = outcomes[case]
+        if expected is None:
+            assert message is None, (case, message)
+        else:
+            assert message is not None, case
+            for piece in expected:
+                assert piece in message, (case, piece, message)
