@@ -59,9 +59,13 @@ description:
     start with them. O(remove_stale_state=true) removes them, which is only safe while the kubelet is stopped
     (the M(gpuharden.k8s.kubelet_config) caller, role C(gpuharden.k8s.kubelet_topology), drains the node and stops
     the kubelet first).
-  - Does not restart the kubelet; RV(restart_required) and RV(service) tell the caller what to restart.
-    RV(restart_required) is false when the files change but nothing the kubelet reads does (for example a flag
-    already carries the wanted value and the module only writes the same value into the file underneath it).
+  - Restarts the kubelet only with O(restart); otherwise RV(restart_required) and RV(service) tell the caller what to
+    restart. RV(restart_required) is false when the files change but nothing the kubelet reads does (for example a
+    flag already carries the wanted value and the module only writes the same value into the file underneath it).
+  - With O(restart), after writing, the module restarts RV(service) with C(systemctl restart) and polls O(health_url)
+    every quarter second until it answers HTTP 200 or O(health_timeout) seconds pass, all in the same run. A kubelet
+    that does not come back fails nothing here - RV(health) says so, and the caller restores the backups (role
+    C(gpuharden.k8s.kubelet_topology) does). Nothing restarts in check mode.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -161,6 +165,22 @@ options:
         (RV(persistence) would be V(reverts_on_kubeadm_upgrade)).
     type: bool
     default: false
+  restart:
+    description:
+      - V(never) - write only. V(if_required) - restart the kubelet when this run changed a file and what the kubelet
+        reads (RV(restart_required)). V(always) - start or restart it even when nothing changed (the caller stopped it
+        before a disruptive change).
+    type: str
+    choices: [never, if_required, always]
+    default: never
+  health_url:
+    description: The kubelet's healthz URL, polled after a restart (no proxy).
+    type: str
+    default: http://127.0.0.1:10248/healthz
+  health_timeout:
+    description: Seconds from the restart for the kubelet to answer O(health_url) with HTTP 200.
+    type: int
+    default: 120
 requirements:
   - ruamel.yaml on the node's Python
 notes:
@@ -305,6 +325,17 @@ config_dir:
   description: The kubelet's C(--config-dir), or V(null).
   type: str
   returned: always
+restarted:
+  description: This run restarted the kubelet (O(restart)).
+  type: bool
+  returned: always
+health:
+  description:
+    - After a restart, C(status) (the last HTTP status of O(health_url), V(null) when it did not answer), C(seconds)
+      from the restart, C(attempts) and C(error) (why it is not healthy, V(null) when it is); V(null) without a restart.
+  type: dict
+  returned: always
+  sample: {"status": 200, "seconds": 1.8, "attempts": 6, "error": null}
 diff:
   description: Before and after of each changed file, in diff mode.
   type: list
@@ -316,11 +347,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet, _kubelet_restart
 
 
 def build_module():
-    return AnsibleModule(argument_spec=_kubelet.argument_spec(), supports_check_mode=True)
+    return AnsibleModule(argument_spec=dict(_kubelet.argument_spec(), **_kubelet_restart.RESTART_SPEC), supports_check_mode=True)
 
 
 def run(module):
@@ -338,7 +369,12 @@ def run(module):
         entry["path"] = change.node_path
         files.append(entry)
     result = dict(plan, changed=changed, files=files,
-                  backup_files={_node_path(root, path): backup for path, backup in backups.items()})
+                  backup_files={_node_path(root, path): backup for path, backup in backups.items()},
+                  restarted=False, health=None)
+    if _kubelet_restart.wanted(module.params, changed, plan["restart_required"], module.check_mode):
+        result["restarted"] = True
+        result["health"] = _kubelet_restart.restart_and_wait(
+            module.run_command, plan["service"], module.params["health_url"], module.params["health_timeout"])
     if module._diff:
         result["diff"] = _files.diffs(changes)
     return result

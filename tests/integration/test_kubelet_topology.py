@@ -125,7 +125,7 @@ def test_check_mode_changes_nothing(lab):
     for node in NODES:
         assert report["stats"][node]["changed"] >= 1, node
         assert report["stats"][node]["failures"] == 0
-    written = results(report, "Kubelet | write the configuration")
+    written = results(report, "Kubelet | write the configuration, restart the kubelet and wait until healthy")
     assert written[TOPOLOGY_NONE]["changed"] is True
     paths = {entry["path"] for entry in written[TOPOLOGY_NONE]["files"] if entry["changed"]}
     # the policy changes to static, so the "none" checkpoint must go too (the kubelet is stopped first)

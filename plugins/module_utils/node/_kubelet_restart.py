@@ -1,0 +1,73 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Restart the kubelet after kubelet_config wrote its files, and wait for its healthz, in the same module run.
+
+A restart and a health wait used to be two more tasks after the write, each a trip to the node (and each healthz poll
+one more), polled every 2 s. Here the poll is a local HTTP GET every quarter second, so the run learns the moment the
+kubelet answers. Nothing here raises: a kubelet that does not come back, or a restart that fails, is reported in the
+result, and the caller rolls the configuration back (roles/kubelet_topology/tasks/rollback.yml).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+RESTART_SPEC = {
+    # never: only write (the caller restarts); if_required: restart when the write changed what the kubelet reads
+    # (restart_required) or removed a checkpoint; always: (re)start even without a change (the caller stopped it)
+    "restart": {"type": "str", "default": "never", "choices": ["never", "if_required", "always"]},
+    "health_url": {"type": "str", "default": "http://127.0.0.1:10248/healthz"},
+    "health_timeout": {"type": "int", "default": 120},
+}
+POLL_SECONDS = 0.25
+REQUEST_SECONDS = 5.0
+
+
+def wanted(params, changed, restart_required, check_mode):
+    """Whether this run restarts the kubelet."""
+    if check_mode or params["restart"] == "never":
+        return False
+    return params["restart"] == "always" or (changed and restart_required)
+
+
+def _get(url, timeout):
+    """The HTTP status of GET ``url``; no proxy (the kubelet's healthz is the node's own loopback port)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, sleep=time.sleep, get=_get):
+    """``systemctl restart service``, then GET ``url`` until it answers 200 or ``timeout`` seconds have passed.
+
+    Returns {"status": the last HTTP status or None, "seconds": from the restart, "attempts": GETs made,
+    "error": why it is not healthy, or None}.
+    """
+    started = clock()
+    rc, out, err = run_command(["systemctl", "restart", service])
+    if rc != 0:
+        return {"status": None, "seconds": round(clock() - started, 3), "attempts": 0,
+                "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
+    deadline = started + timeout
+    status, error, attempts = None, None, 0
+    while True:
+        attempts += 1
+        try:
+            status = get(url, min(REQUEST_SECONDS, max(deadline - clock(), 0.1)))
+            error = None if status == 200 else "%s answered HTTP %s" % (url, status)
+        except (OSError, ValueError) as problem:  # URLError and socket timeouts are OSErrors
+            status, error = None, "%s: %s" % (url, getattr(problem, "reason", problem))
+        if status == 200 or clock() + POLL_SECONDS > deadline:
+            break
+        sleep(POLL_SECONDS)
+    if status != 200:
+        error = "not healthy %d s after the restart: %s" % (timeout, error)
+    return {"status": status, "seconds": round(clock() - started, 3), "attempts": attempts, "error": error}
