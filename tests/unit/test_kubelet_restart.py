@@ -68,16 +68,21 @@ def _run(root, env, check=False, **options):
     return result
 
 
-def test_write_restarts_and_waits_until_healthz_answers_200(world):
-    root, calls, env = world
-    healthz = Healthz(unhealthy=3)
+def _run_with_healthz(root, env, unhealthy, **options):
+    """The module run against a healthz that answers 503 ``unhealthy`` times; (result, the GETs it received)."""
+    healthz = Healthz(unhealthy)
     try:
-        result = _run(root, env, restart="if_required", health_url=healthz.url, health_timeout=30)
+        return _run(root, env, health_url=healthz.url, **options), healthz.requests
     finally:
         healthz.close()
+
+
+def test_write_restarts_and_waits_until_healthz_answers_200(world):
+    root, calls, env = world
+    result, requests = _run_with_healthz(root, env, 3, restart="if_required", health_timeout=30)
     assert result["changed"] and result["restart_required"] and result["restarted"]
     assert result["health"]["status"] == 200 and result["health"]["error"] is None
-    assert result["health"]["attempts"] == 4 == healthz.requests
+    assert result["health"]["attempts"] == 4 == requests
     assert calls.read_text().split("\n")[0] == "restart kubelet"
 
 
@@ -93,22 +98,14 @@ def test_nothing_restarts_without_a_change_the_kubelet_reads_in_check_mode_or_by
 def test_always_starts_the_kubelet_even_without_a_change(world):
     root, calls, env = world
     _run(root, env)
-    healthz = Healthz(unhealthy=0)
-    try:
-        result = _run(root, env, restart="always", health_url=healthz.url)
-    finally:
-        healthz.close()
+    result, _requests = _run_with_healthz(root, env, 0, restart="always")
     assert result["changed"] is False and result["restarted"] and result["health"]["status"] == 200
     assert calls.read_text() == "restart kubelet\n"
 
 
 def test_a_kubelet_that_does_not_come_back_is_reported_not_raised(world):
     root, _calls, env = world
-    healthz = Healthz(unhealthy=1000)
-    try:
-        result = _run(root, env, restart="if_required", health_url=healthz.url, health_timeout=1)
-    finally:
-        healthz.close()
+    result, _requests = _run_with_healthz(root, env, 1000, restart="if_required", health_timeout=1)
     assert result["restarted"] and result["health"]["status"] == 503
     assert "not healthy 1 s after the restart" in result["health"]["error"] and "HTTP 503" in result["health"]["error"]
     assert 2 <= result["health"]["attempts"] <= 6  # a quarter second apart over one second
