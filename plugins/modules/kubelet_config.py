@@ -374,7 +374,8 @@ def run(module):
     if _kubelet_restart.wanted(module.params, changed, plan["restart_required"], module.check_mode):
         result["restarted"] = True
         result["health"] = _kubelet_restart.restart_and_wait(
-            module.run_command, plan["service"], module.params["health_url"], module.params["health_timeout"])
+            lambda argv: module.run_command(argv, handle_exceptions=False), plan["service"], module.params["health_url"],
+            module.params["health_timeout"])
     if module._diff:
         result["diff"] = _files.diffs(changes)
     return result

@@ -112,7 +112,7 @@ def test_a_kubelet_that_does_not_come_back_is_reported_not_raised(world):
     assert result["backup_files"] == {} and result["changed"]  # written: the role restores it from its backups
 
 
-def test_a_failed_restart_or_a_closed_port_is_an_unhealthy_result():
+def test_a_failed_restart_a_missing_systemctl_or_a_closed_port_is_an_unhealthy_result():
     calls = []
 
     def failing(argv):
@@ -122,6 +122,12 @@ def test_a_failed_restart_or_a_closed_port_is_an_unhealthy_result():
     failed = _kubelet_restart.restart_and_wait(failing, "broken", "http://127.0.0.1:9/healthz", 5)
     assert calls == [["systemctl", "restart", "broken"]]
     assert failed["status"] is None and failed["attempts"] == 0 and "rc 5" in failed["error"] and "not found" in failed["error"]
+
+    def missing(argv):
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    absent = _kubelet_restart.restart_and_wait(missing, "kubelet", "http://127.0.0.1:9/healthz", 5)
+    assert absent["status"] is None and "rc 2" in absent["error"] and "systemctl" in absent["error"]
 
     clock = iter(range(100)).__next__  # one second per reading: the deadline passes after a few polls
     closed = _kubelet_restart.restart_and_wait(lambda argv: (0, "", ""), "kubelet", "http://127.0.0.1:9/healthz", 3,

@@ -52,7 +52,10 @@ def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, s
     "error": why it is not healthy, or None}.
     """
     started = clock()
-    rc, out, err = run_command(["systemctl", "restart", service])
+    try:
+        rc, out, err = run_command(["systemctl", "restart", service])
+    except OSError as error:  # no systemctl: reported like a failed restart, so the caller rolls back
+        rc, out, err = getattr(error, "errno", None) or 1, "", str(error)
     if rc != 0:
         return {"status": None, "seconds": round(clock() - started, 3), "attempts": 0,
                 "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
