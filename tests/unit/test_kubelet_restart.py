@@ -7,6 +7,7 @@ PATH that records its arguments and a local HTTP server standing in for the kube
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import os
 import shutil
@@ -128,6 +129,18 @@ def test_a_failed_restart_a_missing_systemctl_or_a_closed_port_is_an_unhealthy_r
 
     absent = _kubelet_restart.restart_and_wait(missing, "kubelet", "http://127.0.0.1:9/healthz", 5)
     assert absent["status"] is None and "rc 2" in absent["error"] and "systemctl" in absent["error"]
+
+    answers = iter([http.client.BadStatusLine("half a line"), ConnectionResetError(104, "reset"), 200])
+
+    def restarting(_url, _timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    flaky = _kubelet_restart.restart_and_wait(lambda argv: (0, "", ""), "kubelet", "http://x/healthz", 30, sleep=lambda _s: None,
+                                              get=restarting)
+    assert flaky["status"] == 200 and flaky["attempts"] == 3 and flaky["error"] is None
 
     clock = iter(range(100)).__next__  # one second per reading: the deadline passes after a few polls
     closed = _kubelet_restart.restart_and_wait(lambda argv: (0, "", ""), "kubelet", "http://127.0.0.1:9/healthz", 3,

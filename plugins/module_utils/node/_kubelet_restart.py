@@ -13,6 +13,7 @@ result, and the caller rolls the configuration back (roles/kubelet_topology/task
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -66,7 +67,7 @@ def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, s
         try:
             status = get(url, min(REQUEST_SECONDS, max(deadline - clock(), 0.1)))
             error = None if status == 200 else "%s answered HTTP %s" % (url, status)
-        except (OSError, ValueError) as problem:  # URLError and socket timeouts are OSErrors
+        except (OSError, ValueError, http.client.HTTPException) as problem:  # URLError, socket timeouts: OSErrors
             status, error = None, "%s: %s" % (url, getattr(problem, "reason", problem))
         if status == 200 or clock() + POLL_SECONDS > deadline:
             break
