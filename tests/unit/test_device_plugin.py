@@ -1049,9 +1049,20 @@ def test_the_plan_dry_run_answers_as_the_module_in_check_mode(monkeypatch, name)
     before = copy.deepcopy(cluster.objects)
     planned = dpr.dry_run(cluster, dpr.check_option(dict(options, wait=False), "gpu_pods_info: option device_plugin"))
     assert planned.pop("warnings") == fake.warnings
-    assert planned.pop("clean") is (not alone["changed"] and not alone.get("findings") and not fake.warnings)
+    assert planned.pop("clean") is False  # each of these clusters needs a change or a report
     assert planned == alone
     assert cluster.objects == before and [write for write in cluster.writes if not write[1]] == []
+
+
+def test_the_plan_dry_run_is_clean_only_where_the_stage_has_nothing_to_do(monkeypatch):
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES)
+    applied, _fake = run_fake(monkeypatch, cluster)  # the stage installs the plugin
+    assert applied["changed"]
+    option = dpr.check_option({"wait": False}, "gpu_pods_info: option device_plugin")
+    again = dpr.dry_run(cluster, option)
+    assert again["changed"] is False and again["clean"] is True, (again.get("findings"), again["warnings"])
+    cluster.objects.pop(("DaemonSet", "kube-system", PLUGIN_NAME))  # someone deleted the DaemonSet
+    assert dpr.dry_run(cluster, option)["clean"] is False
 
 
 def test_the_plan_dry_run_reports_a_refusal_instead_of_raising(monkeypatch):
