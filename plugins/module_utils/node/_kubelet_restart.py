@@ -22,6 +22,8 @@ RESTART_SPEC = {
     # never: only write (the caller restarts); if_required: restart when the write changed what the kubelet reads
     # (restart_required) or removed a checkpoint; always: (re)start even without a change (the caller stopped it)
     "restart": {"type": "str", "default": "never", "choices": ["never", "if_required", "always"]},
+    # The kubelet's defaults: healthzBindAddress 127.0.0.1, healthzPort 10248 (kubernetes pkg/kubelet/apis/config/
+    # v1beta1/defaults.go); /healthz answers 200 once its checks pass, among them "syncloop" (pkg/kubelet/server/server.go)
     "health_url": {"type": "str", "default": "http://127.0.0.1:10248/healthz"},
     "health_timeout": {"type": "int", "default": 120},
 }
