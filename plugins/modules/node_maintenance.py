@@ -98,6 +98,17 @@ options:
       - Objects per page of each LIST (C(limit)); the module follows C(continue) to the end.
     type: int
     default: 500
+  ready_timeout:
+    description:
+      - With O(state=uncordoned), seconds to wait, polling every O(poll_interval) seconds, until the Ready condition
+        of each node to uncordon is C(True) before C(spec.unschedulable) is cleared. A node not Ready by then stays
+        cordoned, is reported in RV(not_ready), and the task fails; the nodes that are Ready are uncordoned.
+      - After a kubelet restart, healthz answers before the kubelet has posted its Node status. Until it has, the node
+        controller may still show the node C(Unknown), and every fleet-wide disruption budget (the next C(serial)
+        batch's included) counts the node as unavailable.
+      - V(0) uncordons at once, whatever the condition says.
+    type: float
+    default: 0
 requirements:
   - kubernetes (Python client) on the controller
 notes:
@@ -179,6 +190,13 @@ not_gone:
   returned: always
   type: list
   elements: dict
+not_ready:
+  description:
+    - With O(ready_timeout), the nodes left cordoned because their Ready condition was not C(True) at the timeout, as
+      C(node) and C(reasons) (for example C(NotReady (NodeStatusUnknown))). The task fails when this is not empty.
+  returned: always
+  type: list
+  elements: dict
 api_requests:
   description: API requests the call made.
   returned: always
@@ -188,7 +206,7 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _disruption, _drain
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
@@ -210,6 +228,7 @@ def argument_spec():
         retry_interval={"type": "float", "default": 5},
         poll_interval={"type": "float", "default": 1},
         page_limit={"type": "int", "default": 500},
+        ready_timeout={"type": "float", "default": 0},
     )
     return spec
 
@@ -226,10 +245,17 @@ class Cluster:
         self.core = _k8s.k8s_client.CoreV1Api(api)
         self.policy = _k8s.k8s_client.PolicyV1Api(api)
 
-    def unschedulable(self, node):
+    def node(self, name):
         self.requests += 1
-        _status, body = call(MODULE, self.api, self.core.read_node, Target("get", "nodes", name=node), node)
-        return bool((body.get("spec") or {}).get("unschedulable"))
+        _status, body = call(MODULE, self.api, self.core.read_node, Target("get", "nodes", name=name), name)
+        return body
+
+    def unschedulable(self, node):
+        return bool((self.node(node).get("spec") or {}).get("unschedulable"))
+
+    def not_ready(self, node):
+        """Why the Node's Ready condition is not True (the disruption budget's own reading); [] when it is."""
+        return [reason for reason in _disruption.unavailable_reasons(self.node(node)) if reason != "cordoned"]
 
     def set_unschedulable(self, node, value):
         self.requests += 1
@@ -279,7 +305,7 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
     flips = _drain.cordon_plan(nodes, current, params["state"])
     result = {
         "nodes": {node: {"unschedulable_before": current[node], "unschedulable_after": flips.get(node, current[node])} for node in nodes},
-        "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [],
+        "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [], "not_ready": [],
     }
     plan = None
     if params["state"] == _drain.RESTART_PLUGIN:
@@ -298,10 +324,22 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
             if not params["disable_eviction"]:
                 result["would_block"] = [_drain.public(ref, "pdb", "message") for ref in _drain.predict_blocks(plan["evict"], cluster.pdbs())]
         return dict(result, changed=changed)
+    if params["state"] == "uncordoned" and params["ready_timeout"] > 0 and flips:
+        waited = _drain.wait_ready(sorted(flips), cluster.not_ready, clock, sleep, clock() + params["ready_timeout"],
+                                   params["poll_interval"])
+        result["not_ready"] = [{"node": node, "reasons": reasons} for node, reasons in sorted(waited.items())]
+        for node in waited:
+            del flips[node]
+            result["nodes"][node]["unschedulable_after"] = True
     for node, value in flips.items():
         cluster.set_unschedulable(node, value)
+    if result["not_ready"]:
+        raise GpuhardenError("%s: %s not Ready after %gs, left cordoned: %s" % (
+            MODULE, ", ".join(entry["node"] for entry in result["not_ready"]), params["ready_timeout"],
+            "; ".join("%s: %s" % (entry["node"], ", ".join(entry["reasons"])) for entry in result["not_ready"])),
+            **dict(result, changed=bool(flips)))
     if plan is None:
-        return dict(result, changed=changed)
+        return dict(result, changed=bool(flips))
     # Pods that were scheduled between the first LIST and the cordon: list again, now that nothing new lands.
     if flips:
         plan = _drain.classify(cluster.pods(nodes), nodes, params["force"], params["delete_emptydir_data"])

@@ -8,7 +8,8 @@ gpu-l4-0 runs two ReplicaSet pods under a PodDisruptionBudget minAvailable=2 and
 predicts the blocks and changes no resourceVersion; the drain is blocked (429 retried until the timeout),
 reported, not forced - even with force; once the budget allows it the drain evicts both, skips the DaemonSet
 pod, and a second run is unchanged.  The role wraps a change in cordon_drain/uncordon with serial batches and
-keeps a cordon that was there before.  A bare pod is refused before anything changes.
+keeps a cordon that was there before.  A bare pod is refused before anything changes.  With ready_timeout, uncordon
+leaves a node cordoned whose Ready condition is not True, and uncordons it once its real kubelet has posted Ready.
 """
 
 from __future__ import annotations
@@ -169,3 +170,37 @@ def test_bare_pod_is_refused_before_anything_changes(lab):
     assert result["changed"] is False and [p["name"] for p in result["refused"]] == ["bare"]
     assert core.read_node(BARE_NODE).spec.unschedulable in (None, False)
     assert core.read_namespaced_pod("bare", NS).metadata.deletion_timestamp is None
+
+
+def _ready_condition(core, node):
+    return next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
+
+
+def test_uncordon_waits_for_the_real_kubelet_to_post_ready(lab):
+    """The node controller's view after a kubelet restart (Ready Unknown), written by hand while the kubelet is
+    stopped: uncordon leaves the node cordoned and fails; once the kubelet is started its first status post makes the
+    node Ready, and uncordon then goes through."""
+    core = client.CoreV1Api(lab["_api"])
+    address = lab["nodes"][BARE_NODE]["address"]
+    core.patch_node(BARE_NODE, {"spec": {"unschedulable": True}})
+    manager.ssh(address, "systemctl stop kubelet")
+    try:
+        ready = _ready_condition(core, BARE_NODE)
+        core.patch_node_status(BARE_NODE, {"status": {"conditions": [{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "set by the test",
+            "lastHeartbeatTime": ready.last_heartbeat_time.isoformat(), "lastTransitionTime": ready.last_transition_time.isoformat()}]}})
+        result, seconds = _drain(lab, node=BARE_NODE, state="uncordoned", ready_timeout=3, poll_interval=1)
+        assert result["_event"] == "runner_on_failed"
+        assert result["msg"] == "node_maintenance: %s not Ready after 3s, left cordoned: %s: NotReady (NodeStatusUnknown)" % (
+            BARE_NODE, BARE_NODE)
+        assert result["not_ready"] == [{"node": BARE_NODE, "reasons": ["NotReady (NodeStatusUnknown)"]}]
+        assert result["changed"] is False and seconds >= 2
+        assert core.read_node(BARE_NODE).spec.unschedulable is True
+    finally:
+        manager.ssh(address, "systemctl start kubelet")
+    result, seconds = _drain(lab, node=BARE_NODE, state="uncordoned", ready_timeout=90, poll_interval=0.5)
+    assert result["_event"] == "runner_on_ok", result.get("msg")
+    assert result["changed"] is True and result["not_ready"] == []
+    assert _ready_condition(core, BARE_NODE).status == "True"
+    assert core.read_node(BARE_NODE).spec.unschedulable in (None, False)
+    print("\nuncordon of %s waited %.1fs for the started kubelet's Ready" % (BARE_NODE, seconds))

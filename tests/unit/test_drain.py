@@ -196,7 +196,8 @@ def test_cordon_plan_and_patch():
 
 def params(**overrides):
     base = {"nodes": ["n1"], "state": "drained", "force": False, "delete_emptydir_data": False, "disable_eviction": False,
-            "grace_period": None, "timeout": 30.0, "retry_interval": 5.0, "poll_interval": 1.0, "page_limit": 500}
+            "grace_period": None, "timeout": 30.0, "retry_interval": 5.0, "poll_interval": 1.0, "page_limit": 500,
+            "ready_timeout": 0.0}
     base.update(overrides)
     return base
 
@@ -214,6 +215,7 @@ def params(**overrides):
     ({"poll_interval": -1}, "option poll_interval=-1"),
     ({"grace_period": -1}, "option grace_period=-1 must be 0 or more seconds"),
     ({"page_limit": 0}, "option page_limit=0"),
+    ({"ready_timeout": -1.0}, "option ready_timeout=-1.0 must be 0 or more seconds"),
 ])
 def test_malformed_options_are_refused_before_any_request(overrides, message):
     cluster = FakeCluster({"n1": False}, [])
@@ -230,12 +232,18 @@ def test_malformed_options_are_refused_before_any_request(overrides, message):
 class FakeCluster:
     requests = 0
 
-    def __init__(self, unschedulable, pods, pdbs=(), evictions=None):
+    def __init__(self, unschedulable, pods, pdbs=(), evictions=None, readiness=None):
         self.state = dict(unschedulable)
         self.pod_list = list(pods)
         self.pdb_list = list(pdbs)
         self.evictions = evictions or {}
+        self.readiness = {node: list(answers) for node, answers in (readiness or {}).items()}  # successive answers, the last repeats
         self.calls = []
+
+    def not_ready(self, node):
+        self.calls.append(("ready?", node))
+        answers = self.readiness.get(node) or [[]]
+        return answers.pop(0) if len(answers) > 1 else answers[0]
 
     def unschedulable(self, node):
         self.calls.append(("get", node))
@@ -334,6 +342,60 @@ def test_cordon_and_uncordon_only_touch_the_flag():
     assert not any(call == ("list", "pods") for call in cluster.calls)
     cluster.calls = []
     assert node_maintenance.run(params(nodes=["n1", "n2"], state="uncordoned"), False, cluster)["changed"] is False
+
+
+UNKNOWN = ["NotReady (NodeStatusUnknown)"]
+
+
+def test_uncordon_waits_until_the_node_is_ready():
+    """The race it closes: healthz answered after the restart, the node controller still shows the Node Unknown, and
+    the next batch's budget counted the node as unavailable."""
+    clock = Clock()
+    cluster = FakeCluster({"n1": True}, [], readiness={"n1": [UNKNOWN, UNKNOWN, []]})
+    result = node_maintenance.run(params(state="uncordoned", ready_timeout=30.0), False, cluster, clock, clock.sleep)
+    assert result["changed"] is True and result["not_ready"] == []
+    assert cluster.calls == [("get", "n1"), ("ready?", "n1"), ("ready?", "n1"), ("ready?", "n1"), ("patch", "n1", False)]
+    assert clock.sleeps == [1.0, 1.0]
+
+
+def test_a_node_not_ready_at_the_timeout_stays_cordoned_and_fails_the_task_the_ready_one_is_uncordoned():
+    clock = Clock()
+    cluster = FakeCluster({"n1": True, "n2": True}, [], readiness={"n1": [UNKNOWN], "n2": [UNKNOWN, []]})
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(nodes=["n1", "n2"], state="uncordoned", ready_timeout=5.0), False, cluster, clock, clock.sleep)
+    assert error.value.msg == "node_maintenance: n1 not Ready after 5s, left cordoned: n1: NotReady (NodeStatusUnknown)"
+    assert error.value.result["not_ready"] == [{"node": "n1", "reasons": UNKNOWN}]
+    assert error.value.result["nodes"]["n1"]["unschedulable_after"] is True
+    assert error.value.result["changed"] is True
+    assert _writes(cluster) == [("patch", "n2", False)]
+    assert cluster.calls.count(("ready?", "n2")) == 2  # found Ready once, not asked again
+    assert clock.now <= 5.0
+
+
+def test_without_ready_timeout_and_in_check_mode_uncordon_does_not_wait():
+    cluster = FakeCluster({"n1": True}, [], readiness={"n1": [UNKNOWN]})
+    assert node_maintenance.run(params(state="uncordoned"), False, cluster)["changed"] is True
+    assert ("ready?", "n1") not in cluster.calls and _writes(cluster) == [("patch", "n1", False)]
+    cluster = FakeCluster({"n1": True}, [], readiness={"n1": [UNKNOWN]})
+    result = node_maintenance.run(params(state="uncordoned", ready_timeout=30.0), True, cluster)
+    assert result["changed"] is True and cluster.calls == [("get", "n1")]
+    cluster = FakeCluster({"n1": False}, [], readiness={"n1": [UNKNOWN]})  # already schedulable: nothing to wait for
+    assert node_maintenance.run(params(state="uncordoned", ready_timeout=30.0), False, cluster)["changed"] is False
+    assert cluster.calls == [("get", "n1")]
+
+
+@pytest.mark.parametrize(("conditions", "reasons"), [
+    ([{"type": "Ready", "status": "True"}], []),
+    ([{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}], UNKNOWN),
+    ([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}], ["NotReady (KubeletNotReady)"]),
+    ([{"type": "MemoryPressure", "status": "False"}], ["no Ready condition"]),
+])
+def test_the_module_reads_readiness_as_the_disruption_budget_does_a_cordon_aside(monkeypatch, conditions, reasons):
+    cluster = node_maintenance.Cluster.__new__(node_maintenance.Cluster)
+    node = {"spec": {"unschedulable": True}, "status": {"conditions": conditions}}
+    monkeypatch.setattr(cluster, "node", lambda name: node, raising=False)
+    assert cluster.not_ready("n1") == reasons
+    assert cluster.unschedulable("n1") is True
 
 
 def test_diff_shows_flag_and_evictions():

@@ -65,6 +65,8 @@ def check_options(params):
             raise GpuhardenError("node_maintenance: option %s=%r must be a positive number of seconds" % (option, value))
     if params.get("grace_period") is not None and params["grace_period"] < 0:
         raise GpuhardenError("node_maintenance: option grace_period=%r must be 0 or more seconds" % params["grace_period"])
+    if params.get("ready_timeout") is not None and not params["ready_timeout"] >= 0:
+        raise GpuhardenError("node_maintenance: option ready_timeout=%r must be 0 or more seconds" % params["ready_timeout"])
     if params.get("page_limit") is not None and params["page_limit"] < 1:
         raise GpuhardenError("node_maintenance: option page_limit=%r must be a positive number of objects" % params["page_limit"])
 
@@ -285,6 +287,18 @@ def wait_gone(refs, present_uids, clock, sleep, deadline, poll_interval):
     while remaining:
         present = present_uids()
         remaining = [ref for ref in remaining if ref["uid"] in present]
+        if not remaining or clock() + poll_interval > deadline:
+            break
+        sleep(poll_interval)
+    return remaining
+
+
+def wait_ready(nodes, not_ready, clock, sleep, deadline, poll_interval):
+    """Poll until every node's Ready condition is True or ``deadline``: {node: reasons} of those still not Ready.
+    ``not_ready(node)`` returns the reasons, [] once Ready; a node found Ready is not asked again."""
+    remaining = {node: None for node in nodes}
+    while remaining:
+        remaining = {node: reasons for node, reasons in ((node, not_ready(node)) for node in remaining) if reasons}
         if not remaining or clock() + poll_interval > deadline:
             break
         sleep(poll_interval)
