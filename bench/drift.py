@@ -2,13 +2,22 @@
 """Benchmarks (a), (b) and (c) of the operations issue, side by side on one lab fleet (the scale scenario).
 
 (a) ``gpuharden drift`` vs bench/baseline-drift.yml (the same checks with builtin modules) on 8 nodes; goal >= 10x.
-(b) ``gpuharden drift`` on 1, 8 and 32 nodes; goal: 32 nodes <= 2x one node.
+(b) ``gpuharden drift`` on 1, 8 and 32 nodes; goal: 32 nodes <= 2x one node, and at 32 nodes controller CPU per node
+    per run <= 50 ms and node-side CPU per audit <= 200 ms.
 (c) a no-op ``harden_gpu_nodes.yml`` on a compliant node vs the drift check of that node; goal <= 1.5x (issue 15).
 
 Brings up ``gpuharden lab up --scenario scale --nodes 32`` under the shared lab lock (or uses the running lab with
 ``--use-running``), hardens scale-0 once (not timed) so that it is compliant, then times each run ``--runs`` times
 (best and median) and prints, per run, where the time goes: Ansible's own start-up and the per-task time of the
 slowest host.  Root only.
+
+CPU, per ``gpuharden drift`` run: the node side is each node's ``audit_cpu_seconds`` in the drift report (node_audit's
+whole process on the node, Python's start and the imports included; the sshd session around it is not counted).  The
+controller side (CpuMeter) is given twice: the run's own process tree as ``getrusage(RUSAGE_CHILDREN)`` sees it (the
+CLI, ansible-playbook, its workers, the controller modules and the ssh clients, but not ssh's ControlPersist masters,
+which detach: a lower bound), and the whole machine's busy time less the lab's cgroup (the control plane and every
+node), an upper bound that also holds whatever else ran meanwhile.
+The control plane's CPU (the API server's, etcd's, ...) is reported apart.
 
     python bench/drift.py [--nodes 32] [--runs 2] [--json FILE] [--use-running]
 """
@@ -18,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,7 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 import ansible_runner  # noqa: E402
-from gpuharden_lab import manager  # noqa: E402
+from gpuharden_lab import layout, manager  # noqa: E402
 
 from tests.labfixtures import lab_lock  # noqa: E402
 
@@ -65,18 +75,68 @@ def timed_playbook(name, inventory, hosts, extravars=None, forks=32):
             "task_seconds_total": round(sum(tasks.values()), 3)}
 
 
+def _usage_usec(cgroup):
+    """usage_usec of a cgroup v2 (cpu.stat has it whether or not the cpu controller is on); None when it is gone."""
+    try:
+        lines = (cgroup / "cpu.stat").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) for line in lines if line.startswith("usage_usec ")), None)
+
+
+def _machine_busy_usec():
+    """Busy CPU time of the whole machine since boot (/proc/stat: user, nice, system, irq, softirq, steal)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
+    return busy * 1_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def _children_usec():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return int((usage.ru_utime + usage.ru_stime) * 1_000_000)
+
+
+class CpuMeter:
+    """CPU seconds of one run on the controller and the lab's control plane (see the module's docstring)."""
+
+    def __init__(self, hosts):
+        self.lab = layout.lab_cgroup()
+        self.hosts = len(hosts)
+
+    def sample(self):
+        return {"machine": _machine_busy_usec(), "lab": _usage_usec(self.lab), "controlplane": _usage_usec(self.lab / "controlplane"),
+                "children": _children_usec()}
+
+    def figures(self, before, after):
+        delta = {key: None if before[key] is None or after[key] is None else after[key] - before[key] for key in before}
+        upper = None if delta["lab"] is None else delta["machine"] - delta["lab"]
+        return {
+            "controller_ms_per_node": round(delta["children"] / 1000 / self.hosts, 1),
+            "controller_ms_per_node_upper": None if upper is None else round(upper / 1000 / self.hosts, 1),
+            "controlplane_s": None if delta["controlplane"] is None else round(delta["controlplane"] / 1e6, 2),
+        }
+
+
 def timed_cli(inventory, hosts, forks=32):
-    """`gpuharden drift` itself, as users run it: wall seconds, nodes reported, slowest node_audit run."""
+    """`gpuharden drift` itself, as users run it: wall seconds, nodes reported, slowest node_audit run, CPU."""
+    meter = CpuMeter(hosts)
+    before = meter.sample()
     started = time.monotonic()
     completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", inventory, "-l", ",".join(hosts), "-f", str(forks),
                                 "-q", "--json"], cwd=REPO, env=dict(os.environ, **ENV), capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
+    cpu = meter.figures(before, meter.sample())
     if completed.returncode not in (0, 1):
         raise SystemExit("gpuharden drift failed (%d): %s" % (completed.returncode, completed.stderr[-2000:]))
     data = json.loads(completed.stdout)
     audits = [node["audit_seconds"] or 0 for node in data["nodes"].values()]
+    audit_cpu = [node.get("audit_cpu_seconds") for node in data["nodes"].values()]
+    if audit_cpu and None not in audit_cpu:
+        cpu.update(node_ms_per_audit=round(1000 * statistics.mean(audit_cpu), 1), node_ms_per_audit_max=round(1000 * max(audit_cpu), 1))
+    else:
+        cpu.update(node_ms_per_audit=None, node_ms_per_audit_max=None)
     return {"wall_s": round(wall, 3), "nodes": len(data["nodes"]), "unreachable": data["summary"]["unreachable"],
-            "failed": data["summary"]["failed"], "slowest_audit_s": round(max(audits, default=0), 3)}
+            "failed": data["summary"]["failed"], "slowest_audit_s": round(max(audits, default=0), 3), "cpu": cpu}
 
 
 def repeat(runs, function, *args, **kwargs):
@@ -120,6 +180,13 @@ def measure(state, runs, nodes):
     return results
 
 
+def cpu_line(cpu):
+    return ("node side %s ms per audit, at most %s (goal <= 200 ms); controller %.0f ms per node, %s ms with ssh's masters and the "
+            "rest of the machine (goal <= 50 ms); control plane %s s" % (
+                cpu["node_ms_per_audit"], cpu["node_ms_per_audit_max"], cpu["controller_ms_per_node"],
+                cpu["controller_ms_per_node_upper"], cpu["controlplane_s"]))
+
+
 def report(results, nodes):
     a, b, c = results["a"], results["b"], results["c"]
     lines = [
@@ -130,6 +197,8 @@ def report(results, nodes):
         "(b) drift on 1 / 8 / %d nodes: %s s: %d nodes take %.2fx one node (goal <= 2x)"
         % (nodes, " / ".join("%.2f" % b[key]["wall_s"] for key in ("1", "8", str(nodes)) if key in b), nodes, b["ratio"]),
         "    %d nodes: %s; slowest node_audit %.2fs" % (nodes, where(b["tasks_%d" % nodes]), b[str(nodes)]["slowest_audit_s"]),
+        "    %d nodes, CPU: %s" % (nodes, cpu_line(b[str(nodes)]["cpu"])),
+        "    1 node, CPU:   " + cpu_line(b["1"]["cpu"]),
         "(c) no-op harden vs drift, one compliant node: harden %.2fs (%d changed), drift %.2fs: %.1fx (goal <= 1.5x)"
         % (c["harden_noop"]["wall_s"], c["harden_noop"]["changed"], c["drift"]["wall_s"], c["ratio"]),
         "    harden: " + where(c["harden_noop"]),

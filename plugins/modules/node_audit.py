@@ -220,11 +220,20 @@ seconds:
   description: Time spent in the checks.
   returned: always
   type: float
+cpu_seconds:
+  description:
+    - CPU time (user and system) the module's process on the node used, from the Python interpreter's start (Ansible's
+      wrapper and the imports included) to its result: what one audit costs the node. C(gpuharden drift) reports it
+      per node.
+  returned: always
+  type: float
 ansible_facts:
   description: With O(facts), C(gpuharden), as M(gpuharden.k8s.gpu_facts) returns it.
   returned: when O(facts) is true
   type: dict
 """
+
+import resource
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
@@ -246,8 +255,15 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
+def execute(module):
+    result = _node_audit.audit(module.params)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 4)
+    return result
+
+
 def main():
-    _module_shell.run_module(build_module(), lambda module: _node_audit.audit(module.params), never_changed=True)
+    _module_shell.run_module(build_module(), execute, never_changed=True)
 
 
 if __name__ == "__main__":

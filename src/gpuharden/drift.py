@@ -269,7 +269,8 @@ class Outcomes:
                 self.runtime_class = result["runtime_class_check"]
         elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
             self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
-                                  "checks": result.get("checks", {}), "seconds": result.get("seconds")}
+                                  "checks": result.get("checks", {}), "seconds": result.get("seconds"),
+                                  "cpu_seconds": result.get("cpu_seconds")}
             summary = result.get("summary", {})
             self._report(host, "%d finding(s)%s" % (summary.get("findings", 0),
                                                      (", max " + summary["max_severity"]) if summary.get("max_severity") else ""))
@@ -387,6 +388,8 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             "remediable_stages": stages,
             "checks": audit["checks"],
             "audit_seconds": audit["seconds"],
+            # the audit module's whole process on the node (interpreter, imports, checks): its CPU cost there
+            "audit_cpu_seconds": audit.get("cpu_seconds"),
         }
     # Findings of no single node (pending pods asking for a resource no node advertises) belong to the cluster.
     cluster = runtime_class_findings(outcomes.runtime_class) + [

@@ -229,3 +229,12 @@ def test_item05_consistency_findings_of_no_node_are_cluster_findings():
     assert cluster["remediable"] is False and cluster["check"] == "consistency"
     assert [entry["id"] for entry in report["nodes"]["gpu-a"]["findings"]] == ["gpu_not_advertised"]
     assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
+
+
+def test_each_node_s_audit_time_and_cpu_come_from_its_node_audit_result():
+    outcomes = drift.Outcomes()
+    outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.02, cpu_seconds=0.31))
+    outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[], summary={"findings": 0}, checks={}, seconds=0.05))  # an older collection
+    nodes = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)["nodes"]
+    assert (nodes["gpu-a"]["audit_seconds"], nodes["gpu-a"]["audit_cpu_seconds"]) == (0.02, 0.31)
+    assert (nodes["gpu-b"]["audit_seconds"], nodes["gpu-b"]["audit_cpu_seconds"]) == (0.05, None)

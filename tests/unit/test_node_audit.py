@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
 from pathlib import Path
 
@@ -216,6 +217,19 @@ def test_facts_are_gpu_facts_of_the_same_run(world_tmp):
     alone = run_module("gpu_facts", {"root": str(node.root)}, node.env())
     assert audited["ansible_facts"]["gpuharden"] == alone["ansible_facts"]["gpuharden"]
     assert audited["ansible_facts"]["gpuharden"]["gpu_count"] == 2 and len(audited["ansible_facts"]["gpuharden"]["driver_gpus"]) == 2
+
+
+def test_cpu_seconds_are_the_whole_module_process_s(world_tmp):
+    """What one audit costs the node: the module's process from the interpreter's start, imports included, which is
+    all of this test's child's CPU (getrusage(RUSAGE_CHILDREN) counts it once the child is waited for)."""
+    root = _node(world_tmp)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run_module("node_audit", {"root": str(root), "containerd": {"runtime_name": "nvidia"}}, {})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert "msg" not in result, result.get("msg")
+    # the interpreter's start and Ansible's imports alone are tens of milliseconds: a figure of the checks only is less
+    assert 0.7 * child <= result["cpu_seconds"] <= child + 0.01, (result["cpu_seconds"], child)
 
 
 # What roles/kubelet_topology/tasks/plan.yml reads of its plan; harden hands it node_audit's instead of a second read.
