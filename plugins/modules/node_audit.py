@@ -223,8 +223,8 @@ seconds:
 cpu_seconds:
   description:
     - CPU time (user and system) the module's process on the node used, from the Python interpreter's start (Ansible's
-      wrapper and the imports included) to its result: what one audit costs the node. C(gpuharden drift) reports it
-      per node.
+      wrapper and the imports included) to its result, that is what one audit costs the node. C(gpuharden drift)
+      reports it per node.
   returned: always
   type: float
 ansible_facts:
