@@ -42,8 +42,13 @@ description:
     is read, never written; the C(nvidia) runtime they add by themselves when they find C(nvidia-container-runtime) is
     accepted as it is; a drop-in goes where the generated file's C(imports) load it; any other change fails with the
     template to use (C(config.toml.tmpl), or C(config-v3.toml.tmpl) for a version-3 file) and the TOML to put there.
-  - Does not restart containerd; RV(restart_required) says when a restart is needed (the C(container_runtime)
-    role's handler does it).
+  - Restarts containerd only with O(restart); otherwise RV(restart_required) says when a restart is needed.
+  - With O(restart=if_required), after writing, the module runs C(systemctl restart) O(service) and polls every quarter
+    second, in the same run, until systemd calls the service active and containerd serves again - its gRPC socket
+    (the address the config sets, else C(/run/containerd/containerd.sock)) is created anew and accepts a connection -
+    or O(ready_timeout) seconds pass. Where no socket was there before the restart, the service must instead stay
+    active for 2 seconds. A containerd that does not come back fails nothing here - RV(readiness) says so, and the
+    caller fails the host (role C(gpuharden.k8s.container_runtime) does). Nothing restarts in check mode.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -113,6 +118,21 @@ options:
     type: str
     choices: [fail, warn]
     default: fail
+  restart:
+    description:
+      - V(never) - write only. V(if_required) - restart O(service) when this run changed a file (RV(restart_required))
+        and wait until containerd serves again.
+    type: str
+    choices: [never, if_required]
+    default: never
+  service:
+    description: The systemd unit restarted with O(restart).
+    type: str
+    default: containerd
+  ready_timeout:
+    description: Seconds from the restart for containerd to be active and serving again.
+    type: int
+    default: 30
 notes:
   - Every file is parsed before anything is written; invalid TOML, a wrong type (for example C(imports) that is not an
     array, or C(runtimes) that is not a table) or an unsupported version fails with the file, the field and the value,
@@ -221,18 +241,46 @@ backup_files:
   returned: always
   type: dict
   sample: {"/etc/containerd/config.toml": "/etc/containerd/config.toml.1234.2026-01-01@00:00:00~"}
+restarted:
+  description: This run restarted containerd (O(restart)).
+  returned: always
+  type: bool
+readiness:
+  description:
+    - After a restart, C(ready), C(status) (the last C(systemctl is-active) answer), C(seconds) from the restart,
+      C(attempts), C(address) (the socket waited for), C(timed_out) and C(error) (why containerd is not serving,
+      V(null) when it is); V(null) without a restart.
+  returned: always
+  type: dict
+  sample: {"ready": true, "status": "active", "seconds": 0.6, "attempts": 3, "address": "/run/containerd/containerd.sock",
+           "timed_out": false, "error": null}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd, _containerd_restart
 
 
 def build_module():
-    return AnsibleModule(argument_spec=_containerd.argument_spec(), supports_check_mode=True)
+    return AnsibleModule(argument_spec=dict(_containerd.argument_spec(), **_containerd_restart.RESTART_SPEC), supports_check_mode=True)
+
+
+def restart(module):
+    """Restart containerd and wait until it serves on the address the files just written set."""
+    root = module.params["root"]
+    try:
+        address = _containerd_restart.grpc_address(_containerd.read_config_set(root, module.params["path"]))
+    except GpuhardenError:  # the files were just written and checked: a read that fails now changes nothing here
+        address = _containerd_restart.DEFAULT_ADDRESS
+    return _containerd_restart.restart_and_wait(lambda argv: module.run_command(argv, handle_exceptions=False),
+                                                module.params["service"], root, address, module.params["ready_timeout"])
 
 
 def run(module):
+    if module.params["ready_timeout"] <= 0:  # refused before anything is written
+        raise GpuhardenError("containerd_nvidia_runtime: option ready_timeout=%r must be a positive number of seconds"
+                             % module.params["ready_timeout"])
     result = _containerd.decide(module.params)
     warnings = _containerd.enforce_binary(result, module.params) + result["warnings"]
     changes = result["changes"]
@@ -261,7 +309,12 @@ def run(module):
         "notes": result["notes"],
         "changes": [dict(change.as_dict(), path=_containerd.node_path(module.params["root"], change.path)) for change in changes],
         "backup_files": backups,
+        "restarted": False,
+        "readiness": None,
     }
+    if _containerd_restart.wanted(module.params, changed, module.check_mode):
+        output["restarted"] = True
+        output["readiness"] = restart(module)
     if module._diff:
         output["diff"] = _files.diffs(changes)
     return output

@@ -5,10 +5,9 @@
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
 """Restart the kubelet after kubelet_config wrote its files, and wait for its healthz, in the same module run.
 
-A restart and a health wait used to be two more tasks after the write, each a trip to the node (and each healthz poll
-one more), polled every 2 s. Here the poll is a local HTTP GET every quarter second, so the run learns the moment the
-kubelet answers. Nothing here raises: a kubelet that does not come back, or a restart that fails, is reported in the
-result, and the caller rolls the configuration back (roles/kubelet_topology/tasks/rollback.yml).
+The restart and the quarter-second poll are _service_restart's; the probe here is a local HTTP GET of the kubelet's
+healthz. A kubelet that does not come back, or a restart that fails, is reported in the result, and the caller rolls
+the configuration back (roles/kubelet_topology/tasks/rollback.yml).
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ import http.client
 import time
 import urllib.error
 import urllib.request
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _service_restart
 
 RESTART_SPEC = {
     # never: only write (the caller restarts); if_required: restart when the write changed what the kubelet reads
@@ -27,7 +28,6 @@ RESTART_SPEC = {
     "health_url": {"type": "str", "default": "http://127.0.0.1:10248/healthz"},
     "health_timeout": {"type": "int", "default": 120},
 }
-POLL_SECONDS = 0.25
 REQUEST_SECONDS = 5.0
 
 
@@ -54,26 +54,16 @@ def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, s
     Returns {"status": the last HTTP status or None, "seconds": from the restart, "attempts": GETs made,
     "error": why it is not healthy, or None}.
     """
-    started = clock()
-    try:
-        rc, out, err = run_command(["systemctl", "restart", service])
-    except OSError as error:  # no systemctl: reported like a failed restart, so the caller rolls back
-        rc, out, err = getattr(error, "errno", None) or 1, "", str(error)
-    if rc != 0:
-        return {"status": None, "seconds": round(clock() - started, 3), "attempts": 0,
-                "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
-    deadline = started + timeout
-    status, error, attempts = None, None, 0
-    while True:
-        attempts += 1
+
+    def healthz(deadline):
         try:
             status = get(url, min(REQUEST_SECONDS, max(deadline - clock(), 0.1)))
-            error = None if status == 200 else "%s answered HTTP %s" % (url, status)
         except (OSError, ValueError, http.client.HTTPException) as problem:  # URLError, socket timeouts: OSErrors
-            status, error = None, "%s: %s" % (url, getattr(problem, "reason", problem))
-        if status == 200 or clock() + POLL_SECONDS > deadline:
-            break
-        sleep(POLL_SECONDS)
-    if status != 200:
+            return False, None, "%s: %s" % (url, getattr(problem, "reason", problem)), False
+        return status == 200, status, None if status == 200 else "%s answered HTTP %s" % (url, status), False
+
+    waited = _service_restart.restart_and_wait(run_command, service, healthz, timeout, clock, sleep)
+    error = waited["error"]
+    if waited["timed_out"]:
         error = "not healthy %d s after the restart: %s" % (timeout, error)
-    return {"status": status, "seconds": round(clock() - started, 3), "attempts": attempts, "error": error}
+    return {"status": waited["status"], "seconds": waited["seconds"], "attempts": waited["attempts"], "error": error}

@@ -1,0 +1,47 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""Restart a node service and wait until it is ready, in the module run that changed its configuration.
+
+A restart and a readiness wait used to be more tasks after the write, each a trip to the node. Here the module that
+wrote the files restarts the service and polls a probe every quarter second, so the run learns the moment the service
+is back. Nothing here raises: a restart that fails, or a service that does not come back, is reported in the result
+and the caller decides (roll back, or fail the host).
+"""
+
+from __future__ import annotations
+
+import time
+
+POLL_SECONDS = 0.25
+
+
+def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic, sleep=time.sleep):
+    """``systemctl restart service``, then ``probe(deadline)`` until it says ready or final, or ``timeout`` seconds
+    have passed.  ``probe`` returns (ready, status, error, final): ``final`` when waiting longer cannot help (the
+    service exited).
+
+    Returns {"ready": bool, "status": the probe's last status or None, "seconds": from the restart, "attempts": probes
+    made, "error": why it is not ready (None when it is), "timed_out": bool}.
+    """
+    started = clock()
+    try:
+        rc, out, err = run_command(["systemctl", "restart", service])
+    except OSError as error:  # no systemctl: reported like a failed restart
+        rc, out, err = getattr(error, "errno", None) or 1, "", str(error)
+    if rc != 0:
+        return {"ready": False, "status": None, "seconds": round(clock() - started, 3), "attempts": 0, "timed_out": False,
+                "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
+    deadline = started + timeout
+    attempts = 0
+    while True:
+        attempts += 1
+        ready, status, error, final = probe(deadline)
+        timed_out = not ready and not final and clock() + POLL_SECONDS > deadline
+        if ready or final or timed_out:
+            break
+        sleep(POLL_SECONDS)
+    return {"ready": ready, "status": status, "seconds": round(clock() - started, 3), "attempts": attempts,
+            "error": None if ready else error, "timed_out": timed_out}
