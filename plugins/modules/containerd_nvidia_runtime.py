@@ -47,8 +47,10 @@ description:
     second, in the same run, until systemd calls the service active and containerd serves again - its gRPC socket
     (the address the config sets, else C(/run/containerd/containerd.sock)) is created anew and accepts a connection -
     or O(ready_timeout) seconds pass. Where no socket was there before the restart, the service must instead stay
-    active for 2 seconds. A containerd that does not come back fails nothing here - RV(readiness) says so, and the
-    caller fails the host (role C(gpuharden.k8s.container_runtime) does). Nothing restarts in check mode.
+    active for 2 seconds. A containerd that does not come back gets its files as they were before this run back
+    (files it created are removed) and is restarted once more, waited on the same way (RV(rollback)); the module
+    fails nothing itself - the caller fails the host (role C(gpuharden.k8s.container_runtime) does). Nothing restarts
+    in check mode.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -254,6 +256,13 @@ readiness:
   type: dict
   sample: {"ready": true, "status": "active", "seconds": 0.6, "attempts": 3, "address": "/run/containerd/containerd.sock",
            "timed_out": false, "error": null}
+rollback:
+  description:
+    - When containerd did not come back after the restart, C(restored) (the files put back as they were before this
+      run, or removed where this run created them) and C(readiness) (the wait after the second restart, as
+      RV(readiness)); V(null) otherwise.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -275,6 +284,14 @@ def restart(module):
         address = _containerd_restart.DEFAULT_ADDRESS
     return _containerd_restart.restart_and_wait(lambda argv: module.run_command(argv, handle_exceptions=False),
                                                 module.params["service"], root, address, module.params["ready_timeout"])
+
+
+def roll_back(module, changes):
+    """Put the files this run wrote back as they were (remove the ones it created), then restart containerd again."""
+    reverse = [_files.FileChange(change.path, change.after, change.before, mode=change.mode,
+                                 reason="rolled back: containerd did not come back with it") for change in changes if change.changed]
+    _files.apply_changes(module, reverse)
+    return {"restored": [_containerd.node_path(module.params["root"], change.path) for change in reverse], "readiness": restart(module)}
 
 
 def run(module):
@@ -311,10 +328,13 @@ def run(module):
         "backup_files": backups,
         "restarted": False,
         "readiness": None,
+        "rollback": None,
     }
     if _containerd_restart.wanted(module.params, changed, module.check_mode):
         output["restarted"] = True
         output["readiness"] = restart(module)
+        if not output["readiness"]["ready"]:
+            output["rollback"] = roll_back(module, changes)
     if module._diff:
         output["diff"] = _files.diffs(changes)
     return output

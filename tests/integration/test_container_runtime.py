@@ -192,3 +192,34 @@ def test_containerd_that_does_not_come_back_fails_the_readiness_wait(lab):
     assert readiness["seconds"] < 10, readiness
     report = task_results(failing, "Containerd | fail when it did not come back after the restart")[SEEDED]
     assert report["failed"] is True and "gpuhtest-dying" in report["msg"] and "is failed after the restart" in report["msg"], report
+    # the config went back as the fixture had it; the unit still dies with it, and the message says so
+    assert written["rollback"]["restored"] == [CONFIG] and written["rollback"]["readiness"]["ready"] is False
+    assert "does not come back either" in report["msg"]
+    assert sh(lab, SEEDED, "cat " + CONFIG) == (FIXTURES / "v2-single.toml").read_text()
+
+
+def test_real_containerd_that_refuses_the_change_gets_its_old_configuration_back_and_serves_again(lab):
+    """The real containerd, made to refuse to start once its config names the NVIDIA runtime (a unit drop-in's
+    ExecStartPre, as a broken toolkit install or an old containerd would): the write's own run sees it fail, puts the
+    config back, restarts containerd with it and sees it serve again; the role fails the host, naming both."""
+    seeded = playbook(lab, "container_runtime_seed.yml", "-e", "target=%s" % SEEDED, "-e", "fixture=%s" % (FIXTURES / "v2-single.toml"))
+    assert seeded["rc"] == 0
+    refuse = "/etc/systemd/system/containerd.service.d/99-gpuhtest-refuse-nvidia.conf"
+    sh(lab, SEEDED, "mkdir -p %s && printf '[Service]\nExecStartPre=/bin/sh -c \x27! grep -qs nvidia-container-runtime %s\x27\n' > %s"
+                    " && systemctl daemon-reload && systemctl restart containerd" % (refuse.rsplit("/", 1)[0], CONFIG, refuse))
+    before_pid = main_pid(lab, SEEDED)
+    try:
+        failing = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED)
+        assert failing["rc"] != 0
+        written = task_results(failing, MODULE_TASK)[SEEDED]
+        assert written["changed"] is True and written["readiness"]["ready"] is False, written["readiness"]
+        rollback = written["rollback"]
+        assert rollback["restored"] == [CONFIG] and rollback["readiness"]["ready"] is True, rollback
+        report = task_results(failing, "Containerd | fail when it did not come back after the restart")[SEEDED]
+        assert report["failed"] is True and "it serves again" in report["msg"], report
+        assert sh(lab, SEEDED, "cat " + CONFIG) == (FIXTURES / "v2-single.toml").read_text()
+        assert sh(lab, SEEDED, "systemctl is-active containerd").strip() == "active"
+        assert main_pid(lab, SEEDED) not in ("0", before_pid)
+        assert sh(lab, SEEDED, "test -S /run/containerd/containerd.sock && echo socket").strip() == "socket"
+    finally:
+        sh(lab, SEEDED, "rm -f %s && systemctl daemon-reload" % refuse)

@@ -114,6 +114,25 @@ def test_a_containerd_that_exits_after_the_restart_is_reported_at_once_not_raise
     assert not result.get("failed") and result["changed"], result  # written: the role fails the host, naming it
     assert readiness["ready"] is False and readiness["status"] == "failed" and readiness["timed_out"] is False, readiness
     assert "broken-later is failed after the restart" in readiness["error"] and readiness["seconds"] < 10
+    # rolled back: the drop-in this run created is gone, and the second restart did not bring it back either
+    assert result["rollback"]["restored"] == [DROP_IN] and not (root / DROP_IN.lstrip("/")).exists()
+    assert result["rollback"]["readiness"]["ready"] is False and result["rollback"]["readiness"]["status"] == "failed"
+
+
+def test_a_containerd_that_comes_back_only_with_its_old_files_gets_them_back(world_tmp):
+    root = install(world_tmp / "node", "v2-single.toml")
+    config = root / "etc/containerd/config.toml"
+    original = config.read_text()
+    config.chmod(0o600)
+    _old_socket(root)
+    calls, env = _systemctl(world_tmp, root, states="failed,active")
+    result = run_module("containerd_nvidia_runtime", {"root": str(root), "restart": "if_required", "backup": True}, env)
+    assert result["readiness"]["ready"] is False and result["readiness"]["status"] == "failed", result["readiness"]
+    rollback = result["rollback"]
+    assert rollback["restored"] == ["/etc/containerd/config.toml"] and rollback["readiness"]["ready"] is True, rollback
+    assert config.read_text() == original and oct(config.stat().st_mode & 0o777) == "0o600"  # as it was, mode too
+    assert calls.read_text().splitlines().count("restart containerd") == 2
+    assert list(result["backup_files"]) == ["/etc/containerd/config.toml"]  # the backup of the original stays
 
 
 def test_a_bad_ready_timeout_is_refused_before_anything_is_written(world_tmp):
