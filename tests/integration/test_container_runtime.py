@@ -205,8 +205,11 @@ def test_real_containerd_that_refuses_the_change_gets_its_old_configuration_back
     seeded = playbook(lab, "container_runtime_seed.yml", "-e", "target=%s" % SEEDED, "-e", "fixture=%s" % (FIXTURES / "v2-single.toml"))
     assert seeded["rc"] == 0
     refuse = "/etc/systemd/system/containerd.service.d/99-gpuhtest-refuse-nvidia.conf"
-    sh(lab, SEEDED, "mkdir -p %s && printf '[Service]\nExecStartPre=/bin/sh -c \x27! grep -qs nvidia-container-runtime %s\x27\n' > %s"
-                    " && systemctl daemon-reload && systemctl restart containerd" % (refuse.rsplit("/", 1)[0], CONFIG, refuse))
+    check = "/usr/local/sbin/gpuhtest-refuse-nvidia"  # a script: the unit line needs no quoting
+    sh(lab, SEEDED, "printf '#!/bin/sh\\n! grep -qs nvidia-container-runtime %s\\n' > %s && chmod 755 %s && mkdir -p %s"
+                    " && printf '[Service]\\nExecStartPre=%s\\n' > %s && systemctl daemon-reload && systemctl restart containerd"
+                    % (CONFIG, check, check, refuse.rsplit("/", 1)[0], check, refuse))
+    assert sh(lab, SEEDED, "systemctl is-active containerd").strip() == "active"
     before_pid = main_pid(lab, SEEDED)
     try:
         failing = playbook(lab, "container_runtime.yml", "-e", "target=%s" % SEEDED)
@@ -222,4 +225,4 @@ def test_real_containerd_that_refuses_the_change_gets_its_old_configuration_back
         assert main_pid(lab, SEEDED) not in ("0", before_pid)
         assert sh(lab, SEEDED, "test -S /run/containerd/containerd.sock && echo socket").strip() == "socket"
     finally:
-        sh(lab, SEEDED, "rm -f %s && systemctl daemon-reload" % refuse)
+        sh(lab, SEEDED, "rm -f %s %s && systemctl daemon-reload" % (refuse, check))
