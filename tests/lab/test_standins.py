@@ -245,6 +245,15 @@ def test_exec_start_pre_failure_and_missing_binary(node):
     r = systemctl("start", "pre")
     assert r.returncode == 1 and "control process exited with error code" in r.stderr
     assert systemctl("is-active", "pre").stdout.strip() == "failed"
+    # the same after a run that had a main process: the restart's job fails, as systemd's does
+    (node / "etc/systemd/system/pre.service").write_text("[Service]\nExecStart=/bin/sleep 9\n")
+    systemctl("daemon-reload", check=True)
+    assert systemctl("restart", "pre").returncode == 0 and systemctl("is-active", "pre").stdout.strip() == "active"
+    (node / "etc/systemd/system/pre.service").write_text("[Service]\nExecStartPre=/bin/false\nExecStart=/bin/sleep 9\n")
+    systemctl("daemon-reload", check=True)
+    r = systemctl("restart", "pre")
+    assert r.returncode == 1 and "control process exited with error code" in r.stderr
+    assert systemctl("is-active", "pre").stdout.strip() == "failed"
     (node / "etc/systemd/system/nobin.service").write_text("[Service]\nExecStart=/nonexistent/bin\n")
     assert systemctl("start", "nobin").returncode == 0
     wait_for(lambda: props("nobin")["ActiveState"] == "failed")

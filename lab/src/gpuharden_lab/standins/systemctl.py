@@ -661,7 +661,9 @@ class Ctl:
                 env={**os.environ, **({ROOT_ENV: standin_root()} if standin_root() != "/" else {})},
             )
             logf.close()
-            st.update(ActiveState="activating", SubState="start-pre" if pre else "start", MainPID=0,
+            # systemd resets the main process's exec status when a start begins: a start whose ExecStartPre= fails
+            # has no main PID, and its job fails (rc 1) even where an earlier run had one
+            st.update(ActiveState="activating", SubState="start-pre" if pre else "start", MainPID=0, ExecMainPID=0,
                       SupervisorPID=sup.pid, StopRequested=False, StopTimedOut=False, Result="success",
                       InvocationID=env["INVOCATION_ID"], ExecMainStatus=0, ExecMainCode=0,
                       NRestarts=int(st.get("NRestarts", 0)))
