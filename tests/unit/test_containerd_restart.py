@@ -109,13 +109,15 @@ def test_a_containerd_that_exits_after_the_restart_is_reported_at_once_not_raise
     _old_socket(root)
     _calls, env = _systemctl(world_tmp, root, states="active,failed")
     result = run_module("containerd_nvidia_runtime", {"root": str(root), "restart": "if_required", "service": "broken-later",
-                                                      "ready_timeout": 60}, env)
+                                                      "ready_timeout": 60, "_ansible_module_name": "gpuharden.k8s.containerd_nvidia_runtime"}, env)
     readiness = result["readiness"]
     assert not result.get("failed") and result["changed"], result  # written: the role fails the host, naming it
     assert readiness["ready"] is False and readiness["status"] == "failed" and readiness["timed_out"] is False, readiness
     assert "broken-later is failed after the restart" in readiness["error"] and readiness["seconds"] < 10
     # rolled back: the drop-in this run created is gone, and the second restart did not bring it back either
     assert result["rollback"]["restored"] == [DROP_IN] and not (root / DROP_IN.lstrip("/")).exists()
+    [planned] = run_module("unharden_files", {"root": str(root), "_ansible_check_mode": True}, {})["files"]
+    assert (planned["path"], planned["action"], planned["reason"]) == (DROP_IN, "forget", "absent, as before gpuharden")
     assert result["rollback"]["readiness"]["ready"] is False and result["rollback"]["readiness"]["status"] == "failed"
 
 
@@ -126,13 +128,17 @@ def test_a_containerd_that_comes_back_only_with_its_old_files_gets_them_back(wor
     config.chmod(0o600)
     _old_socket(root)
     calls, env = _systemctl(world_tmp, root, states="failed,active")
-    result = run_module("containerd_nvidia_runtime", {"root": str(root), "restart": "if_required", "backup": True}, env)
+    result = run_module("containerd_nvidia_runtime", {"root": str(root), "restart": "if_required", "backup": True,
+                                                      "_ansible_module_name": "gpuharden.k8s.containerd_nvidia_runtime"}, env)
     assert result["readiness"]["ready"] is False and result["readiness"]["status"] == "failed", result["readiness"]
     rollback = result["rollback"]
     assert rollback["restored"] == ["/etc/containerd/config.toml"] and rollback["readiness"]["ready"] is True, rollback
     assert config.read_text() == original and oct(config.stat().st_mode & 0o777) == "0o600"  # as it was, mode too
     assert calls.read_text().splitlines().count("restart containerd") == 2
     assert list(result["backup_files"]) == ["/etc/containerd/config.toml"]  # the backup of the original stays
+    # the uninstall's record of the file: it is the original again, so unharden has nothing to put back
+    [planned] = run_module("unharden_files", {"root": str(root), "_ansible_check_mode": True}, {})["files"]
+    assert (planned["path"], planned["action"], planned["reason"]) == ("/etc/containerd/config.toml", "forget", "already the original")
 
 
 def test_a_bad_ready_timeout_is_refused_before_anything_is_written(world_tmp):
