@@ -275,23 +275,19 @@ def build_module():
     return AnsibleModule(argument_spec=dict(_containerd.argument_spec(), **_containerd_restart.RESTART_SPEC), supports_check_mode=True)
 
 
-def restart(module):
-    """Restart containerd and wait until it serves on the address the files just written set."""
-    root = module.params["root"]
-    try:
-        address = _containerd_restart.grpc_address(_containerd.read_config_set(root, module.params["path"]))
-    except GpuhardenError:  # the files were just written and checked: a read that fails now changes nothing here
-        address = _containerd_restart.DEFAULT_ADDRESS
+def restart(module, address):
+    """Restart containerd and wait until it serves on ``address`` (the planner's, from the files it read)."""
     return _containerd_restart.restart_and_wait(lambda argv: module.run_command(argv, handle_exceptions=False),
-                                                module.params["service"], root, address, module.params["ready_timeout"])
+                                                module.params["service"], module.params["root"], address,
+                                                module.params["ready_timeout"])
 
 
-def roll_back(module, changes):
+def roll_back(module, changes, address):
     """Put the files this run wrote back as they were (remove the ones it created), then restart containerd again."""
     reverse = [_files.FileChange(change.path, change.after, change.before, mode=change.mode,
                                  reason="rolled back: containerd did not come back with it") for change in changes if change.changed]
     _files.apply_changes(module, reverse)
-    return {"restored": [_containerd.node_path(module.params["root"], change.path) for change in reverse], "readiness": restart(module)}
+    return {"restored": [_containerd.node_path(module.params["root"], change.path) for change in reverse], "readiness": restart(module, address)}
 
 
 def run(module):
@@ -332,9 +328,9 @@ def run(module):
     }
     if _containerd_restart.wanted(module.params, changed, module.check_mode):
         output["restarted"] = True
-        output["readiness"] = restart(module)
+        output["readiness"] = restart(module, result["grpc_address"])
         if not output["readiness"]["ready"]:
-            output["rollback"] = roll_back(module, changes)
+            output["rollback"] = roll_back(module, changes, result["grpc_address"])
     if module._diff:
         output["diff"] = _files.diffs(changes)
     return output

@@ -203,4 +203,4 @@ def test_a_socket_that_is_not_created_again_times_out_naming_it(world_tmp):
 ])
 def test_the_address_containerd_listens_on(world_tmp, fixture, files, address):
     root = install(world_tmp, fixture, files)
-    assert _containerd_restart.grpc_address(_containerd.read_config_set(str(root), "/etc/containerd/config.toml")) == address
+    assert _containerd.grpc_address(_containerd.read_config_set(str(root), "/etc/containerd/config.toml")) == address

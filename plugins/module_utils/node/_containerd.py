@@ -1205,6 +1205,27 @@ def argument_spec():
     }
 
 
+# containerd's own default (containerd v2.4.2 defaults/defaults_linux.go DefaultAddress; v1.7 the same)
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+# The gRPC server's plugin in version-4 configs; containerd 2.x moves a [grpc] address there
+# (v2.4.2 cmd/containerd/server/config/config.go)
+GRPC_PLUGIN = "io.containerd.server.v1.grpc"
+
+
+def grpc_address(files):
+    """Where containerd listens: the address the last file in load order sets (the gRPC plugin's, or [grpc]'s), else
+    containerd's default.  ``files`` are read_config_set's."""
+    address = DEFAULT_ADDRESS
+    for config in files:
+        doc = config.doc or {}
+        plugin = ((doc.get("plugins") or {}).get(GRPC_PLUGIN) or {}).get("address")
+        legacy = (doc.get("grpc") or {}).get("address")
+        for value in (legacy, plugin):
+            if isinstance(value, str) and value.startswith("/"):
+                address = value
+    return address
+
+
 def decide(params):
     """Validate, read the whole config set, plan, and look at the runtime binary (nothing changes here;
     ``enforce_binary`` applies the on_missing_runtime_binary policy)."""
@@ -1212,4 +1233,6 @@ def decide(params):
     files = read_config_set(params["root"], params["path"])
     plan = plan_runtime(files, params, root=params["root"])
     plan["runtime_binary_state"] = binary_state(params["root"], plan["runtime_binary"])
+    # where the restarted daemon will listen: the write adds a runtime and never touches the [grpc] sections
+    plan["grpc_address"] = grpc_address(files)
     return plan

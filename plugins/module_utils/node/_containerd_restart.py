@@ -28,11 +28,6 @@ RESTART_SPEC = {
     "service": {"type": "str", "default": "containerd"},
     "ready_timeout": {"type": "int", "default": 30},
 }
-# containerd's own default (containerd v2.4.2 defaults/defaults_linux.go DefaultAddress; v1.7 the same)
-DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
-# The gRPC server's plugin in version-4 configs; containerd 2.x moves a [grpc] address there
-# (v2.4.2 cmd/containerd/server/config/config.go)
-GRPC_PLUGIN = "io.containerd.server.v1.grpc"
 STABLE_SECONDS = 2.0
 CONNECT_SECONDS = 1.0
 GONE_STATES = ("failed", "inactive")
@@ -40,20 +35,6 @@ GONE_STATES = ("failed", "inactive")
 
 def wanted(params, changed, check_mode):
     return not check_mode and params["restart"] == "if_required" and changed
-
-
-def grpc_address(files):
-    """Where containerd listens: the address the last file in load order sets (the gRPC plugin's, or [grpc]'s), else
-    containerd's default.  ``files`` are _containerd.read_config_set's."""
-    address = DEFAULT_ADDRESS
-    for config in files:
-        doc = config.doc or {}
-        plugin = ((doc.get("plugins") or {}).get(GRPC_PLUGIN) or {}).get("address")
-        legacy = (doc.get("grpc") or {}).get("address")
-        for value in (legacy, plugin):
-            if isinstance(value, str) and value.startswith("/"):
-                address = value
-    return address
 
 
 def _identity(path):
