@@ -324,6 +324,9 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
             if not params["disable_eviction"]:
                 result["would_block"] = [_drain.public(ref, "pdb", "message") for ref in _drain.predict_blocks(plan["evict"], cluster.pdbs())]
         return dict(result, changed=changed)
+    # A restarted kubelet posts its Node status at its first sync whatever changed (kubernetes v1.36.3
+    # pkg/kubelet/kubelet_node_status.go: lastStatusReportTime is zero after a restart), so a healthy node ends this
+    # wait within its first status update; the lab test runs it against the real kubelet.
     if params["state"] == "uncordoned" and params["ready_timeout"] > 0 and flips:
         waited = _drain.wait_ready(sorted(flips), cluster.not_ready, clock, sleep, clock() + params["ready_timeout"],
                                    params["poll_interval"])
