@@ -156,6 +156,43 @@ def test_a_second_harden_changes_nothing_and_drift_is_clean(lab):
     assert "2 clean" in report.stdout, report.stdout
 
 
+def test_a_plugin_dry_run_that_only_reports_another_installer_still_gives_each_compliant_nodes_lock_back(lab):
+    """Another installer's plugin DaemonSet is reported and left alone (never deleted by default), so the plan's dry
+    run of the device plugin stage is not clean and the stage runs for its report; but that run changes nothing, and
+    touches no node, so each compliant node's plan gives its lock back as on a clean run: no node_lock trip at the end."""
+    from kubernetes import client
+
+    namespace, name = "gpu-legacy", "legacy-nvidia-device-plugin"
+    legacy = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
+              "spec": {"selector": {"matchLabels": {"app": name}},
+                       "template": {"metadata": {"labels": {"app": name}},
+                                    # no node has the label: the DaemonSet runs no pod, and the product must not touch it
+                                    "spec": {"nodeSelector": {"gpuharden.io/legacy": "yes"},
+                                             "containers": [{"name": "nvidia-device-plugin-ctr",
+                                                             "image": "nvcr.io/nvidia/k8s-device-plugin:v0.14.5"}]}}}}
+    api = admin(lab)
+    try:
+        client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        created = client.AppsV1Api(api).create_namespaced_daemon_set(namespace, legacy)
+        done, changed = harden(lab)
+        after = client.AppsV1Api(api).read_namespaced_daemon_set(name, namespace)
+    finally:
+        client.CoreV1Api(api).delete_namespace(namespace)
+        api.close()
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert changed == {"localhost": 0, C2: 0, C17: 0}, changed
+    # left alone: the same spec generation, metadata, and no field of it managed by the product (the DaemonSet
+    # controller's status updates change its resourceVersion)
+    assert after.metadata.generation == created.metadata.generation
+    assert (after.metadata.labels, after.metadata.annotations) == (created.metadata.labels, created.metadata.annotations)
+    assert not [entry for entry in after.metadata.managed_fields or [] if entry.manager == "gpuharden"]
+    # the stage ran, for its report of the other installer
+    assert "ok: [" in device_plugin_task(done.stdout), device_plugin_task(done.stdout) or done.stdout[-6000:]
+    assert lock_released_by(done.stdout) == [], task_output(done.stdout, LOCK_RELEASE_TASK)
+    assert left_out(task_output(done.stdout, LOCK_RELEASE_TASK)), task_output(done.stdout, LOCK_RELEASE_TASK)
+    assert not any(lock_file(lab, name) for name in NODES)
+
+
 def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and_harden_repairs_it(lab):
     """Under a MIG strategy the product's DaemonSet sets NVIDIA_MIG_MONITOR_DEVICES=all and adds CAP_SYS_ADMIN, as the
     Helm chart does (templates/_helpers.tpl addMigMonitorDevices, requiresCapSysAdmin).  Each one missing fails on a
