@@ -302,7 +302,7 @@ def dry_run(client, params):
     except GpuhardenError as error:
         return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "warnings": warnings,
                 "api_requests": client.requests, "clean": False}
-    # clean: the stage would change, report and warn nothing (harden leaves it out, and may give a compliant node's
-    # lock back early)
+    # clean: the stage would change, report and warn nothing (harden leaves it out); ``changed`` alone decides whether
+    # harden may give a compliant node's lock back early (a report touches no node)
     clean = not result.get("changed") and not result.get("findings") and not warnings
     return dict(result, warnings=warnings, clean=clean)
