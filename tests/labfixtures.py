@@ -31,7 +31,7 @@ def _require_built(scenario: str, node_count: int | None = None, stand_ins: bool
                      "(or `make real-components`)" % scenario)
 
 
-# The scenario of the lab this process left up for the next shared_lab user, if any.
+# The lab (scenario and unit) this process left up for the next shared_lab user, if any.
 _kept: dict[str, str] = {}
 
 
@@ -52,26 +52,30 @@ def running_lab(scenario: str, **kwargs):
 
 
 @contextlib.contextmanager
-def shared_lab(scenario: str):
+def shared_lab(scenario: str, unit: str | None = None):
     """The scenario's lab, shared by consecutive test modules of this process: the first one brings it up, and it stays
-    up for the next shared_lab of the same scenario.  A user that changes the lab puts it back before the block ends,
-    or calls discard_shared_lab() so that the next user starts afresh.  running_lab, another scenario, and the end of
+    up for the next shared_lab of the same scenario and unit (a unit: another set of users, on a lab of its own).  A user that changes what a later user reads (their order:
+    tests/xdist_shared_lab.py) puts it back before the block ends, or calls discard_shared_lab() so that the next user
+    starts afresh.  running_lab, another scenario, and the end of
     the session (take_down_shared_lab, tests/conftest.py) take it down."""
     assert os.geteuid() == 0, "the lab tests need root"
     _require_built(scenario)
+    lab = scenario + ("/" + unit if unit else "")
     with lab_lock():
         state = manager.load_state()
-        if _kept.get("scenario") != scenario or state is None or state.get("status") != "up":
+        if _kept.get("lab") != lab or _kept.get("discarded") or state is None or state.get("status") != "up":
             _kept.clear()
             manager.down()
             state = manager.up(scenario)
-            _kept["scenario"] = scenario
+            _kept["lab"] = lab
         yield state
 
 
 def discard_shared_lab() -> None:
-    """The shared lab could not be put back: the next shared_lab brings a fresh one up."""
-    _kept.clear()
+    """The shared lab was changed and is not put back: the next shared_lab brings a fresh one up.  It stays up until
+    then, or until the session's end takes it down (take_down_shared_lab)."""
+    if _kept:
+        _kept["discarded"] = "yes"
 
 
 def take_down_shared_lab() -> list[str]:

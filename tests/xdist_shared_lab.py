@@ -2,7 +2,11 @@
 """The xdist scheduler of the lab tests: --dist loadfile, except that the modules that use
 tests.labfixtures.shared_lab("<scenario>") (found by their text) are one work unit per scenario, so that one worker runs
 them in a row on one lab instead of each module's worker bringing that lab up.  --dist loadgroup would do this with
-xdist_group marks, but with pytest 9.2 and pytest-xdist 3.8 it silently stops grouping (pytest-xdist#1386)."""
+xdist_group marks, but with pytest 9.2 and pytest-xdist 3.8 it silently stops grouping (pytest-xdist#1386).
+
+The modules of one shared lab run in the order SHARED_LAB_ORDER gives (pytest_collection_modifyitems, with or without
+xdist): the ones that only read first, then the ones that change nodes no later user reads, and last the one that
+changes the cluster and discards the lab."""
 
 from __future__ import annotations
 
@@ -11,16 +15,33 @@ from pathlib import Path
 
 import pytest
 
-SHARED_LAB_CALL = re.compile(r"""\bshared_lab\(["']([a-z0-9-]+)["']\)""")
+# shared_lab("<scenario>") or shared_lab("<scenario>", unit="<name>"): its lab is "<scenario>" or "<scenario>/<name>".
+SHARED_LAB_CALL = re.compile(r"""\bshared_lab\(["']([a-z0-9-]+)["'](?:,\s*unit=["']([a-z0-9-]+)["'])?\)""")
+
+# Per shared lab, its users in the order they run; a user missing here runs after these, in file order.
+# seed-failures: gpu_consistency and device_cgroup_audit only read.  drift reads every seeded fault, then its last test
+# remediates three nodes and rolls the plugin out, so it discards the lab.  postcheck, on a fresh one, deletes the
+# Deployment it adds; its last test fixes seed-dev-perm's device permissions, which cgroup_limits reads only to be
+# refused there for want of a memory controller.  cgroup_limits changes seed-memory-high, and discards the lab.
+SHARED_LAB_ORDER = {
+    "seed-failures": ["tests/integration/test_gpu_consistency.py", "tests/integration/test_device_cgroup_audit.py",
+                      "tests/integration/test_drift.py", "tests/integration/test_postcheck.py",
+                      "tests/integration/test_cgroup_limits.py"],
+    # Each changes its own things on nodes, and reads nothing the ones before it change: kubelet_topology the kubelet
+    # of three nodes, device_permissions /dev and modprobe.d on every node, container_runtime containerd's
+    # configuration (the last, as it replaces seed-topology-none's with its fixtures).
+    "seed-failures/node-roles": ["tests/integration/test_kubelet_topology.py", "tests/integration/test_device_permissions.py",
+                                 "tests/integration/test_container_runtime.py"],
+}
 
 
 def shared_lab_scopes(root: Path) -> dict[str, str]:
-    """{test module path as node ids spell it: "shared-lab:<scenario>"} for the modules that share one lab."""
+    """{test module path as node ids spell it: "shared-lab:<lab>"} for the modules that share one lab."""
     scopes = {}
     for path in sorted((root / "tests").rglob("test_*.py")):
-        scenarios = set(SHARED_LAB_CALL.findall(path.read_text()))
-        if len(scenarios) == 1:
-            scopes[path.relative_to(root).as_posix()] = "shared-lab:" + scenarios.pop()
+        labs = {scenario + ("/" + unit if unit else "") for scenario, unit in SHARED_LAB_CALL.findall(path.read_text())}
+        if len(labs) == 1:
+            scopes[path.relative_to(root).as_posix()] = "shared-lab:" + labs.pop()
     return scopes
 
 
@@ -39,3 +60,29 @@ def pytest_xdist_make_scheduler(config, log):
             return scopes.get(module, module)
 
     return SharedLabScheduling(config, log)
+
+
+def shared_lab_position(module: str, scope: str) -> int:
+    """Where a module of a shared lab runs among that lab's users: its SHARED_LAB_ORDER place, else after those."""
+    order = SHARED_LAB_ORDER.get(scope.split(":", 1)[1], [])
+    return order.index(module) if module in order else len(order)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Each shared lab's modules in a row, at the place of its first test, in SHARED_LAB_ORDER; the rest as collected.
+    A stable sort keeps each module's own tests in their order."""
+    scopes = shared_lab_scopes(Path(str(config.rootpath)))
+    groups: dict[str, list] = {}
+    for item in items:
+        scope = scopes.get(item.nodeid.split("::", 1)[0])
+        if scope:
+            groups.setdefault(scope, []).append(item)
+    placed, ordered = set(), []
+    for item in items:
+        scope = scopes.get(item.nodeid.split("::", 1)[0])
+        if scope is None:
+            ordered.append(item)
+        elif scope not in placed:
+            placed.add(scope)
+            ordered.extend(sorted(groups[scope], key=lambda member, scope=scope: shared_lab_position(member.nodeid.split("::", 1)[0], scope)))
+    items[:] = ordered

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from gpuharden_lab import REPO_ROOT, manager, pods
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import discard_shared_lab, shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -57,9 +57,13 @@ def _lab_workarounds(state):
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    # The last user of the seed-failures lab it shares (tests/xdist_shared_lab.py): what it changes is not put back.
+    with shared_lab("seed-failures") as state:
         _lab_workarounds(state)
-        yield state
+        try:
+            yield state
+        finally:
+            discard_shared_lab()
 
 
 def _pods(state, name=None):

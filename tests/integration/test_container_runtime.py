@@ -16,7 +16,7 @@ import ansible_runner
 import pytest
 from gpuharden_lab import manager
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import discard_shared_lab, shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -32,8 +32,12 @@ MODULE_TASK = "Ensure containerd has the NVIDIA runtime, and restart containerd 
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
-        yield state
+    # The last user of the lab it shares (tests/xdist_shared_lab.py): seed-topology-none keeps a fixture's config.
+    with shared_lab("seed-failures", unit="node-roles") as state:
+        try:
+            yield state
+        finally:
+            discard_shared_lab()
 
 
 def playbook(state, name, *extra, check=False):

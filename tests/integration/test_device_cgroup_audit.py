@@ -35,7 +35,7 @@ from gpuharden_lab.pods import ContainerSpec
 
 from tests.integration import devcg_shapes as shapes
 from tests.lab.test_pods import BUNDLES, RUNC_ROOT, _make_node
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
 pytestmark = pytest.mark.sandbox
 
@@ -350,7 +350,7 @@ def test_nested_cgroups_and_the_effective_list(node, running, devices, scratch):
 
 @pytest.mark.lab
 def test_seed_isolation_over_ssh():
-    with running_lab("seed-failures") as state:
+    with shared_lab("seed-failures") as state:
         placed = {p["name"]: p for p in state["pods"] if p["node"] == "seed-isolation"}
         assert set(placed) == {"train-ok", "privileged-debug", "sneaky-all-gpus", "lost-access"}
         allocations = [

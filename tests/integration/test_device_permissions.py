@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from gpuharden_lab import REPO_ROOT, layout, manager
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 from tests.unit.test_device_nodes import nvidia_modprobe
 
 pytestmark = pytest.mark.lab
@@ -58,7 +58,7 @@ SNAPSHOT = (
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    with shared_lab("seed-failures", unit="node-roles") as state:
         yield state
 
 

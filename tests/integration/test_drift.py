@@ -20,7 +20,7 @@ import pytest
 import yaml
 from gpuharden_lab import REPO_ROOT
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import discard_shared_lab, shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -37,8 +37,13 @@ ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
-        yield state
+    # On the seed-failures lab it shares (tests/xdist_shared_lab.py): the remediation test changes three nodes and
+    # rolls the plugin out, so the next user starts afresh.
+    with shared_lab("seed-failures") as state:
+        try:
+            yield state
+        finally:
+            discard_shared_lab()
 
 
 def _playbook(state, playbook, tmp, *, check=False, tags=None, extravars=None, limit=None):

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration import cluster_side as cs
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -31,7 +31,7 @@ FIXTURE_PIDS = {3131, 4242, 5151, 5152, 7001}
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    with shared_lab("seed-failures") as state:
         core = client.CoreV1Api(cs.admin(state))
 
         def advertised():

@@ -22,7 +22,7 @@ import yaml
 from gpuharden_lab import manager
 
 from tests.integration.cluster_side import wait_for
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -39,7 +39,7 @@ HOOK_LOG = "/var/log/gpuharden-test-drain-hook.log"
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("seed-failures") as state:
+    with shared_lab("seed-failures", unit="node-roles") as state:
         sh(state, TOPOLOGY_NONE, "printf 'KUBELET_EXTRA_ARGS=--topology-manager-policy=best-effort --v=2\\n' "
                                  "> /etc/default/kubelet")
         sh(state, FLAGGED, "sed -i 's|^KUBELET_KUBEADM_ARGS=\"|&--cpu-manager-policy=none |' "

@@ -2,7 +2,7 @@
 """Role postcheck on the lab over SSH: every seeded fault nvml_check and topology_check can see is reported on the
 right node and GPU (seed-failures), the unprivileged-NVML finding disappears after the device_permissions role, an
 8-GPU Deployment is named as unable to fit a 4+4 NUMA DGX under single-numa-node.  The healthy fleet's post-check is
-in test_postcheck_healthy.py (the modules on the shared healthy lab run as one xdist work unit: tests/xdist_shared_lab.py)."""
+in test_postcheck_healthy.py.  Both share their scenario's lab with other modules (tests/xdist_shared_lab.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gpuharden_lab import REPO_ROOT
 
-from tests.labfixtures import running_lab
+from tests.labfixtures import shared_lab
 
 pytestmark = pytest.mark.lab
 
@@ -68,13 +68,18 @@ class TestSeedFailures:
     @pytest.fixture(scope="class")
     @classmethod
     def lab(cls):
-        with running_lab("seed-failures") as state:
+        # The shared lab's next users (tests/xdist_shared_lab.py) get it without the Deployment.
+        with shared_lab("seed-failures") as state:
             from kubernetes import client, config
 
             api = config.new_client_from_config(config_file=state["cluster"]["admin_kubeconfig"])
-            client.AppsV1Api(api).create_namespaced_deployment("default", DEPLOYMENT)
-            api.close()
-            yield state
+            apps = client.AppsV1Api(api)
+            apps.create_namespaced_deployment("default", DEPLOYMENT)
+            try:
+                yield state
+            finally:
+                apps.delete_namespaced_deployment(DEPLOYMENT["metadata"]["name"], "default")
+                api.close()
 
     @pytest.fixture(scope="class")
     @classmethod

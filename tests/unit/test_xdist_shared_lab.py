@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.xdist_shared_lab import shared_lab_scopes
+from tests.xdist_shared_lab import SHARED_LAB_ORDER, shared_lab_scopes
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = """
@@ -55,3 +55,52 @@ def test_modules_on_one_shared_lab_run_on_one_worker(tmp_path, grouped):
     b = {workers["test_b-%d" % i] for i in range(6)}
     assert len(a) == len(b) == 1
     assert (a == b) is grouped
+
+
+def test_the_repo_s_shared_lab_orders_name_their_users():
+    """SHARED_LAB_ORDER names every user of each lab it orders, and nothing else; the readers of seed-failures run
+    before drift, the first that changes what they read."""
+    scopes = shared_lab_scopes(REPO)
+    for lab, modules in SHARED_LAB_ORDER.items():
+        assert {module for module, scope in scopes.items() if scope == "shared-lab:" + lab} == set(modules), lab
+    order = SHARED_LAB_ORDER["seed-failures"]
+    assert order.index("tests/integration/test_gpu_consistency.py") < order.index("tests/integration/test_drift.py")
+    assert order.index("tests/integration/test_device_cgroup_audit.py") < order.index("tests/integration/test_drift.py")
+    assert scopes["tests/integration/test_container_runtime.py"] == "shared-lab:seed-failures/node-roles"
+
+
+def test_a_unit_is_a_lab_of_its_own(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name, call in (("test_a", 'shared_lab("demo")'), ("test_b", 'shared_lab("demo", unit="other")'),
+                       ("test_c", 'shared_lab("demo",  unit="other")'), ("test_d", 'shared_lab("demo") and shared_lab("x")')):
+        (tests / (name + ".py")).write_text("# uses: %s\n" % call)
+    assert shared_lab_scopes(tmp_path) == {"tests/test_a.py": "shared-lab:demo", "tests/test_b.py": "shared-lab:demo/other",
+                                           "tests/test_c.py": "shared-lab:demo/other"}
+
+
+@pytest.mark.parametrize("xdist", [["-n", "2", "--dist", "loadfile"], ["-p", "no:xdist"]])
+def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
+    """Collected a, b, c, z; the table puts z before a: z's tests run first, then a's, each module's in its own order;
+    b (no shared lab) and c (unlisted user) keep their places relative to the group."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name, count, uses in (("test_a", 3, True), ("test_b", 2, False), ("test_c", 1, True), ("test_z", 3, True)):
+        body = "import os\n# uses: %s\n" % ('shared_lab("demo")' if uses else "no lab")
+        body += "".join("def test_%d():\n    open(os.environ['RECORD'], 'a').write('%s-%d\\n')\n" % (i, name, i) for i in range(count))
+        (tests / (name + ".py")).write_text(body)
+    (tmp_path / "conftest.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
+        + "from tests import xdist_shared_lab\n"
+        + "xdist_shared_lab.SHARED_LAB_ORDER['demo'] = ['tests/test_z.py', 'tests/test_a.py']\n"
+        + "from tests.xdist_shared_lab import pytest_collection_modifyitems, pytest_xdist_make_scheduler\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    record = tmp_path / "record"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "tests"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "RECORD": str(record)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran = record.read_text().split()
+    group = [name for name in ran if not name.startswith("test_b")]
+    assert group == ["test_z-0", "test_z-1", "test_z-2", "test_a-0", "test_a-1", "test_a-2", "test_c-0"], ran
+    if xdist == ["-p", "no:xdist"]:
+        assert ran[:7] == group  # the group stands at the place of its first test, a's, before b
