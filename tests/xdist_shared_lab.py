@@ -4,9 +4,8 @@ tests.labfixtures.shared_lab("<scenario>") (found by their text) are one work un
 them in a row on one lab instead of each module's worker bringing that lab up.  --dist loadgroup would do this with
 xdist_group marks, but with pytest 9.2 and pytest-xdist 3.8 it silently stops grouping (pytest-xdist#1386).
 
-The modules of one shared lab run in the order SHARED_LAB_ORDER gives (pytest_collection_modifyitems, with or without
-xdist): the ones that only read first, then the ones that change nodes no later user reads, and last the one that
-changes the cluster and discards the lab."""
+The units go out longest first (UNIT_SECONDS), and the modules of one shared lab run in the order SHARED_LAB_ORDER
+gives: both by pytest_collection_modifyitems, with or without xdist."""
 
 from __future__ import annotations
 
@@ -34,6 +33,19 @@ SHARED_LAB_ORDER = {
                                  "tests/integration/test_container_runtime.py"],
 }
 
+# Seconds each lab work unit took in a fresh-clone `make test` here (2026-12-05, build/integration-junit.xml, tests'
+# times summed).  Only the order the units go out in: the longest first, so that the last ones are short and the two
+# workers end together.  A unit missing here goes after these; a stale figure costs balance, never a result.
+UNIT_SECONDS = {
+    "shared-lab:seed-failures": 715, "shared-lab:seed-failures/node-roles": 498, "shared-lab:healthy": 398,
+    "tests/integration/test_unharden.py": 227, "tests/integration/test_disruption.py": 226,
+    "tests/integration/test_device_plugin.py": 201, "tests/integration/test_bootstrap.py": 198,
+    "tests/integration/test_mig.py": 168, "tests/integration/test_real_nodes.py": 156,
+    "tests/integration/test_admission_and_restarts.py": 147, "tests/integration/test_real_nodes_harden.py": 138,
+    "tests/integration/test_unharden_seeded.py": 94, "tests/lab/test_scenarios.py": 45, "tests/lab/test_lab_cluster.py": 28,
+    "tests/lab/test_lab_lifecycle.py": 22, "tests/lab/test_scenarios_mixed.py": 9,
+}
+
 
 def shared_lab_scopes(root: Path) -> dict[str, str]:
     """{test module path as node ids spell it: "shared-lab:<lab>"} for the modules that share one lab."""
@@ -47,12 +59,14 @@ def shared_lab_scopes(root: Path) -> dict[str, str]:
 
 @pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config, log):
-    """Under --dist loadfile, group by shared lab, else by file (xdist/scheduler/loadfile.py's _split_scope)."""
+    """Under --dist loadfile, group by shared lab, else by file (xdist/scheduler/loadfile.py's _split_scope); the units
+    go out in collection order, not largest first by test count (xdist/scheduler/loadscope.py's schedule)."""
     if config.getoption("dist", None) != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     scopes = shared_lab_scopes(Path(str(config.rootpath)))
+    config.option.loadscopereorder = False  # hand the units out in collection order: pytest_collection_modifyitems's
 
     class SharedLabScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid):
@@ -69,20 +83,17 @@ def shared_lab_position(module: str, scope: str) -> int:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Each shared lab's modules in a row, at the place of its first test, in SHARED_LAB_ORDER; the rest as collected.
-    A stable sort keeps each module's own tests in their order."""
+    """The work units in a row, the longest first (UNIT_SECONDS; the unlisted after them, as collected); a shared
+    lab's modules in SHARED_LAB_ORDER; each module's tests in their order (the sorts are stable)."""
     scopes = shared_lab_scopes(Path(str(config.rootpath)))
-    groups: dict[str, list] = {}
+    units: dict[str, list] = {}
     for item in items:
-        scope = scopes.get(item.nodeid.split("::", 1)[0])
-        if scope:
-            groups.setdefault(scope, []).append(item)
-    placed, ordered = set(), []
-    for item in items:
-        scope = scopes.get(item.nodeid.split("::", 1)[0])
-        if scope is None:
-            ordered.append(item)
-        elif scope not in placed:
-            placed.add(scope)
-            ordered.extend(sorted(groups[scope], key=lambda member, scope=scope: shared_lab_position(member.nodeid.split("::", 1)[0], scope)))
+        module = item.nodeid.split("::", 1)[0]
+        units.setdefault(scopes.get(module, module), []).append(item)
+    ordered = []
+    for scope in sorted(units, key=lambda unit: -UNIT_SECONDS.get(unit, 0)):
+        members = units[scope]
+        if scope.startswith("shared-lab:"):
+            members = sorted(members, key=lambda member, scope=scope: shared_lab_position(member.nodeid.split("::", 1)[0], scope))
+        ordered.extend(members)
     items[:] = ordered

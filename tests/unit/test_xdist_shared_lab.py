@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.xdist_shared_lab import SHARED_LAB_ORDER, shared_lab_scopes
+from tests.xdist_shared_lab import SHARED_LAB_ORDER, UNIT_SECONDS, shared_lab_scopes
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = """
@@ -104,3 +104,40 @@ def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
     assert group == ["test_z-0", "test_z-1", "test_z-2", "test_a-0", "test_a-1", "test_a-2", "test_c-0"], ran
     if xdist == ["-p", "no:xdist"]:
         assert ran[:7] == group  # the group stands at the place of its first test, a's, before b
+
+
+@pytest.mark.parametrize("xdist", [["-n", "2", "--dist", "loadfile"], ["-p", "no:xdist"]])
+def test_the_longest_units_go_out_first(tmp_path, xdist):
+    """UNIT_SECONDS puts c (10 s) before the demo lab's a and b (5 s), and those before d (unlisted): with one worker
+    they run in that order, and with two the first worker starts c, the second the lab's unit."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name, uses in (("test_a", True), ("test_b", True), ("test_c", False), ("test_d", False)):
+        body = "import os, time\n# uses: %s\n" % ('shared_lab("demo")' if uses else "no lab")
+        body += "def test_0():\n    open(os.environ['RECORD'], 'a').write('%s %%s\\n' %% os.environ.get('PYTEST_XDIST_WORKER'))\n" % name
+        body += "    time.sleep(0.5)\n"
+        (tests / (name + ".py")).write_text(body)
+    (tmp_path / "conftest.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
+        + "from tests import xdist_shared_lab\n"
+        + "xdist_shared_lab.UNIT_SECONDS.clear()\n"
+        + "xdist_shared_lab.UNIT_SECONDS.update({'tests/test_c.py': 10, 'shared-lab:demo': 5})\n"
+        + "from tests.xdist_shared_lab import pytest_collection_modifyitems, pytest_xdist_make_scheduler\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    record = tmp_path / "record"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "tests"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "RECORD": str(record)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran = [line.split() for line in record.read_text().splitlines()]
+    if xdist == ["-p", "no:xdist"]:
+        assert [name for name, _worker in ran] == ["test_c", "test_a", "test_b", "test_d"]
+    else:
+        worker = dict(ran)
+        assert worker["test_a"] == worker["test_b"] != worker["test_c"]
+        assert [name for name, _worker in ran][:2] in (["test_c", "test_a"], ["test_a", "test_c"])
+
+
+def test_every_timed_unit_exists():
+    scopes = shared_lab_scopes(REPO)
+    for unit in UNIT_SECONDS:
+        assert unit in set(scopes.values()) or ((REPO / unit).is_file() and unit not in scopes), unit
