@@ -79,27 +79,42 @@ def test_a_unit_is_a_lab_of_its_own(tmp_path):
                                            "tests/test_c.py": "shared-lab:demo/other"}
 
 
-@pytest.mark.parametrize("xdist", [["-n", "2", "--dist", "loadfile"], ["-p", "no:xdist"]])
-def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
-    """Collected a, b, c, z; the table puts z before a: z's tests run first, then a's, each module's in its own order;
-    b (no shared lab) and c (unlisted user) keep their places relative to the group."""
+def _recording_module(uses_lab, count, record):
+    """A test module of ``count`` tests, each appending ``record % (its index, the xdist worker)`` to $RECORD."""
+    body = "import os, time\n# uses: %s\n" % ('shared_lab("demo")' if uses_lab else "no lab")
+    for index in range(count):
+        body += "def test_%d():\n    open(os.environ['RECORD'], 'a').write(%r %% (%d, os.environ.get('PYTEST_XDIST_WORKER')))\n" % (
+            index, record + "\n", index)
+        body += "    time.sleep(0.2)\n"
+    return body
+
+
+def _run_project(tmp_path, modules, tables, xdist):
+    """Run a throwaway project's tests under this repo's ordering hooks, after ``tables`` (Python statements on
+    ``xdist_shared_lab``) set its tables; the lines its tests recorded, in the order they were written."""
     tests = tmp_path / "tests"
     tests.mkdir()
-    for name, count, uses in (("test_a", 3, True), ("test_b", 2, False), ("test_c", 1, True), ("test_z", 3, True)):
-        body = "import os\n# uses: %s\n" % ('shared_lab("demo")' if uses else "no lab")
-        body += "".join("def test_%d():\n    open(os.environ['RECORD'], 'a').write('%s-%d\\n')\n" % (i, name, i) for i in range(count))
+    for name, body in modules.items():
         (tests / (name + ".py")).write_text(body)
     (tmp_path / "conftest.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
-        + "from tests import xdist_shared_lab\n"
-        + "xdist_shared_lab.SHARED_LAB_ORDER['demo'] = ['tests/test_z.py', 'tests/test_a.py']\n"
+        "import sys\nsys.path.insert(0, %r)\nfrom tests import xdist_shared_lab\n%s\n" % (str(REPO), tables)
         + "from tests.xdist_shared_lab import pytest_collection_modifyitems, pytest_xdist_make_scheduler\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     record = tmp_path / "record"
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "tests"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "RECORD": str(record)})
     assert p.returncode == 0, p.stdout + p.stderr
-    ran = record.read_text().split()
+    return [line.split() for line in record.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("xdist", [["-n", "2", "--dist", "loadfile"], ["-p", "no:xdist"]])
+def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
+    """Collected a, b, c, z; the table puts z before a: z's tests run first, then a's, each module's in its own order;
+    b (no shared lab) and c (unlisted user) keep their places relative to the group."""
+    modules = {name: _recording_module(uses, count, name + "-%d %s") for name, count, uses in
+               (("test_a", 3, True), ("test_b", 2, False), ("test_c", 1, True), ("test_z", 3, True))}
+    ran = [name for name, _worker in _run_project(
+        tmp_path, modules, "xdist_shared_lab.SHARED_LAB_ORDER['demo'] = ['tests/test_z.py', 'tests/test_a.py']", xdist)]
     group = [name for name in ran if not name.startswith("test_b")]
     assert group == ["test_z-0", "test_z-1", "test_z-2", "test_a-0", "test_a-1", "test_a-2", "test_c-0"], ran
     if xdist == ["-p", "no:xdist"]:
@@ -109,26 +124,11 @@ def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
 @pytest.mark.parametrize("xdist", [["-n", "2", "--dist", "loadfile"], ["-p", "no:xdist"]])
 def test_the_longest_units_go_out_first(tmp_path, xdist):
     """UNIT_SECONDS puts c (10 s) before the demo lab's a and b (5 s), and those before d (unlisted): with one worker
-    they run in that order, and with two the first worker starts c, the second the lab's unit."""
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    for name, uses in (("test_a", True), ("test_b", True), ("test_c", False), ("test_d", False)):
-        body = "import os, time\n# uses: %s\n" % ('shared_lab("demo")' if uses else "no lab")
-        body += "def test_0():\n    open(os.environ['RECORD'], 'a').write('%s %%s\\n' %% os.environ.get('PYTEST_XDIST_WORKER'))\n" % name
-        body += "    time.sleep(0.5)\n"
-        (tests / (name + ".py")).write_text(body)
-    (tmp_path / "conftest.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
-        + "from tests import xdist_shared_lab\n"
-        + "xdist_shared_lab.UNIT_SECONDS.clear()\n"
-        + "xdist_shared_lab.UNIT_SECONDS.update({'tests/test_c.py': 10, 'shared-lab:demo': 5})\n"
-        + "from tests.xdist_shared_lab import pytest_collection_modifyitems, pytest_xdist_make_scheduler\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    record = tmp_path / "record"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "tests"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "RECORD": str(record)})
-    assert p.returncode == 0, p.stdout + p.stderr
-    ran = [line.split() for line in record.read_text().splitlines()]
+    they run in that order, and with two one worker takes c, the other the lab's unit."""
+    modules = {name: _recording_module(uses, 1, name + " %.0s%s") for name, uses in
+               (("test_a", True), ("test_b", True), ("test_c", False), ("test_d", False))}
+    tables = "xdist_shared_lab.UNIT_SECONDS.clear()\nxdist_shared_lab.UNIT_SECONDS.update({'tests/test_c.py': 10, 'shared-lab:demo': 5})"
+    ran = _run_project(tmp_path, modules, tables, xdist)
     if xdist == ["-p", "no:xdist"]:
         assert [name for name, _worker in ran] == ["test_c", "test_a", "test_b", "test_d"]
     else:
