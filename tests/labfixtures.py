@@ -56,7 +56,7 @@ def shared_lab(scenario: str, unit: str | None = None):
     """The scenario's lab, shared by consecutive test modules of this process: the first one brings it up, and it stays
     up for the next shared_lab of the same scenario and unit (a unit: another set of users, on a lab of its own).  A
     user that changes what a later user reads (their order: tests/xdist_shared_lab.py) puts it back before the block
-    ends, or calls discard_shared_lab() so that the next user starts afresh.  running_lab, another scenario, and the end of
+    ends, or calls discard_shared_lab() so that the next user starts afresh.  running_lab, another lab, and the end of
     the session (take_down_shared_lab, tests/conftest.py) take it down."""
     assert os.geteuid() == 0, "the lab tests need root"
     _require_built(scenario)
