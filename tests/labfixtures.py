@@ -31,8 +31,9 @@ def _require_built(scenario: str, node_count: int | None = None, stand_ins: bool
                      "(or `make real-components`)" % scenario)
 
 
-# The lab (scenario and unit) this process left up for the next shared_lab user, if any.
-_kept: dict[str, str] = {}
+# "lab": the lab (scenario and unit) this process left up for the next shared_lab user; None once discarded, which the
+# next shared_lab replaces and the session's end still takes down.  Empty: nothing left up.
+_kept: dict[str, str | None] = {}
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def shared_lab(scenario: str, unit: str | None = None):
     lab = scenario + ("/" + unit if unit else "")
     with lab_lock():
         state = manager.load_state()
-        if _kept.get("lab") != lab or _kept.get("discarded") or state is None or state.get("status") != "up":
+        if _kept.get("lab") != lab or state is None or state.get("status") != "up":
             _kept.clear()
             manager.down()
             state = manager.up(scenario)
@@ -75,7 +76,7 @@ def discard_shared_lab() -> None:
     """The shared lab was changed and is not put back: the next shared_lab brings a fresh one up.  It stays up until
     then, or until the session's end takes it down (take_down_shared_lab)."""
     if _kept:
-        _kept["discarded"] = "yes"
+        _kept["lab"] = None
 
 
 def take_down_shared_lab() -> list[str]:

@@ -9,6 +9,7 @@ gives: both by pytest_collection_modifyitems, with or without xdist."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -47,6 +48,7 @@ UNIT_SECONDS = {
 }
 
 
+@functools.cache  # the scheduler and the collection hook both ask, once per process
 def shared_lab_scopes(root: Path) -> dict[str, str]:
     """{test module path as node ids spell it: "shared-lab:<lab>"} for the modules that share one lab."""
     scopes = {}

@@ -79,12 +79,12 @@ def test_a_unit_is_a_lab_of_its_own(tmp_path):
                                            "tests/test_c.py": "shared-lab:demo/other"}
 
 
-def _recording_module(uses_lab, count, record):
-    """A test module of ``count`` tests, each appending ``record % (its index, the xdist worker)`` to $RECORD."""
+def _recording_module(name, uses_lab, count):
+    """Test module ``name`` with ``count`` tests, each appending "<name>-<index> <xdist worker>" to $RECORD."""
     body = "import os, time\n# uses: %s\n" % ('shared_lab("demo")' if uses_lab else "no lab")
     for index in range(count):
-        body += "def test_%d():\n    open(os.environ['RECORD'], 'a').write(%r %% (%d, os.environ.get('PYTEST_XDIST_WORKER')))\n" % (
-            index, record + "\n", index)
+        body += "def test_%d():\n    open(os.environ['RECORD'], 'a').write('%s-%d %%s\\n' %% os.environ.get('PYTEST_XDIST_WORKER'))\n" % (
+            index, name, index)
         body += "    time.sleep(0.2)\n"
     return body
 
@@ -111,7 +111,7 @@ def _run_project(tmp_path, modules, tables, xdist):
 def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
     """Collected a, b, c, z; the table puts z before a: z's tests run first, then a's, each module's in its own order;
     b (no shared lab) and c (unlisted user) keep their places relative to the group."""
-    modules = {name: _recording_module(uses, count, name + "-%d %s") for name, count, uses in
+    modules = {name: _recording_module(name, uses, count) for name, count, uses in
                (("test_a", 3, True), ("test_b", 2, False), ("test_c", 1, True), ("test_z", 3, True))}
     ran = [name for name, _worker in _run_project(
         tmp_path, modules, "xdist_shared_lab.SHARED_LAB_ORDER['demo'] = ['tests/test_z.py', 'tests/test_a.py']", xdist)]
@@ -125,16 +125,16 @@ def test_a_shared_lab_s_modules_run_in_the_declared_order(tmp_path, xdist):
 def test_the_longest_units_go_out_first(tmp_path, xdist):
     """UNIT_SECONDS puts c (10 s) before the demo lab's a and b (5 s), and those before d (unlisted): with one worker
     they run in that order, and with two one worker takes c, the other the lab's unit."""
-    modules = {name: _recording_module(uses, 1, name + " %.0s%s") for name, uses in
+    modules = {name: _recording_module(name, uses, 1) for name, uses in
                (("test_a", True), ("test_b", True), ("test_c", False), ("test_d", False))}
     tables = "xdist_shared_lab.UNIT_SECONDS.clear()\nxdist_shared_lab.UNIT_SECONDS.update({'tests/test_c.py': 10, 'shared-lab:demo': 5})"
     ran = _run_project(tmp_path, modules, tables, xdist)
     if xdist == ["-p", "no:xdist"]:
-        assert [name for name, _worker in ran] == ["test_c", "test_a", "test_b", "test_d"]
+        assert [name for name, _worker in ran] == ["test_c-0", "test_a-0", "test_b-0", "test_d-0"]
     else:
         worker = dict(ran)
-        assert worker["test_a"] == worker["test_b"] != worker["test_c"]
-        assert [name for name, _worker in ran][:2] in (["test_c", "test_a"], ["test_a", "test_c"])
+        assert worker["test_a-0"] == worker["test_b-0"] != worker["test_c-0"]
+        assert [name for name, _worker in ran][:2] in (["test_c-0", "test_a-0"], ["test_a-0", "test_c-0"])
 
 
 def test_every_timed_unit_exists():
