@@ -132,8 +132,11 @@ real: setup real-quick
 LAB_WORKERS ?= 2
 # The lab instance of make test's side stream (molecule): the first one integration does not use.
 SIDE_LAB_INSTANCE ?= $(if $(filter-out 0,$(LAB_WORKERS)),$(LAB_WORKERS),1)
-# Every lab test; those marked real_nodes need real-components (built first, warm: about a second).
+# Every lab test; those marked real_nodes need real-components (built first, warm: about a second).  Each test's worker,
+# start, end and children's CPU go to build/integration-timeline.tsv (tests/timeline.py), for balancing the workers.
 integration: setup real-components
+	rm -f $(BUILD)/integration-timeline.tsv
+	GPUHARDEN_TEST_TIMELINE=$(CURDIR)/$(BUILD)/integration-timeline.tsv \
 	$(BIN)/python -m pytest -q -m lab --durations=15 --junitxml=$(BUILD)/integration-junit.xml \
 	  $(if $(filter-out 0,$(LAB_WORKERS)),-n $(LAB_WORKERS) --dist loadfile,-p no:xdist)
 

@@ -136,7 +136,7 @@ def decide(params):
     _disruption.resolve_budget(params["max_unavailable"], 0)  # bad input fails before any request
     api = _k8s.api_client(params)
     try:
-        nodes, _pages = list_all("disruption_budget", api, _k8s.k8s_client.CoreV1Api(api).list_node, Target("list", "nodes"))
+        nodes, _pages = list_all("disruption_budget", api, _k8s.endpoint(api, "GET", "/api/v1/nodes"), Target("list", "nodes"))
     finally:
         api.close()
     return _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],

@@ -302,7 +302,7 @@ def read_cluster(api, page_limit, workload_kinds=(), pods=None):
         lists["Pod"] = lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=_consistency.POD_SELECTOR)
     lists.update((kind, soft(kind)) for kind in workload_kinds)
     read = _k8s.list_concurrently(lists)
-    pages = {CLUSTER_LISTS[kind][2]: count for kind, (_items, count) in read.items()}
+    pages = {CLUSTER_LISTS[kind][1]: count for kind, (_items, count) in read.items()}
     pages.setdefault("pods", 0)
     controllers = {kind: read[kind][0] for kind in workload_kinds}
     return read["Node"][0], read["Pod"][0] if pods is None else pods, controllers, pages

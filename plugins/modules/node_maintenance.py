@@ -242,12 +242,16 @@ class Cluster:
 
     def __init__(self, api, page_limit):
         self.api, self.page_limit, self.requests = api, page_limit, 0
-        self.core = _k8s.k8s_client.CoreV1Api(api)
-        self.policy = _k8s.k8s_client.PolicyV1Api(api)
+        self.read_node = _k8s.endpoint(api, "GET", "/api/v1/nodes/{name}", "name")
+        self.patch_node = _k8s.endpoint(api, "PATCH", "/api/v1/nodes/{name}", "name")
+        self.list_pods = _k8s.endpoint(api, "GET", "/api/v1/pods")
+        self.list_pdbs = _k8s.endpoint(api, "GET", "/apis/policy/v1/poddisruptionbudgets")
+        self.evict_pod = _k8s.endpoint(api, "POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction", "name", "namespace")
+        self.delete_pod = _k8s.endpoint(api, "DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace")
 
     def node(self, name):
         self.requests += 1
-        _status, body = call(MODULE, self.api, self.core.read_node, Target("get", "nodes", name=name), name)
+        _status, body = call(MODULE, self.api, self.read_node, Target("get", "nodes", name=name), name)
         return body
 
     def unschedulable(self, node):
@@ -259,18 +263,18 @@ class Cluster:
 
     def set_unschedulable(self, node, value):
         self.requests += 1
-        call(MODULE, self.api, self.core.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value))
+        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value))
 
     def pods(self, nodes):
         selector = "spec.nodeName=%s" % nodes[0] if len(nodes) == 1 else "spec.nodeName!="
-        items, pages = list_all(MODULE, self.api, self.core.list_pod_for_all_namespaces, Target("list", "pods"),
+        items, pages = list_all(MODULE, self.api, self.list_pods, Target("list", "pods"),
                                 self.page_limit, field_selector=selector)
         self.requests += pages
         wanted = set(nodes)
         return [pod for pod in items if (pod.get("spec") or {}).get("nodeName") in wanted]
 
     def pdbs(self):
-        items, pages = list_all(MODULE, self.api, self.policy.list_pod_disruption_budget_for_all_namespaces,
+        items, pages = list_all(MODULE, self.api, self.list_pdbs,
                                 Target("list", "poddisruptionbudgets", "policy"), self.page_limit)
         self.requests += pages
         return items
@@ -278,7 +282,7 @@ class Cluster:
     def evict(self, ref, grace_period):
         self.requests += 1
         target = Target("create", "pods/eviction", namespace=ref["namespace"], name=ref["name"])
-        status, body = call(MODULE, self.api, self.core.create_namespaced_pod_eviction, target, ref["name"], ref["namespace"],
+        status, body = call(MODULE, self.api, self.evict_pod, target, ref["name"], ref["namespace"],
                             _drain.eviction_body(ref, grace_period), accept=(404, 409, 429, 500))
         outcome, message = _drain.eviction_outcome(status, body)
         if outcome is None:
@@ -291,7 +295,7 @@ class Cluster:
         if grace_period is not None:
             options["gracePeriodSeconds"] = grace_period
         target = Target("delete", "pods", namespace=ref["namespace"], name=ref["name"])
-        status, body = call(MODULE, self.api, self.core.delete_namespaced_pod, target, ref["name"], ref["namespace"],
+        status, body = call(MODULE, self.api, self.delete_pod, target, ref["name"], ref["namespace"],
                             body=options, accept=(404, 409))
         return ("gone", "") if status in (404, 409) else ("evicted", (body or {}).get("message") or "")
 

@@ -999,21 +999,30 @@ def test_coexistence_missing_clusterpolicy_crd_is_no_operator(monkeypatch):
         def __init__(self, status):
             self.status = status
 
-        def list_cluster_custom_object(self, *args, **kwargs):
+        def __call__(self, *args, **kwargs):
             if self.status:
                 raise ApiException(status=self.status, reason="x")
             return type("R", (), {"data": json.dumps({"items": [CLUSTER_POLICY]}).encode()})()
 
+    requested = []
+
+    def endpoint(status):
+        def make(api, http_method, path, *keys):
+            requested.append((http_method, path, keys))
+            return Api(status)
+        return make
+
     client = module._k8s_objects.Client(object(), "device_plugin")
     for status, expected in ((404, ([], None)), (None, ([CLUSTER_POLICY], None))):
-        monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api, s=status: Api(s))
+        monkeypatch.setattr(module._k8s, "endpoint", endpoint(status))
         assert dpr.read_cluster_policies(client, 500) == expected
-    monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(403))
+    assert requested[0] == ("GET", "/apis/nvidia.com/v1/clusterpolicies", ())  # the CRD's cluster-wide LIST
+    monkeypatch.setattr(module._k8s, "endpoint", endpoint(403))
     policies, finding = dpr.read_cluster_policies(client, 500)
     assert policies == [] and finding["id"] == "plugin_operator_unknown" and "clusterpolicies.nvidia.com" in finding["hint"]
     assert "forbidden: the identity in use may not list clusterpolicies (API group nvidia.com)" in finding["hint"]
     assert client.requests == 3
-    monkeypatch.setattr(module._k8s.k8s_client, "CustomObjectsApi", lambda api: Api(500))
+    monkeypatch.setattr(module._k8s, "endpoint", endpoint(500))
     with pytest.raises(GpuhardenError, match="500"):
         dpr.read_cluster_policies(client, 500)
 

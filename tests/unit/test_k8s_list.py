@@ -180,14 +180,137 @@ def test_real_client_plain_dicts():
         params.update(host="http://127.0.0.1:%d" % server.httpd.server_address[1], api_key="t", request_timeout=5)
         api = _k8s.api_client(params)
         try:
-            core = _k8s.k8s_client.CoreV1Api(api)
-            items, pages = _k8s.list_all(api, core.list_node, "t: listing nodes", plain("t: listing nodes"), 3, label_selector="a=b")
+            list_nodes = _k8s.endpoint(api, "GET", "/api/v1/nodes")
+            items, pages = _k8s.list_all(api, list_nodes, "t: listing nodes", plain("t: listing nodes"), 3, label_selector="a=b")
         finally:
             api.close()
     assert pages == 3 and [type(item) for item in items] == [dict] * 7
     assert items[6] == {"metadata": {"name": "n6"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
     assert [query.get("continue") for _path, query in server.requests] == [None, "3", "6"]
     assert {query["labelSelector"] for _path, query in server.requests} == {"a=b"}
+
+
+class EchoServer:
+    """Records each request (method, path, query, headers, JSON body); answers 404 with a Status for paths under
+    /missing, else 200 with {"echo": path}."""
+
+    def __init__(self):
+        self.requests = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                url = urlparse(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                server.requests.append({"method": self.command, "path": url.path, "query": parse_qs(url.query),
+                                        "headers": {key.lower(): value for key, value in self.headers.items()}, "body": body})
+                status, answer = (404, {"kind": "Status", "code": 404, "message": "pods \"gone\" not found"}) \
+                    if url.path.startswith("/missing") else (200, {"echo": url.path})
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PATCH = do_PUT = do_DELETE = do_POST = _answer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    __enter__, __exit__ = FakeServer.__enter__, FakeServer.__exit__
+
+
+def test_endpoint_sends_what_the_typed_clients_send():
+    """One request path for every verb: path values quoted in place, typed-client keywords as the API server's query
+    parameters, the body as JSON with the content type the call names (a PATCH without one: strategic merge, as the
+    typed clients send a dict), the token and impersonation headers, and a 404 as the ApiException the typed clients
+    raise (kubernetes/client/api/core_v1_api.py's patch_namespaced_pod and delete_namespaced_pod name the same
+    parameters)."""
+    params = {name: None for name in _k8s.AUTH_OPTION_NAMES}
+    with EchoServer() as server:
+        params.update(host="http://127.0.0.1:%d/" % server.httpd.server_address[1], api_key="t0ken", request_timeout=5,
+                      impersonate_user="system:serviceaccount:gpuharden-system:gpuharden")
+        api = _k8s.api_client(params)
+        try:
+            patch_pod = _k8s.endpoint(api, "PATCH", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace")
+            answer = patch_pod("p 1", "ml", {"metadata": {"labels": {"a": "b"}}}, field_manager="gpuharden", force=True,
+                               dry_run="All", _content_type="application/apply-patch+yaml", _preload_content=False)
+            assert answer.status == 200 and json.loads(answer.data) == {"echo": "/api/v1/namespaces/ml/pods/p%201"}
+            patch_pod("p2", "ml", {"spec": {"unschedulable": True}})
+            _k8s.endpoint(api, "DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace")(
+                "p3", "ml", body={"preconditions": {"uid": "u3"}}, propagation_policy="Background", force=False)
+            _k8s.endpoint(api, "GET", "/api/v1/pods")(label_selector="x=y", _continue="tok", limit=2, field_selector=None)
+            with pytest.raises(ApiException) as raised:
+                _k8s.endpoint(api, "GET", "/missing/{name}", "name")("gone")
+            target = _k8s_access.Target("get", "pods", name="gone")
+            status, body = _k8s_access.call("t", api, _k8s.endpoint(api, "GET", "/missing/{name}", "name"), target, "gone",
+                                            accept=(404,))
+        finally:
+            api.close()
+    assert raised.value.status == 404 and "not found" in raised.value.body
+    assert (status, body["message"]) == (404, 'pods "gone" not found')
+    apply, merge, delete, listing = server.requests[:4]
+    assert (apply["method"], apply["path"]) == ("PATCH", "/api/v1/namespaces/ml/pods/p%201")  # quoted, as on the wire
+    assert apply["query"] == {"fieldManager": ["gpuharden"], "force": ["true"], "dryRun": ["All"]}
+    assert apply["headers"]["content-type"] == "application/apply-patch+yaml"
+    assert apply["body"] == {"metadata": {"labels": {"a": "b"}}}
+    assert merge["headers"]["content-type"] == "application/strategic-merge-patch+json" and merge["query"] == {}
+    assert (delete["method"], delete["query"]) == ("DELETE", {"propagationPolicy": ["Background"], "force": ["false"]})
+    assert delete["body"] == {"preconditions": {"uid": "u3"}}
+    assert listing["query"] == {"labelSelector": ["x=y"], "continue": ["tok"], "limit": ["2"]} and listing["body"] is None
+    for sent in server.requests:
+        assert sent["headers"]["authorization"] == "Bearer t0ken"
+        assert sent["headers"]["impersonate-user"] == "system:serviceaccount:gpuharden-system:gpuharden"
+        assert sent["headers"]["accept"] == "application/json"
+
+
+def test_controller_requests_never_import_the_typed_api_classes():
+    """Each typed API class of the kubernetes client builds its pydantic models at import (0.9 CPU-s here for
+    CoreV1Api): every request the k8s and cluster layers make (each LIST kind, each verb on each kind, the drain's
+    calls, the GPU Operator's CRD) goes through _k8s.endpoint, and none pulls a typed class or a model in."""
+    import subprocess
+    import sys
+
+    from tests.unit.conftest import COLLECTIONS, REPO_ROOT
+
+    script = """
+import sys
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access, _k8s_objects
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_reconcile
+from ansible_collections.gpuharden.k8s.plugins.modules import node_maintenance
+from tests.unit.test_k8s_list import EchoServer
+
+with EchoServer() as server:
+    params = dict.fromkeys(_k8s.AUTH_OPTION_NAMES)
+    params.update(host="http://127.0.0.1:%d" % server.httpd.server_address[1], api_key="t", request_timeout=5)
+    api = _k8s.api_client(params)
+    for kind in _k8s_access.CLUSTER_LISTS:
+        _k8s_access.list_kind("t", api, kind)
+    client = _k8s_objects.Client(api, "t")
+    for kind in _k8s_objects.KINDS:
+        obj = {"kind": kind, "metadata": {"name": "x", "namespace": "ns"}}
+        client.read(kind, "x", "ns"); client.apply(obj, True, True); client.replace(obj, True)
+        client.merge_patch(kind, "x", {}, True, "ns"); client.delete(kind, "x", "ns", True)
+        client.list(kind, 10); client.list(kind, 10, namespace="ns")
+    _device_plugin_reconcile.read_cluster_policies(client, 10)
+    cluster = node_maintenance.Cluster(api, 10)
+    cluster.node("x"); cluster.set_unschedulable("x", True); cluster.pods(["x"]); cluster.pdbs()
+    cluster.evict({"name": "p", "namespace": "ns", "uid": "u"}, None); cluster.delete({"name": "p", "namespace": "ns", "uid": "u"}, None)
+    api.close()
+print(len(server.requests), sorted(name for name in sys.modules if name.startswith(("kubernetes.client.api.", "kubernetes.client.models."))))
+"""
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, cwd=REPO_ROOT,
+                               env={"PYTHONPATH": "%s:%s" % (COLLECTIONS, REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    count, loaded = completed.stdout.strip().split(" ", 1)
+    assert (int(count), loaded) == (49, "[]"), completed.stdout[:2000]  # 7 LIST kinds, 5 kinds x 7 calls, 1 CRD, 6 drain calls
 
 
 def test_gc_paused_nests_and_restores():

@@ -58,6 +58,7 @@ import tarfile
 from pathlib import Path
 
 from gpuharden_lab import REPO_ROOT, layout
+from gpuharden_lab.controlplane import EC_KEY
 from gpuharden_lab.system import LabError, run
 
 CACHE = Path(os.environ.get("GPUHARDEN_CACHE", Path.home() / ".cache" / "gpuharden")) / "realcomponents"
@@ -327,9 +328,9 @@ def node_client_certificate(name: str, directory: Path) -> tuple[bytes, bytes]:
     pki = layout.CONTROL_PLANE_DIR / "pki"
     directory.mkdir(parents=True, exist_ok=True)
     key, csr, crt = directory / "kubelet-client.key", directory / "kubelet-client.csr", directory / "kubelet-client.crt"
-    run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+    run(["openssl", "req", *EC_KEY, "-nodes", "-keyout", str(key), "-out", str(csr),
          "-subj", "/O=system:nodes/CN=system:node:%s" % name])
-    (directory / "client.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n")
+    (directory / "client.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n")
     run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
          "-CAcreateserial", "-out", str(crt), "-days", "30", "-extfile", str(directory / "client.ext")])
     return crt.read_bytes(), key.read_bytes()

@@ -97,9 +97,9 @@ CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")  # the GPU Operator's C
 def read_cluster_policies(client, page_limit):
     """The GPU Operator's ClusterPolicies: ([policies], None); ([], None) without its CRD (404: no operator);
     ([], finding) when this identity may not list them (403): reported, the ownerReferences still tell."""
-    method = _k8s.k8s_client.CustomObjectsApi(client.api).list_cluster_custom_object
+    method = _k8s.endpoint(client.api, "GET", "/apis/%s/%s/%s" % CLUSTER_POLICY)
     try:
-        return client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit, args=CLUSTER_POLICY), None
+        return client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit), None
     except GpuhardenError as error:
         if error.result.get("status") == 404:
             return [], None

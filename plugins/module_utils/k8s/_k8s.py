@@ -17,6 +17,11 @@ The options are documented in ``plugins/doc_fragments/_k8s_auth.py`` and specifi
 collector paused (``gc_paused``), ``continue`` followed to the end, one restart when a continue token expired.
 ``list_concurrently`` runs several such LISTs at once, so that one list's decoding overlaps the API server's
 work on the other.
+
+``endpoint`` is the one way a request is made: an API path and its HTTP method, sent through the ApiClient's
+urllib3 pool with the configuration's credentials, the body as JSON and the answer left raw.  The client's typed
+API classes (``CoreV1Api``...) are never imported: since kubernetes 35 each builds hundreds of pydantic model classes
+at import, about 0.9 CPU-s of every module run here, while this collection only ever wants a URL and the raw JSON.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import copy
 import gc
 import json
 import os
+import re
 import threading
 import traceback
+from urllib.parse import quote, urlencode
 
 from ansible.module_utils.basic import env_fallback
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -215,6 +222,66 @@ def api_client(params):
     return api
 
 
+_CAMEL = re.compile(r"_([a-z])")
+
+
+def _query_name(option):
+    """A typed client's keyword as the API server's query parameter: ``label_selector`` -> ``labelSelector``,
+    ``_continue`` -> ``continue``."""
+    return "continue" if option == "_continue" else _CAMEL.sub(lambda match: match.group(1).upper(), option)
+
+
+def _query_value(value):
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def endpoint(api, http_method, template, *path_keys):
+    """A callable for one API path, called as the typed clients' methods are called: the path's values in the order
+    of ``path_keys`` (``name``, ``namespace``), then the body if the request has one, then query options by their
+    keyword (``label_selector``, ``dry_run``, ``field_manager``, ``force``, ``limit``, ``_continue``...) and
+    ``_content_type`` and ``_request_timeout``.  It returns urllib3's response (``.status``, ``.data``) and raises
+    ``ApiException`` for any status outside 2xx, as the typed clients do (``_preload_content`` is accepted and
+    ignored: the answer is always raw).
+
+    ``template`` is the path as the API reference spells it (``/api/v1/namespaces/{namespace}/pods/{name}``)."""
+
+    def send(*args, **options):
+        path = template.format(**{key: quote(str(args[index]), safe="") for index, key in enumerate(path_keys)})
+        body = args[len(path_keys)] if len(args) > len(path_keys) else options.pop("body", None)
+        return request(api, http_method, path, body, **options)
+
+    return send
+
+
+def request(api, http_method, path, body=None, _content_type=None, _request_timeout=None, _preload_content=False, **query):
+    """One request through the ApiClient's urllib3 pool (TLS, client certificate and proxy as the configuration
+    decided), with its credentials and default headers (impersonation, user agent); see ``endpoint``."""
+    conf = api.configuration
+    headers = dict(api.default_headers)
+    headers["Accept"] = "application/json"
+    for setting in (conf.auth_settings() or {}).values():  # calls the kubeconfig's token refresh hook first
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[setting["key"]] = setting["value"]
+    payload = None
+    if body is not None:
+        # a PATCH without a content type is a strategic merge patch, as the typed clients send a dict body
+        headers["Content-Type"] = _content_type or ("application/strategic-merge-patch+json" if http_method == "PATCH" else "application/json")
+        payload = json.dumps(body).encode("utf-8")  # JSON is YAML too: apply-patch+yaml bodies go the same way
+    url = conf.host.rstrip("/") + path
+    params = [(_query_name(option), _query_value(value)) for option, value in query.items() if value is not None]
+    if params:
+        url += "?" + urlencode(params)
+    timeout = _request_timeout or getattr(api, "gpuharden_request_timeout", None)
+    extra = {"timeout": urllib3.Timeout(total=timeout)} if timeout else {}
+    response = api.rest_client.pool_manager.request(http_method, url, body=payload, headers=headers, **extra)
+    if not 200 <= response.status < 300:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = response.data.decode("utf-8", "replace") if response.data else None
+        error.headers = response.headers
+        raise error
+    return response
+
+
 def api_error(error, action):
     """A GpuhardenError for a failed API call: status, reason and the server's own message."""
     if isinstance(error, ApiException) and getattr(error, "status", None):
@@ -264,7 +331,7 @@ def _status(error):
 def list_all(api, method, action, failure, page_limit=500, args=(), **params):
     """Every item of one paginated LIST: (items, pages).
 
-    ``method`` is a typed client's ``list_*`` method (``CoreV1Api(api).list_node``), called with ``args`` and
+    ``method`` is a LIST request (``endpoint(api, "GET", "/api/v1/nodes")``), called with ``args`` and
     ``params`` (selectors) plus ``limit``, ``_continue``, the request timeout and ``_preload_content=False``:
     each page's body is decoded by ``json.loads`` into plain dicts.  ``action`` says what the LIST is, for error
     messages (``"gpu_consistency: listing pods"``); ``failure(error)`` turns a failed request into the

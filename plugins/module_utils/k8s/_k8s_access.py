@@ -110,21 +110,20 @@ def list_all(module, api, method, target, page_limit=500, **kwargs):
                          page_limit, **kwargs)
 
 
-# kind -> (typed client class, its cluster-wide LIST method, resource, API group): the kinds the read-only modules LIST
-# across all namespaces (the resource and group are the RBAC rule a 403 names).
+# kind -> (its cluster-wide LIST path, resource, API group): the kinds the read-only modules LIST across all namespaces
+# (the resource and group are the RBAC rule a 403 names).
 CLUSTER_LISTS = {
-    "Node": ("CoreV1Api", "list_node", "nodes", ""),
-    "Pod": ("CoreV1Api", "list_pod_for_all_namespaces", "pods", ""),
-    "Deployment": ("AppsV1Api", "list_deployment_for_all_namespaces", "deployments", "apps"),
-    "StatefulSet": ("AppsV1Api", "list_stateful_set_for_all_namespaces", "statefulsets", "apps"),
-    "DaemonSet": ("AppsV1Api", "list_daemon_set_for_all_namespaces", "daemonsets", "apps"),
-    "Job": ("BatchV1Api", "list_job_for_all_namespaces", "jobs", "batch"),
-    "CronJob": ("BatchV1Api", "list_cron_job_for_all_namespaces", "cronjobs", "batch"),
+    "Node": ("/api/v1/nodes", "nodes", ""),
+    "Pod": ("/api/v1/pods", "pods", ""),
+    "Deployment": ("/apis/apps/v1/deployments", "deployments", "apps"),
+    "StatefulSet": ("/apis/apps/v1/statefulsets", "statefulsets", "apps"),
+    "DaemonSet": ("/apis/apps/v1/daemonsets", "daemonsets", "apps"),
+    "Job": ("/apis/batch/v1/jobs", "jobs", "batch"),
+    "CronJob": ("/apis/batch/v1/cronjobs", "cronjobs", "batch"),
 }
 
 
 def list_kind(module, api, kind, page_limit=500, **selectors):
     """Every object of ``kind`` (a key of CLUSTER_LISTS) in the cluster, one paginated LIST: (items, pages)."""
-    client_class, method, resource, group = CLUSTER_LISTS[kind]
-    typed = getattr(_k8s.k8s_client, client_class)(api)
-    return list_all(module, api, getattr(typed, method), Target("list", resource, group), page_limit, **selectors)
+    path, resource, group = CLUSTER_LISTS[kind]
+    return list_all(module, api, _k8s.endpoint(api, "GET", path), Target("list", resource, group), page_limit, **selectors)

@@ -14,8 +14,8 @@ An existing object that this collection never applied (no ``gpuharden`` Apply en
 *adopted*: replaced (PUT) by the desired object, so that fields left by the previous installer cannot survive
 (server-side apply would keep them: they are not ours), then applied, so that gpuharden owns the fields.
 
-Everything goes through the typed clients with ``_preload_content=False`` and plain dicts; nothing here
-knows about a particular kind beyond the ``KINDS`` table.
+Every request goes through ``_k8s.endpoint`` with plain dicts; nothing here knows about a particular kind beyond
+the ``KINDS`` table.
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ FIELD_MANAGER = "gpuharden"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
 
-# kind: (client class, method suffix, namespaced, resource, API group): the last two name the RBAC rule a 403 lacks
+# kind: (API path prefix, namespaced, resource, API group): the last two name the RBAC rule a 403 lacks
 KINDS = {
-    "ConfigMap": ("CoreV1Api", "config_map", True, "configmaps", ""),
-    "DaemonSet": ("AppsV1Api", "daemon_set", True, "daemonsets", "apps"),
-    "RuntimeClass": ("NodeV1Api", "runtime_class", False, "runtimeclasses", "node.k8s.io"),
-    "Node": ("CoreV1Api", "node", False, "nodes", ""),
-    "Pod": ("CoreV1Api", "pod", True, "pods", ""),
+    "ConfigMap": ("/api/v1", True, "configmaps", ""),
+    "DaemonSet": ("/apis/apps/v1", True, "daemonsets", "apps"),
+    "RuntimeClass": ("/apis/node.k8s.io/v1", False, "runtimeclasses", "node.k8s.io"),
+    "Node": ("/api/v1", False, "nodes", ""),
+    "Pod": ("/api/v1", True, "pods", ""),
 }
+# the HTTP method of each verb Client uses
+HTTP_METHODS = {"read": "GET", "list": "GET", "patch": "PATCH", "replace": "PUT", "delete": "DELETE"}
 
 # Never compared: the server writes them on every write, or they are not part of what we declare.
 IGNORED_METADATA = ("managedFields", "resourceVersion", "generation")
@@ -102,7 +104,7 @@ def owned_by_us(obj):
 
 
 class Client:
-    """Thin wrapper over the typed clients: JSON in, dicts out, every request through _k8s_access (one error per
+    """Thin wrapper over the API paths: JSON in, dicts out, every request through _k8s_access (one error per
     failed request; a 403 names the identity and the RBAC rule it lacks)."""
 
     def __init__(self, api, who):
@@ -111,13 +113,18 @@ class Client:
         self.requests = 0
 
     def _method(self, kind, verb):
-        class_name, suffix, namespaced = KINDS[kind][:3]
-        name = "%s_%s%s" % (verb, "namespaced_" if namespaced else "", suffix)
-        return getattr(getattr(_k8s.k8s_client, class_name)(self.api), name)
+        """The request of ``verb`` (read, list, patch, replace, delete) on one object of ``kind`` (``list``: in one
+        namespace, or of a cluster-scoped kind), called with the object's name and namespace, as in KINDS."""
+        prefix, namespaced, resource = KINDS[kind][:3]
+        path = prefix + ("/namespaces/{namespace}" if namespaced else "") + "/" + resource
+        keys = ("namespace",) if namespaced else ()
+        if verb != "list":
+            path, keys = path + "/{name}", ("name",) + keys
+        return _k8s.endpoint(self.api, HTTP_METHODS[verb], path, *keys)
 
     def _call(self, verb, kind, name, namespace, method, *args, accept=(), **kwargs):
         """(status, body) of one request; ``verb`` is the RBAC verb it needs."""
-        _class, _suffix, namespaced, resource, group = KINDS[kind]
+        _prefix, namespaced, resource, group = KINDS[kind]
         target = _k8s_access.Target(verb, resource, group, namespace if namespaced else None, name)
         self.requests += 1
         status, body = _k8s_access.call(self.who, self.api, method, target, *args, accept=accept, **kwargs)
@@ -125,7 +132,7 @@ class Client:
 
     @staticmethod
     def _args(kind, name, namespace):
-        return (name, namespace) if KINDS[kind][2] else (name,)
+        return (name, namespace) if KINDS[kind][1] else (name,)
 
     def read(self, kind, name, namespace=None):
         """The live object, or None when it does not exist."""
@@ -166,9 +173,9 @@ class Client:
 
     def list(self, kind, page_limit, namespace=None, **selectors):
         """Every object of the kind (one namespace, or all), following ``continue``: one paginated LIST."""
-        _class, _suffix, namespaced, resource, group = KINDS[kind]
+        prefix, namespaced, resource, group = KINDS[kind]
         if namespace is None and namespaced:
-            method = getattr(getattr(_k8s.k8s_client, KINDS[kind][0])(self.api), "list_%s_for_all_namespaces" % KINDS[kind][1])
+            method = _k8s.endpoint(self.api, "GET", "%s/%s" % (prefix, resource))
             args = ()
         else:
             method = self._method(kind, "list")
@@ -176,7 +183,7 @@ class Client:
         return self.list_with(method, _k8s_access.Target("list", resource, group, namespace), page_limit, args=args, **selectors)
 
     def list_with(self, method, target, page_limit, **params):
-        """One paginated LIST through any typed client's list method (custom resources too), its pages counted."""
+        """One paginated LIST through any LIST request (``_k8s.endpoint``; custom resources too), its pages counted."""
 
         def counted(*call_args, **kwargs):
             self.requests += 1
