@@ -135,18 +135,30 @@ def test_concurrently_runs_at_once_and_raises_the_first_failure():
 # Through the real kubernetes client: raw bodies, pages, one connection per client
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler that answers JSON."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, answer):
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class FakeServer:
     def __init__(self, count):
         self.items = [{"metadata": {"name": "n%d" % n}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in range(count)]
         self.requests = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 url = urlparse(self.path)
                 query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
@@ -155,12 +167,7 @@ class FakeServer:
                 end = start + int(query["limit"])
                 body = {"kind": "NodeList", "apiVersion": "v1", "metadata": {"continue": str(end) if end < len(server.items) else ""},
                         "items": server.items[start:end]}
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -198,12 +205,7 @@ class EchoServer:
         self.requests = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def _answer(self):
                 url = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
@@ -212,12 +214,7 @@ class EchoServer:
                                         "headers": {key.lower(): value for key, value in self.headers.items()}, "body": body})
                 status, answer = (404, {"kind": "Status", "code": 404, "message": "pods \"gone\" not found"}) \
                     if url.path.startswith("/missing") else (200, {"echo": url.path})
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(status, answer)
 
             do_GET = do_PATCH = do_PUT = do_DELETE = do_POST = _answer
 
@@ -365,37 +362,22 @@ class ClusterServer(FakeServer):
         self.after_list = None
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 url = urlparse(self.path)
                 query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
                 server.requests.append((url.path, query))
                 if url.path in server.refused:
                     resource = url.path.rsplit("/", 1)[-1]
-                    data = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403, "message": (
+                    self.send_json(403, {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403, "message": (
                         'User "system:serviceaccount:gpuharden-system:gpuharden" cannot list resource "%s" at the cluster scope'
-                        % resource)}).encode()
-                    self.send_response(403)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                        % resource)})
                     return
                 items = server.lists.get(url.path, [])
                 start = int(query.get("continue") or 0)
                 end = start + int(query["limit"])
-                data = json.dumps({"kind": "List", "metadata": {"continue": str(end) if end < len(items) else ""},
-                                   "items": items[start:end]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, {"kind": "List", "metadata": {"continue": str(end) if end < len(items) else ""},
+                                     "items": items[start:end]})
                 if server.after_list:
                     server.after_list(url.path)
 
