@@ -13,8 +13,9 @@ _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _XDIST_WORKER.startswith("gw"):
     os.environ.setdefault("GPUHARDEN_LAB_INSTANCE", _XDIST_WORKER[2:])
 
-# --dist loadfile with the modules on one shared lab as one work unit, the units longest first.
-from tests.timeline import pytest_runtest_protocol  # noqa: E402,F401 (hook: GPUHARDEN_TEST_TIMELINE)
+# Hooks: each test's worker, start, end and children's CPU when GPUHARDEN_TEST_TIMELINE names a file; --dist loadfile
+# with the modules on one shared lab as one work unit, the units longest first.
+from tests.timeline import pytest_runtest_protocol  # noqa: E402,F401 (hook)
 from tests.xdist_shared_lab import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: E402,F401 (hooks; after the instance is set)
 
 REPO = Path(__file__).resolve().parent.parent

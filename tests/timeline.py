@@ -2,7 +2,10 @@
 """Where the lab stream's wall time goes: with GPUHARDEN_TEST_TIMELINE set to a file, each test appends one line
 (worker, start and end in epoch seconds, the CPU time its worker's waited children used, node id), so that the two
 workers' queues can be laid side by side with the machine's CPU after a run.  junit gives durations only, and not
-which worker ran a test, which is what balancing UNIT_SECONDS (tests/xdist_shared_lab.py) needs."""
+which worker ran a test, which is what balancing UNIT_SECONDS (tests/xdist_shared_lab.py) needs.
+
+A child counts when it is waited for: a lab's daemons are, when the lab comes down, so their whole CPU lands on the
+test whose teardown took the lab down, not on the tests that ran beside them."""
 
 from __future__ import annotations
 

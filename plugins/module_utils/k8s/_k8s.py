@@ -227,7 +227,9 @@ _CAMEL = re.compile(r"_([a-z])")
 
 def _query_name(option):
     """A typed client's keyword as the API server's query parameter: ``label_selector`` -> ``labelSelector``,
-    ``_continue`` -> ``continue``."""
+    ``_continue`` -> ``continue``.  The parameters are the json names of ListOptions, PatchOptions, UpdateOptions and
+    DeleteOptions (k8s.io/apimachinery/pkg/apis/meta/v1/types.go: labelSelector, fieldSelector, limit, continue,
+    dryRun, fieldManager, force, propagationPolicy)."""
     return "continue" if option == "_continue" else _CAMEL.sub(lambda match: match.group(1).upper(), option)
 
 
@@ -264,7 +266,8 @@ def request(api, http_method, path, body=None, _content_type=None, _request_time
             headers[setting["key"]] = setting["value"]
     payload = None
     if body is not None:
-        # a PATCH without a content type is a strategic merge patch, as the typed clients send a dict body
+        # a PATCH without a content type is a strategic merge patch: what the typed clients send for a dict body
+        # (kubernetes/client/rest.py of client 37 turns json-patch+json with a non-list body into it)
         headers["Content-Type"] = _content_type or ("application/strategic-merge-patch+json" if http_method == "PATCH" else "application/json")
         payload = json.dumps(body).encode("utf-8")  # JSON is YAML too: apply-patch+yaml bodies go the same way
     url = conf.host.rstrip("/") + path
