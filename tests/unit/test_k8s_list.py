@@ -268,6 +268,25 @@ def test_endpoint_sends_what_the_typed_clients_send():
         assert sent["headers"]["accept"] == "application/json"
 
 
+def test_a_token_auth_settings_does_not_name_is_still_sent(monkeypatch):
+    """kubernetes 36.0.0 stores a kubeconfig's token under api_key["authorization"] and its auth_settings() reads only
+    "BearerToken": the request still carries the token."""
+    params = {name: None for name in _k8s.AUTH_OPTION_NAMES}
+    with EchoServer() as server:
+        params.update(host="http://127.0.0.1:%d" % server.httpd.server_address[1], api_key="replaced", request_timeout=5)
+        api = _k8s.api_client(params)
+        try:
+            api.configuration.api_key = {"authorization": "Bearer from-kubeconfig"}  # as that loader leaves it
+            monkeypatch.setattr(type(api.configuration), "auth_settings", lambda self: {})
+            _k8s.endpoint(api, "GET", "/api/v1/nodes")()
+            api.configuration.api_key = {}
+            _k8s.endpoint(api, "GET", "/api/v1/nodes")()
+        finally:
+            api.close()
+    assert server.requests[0]["headers"]["authorization"] == "Bearer from-kubeconfig"
+    assert "authorization" not in server.requests[1]["headers"]  # no token, no header
+
+
 def test_controller_requests_never_import_the_typed_api_classes():
     """Each typed API class of the kubernetes client builds its pydantic models at import (0.9 CPU-s here for
     CoreV1Api): every request the k8s and cluster layers make (each LIST kind, each verb on each kind, the drain's

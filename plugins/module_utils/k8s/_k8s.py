@@ -20,8 +20,9 @@ work on the other.
 
 ``endpoint`` is the one way a request is made: an API path and its HTTP method, sent through the ApiClient's
 urllib3 pool with the configuration's credentials, the body as JSON and the answer left raw.  The client's typed
-API classes (``CoreV1Api``...) are never imported: since kubernetes 35 each builds hundreds of pydantic model classes
-at import, about 0.9 CPU-s of every module run here, while this collection only ever wants a URL and the raw JSON.
+API classes (``CoreV1Api``...) are never imported: in kubernetes 37 (the first client that requires pydantic) each
+builds hundreds of pydantic model classes at import, about 0.9 CPU-s of every module run here, while this collection
+only ever wants a URL and the raw JSON.
 """
 
 from __future__ import annotations
@@ -264,6 +265,12 @@ def request(api, http_method, path, body=None, _content_type=None, _request_time
     for setting in (conf.auth_settings() or {}).values():  # calls the kubeconfig's token refresh hook first
         if setting.get("in") == "header" and setting.get("value"):
             headers[setting["key"]] = setting["value"]
+    if not any(key.lower() == "authorization" for key in headers):
+        # kubernetes 36.0.0's kubeconfig loader stores the token under "authorization" while its auth_settings() reads
+        # only "BearerToken" (kubernetes/config/kube_config.py _set_config, kubernetes/client/configuration.py)
+        token = conf.api_key.get("authorization") or conf.api_key.get("BearerToken")
+        if token:
+            headers["authorization"] = token
     payload = None
     if body is not None:
         # a PATCH without a content type is a strategic merge patch: what the typed clients send for a dict body
