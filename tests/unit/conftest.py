@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,23 @@ from gpuharden_lab.noderoot import build_node_root
 LIBRARY = NVML_LIBRARY_DIR / "libnvidia-ml.so.1"
 COLLECTIONS = REPO_ROOT / "build" / "collections"
 UNPRIVILEGED_UID = 65534
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler that answers JSON."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, answer):
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 @pytest.fixture(scope="session")

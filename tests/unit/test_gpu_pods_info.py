@@ -8,7 +8,7 @@ import base64
 import json
 import threading
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -19,7 +19,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 from ansible_collections.gpuharden.k8s.plugins.modules import gpu_pods_info
 
-from tests.unit.conftest import run_module
+from tests.unit.conftest import JsonHandler, run_module
 
 GI = 1024**3
 
@@ -277,35 +277,24 @@ class FakeApi:
         self.expire_once = False
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 url = urlparse(self.path)
                 query = {key: values[0] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
                 api.requests.append((url.path, query, self.headers.get("Authorization")))
                 if api.status:
-                    return self._send(api.status, {"kind": "Status", "message": 'pods is forbidden: User "gpuharden" cannot list resource "pods"'})
+                    return self.send_json(api.status, {"kind": "Status", "message": 'pods is forbidden: User "gpuharden" cannot list resource "pods"'})
                 if url.path != "/api/v1/pods":
-                    return self._send(404, {"kind": "Status", "message": "not found"})
+                    return self.send_json(404, {"kind": "Status", "message": "not found"})
                 if api.expire_once and query.get("continue"):
                     api.expire_once = False
-                    return self._send(410, {"kind": "Status", "message": "The provided continue parameter is too old"})
+                    return self.send_json(410, {"kind": "Status", "message": "The provided continue parameter is too old"})
                 items = [item for item in api.pods if api.matches(item, query.get("fieldSelector", ""))]
                 start = int(query.get("continue") or 0)
                 limit = int(query.get("limit") or len(items) or 1)
                 page = items[start : start + limit]
                 token = str(start + limit) if start + limit < len(items) else ""
-                return self._send(200, {"kind": "PodList", "metadata": {"continue": token}, "items": page})
-
-            def _send(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                return self.send_json(200, {"kind": "PodList", "metadata": {"continue": token}, "items": page})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 from kubernetes.client.rest import ApiException
+
+from tests.unit.conftest import JsonHandler
 
 
 class Response:
@@ -133,23 +135,6 @@ def test_concurrently_runs_at_once_and_raises_the_first_failure():
 
 # ---------------------------------------------------------------------------------------------
 # Through the real kubernetes client: raw bodies, pages, one connection per client
-
-
-class JsonHandler(BaseHTTPRequestHandler):
-    """A quiet HTTP/1.1 handler that answers JSON."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def send_json(self, status, answer):
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
 
 class FakeServer:
