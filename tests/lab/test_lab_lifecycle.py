@@ -14,6 +14,7 @@ import time
 
 import pytest
 from gpuharden_lab import NVML_FIXTURES, REPO_ROOT, layout, manager
+from gpuharden_lab import node as lab_node
 from gpuharden_lab.scenario import load
 from gpuharden_lab.system import LabError
 
@@ -79,6 +80,9 @@ def test_nodes_are_isolated_from_the_host_and_each_other(clean_lab):
     fs_type, own_cgroup = cgroup.stdout.split()
     assert fs_type == "cgroup2fs"
     assert own_cgroup.startswith("0::/system.slice/")
+    # bash reads root's ~/.bashrc for every ssh command: the node's own, as a fresh install leaves it, not the host's
+    if os.path.exists("/root/.bashrc"):
+        assert manager.ssh(first, "cat /root/.bashrc").stdout == lab_node.NODE_BASHRC
 
 
 HOST_TREES = ["/etc", "/var/log", "/var/lib", "/usr/local", "/root", "/run", "/dev"]
