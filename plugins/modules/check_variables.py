@@ -12,8 +12,8 @@ module: check_variables
 short_description: Fail on misspelt gpuharden variables before a run changes anything
 version_added: 0.1.0
 description:
-  - Looks at the names of the host's variables (inventory C(group_vars) and C(host_vars), extra vars, play vars)
-    and fails when a name with one of the collection's prefixes is not a variable the collection
+  - Looks at the names of the variables of every host of the play (inventory C(group_vars) and C(host_vars), extra
+    vars, play vars) and fails when a name with one of the collection's prefixes is not a variable the collection
     knows, naming the closest known variable (I(did you mean ...)). The prefixes are C(gpuharden_) and each role's
     name followed by C(_) (C(device_permissions_), C(kubelet_topology_), C(mig_), ...).
   - A name without those prefixes counts too when it is very close to a known name (a misspelt prefix, for example
@@ -25,9 +25,10 @@ description:
   - Opt-outs, read per host. C(gpuharden_known_extra_variables) is a list of names or shell patterns (for example
     C(mig_site_*)) of variables of your own that share a prefix. C(gpuharden_allow_unknown_variables=true) turns
     the failure into a warning.
-  - Runs on the controller only and never contacts a node. Each host checks its own variables; the first host of a
-    C(serial) batch also checks the hosts of the other batches, so that a typo in a later batch stops the run
-    before the first batch is changed. Use it as a play's first task, with C(any_errors_fatal=true).
+  - Runs on the controller only and never contacts a node. One run checks every host of the play, those of the
+    other C(serial) batches too, so that a typo in a later batch stops the run before the first batch is changed.
+    Use it as a play's first task, with C(run_once=true) (a run per host would check the same hosts again) and
+    C(any_errors_fatal=true).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -43,6 +44,7 @@ attributes:
 EXAMPLES = r"""
 - name: Check the gpuharden variables of the play's hosts
   gpuharden.k8s.check_variables:
+  run_once: true
   any_errors_fatal: true
   tags: [always]
 

@@ -243,21 +243,22 @@ def test_item3_postcheck_with_misspelt_extra_var_fails_first_and_contacts_no_nod
     runner, tasks, results = run_playbook(tmp_path, "postcheck.yml", throwaway_inventory(tmp_path), extravars={TYPO: "none"})
     assert runner.rc != 0
     assert tasks == [CHECK_TASK]  # nothing after it started, not even the role's argument validation
-    # every host failed the check; no runner_on_unreachable: no node was contacted
-    assert sorted((event, host) for event, host, _res in results) == [("runner_on_failed", "gpu-a"), ("runner_on_failed", "gpu-b")]
-    for _event, host, res in results:
-        assert "unknown variables, nothing was changed: %s (did you mean %s?) on %s." % (TYPO, RIGHT, host) in res["msg"]
+    # one check for the play, which names every host; no runner_on_unreachable: no node was contacted
+    assert [(event, host) for event, host, _res in results] == [("runner_on_failed", "gpu-a")]
+    assert "unknown variables, nothing was changed: %s (did you mean %s?) on gpu-a, gpu-b." % (TYPO, RIGHT) in results[0][2]["msg"]
+    assert results[0][2]["checked_hosts"] == ["gpu-a", "gpu-b"]
 
 
 def test_item3_drift_check_catches_a_typo_in_one_hosts_host_vars(tmp_path):
-    """gpu-b's host_vars has the typo: gpu-b fails, and any_errors_fatal stops gpu-a too."""
+    """gpu-b's host_vars has the typo: the play's one check (on gpu-a) names it on gpu-b, and any_errors_fatal stops
+    the play on every host."""
     inventory = throwaway_inventory(tmp_path, host_vars={"gpu-b": {"mig_confg": {"version": "v1"}}})
     runner, tasks, results = run_playbook(tmp_path, "drift_check.yml", inventory)
     assert runner.rc != 0
     assert tasks == [CHECK_TASK]
-    outcome = {host: (event, res.get("msg", "")) for event, host, res in results}
-    assert outcome["gpu-a"][0] == "runner_on_ok"
-    assert outcome["gpu-b"][0] == "runner_on_failed" and "mig_confg (did you mean mig_config?) on gpu-b." in outcome["gpu-b"][1]
+    assert [(event, host) for event, host, _res in results] == [("runner_on_failed", "gpu-a")]
+    assert results[0][2]["unknown"] == {"gpu-b": [{"name": "mig_confg", "suggestion": "mig_config"}]}
+    assert "mig_confg (did you mean mig_config?) on gpu-b." in results[0][2]["msg"]
 
 
 def test_item3_typo_in_a_later_serial_batch_stops_the_first_batch(tmp_path):
@@ -284,7 +285,8 @@ def test_item3_clean_and_opted_out_inventories_pass_the_check(tmp_path):
     assert runner.rc == 0, [res for _event, _host, res in results]
     assert tasks[0] == CHECK_TASK
     checks = {host: res for _event, host, res in results if "checked_hosts" in res}
-    assert checks.keys() == {"gpu-a", "gpu-b"} and all(res["unknown"] == {} for res in checks.values())
+    assert list(checks) == ["gpu-a"] and checks["gpu-a"]["checked_hosts"] == ["gpu-a", "gpu-b"]
+    assert checks["gpu-a"]["unknown"] == {}
     # allowed: reported as a warning, not a failure
     runner, tasks, results = run_playbook(tmp_path, "postcheck.yml", inventory, tags="only_always",
                                           extravars={TYPO: "none", "gpuharden_allow_unknown_variables": True})
