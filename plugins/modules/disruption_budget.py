@@ -20,6 +20,13 @@ description:
   - Nodes with a taint in O(out_of_service_taints) (a node still being bootstrapped) serve no workloads, so they neither
     count nor need a slot.
   - With O(stopped_by) set (nodes that failed earlier in the rollout) every node of the batch is deferred.
+  - A node in O(settle_nodes) (one whose containerd or kubelet this run has just restarted) that is not Ready, and not
+    cordoned, is read again every O(poll_interval) seconds for up to O(settle_seconds) before it counts: after a
+    containerd restart the kubelet reports its runtime down and posts Ready=False, and posts Ready=True again at a
+    later status sync (kubernetes v1.36.3 pkg/kubelet/kubelet.go, updateRuntimeUp every 5 s;
+    pkg/kubelet/kubelet_node_status.go, the status sync every C(nodeStatusUpdateFrequency), 10 s by default). A run
+    would otherwise count its own restart against its own budget. A node still not Ready then counts, and is named
+    in RV(settle).
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes).
 author:
   - gpuharden maintainers (@gpuharden)
@@ -58,6 +65,19 @@ options:
     type: list
     elements: str
     default: []
+  settle_nodes:
+    description: Nodes this run has just restarted containerd or the kubelet on (see the description).
+    type: list
+    elements: str
+    default: []
+  settle_seconds:
+    description: The longest wait for O(settle_nodes) to be Ready again; V(0) counts them as they are.
+    type: float
+    default: 60
+  poll_interval:
+    description: Seconds between reads of a node of O(settle_nodes) that is not Ready.
+    type: float
+    default: 2
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -106,13 +126,23 @@ deferred:
   returned: always
   type: dict
   sample: {"gpu-5": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 8; unavailable now: gpu-3 (cordoned)"}
+settle:
+  description:
+    - The wait for O(settle_nodes), C(seconds), the nodes that were not Ready at the first read (C(waited_for)) and
+      those still not Ready at the end, with their reasons (C(not_ready)).
+  returned: always
+  type: dict
+  sample: {"seconds": 12.1, "waited_for": ["gpu-2"], "not_ready": {}}
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _disruption
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _disruption, _drain
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, call, list_all
 
 
 def argument_spec():
@@ -124,6 +154,9 @@ def argument_spec():
         resource_prefixes={"type": "list", "elements": "str", "default": ["nvidia.com/"]},
         out_of_service_taints={"type": "list", "elements": "str", "default": []},
         stopped_by={"type": "list", "elements": "str", "default": []},
+        settle_nodes={"type": "list", "elements": "str", "default": []},
+        settle_seconds={"type": "float", "default": 60},
+        poll_interval={"type": "float", "default": 2},
     )
     return spec
 
@@ -132,16 +165,43 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-def decide(params):
+def settle(nodes, settle_nodes, read_node, clock, sleep, seconds, poll_interval):
+    """Wait for the nodes of ``settle_nodes`` that are only NotReady (a cordon is no restart's doing) to be Ready again;
+    ``nodes`` gets each node read again.  Returns the ``settle`` result."""
+    started = clock()
+    by_name = {(node.get("metadata") or {}).get("name"): position for position, node in enumerate(nodes)}
+    waiting = [name for name in dict.fromkeys(settle_nodes) if name in by_name
+               and _disruption.unavailable_reasons(nodes[by_name[name]])
+               and "cordoned" not in _disruption.unavailable_reasons(nodes[by_name[name]])]
+
+    def not_ready(name):
+        nodes[by_name[name]] = read_node(name)
+        return _disruption.unavailable_reasons(nodes[by_name[name]])
+
+    still = _drain.wait_ready(waiting, not_ready, clock, sleep, started + seconds, poll_interval) if waiting and seconds > 0 else {
+        name: _disruption.unavailable_reasons(nodes[by_name[name]]) for name in waiting}
+    return {"seconds": round(clock() - started, 1), "waited_for": waiting, "not_ready": still}
+
+
+def decide(params, clock=time.monotonic, sleep=time.sleep):
     _disruption.resolve_budget(params["max_unavailable"], 0)  # bad input fails before any request
+    if params["settle_seconds"] < 0 or params["poll_interval"] <= 0:
+        raise GpuhardenError("disruption_budget: settle_seconds=%r must be >= 0 and poll_interval=%r > 0"
+                                         % (params["settle_seconds"], params["poll_interval"]))
     api = _k8s.api_client(params)
     try:
         nodes, _pages = list_all("disruption_budget", api, _k8s.endpoint(api, "GET", "/api/v1/nodes"), Target("list", "nodes"))
+        read = _k8s.endpoint(api, "GET", "/api/v1/nodes/{name}", "name")
+        settled = settle(nodes, params["settle_nodes"],
+                         lambda name: call("disruption_budget", api, read, Target("get", "nodes", name=name), name)[1],
+                         clock, sleep, params["settle_seconds"], params["poll_interval"])
     finally:
         api.close()
-    return _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],
-                            resource_prefixes=params["resource_prefixes"], out_of_service_taints=params["out_of_service_taints"],
-                            stopped_by=params["stopped_by"])
+    result = _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],
+                              resource_prefixes=params["resource_prefixes"], out_of_service_taints=params["out_of_service_taints"],
+                              stopped_by=params["stopped_by"])
+    result["settle"] = settled
+    return result
 
 
 def main():

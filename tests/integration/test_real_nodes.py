@@ -390,3 +390,34 @@ def test_a_plugin_pod_without_the_nvidia_runtime_gets_no_nvml_and_fails_as_on_a_
     wait_for(lambda: plugin_exited(lab, C2), timeout=90, what="the real plugin failing without NVML")
     log = plugin_log(lab, C2).lower()
     assert "incompatible strategy detected" in log or "failed to initialize nvml" in log or "could not load nvml" in log, log[-2000:]
+
+
+def ready_status(state, name) -> str:
+    conditions = (node_objects(state)[name].get("status") or {}).get("conditions") or []
+    return next((c.get("status") for c in conditions if c.get("type") == "Ready"), "absent")
+
+
+def budget(state, **options):
+    args = module_args(kubeconfig=state["cluster"]["admin_kubeconfig"], max_unavailable=1, fleet=list(NODES), batch=[C17], **options)
+    found, _stats, _seconds = run(state, module="gpuharden.k8s.disruption_budget", args=args)
+    assert not failures(found), failures(found)
+    return found[0]
+
+
+def test_the_budget_gives_a_node_whose_containerd_this_run_restarted_time_to_be_ready_again(lab):
+    """Found in a first harden of the seed-failures fleet: seed-no-runtime's containerd restart (the container_runtime
+    stage) left its Node NotReady when the rollout read the budget, so two disruptive steps were not started and the
+    plugin rollout then waited 300 s.  The real kubelet posts Ready=False once it finds its runtime down, and Ready=True
+    at a later status sync once containerd is back; harden's budget read waits for the nodes it restarted."""
+    assert in_node(lab, C2, ["systemctl", "stop", "containerd"]).returncode == 0
+    try:
+        wait_for(lambda: ready_status(lab, C2) == "False", timeout=90, interval=2, what="the real kubelet posting %s NotReady" % C2)
+        # counted as it is, the stopped runtime's node takes the one slot: C17's step would not start
+        now = budget(lab, settle_nodes=[C2], settle_seconds=0)
+        assert now["allowed"] == [] and C17 in now["deferred"] and now["settle"]["not_ready"].keys() == {C2}, now
+    finally:
+        assert in_node(lab, C2, ["systemctl", "start", "containerd"]).returncode == 0
+    settled = budget(lab, settle_nodes=[C2], settle_seconds=120)
+    assert settled["allowed"] == [C17] and settled["unavailable"] == [] and settled["settle"]["not_ready"] == {}, settled
+    assert settled["settle"]["seconds"] < 120
+    assert ready_status(lab, C2) == "True"

@@ -100,3 +100,63 @@ def test_a_failed_node_stops_the_rollout():
 def test_zero_budget_allows_nothing():
     result = _disruption.plan([node(n) for n in FLEET], fleet=FLEET, batch=["gpu-0"], max_unavailable="0%")
     assert result["allowed"] == [] and result["budget"] == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The module's wait for nodes this run restarted containerd or the kubelet on (plugins/modules/disruption_budget.py)
+
+def _settle(nodes, settle_nodes, answers, seconds=60, poll=2):
+    """settle() over ``nodes`` with a fake clock; ``answers``: {node: [Node objects the reads return, in order]}."""
+    from ansible_collections.gpuharden.k8s.plugins.modules import disruption_budget
+
+    now, reads = [0.0], []
+
+    def read_node(name):
+        reads.append(name)
+        return answers[name].pop(0) if len(answers[name]) > 1 else answers[name][0]
+
+    def sleep(seconds_):
+        now[0] += seconds_
+
+    return disruption_budget.settle(nodes, settle_nodes, read_node, lambda: now[0], sleep, seconds, poll), reads, now[0]
+
+
+def test_a_node_restarted_by_this_run_is_given_time_to_be_ready_before_it_counts():
+    """The race the first harden of seed-failures hit: seed-no-runtime was NotReady for a while after its containerd
+    restart, and the rollout's budget counted it: two disruptive steps not started, the plugin rollout waited 300 s."""
+    nodes = [node("gpu-0", ready="False"), node("gpu-1"), node("gpu-2")]
+    settled, reads, waited = _settle(nodes, ["gpu-0", "gpu-1"], {"gpu-0": [node("gpu-0", ready="False"), node("gpu-0")]})
+    assert settled == {"seconds": 2.0, "waited_for": ["gpu-0"], "not_ready": {}}
+    assert reads == ["gpu-0", "gpu-0"] and waited == 2.0  # gpu-1 was Ready: never read again
+    plan = _disruption.plan(nodes, fleet=FLEET[:3], batch=["gpu-2"], max_unavailable=1)
+    assert plan["allowed"] == ["gpu-2"] and plan["unavailable"] == []
+
+
+def test_a_restarted_node_still_not_ready_at_the_end_counts_and_is_named():
+    nodes = [node("gpu-0", ready="False"), node("gpu-1")]
+    settled, reads, waited = _settle(nodes, ["gpu-0"], {"gpu-0": [node("gpu-0", ready="False")]}, seconds=10, poll=2)
+    assert settled["not_ready"] == {"gpu-0": ["NotReady (NodeStatusUnknown)"]} and waited == 10.0
+    plan = _disruption.plan(nodes, fleet=["gpu-0", "gpu-1"], batch=["gpu-1"], max_unavailable=1)
+    assert plan["deferred"] == {"gpu-1": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 2; unavailable now: gpu-0 (NotReady (NodeStatusUnknown))"}
+
+
+def test_cordoned_unlisted_or_unknown_nodes_are_not_waited_for():
+    """A cordon is no restart's doing, a node not in settle_nodes is not this run's, and an unregistered one has nothing
+    to wait for: the budget counts each as it is, without a read."""
+    nodes = [node("gpu-0", ready="False", cordoned=True), node("gpu-1", ready="False")]
+    settled, reads, waited = _settle(nodes, ["gpu-0", "gpu-9"], {})
+    assert settled == {"seconds": 0.0, "waited_for": [], "not_ready": {}} and reads == [] and waited == 0.0
+
+
+def test_settle_seconds_zero_counts_the_nodes_as_they_are():
+    nodes = [node("gpu-0", ready="False")]
+    settled, reads, _waited = _settle(nodes, ["gpu-0"], {"gpu-0": [node("gpu-0")]}, seconds=0)
+    assert settled["not_ready"] == {"gpu-0": ["NotReady (NodeStatusUnknown)"]} and reads == []
+
+
+@pytest.mark.parametrize(("option", "value"), [("settle_seconds", -1), ("poll_interval", 0)])
+def test_bad_settle_options_are_refused_before_any_request(option, value):
+    from tests.unit.conftest import run_module
+
+    result = run_module("disruption_budget", {option: value, "kubeconfig": "/nonexistent/kubeconfig"}, {})
+    assert result.get("failed") and "%s=" % option in result["msg"], result
