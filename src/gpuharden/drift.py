@@ -309,17 +309,19 @@ class PlayTracker:
         """True when ``event`` was one of the two."""
         data = event.get("event_data") or {}
         if event.get("event") == "playbook_on_play_start":
-            self.plays.append([data.get("play_pattern") or data.get("pattern") or "?", True])
+            self.plays.append([data.get("play_pattern", data.get("pattern", "?")), True])
             return True
         if event.get("event") == "playbook_on_no_hosts_matched":
             if not self.plays:
-                self.plays.append([data.get("play_pattern") or "?", True])
+                self.plays.append([data.get("play_pattern", "?"), True])
             self.plays[-1][1] = False
             return True
         return False
 
     def unmatched(self):
-        return [pattern for pattern, matched in self.plays if not matched]
+        """The patterns of the plays that matched no host, but for a play with no pattern at all, which targets nothing
+        by design (drift_check.yml's run-data play, which gpuharden drift turns off)."""
+        return [pattern or "?" for pattern, matched in self.plays if not matched and pattern != ""]
 
     def first_unmatched(self):
         """True when the run's first play matched no host (then nothing of the playbook ran on a node)."""
@@ -1216,13 +1218,15 @@ def _run(args, stream, out, stop):
         args.harden_playbook = resolve_playbook(args.harden_playbook)
     args.inventory = os.path.abspath(args.inventory)
     owner = "drift@%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
-    extravars.update(gpuharden_drift_fail=False, gpuharden_run_owner=owner)
+    # the run data play of drift_check.yml is for ansible-playbook and AWX: the results come from the events here
+    extravars.update(gpuharden_drift_fail=False, gpuharden_drift_run_data=False, gpuharden_run_owner=owner)
     report = check_slice(args, extravars, stream, stop, deadline) if getattr(args, "slice", None) else \
         check(args, extravars, stream, args.limit, stop, deadline)
     if args.remediate:
         before = report
         base = dict(extravars)
         base.pop("gpuharden_drift_fail")
+        base.pop("gpuharden_drift_run_data")
         base["gpuharden_run_owner"] = owner.replace("drift@", "remediate@")
         runs = remediate(args, before, base, stream, stop, deadline)
         if runs:

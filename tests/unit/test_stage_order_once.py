@@ -134,9 +134,15 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     tasks = [imported(task) for task in _play_tasks(plays[plugin])]
     assert tasks.index("tasks/stage_device_plugin.yml") < tasks.index("gpuharden.k8s.postcheck")
     # not after a rollout that stopped at a failed node (its kubelet may be stopped: the plugin's update would hang there)
-    [stage] = [task for task in _play_tasks(plays[plugin]) if _tasks_file(task) == "tasks/stage_device_plugin.yml"]
-    [failed_rule] = [rule for rule in stage["when"] if "__harden_failed" in rule]
-    assert "selectattr('__harden_failed', 'defined')" in failed_rule and failed_rule.strip().endswith("length == 0")
+    # Decided once for the play, on the task just before the stage and with its tags (deciding on every host read every
+    # host's variables on every host)
+    play_tasks = list(_play_tasks(plays[plugin]))
+    [position] = [index for index, task in enumerate(play_tasks) if _tasks_file(task) == "tasks/stage_device_plugin.yml"]
+    stage, decision = play_tasks[position], play_tasks[position - 1]
+    assert stage["when"] == "__harden_device_plugin_stage | bool"
+    assert decision["run_once"] is True and decision["tags"] == stage["tags"]
+    rule = decision["ansible.builtin.set_fact"]["__harden_device_plugin_stage"]
+    assert "selectattr('__harden_failed', 'defined') | list | length == 0" in rule
     # nor where the plan's dry run of it found nothing to do (and no node-side stage ran)
-    assert "__harden_device_plugin_needed | bool" in stage["when"]
-    assert "device_plugin_check" in stage["vars"]["__harden_device_plugin_checks"]
+    assert "and __harden_device_plugin_needed | bool" in rule
+    assert "device_plugin_check" in decision["vars"]["__harden_device_plugin_checks"]
