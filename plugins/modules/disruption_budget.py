@@ -21,7 +21,7 @@ description:
     count nor need a slot.
   - With O(stopped_by) set (nodes that failed earlier in the rollout) every node of the batch is deferred.
   - A node in O(settle_nodes) (one whose containerd or kubelet this run has just restarted) that is not Ready, and not
-    cordoned, is read again every O(poll_interval) seconds for up to O(settle_seconds) before it counts: after a
+    cordoned, is read again every O(poll_interval) seconds for up to O(settle_seconds) before it counts. After a
     containerd restart the kubelet reports its runtime down and posts Ready=False, and posts Ready=True again at a
     later status sync (kubernetes v1.36.3 pkg/kubelet/kubelet.go, updateRuntimeUp every 5 s;
     pkg/kubelet/kubelet_node_status.go, the status sync every C(nodeStatusUpdateFrequency), 10 s by default). A run
@@ -187,7 +187,7 @@ def decide(params, clock=time.monotonic, sleep=time.sleep):
     _disruption.resolve_budget(params["max_unavailable"], 0)  # bad input fails before any request
     if params["settle_seconds"] < 0 or params["poll_interval"] <= 0:
         raise GpuhardenError("disruption_budget: settle_seconds=%r must be >= 0 and poll_interval=%r > 0"
-                                         % (params["settle_seconds"], params["poll_interval"]))
+                             % (params["settle_seconds"], params["poll_interval"]))
     api = _k8s.api_client(params)
     try:
         nodes, _pages = list_all("disruption_budget", api, _k8s.endpoint(api, "GET", "/api/v1/nodes"), Target("list", "nodes"))

@@ -137,7 +137,8 @@ def test_a_restarted_node_still_not_ready_at_the_end_counts_and_is_named():
     settled, reads, waited = _settle(nodes, ["gpu-0"], {"gpu-0": [node("gpu-0", ready="False")]}, seconds=10, poll=2)
     assert settled["not_ready"] == {"gpu-0": ["NotReady (NodeStatusUnknown)"]} and waited == 10.0
     plan = _disruption.plan(nodes, fleet=["gpu-0", "gpu-1"], batch=["gpu-1"], max_unavailable=1)
-    assert plan["deferred"] == {"gpu-1": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 2; unavailable now: gpu-0 (NotReady (NodeStatusUnknown))"}
+    assert plan["deferred"] == {
+        "gpu-1": "disruption budget exhausted: max_unavailable 1 = 1 node(s) of 2; unavailable now: gpu-0 (NotReady (NodeStatusUnknown))"}
 
 
 def test_cordoned_unlisted_or_unknown_nodes_are_not_waited_for():
