@@ -170,16 +170,15 @@ def settle(nodes, settle_nodes, read_node, clock, sleep, seconds, poll_interval)
     ``nodes`` gets each node read again.  Returns the ``settle`` result."""
     started = clock()
     by_name = {(node.get("metadata") or {}).get("name"): position for position, node in enumerate(nodes)}
-    waiting = [name for name in dict.fromkeys(settle_nodes) if name in by_name
-               and _disruption.unavailable_reasons(nodes[by_name[name]])
-               and "cordoned" not in _disruption.unavailable_reasons(nodes[by_name[name]])]
+    first = {name: _disruption.unavailable_reasons(nodes[by_name[name]]) for name in dict.fromkeys(settle_nodes) if name in by_name}
+    waiting = [name for name, reasons in first.items() if reasons and "cordoned" not in reasons]
 
     def not_ready(name):
         nodes[by_name[name]] = read_node(name)
         return _disruption.unavailable_reasons(nodes[by_name[name]])
 
     still = _drain.wait_ready(waiting, not_ready, clock, sleep, started + seconds, poll_interval) if waiting and seconds > 0 else {
-        name: _disruption.unavailable_reasons(nodes[by_name[name]]) for name in waiting}
+        name: first[name] for name in waiting}
     return {"seconds": round(clock() - started, 1), "waited_for": waiting, "not_ready": still}
 
 
