@@ -69,6 +69,10 @@ TARGET_VARIABLE = ("gpuharden_target_hosts", "gpu_nodes")
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
+SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
+# drift_check.yml's facts for the consistency check gpuharden drift runs itself (gpuharden/cluster_side.py)
+CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
+NODE_REPORTS_FACT = "__drift_node_reports"
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # A run stopped by a signal exits 128 + the signal's number, as a shell reports a process the signal killed.
 EXIT_SIGNAL_BASE = 128
@@ -224,6 +228,9 @@ class Outcomes:
         self.consistency = None
         self.consistency_error = None
         self.runtime_class = None
+        # drift_check.yml's hand-over to run_cluster_side: gpu_consistency's options and the node reports, as facts
+        self.consistency_options = None
+        self.node_reports = None
         self.seen = set()
         self.stats = None  # the playbook_on_stats event's data: the play got to its end
         self.plays = PlayTracker()
@@ -263,10 +270,13 @@ class Outcomes:
             if result.get("failed_when_result") or "findings" not in result:
                 self.consistency_error = _message(result) or "gpu_consistency failed"
             else:
-                self.consistency = result["findings"]
-            # the RuntimeClass dry run, when the drift check folded it into the consistency run (its runtime_class option)
-            if result.get("runtime_class_check") is not None:
-                self.runtime_class = result["runtime_class_check"]
+                self.take_consistency(result)
+        elif kind == "runner_on_ok" and data.get("task_action") in SET_FACT_ACTIONS:
+            facts = result.get("ansible_facts") or {}
+            if CONSISTENCY_OPTIONS_FACT in facts:
+                self.consistency_options = facts[CONSISTENCY_OPTIONS_FACT]
+            if NODE_REPORTS_FACT in facts:
+                self.node_reports = facts[NODE_REPORTS_FACT]
         elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
             self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
                                   "checks": result.get("checks", {}), "seconds": result.get("seconds"),
@@ -275,6 +285,13 @@ class Outcomes:
             self._report(host, "%d finding(s)%s" % (summary.get("findings", 0),
                                                      (", max " + summary["max_severity"]) if summary.get("max_severity") else ""))
         return True
+
+    def take_consistency(self, result):
+        """A gpu_consistency result that answered, from the module run or from run_cluster_side."""
+        self.consistency = result["findings"]
+        # the RuntimeClass dry run, when the drift check folded it into the consistency run (its runtime_class option)
+        if result.get("runtime_class_check") is not None:
+            self.runtime_class = result["runtime_class_check"]
 
     def finished(self):
         """True when ansible-playbook got to the end of the play (it sends its stats last)."""
@@ -761,20 +778,26 @@ def _runner_env():
     return env
 
 
+def collection_bases():
+    """Where Ansible looks for collections, in its order: its collections paths (ansible.cfg, ANSIBLE_COLLECTIONS_PATH),
+    then sys.path."""
+    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
+        os.environ["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
+    from ansible import constants  # noqa: PLC0415 (reads ansible.cfg like ansible-playbook does)
+
+    return [os.path.expanduser(base) for base in list(constants.COLLECTIONS_PATHS) + sys.path if base]
+
+
 def resolve_playbook(name):
     """A playbook path, or the installed collection's playbook file for one of PLAYBOOK_FILES's names."""
     if os.path.isfile(name):
         return os.path.abspath(name)
     if name not in PLAYBOOK_FILES:
         raise DriftError("playbook %s: no such file" % name)
-    if "ANSIBLE_CONFIG" not in os.environ and os.path.exists("ansible.cfg"):
-        os.environ["ANSIBLE_CONFIG"] = os.path.abspath("ansible.cfg")
-    from ansible import constants  # noqa: PLC0415 (reads ansible.cfg like ansible-playbook does)
-
     searched = []
-    for base in list(constants.COLLECTIONS_PATHS) + [path for path in sys.path if path]:
-        candidate = os.path.join(os.path.expanduser(base), "ansible_collections", "gpuharden", "k8s", "playbooks", PLAYBOOK_FILES[name])
-        searched.append(os.path.expanduser(base))
+    for base in collection_bases():
+        candidate = os.path.join(base, "ansible_collections", "gpuharden", "k8s", "playbooks", PLAYBOOK_FILES[name])
+        searched.append(base)
         if os.path.isfile(candidate):
             return candidate
     raise DriftError("the gpuharden.k8s collection is not installed (no playbooks/%s below %s); install it with "
@@ -1032,6 +1055,9 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
     if before:
         raise incomplete(args, extravars, limit, outcomes, stop, *before)
     started = time.time()
+    cluster = cluster_side_runner()
+    if cluster is not None:
+        extravars = dict(extravars, gpuharden_drift_cluster_in_process=True)
     status, rc, _stats, stdout = run_playbook(args.playbook, args.inventory, limit=limit, forks=args.forks,
                                               extravars=extravars, event_handler=handler,
                                               cancel=stop.requested if stop is not None else None, timeout=runner_timeout(deadline))
@@ -1049,8 +1075,34 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
         error.details = ansible_output.error_excerpt(stdout)
         raise error
     outcomes.close()
+    if cluster is not None and outcomes.consistency_options is not None:
+        run_cluster_side(cluster, outcomes)
+        finished = time.time()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=names)
+
+
+def cluster_side_runner():
+    """A cluster_side.Runner for the installed collection (its import starts now, beside the play), or None where the
+    collection is not below Ansible's collections paths: the playbook then runs the gpu_consistency module itself."""
+    from gpuharden import cluster_side  # noqa: PLC0415
+
+    base = cluster_side.collection_base(collection_bases())
+    return cluster_side.Runner(base) if base else None
+
+
+def run_cluster_side(cluster, outcomes):
+    """The consistency check (and the RuntimeClass dry run in it) here, from the play's hand-over in ``outcomes``.  A
+    check that cannot run is the report's consistency_error, and its RuntimeClass dry run a failed check, as when the
+    module run fails."""
+    from gpuharden import cluster_side  # noqa: PLC0415
+
+    try:
+        outcomes.take_consistency(cluster.run(outcomes.consistency_options, outcomes.node_reports))
+    except cluster_side.ClusterSideError as error:
+        outcomes.consistency_error = " ".join(str(error).split())[:500]
+        if (outcomes.consistency_options or {}).get("runtime_class") is not None and outcomes.runtime_class is None:
+            outcomes.runtime_class = {"msg": "not checked: %s" % outcomes.consistency_error}
 
 
 def check_slice(args, extravars, stream, stop=None, deadline=None):

@@ -169,6 +169,21 @@ def test_harden_runs_only_the_stages_whose_check_is_not_ok(lab, audits, tmp_path
     assert any(ran.get(host, set()) != set(CHECK_OF_ACTION.values()) for host in audits)
 
 
+def _task_results(log):
+    """{task name: {ok, changed, skipping, failed, fatal}} from an ANSIBLE_LOG_PATH file, by the task banners."""
+    results, task = {}, None
+    for line in log.splitlines():
+        banner = re.search(r"\| TASK \[(.*)\] \*+$", line)
+        if banner:
+            task = banner.group(1)
+            results.setdefault(task, set())
+            continue
+        outcome = re.search(r"\| (ok|changed|skipping|failed|fatal): \[", line)
+        if task and outcome:
+            results[task].add(outcome.group(1))
+    return results
+
+
 def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     inventory = yaml.safe_load(Path(lab["inventory"]).read_text())
     # nothing listens on the discard port of loopback: ssh is refused at once
@@ -176,10 +191,16 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     with_gone = tmp_path / "hosts.yml"
     with_gone.write_text(yaml.safe_dump(inventory))
     report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
+    log = tmp_path / "ansible.log"
     completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", str(with_gone), "--report", str(report),
-                                "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV), capture_output=True,
-                               text=True, check=False)
+                                "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV, ANSIBLE_LOG_PATH=str(log)),
+                               capture_output=True, text=True, check=False)
     assert completed.returncode == 1, completed.stderr[-3000:]
+    # the cluster side ran in the CLI's Python: the play handed over the options and ran no gpu_consistency module
+    results = _task_results(log.read_text())
+    assert results["The consistency check's options, for gpuharden drift to run in its own Python"] == {"ok"}, results
+    assert results["Declared, allocated and used GPUs of the play's nodes (one LIST per kind, no further trip to the nodes)"] == {"skipping"}
+    assert results["The RuntimeClass as harden would leave it (a dry run, once for the play)"] == {"skipping"}
     data = json.loads(report.read_text())
     assert data["summary"]["unreachable"] == 1 and "gone-node" in data["unreachable"]
     assert len(data["nodes"]) == 11 and data["summary"]["drifted"] >= 6

@@ -1,0 +1,102 @@
+"""`gpuharden drift`'s cluster side, in its own Python: the collection's consistency check (gpu_consistency, with the
+RuntimeClass dry run folded into it) run from the options drift_check.yml hands over and the node reports node_audit
+returned, once the play is over.
+
+drift_check.yml, given gpuharden_drift_cluster_in_process=true, runs no gpu_consistency module: it records the
+module's options (gpuharden_drift_consistency_options, a run_once set_fact: the one place they are mapped from the
+roles' variables) and the node reports (__drift_node_reports) as facts, which reach this process in the runner's
+events.  The check itself is the module's own code: its argument_spec validates the options (Ansible's
+ArgumentSpecValidator, as AnsibleModule does) and its gather() runs the LISTs and the pure check.  That saves the
+module's run through Ansible: a worker process, a payload and a Python that imports Ansible and the kubernetes client
+again (about 0.8 s of wall time and 1.3 CPU-s per drift run on the lab machine, docs/benchmarks.md).  The pods are
+the play's one LIST (the snapshot gpu_pods_info left), as in the module run.
+
+The module is imported from the installed collection the playbooks come from (the first gpuharden.k8s below
+Ansible's collections paths, then sys.path, as drift.resolve_playbook finds them), in a thread that starts with the
+play, so the import overlaps the node audits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import traceback
+
+MODULE = "ansible_collections.gpuharden.k8s.plugins.modules.gpu_consistency"
+MODULE_FILE = os.path.join("ansible_collections", "gpuharden", "k8s", "plugins", "modules", "gpu_consistency.py")
+ERRORS = "ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors"
+
+
+class ClusterSideError(Exception):
+    """The consistency check could not run here (the collection not found or not importable, bad options, a failed
+    LIST); the message says why, and becomes the report's consistency_error."""
+
+
+def collection_base(bases):
+    """The first of ``bases`` (directories that may hold ``ansible_collections/``) with the collection's
+    gpu_consistency module, or None."""
+    for base in bases:
+        if base and os.path.isfile(os.path.join(os.path.expanduser(base), MODULE_FILE)):
+            return os.path.expanduser(base)
+    return None
+
+
+def import_module(base):
+    """gpu_consistency and the collection's error type, imported from the collection below ``base``."""
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    try:
+        module, errors = importlib.import_module(MODULE), importlib.import_module(ERRORS)
+    except Exception as error:  # noqa: BLE001 (whatever the import raised, the check cannot run here: say why)
+        raise ClusterSideError("cannot import %s from %s: %s: %s" % (MODULE, base, type(error).__name__, error)) from None
+    expected = os.path.realpath(os.path.join(base, MODULE_FILE))
+    if os.path.realpath(module.__file__) != expected:
+        # another copy of the collection was imported first: it need not be the code the playbook runs
+        raise ClusterSideError("%s was imported from %s, not from %s, the collection the playbooks come from" % (
+            MODULE, module.__file__, expected))
+    return module, errors.GpuhardenError
+
+
+def check(module, error_type, options, node_reports):
+    """gpu_consistency's result for ``options`` (the module's options but node_reports; a None value is an omitted
+    option, as the playbook's ``omit``) and ``node_reports``: what the module run would return, or ClusterSideError."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 (only when the check runs)
+
+    if not isinstance(options, dict):
+        raise ClusterSideError("gpuharden_drift_consistency_options is %r, not a dictionary of gpu_consistency's options" % (options,))
+    params = {name: value for name, value in options.items() if value is not None}
+    params["node_reports"] = node_reports or {}
+    validated = ArgumentSpecValidator(module.argument_spec()).validate(params)
+    if validated.error_messages:
+        raise ClusterSideError("gpu_consistency: %s" % "; ".join(validated.error_messages))
+    try:
+        return module.gather(validated.validated_parameters)
+    except error_type as error:
+        raise ClusterSideError(error.msg) from None
+    except Exception as error:  # noqa: BLE001 (as a module crash would be: reported, the rest of the report kept)
+        raise ClusterSideError("gpu_consistency crashed: %s" % traceback.format_exception_only(error)[-1].strip()) from None
+
+
+class Runner:
+    """Imports the module in a thread as soon as it is made (the play runs meanwhile); ``run`` waits for it."""
+
+    def __init__(self, base):
+        self.base = base
+        self._loaded = None
+        self._thread = threading.Thread(target=self._load, name="gpuharden-cluster-side-import", daemon=True)
+        self._thread.start()
+
+    def _load(self):
+        try:
+            self._loaded = import_module(self.base)
+        except ClusterSideError as error:
+            self._loaded = error
+
+    def run(self, options, node_reports):
+        self._thread.join()
+        if isinstance(self._loaded, ClusterSideError):
+            raise self._loaded
+        module, error_type = self._loaded
+        return check(module, error_type, options, node_reports)

@@ -1,0 +1,167 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpuharden drift runs the consistency check in its own Python (gpuharden/cluster_side.py): the play's hand-over
+(gpu_consistency's options and the node reports, as facts) reaches the report, the module's own code runs against
+an API (the pods from the play's snapshot, not listed again), and a check that cannot run is said so."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import ThreadingHTTPServer
+from urllib.parse import urlparse
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_snapshot
+
+from gpuharden import cluster_side, drift
+from tests.unit.conftest import COLLECTIONS, JsonHandler
+
+
+def _set_fact(host, **facts):
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task_action": "ansible.builtin.set_fact", "task": "t",
+                                                      "res": {"ansible_facts": facts}}}
+
+
+def _audit(host):
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task_action": "gpuharden.k8s.node_audit", "task": "Audit",
+                                                      "res": {"findings": [], "summary": {"findings": 0}, "checks": {}, "seconds": 0.1}}}
+
+
+def _node(name, gpus):
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+            "status": {"capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def _report_of(gpus):
+    return {"gpu_count": gpus, "gpus": [{"index": index, "uuid": "GPU-%d" % index, "minor": index, "mig": None, "processes": []}
+                                        for index in range(gpus)], "processes": []}
+
+
+class FakeRunner:
+    def __init__(self, result=None, error=None):
+        self.result, self.error, self.calls = result, error, []
+
+    def run(self, options, node_reports):
+        self.calls.append((options, node_reports))
+        if self.error:
+            raise cluster_side.ClusterSideError(self.error)
+        return self.result
+
+
+def _handed_over(options):
+    outcomes = drift.Outcomes()
+    for host in ("gpu-a", "gpu-b"):
+        outcomes.feed(_audit(host))
+    outcomes.feed(_set_fact("gpu-a", __drift_node_reports={"gpu-a": _report_of(1)}))
+    outcomes.feed(_set_fact("gpu-a", gpuharden_drift_consistency_options=options))
+    return outcomes
+
+
+def test_the_hand_over_reaches_the_check_and_its_findings_the_report():
+    options = {"kubeconfig": None, "nodes": ["gpu-a"], "pods_snapshot": "/tmp/x", "runtime_class": {"name": "nvidia"}}
+    outcomes = _handed_over(options)
+    finding = {"id": "gpu_not_advertised", "severity": "error", "check": "consistency", "stage": "device_plugin",
+               "remediable": True, "expected": 1, "found": 0, "hint": "h", "node": "gpu-b"}
+    runner = FakeRunner({"findings": [finding], "runtime_class_check": {"changed": True, "findings": [], "action": "create",
+                                                                        "runtime_class": {"metadata": {"name": "nvidia"}}}})
+    drift.run_cluster_side(runner, outcomes)
+    assert runner.calls == [(options, {"gpu-a": _report_of(1)})]
+    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    assert report["cluster"]["consistency_checked"] and report["cluster"]["runtime_class_checked"]
+    assert [entry["id"] for entry in report["nodes"]["gpu-b"]["findings"]] == ["gpu_not_advertised"]
+    assert [entry["id"] for entry in report["cluster"]["findings"]] == ["runtime_class_differs"]
+
+
+def test_a_check_that_cannot_run_is_the_consistency_error_and_a_failed_runtime_class_check():
+    outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": {"name": "nvidia"}})
+    drift.run_cluster_side(FakeRunner(error="k8s auth: cannot load kubeconfig /nope"), outcomes)
+    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    assert report["cluster"]["consistency_error"] == "k8s auth: cannot load kubeconfig /nope"
+    assert not report["cluster"]["consistency_checked"]
+    (failed,) = report["cluster"]["findings"]
+    assert failed["id"] == "runtime_class_check_failed" and "cannot load kubeconfig" in failed["found"]
+    assert drift.exit_code(report) == drift.EXIT_DRIFT
+
+
+def test_without_a_runtime_class_option_a_failure_adds_no_runtime_class_finding():
+    outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": None})
+    drift.run_cluster_side(FakeRunner(error="boom"), outcomes)
+    assert outcomes.runtime_class is None and outcomes.consistency_error == "boom"
+
+
+class NodesApi:
+    """GET /api/v1/nodes (one page); every request is recorded, anything else is 404."""
+
+    def __init__(self, nodes):
+        self.nodes, self.requests = nodes, []
+        api = self
+
+        class Handler(JsonHandler):
+            def do_GET(self):
+                api.requests.append(urlparse(self.path).path)
+                if urlparse(self.path).path != "/api/v1/nodes":
+                    return self.send_json(404, {"kind": "Status", "message": "not found"})
+                return self.send_json(200, {"kind": "NodeList", "metadata": {"continue": ""}, "items": api.nodes})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def collection():
+    module, error_type = cluster_side.import_module(str(COLLECTIONS))
+    return module, error_type
+
+
+def test_the_module_s_own_code_runs_here_with_the_play_s_pods(collection):
+    api = NodesApi([_node("gpu-a", 2), _node("gpu-b", 0)])
+    pod = {"metadata": {"name": "train", "namespace": "default", "uid": "u1"}, "spec": {"nodeName": "gpu-a", "containers": [
+        {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}, "status": {"phase": "Running"}}
+    snapshot = _k8s_snapshot.write("pods", [_consistency.project_pod(pod)])
+    try:
+        result = cluster_side.check(*collection, {"host": "http://127.0.0.1:%d" % api.server.server_address[1], "api_key": "t",
+                                                  "context": None, "nodes": ["gpu-a", "gpu-b"], "pods_snapshot": snapshot},
+                                    {"gpu-a": _report_of(4), "gpu-b": _report_of(1)})
+    finally:
+        api.close()
+    found = {(entry["node"], entry["id"]) for entry in result["findings"]}
+    # gpu-a: NVML (the node report) sees 4 GPUs, the Node advertises 2, its pod asks for 3
+    assert {("gpu-b", "gpu_not_advertised"), ("gpu-a", "gpu_partially_advertised"), ("gpu-a", "allocated_exceeds_declared")} <= found, found
+    # the pods came from the play's LIST: only the Nodes were listed here, and the snapshot was read once
+    assert api.requests == ["/api/v1/nodes"] and result["api_requests"]["pods"] == 0
+    assert not os.path.exists(os.path.dirname(snapshot))
+    assert json.loads(json.dumps(result)) == result
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"nodes": ["a"], "page_limit": "many"}, "page_limit"),
+    ({"nodes": ["a"], "bogus": 1}, "bogus"),
+    ({"nodes": ["a"], "page_limit": 0, "host": "http://127.0.0.1:9"}, "page_limit=0"),
+    ("not a dict", "gpuharden_drift_consistency_options"),
+])
+def test_bad_options_are_an_error_that_names_them(collection, options, named):
+    with pytest.raises(cluster_side.ClusterSideError) as caught:
+        cluster_side.check(*collection, options, {})
+    assert named in str(caught.value)
+
+
+def test_the_collection_is_found_where_ansible_looks_and_only_there(tmp_path):
+    assert cluster_side.collection_base([str(tmp_path), str(COLLECTIONS)]) == str(COLLECTIONS)
+    assert cluster_side.collection_base([str(tmp_path)]) is None
+
+
+def test_a_module_imported_from_another_copy_is_refused(tmp_path):
+    copy = tmp_path / cluster_side.MODULE_FILE
+    copy.parent.mkdir(parents=True)
+    copy.write_text("")
+    # the module is already imported from the checkout: a second collection below tmp_path would not be the one run
+    cluster_side.import_module(str(COLLECTIONS))
+    with pytest.raises(cluster_side.ClusterSideError) as caught:
+        cluster_side.import_module(str(tmp_path))
+    assert "not from" in str(caught.value)
