@@ -115,6 +115,56 @@ def test_access_wrapper_keeps_its_forbidden_message():
     assert _k8s_access.list_all("m", Api(), FakeList(3), _k8s_access.Target("list", "nodes"), 2)[1] == 2
 
 
+def test_the_next_page_is_asked_for_while_this_one_is_decoded(monkeypatch):
+    """Each page's decoding waits until the request for the following page has gone out: without the request ahead it
+    would wait in vain (and the list fail on the timeout below)."""
+    method = FakeList(5)
+    real_loads = _k8s.json.loads
+
+    def loads(data):
+        page = real_loads(data)
+        following = (page.get("metadata") or {}).get("continue")
+        if following:
+            deadline = time.monotonic() + 5
+            while not any(call[1].get("_continue") == following for call in method.calls) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert any(call[1].get("_continue") == following for call in method.calls), "page %s not asked for ahead" % following
+        return page
+
+    monkeypatch.setattr(_k8s.json, "loads", loads)
+    items, pages = _k8s.list_all(Api(), method, "t", plain("t"), 2)
+    assert len(items) == 5 and pages == 3 and len(method.calls) == 3
+
+
+def test_a_page_asked_for_ahead_for_another_token_is_dropped_and_counted():
+    """The decoded page's own token is followed; a request made ahead from a misread head is counted, never used."""
+    calls = []
+
+    def method(**kwargs):
+        calls.append(kwargs.get("_continue"))
+        if kwargs.get("_continue") is None:  # two continue keys: the head says "wrong", the decoded page "2"
+            return Response(b'{"kind":"PodList","metadata":{"continue":"wrong","continue":"2"},"items":[{"n":1}]}')
+        if kwargs["_continue"] == "wrong":
+            return Response(b'{"kind":"PodList","metadata":{},"items":[{"n":"never used"}]}')
+        return Response(b'{"kind":"PodList","metadata":{},"items":[{"n":2}]}')
+
+    items, pages = _k8s.list_all(Api(), method, "t", plain("t"), 1)
+    assert items == [{"n": 1}, {"n": 2}]
+    assert len(calls) == 3 and set(calls) == {None, "2", "wrong"} and pages == 3
+
+
+@pytest.mark.parametrize(("raw", "token"), [
+    # as the API server writes a page: TypeMeta, ListMeta, then the items
+    (b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9","continue":"eyJ2Ijoi+/=","remainingItemCount":7},'
+     b'"items":[{"metadata":{"name":"p","annotations":{"continue":"x"}}}]}', "eyJ2Ijoi+/="),
+    (b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}', None),  # the last page
+    (b'{"items":[{"metadata":{"continue":"inside an item"}}],"metadata":{"continue":"late"}}', None),  # items first: not read ahead
+    (b'{"kind":"PodList","metadata":{"continue":"x"}}', None),  # no items key in the head
+])
+def test_the_token_ahead_is_read_only_from_the_head_of_the_page(raw, token):
+    assert _k8s._next_token_ahead(raw) == token
+
+
 def test_concurrently_runs_at_once_and_raises_the_first_failure():
     started = threading.Barrier(2, timeout=5)
 

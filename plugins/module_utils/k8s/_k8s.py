@@ -338,32 +338,83 @@ def _status(error):
     return getattr(error, "status", None) if isinstance(error, ApiException) else None
 
 
+# A page's continue token is read from the head of its raw answer, so that the next page is asked for while this one
+# is decoded: the API server writes a list's metadata before its items (ListMeta is declared before Items in every
+# list type, k8s.io/apimachinery/pkg/apis/meta/v1/types.go and k8s.io/api/core/v1/types.go PodList, and Go's
+# encoding/json writes a struct's fields in declaration order).  The token the decoded page holds is the one
+# followed: a page fetched ahead for another token is dropped.
+_ITEMS_KEY = b'"items"'
+_HEAD_LIMIT = 65536
+_CONTINUE_TOKEN = re.compile(rb'"continue"\s*:\s*"([^"\\]*)"')
+
+
+def _next_token_ahead(data):
+    """The continue token in the head of a LIST page's raw JSON (before its items), or None where there is none."""
+    end = data.find(_ITEMS_KEY, 0, _HEAD_LIMIT)
+    if end < 0:
+        return None
+    match = _CONTINUE_TOKEN.search(data, 0, end)
+    return match.group(1).decode("ascii", "replace") if match else None
+
+
+class _Ahead:
+    """One page requested in a thread of its own: ``result()`` waits for its body, or raises what the request raised."""
+
+    def __init__(self, fetch, token):
+        self.token = token
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(fetch, token), daemon=True)
+        self._thread.start()
+
+    def _run(self, fetch, token):
+        try:
+            self._outcome = (True, fetch(token))
+        except BaseException as error:  # re-raised by result(), in the caller's thread
+            self._outcome = (False, error)
+
+    def result(self):
+        self._thread.join()
+        succeeded, value = self._outcome
+        if not succeeded:
+            raise value
+        return value
+
+
 def list_all(api, method, action, failure, page_limit=500, args=(), **params):
     """Every item of one paginated LIST: (items, pages).
 
     ``method`` is a LIST request (``endpoint(api, "GET", "/api/v1/nodes")``), called with ``args`` and
     ``params`` (selectors) plus ``limit``, ``_continue``, the request timeout and ``_preload_content=False``:
-    each page's body is decoded by ``json.loads`` into plain dicts.  ``action`` says what the LIST is, for error
-    messages (``"gpu_consistency: listing pods"``); ``failure(error)`` turns a failed request into the
+    each page's body is decoded by ``json.loads`` into plain dicts, while the next page is already being asked
+    for (its token read from the page's head, see ``_next_token_ahead``).  ``action`` says what the LIST is, for
+    error messages (``"gpu_consistency: listing pods"``); ``failure(error)`` turns a failed request into the
     GpuhardenError to raise (``_k8s_access.list_all`` passes its RBAC-aware one: modules list through that).  A
     continue token that expired (410 Gone) restarts the list from the start, once.
     """
     timeout = getattr(api, "gpuharden_request_timeout", None)
-    items, pages, restarts, token = [], 0, 0, None
-    while True:
+
+    def fetch(token):
         kwargs = dict(params, limit=page_limit, _preload_content=False)
         if token:
             kwargs["_continue"] = token
         if timeout:
             kwargs["_request_timeout"] = timeout
+        return method(*args, **kwargs).data
+
+    items, pages, restarts, token, ahead = [], 0, 0, None, None
+    while True:
+        if ahead is not None and ahead.token != token:
+            pages, ahead = pages + 1, None  # asked for ahead but not the page to follow: counted, dropped
         pages += 1
         try:
-            data = method(*args, **kwargs).data
+            data = ahead.result() if ahead is not None and ahead.token == token else fetch(token)
         except Exception as error:  # ApiException, and urllib3's connection, TLS and read errors
             if _status(error) == 410 and token and restarts < MAX_LIST_RESTARTS:
-                items, token, restarts = [], None, restarts + 1
+                items, token, ahead, restarts = [], None, None, restarts + 1
                 continue
             raise failure(error) from None
+        following = _next_token_ahead(data) if data else None
+        ahead = _Ahead(fetch, following) if following else None
         try:
             with gc_paused():
                 page = json.loads(data) if data else {}
@@ -374,7 +425,7 @@ def list_all(api, method, action, failure, page_limit=500, args=(), **params):
         items.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return items, pages
+            return items, pages + (ahead is not None)
 
 
 def list_concurrently(lists):
