@@ -73,6 +73,8 @@ SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_
 # drift_check.yml's facts for the consistency check gpuharden drift runs itself (gpuharden/cluster_side.py)
 CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
 NODE_REPORTS_FACT = "__drift_node_reports"
+# How often `gpuharden drift` looks for a signal or the --timeout while its cluster side runs
+CLUSTER_SIDE_POLL = 0.2
 EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # A run stopped by a signal exits 128 + the signal's number, as a shell reports a process the signal killed.
 EXIT_SIGNAL_BASE = 128
@@ -1076,7 +1078,11 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
         raise error
     outcomes.close()
     if cluster is not None and outcomes.consistency_options is not None:
-        run_cluster_side(cluster, outcomes)
+        run_cluster_side(cluster, outcomes, lambda: stopped(args, stop, deadline) is not None)
+        interrupted = stopped(args, stop, deadline)
+        if interrupted:
+            # the play is complete, but not the cluster-wide checks: no report, as for a play cut short
+            raise Incomplete(*interrupted, checked=outcomes.done())
         finished = time.time()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=names)
@@ -1091,14 +1097,33 @@ def cluster_side_runner():
     return cluster_side.Runner(base) if base else None
 
 
-def run_cluster_side(cluster, outcomes):
+def run_cluster_side(cluster, outcomes, interrupted=lambda: False, poll=CLUSTER_SIDE_POLL):
     """The consistency check (and the RuntimeClass dry run in it) here, from the play's hand-over in ``outcomes``.  A
     check that cannot run is the report's consistency_error, and its RuntimeClass dry run a failed check, as when the
-    module run fails."""
+    module run fails.
+
+    It runs in a thread while this one polls ``interrupted()`` (a signal, --timeout): then it is left behind (its
+    requests end with the process) and ``outcomes`` is not touched; the caller reports the run as incomplete."""
     from gpuharden import cluster_side  # noqa: PLC0415
 
+    done = {}
+
+    def work():
+        try:
+            done["result"] = cluster.run(outcomes.consistency_options, outcomes.node_reports)
+        except cluster_side.ClusterSideError as error:
+            done["error"] = error
+
+    thread = threading.Thread(target=work, name="gpuharden-cluster-side", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        if interrupted():
+            return
+        thread.join(poll)
     try:
-        outcomes.take_consistency(cluster.run(outcomes.consistency_options, outcomes.node_reports))
+        if "result" not in done:
+            raise done.get("error") or cluster_side.ClusterSideError("the consistency check ended without a result")
+        outcomes.take_consistency(done["result"])
     except cluster_side.ClusterSideError as error:
         outcomes.consistency_error = " ".join(str(error).split())[:500]
         if (outcomes.consistency_options or {}).get("runtime_class") is not None and outcomes.runtime_class is None:

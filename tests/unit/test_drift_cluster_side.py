@@ -91,6 +91,21 @@ def test_without_a_runtime_class_option_a_failure_adds_no_runtime_class_finding(
     assert outcomes.runtime_class is None and outcomes.consistency_error == "boom"
 
 
+def test_a_signal_or_the_timeout_during_the_check_leaves_the_outcomes_untouched():
+    release = threading.Event()
+
+    class Hanging(FakeRunner):
+        def run(self, options, node_reports):
+            release.wait(5)
+            return {"findings": [{"id": "late", "node": "gpu-a"}]}
+
+    outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": {"name": "nvidia"}})
+    asked = []
+    drift.run_cluster_side(Hanging(), outcomes, interrupted=lambda: asked.append(1) or len(asked) > 2, poll=0.01)
+    release.set()
+    assert len(asked) == 3 and outcomes.consistency is None and outcomes.consistency_error is None and outcomes.runtime_class is None
+
+
 class NodesApi:
     """GET /api/v1/nodes (one page); every request is recorded, anything else is 404."""
 

@@ -129,6 +129,34 @@ def test_item05_signal_mid_run_exits_128_plus_signal_and_writes_nothing(site, mo
     assert {number: signal.getsignal(number) for number in drift.STOP_SIGNALS} == previous
 
 
+def test_item05_sigint_while_the_cluster_side_runs_in_process_writes_nothing(site, monkeypatch, capsys):
+    """The play finished and handed over the consistency check; a SIGINT while that check runs here (it hangs on the
+    API server) ends the run at once as interrupted: no report, the previous files untouched."""
+    hung = threading.Event()
+
+    class Hanging:
+        def run(self, options, node_reports):
+            os.kill(os.getpid(), signal.SIGINT)
+            hung.wait(30)
+            return {"findings": []}
+
+    monkeypatch.setattr(drift, "cluster_side_runner", Hanging)
+    handover = _event("runner_on_ok", "gpu-a", action="ansible.builtin.set_fact",
+                      ansible_facts={"gpuharden_drift_consistency_options": {"nodes": ["node-a"]}})
+    events = _started("gpu-a") + [_audited("gpu-a"), handover, _stats("gpu-a")]
+    _fake_runner(monkeypatch, events, "successful", 0)
+    started = time.monotonic()
+    try:
+        assert _drift(site) == 130
+    finally:
+        hung.set()
+    assert time.monotonic() - started < 10
+    out, err = capsys.readouterr()
+    _untouched(site)
+    _no_clean_summary(out)
+    assert "INCOMPLETE, interrupted by SIGINT" in err
+
+
 def test_item05_sigint_before_any_event_names_every_play_host(site, monkeypatch, capsys):
     _fake_runner(monkeypatch, _started("gpu-a"), "successful", 0, signum=signal.SIGINT, signal_after=0)
     assert _drift(site, "--json") == 130
