@@ -70,7 +70,7 @@ def table(drift, consistency, ebpf):
                              % PROJECTED_NODES, "%.1f min" % minutes, "<= 15 min", "%.2fx of goal" % (minutes / 15),
                              "yes" if minutes <= 15 else "no"))
         lines.append(row("(c) no-op harden vs drift, 1 compliant node", "%.2f s vs %.2f s" % (c["harden_noop"]["wall_s"], c["drift"]["wall_s"]),
-                         "<= 1.5x", "%.1fx" % c["ratio"], "yes" if c["ratio"] <= 1.5 else "no"))
+                         "<= 1.5x", "%.2fx" % c["ratio"], "yes" if c["ratio"] <= 1.5 else "no"))
     else:
         lines.append(row("(a)-(c) drift", "did not run", "", "", "no"))
     if consistency:

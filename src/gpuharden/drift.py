@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """`gpuharden drift`: the drift check over an inventory, as a report.
 
-Runs the collection's drift-check playbook (one node_audit module run per node) through ansible-runner, shows
+Runs the collection's drift-check playbook (one node_audit module run per node) through ansible-runner, then its
+cluster-side consistency check in this process, from what the play handed over (gpuharden/cluster_side.py); shows
 progress, and writes a JSON report, a table on the terminal and a Prometheus textfile-collector file.  With
 ``--remediate`` it then runs harden_gpu_nodes.yml on the drifted hosts only, limited to the stages (tags) with
 remediable findings, and checks those hosts again.
