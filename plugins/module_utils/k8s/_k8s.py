@@ -357,18 +357,18 @@ def _next_token_ahead(data):
     return match.group(1).decode("ascii", "replace") if match else None
 
 
-class _Ahead:
-    """One page requested in a thread of its own: ``result()`` waits for its body, or raises what the request raised."""
+class _InThread:
+    """``function(*args)`` started in a thread of its own: ``result()`` waits for it and returns its value, or raises
+    what it raised, in the caller's thread."""
 
-    def __init__(self, fetch, token):
-        self.token = token
+    def __init__(self, function, *args):
         self._outcome = None
-        self._thread = threading.Thread(target=self._run, args=(fetch, token), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(function, args), daemon=True)
         self._thread.start()
 
-    def _run(self, fetch, token):
+    def _run(self, function, args):
         try:
-            self._outcome = (True, fetch(token))
+            self._outcome = (True, function(*args))
         except BaseException as error:  # re-raised by result(), in the caller's thread
             self._outcome = (False, error)
 
@@ -401,20 +401,21 @@ def list_all(api, method, action, failure, page_limit=500, args=(), **params):
             kwargs["_request_timeout"] = timeout
         return method(*args, **kwargs).data
 
+    # ahead: (token, _InThread) of the page asked for while the one before it is decoded
     items, pages, restarts, token, ahead = [], 0, 0, None, None
     while True:
-        if ahead is not None and ahead.token != token:
+        if ahead is not None and ahead[0] != token:
             pages, ahead = pages + 1, None  # asked for ahead but not the page to follow: counted, dropped
         pages += 1
         try:
-            data = ahead.result() if ahead is not None and ahead.token == token else fetch(token)
+            data = ahead[1].result() if ahead is not None else fetch(token)
         except Exception as error:  # ApiException, and urllib3's connection, TLS and read errors
             if _status(error) == 410 and token and restarts < MAX_LIST_RESTARTS:
                 items, token, ahead, restarts = [], None, None, restarts + 1
                 continue
             raise failure(error) from None
         following = _next_token_ahead(data) if data else None
-        ahead = _Ahead(fetch, following) if following else None
+        ahead = (following, _InThread(fetch, following)) if following else None
         try:
             with gc_paused():
                 page = json.loads(data) if data else {}
@@ -436,19 +437,13 @@ def list_concurrently(lists):
     this process reads and decodes another.  They may share one ``ApiClient``: its urllib3 pool is thread-safe
     and holds several connections (``connection_pool_maxsize``, 5 per CPU).
     """
+    running = {key: _InThread(function) for key, function in lists.items()}
     results, errors = {}, {}
-
-    def work(key, function):
+    for key, call in running.items():
         try:
-            results[key] = function()
-        except BaseException as error:  # re-raised in the caller's thread below
+            results[key] = call.result()
+        except BaseException as error:  # raised once every call has ended
             errors[key] = error
-
-    threads = [threading.Thread(target=work, args=item, daemon=True) for item in lists.items()]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
     for key in lists:
         if key in errors:
             raise errors[key]
