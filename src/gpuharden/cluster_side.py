@@ -8,7 +8,7 @@ roles' variables) and the node reports (__drift_node_reports) as facts, which re
 events.  The check itself is the module's own code: its argument_spec validates the options (Ansible's
 ArgumentSpecValidator, as AnsibleModule does) and its gather() runs the LISTs and the pure check.  That saves the
 module's run through Ansible: a worker process, a payload and a Python that imports Ansible and the kubernetes client
-again (about 0.8 s of wall time and 1.3 CPU-s per drift run on the lab machine, docs/benchmarks.md).  The pods are
+again (measured on the lab machine: about 0.6 s of wall time and 0.5 CPU-s per drift run, docs/benchmarks.md).  The pods are
 the play's one LIST (the snapshot gpu_pods_info left), as in the module run.
 
 The module is imported from the installed collection the playbooks come from (the first gpuharden.k8s below

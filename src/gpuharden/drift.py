@@ -71,7 +71,9 @@ AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
-# drift_check.yml's facts for the consistency check gpuharden drift runs itself (gpuharden/cluster_side.py)
+# drift_check.yml's facts: the host's Node name, and what the consistency check gpuharden drift runs itself takes
+# (gpuharden/cluster_side.py)
+NODE_NAME_FACT = "__drift_node"
 CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
 NODE_REPORTS_FACT = "__drift_node_reports"
 # How often `gpuharden drift` looks for a signal or the --timeout while its cluster side runs
@@ -231,7 +233,9 @@ class Outcomes:
         self.consistency = None
         self.consistency_error = None
         self.runtime_class = None
-        # drift_check.yml's hand-over to run_cluster_side: gpu_consistency's options and the node reports, as facts
+        # drift_check.yml's facts: each host's Node name, and the hand-over to run_cluster_side (gpu_consistency's
+        # options and the node reports)
+        self.node_names = {}
         self.consistency_options = None
         self.node_reports = None
         self.seen = set()
@@ -276,6 +280,8 @@ class Outcomes:
                 self.take_consistency(result)
         elif kind == "runner_on_ok" and data.get("task_action") in SET_FACT_ACTIONS:
             facts = result.get("ansible_facts") or {}
+            if NODE_NAME_FACT in facts:
+                self.node_names[host] = facts[NODE_NAME_FACT]
             if CONSISTENCY_OPTIONS_FACT in facts:
                 self.consistency_options = facts[CONSISTENCY_OPTIONS_FACT]
             if NODE_REPORTS_FACT in facts:
@@ -1044,16 +1050,6 @@ def incomplete(args, extravars, limit, outcomes, stop, reason, code):
 
 def check(args, extravars, stream, limit, stop=None, deadline=None):
     outcomes = Outcomes(progress=None if args.quiet else _progress(stream))
-    names = {}
-
-    def handler(event):
-        outcomes.feed(event)
-        data = event.get("event_data") or {}
-        facts = (data.get("res") or {}).get("ansible_facts") or {}
-        if data.get("host") and "__drift_node" in facts:
-            names[data["host"]] = facts["__drift_node"]
-        return True
-
     before = stopped(args, stop, deadline)
     if before:
         raise incomplete(args, extravars, limit, outcomes, stop, *before)
@@ -1062,7 +1058,7 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
     if cluster is not None:
         extravars = dict(extravars, gpuharden_drift_cluster_in_process=True)
     status, rc, _stats, stdout = run_playbook(args.playbook, args.inventory, limit=limit, forks=args.forks,
-                                              extravars=extravars, event_handler=handler,
+                                              extravars=extravars, event_handler=outcomes.feed,
                                               cancel=stop.requested if stop is not None else None, timeout=runner_timeout(deadline))
     finished = time.time()
     after = stopped(args, stop, deadline, status)
@@ -1086,7 +1082,7 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
             raise Incomplete(*interrupted, checked=outcomes.done())
         finished = time.time()
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
-                        started=started, finished=finished, node_names=names)
+                        started=started, finished=finished, node_names=outcomes.node_names)
 
 
 def cluster_side_runner():
