@@ -18,8 +18,12 @@ description:
     audit (M(gpuharden.k8s.device_cgroup_audit)).
   - Each check takes the options of that module, validated by the same option spec, and calls the same planner the
     module calls in check mode. A remediable finding is reported exactly when that module would change something.
-  - A check whose options are omitted is skipped. A check that cannot run (bad option, unreadable file) becomes an
-    error finding C(<check>_check_failed); the other checks still run.
+  - A check whose options are omitted is skipped. Every other check ends in one of three states. Checked (C(status)
+    C(ok), C(drift) or C(findings)); could not check (C(status) C(not_checked): a bad option, an unreadable file, a
+    tool prerequisite the node lacks), with the cause and the fix, never a finding, so never counted as clean or as
+    drift; or refused, where what the check found is outside what gpuharden changes safely (another installer owns
+    it), named with why. A check may also name a part of itself it could not run or refused beside what it did check.
+    The other checks always still run.
   - Read-only; never changes the node.
 author:
   - gpuharden maintainers (@gpuharden)
@@ -164,7 +168,7 @@ findings:
       description: The check that found it (C(device_nodes), C(containerd), C(kubelet), C(mig), C(cgroup_memory), C(nvml), C(device_cgroups)).
       type: str
     stage:
-      description: The harden_gpu_nodes.yml tag that fixes it; null for a check that could not run.
+      description: The harden_gpu_nodes.yml tag that fixes it; null when no stage does.
       type: str
     severity:
       description: One of C(info), C(warning), C(error), C(critical).
@@ -187,16 +191,20 @@ checks:
     - The C(details) of C(device_cgroups) carry the audit's C(summary), C(allocation_source) and C(pod_resources)
       (see M(gpuharden.k8s.device_cgroup_audit)).
     - C(status) is C(drift) when the check's stage would change something, C(findings) when there are only findings
-      running the stage does not change (hardware, workloads), C(ok), C(error) (the check could not run) or C(skipped).
+      running the stage does not change (hardware, workloads), C(ok), C(not_checked) (the check could not run) or
+      C(skipped) (its options were left out).
+    - C(not_checked), where the check or a part of it could not run, lists C({what, cause, fix}); C(refused), where it
+      refused to judge a part (another installer owns it), lists C({what, why, fix}).
   returned: always
   type: dict
 summary:
   description:
     - C(findings), C(by_severity), C(max_severity), C(stages) (the stages to run to fix the remediable findings),
       C(would_change).
+    - C(not_checked) and C(refused), the names of the checks with such entries in RV(checks).
     - C(node_stages), per node-side stage of C(harden_gpu_nodes.yml) (C(device_permissions), C(container_runtime),
       C(kubelet_topology), C(mig), C(cgroup_limits)), whether harden runs it on this node, which it does where its
-      check's C(status) is not C(ok) (an error or a check left out runs it too), and for C(mig) only where its check
+      check's C(status) is not C(ok) (a check that could not run or was left out runs it too), and for C(mig) only where its check
       ran.
   returned: always
   type: dict

@@ -95,10 +95,12 @@ def test_omitted_checks_are_skipped_and_a_broken_check_does_not_stop_the_others(
     audit = _audit(root, device_nodes={"policy": "custom-ish"}, containerd={"runtime_name": "nvidia"})
     assert tree_snapshot(root) == before
     assert audit["checks"]["kubelet"] == {"status": "skipped"}
-    assert audit["checks"]["device_nodes"]["status"] == "error"
-    failed = next(entry for entry in audit["findings"] if entry["id"] == "device_nodes_check_failed")
-    assert "policy" in failed["found"] and "custom-ish" in failed["found"]
-    assert failed["remediable"] is False and failed["severity"] == "error"
+    # could not check: its cause and fix, and no finding (a blind check is neither drift nor clean)
+    assert audit["checks"]["device_nodes"]["status"] == "not_checked"
+    [blind] = audit["checks"]["device_nodes"]["not_checked"]
+    assert blind["what"] == "device_nodes" and "policy" in blind["cause"] and "custom-ish" in blind["cause"] and blind["fix"]
+    assert not [entry for entry in audit["findings"] if entry["check"] == "device_nodes"]
+    assert audit["summary"]["not_checked"] == ["device_nodes"]
     assert audit["checks"]["containerd"]["status"] == "drift"
 
 

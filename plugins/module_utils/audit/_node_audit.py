@@ -196,6 +196,23 @@ def audit_device_cgroups(params):
     return False, result["findings"], details
 
 
+# The three states of a check (the envelope): checked (status ok, drift or findings), could not check (NOT_CHECKED:
+# the cause and the fix, never counted as clean or as drift) and refused (REFUSED: outside what gpuharden changes
+# safely, named).  A check reports a part it could not run, or refuses to judge, as a list under these keys of its
+# details: [{what, cause, fix}] and [{what, why, fix}]; a check that cannot run at all raises GpuhardenError (its
+# result's ``fix`` says what fixes it) or OSError, and its status is NOT_CHECKED.
+NOT_CHECKED = "not_checked"
+REFUSED = "refused"
+GENERIC_FIX = "fix what the cause names (the node, or the option named); the node's other checks still ran"
+
+
+def not_checked_entry(what, error):
+    """The could-not-check entry of a check that raised ``error``."""
+    message = getattr(error, "msg", None) or str(error)
+    fix = (getattr(error, "result", None) or {}).get("fix")
+    return {"what": what, "cause": " ".join(str(message).split()), "fix": fix or GENERIC_FIX}
+
+
 # name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml
 CHECKS = (
     ("device_nodes", _device_nodes.argument_spec, None, audit_device_nodes),
@@ -295,10 +312,9 @@ def _audit(params, clock):
                 options["node_name"] = node
             would_change, found, details = function(options)
         except (GpuhardenError, OSError) as error:
-            message = getattr(error, "msg", None) or str(error)
-            findings.append(finding("%s_check_failed" % name, "error", "the %s check runs" % name, message,
-                                    "fix the node or the options; the other checks still ran"))
-            checks[name] = {"status": "error", "error": message, "seconds": round(clock() - begun, 4)}
+            # could not check: never a finding (a finding is drift or attention), never clean
+            checks[name] = {"status": NOT_CHECKED, "not_checked": [not_checked_entry(name, error)],
+                            "seconds": round(clock() - begun, 4)}
             continue
         findings.extend(found)
         if "node_report" in details:
@@ -309,6 +325,12 @@ def _audit(params, clock):
         status = "drift" if would_change else ("findings" if found else "ok")
         checks[name] = {"status": status, "would_change": would_change, "findings": len(found),
                         "seconds": round(clock() - begun, 4), "details": details}
+        # A part of the check that could not run (a tool prerequisite the node lacks), or that the check refuses to
+        # judge (another installer owns it): named beside what it did check.
+        for state in (NOT_CHECKED, REFUSED):
+            entries = details.pop(state, None)
+            if entries:
+                checks[name][state] = [dict(entry) for entry in entries]
     if node_report is not None and pod_resources is not None:
         node_report["pod_resources"] = pod_resources
     by_severity = _findings.by_severity(findings)
@@ -323,6 +345,9 @@ def _audit(params, clock):
             "stages": _findings.remediable_stages(findings),
             "would_change": sorted(name for name, check in checks.items() if check.get("would_change")),
             "node_stages": node_stages(checks),
+            # the checks (whole or in part) that could not run, and those that refused to judge what they found
+            NOT_CHECKED: sorted(name for name, check in checks.items() if check.get(NOT_CHECKED)),
+            REFUSED: sorted(name for name, check in checks.items() if check.get(REFUSED)),
         },
         "node_report": node_report,
         "seconds": round(clock() - started, 4),
