@@ -72,8 +72,17 @@ def sample_report():
                               started=STARTED, finished=FINISHED, node_names=NODE_NAMES)
 
 
+# The sample fleet has an unreachable and a failed node, so its run is not a success: the textfile keeps the last
+# success of an earlier run, an hour before this one finished.
+PREVIOUS_SUCCESS = FINISHED - 3600
+
+
+def sample_text():
+    return drift.prometheus_text(sample_report(), "gpuharden_last_success_timestamp_seconds %.3f\n" % PREVIOUS_SUCCESS)
+
+
 def main():
-    sys.stdout.write(drift.prometheus_text(sample_report()))
+    sys.stdout.write(sample_text())
 
 
 if __name__ == "__main__":

@@ -31,7 +31,12 @@ ERRORS = "ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors"
 
 class ClusterSideError(Exception):
     """The consistency check could not run here (the collection not found or not importable, bad options, a failed
-    LIST); the message says why, and becomes the report's consistency_error."""
+    LIST); the message says why, and becomes the report's consistency_error.  ``access``: why the cluster could not be
+    read and the fix, as the collection's k8s layer names it (None where the cause is not the cluster's access)."""
+
+    def __init__(self, message, access=None):
+        super().__init__(message)
+        self.access = access
 
 
 def collection_base(bases):
@@ -74,7 +79,7 @@ def check(module, error_type, options, node_reports):
     try:
         return module.gather(validated.validated_parameters)
     except error_type as error:
-        raise ClusterSideError(error.msg) from None
+        raise ClusterSideError(error.msg, access=error.result.get("access")) from None
     except Exception as error:  # noqa: BLE001 (as a module crash would be: reported, the rest of the report kept)
         raise ClusterSideError("gpu_consistency crashed: %s" % traceback.format_exception_only(error)[-1].strip()) from None
 

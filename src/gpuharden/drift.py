@@ -7,10 +7,12 @@ progress, and writes a JSON report, a table on the terminal and a Prometheus tex
 ``--remediate`` it then runs harden_gpu_nodes.yml on the drifted hosts only, limited to the stages (tags) with
 remediable findings, and checks those hosts again.
 
-A node is ``clean``, ``drift`` (findings at or above --fail-severity that harden fixes) or ``attention`` (only
-findings no playbook fixes: a PCIe link trained down, a privileged GPU pod).  A run that finished reports every host
-of the play: audited, ``unreachable`` or ``failed`` (a host the play ended without a node_audit result for counts as
-failed, never as clean).
+A node is ``clean``, ``drift`` (findings at or above --fail-severity that harden fixes), ``attention`` (only
+findings no playbook fixes: a PCIe link trained down, a privileged GPU pod) or ``not_checked`` (no such finding, but a
+check, or a part of one, could not run there).  A run that finished reports every host of the play: audited,
+``unreachable`` or ``failed`` (a host the play ended without a node_audit result for counts as failed, never as
+clean).  Every check ends in one of three states (gpuharden/coverage.py): checked, could not check (the cause and the
+fix, listed first; never counted as clean or as drift) or refused (outside what gpuharden changes safely, named).
 
 Runs that did not finish never look clean.  An interrupted (SIGINT, SIGTERM), timed-out (--timeout) or canceled run,
 or one where ansible-playbook stopped before the end of the play (no closing stats), writes NOTHING: the previous
@@ -20,7 +22,7 @@ gpuharden_last_success_timestamp_seconds (equal to gpuharden_last_run_timestamp_
 existing dashboards) stops advancing while runs do not complete, and the per-node series (drifted, attention,
 unreachable, failed) keep their last complete values instead of vanishing, so their alerts do not resolve.  Alert
 on ``time() - gpuharden_last_success_timestamp_seconds`` (or node_exporter's ``node_textfile_mtime_seconds``) above
-about two run intervals, and on the unit or Job failing (exit codes 3, 130, 143).
+about two run intervals, and on the unit or Job failing (exit codes 3, 4, 130, 143).
 
 A run with no host to check (the playbook's hosts pattern, gpuharden_target_hosts default gpu_nodes, or -l matched
 no host of the inventory) is a usage error, never an empty clean report; so is a playbook ansible-playbook could
@@ -28,10 +30,13 @@ not start (a YAML error, an unknown variable in a play's keywords).  Their messa
 ansible-playbook's output (started with ANSIBLE_NOCOLOR=1, ANSI codes stripped; see gpuharden/ansible_output.py).
 
 Exit codes: 0 the run finished, every node answered and is clean; 1 the run finished and found drift or attention,
-a cluster finding, or a node unreachable or failed; 2 usage or environment error, or no host to check (nothing was
-checked, nothing written); 3 incomplete: timed out, canceled, or ansible-playbook stopped early (nothing written);
-130 interrupted by SIGINT, 143 by SIGTERM (nothing written).  1 is an answer about the nodes; 3, 130 and 143 say
-there is no answer.
+or a cluster finding; 2 usage or environment error, or no host to check (nothing was checked, nothing written); 3
+incomplete: timed out, canceled, or ansible-playbook stopped early (nothing written); 4 not checked: the run finished,
+but something it was asked to check could not be (the cluster side blind: a missing kubeconfig, an expired or revoked
+token, RBAC that forbids a LIST, an unreachable API server; a node check that could not run; a node unreachable or
+failed): the report is written, its first line names the cause and the fix, and the success time in the metrics does
+not advance; 130 interrupted by SIGINT, 143 by SIGTERM (nothing written).  1 is an answer about the nodes; 4 a
+partial answer; 3, 130 and 143 say there is no answer.
 """
 
 from __future__ import annotations
@@ -53,11 +58,9 @@ import threading
 import time
 import uuid
 
-from gpuharden import ansible_output
+from gpuharden import ansible_output, coverage, terminal
+from gpuharden.severity import SEVERITIES, counted
 
-# The collection's one severity scale (plugins/module_utils/core/_findings.py; a unit test pins the two equal): the CLI
-# does not import the collection's code.
-SEVERITIES = ("info", "warning", "error", "critical")
 # The JSON report's schema; drift-merge only combines reports of the version it writes.
 REPORT_VERSION = 1
 DRIFT_PLAYBOOK = "gpuharden.k8s.drift_check"
@@ -70,6 +73,7 @@ TARGET_VARIABLE = ("gpuharden_target_hosts", "gpu_nodes")
 AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
+GPU_PODS_ACTIONS = ("gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
 SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
 # drift_check.yml's facts: the host's Node name, and what the consistency check gpuharden drift runs itself takes
 # (gpuharden/cluster_side.py)
@@ -78,7 +82,7 @@ CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
 NODE_REPORTS_FACT = "__drift_node_reports"
 # How often `gpuharden drift` looks for a signal or the --timeout while its cluster side runs
 CLUSTER_SIDE_POLL = 0.2
-EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+EXIT_CLEAN, EXIT_DRIFT, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_NOT_CHECKED = 0, 1, 2, 3, 4
 # A run stopped by a signal exits 128 + the signal's number, as a shell reports a process the signal killed.
 EXIT_SIGNAL_BASE = 128
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -137,9 +141,15 @@ examples:
 exit codes:
   0    clean: the run finished, every node answered, and nothing differs from the desired state (no cluster
        finding either)
-  1    DRIFT, an answer: the run finished and some node differs from the desired state (drift, which harden
-       fixes), needs attention (hardware, workloads), or could not be checked (unreachable, failed), or a cluster
-       object differs; the report and metrics are written and say which
+  1    DRIFT, an answer: the run finished, checked everything it was asked to, and some node differs from the
+       desired state (drift, which harden fixes), needs attention (hardware, workloads), or a cluster object
+       differs; the report and metrics are written and say which
+  4    NOT CHECKED, a partial answer: the run finished, but could not check something it was asked to: the
+       cluster side (no kubeconfig, an expired or revoked token, RBAC that forbids a LIST, the API server not
+       reachable), a node check (a tool prerequisite missing on the node, such as nvidia-ml-py), or a node
+       (unreachable, failed). The first line of the output names the cause and the fix; the report and metrics
+       are written (gpuharden_drift_checked 0 for the blind check), but gpuharden_last_success_timestamp_seconds
+       keeps its earlier value. Whatever else the run found, 4 wins: part of the fleet is unknown
   2    usage or environment error, or no host to check (gpuharden_target_hosts, default gpu_nodes, or -l matched
        no host of the inventory; ansible-playbook could not start the playbook): nothing checked, nothing written
   3    INCOMPLETE, no answer: the check could not finish (--timeout, canceled, ansible-playbook stopped before
@@ -147,7 +157,8 @@ exit codes:
        names the hosts without a final result
   128+N  stopped by signal N, incomplete as for 3: 130 SIGINT (Ctrl-C), 143 SIGTERM
 
-1 says something about the nodes; 3, 130 and 143 say there is no answer.  An incomplete run leaves the previous
+1 says something about the nodes, 4 says part of it is unknown; 3, 130 and 143 say there is no answer.  An
+incomplete run leaves the previous
 --report, --prometheus and --html files byte for byte as they were and prints no table or summary, so the metrics always
 describe the last complete run: gpuharden_last_success_timestamp_seconds stops advancing (alert on its age, or on
 node_textfile_mtime_seconds) and the per-node series (gpuharden_drift_node_drifted, _attention, _unreachable,
@@ -232,7 +243,11 @@ class Outcomes:
         self.failed = {}
         self.consistency = None
         self.consistency_error = None
+        # why the cluster could not be read, as the collection's k8s layer names it ({kind, fix}), where it did
+        self.consistency_access = None
         self.runtime_class = None
+        # the play's LIST of GPU pods failed ({cause, access}): the nodes' memory check did not run
+        self.pods_error = None
         # drift_check.yml's facts: each host's Node name, and the hand-over to run_cluster_side (gpu_consistency's
         # options and the node reports)
         self.node_names = {}
@@ -276,8 +291,12 @@ class Outcomes:
                 return True
             if result.get("failed_when_result") or "findings" not in result:
                 self.consistency_error = _message(result) or "gpu_consistency failed"
+                self.consistency_access = result.get("access")
             else:
                 self.take_consistency(result)
+        elif kind == "runner_on_ok" and data.get("task_action") in GPU_PODS_ACTIONS:
+            if not result.get("skipped") and "pod_uids_by_node" not in result:
+                self.pods_error = {"cause": _message(result) or "gpu_pods_info failed", "access": result.get("access")}
         elif kind == "runner_on_ok" and data.get("task_action") in SET_FACT_ACTIONS:
             facts = result.get("ansible_facts") or {}
             if NODE_NAME_FACT in facts:
@@ -367,20 +386,16 @@ def remediable_stages(findings):
     return sorted({entry["stage"] for entry in findings if entry.get("remediable") and entry.get("stage")})
 
 
-def counted(findings, threshold):
-    rank = SEVERITIES.index(threshold)
-    return [entry for entry in findings if entry.get("severity") in SEVERITIES[rank:]]
-
-
 def consistency_findings(findings, node):
     """The controller-side gpu_consistency findings of one node (the node is the report's key, so not repeated)."""
     return [{key: value for key, value in entry.items() if key != "node"} for entry in findings or [] if entry.get("node") == node]
 
 
-# What drift reports of a RuntimeClass check that did not answer with findings; check, stage and remediable as in the
-# collection's findings catalogue (plugins/module_utils/core/_findings.py; tests/unit/test_findings.py pins them).
+# What drift reports of a RuntimeClass dry run that would change the object without a finding; check, stage and
+# remediable as in the collection's findings catalogue (plugins/module_utils/core/_findings.py; tests/unit/test_findings.py
+# pins them).  A dry run that did not answer is not a finding: the cluster's runtime_class check is not checked
+# (coverage.cluster_checks).
 RUNTIME_CLASS_DIFFERS = {"check": "runtime_class", "stage": "runtime_class", "remediable": True}
-RUNTIME_CLASS_CHECK_FAILED = {"check": "runtime_class", "stage": None, "remediable": False}
 
 
 def runtime_class_findings(result):
@@ -388,31 +403,38 @@ def runtime_class_findings(result):
     if result is None:
         return []
     findings = list(result.get("findings") or [])
-    if result.get("changed") and not findings:
+    if result.get("changed") and not findings and not result.get("failed"):
         name = ((result.get("runtime_class") or {}).get("metadata") or {}).get("name", "")
         findings.append(dict(RUNTIME_CLASS_DIFFERS, id="runtime_class_differs", severity="error",
                              expected="RuntimeClass as the runtime_class stage applies it", found=result.get("action"),
                              hint="pods with this runtimeClassName are refused or run on the wrong handler",
                              subject="RuntimeClass %s" % name))
-    if result.get("msg") and not result.get("findings") and not result.get("changed"):
-        findings.append(dict(RUNTIME_CLASS_CHECK_FAILED, id="runtime_class_check_failed", severity="error",
-                             expected="the RuntimeClass dry run runs", found=_message(result), hint=""))
     return findings
 
 
+def node_status(failing, not_checked):
+    """drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads); not_checked: no
+    finding, but a check (or a part of one) could not run, so the node is not known to be clean; else clean."""
+    if any(entry.get("remediable") for entry in failing):
+        return "drift"
+    return "attention" if failing else ("not_checked" if not_checked else "clean")
+
+
 def build_report(outcomes, *, inventory, limit, fail_severity, started, finished, node_names=None):
+    cluster_checks = coverage.cluster_checks(outcomes.consistency is not None, outcomes.consistency_error,
+                                             outcomes.consistency_access, outcomes.runtime_class, outcomes.pods_error)
     nodes = {}
     for host, audit in sorted(outcomes.audited.items()):
         node_name = (node_names or {}).get(host, host)
         audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
-        failing = counted(audit["findings"], fail_severity)
-        # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
-        status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")
+        not_checked = coverage.node_parts(audit["checks"], coverage.NOT_CHECKED, cluster_checks.get("gpu_pods"))
         stages = remediable_stages(audit["findings"])
         nodes[host] = {
             "node": node_name,
-            "status": status,
+            "status": node_status(counted(audit["findings"], fail_severity), not_checked),
             "findings": audit["findings"],
+            coverage.NOT_CHECKED: not_checked,
+            coverage.REFUSED: coverage.node_parts(audit["checks"], coverage.REFUSED),
             "remediable_stages": stages,
             "checks": audit["checks"],
             "audit_seconds": audit["seconds"],
@@ -423,7 +445,10 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
     cluster = runtime_class_findings(outcomes.runtime_class) + [
         dict(entry, subject=entry.get("subject") or entry.get("resource")) for entry in consistency_findings(outcomes.consistency, None)]
     unreachable, failed = dict(sorted(outcomes.unreachable.items())), dict(sorted(outcomes.failed.items()))
-    return {
+    cluster_section = {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
+                       "runtime_class_checked": cluster_checks.get("runtime_class", {}).get("state") == coverage.CHECKED,
+                       "checks": cluster_checks, "findings": cluster}
+    report = {
         "version": REPORT_VERSION,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
         "timestamp": finished,
@@ -431,7 +456,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         "inventory": inventory,
         "limit": limit,
         "fail_severity": fail_severity,
-        "summary": summarize(nodes, unreachable, failed, cluster, fail_severity),
+        "summary": summarize(nodes, unreachable, failed, cluster_section, fail_severity),
         "nodes": nodes,
         "unreachable": unreachable,
         "failed": failed,
@@ -439,38 +464,49 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         # controller), so their per-node metrics carry the same label as when they answer
         "node_names": {host: (node_names or {}).get(host, host)
                        for host in sorted(set(nodes) | set(outcomes.unreachable) | set(outcomes.failed))},
-        "cluster": {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
-                    "runtime_class_checked": outcomes.runtime_class is not None, "findings": cluster},
+        "cluster": cluster_section,
     }
+    report[coverage.NOT_CHECKED] = coverage.blind_spots(report)
+    return report
 
 
 def summarize(nodes, unreachable, failed, cluster, fail_severity):
-    """A report's summary, from its sections: the one place the counts come from (a run, --remediate, a merge)."""
+    """A report's summary, from its sections (``cluster``: the report's cluster section): the one place the counts come
+    from (a run, --remediate, a merge).  clean + drifted + attention + not_checked + unreachable + failed = nodes."""
     by_severity, by_check = {}, {}
     for node in nodes.values():
         for entry in node["findings"]:
             by_severity[entry["severity"]] = by_severity.get(entry["severity"], 0) + 1
             by_check[entry["check"]] = by_check.get(entry["check"], 0) + 1
-    drifted = sum(1 for node in nodes.values() if node["status"] == "drift")
-    attention = sum(1 for node in nodes.values() if node["status"] == "attention")
+    statuses = [node["status"] for node in nodes.values()]
     return {
         "nodes": len(nodes) + len(unreachable) + len(failed),
-        "clean": len(nodes) - drifted - attention,
-        "drifted": drifted,
-        "attention": attention,
+        "clean": statuses.count("clean"),
+        "drifted": statuses.count("drift"),
+        "attention": statuses.count("attention"),
+        "not_checked": statuses.count("not_checked"),
+        # audited nodes with a check, or a part of one, not checked (whatever their status) and with one refused
+        "nodes_not_checked_in_part": sum(1 for node in nodes.values() if node.get(coverage.NOT_CHECKED)),
+        "nodes_refused_in_part": sum(1 for node in nodes.values() if node.get(coverage.REFUSED)),
         "unreachable": len(unreachable),
         "failed": len(failed),
         "findings": sum(len(node["findings"]) for node in nodes.values()),
         "by_severity": by_severity,
         "by_check": by_check,
-        "cluster_findings": len(counted(cluster, fail_severity)),
+        "cluster_findings": len(counted(cluster.get("findings") or [], fail_severity)),
+        "cluster_not_checked": [check for check, entry in (cluster.get("checks") or {}).items() if entry.get("state") == coverage.NOT_CHECKED],
     }
 
 
 def exit_code(report):
+    """4 when the run could not check something it was asked to (a blind cluster side, a node check that could not
+    run, an unreachable or failed node): whatever else it found, the answer is partial.  Else 1 for drift, attention
+    or a cluster finding, else 0."""
     summary = report["summary"]
-    problems = (summary["drifted"] + summary.get("attention", 0) + summary["unreachable"] + summary["failed"]
-                + summary.get("cluster_findings", 0))
+    if (summary.get("nodes_not_checked_in_part", 0) + summary["unreachable"] + summary["failed"]
+            + len(summary.get("cluster_not_checked", []))):
+        return EXIT_NOT_CHECKED
+    problems = summary["drifted"] + summary.get("attention", 0) + summary.get("cluster_findings", 0)
     return EXIT_DRIFT if problems else EXIT_CLEAN
 
 
@@ -478,8 +514,40 @@ def _label(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def prometheus_text(report):
-    """The textfile-collector exposition: findings per node/check/severity, per-node totals, run metadata."""
+LAST_SUCCESS_METRIC = "gpuharden_last_success_timestamp_seconds"
+
+
+def previous_last_success(text):
+    """The gpuharden_last_success_timestamp_seconds of an earlier textfile (its text, or None), or None."""
+    for line in (text or "").splitlines():
+        name, _sep, value = line.partition(" ")
+        if name == LAST_SUCCESS_METRIC:
+            try:
+                return float(value.split()[0])
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def check_coverage(report):
+    """{(scope, check): nodes not checked} of the checks this run asked for: scope cluster (0 or 1) and node (the
+    number of audited nodes where the check, or a part of it, did not run); a check no node ran is absent."""
+    covered = {("cluster", check): int(entry.get("state") == coverage.NOT_CHECKED)
+               for check, entry in (report.get("cluster") or {}).get("checks", {}).items()}
+    for node in report["nodes"].values():
+        for name, result in (node.get("checks") or {}).items():
+            if (result or {}).get("status") not in (None, "skipped") or name in {part["check"] for part in node.get(coverage.NOT_CHECKED) or []}:
+                covered.setdefault(("node", name), 0)
+        for name in {part["check"] for part in node.get(coverage.NOT_CHECKED) or []}:
+            covered[("node", name)] = covered.get(("node", name), 0) + 1
+    return covered
+
+
+def prometheus_text(report, previous=None):
+    """The textfile-collector exposition: findings per node/check/severity, per-node totals, what was checked, run
+    metadata.  ``previous``: the text of the file this replaces; a run that could not check something keeps its
+    gpuharden_last_success_timestamp_seconds (none if it had none), so that the age of that series says how long
+    gpuharden has not seen everything it was asked to."""
     lines = [
         "# HELP gpuharden_drift_findings Findings of the last gpuharden drift run, by node, check and severity.",
         "# TYPE gpuharden_drift_findings gauge",
@@ -526,6 +594,33 @@ def prometheus_text(report):
         lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric]
         lines += ['%s{node="%s"} %d' % (metric, _label(label), label in hit) for label in labels]
     lines += [
+        "# HELP gpuharden_drift_node_not_checked 1 when a check of the node, or a part of one, could not run in the last "
+        "complete drift run (the report names the cause and the fix), else 0.",
+        "# TYPE gpuharden_drift_node_not_checked gauge",
+    ]
+    lines += ['gpuharden_drift_node_not_checked{node="%s"} %d' % (_label(node["node"]), bool(node.get(coverage.NOT_CHECKED)))
+              for _host, node in sorted(report["nodes"].items())]
+    covered = check_coverage(report)
+    lines += [
+        "# HELP gpuharden_drift_checked 1 when the check ran wherever the last complete drift run asked for it, 0 when it "
+        "could not run somewhere (scope cluster: the cluster side; scope node: on at least one audited node).",
+        "# TYPE gpuharden_drift_checked gauge",
+    ]
+    lines += ['gpuharden_drift_checked{scope="%s",check="%s"} %d' % (_label(scope), _label(check), not blind)
+              for (scope, check), blind in sorted(covered.items())]
+    lines += [
+        "# HELP gpuharden_drift_check_nodes_not_checked Audited nodes where the check, or a part of it, could not run in "
+        "the last complete drift run.",
+        "# TYPE gpuharden_drift_check_nodes_not_checked gauge",
+    ]
+    lines += ['gpuharden_drift_check_nodes_not_checked{check="%s"} %d' % (_label(check), blind)
+              for (scope, check), blind in sorted(covered.items()) if scope == "node"]
+    blind = exit_code(report) == EXIT_NOT_CHECKED
+    lines += [
+        "# HELP gpuharden_drift_not_checked 1 when the last complete drift run could not check something it was asked to "
+        "(a blind cluster side, a node check that could not run, an unreachable or failed node), else 0.",
+        "# TYPE gpuharden_drift_not_checked gauge",
+        "gpuharden_drift_not_checked %d" % blind,
         "# HELP gpuharden_nodes_unreachable Nodes the last drift run could not reach.",
         "# TYPE gpuharden_nodes_unreachable gauge",
         "gpuharden_nodes_unreachable %d" % report["summary"]["unreachable"],
@@ -536,10 +631,15 @@ def prometheus_text(report):
         "do not finish write nothing.",
         "# TYPE gpuharden_last_run_timestamp_seconds gauge",
         "gpuharden_last_run_timestamp_seconds %.3f" % report["timestamp"],
-        "# HELP gpuharden_last_success_timestamp_seconds When the last drift run that completed finished (Unix time). An "
-        "interrupted, timed-out or canceled run leaves this file as it was, so this stops advancing: alert on its age.",
-        "# TYPE gpuharden_last_success_timestamp_seconds gauge",
-        "gpuharden_last_success_timestamp_seconds %.3f" % report["timestamp"],
+        "# HELP %s When the last drift run that completed and checked everything it was asked to finished (Unix time). "
+        "An interrupted, timed-out or canceled run leaves this file as it was, and a run that could not check something "
+        "keeps the earlier value, so this stops advancing: alert on its age." % LAST_SUCCESS_METRIC,
+        "# TYPE %s gauge" % LAST_SUCCESS_METRIC,
+    ]
+    last_success = previous_last_success(previous) if blind else report["timestamp"]
+    if last_success is not None:
+        lines.append("%s %.3f" % (LAST_SUCCESS_METRIC, last_success))
+    lines += [
         "# HELP gpuharden_last_run_duration_seconds How long the last drift run took.",
         "# TYPE gpuharden_last_run_duration_seconds gauge",
         "gpuharden_last_run_duration_seconds %.3f" % report["duration_seconds"],
@@ -563,49 +663,10 @@ def write_atomically(path, text):
         raise
 
 
-def _cell(value, width):
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def table(report, width=120):
-    rows = [("NODE", "STATUS", "FINDINGS", "STAGES TO RUN")]
-    for host, node in sorted(report["nodes"].items()):
-        counts = {}
-        for entry in node["findings"]:
-            counts[entry["severity"]] = counts.get(entry["severity"], 0) + 1
-        text = ", ".join("%d %s" % (counts[s], s) for s in reversed(SEVERITIES) if s in counts) or "-"
-        rows.append((host, node["status"], text, ", ".join(node["remediable_stages"]) or "-"))
-    for host, message in report["unreachable"].items():
-        rows.append((host, "unreachable", _cell(message, 60), "-"))
-    for host, message in report["failed"].items():
-        rows.append((host, "failed", _cell(message, 60), "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    out = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
-    details = [("NODE", "CHECK", "FINDING", "SEVERITY", "EXPECTED", "FOUND")]
-    for host, node in sorted(report["nodes"].items()):
-        for entry in counted(node["findings"], report["fail_severity"]):
-            gpu = entry.get("gpu")
-            gpu = gpu.get("index") if isinstance(gpu, dict) else gpu
-            where = entry.get("path") or entry.get("subject") or ("GPU%s" % gpu if gpu is not None else "")
-            details.append((host, entry["check"], _cell(entry["id"] + (" " + where if where else ""), 60), entry["severity"],
-                            _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
-    for entry in counted(report.get("cluster", {}).get("findings", []), report["fail_severity"]):
-        details.append(("(cluster)", entry["check"], _cell(entry["id"] + " " + (entry.get("subject") or ""), 60), entry["severity"],
-                        _cell(entry.get("expected"), 30), _cell(entry.get("found"), 30)))
-    if len(details) > 1:
-        dwidths = [max(len(row[i]) for row in details) for i in range(5)]
-        out.append("")
-        for row in details:
-            line = "  ".join(row[i].ljust(dwidths[i]) for i in range(5)) + "  " + row[5]
-            out.append(line if len(line) <= width else line[: width - 1] + "…")
-    summary = report["summary"]
-    out.append("")
-    out.append("%d node(s): %d clean, %d drifted, %d need attention (hardware, workloads or a setting to choose), %d unreachable, %d failed; "
-               "%d finding(s) in %.1f s" % (summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0),
-                                            summary["unreachable"], summary["failed"], summary["findings"], report["duration_seconds"]))
-    return "\n".join(out)
+def table(report, width=terminal.DEFAULT_WIDTH):
+    """The report for a terminal: what could not be checked first, each finding's reason wrapped to ``width`` (None:
+    unwrapped, --wide)."""
+    return terminal.render(report, width)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -714,8 +775,8 @@ def merge_reports(inputs):
     for section in ("nodes", "unreachable", "failed", "node_names"):
         merged[section] = dict(sorted((host, value) for report in reports for host, value in report.get(section, {}).items()))
     merged["cluster"] = merge_cluster([report.get("cluster") or {} for report in reports])
-    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"], merged["cluster"]["findings"],
-                                  merged["fail_severity"])
+    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"], merged["cluster"], merged["fail_severity"])
+    merged[coverage.NOT_CHECKED] = coverage.blind_spots(merged)
     finished = max(report["timestamp"] for report in reports)
     started = min(report["timestamp"] - report["duration_seconds"] for report in reports)
     merged.update(timestamp=finished, generated_at=datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
@@ -737,10 +798,11 @@ def merge_cluster(sections):
                 seen.add(identity)
                 findings.append(entry)
     errors = list(dict.fromkeys(section["consistency_error"] for section in sections if section.get("consistency_error")))
+    checks = coverage.merge_cluster_checks(sections)
     return {"consistency_checked": any(section.get("consistency_checked") for section in sections),
             "consistency_error": "; ".join(errors) or None,
-            "runtime_class_checked": any(section.get("runtime_class_checked") for section in sections),
-            "findings": findings}
+            "runtime_class_checked": checks.get("runtime_class", {}).get("state") == coverage.CHECKED,
+            "checks": checks, "findings": findings}
 
 
 def _sum_summaries(summaries):
@@ -751,6 +813,8 @@ def _sum_summaries(summaries):
         for key, value in summary.items():
             if key == "cluster_findings":
                 total[key] = max(total.get(key, 0), value)
+            elif isinstance(value, list):
+                total[key] = sorted(set(total.get(key, [])) | set(value))
             elif isinstance(value, dict):
                 inner = total.setdefault(key, {})
                 for name, number in value.items():
@@ -1123,8 +1187,10 @@ def run_cluster_side(cluster, outcomes, interrupted=lambda: False, poll=CLUSTER_
         outcomes.take_consistency(done["result"])
     except cluster_side.ClusterSideError as error:
         outcomes.consistency_error = " ".join(str(error).split())[:500]
+        outcomes.consistency_access = error.access
         if (outcomes.consistency_options or {}).get("runtime_class") is not None and outcomes.runtime_class is None:
-            outcomes.runtime_class = {"msg": "not checked: %s" % outcomes.consistency_error}
+            # the dry run rides in the consistency check's run: it did not run either, for the same reason
+            outcomes.runtime_class = {"failed": True, "msg": outcomes.consistency_error, "access": error.access}
 
 
 def check_slice(args, extravars, stream, stop=None, deadline=None):
@@ -1315,16 +1381,35 @@ def _run(args, stream, out, stop):
     if args.report:
         write_atomically(args.report, json.dumps(report, indent=2, sort_keys=True) + "\n")
     if args.prometheus:
-        write_atomically(args.prometheus, prometheus_text(report))
+        write_atomically(args.prometheus, prometheus_text(report, read_previous(args.prometheus)))
     if getattr(args, "html", None):
         from gpuharden import report_html  # noqa: PLC0415 (report_html imports this module)
 
         write_atomically(args.html, report_html.render(report))
+    show(report, args, out, stream)
+    return exit_code(report)
+
+
+def read_previous(path):
+    """The text of the metrics file a run is about to replace, or None (none yet, unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, ValueError):
+        return None
+
+
+def show(report, args, out, stream):
+    """The report on stdout: JSON, or the table, which opens with what could not be checked.  With --json, that line
+    goes to stderr, so that it still comes first where a person reads."""
     if args.json:
+        line = coverage.headline(report.get(coverage.NOT_CHECKED) or [])
+        if line:
+            stream.write("gpuharden drift: %s\n" % line)
+            stream.flush()
         out.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
-        out.write(table(report) + "\n")
-    return exit_code(report)
+        out.write(table(report, None if getattr(args, "wide", False) else terminal.terminal_width()) + "\n")
 
 
 def merge_after_remediation(before, after):
@@ -1336,8 +1421,8 @@ def merge_after_remediation(before, after):
         merged[section].update(after[section])
     merged["node_names"] = dict(sorted(dict(before.get("node_names", {}), **after.get("node_names", {})).items()))
     merged["cluster"] = after.get("cluster", merged.get("cluster"))
-    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"],
-                                  (merged.get("cluster") or {}).get("findings", []), merged["fail_severity"])
+    merged["summary"] = summarize(merged["nodes"], merged["unreachable"], merged["failed"], merged.get("cluster") or {}, merged["fail_severity"])
+    merged[coverage.NOT_CHECKED] = coverage.blind_spots(merged)
     merged["timestamp"] = after["timestamp"]
     merged["generated_at"] = after["generated_at"]
     merged["duration_seconds"] = round(after["timestamp"] - before["timestamp"] + before["duration_seconds"], 3)
@@ -1370,6 +1455,7 @@ def add_parser(commands):
                              "is K-1, so N runs (N controllers, or the pods of an Indexed Job) share a fleet and never contact "
                              "each other's hosts; combine their --report files with gpuharden drift-merge")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("--wide", action="store_true", help="do not wrap the table to the terminal's width (COLUMNS): one line per field")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--playbook", default=DRIFT_PLAYBOOK, help=argparse.SUPPRESS)
     parser.add_argument("--harden-playbook", default=HARDEN_PLAYBOOK, help=argparse.SUPPRESS)
@@ -1418,8 +1504,9 @@ examples:
 
 exit codes:
   0    merged: every node of every slice answered and is clean, no cluster finding
-  1    merged: some node drifted, needs attention, or was unreachable or failed, or a cluster finding (as for
-       gpuharden drift)
+  1    merged: some node drifted or needs attention, or a cluster finding (as for gpuharden drift)
+  4    merged: something was not checked in some slice (a blind cluster side, a node check, a node unreachable or
+       failed), as for gpuharden drift
   2    refused (the message names the file and why) or a file could not be read or written: nothing written
 """
 
@@ -1432,6 +1519,7 @@ def add_merge_parser(commands):
     parser.add_argument("--prometheus", metavar="FILE.prom", help="write the merged Prometheus textfile-collector metrics here")
     parser.add_argument("--html", metavar="FILE.html", help="write the merged report as a self-contained HTML page here")
     parser.add_argument("--json", action="store_true", help="print the merged JSON report instead of the table")
+    parser.add_argument("--wide", action="store_true", help="do not wrap the table to the terminal's width (COLUMNS)")
     parser.set_defaults(handler=merge_main)
     return parser
 
@@ -1442,7 +1530,7 @@ def merge_main(args, out=None):
         merged = merge_reports([(path, read_report(path)) for path in args.reports])
         # every output rendered before the first is written: a refusal or a rendering error leaves all as they were
         outputs = [(args.report, lambda: json.dumps(merged, indent=2, sort_keys=True) + "\n"),
-                   (args.prometheus, lambda: prometheus_text(merged))]
+                   (args.prometheus, lambda: prometheus_text(merged, read_previous(args.prometheus)))]
         if args.html:
             from gpuharden import report_html  # noqa: PLC0415 (report_html imports this module)
 
@@ -1456,5 +1544,5 @@ def merge_main(args, out=None):
     except OSError as error:
         print("gpuharden drift-merge: %s" % error, file=sys.stderr)
         return EXIT_USAGE
-    out.write((json.dumps(merged, indent=2, sort_keys=True) if args.json else table(merged)) + "\n")
+    show(merged, args, out, sys.stderr)
     return exit_code(merged)

@@ -2,8 +2,10 @@
 """`gpuharden drift --html`: the drift report as one self-contained page (pure: report dict in, HTML string out).
 
 The page is a grid of nodes x checks.  Each cell is coloured by the worst severity of its findings (info, warning,
-error, critical), green when the check ran and found nothing, light grey when the check did not run on the node
-(skipped, node unreachable or failed) and dark grey when it ran without a usable answer (check failed).  Clicking a
+error, critical), green when the check ran and found nothing, light grey when the check was not asked for on the node
+(skipped), dark grey "not checked: <cause>" when it could not run (the node unreachable or failed, a tool prerequisite
+missing, the cluster side blind: never counted as clean), and purple "refused: <why>" where it found something outside
+what gpuharden changes safely.  Above the grid, what could not be checked comes first, each with its cause and fix.  Clicking a
 coloured cell opens its findings (message, observed value, expected value, stage, remediable, GPU/pod/path): native
 <details>, no script.  Above the grid: the exit code and its meaning, and the counts; below it the run (inventory,
 limit, start and end, findings by severity and check), the cluster's findings and the --remediate runs.
@@ -18,7 +20,9 @@ import datetime
 import html
 import json
 
-from gpuharden.drift import EXIT_CLEAN, SEVERITIES, counted, exit_code
+from gpuharden import coverage
+from gpuharden.drift import EXIT_CLEAN, EXIT_DRIFT, EXIT_NOT_CHECKED, exit_code
+from gpuharden.severity import SEVERITIES, counted
 
 # state -> (background, text colour); the severities' colours grow from blue to red
 COLOURS = {
@@ -28,13 +32,17 @@ COLOURS = {
     "critical": ("#c92a2a", "#ffffff"),
     "clean": ("#2f9e44", "#ffffff"),
     "incomplete": ("#868e96", "#ffffff"),
+    "refused": ("#7048e8", "#ffffff"),
     "unchecked": ("#e9ecef", "#495057"),
 }
-STATE_TEXT = {"clean": "no findings", "incomplete": "ran without an answer (check failed)",
-              "unchecked": "not checked (skipped, or the node was not audited)"}
+STATE_TEXT = {"clean": "no findings", "incomplete": "not checked: the check could not run (cause and fix on click)",
+              "refused": "refused: outside what gpuharden changes safely (why on click)",
+              "unchecked": "skipped: not asked for in this run"}
 EXIT_MEANING = {
     EXIT_CLEAN: "the run finished: every node answered and is clean, and there are no cluster findings",
-    1: "the run finished and found something: drift, attention, a cluster finding, or a node unreachable or failed",
+    EXIT_DRIFT: "the run finished and found something: drift, attention or a cluster finding",
+    EXIT_NOT_CHECKED: "the run finished, but could not check everything it was asked to (see NOT CHECKED): the answer is "
+                      "partial, neither clean nor drifted where it is blind",
 }
 # a finding's fields in the order the page shows them, with their labels; the others follow, sorted
 FIELDS = (("hint", "message"), ("found", "observed"), ("expected", "expected"), ("stage", "stage"),
@@ -127,23 +135,34 @@ def checks_of(report):
     return sorted(names - set(last)) + last
 
 
+def _not_checked_text(parts):
+    return "; ".join("not checked: %s: %s. Fix: %s" % (part.get("what"), part.get("cause"), part.get("fix")) for part in parts)
+
+
 def cell_state(node, check, cluster):
-    """(state, findings worst first, why) of one audited node's check."""
+    """(state, findings worst first, why) of one audited node's check.  A check (or a part of it) that could not run
+    is "not checked: <cause>", even beside findings of the part that ran: never shown as clean."""
     findings = _worst_first(entry for entry in node["findings"] if (entry.get("check") or "-") == check)
     result = (node.get("checks") or {}).get(check) or {}
-    status, why = result.get("status"), result.get("error")
+    status = result.get("status")
+    blind = [part for part in node.get(coverage.NOT_CHECKED) or [] if part.get("check") == check]
+    refused = [part for part in node.get(coverage.REFUSED) or [] if part.get("check") == check]
     if check == "consistency" and not result:
-        status = "error" if cluster.get("consistency_error") else ("ok" if cluster.get("consistency_checked") else None)
-        why = cluster.get("consistency_error")
+        entry = (cluster.get("checks") or {}).get("consistency") or {}
+        if entry.get("state") == coverage.NOT_CHECKED:
+            blind = [{"what": "consistency (cluster side)", "cause": entry.get("cause"), "fix": entry.get("fix")}]
+        status = "ok" if entry.get("state") == coverage.CHECKED or cluster.get("consistency_checked") else None
+    if blind:
+        return "incomplete", findings, _not_checked_text(blind)
     if findings:
         return _state(findings[0].get("severity")), findings, None
+    if refused:
+        return "refused", [], "; ".join("refused: %s: %s. Fix: %s" % (part.get("what"), part.get("why"), part.get("fix")) for part in refused)
     if status in ("ok", "findings"):
         return "clean", [], None
-    if status == "error":
-        return "incomplete", [], why or "the check failed"
     if status == "drift":  # a stage would change something, yet no finding says what: never shown as clean
-        return "incomplete", [], "the check reports drift without a finding"
-    return "unchecked", [], "skipped: not configured for this run" if status == "skipped" else None
+        return "incomplete", [], "not checked: the check reports drift without a finding"
+    return "unchecked", [], "skipped: not asked for in this run" if status == "skipped" else None
 
 
 def _fields(entry):
@@ -167,9 +186,11 @@ def _finding(entry):
 
 
 def _label(state, findings, why):
+    if state == "incomplete":
+        return "not checked" + (" (%d finding(s) of what ran)" % len(findings) if findings else "")
     if findings:
         return "%s%s" % (_e(state), " (%d)" % len(findings) if len(findings) > 1 else "")
-    return {"clean": "clean", "incomplete": "check failed"}.get(state, "skipped" if (why or "").startswith("skipped") else "not checked")
+    return {"clean": "clean", "refused": "refused"}.get(state, "skipped" if (why or "").startswith("skipped") else "not checked")
 
 
 def _cell(host, check, state, findings, why, flip):
@@ -178,7 +199,7 @@ def _cell(host, check, state, findings, why, flip):
     attrs = 'class="cell %s%s" title="%s"' % (_class(state), " flip" if flip else "", _e(title))
     if not findings and not why:
         return "<td %s><span>%s</span></td>" % (attrs, _label(state, findings, why))
-    body = "".join(_finding(entry) for entry in findings) or "<p>%s</p>" % _e(why)
+    body = ("<p>%s</p>" % _e(why) if why else "") + "".join(_finding(entry) for entry in findings)
     return '<td %s><details><summary>%s</summary><div class="panel"><strong>%s</strong> / %s%s</div></details></td>' % (
         attrs, _label(state, findings, why), _e(host), _e(check), body)
 
@@ -198,19 +219,21 @@ def grid(report):
         if node is None:
             status = "unreachable" if host in (report.get("unreachable") or {}) else "failed"
             message = (report.get("unreachable") or {}).get(host) or (report.get("failed") or {}).get(host)
-            rows.append('<tr>%s<td class="status">%s</td><td class="cell sev-unchecked" colspan="%d" title="%s"><details><summary>'
-                        'not checked: %s</summary><div class="panel"><strong>%s</strong>: %s</div></details></td></tr>' % (
-                            header, status, max(len(checks), 1), _e("%s: %s" % (host, message)), status, _e(host), _e(message)))
+            fix = coverage.UNREACHABLE_FIX if status == "unreachable" else coverage.FAILED_FIX
+            rows.append('<tr>%s<td class="status">%s</td><td class="cell sev-incomplete" colspan="%d" title="%s"><details><summary>'
+                        'not checked: %s</summary><div class="panel"><strong>%s</strong>: %s Fix: %s</div></details></td></tr>' % (
+                            header, status, max(len(checks), 1), _e("%s: %s" % (host, message)), status, _e(host), _e(message), _e(fix)))
             continue
         stages = ", ".join(node.get("remediable_stages") or [])
-        status = '<td class="status" title="%s">%s</td>' % (_e("stages to run: %s" % (stages or "none")), _e(node.get("status")))
+        status = '<td class="status" title="%s">%s</td>' % (_e("stages to run: %s" % (stages or "none")),
+                                                            _e((node.get("status") or "").replace("_", " ")))
         cells = [_cell(host, check, *cell_state(node, check, cluster), flip=2 * index >= len(checks))
                  for index, check in enumerate(checks)]
         rows.append("<tr>%s%s%s</tr>" % (header, status, "".join(cells)))
     if not hosts:
         rows.append('<tr><td colspan="%d">no hosts in this run</td></tr>' % (len(checks) + 2))
     legend = "".join('<span><i class="%s"></i>%s</span>' % (_class(state), _e(state if state in SEVERITIES else STATE_TEXT[state]))
-                     for state in [*reversed(SEVERITIES), "clean", "incomplete", "unchecked"])
+                     for state in [*reversed(SEVERITIES), "clean", "incomplete", "refused", "unchecked"])
     return ('<table class="grid"><thead>%s</thead><tbody>%s</tbody></table>\n<p class="legend">%s</p><p>Click a cell for its findings.</p>'
             % (head, "".join(rows), legend))
 
@@ -220,12 +243,25 @@ def run_summary(report):
     summary = report.get("summary") or {}
     code = exit_code(report)
     counts = [("nodes", summary.get("nodes")), ("clean", summary.get("clean")), ("drifted", summary.get("drifted")),
-              ("attention", summary.get("attention")), ("unreachable", summary.get("unreachable")), ("failed", summary.get("failed")),
+              ("attention", summary.get("attention")), ("not checked", summary.get("not_checked")),
+              ("unreachable", summary.get("unreachable")), ("failed", summary.get("failed")),
               ("findings", summary.get("findings")), ("cluster findings", summary.get("cluster_findings"))]
     return ('<p class="verdict"><strong>exit %d</strong>: %s. A run that did not complete (exit 3, 130, 143) writes no page: '
-            'this one is the last complete run.</p>\n<p class="counts">%s</p>' % (
-                code, _e(EXIT_MEANING.get(code, "")),
+            'this one is the last complete run.</p>\n%s<p class="counts">%s</p>' % (
+                code, _e(EXIT_MEANING.get(code, "")), not_checked_list(report),
                 "".join("<span><strong>%s</strong> %s</span>" % (_e(count), _e(name)) for name, count in counts)))
+
+
+def not_checked_list(report):
+    """What the run could not check, each with its cause and fix, before anything else: never read as clean."""
+    spots = coverage.blind_spots(report)
+    if not spots:
+        return ""
+    rows = "".join("<tr><td>%s</td><td>%s</td><td>not checked: %s</td><td>%s</td></tr>" % (
+        _e("cluster" if spot["scope"] == "cluster" else spot["node"]), _e(spot["what"]), _e(spot["cause"]), _e(spot["fix"]))
+        for spot in spots)
+    return ('<table class="list notchecked"><thead><tr><th>where</th><th>check</th><th>cause</th><th>fix</th></tr></thead>'
+            "<tbody>%s</tbody></table>\n" % rows)
 
 
 def run_facts(report):
@@ -251,12 +287,18 @@ def run_facts(report):
 
 def cluster_section(report):
     cluster = report.get("cluster") or {}
-    if cluster.get("consistency_error"):
-        consistency = "failed: %s" % cluster["consistency_error"]
-    else:
-        consistency = "checked" if cluster.get("consistency_checked") else "not checked"
+    checks = cluster.get("checks") or {}
+
+    def state(check, checked):
+        entry = checks.get(check) or {}
+        if entry.get("state") == coverage.NOT_CHECKED:
+            return "not checked: %s" % entry.get("cause")
+        return "checked" if entry.get("state") == coverage.CHECKED or checked else "not asked for"
+
     notes = "GPU consistency (device plugin, pods, processes): %s; RuntimeClass: %s." % (
-        consistency, "checked" if cluster.get("runtime_class_checked") else "not checked")
+        state("consistency", cluster.get("consistency_checked")), state("runtime_class", cluster.get("runtime_class_checked")))
+    if "gpu_pods" in checks:
+        notes += " The GPU pods' LIST (for the nodes' memory check): %s." % state("gpu_pods", False)
     findings = _worst_first(cluster.get("findings") or [])
     if not findings:
         return "<p>%s No cluster findings.</p>" % _e(notes)

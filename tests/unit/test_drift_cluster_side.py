@@ -40,13 +40,13 @@ def _report_of(gpus):
 
 
 class FakeRunner:
-    def __init__(self, result=None, error=None):
-        self.result, self.error, self.calls = result, error, []
+    def __init__(self, result=None, error=None, access=None):
+        self.result, self.error, self.access, self.calls = result, error, access, []
 
     def run(self, options, node_reports):
         self.calls.append((options, node_reports))
         if self.error:
-            raise cluster_side.ClusterSideError(self.error)
+            raise cluster_side.ClusterSideError(self.error, access=self.access)
         return self.result
 
 
@@ -74,15 +74,19 @@ def test_the_hand_over_reaches_the_check_and_its_findings_the_report():
     assert [entry["id"] for entry in report["cluster"]["findings"]] == ["runtime_class_differs"]
 
 
-def test_a_check_that_cannot_run_is_the_consistency_error_and_a_failed_runtime_class_check():
+def test_a_check_that_cannot_run_is_not_checked_with_its_cause_and_fix_and_no_finding():
     outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": {"name": "nvidia"}})
-    drift.run_cluster_side(FakeRunner(error="k8s auth: cannot load kubeconfig /nope"), outcomes)
+    access = {"kind": "kubeconfig", "fix": "give the controller a readable kubeconfig"}
+    drift.run_cluster_side(FakeRunner(error="k8s auth: cannot load kubeconfig /nope", access=access), outcomes)
     report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert report["cluster"]["consistency_error"] == "k8s auth: cannot load kubeconfig /nope"
     assert not report["cluster"]["consistency_checked"]
-    (failed,) = report["cluster"]["findings"]
-    assert failed["id"] == "runtime_class_check_failed" and "cannot load kubeconfig" in failed["found"]
-    assert drift.exit_code(report) == drift.EXIT_DRIFT
+    # could not check: never a finding (neither drift nor clean), the cause and the fix for both checks
+    assert report["cluster"]["findings"] == []
+    blind = {"state": "not_checked", "cause": "k8s auth: cannot load kubeconfig /nope", "fix": access["fix"]}
+    assert report["cluster"]["checks"] == {"consistency": blind, "runtime_class": blind}
+    assert report["summary"]["cluster_not_checked"] == ["consistency", "runtime_class"]
+    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED
 
 
 def test_without_a_runtime_class_option_a_failure_adds_no_runtime_class_finding():

@@ -42,8 +42,8 @@ def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
 def _audited(host, findings, **status):
     checks = {name: {"status": status.get(name, "ok")} for name in CHECKS}
     for name, value in status.items():
-        if value == "error":
-            checks[name]["error"] = "%s: the check could not run" % name
+        if value == "not_checked":
+            checks[name]["not_checked"] = [{"what": name, "cause": "%s: the check could not run" % name, "fix": "fix %s" % name}]
     return _event("runner_on_ok", host, findings=findings, summary={"findings": len(findings)}, checks=checks, seconds=0.1)
 
 
@@ -61,8 +61,8 @@ def _report(critical=True):
     outcomes.feed(_audited("gpu-e", [_finding("containerd_nvidia_runtime", "containerd", "warning", stage="container_runtime")],
                            containerd="drift", cgroup_memory="drift"))
     outcomes.feed(_audited("gpu-f", [
-        _finding("pcie_link_degraded", "device_nodes", "info", stage="postcheck", remediable=False, gpu={"index": 1, "uuid": "GPU-1"}),
-        _finding("containerd_check_failed", "containerd", "error", stage=None, remediable=False)], containerd="error"))
+        _finding("pcie_link_degraded", "device_nodes", "info", stage="postcheck", remediable=False, gpu={"index": 1, "uuid": "GPU-1"})],
+        containerd="not_checked"))
     outcomes.feed(_audited(HOSTILE_NODE, [_finding("gpu_access", "device_cgroups", "info", stage="postcheck", remediable=False,
                                                    hint=HOSTILE_HINT, pod="default/" + HOSTILE_HINT)]))
     outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="ssh: connect to host gpu-c port 22: No route to host"))
@@ -136,8 +136,9 @@ def test_every_node_and_check_is_in_the_grid_coloured_by_the_worst_severity():
     assert sorted(grid.rows) == sorted(hosts)
     cells = {host: [cls.split()[1] for cls, _span, _text in row[1:]] for host, row in grid.rows.items()}
     status = {host: row[0][2] for host, row in grid.rows.items()}
+    # gpu-f's only finding is info (below the fail severity) and its containerd check could not run: not checked, not clean
     assert status == {"gpu-a": "clean", "gpu-b (node-b)": "drift", "gpu-c": "unreachable", "gpu-d": "failed", "gpu-e": "drift",
-                      "gpu-f": "attention", HOSTILE_NODE: "clean"}
+                      "gpu-f": "not checked", HOSTILE_NODE: "clean"}
     def row(**states):
         return [states.get(check, "sev-clean") for check in grid.columns]
 
@@ -145,10 +146,11 @@ def test_every_node_and_check_is_in_the_grid_coloured_by_the_worst_severity():
     # device_nodes: critical + warning -> critical; kubelet: error; consistency (from the controller): warning
     assert cells["gpu-b (node-b)"] == row(device_nodes="sev-critical", kubelet="sev-error", consistency="sev-warning")
     assert cells["gpu-e"] == row(containerd="sev-warning", cgroup_memory="sev-incomplete")
-    assert cells["gpu-f"] == row(device_nodes="sev-info", containerd="sev-error")  # the check failed: its error finding
+    assert cells["gpu-f"] == row(device_nodes="sev-info", containerd="sev-incomplete")  # could not run: not checked, no finding
+    assert "not checked: containerd: containerd: the check could not run. Fix: fix containerd" in grid.rows["gpu-f"][1 + grid.columns.index("containerd")][2]
     assert cells[HOSTILE_NODE] == row(device_cgroups="sev-info")
     for host in ("gpu-c", "gpu-d"):  # one cell across every check: nothing was checked on the node
-        assert [(cls.split()[1], span) for cls, span, _text in grid.rows[host][1:]] == [("sev-unchecked", len(CHECKS) + 1)]
+        assert [(cls.split()[1], span) for cls, span, _text in grid.rows[host][1:]] == [("sev-incomplete", len(CHECKS) + 1)]
     assert grid.rows["gpu-b (node-b)"][1 + grid.columns.index("device_nodes")][2].startswith("critical (2)")
     assert "No route to host" in grid.rows["gpu-c"][1][2] and "locked by harden@x" in grid.rows["gpu-d"][1][2]
 
@@ -185,15 +187,19 @@ def test_everything_from_the_report_is_escaped_and_nothing_can_run_or_load():
 def test_run_summary_and_cluster_findings():
     report = _report()
     page = report_html.render(report)
-    assert "<strong>exit 1</strong>: the run finished and found something" in page
+    assert "<strong>exit 4</strong>: the run finished, but could not check everything it was asked to" in page
+    # what could not be checked comes first, each with its cause and its fix
+    blind = page[page.index('<table class="list notchecked">'):page.index("<h2>Nodes x checks</h2>")]
+    assert "not checked: containerd: the check could not run" in blind and "fix containerd" in blind
+    assert "not checked: ssh: connect to host gpu-c port 22: No route to host" in blind
     for text in ("<dt>inventory</dt><dd>inventories/prod.yml</dd>", "<dt>limit</dt><dd>gpu_nodes</dd>",
                  "<dt>started</dt><dd>2026-09-21T14:13:20+00:00</dd>", "<dt>finished</dt><dd>2026-09-21T14:14:02+00:00</dd>",
                  "<dt>duration</dt><dd>42.5 s</dd>", "<strong>7</strong> nodes", "<strong>2</strong> drifted",
-                 "<strong>1</strong> attention", "<strong>1</strong> unreachable", "<strong>1</strong> failed",
+                 "<strong>0</strong> attention", "<strong>1</strong> not checked", "<strong>1</strong> unreachable", "<strong>1</strong> failed",
                  "<strong>1</strong> cluster findings"):
         assert text in page, text
     cluster = page[page.index("<h2>Cluster</h2>"):]
-    assert "GPU consistency (device plugin, pods, processes): checked; RuntimeClass: not checked. 1 finding(s)" in cluster
+    assert "GPU consistency (device plugin, pods, processes): checked; RuntimeClass: not asked for. 1 finding(s)" in cluster
     assert "requested_resource_not_advertised" in cluster and "nvidia.com/gpu" in cluster and "pods wait for a resource no node advertises" in cluster
     clean = drift.build_report(drift.Outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     page = report_html.render(clean)
@@ -204,12 +210,14 @@ def test_run_summary_and_cluster_findings():
 def test_the_json_report_renders_the_same_and_unknown_states_never_look_clean():
     report = _report()
     assert _parse(report_html.render(json.loads(json.dumps(report, sort_keys=True)))).rows == _parse(report_html.render(report)).rows
-    node = {"node": "n", "status": "drift", "checks": {"a": {"status": "drift"}, "b": {"status": "error", "error": "boom"}},
-            "findings": [_finding("x", "c", "bogus<b>")]}
+    node = {"node": "n", "status": "drift", "checks": {"a": {"status": "drift"}, "b": {"status": "not_checked"}},
+            "not_checked": [{"check": "b", "what": "b", "cause": "boom", "fix": "mend"}], "findings": [_finding("x", "c", "bogus<b>")]}
     assert report_html.cell_state(node, "a", {})[0] == "incomplete"
-    assert report_html.cell_state(node, "b", {}) == ("incomplete", [], "boom")
+    assert report_html.cell_state(node, "b", {}) == ("incomplete", [], "not checked: b: boom. Fix: mend")
     assert report_html.cell_state(node, "c", {})[0] == "incomplete"  # a severity outside the scale is not guessed
-    assert report_html.cell_state(node, "consistency", {"consistency_error": "no API"}) == ("incomplete", [], "no API")
+    blind_cluster = {"checks": {"consistency": {"state": "not_checked", "cause": "no API", "fix": "reach it"}}}
+    assert report_html.cell_state(node, "consistency", blind_cluster) == (
+        "incomplete", [], "not checked: consistency (cluster side): no API. Fix: reach it")
     assert report_html.cell_state(node, "consistency", {})[0] == "unchecked"
     page = report_html.render(dict(report, nodes={"h": node}, unreachable={}, failed={}))
     assert "bogus&lt;b&gt;" in page and "sev-bogus" not in page

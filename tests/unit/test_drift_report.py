@@ -62,15 +62,18 @@ def test_outcomes_and_report():
     assert [(entry["id"], entry["stage"], entry["remediable"]) for entry in consistency] == [
         ("gpu_not_advertised", "device_plugin", True), ("gpu_process_unattributed", "postcheck", False)]
     assert report["cluster"] == {"consistency_checked": True, "consistency_error": None, "runtime_class_checked": False,
-                                 "findings": []}
+                                 "checks": {"consistency": {"state": "checked"}}, "findings": []}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
-    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "unreachable": 1, "failed": 1, "findings": 6,
+    assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "not_checked": 0, "nodes_not_checked_in_part": 0,
+                                 "nodes_refused_in_part": 0, "unreachable": 1, "failed": 1, "findings": 6,
                                  "by_severity": {"error": 3, "warning": 2, "info": 1},
                                  "by_check": {"device_nodes": 2, "device_cgroups": 1, "kubelet": 1, "consistency": 2},
-                                 "cluster_findings": 0}
+                                 "cluster_findings": 0, "cluster_not_checked": []}
     assert report["duration_seconds"] == 12.5
-    assert drift.exit_code(report) == drift.EXIT_DRIFT
+    # an unreachable and a failed node were not checked: the answer is partial, whatever the others show
+    assert [(spot["node"], spot["check"]) for spot in report["not_checked"]] == [("gpu-c", "unreachable"), ("gpu-d", "failed")]
+    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED
 
 
 def test_exit_codes():
@@ -89,7 +92,7 @@ def test_exit_codes():
     assert 'gpuharden_drift_node_attention{node="gpu-a"} 1' in drift.prometheus_text(report)
     unreachable_only = drift.Outcomes()
     unreachable_only.feed(_event("runner_on_unreachable", "gpu-a", msg="x"))
-    assert drift.exit_code(_report(unreachable_only)) == drift.EXIT_DRIFT
+    assert drift.exit_code(_report(unreachable_only)) == drift.EXIT_NOT_CHECKED
 
 
 def test_prometheus_text_is_valid_exposition():
@@ -125,7 +128,12 @@ def test_item05_unreachable_and_failed_nodes_keep_per_node_series():
         assert 'gpuharden_drift_node_unreachable{node="%s"} %d' % (node, unreachable) in text.splitlines()
         assert 'gpuharden_drift_node_failed{node="%s"} %d' % (node, failed) in text.splitlines()
     assert "# TYPE gpuharden_drift_node_unreachable gauge" in text and "# TYPE gpuharden_drift_node_failed gauge" in text
-    assert "gpuharden_last_success_timestamp_seconds 1012.500" in text.splitlines()
+    # two nodes not checked: the run is complete but not a success, so the success time is the earlier file's
+    assert "gpuharden_last_run_timestamp_seconds 1012.500" in text.splitlines()
+    assert "gpuharden_drift_not_checked 1" in text.splitlines()
+    assert not [line for line in text.splitlines() if line.startswith("gpuharden_last_success_timestamp_seconds")]
+    earlier = "gpuharden_last_success_timestamp_seconds 900.250\n"
+    assert "gpuharden_last_success_timestamp_seconds 900.250" in drift.prometheus_text(report, earlier).splitlines()
     named = drift.build_report(_outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0,
                                node_names={"gpu-b": "node-b", "gpu-c": "node-c"})
     assert 'gpuharden_drift_node_unreachable{node="node-c"} 1' in drift.prometheus_text(named)
@@ -155,8 +163,10 @@ def test_table_lists_nodes_findings_and_summary():
     assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
     assert "device_node_permissions /dev/nvidia0" in text
     assert "gpu_access" not in text  # below the fail severity: counted, not listed
-    assert text.splitlines()[-1].startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (hardware, workloads or a setting to choose), 1 unreachable, "
-                                            "1 failed; 6 finding(s)")
+    assert text.splitlines()[0].startswith("NOT CHECKED: every check (unreachable) on node gpu-c: Failed to connect to the host via ssh: refused. Fix: ")
+    summary = " ".join(line for line in text[text.rindex("\n\n"):].split("\n") if line)
+    assert summary.startswith("4 node(s): 1 clean, 1 drifted, 0 need attention (hardware, workloads or a setting to choose), 0 not checked "
+                              "(in part), 1 unreachable, 1 failed; 6 finding(s)")
 
 
 def test_extra_vars_forms(tmp_path):
@@ -207,6 +217,8 @@ def test_runtime_class_dry_run_becomes_cluster_findings():
     assert [(entry["id"], entry["remediable"], entry["found"]) for entry in cluster] == [
         ("runtime_class_handler_mismatch", False, "nvidia-legacy"), ("runtime_class_overhead_gpu", False, {"nvidia.com/gpu": "1"})]
     assert report["nodes"]["gpu-a"]["status"] == "clean" and report["summary"]["cluster_findings"] == 2
+    # a refusal with its findings is an answer: checked
+    assert report["cluster"]["checks"]["runtime_class"] == {"state": "checked"}
     assert drift.exit_code(report) == drift.EXIT_DRIFT
     assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 2' in drift.prometheus_text(report)
     assert "(cluster)" in drift.table(report)

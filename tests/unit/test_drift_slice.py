@@ -244,7 +244,8 @@ def test_slice_runs_only_its_hosts_and_records_the_slice(site, monkeypatch, caps
     calls = _fake(monkeypatch, FLEET)
     index = drift.slice_of("gpu-b", 3) + 1
     mine = drift.slice_hosts(FLEET, index, 3)
-    assert _run_slice(site, "%d/3" % index, "-l", "gpu_nodes") == drift.EXIT_DRIFT
+    # its hosts include unreachable and failed ones: not checked
+    assert _run_slice(site, "%d/3" % index, "-l", "gpu_nodes") == drift.EXIT_NOT_CHECKED
     assert calls["listed"] == ["gpu_nodes"]
     assert calls["limits"] == [mine]
     report = json.loads(site["report"].read_text())
@@ -346,7 +347,7 @@ def test_drift_merge_command_writes_report_metrics_and_html(tmp_path, capsys):
     out = {name: tmp_path / "out" / name for name in ("merged.json", "merged.prom", "merged.html")}
     code = cli.main(["drift-merge", *paths, "--report", str(out["merged.json"]), "--prometheus", str(out["merged.prom"]),
                      "--html", str(out["merged.html"])])
-    assert code == drift.EXIT_DRIFT
+    assert code == drift.EXIT_NOT_CHECKED  # the fleet has unreachable and failed hosts
     merged = json.loads(out["merged.json"].read_text())
     assert _without_timings(merged) == _without_timings(_report(FLEET))
     assert out["merged.prom"].read_text() == drift.prometheus_text(merged)
@@ -494,7 +495,7 @@ def test_sliced_cronjob_is_an_indexed_job_of_n_slices(sliced):
     assert sliced["PersistentVolumeClaim"]["metadata"]["name"] == claim
     assert sliced["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
     rules = job["podFailurePolicy"]["rules"]
-    assert set(next(rule for rule in rules if "onExitCodes" in rule)["onExitCodes"]["values"]) == {1, 2}
+    assert set(next(rule for rule in rules if "onExitCodes" in rule)["onExitCodes"]["values"]) == {1, 2, 4}
 
 
 def _pod(script, env, index):
@@ -532,7 +533,7 @@ exit 1
     for index in range(1, count):
         assert _pod(script, env, index).returncode == 0
     leader = _pod(script, env, 0)
-    assert leader.returncode == drift.EXIT_DRIFT, leader.stderr
+    assert leader.returncode == drift.EXIT_NOT_CHECKED, leader.stderr  # unreachable and failed hosts
     merged = json.loads((tmp_path / "reports" / "drift-report.json").read_text())
     assert _without_timings(merged) == _without_timings(_report(FLEET))
     assert (tmp_path / "reports" / "gpuharden.prom").read_text() == drift.prometheus_text(merged)
@@ -554,10 +555,10 @@ def test_real_slices_contact_only_their_hosts(tmp_path, monkeypatch, capsys):
         paths.append(str(tmp_path / ("slice-%d.json" % index)))
         code = cli.main(["drift", "-i", str(inventory), "--playbook", str(REPO / "playbooks" / "drift_check.yml"), "-q",
                          "--slice", "%d/2" % index, "--report", paths[-1]])
-        assert code == drift.EXIT_DRIFT, capsys.readouterr().err
+        assert code == drift.EXIT_NOT_CHECKED, capsys.readouterr().err  # every host it tried is unreachable
         report = json.loads(Path(paths[-1]).read_text())
         assert sorted(report["unreachable"]) == drift.slice_hosts(fleet, index, 2) == report["slice"]["hosts"]
         assert report["limit"] is None and report["slice"]["fleet_hosts"] == len(fleet)
     capsys.readouterr()
-    assert cli.main(["drift-merge", *paths, "--json"]) == drift.EXIT_DRIFT
+    assert cli.main(["drift-merge", *paths, "--json"]) == drift.EXIT_NOT_CHECKED
     assert sorted(json.loads(capsys.readouterr().out)["unreachable"]) == fleet

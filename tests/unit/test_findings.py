@@ -91,7 +91,7 @@ def test_one_severity_scale():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SEVERITIES" for t in node.targets):
                 owners.append(path.relative_to(REPO).as_posix())
-    assert sorted(owners) == ["plugins/module_utils/core/_findings.py", "src/gpuharden/drift.py"]
+    assert sorted(owners) == ["plugins/module_utils/core/_findings.py", "src/gpuharden/severity.py"]
     assert drift.SEVERITIES == _findings.SEVERITIES
 
 

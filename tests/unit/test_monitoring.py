@@ -57,7 +57,7 @@ def promtool():
 
 @pytest.fixture(scope="module")
 def text():
-    return drift.prometheus_text(SAMPLE.sample_report())
+    return SAMPLE.sample_text()
 
 
 def _emitted(text):
@@ -281,13 +281,16 @@ def test_alert_expressions_over_the_real_textfile(promtool, tmp_path, text):
         "GpuhardenDriftFleetUnchecked": [],
         "GpuhardenDriftRunSlow": [],
         "GpuhardenDriftMetricsAbsent": [],
+        "GpuhardenDriftClusterNotChecked": [],
+        "GpuhardenDriftNodeCheckNotChecked": [],
     }
     assert set(expected) | {"GpuhardenDriftNoCompleteRun", "GpuhardenDriftNoCompleteRunCritical"} == set(exprs)
     tests = [{"expr": exprs[name], "eval_time": "5m", "exp_samples": _samples(rows)} for name, rows in expected.items()]
     # promtool's clock starts at 0: the sample run finished at SAMPLE.FINISHED, so its age at that time plus 3h
+    # the sample run could not check two nodes: its success time is the earlier run's, an hour older
     age = 3 * 3600
     tests.append({"expr": exprs["GpuhardenDriftNoCompleteRun"].replace("time()", "(time() + %r)" % SAMPLE.FINISHED),
-                  "eval_time": "%ds" % age, "exp_samples": _samples([(base, age)])})
+                  "eval_time": "%ds" % age, "exp_samples": _samples([(base, age + SAMPLE.FINISHED - SAMPLE.PREVIOUS_SUCCESS)])})
     tests.append({"expr": exprs["GpuhardenDriftNoCompleteRun"].replace("time()", "(time() + %r)" % SAMPLE.FINISHED),
                   "eval_time": "5m", "exp_samples": []})
     _promtool_test(promtool, tmp_path, tests, _series(text))

@@ -258,3 +258,22 @@ def test_kubelet_plan_of_the_audit_is_the_kubelet_stage_s_own_plan(world_tmp, ch
             assert [entry["path"] for entry in audited["stale_state_files"]] == ["/var/lib/kubelet/cpu_manager_state"]
         run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": False, "remove_stale_state": True}, **options), {})
     assert audited["restart_required"] is False and audited["changed"] is False
+
+
+def test_a_node_without_nvidia_ml_py_is_not_checked_there_not_broken(world_tmp, monkeypatch):
+    """The tool's own prerequisite missing on the node is "could not check" with the fix, never nvml_init_failed
+    critical as if the node were broken; the node's other checks still run."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml
+
+    root = _node(world_tmp)
+    monkeypatch.setattr(_nvml, "HAS_PYNVML", False)
+    audit = _node_audit.audit({"root": str(root), "nvml": {"check_unprivileged": False}, "mig": {"config": {"all-disabled": {}}, "selected": "all-disabled"},
+                               "containerd": {"runtime_name": "nvidia"}})
+    for check in ("nvml", "mig"):
+        assert audit["checks"][check]["status"] == "not_checked"
+        [blind] = audit["checks"][check]["not_checked"]
+        assert "nvidia-ml-py" in blind["cause"] and "import pynvml" in blind["cause"]
+        assert blind["fix"] == _node_audit.PYNVML_FIX
+    assert not [entry for entry in audit["findings"] if entry["check"] in ("nvml", "mig")]
+    assert audit["summary"]["not_checked"] == ["mig", "nvml"]
+    assert audit["checks"]["containerd"]["status"] == "drift"  # the rest of the node's checks ran

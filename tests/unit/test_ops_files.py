@@ -24,6 +24,7 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 
+from gpuharden import drift
 from gpuharden.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -390,6 +391,7 @@ def test_service_exit_status(service):
     success = " ".join(unit["SuccessExitStatus"]).split()
     assert "1" in success, "drift (exit 1) must not fail the unit"
     assert "2" not in success, "a usage or environment error (exit 2) must fail the unit"
+    assert str(drift.EXIT_NOT_CHECKED) not in success, "a run that could not check something (exit 4) must fail the unit"
 
 
 def test_service_hardening_leaves_the_outputs_writable(service):
@@ -564,7 +566,7 @@ def test_cronjob_command_volumes_and_secret(manifests):
     rules = job["podFailurePolicy"]["rules"]
     exit_rule = next(rule for rule in rules if "onExitCodes" in rule)
     assert exit_rule["onExitCodes"]["containerName"] == container["name"]
-    assert set(exit_rule["onExitCodes"]["values"]) == {1, 2}
+    assert set(exit_rule["onExitCodes"]["values"]) == {1, 2, 4}
 
 
 def test_cronjob_inventory_parses(manifests, tmp_path):

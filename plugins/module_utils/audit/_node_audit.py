@@ -15,6 +15,7 @@ that stage changes something (informational findings and post-check findings are
 
 from __future__ import annotations
 
+import sys
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -155,9 +156,19 @@ def audit_kubelet(params):
                                      "policies": plan.get("policies_set", {}), "plan": dict(plan_without_files, changed=bool(changes))}
 
 
-def audit_mig(params):
+# A tool prerequisite, not the node's state: a node without the package is not broken, it cannot be checked.
+PYNVML_FIX = ("install nvidia-ml-py into the Python that runs gpuharden's node modules (requirements-node.txt; "
+              "playbook gpuharden.k8s.bootstrap_gpu_node ships it)")
+
+
+def _need_pynvml(check):
     if not _nvml.HAS_PYNVML:
-        raise GpuhardenError("node_audit: the mig check needs nvidia-ml-py (pynvml) on the node's Python")
+        raise GpuhardenError("node_audit: the %s check needs nvidia-ml-py (import pynvml), which the node's Python (%s) cannot import"
+                             % (check, sys.executable), fix=PYNVML_FIX)
+
+
+def audit_mig(params):
+    _need_pynvml("mig")
     entries = _mig_nvml.entries_from_params(params)
     with _mig_nvml.Session():
         gpus = _mig_nvml.read_node()
@@ -180,6 +191,7 @@ def audit_cgroup_memory(params):
 
 
 def audit_nvml(params):
+    _need_pynvml("nvml")
     result = _nvml_node.check(params)
     # What the controller-side gpu_consistency check takes per node (nvml_check's result and the GPU processes'
     # cgroups), so a drift run needs no second trip to the node for it.

@@ -288,5 +288,6 @@ def dry_run(client, option, nodes=None, page_limit=500):
     try:
         result, _decision = reconcile(client, desired, names=names, nodes=nodes, page_limit=page_limit)
     except GpuhardenError as error:
-        return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "api_requests": client.requests}
+        return {"failed": True, "msg": str(error), "findings": error.result.get("findings") or [], "api_requests": client.requests,
+                "access": error.result.get("access")}
     return dict(result, api_requests=client.requests)

@@ -88,6 +88,29 @@ def auth_argument_spec():
     return copy.deepcopy(AUTH_ARG_SPEC)
 
 
+# Why a controller-side check could not read the cluster, and what fixes it: a failed request's GpuhardenError carries
+# ``access`` = {kind, fix}, so that a drift run reports its cluster side as "could not check" with the cause and the
+# fix (never as drift, never as clean).  One kind per cause the user acts on differently.
+ACCESS_FIXES = {
+    "kubeconfig": "give the controller a readable kubeconfig for the tool's identity (gpuharden_kubeconfig, or the module's "
+                  "kubeconfig option; README step 2); `kubectl --kubeconfig FILE auth can-i list pods -A` tests it",
+    "credentials": "the API server rejected the credentials (HTTP 401: an expired or revoked token, or a client certificate "
+                   "it does not trust): issue a new token for the tool's ServiceAccount (kubectl -n gpuharden-system create "
+                   "token gpuharden --duration ...) and put it in the kubeconfig",
+    "forbidden": "grant the identity the permission named (apply deploy/rbac/gpuharden-rbac.yaml, or add the rule to its "
+                 "(Cluster)Role)",
+    "unreachable": "check, from the controller, the kubeconfig's server address, the network path to it and the API "
+                   "server's health (kubectl --kubeconfig FILE get --raw /readyz)",
+    "api": "the API server failed the request: check its health and logs, then run again",
+    "client": "install the kubernetes Python client in the controller's Python (pip install kubernetes)",
+}
+
+
+def access(kind):
+    """The ``access`` of a GpuhardenError: why the cluster could not be read (ACCESS_FIXES's kinds) and the fix."""
+    return {"kind": kind, "fix": ACCESS_FIXES[kind]}
+
+
 def _check_url(option, value):
     scheme, sep, rest = value.partition("://")
     if not sep or scheme not in ("http", "https") or not rest.strip("/"):
@@ -96,7 +119,7 @@ def _check_url(option, value):
 
 def _check_file(option, value):
     if not os.path.isfile(value):
-        raise GpuhardenError("k8s auth: option %s=%s: no such file on the controller" % (option, value))
+        raise GpuhardenError("k8s auth: option %s=%s: no such file on the controller" % (option, value), access=access("kubeconfig"))
 
 
 def auth_settings(params, environ=None):
@@ -197,7 +220,7 @@ def configuration(settings):
         elif source == "default_kubeconfig":
             k8s_config.load_kube_config(context=settings["context"], client_configuration=conf, persist_config=False)
     except Exception as error:  # ConfigException, YAML errors, missing files, bad base64: all the user's input
-        raise GpuhardenError("k8s auth: cannot load %s: %s" % (_describe(settings), error)) from None
+        raise GpuhardenError("k8s auth: cannot load %s: %s" % (_describe(settings), error), access=access("kubeconfig")) from None
     _apply_overrides(conf, settings["overrides"])
     hook = conf.refresh_api_key_hook
     if hook is not None and settings["overrides"]:
@@ -214,7 +237,7 @@ def configuration(settings):
 def api_client(params):
     """An ApiClient from the module's auth options; GpuhardenError with a clear message on bad input."""
     if not HAS_KUBERNETES:
-        raise GpuhardenError("the kubernetes Python client is not installed on the controller (pip install kubernetes)")
+        raise GpuhardenError("the kubernetes Python client is not installed on the controller (pip install kubernetes)", access=access("client"))
     settings = auth_settings(params)
     api = k8s_client.ApiClient(configuration(settings))
     if settings["overrides"].get("impersonate_user"):
@@ -302,8 +325,10 @@ def api_error(error, action):
             pass
         # a 403 never gets here: _k8s_access.failure names the identity and the RBAC rule it lacks
         hint = ": the credentials were not accepted" if error.status == 401 else ""
-        return GpuhardenError("%s: API server answered %d %s%s: %s" % (action, error.status, error.reason, hint, message), status=error.status)
-    return GpuhardenError("%s: cannot reach the API server: %s" % (action, error))
+        kind = {401: "credentials", 403: "forbidden"}.get(error.status, "api")
+        return GpuhardenError("%s: API server answered %d %s%s: %s" % (action, error.status, error.reason, hint, message), status=error.status,
+                              access=access(kind))
+    return GpuhardenError("%s: cannot reach the API server: %s" % (action, error), access=access("unreachable"))
 
 
 MAX_LIST_RESTARTS = 1  # a continue token that expired (410 Gone) restarts the list once

@@ -72,7 +72,7 @@ def failure(module, target, error):
         message = server_message(error.body) or error.reason
         identity = identity_of(message)
         return GpuhardenError(forbidden_message(module, target, message, identity), status=403,
-                              forbidden=dict(target.as_dict(), identity=identity))
+                              forbidden=dict(target.as_dict(), identity=identity), access=_k8s.access("forbidden"))
     return _k8s.api_error(error, "%s: %s" % (module, target.describe()))
 
 
