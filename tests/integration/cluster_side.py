@@ -11,6 +11,7 @@ import tempfile
 import time
 
 import ansible_runner
+import yaml
 from gpuharden_lab import REPO_ROOT
 from kubernetes import client, config
 
@@ -21,6 +22,22 @@ PLAYBOOKS = REPO_ROOT / "tests/integration/playbooks"
 
 def admin(state):
     return config.new_client_from_config(config_file=state["cluster"]["admin_kubeconfig"])
+
+
+def token_kubeconfig(state, token, directory, name="gpuharden-sa.kubeconfig"):
+    """A kubeconfig (mode 0600) for a bearer ``token`` against the lab's apiserver, TLS verified against the lab's CA."""
+    with open(state["cluster"]["admin_kubeconfig"]) as handle:
+        cluster = yaml.safe_load(handle)["clusters"][0]["cluster"]
+    kubeconfig = {"apiVersion": "v1", "kind": "Config",
+                  "clusters": [{"name": "lab", "cluster": {"server": cluster["server"],
+                                                           "certificate-authority-data": cluster["certificate-authority-data"]}}],
+                  "users": [{"name": "gpuharden", "user": {"token": token}}],
+                  "contexts": [{"name": "gpuharden", "context": {"cluster": "lab", "user": "gpuharden"}}],
+                  "current-context": "gpuharden"}
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        yaml.safe_dump(kubeconfig, handle)
+    return path
 
 
 def run(state, *, module=None, args=None, playbook=None, check=False, extravars=None, hosts="localhost"):

@@ -5,7 +5,9 @@ past an unreachable and a locked node, and --remediate fixes only the drifted st
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import html
 import json
 import os
 import re
@@ -18,8 +20,11 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
-from gpuharden_lab import REPO_ROOT
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from gpuharden_lab import REPO_ROOT, layout
+from kubernetes import client
 
+from tests.integration import cluster_side as cs
 from tests.labfixtures import discard_shared_lab, shared_lab
 
 pytestmark = pytest.mark.lab
@@ -195,7 +200,9 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", str(with_gone), "--report", str(report),
                                 "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV, ANSIBLE_LOG_PATH=str(log)),
                                capture_output=True, text=True, check=False)
-    assert completed.returncode == 1, completed.stderr[-3000:]
+    # a node unreachable: the run could not check everything (exit 4), and says so first
+    assert completed.returncode == 4, completed.stderr[-3000:]
+    assert completed.stdout.startswith("NOT CHECKED: every check (unreachable) on node gone-node: "), completed.stdout[:500]
     # the cluster side ran in the CLI's Python: the play handed over the options and ran no gpu_consistency module
     results = _task_results(log.read_text())
     assert results["The consistency check's options, for gpuharden drift to run in its own Python"] == {"ok"}, results
@@ -224,6 +231,145 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     for host, node in data["nodes"].items():
         total = sum(int(value) for value in re.findall(r'^gpuharden_drift_findings\{node="%s",[^}]*\} (\d+)$' % node["node"], text, re.M))
         assert total == len(node["findings"]), host
+
+
+# ---------------------------------------------------------------------------------------------
+# A blind cluster side (issue 43): could not check, with the cause and the fix; never drift, never clean
+
+BLIND_HOSTS = "seed-pcie,seed-list-none"
+TOOL_NAMESPACE, TOOL_ACCOUNT = "gpuharden-system", "gpuharden"
+NO_PODS = "gpuharden-drift-no-pods"
+
+
+def _b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _expired(token):
+    """The API server's own service-account token with its validity moved into the past, signed again with the lab's
+    service-account key (ES256): what a token looks like once it has expired."""
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, utils  # noqa: PLC0415
+
+    header, payload, _signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    now = int(time.time())
+    claims.update(iat=now - 7200, nbf=now - 7200, exp=now - 3600)
+    signing_input = "%s.%s" % (header, _b64url(json.dumps(claims, separators=(",", ":")).encode()))
+    key = serialization.load_pem_private_key((layout.CONTROL_PLANE_DIR / "sa.key").read_bytes(), password=None)
+    r, s = utils.decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
+    return "%s.%s" % (signing_input, _b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big")))
+
+
+def _status_with(kubeconfig):
+    """The HTTP status of a LIST of pods with ``kubeconfig``."""
+    from kubernetes import config  # noqa: PLC0415
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        client.CoreV1Api(api).list_pod_for_all_namespaces(limit=1)
+        return 200
+    except client.ApiException as error:
+        return error.status
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def blind_kubeconfigs(lab, tmp_path_factory):
+    """Kubeconfigs the cluster side cannot use: none at the path, an expired token, a revoked one (bound to a Secret
+    since deleted) and an identity whose RBAC forbids listing pods.  Each is checked against the real API server
+    first, so the test knows the server, not the test, refuses it."""
+    directory = tmp_path_factory.mktemp("identities")
+    api = cs.admin(lab)
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+
+    def token(account, **spec):
+        return core.create_namespaced_service_account_token(account, TOOL_NAMESPACE, {"spec": dict(expirationSeconds=600, **spec)}).status.token
+
+    anchor = core.create_namespaced_secret(TOOL_NAMESPACE, {"metadata": {"name": "drift-blind-anchor"}, "type": "Opaque"})
+    revoked = token(TOOL_ACCOUNT, boundObjectRef={"apiVersion": "v1", "kind": "Secret", "name": anchor.metadata.name,
+                                                   "uid": anchor.metadata.uid})
+    core.delete_namespaced_secret(anchor.metadata.name, TOOL_NAMESPACE)
+    core.create_namespaced_service_account(TOOL_NAMESPACE, {"metadata": {"name": NO_PODS}})
+    rbac.create_cluster_role({"metadata": {"name": NO_PODS}, "rules": [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get", "list", "watch"]}]})
+    rbac.create_cluster_role_binding({"metadata": {"name": NO_PODS}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                                               "kind": "ClusterRole", "name": NO_PODS},
+                                      "subjects": [{"kind": "ServiceAccount", "name": NO_PODS, "namespace": TOOL_NAMESPACE}]})
+    try:
+        kubeconfigs = {
+            "missing": str(directory / "nonexistent" / "kubeconfig"),
+            "expired": cs.token_kubeconfig(lab, _expired(token(TOOL_ACCOUNT)), directory, "expired.kubeconfig"),
+            "revoked": cs.token_kubeconfig(lab, revoked, directory, "revoked.kubeconfig"),
+            "forbidden": cs.token_kubeconfig(lab, token(NO_PODS), directory, "forbidden.kubeconfig"),
+        }
+        assert {case: _status_with(kubeconfigs[case]) for case in ("expired", "revoked", "forbidden")} == {
+            "expired": 401, "revoked": 401, "forbidden": 403}
+        yield kubeconfigs
+    finally:
+        rbac.delete_cluster_role_binding(NO_PODS)
+        rbac.delete_cluster_role(NO_PODS)
+        core.delete_namespaced_service_account(NO_PODS, TOOL_NAMESPACE)
+        api.close()
+
+
+def _alerts_firing(metrics, tmp_path):
+    """The alerts of deploy/monitoring/gpuharden-alerts.yml that promtool finds firing 5 minutes into series that hold
+    ``metrics``' samples (as scraped from one controller)."""
+    series = []
+    for line in metrics.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            labels = 'job="node",instance="ctl-a:9100"'
+            name_labels = name_labels[:-1] + "," + labels + "}" if "{" in name_labels else name_labels + "{" + labels + "}"
+            series.append({"series": name_labels, "values": "%sx20" % value})
+    rules = REPO_ROOT / "deploy" / "monitoring" / "gpuharden-alerts.yml"
+    test = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": series,
+            "promql_expr_test": [{"expr": 'count by (alertname, check) (ALERTS{alertstate="firing"})', "eval_time": "5m",
+                                  "exp_samples": []}]}]}
+    path = tmp_path / "alerts-test.yml"
+    path.write_text(yaml.safe_dump(test))
+    # promtool prints the samples it got when they differ from the (empty) expectation
+    result = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    return set(re.findall(r'alertname="(\w+)", check="(\w+)"', result.stdout + result.stderr))
+
+
+@pytest.mark.parametrize(("case", "cause", "kind"), [
+    ("missing", "no such file on the controller", "kubeconfig"),
+    ("expired", "401 Unauthorized", "credentials"),
+    ("revoked", "401 Unauthorized", "credentials"),
+    ("forbidden", "may not list pods", "forbidden"),
+])
+def test_a_blind_cluster_side_is_not_checked_with_the_cause_and_the_fix_first(lab, blind_kubeconfigs, tmp_path, case, cause, kind):
+    report, metrics, page = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom", tmp_path / "drift.html"
+    metrics.parent.mkdir()
+    metrics.write_text("gpuharden_last_success_timestamp_seconds 1234.500\n")  # the last run that saw everything
+    completed = _drift(lab, "-l", BLIND_HOSTS, "-q", "-e", "gpuharden_kubeconfig=%s" % blind_kubeconfigs[case], "--report", str(report),
+                       "--prometheus", str(metrics), "--html", str(page), env={"COLUMNS": "100"})
+    assert completed.returncode == 4, completed.stdout[-3000:] + completed.stderr[-3000:]
+    first = completed.stdout.splitlines()[0]
+    assert first.startswith("NOT CHECKED: the cluster side (consistency, runtime_class"), first
+    assert cause in first and ("Fix: " + _k8s.ACCESS_FIXES[kind]) in first, first
+    data = json.loads(report.read_text())
+    assert data["cluster"]["findings"] == []  # not a RuntimeClass finding, not drift
+    for check in ("consistency", "runtime_class"):
+        entry = data["cluster"]["checks"][check]
+        assert entry["state"] == "not_checked" and cause in entry["cause"] and entry["fix"] == _k8s.ACCESS_FIXES[kind], entry
+    # the nodes were checked all the same; their memory check, which needs the pods' LIST, is named as not checked
+    assert set(data["nodes"]) == set(BLIND_HOSTS.split(","))
+    for node in data["nodes"].values():
+        assert {part["check"] for part in node["not_checked"]} == {"cgroup_memory"}, node["not_checked"]
+    text = metrics.read_text()
+    for check in ("consistency", "runtime_class"):
+        assert 'gpuharden_drift_checked{scope="cluster",check="%s"} 0' % check in text.splitlines()
+    assert not re.search(r"^gpuharden_drift_cluster_findings\{", text, re.M)
+    assert "gpuharden_last_success_timestamp_seconds 1234.500" in text.splitlines()  # did not advance
+    assert re.search(r"^gpuharden_last_run_timestamp_seconds (\d+)", text, re.M)
+    assert html.escape("not checked: %s" % data["cluster"]["checks"]["consistency"]["cause"]) in page.read_text()
+    assert {("GpuhardenDriftClusterNotChecked", "consistency"), ("GpuhardenDriftClusterNotChecked", "runtime_class")} <= \
+        _alerts_firing(text, tmp_path)
 
 
 def _timeless(value):
@@ -280,7 +426,7 @@ def test_locked_node_is_reported_and_the_others_checked(lab, tmp_path):
     try:
         completed = _drift(lab, "-l", "seed-pcie,seed-list-none", "-e", "gpuharden_lock_timeout=1", "--json", "-q")
         data = json.loads(completed.stdout)
-        assert completed.returncode == 1
+        assert completed.returncode == 4  # a node the run could not check
         assert "harden@elsewhere" in data["failed"]["seed-pcie"]
         assert list(data["nodes"]) == ["seed-list-none"]
     finally:

@@ -11,7 +11,6 @@ the resource: a drain with disable_eviction (delete on pods, not granted), delet
 from __future__ import annotations
 
 import base64
-import os
 import tempfile
 
 import pytest
@@ -39,17 +38,8 @@ OTHER_MODULES = ["device_plugin", "runtime_class", "gpu_node_labels"]
 def _tool_kubeconfig(state, token, directory):
     with open(state["cluster"]["admin_kubeconfig"]) as handle:
         admin = yaml.safe_load(handle)
-    cluster = admin["clusters"][0]["cluster"]
-    assert base64.b64decode(cluster["certificate-authority-data"])  # TLS verified against the lab CA
-    config = {"apiVersion": "v1", "kind": "Config",
-              "clusters": [{"name": "lab", "cluster": {"server": cluster["server"], "certificate-authority-data": cluster["certificate-authority-data"]}}],
-              "users": [{"name": "gpuharden", "user": {"token": token}}],
-              "contexts": [{"name": "gpuharden", "context": {"cluster": "lab", "user": "gpuharden"}}],
-              "current-context": "gpuharden"}
-    path = os.path.join(directory, "gpuharden-sa.kubeconfig")
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
-        yaml.safe_dump(config, handle)
-    return path
+    assert base64.b64decode(admin["clusters"][0]["cluster"]["certificate-authority-data"])  # TLS verified against the lab CA
+    return cs.token_kubeconfig(state, token, directory)
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,8 @@ def demo() -> int:
                                      else "changed on %s" % ", ".join("%s (%d)" % item for item in sorted(changed.items()))))
     print("reports: %s (JSON, Prometheus textfile)" % os.path.relpath(reports, REPO_ROOT))
     print("\nThe lab is still up. Explore it with the inventory %s; remove it with `gpuharden lab down`." % state["inventory"])
-    ok = summary["drifted"] == 0 and summary["unreachable"] == 0 and summary["failed"] == 0 and not changed and not failed
+    blind = summary.get("nodes_not_checked_in_part", 0) or summary.get("cluster_not_checked")
+    ok = summary["drifted"] == 0 and summary["unreachable"] == 0 and summary["failed"] == 0 and not blind and not changed and not failed
     return 0 if ok else 1
 
 
@@ -114,8 +115,9 @@ def fleet(state) -> None:
 
 
 def _summary_line(summary) -> str:
-    return "%d nodes: %d clean, %d drifted, %d need attention, %d unreachable, %d failed" % (
-        summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0), summary["unreachable"], summary["failed"])
+    return "%d nodes: %d clean, %d drifted, %d need attention, %d not checked, %d unreachable, %d failed" % (
+        summary["nodes"], summary["clean"], summary["drifted"], summary.get("attention", 0), summary.get("not_checked", 0),
+        summary["unreachable"], summary["failed"])
 
 
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
