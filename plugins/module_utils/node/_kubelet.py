@@ -83,6 +83,7 @@ CPU_NAME_RE = re.compile(r"^cpu[0-9]+$")
 # The Topology Manager's NUMA masks are 64 bits (pkg/kubelet/cm/topologymanager/bitmask/bitmask.go: "bit number must be
 # in range 0-63").
 NUMA_MASK_BITS = 64
+OPTIONS_FIELD = "topologyManagerPolicyOptions"
 CPU_POLICIES = ("none", "static")
 MEMORY_POLICIES = ("None", "Static")
 ENFORCE_VALUES = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible",
@@ -1170,6 +1171,46 @@ def numa_raise_blocker(topology, memory_policy):
     return None
 
 
+def refuse_node_options(view, options, wanted):
+    """Options the node's files or flags already hold, which the kubelet would refuse once a policy reads them."""
+    for name, text in sorted(options.items()):
+        why = topology_option_value(name, text)[1] if name not in wanted else None
+        if why:
+            raise GpuhardenError("%s.%s=%s (%s): %s; set it with option topology_manager_policy_options, or set "
+                                 "topology_manager_policy none; nothing written"
+                                 % (OPTIONS_FIELD, name, _show(text), _source_text(effective(view, (OPTIONS_FIELD, name))["source"]), why))
+
+
+def refuse_missing_distances(options, topology):
+    """prefer-closest-numa-nodes needs every node's distances: pkg/kubelet/cm/topologymanager/numa_info.go NewNUMAInfo
+    fails with "error getting NUMA distances from cadvisor", and the kubelet exits."""
+    if GO_BOOLS.get(str(options.get("prefer-closest-numa-nodes"))) == "true" and topology["without_distance"]:
+        raise GpuhardenError("%s.prefer-closest-numa-nodes=true: NUMA node(s) %s have no distance file under %s, and the "
+                             "kubelet does not start without their distances (pkg/kubelet/cm/topologymanager/numa_info.go); "
+                             "nothing written" % (OPTIONS_FIELD, format_cpu_set(topology["without_distance"]), NUMA_NODE_DIR))
+
+
+def _numa_nodes_text(topology):
+    return "%d NUMA nodes (%d of them without CPUs, such as GPU memory)" % (len(topology["nodes"]), len(topology["cpu_less"]))
+
+
+def numa_refusal(topology, policy, limit, blocker, memory_policy, current_policy):
+    """The refused entry of a Topology Manager policy kept over the NUMA limit: what, why and the fix."""
+    count = len(topology["nodes"])
+    if blocker is None:
+        fix = "set numa_over_limit=raise (max-allowable-numa-nodes becomes %d) or topology_manager_policy none" % count
+    elif memory_policy == "Static":
+        fix = ("set topology_manager_policy none on this node, or give topology_manager_policy_options "
+               "max-allowable-numa-nodes=%d yourself if its admission cost is acceptable" % count)
+    else:
+        fix = "set topology_manager_policy none on this node"
+    return {"what": "topologyManagerPolicy %s on %s" % (policy, _numa_nodes_text(topology)),
+            "why": "the kubelet does not start with a policy other than none on more than max-allowable-numa-nodes=%d NUMA "
+                   "nodes (pkg/kubelet/cm/topologymanager/topology_manager.go) and the limit is not raised: %s; the node "
+                   "keeps its Topology Manager policy (%s)" % (limit, blocker or "option numa_over_limit=keep_policy", current_policy),
+            "fix": fix}
+
+
 # --------------------------------------------------------------------------------------------
 # the plan
 
@@ -1339,41 +1380,26 @@ class Planner:
         (the kubelet then logs a warning, said in ``warning``), else, or where raising is not safe, the node keeps its
         Topology Manager policy and ``refused`` says why.  Options the kubelet would refuse are refused here."""
         self.refused = []
-        options_field = "topologyManagerPolicyOptions"
         policy = desired.get("topologyManagerPolicy") or effective(view, ("topologyManagerPolicy",))["value"] or "none"
-        wanted = desired.get(options_field) or {}
-        options = dict(effective_map(view, options_field), **wanted)
-        topology = numa_topology(self.reader)
-        report = {"policy": policy, "nodes": None, "cpu_less_nodes": None, "source": None, "action": "none",
+        wanted = desired.get(OPTIONS_FIELD) or {}
+        options = dict(effective_map(view, OPTIONS_FIELD), **wanted)
+        report = {"policy": policy, "nodes": None, "cpu_less_nodes": None, "source": None, "action": "policy_none",
                   "limit_before": None, "limit_after": None, "warning": None}
         if policy == "none":  # NewManager returns before it reads the options or counts
-            report["action"] = "policy_none"
             return report
-        for name, text in sorted(options.items()):
-            if name not in wanted and topology_option_value(name, text)[1]:
-                raise GpuhardenError("%s.%s=%s (%s): %s; set it with option topology_manager_policy_options, or set "
-                                     "topology_manager_policy none; nothing written"
-                                     % (options_field, name, _show(text), _source_text(effective(view, (options_field, name))["source"]),
-                                        topology_option_value(name, text)[1]))
+        refuse_node_options(view, options, wanted)
         limit = _numa_limit(options)
-        report.update(limit_before=limit, limit_after=limit)
+        report.update(limit_before=limit, limit_after=limit, action="within_limit")
+        topology = numa_topology(self.reader)
         if topology is None:
-            report["action"] = "unknown"
-            report["warning"] = ("could not count this node's NUMA nodes (no %s/node* directories, no CPU package ids "
-                                 "under %s): the kubelet does not start with topologyManagerPolicy %s on more than %d"
-                                 % (NUMA_NODE_DIR, CPU_DIR, policy, limit))
+            report.update(action="unknown", warning=(
+                "could not count this node's NUMA nodes (no %s/node* directories, no CPU package ids under %s): the "
+                "kubelet does not start with topologyManagerPolicy %s on more than %d" % (NUMA_NODE_DIR, CPU_DIR, policy, limit)))
             return report
         count = len(topology["nodes"])
         report.update(nodes=count, cpu_less_nodes=len(topology["cpu_less"]), source=topology["source"])
-        if options.get("prefer-closest-numa-nodes") in GO_BOOLS and GO_BOOLS[options["prefer-closest-numa-nodes"]] == "true" \
-                and topology["without_distance"]:
-            # numa_info.go NewNUMAInfo: "error getting NUMA distances from cadvisor", and the kubelet exits
-            raise GpuhardenError("%s.prefer-closest-numa-nodes=true: NUMA node(s) %s have no distance file under %s, and the "
-                                 "kubelet does not start without their distances (pkg/kubelet/cm/topologymanager/"
-                                 "numa_info.go); nothing written" % (options_field, format_cpu_set(topology["without_distance"]),
-                                                                    NUMA_NODE_DIR))
+        refuse_missing_distances(options, topology)
         if count <= limit:
-            report["action"] = "within_limit"
             return report
         if "max-allowable-numa-nodes" in wanted:
             raise GpuhardenError(
@@ -1383,31 +1409,19 @@ class Planner:
                 % (wanted["max-allowable-numa-nodes"], count, topology["source"], policy, count))
         memory_policy = desired.get("memoryManagerPolicy") or effective(view, ("memoryManagerPolicy",))["value"]
         blocker = numa_raise_blocker(topology, memory_policy)
-        nodes = "%d NUMA nodes (%d of them without CPUs, such as GPU memory)" % (count, len(topology["cpu_less"]))
         if self.params.get("numa_over_limit", "raise") == "raise" and blocker is None:
-            desired[options_field] = dict(wanted, **{"max-allowable-numa-nodes": str(count)})
+            desired[OPTIONS_FIELD] = dict(wanted, **{"max-allowable-numa-nodes": str(count)})
             report.update(action="raised", limit_after=count, warning=(
                 "this node has %s, more than max-allowable-numa-nodes=%d: topologyManagerPolicyOptions."
                 "max-allowable-numa-nodes is set to %d, without which the kubelet does not start with topologyManagerPolicy "
                 "%s; the kubelet logs a warning for any value above %d (pkg/kubelet/cm/topologymanager/policy_options.go), "
-                "and kubelets before v1.31 do not know the option" % (nodes, limit, count, policy, DEFAULT_MAX_NUMA_NODES)))
+                "and kubelets before v1.31 do not know the option"
+                % (_numa_nodes_text(topology), limit, count, policy, DEFAULT_MAX_NUMA_NODES)))
             return report
         desired.pop("topologyManagerPolicy", None)
         report["action"] = "kept"
-        if blocker is None:
-            fix = "set numa_over_limit=raise (max-allowable-numa-nodes becomes %d) or topology_manager_policy none" % count
-        elif memory_policy == "Static":
-            fix = ("set topology_manager_policy none on this node, or give topology_manager_policy_options "
-                   "max-allowable-numa-nodes=%d yourself if its admission cost is acceptable" % count)
-        else:
-            fix = "set topology_manager_policy none on this node"
-        self.refused.append({
-            "what": "topologyManagerPolicy %s on %s" % (policy, nodes),
-            "why": "the kubelet does not start with a policy other than none on more than max-allowable-numa-nodes=%d "
-                   "NUMA nodes (pkg/kubelet/cm/topologymanager/topology_manager.go) and the limit is not raised: %s; the "
-                   "node keeps its Topology Manager policy (%s)"
-                   % (limit, blocker or "option numa_over_limit=keep_policy", effective(view, ("topologyManagerPolicy",))["value"]),
-            "fix": fix})
+        self.refused.append(numa_refusal(topology, policy, limit, blocker, memory_policy,
+                                         effective(view, ("topologyManagerPolicy",))["value"]))
         return report
 
     def finish(self, view, target, desired, managed, before):
