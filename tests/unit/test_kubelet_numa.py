@@ -236,6 +236,13 @@ def test_an_option_the_node_s_files_hold_that_the_kubelet_refuses_is_named(world
     assert plan(root, topology_manager_policy="none")["numa_limit"]["action"] == "policy_none"
 
 
+def test_the_locked_policy_options_gate_cannot_be_turned_off(world_tmp):
+    root = kubelet_node(world_tmp, numa=2)
+    with pytest.raises(GpuhardenError, match=r"settings.featureGates.TopologyManagerPolicyOptions=false: .*locked to true"):
+        plan(root, settings={"featureGates": {"TopologyManagerPolicyOptions": False}}, topology_manager_policy="none")
+    assert plan(root, settings={"featureGates": {"TopologyManagerPolicyOptions": True}}, **POLICY)["changes"]
+
+
 def test_prefer_closest_needs_every_node_s_distances(world_tmp):
     root = kubelet_node(world_tmp, numa=2, distance=False)
     with pytest.raises(GpuhardenError, match=r"NUMA node\(s\) 0,1 have no distance file"):

@@ -1171,6 +1171,15 @@ def numa_raise_blocker(topology, memory_policy):
     return None
 
 
+def refuse_locked_options_gate(desired):
+    """The TopologyManagerPolicyOptions feature gate is GA and locked to true from v1.32 (pkg/features/kube_features.go;
+    the alpha and beta option gates guard no option at v1.36): the kubelet refuses to be given false ("cannot set feature
+    gate ... feature is locked to true", component-base featuregate/feature_gate.go) and does not start."""
+    if (desired.get("featureGates") or {}).get("TopologyManagerPolicyOptions") is False:
+        raise GpuhardenError("option settings.featureGates.TopologyManagerPolicyOptions=false: the feature gate is locked to "
+                             "true since kubelet v1.32 and the kubelet does not start when it is set to false; leave it out")
+
+
 def refuse_node_options(view, options, wanted):
     """Options the node's files or flags already hold, which the kubelet would refuse once a policy reads them."""
     for name, text in sorted(options.items()):
@@ -1380,6 +1389,7 @@ class Planner:
         (the kubelet then logs a warning, said in ``warning``), else, or where raising is not safe, the node keeps its
         Topology Manager policy and ``refused`` says why.  Options the kubelet would refuse are refused here."""
         self.refused = []
+        refuse_locked_options_gate(desired)
         policy = desired.get("topologyManagerPolicy") or effective(view, ("topologyManagerPolicy",))["value"] or "none"
         wanted = desired.get(OPTIONS_FIELD) or {}
         options = dict(effective_map(view, OPTIONS_FIELD), **wanted)
