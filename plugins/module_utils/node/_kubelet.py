@@ -1437,7 +1437,7 @@ class Planner:
     def finish(self, view, target, desired, managed, before):
         if self.numa_limit["action"] == "raised":
             where = target.path if target is not None else view["kubelet_arg"]["target"][0]
-            self.reason(where, "max-allowable-numa-nodes=%d: this node has %d NUMA nodes, more than the kubelet's default "
+            self.reason(where, "max-allowable-numa-nodes=%s: this node has %s NUMA nodes, more than the kubelet's default "
                                "limit of %d (the kubelet logs a warning above it)"
                         % (self.numa_limit["limit_after"], self.numa_limit["nodes"], DEFAULT_MAX_NUMA_NODES))
         changes = self.changes(view, target)
@@ -1600,8 +1600,8 @@ class Planner:
         policy = effective(after_view, ("topologyManagerPolicy",))["value"] or "none"
         limit = _numa_limit(effective_map(after_view, "topologyManagerPolicyOptions"))
         if policy != "none" and report["nodes"] > limit:  # pragma: no cover - a planner bug, never a silent write
-            raise GpuhardenError("planned topologyManagerPolicy %s on %d NUMA nodes, but the kubelet would read "
-                                 "max-allowable-numa-nodes=%d and not start; nothing written" % (policy, report["nodes"], limit))
+            raise GpuhardenError("planned topologyManagerPolicy %s on %s NUMA nodes, but the kubelet would read "
+                                 "max-allowable-numa-nodes=%s and not start; nothing written" % (policy, report["nodes"], limit))
 
     def check_reserved_cpus_online(self, view):
         """reservedSystemCPUs must be CPUs the node has, whatever the CPU Manager policy, or the kubelet exits at start
