@@ -137,6 +137,14 @@ def test_the_lab_lays_out_grace_systems_as_the_fixtures_declare(world_tmp):
         assert found["without_distance"] == []
 
 
+def test_a_scenario_node_may_declare_its_own_numa_nodes(world_tmp):
+    root = build_node_root(world_tmp / "l4", "l4", numa={"nodes": 12, "cpu_nodes": [0, 1]}).root
+    assert _kubelet.numa_topology(_kubelet.NodeReader(str(root)))["nodes"] == list(range(12))
+    assert not (build_node_root(world_tmp / "plain", "l4").root / NODE_DIR).exists()  # no declaration: the host's
+    with pytest.raises(ValueError, match="below nodes=4"):
+        build_node_root(world_tmp / "bad", "l4", numa={"nodes": 4, "cpu_nodes": [0], "gpu_memory_nodes": [4]})
+
+
 # --------------------------------------------------------------------------------------------
 # the plan over the limit
 
