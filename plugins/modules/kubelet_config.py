@@ -42,6 +42,15 @@ description:
     C(evictionHard) C(memory.available) threshold, 100Mi by default, a percentage taken of C(MemTotal)), using the
     values the kubelet would read (files merged, flags included); otherwise it fails and writes nothing, since the
     kubelet would refuse to start.
+  - B(NUMA limit) (RV(numa_limit)). With a C(topologyManagerPolicy) other than V(none), the kubelet does not start
+    on a node with more NUMA nodes than C(max-allowable-numa-nodes) (default 8). The module counts them as the
+    kubelet's cadvisor does (every C(/sys/devices/system/node/node<N>) directory, CPU-less ones included, such as the
+    GPU memory nodes of Grace Hopper and Grace Blackwell systems) before writing. Over the limit,
+    O(numa_over_limit=raise) sets C(max-allowable-numa-nodes) to the node's count and warns (the kubelet logs a
+    warning above 8); O(numa_over_limit=keep_policy), or where raising is not safe (C(memoryManagerPolicy=Static),
+    whose hints span every subset of all NUMA nodes; a NUMA node id above 63), leaves the Topology Manager policy as
+    it is and reports it in RV(refused) with a warning. A C(max-allowable-numa-nodes) given below the node's count
+    fails the module, writing nothing.
   - Flags are matched under the kubelet's own names, including the irregular ones (C(contentType) is
     C(--kube-api-content-type), C(registryPullQPS) C(--registry-qps), C(eventRecordQPS) C(--event-qps),
     C(makeIPTablesUtilChains) C(--make-iptables-util-chains), C(serverTLSBootstrap) C(--rotate-server-certificates));
@@ -89,9 +98,20 @@ options:
   topology_manager_policy_options:
     description:
       - C(topologyManagerPolicyOptions); the keys given are set, other keys already there are kept.
-      - Known options are V(prefer-closest-numa-nodes) (true/false) and V(max-allowable-numa-nodes) (an integer;
-        the kubelet refuses hosts with more than 8 NUMA nodes unless it is raised).
+      - Known options are V(prefer-closest-numa-nodes) (true/false, as Go's C(strconv.ParseBool) reads it) and
+        V(max-allowable-numa-nodes) (an integer, at least 8; the kubelet refuses a smaller value and does not start).
+        Other names, and values the kubelet would refuse, fail the module before anything is written.
     type: dict
+  numa_over_limit:
+    description:
+      - What to do where the Topology Manager policy in effect after the change is not V(none) and the node has more
+        NUMA nodes than C(max-allowable-numa-nodes) allows (see RV(numa_limit)).
+      - V(raise) - set C(topologyManagerPolicyOptions.max-allowable-numa-nodes) to the node's count (the kubelet
+        logs a warning above 8; kubelets before v1.31 do not know the option).
+      - V(keep_policy) - leave the Topology Manager policy as the node has it and report it in RV(refused).
+    type: str
+    choices: [raise, keep_policy]
+    default: raise
   cpu_manager_policy:
     description:
       - C(cpuManagerPolicy). V(static) needs reserved CPUs (O(reserved_system_cpus), or C(kubeReserved.cpu) /
@@ -191,6 +211,8 @@ notes:
     C(cmd/kubelet/app/options/options.go) (flag names),
     C(pkg/kubelet/kubeletconfig/configfiles/configfiles.go) (empty file refused),
     C(pkg/kubelet/cm/memorymanager/memory_manager.go) (reserved memory check); k3s-io/docs#433 (drop-ins from v1.32).
+  - NUMA limit - kubernetes v1.36.3 C(pkg/kubelet/cm/topologymanager/topology_manager.go) (NewManager) and
+    C(policy_options.go); google/cadvisor v0.56.2 C(utils/sysinfo/sysinfo.go) (GetNodesInfo, the NUMA nodes counted).
 seealso:
   - name: Kubelet configuration file and drop-in directory
     description: Merge order of the config file, drop-ins and flags.
@@ -276,6 +298,27 @@ stale_state_files:
   type: list
   elements: dict
   returned: always
+numa_limit:
+  description:
+    - The node's NUMA nodes against the kubelet's C(max-allowable-numa-nodes), for the Topology Manager policy in
+      effect after the change - C(policy), C(nodes) (V(null) where sysfs could not be read), C(cpu_less_nodes),
+      C(source), C(limit_before), C(limit_after), C(warning) and C(action) - V(policy_none), V(within_limit),
+      V(raised) (the option set to the node's count), V(kept) (the policy left as it is, see RV(refused)) or
+      V(unknown) (the NUMA nodes could not be counted).
+  type: dict
+  returned: always
+  sample: {"policy": "single-numa-node", "nodes": 34, "cpu_less_nodes": 32, "source": "/sys/devices/system/node/node*",
+           "limit_before": 8, "limit_after": 34, "action": "raised", "warning": "this node has 34 NUMA nodes ..."}
+refused:
+  description:
+    - What the module left as it is because changing it is not safe, each with C(what), C(why) and C(fix); for
+      example a Topology Manager policy on a node with more NUMA nodes than the kubelet allows (O(numa_over_limit)).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"what": "topologyManagerPolicy single-numa-node on 34 NUMA nodes (32 of them without CPUs, such as GPU memory)",
+            "why": "the kubelet does not start with a policy other than none on more than ...",
+            "fix": "set numa_over_limit=raise (max-allowable-numa-nodes becomes 34) or topology_manager_policy none"}]
 restart_required:
   description:
     - The kubelet must be restarted - what it reads changes (RV(effective_changed)), or a stale checkpoint must go.
@@ -360,6 +403,7 @@ def run(module):
         argv, environ_update={"LANG": "C", "LC_ALL": "C"}))
     changes = plan.pop("changes")
     changed = any(change.changed for change in changes)
+    _warn_numa_limit(module, plan)
     backups = {}
     if changed and not module.check_mode:
         backups = _files.apply_changes(module, changes, backup=module.params["backup"])
@@ -379,6 +423,14 @@ def run(module):
     if module._diff:
         result["diff"] = _files.diffs(changes)
     return result
+
+
+def _warn_numa_limit(module, plan):
+    """The NUMA limit's decision is said on the output, not only in the result."""
+    if plan["numa_limit"]["warning"]:
+        module.warn(plan["numa_limit"]["warning"])
+    for entry in plan["refused"]:
+        module.warn("refused: %s: %s; fix: %s" % (entry["what"], entry["why"], entry["fix"]))
 
 
 def _node_path(root, path):

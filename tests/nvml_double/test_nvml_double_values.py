@@ -28,6 +28,8 @@ def test_all_fixtures_present():
                 "dgx-a100-ecc.json",
                 "dgx-a100-gpu-lost.json",
                 "dgx-a100-pcie-degraded.json",
+                "gb200-nvl.json",
+                "gh200.json",
                 "h100-mig-enabled.json",
                 "h100-sxm5-80gb.json",
                 "h200-vm.json",
@@ -62,7 +64,9 @@ def test_fixture_identity(name, make_node, nvml):
         assert pci.busIdLegacy == g["pci_bus_id"][4:]
         assert pci.pciDeviceId == int(g["pci_device_id"], 16)
         assert pci.pciSubSystemId == int(g["pci_subsystem_id"], 16)
-        assert (pci.domain, pci.bus, pci.device) == (0, int(g["pci_bus_id"][9:11], 16), int(g["pci_bus_id"][12:14], 16))
+        # Grace systems put their GPUs in PCI domains other than 0 (gh200.json, gb200-nvl.json)
+        assert (pci.domain, pci.bus, pci.device) == (int(g["pci_bus_id"][:8], 16), int(g["pci_bus_id"][9:11], 16),
+                                                     int(g["pci_bus_id"][12:14], 16))
         # lookups by UUID and bus id (full and short form) give the same GPU
         for other in (
             nvml.nvmlDeviceGetHandleByUUID(g["uuid"]),
@@ -117,7 +121,8 @@ def test_fixture_health_and_links(name, make_node, nvml):
                 int(rr["pending"]),
                 int(rr["failure"]),
             )
-        assert err(nvml.nvmlDeviceGetNumaNodeId, h) == pynvml.NVML_ERROR_NOT_SUPPORTED
+        if g.get("gpu_memory_numa_node", -1) < 0:
+            assert err(nvml.nvmlDeviceGetNumaNodeId, h) == pynvml.NVML_ERROR_NOT_SUPPORTED
 
 
 @pytest.mark.parametrize("name", ALL_FIXTURES)
@@ -173,6 +178,23 @@ def test_affinity(name, make_node, nvml):
         assert got == _cpus(g["cpu_affinity"])
         nodes = nvml.nvmlDeviceGetMemoryAffinity(h, 1, 0)
         assert nodes[0] == 1 << g["numa_node"]
+
+
+@pytest.mark.parametrize("name", ["gh200.json", "gb200-nvl.json", "h100-sxm5-80gb.json"])
+def test_numa_node_id_only_where_gpu_memory_is_a_numa_node(name, make_node, nvml):
+    """Grace Hopper / Grace Blackwell: the GPU's memory is a CPU-less NUMA node of its own, and
+    nvmlDeviceGetNumaNodeId names it; x86 PCIe/SXM GPUs answer NOT_SUPPORTED."""
+    fx = load_fixture(name)
+    make_node(fx)
+    nvml.init()
+    for i, g in enumerate(fx["gpus"]):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        if g.get("gpu_memory_numa_node", -1) < 0:
+            assert err(nvml.nvmlDeviceGetNumaNodeId, h) == pynvml.NVML_ERROR_NOT_SUPPORTED
+            continue
+        assert nvml.nvmlDeviceGetNumaNodeId(h) == g["gpu_memory_numa_node"]
+        assert g["gpu_memory_numa_node"] in fx["numa"]["gpu_memory_nodes"]
+        assert g["gpu_memory_numa_node"] not in fx["numa"]["cpu_nodes"]
 
 
 def test_topology_dgx(make_node, nvml):

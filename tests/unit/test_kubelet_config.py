@@ -363,7 +363,20 @@ MALFORMED = [
     ("feature gate not bool", {}, {"settings": {"featureGates": {"MemoryQoS": "yes"}}}, "true/false"),
     ("unknown topology option", {}, {"topology_manager_policy_options": {"prefer-far": "true"}}, "prefer-far"),
     ("max numa not int", {}, {"topology_manager_policy_options": {"max-allowable-numa-nodes": "many"}},
-     "positive integer"),
+     "max-allowable-numa-nodes must be an integer"),
+    # kubernetes v1.36.3 pkg/kubelet/cm/topologymanager/policy_options.go: below 8 the kubelet exits at start
+    ("max numa 4", {}, dict(TOPOLOGY, topology_manager_policy_options={"max-allowable-numa-nodes": 4}),
+     'option topology_manager_policy_options={"max-allowable-numa-nodes": 4}: max-allowable-numa-nodes=4: the kubelet '
+     "refuses a value below 8"),
+    ("max numa 7 in settings", {}, {"settings": {"topologyManagerPolicyOptions": {"max-allowable-numa-nodes": "7"}}},
+     "settings.topologyManagerPolicyOptions"),
+    ("max numa float", {}, {"topology_manager_policy_options": {"max-allowable-numa-nodes": 8.5}}, "must be an integer"),
+    ("max numa beyond int64", {}, {"topology_manager_policy_options": {"max-allowable-numa-nodes": str(2 ** 63)}},
+     "must be an integer"),
+    # strconv.ParseBool accepts 1, t, T, TRUE, true, True and the false forms only
+    ("prefer closest yes", {}, {"topology_manager_policy_options": {"prefer-closest-numa-nodes": "yes"}}, "strconv.ParseBool"),
+    ("prefer closest mixed case", {}, {"topology_manager_policy_options": {"prefer-closest-numa-nodes": "tRuE"}},
+     "strconv.ParseBool"),
     ("reserved memory without limits", {}, {"memory_manager_policy": "Static", "reserved_memory": [{"numaNode": 0}]},
      "missing required arguments: limits found in reserved_memory"),
     ("reserved memory bad quantity", {}, {"memory_manager_policy": "Static",

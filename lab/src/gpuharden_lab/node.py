@@ -53,6 +53,8 @@ class NodeSpec:
     # Files a real node gets after its kubelet registered the Node, followed by a kubelet restart: what changed on a
     # node that had joined (a seed the real kubelet refuses at start, which a node that never joined could not show)
     seeded_after_join: dict[str, str] = field(default_factory=dict)
+    # The node's NUMA nodes ({nodes, cpu_nodes, gpu_memory_nodes}, noderoot.numa_layout); None: the fixture's, else the host's
+    numa: dict | None = None
 
 
 @dataclass
@@ -246,6 +248,9 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount --bind %(root)s/proc/driver /proc/driver
 mount --bind %(root)s/proc/devices /proc/devices
 mount --bind %(root)s/sys/bus/pci/devices /sys/bus/pci/devices
+# the node's own NUMA nodes where it declares them (a Grace system's CPU-less GPU memory nodes): the kubelet's cadvisor
+# counts the node<N> directories here
+if [ -d %(root)s/sys/devices/system/node ]; then mount --bind %(root)s/sys/devices/system/node /sys/devices/system/node; fi
 mount -t tmpfs -o mode=0755 tmpfs /run
 # root's ~/.bashrc as a fresh node has it: bash reads it for every ssh command, and this machine's own one (pyenv
 # init) costs about 0.15 CPU-s each time, more than sshd and the session together
@@ -280,6 +285,7 @@ def prepare(node: Node) -> None:
         driver_params=node.spec.driver_params,
         # the real device plugin on real nodes reads the capability files for its MIG strategies
         mig_capabilities=node.spec.real_containerd is not None,
+        numa=node.spec.numa,
     )
     _system_devices(directory / "root" / "dev")
     if root.fixture is not None:

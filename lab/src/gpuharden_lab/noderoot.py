@@ -4,7 +4,8 @@
 The result is a directory tree with real character device nodes (mknod), the driver's /proc
 files and the sysfs NUMA view.  Modules read it through their ``root`` option; the NVML double
 opens the device nodes under it, so the kernel's permission checks are the real ones.  The lab's
-network-namespace nodes bind-mount the same tree over /dev, /proc/driver and /sys/bus/pci/devices.
+network-namespace nodes bind-mount the same tree over /dev, /proc/driver and /sys/bus/pci/devices, and, where
+the node declares its NUMA nodes, /sys/devices/system/node (what the real kubelet's cadvisor reads).
 """
 
 from __future__ import annotations
@@ -80,6 +81,62 @@ def load_fixture(name_or_path: str | os.PathLike | None) -> tuple[Path | None, d
 def sysfs_bdf(nvml_bus_id: str) -> str:
     domain, _sep, rest = nvml_bus_id.partition(":")
     return "%04x:%s" % (int(domain, 16), rest.lower())
+
+
+NUMA_NODE_DIR = "sys/devices/system/node"
+HOST_ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
+
+
+def cpu_list(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            low, _sep, high = part.partition("-")
+            cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def numa_layout(numa: dict, gpus: list[dict], host_cpus: list[int]) -> dict[int, dict]:
+    """{node id: {cpus, memory_kib}} of a declared NUMA topology: ``nodes`` NUMA nodes (0 to nodes-1); the
+    ``cpu_nodes`` share the host's online CPUs in contiguous runs (a lab node runs on this host's CPUs); every other
+    node is CPU-less, with the memory of the GPUs whose ``gpu_memory_numa_node`` it is (a Grace system's GPU memory),
+    or none (the memory-only nodes Grace systems reserve for MIG).  CPU nodes get 1 GiB each (what the kubelet
+    counts as the machine's memory comes from /proc/meminfo, not from here)."""
+    count, cpu_nodes = int(numa["nodes"]), [int(node) for node in numa.get("cpu_nodes", [0])]
+    if count < 1 or any(not 0 <= node < count for node in cpu_nodes + [int(n) for n in numa.get("gpu_memory_nodes", [])]):
+        raise ValueError("numa: every node id must be below nodes=%d: %r" % (count, numa))
+    layout = {node: {"cpus": [], "memory_kib": 0} for node in range(count)}
+    share = -(-len(host_cpus) // max(len(cpu_nodes), 1))
+    for position, node in enumerate(cpu_nodes):
+        layout[node]["cpus"] = host_cpus[position * share:(position + 1) * share]
+        layout[node]["memory_kib"] = 1 << 20
+    for gpu in gpus:
+        if gpu.get("gpu_memory_numa_node", -1) >= 0:
+            layout[gpu["gpu_memory_numa_node"]]["memory_kib"] += gpu.get("memory", {}).get("total_mib", 0) * 1024
+    return layout
+
+
+def write_numa_nodes(root: Path, layout: dict[int, dict]) -> None:
+    """/sys/devices/system/node as the kernel lays it out, for the node to bind over its own sysfs (node.py): a
+    ``node<N>`` directory per NUMA node with ``cpu<M>`` links to ../../cpu/cpu<M> (the node's real CPUs), ``meminfo``
+    and ``distance``, and the ``online``/``possible``/``has_cpu``/``has_memory`` lists."""
+    top = root / NUMA_NODE_DIR
+    ids = sorted(layout)
+    for node in ids:
+        directory = top / ("node%d" % node)
+        directory.mkdir(parents=True)
+        for cpu in layout[node]["cpus"]:
+            (directory / ("cpu%d" % cpu)).symlink_to("../../cpu/cpu%d" % cpu)
+        _write(directory / "meminfo", "Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\n"
+               % (node, layout[node]["memory_kib"], node, layout[node]["memory_kib"]))
+        _write(directory / "distance", " ".join(
+            "10" if other == node else "20" if layout[node]["cpus"] and layout[other]["cpus"] else "80" for other in ids) + "\n")
+    every = "0-%d\n" % ids[-1] if ids == list(range(len(ids))) else ",".join(map(str, ids)) + "\n"
+    for name, members in (("online", ids), ("possible", ids),
+                          ("has_cpu", [node for node in ids if layout[node]["cpus"]]),
+                          ("has_memory", [node for node in ids if layout[node]["memory_kib"]]),
+                          ("has_normal_memory", [node for node in ids if layout[node]["memory_kib"]])):
+        _write(top / name, every if members == ids else ",".join(map(str, members)) + "\n")
 
 
 def default_devices(fixture: dict) -> list[DeviceNode]:
@@ -193,6 +250,7 @@ def build_node_root(
     device_overrides: dict[str, dict] | None = None,
     driver_params: dict | None = None,
     mig_capabilities: bool = False,
+    numa: dict | None = None,
 ) -> NodeRoot:
     """(Re)create ``root`` as the driver view of the fixture's node.
 
@@ -205,6 +263,9 @@ def build_node_root(
     initial GPU and compute instances).  It is off by default: the tree is written once and does not follow
     later MIG changes in the state file, and the collection's modules read it (nvml_check compares its
     compute instances with NVML, nvidia_device_nodes derives capability device nodes from it).
+
+    ``numa`` (else the fixture's ``numa``: ``{nodes, cpu_nodes, gpu_memory_nodes}``) lays out the node's
+    ``/sys/devices/system/node`` (``write_numa_nodes``); without either the node sees the host's.
     """
     fixture_path, data = load_fixture(fixture)
     if root.exists():
@@ -228,6 +289,9 @@ def build_node_root(
     (root / "proc/driver").mkdir(parents=True)
     (root / "sys/bus/pci/devices").mkdir(parents=True)
     (root / "var/lib/nvml-double").mkdir(parents=True, exist_ok=True)
+    numa = numa if numa is not None else data.get("numa")
+    if numa:
+        write_numa_nodes(root, numa_layout(numa, data["gpus"], cpu_list(HOST_ONLINE_CPUS.read_text())))
     if fixture_path is None:  # CPU-only: no driver loaded
         _write(root / "proc/devices", "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n\nBlock devices:\n  7 loop\n  8 sd\n")
         return NodeRoot(root=root, fixture=None, devices=devices)

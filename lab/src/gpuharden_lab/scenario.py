@@ -35,7 +35,7 @@ def available() -> list[str]:
 def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpec:
     merged = {**defaults, **entry}
     unknown = set(merged) - {"name", "fixture", "devices", "driver_params", "files", "labels", "count", "kubelet", "containerd",
-                                  "unschedulable", "taints", "python_missing", "real"}
+                                  "unschedulable", "taints", "python_missing", "real", "numa"}
     if unknown:
         raise LabError("%s: %s: unknown keys %s" % (source, where, sorted(unknown)))
     if not isinstance(merged.get("name"), str):
@@ -65,6 +65,11 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
                        % (source, where, real))
     if real is not None and real.get("nvidia_runtime") and merged.get("fixture") is None:
         raise LabError("%s: %s: 'real.nvidia_runtime' needs a GPU node (a fixture): the toolkit is installed only there" % (source, where))
+    numa = merged.get("numa")
+    if numa is not None and (not isinstance(numa, dict) or set(numa) - {"nodes", "cpu_nodes", "gpu_memory_nodes"}
+                             or not isinstance(numa.get("nodes"), int) or numa["nodes"] < 1):
+        raise LabError("%s: %s: 'numa' must be {nodes: N, cpu_nodes: [ids], gpu_memory_nodes: [ids]}, got %r"
+                       % (source, where, numa))
     seeded_after_join: dict[str, str] = {}
     if real is not None:
         # A fresh install: kubeadm v1.36 passes nothing in kubeadm-flags.env that the config file can carry (and the
@@ -95,6 +100,7 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         real_containerd=str(real["containerd"]) if real is not None else None,
         real_nvidia_runtime=real.get("nvidia_runtime") if real is not None else None,
         seeded_after_join=seeded_after_join,
+        numa=numa,
     )
 
 

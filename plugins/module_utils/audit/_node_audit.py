@@ -129,12 +129,14 @@ def audit_kubelet(params):
     plan = _kubelet.decide(dict(params, remove_stale_state=True))
     changes = [change for change in plan["changes"] if change.changed]
     findings = []
+    numa_limit = plan["numa_limit"]
     for field, source in sorted(plan["sources"].items()):
         if source["before"] != source["after"] or source["source_before"] != source["source_after"]:
+            raised = numa_limit["action"] == "raised" and field == "topologyManagerPolicyOptions.max-allowable-numa-nodes"
             findings.append(finding(
                 "kubelet_setting", "error",
                 source["after"], source["before"],
-                "the kubelet reads %s from %s; the stage sets it in %s"
+                numa_limit["warning"] if raised else "the kubelet reads %s from %s; the stage sets it in %s"
                 % (field, _where(source["source_before"]), _where(source["source_after"])),
                 subject=field))
     for entry in plan["stale_state_files"]:
@@ -152,8 +154,23 @@ def audit_kubelet(params):
     # stage takes its plan from here instead of reading the node again (roles/kubelet_topology/tasks/plan.yml). Its
     # "changed" counts the stale checkpoints the stage removes; they make "restart_required" true either way.
     plan_without_files = {key: value for key, value in plan.items() if key != "changes"}
-    return bool(changes), findings, {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"],
-                                     "policies": plan.get("policies_set", {}), "plan": dict(plan_without_files, changed=bool(changes))}
+    details = {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"],
+               "policies": plan.get("policies_set", {}), "numa_limit": numa_limit, "plan": dict(plan_without_files, changed=bool(changes))}
+    return bool(changes), findings, dict(details, **kubelet_numa_states(plan))
+
+
+def kubelet_numa_states(plan):
+    """The NUMA limit's parts of the three states: a Topology Manager policy kept because raising the limit is not safe
+    (refused), and a policy whose NUMA limit could not be checked because sysfs could not be read (not checked)."""
+    states = {}
+    if plan["refused"]:
+        states[REFUSED] = [dict(entry) for entry in plan["refused"]]
+    if plan["numa_limit"]["action"] == "unknown":
+        states[NOT_CHECKED] = [{"what": "kubelet NUMA limit (topologyManagerPolicy %s)" % plan["numa_limit"]["policy"],
+                                "cause": plan["numa_limit"]["warning"],
+                                "fix": "give node_audit the node's /sys under its root (a pod: mount the host's /sys "
+                                       "at <root>/sys)"}]
+    return states
 
 
 # A tool prerequisite, not the node's state: a node without the package is not broken, it cannot be checked.

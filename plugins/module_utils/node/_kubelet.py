@@ -61,7 +61,29 @@ MEMORY_STATE = "memory_manager_state"
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
+# The topologyManagerPolicyOptions the kubelet v1.36.3 knows (pkg/kubelet/cm/topologymanager/policy_options.go): both
+# are stable there, so no TopologyManagerPolicyAlphaOptions/BetaOptions gate applies (its alpha and beta sets are
+# empty).  max-allowable-numa-nodes came as beta in v1.31 (KEP-4622): an older kubelet refuses it as unknown.
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
+# defaultMaxAllowableNUMANodes (topology_manager.go): the limit without the option, and the least value it accepts.
+DEFAULT_MAX_NUMA_NODES = 8
+# Go's strconv.ParseBool, which reads prefer-closest-numa-nodes; the value is written in its canonical form.
+GO_BOOLS = {"1": "true", "t": "true", "T": "true", "TRUE": "true", "true": "true", "True": "true",
+            "0": "false", "f": "false", "F": "false", "FALSE": "false", "false": "false", "False": "false"}
+# Go's strconv.Atoi, which reads max-allowable-numa-nodes: an optional sign and ASCII digits, within int64.
+GO_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+# Where a Topology Manager policy would meet more NUMA nodes than the kubelet allows: raise max-allowable-numa-nodes to
+# the node's count, or keep the node's policy (both reported).
+NUMA_OVER_LIMIT = ("raise", "keep_policy")
+# Where cadvisor (v0.56.2, the kubelet v1.36.3's) reads the NUMA topology: utils/sysfs/sysfs.go nodeDir, cpusPath.
+NUMA_NODE_DIR = "/sys/devices/system/node"
+CPU_DIR = "/sys/devices/system/cpu"
+NUMA_NODE_NAME_RE = re.compile(r"^node([0-9]+)$")
+CPU_NAME_RE = re.compile(r"^cpu[0-9]+$")
+# The Topology Manager's NUMA masks are 64 bits (pkg/kubelet/cm/topologymanager/bitmask/bitmask.go: "bit number must be
+# in range 0-63").
+NUMA_MASK_BITS = 64
+OPTIONS_FIELD = "topologyManagerPolicyOptions"
 CPU_POLICIES = ("none", "static")
 MEMORY_POLICIES = ("None", "Static")
 ENFORCE_VALUES = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible",
@@ -971,22 +993,34 @@ def _check_choice(option, value, choices):
     return value
 
 
+def topology_option_value(name, value):
+    """(the text the kubelet reads, None) for a topologyManagerPolicyOptions entry the kubelet v1.36.3 accepts, else
+    (None, why): kubernetes v1.36.3 pkg/kubelet/cm/topologymanager/policy_options.go NewPolicyOptions (an unknown
+    name, a value strconv.ParseBool or strconv.Atoi refuses, max-allowable-numa-nodes below 8: the kubelet exits)."""
+    if name not in TOPOLOGY_OPTIONS:
+        return None, "unknown topology manager policy option %r, expected one of %s" % (name, ", ".join(TOPOLOGY_OPTIONS))
+    if name == "prefer-closest-numa-nodes":
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if text not in GO_BOOLS:
+            return None, "%s must be true or false (what Go's strconv.ParseBool reads), found %s" % (name, _show(value))
+        return GO_BOOLS[text], None
+    text = str(value)
+    if isinstance(value, bool) or not GO_INT_RE.match(text) or not -2 ** 63 <= int(text) < 2 ** 63:
+        return None, "%s must be an integer, found %s" % (name, _show(value))
+    if int(text) < DEFAULT_MAX_NUMA_NODES:
+        return None, ("%s=%s: the kubelet refuses a value below %d and does not start (kubernetes v1.36.3 "
+                      "pkg/kubelet/cm/topologymanager/policy_options.go)" % (name, text, DEFAULT_MAX_NUMA_NODES))
+    return str(int(text)), None
+
+
 def _check_topology_options(option, value):
     if not isinstance(value, dict):
         _fail_option(option, value, "expected a mapping of policy option to value")
     result = {}
     for key, item in value.items():
-        if key not in TOPOLOGY_OPTIONS:
-            _fail_option(option, value, "unknown topology manager policy option %r, expected one of %s"
-                         % (key, ", ".join(TOPOLOGY_OPTIONS)))
-        if key == "prefer-closest-numa-nodes":
-            text = str(item).lower()
-            if text not in ("true", "false"):
-                _fail_option(option, value, "%s must be true or false, found %s" % (key, _show(item)))
-        else:
-            text = str(item)
-            if isinstance(item, bool) or not text.isdigit() or int(text) < 1:
-                _fail_option(option, value, "%s must be a positive integer, found %s" % (key, _show(item)))
+        text, why = topology_option_value(key, item)
+        if why:
+            _fail_option(option, value, why)
         result[key] = text
     return result
 
@@ -1071,6 +1105,119 @@ def leaves(desired, prefix=()):
         else:
             result.append((prefix + (key,), value))
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# NUMA: the Topology Manager's limit on the node's NUMA nodes
+
+
+def _entries(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def numa_topology(reader):
+    """The NUMA nodes the kubelet's Topology Manager counts, as its cadvisor finds them, or None where sysfs shows none.
+
+    cadvisor v0.56.2 (the kubelet v1.36.3's) utils/sysinfo/sysinfo.go GetNodesInfo: every ``node*[0-9]`` directory
+    of /sys/devices/system/node is a node, CPU-less ones included (it only warns "Found node without any CPU"), so
+    the memory-only nodes of a Grace Hopper or Grace Blackwell system's GPU memory count; it does not read
+    ``online`` or ``possible`` (the kernel makes a directory per online node).  Without any, one node per physical
+    package of the CPUs (getCPUTopology), without distances.  {nodes, cpu_less, without_distance: [ids], source}."""
+    top = reader.path(NUMA_NODE_DIR)
+    ids = sorted(int(match.group(1)) for match in map(NUMA_NODE_NAME_RE.match, _entries(top)) if match)
+    if ids:
+        listed = {node: _entries(os.path.join(top, "node%d" % node)) for node in ids}
+        return {"nodes": ids, "cpu_less": [node for node in ids if not any(CPU_NAME_RE.match(name) for name in listed[node])],
+                "without_distance": [node for node in ids if "distance" not in listed[node]],
+                "source": NUMA_NODE_DIR + "/node*"}
+    packages = set()
+    for name in _entries(reader.path(CPU_DIR)):
+        text = reader.read("%s/%s/topology/physical_package_id" % (CPU_DIR, name)) if CPU_NAME_RE.match(name) else None
+        if text is not None and GO_INT_RE.match(text.strip()):
+            packages.add(int(text.strip()))
+    if packages:
+        return {"nodes": sorted(packages), "cpu_less": [], "without_distance": sorted(packages),
+                "source": CPU_DIR + "/cpu*/topology/physical_package_id"}
+    return None
+
+
+def _source_text(source):
+    if source.get("kind") == "flag":
+        return "flag %s, %s" % (source.get("flag"), source.get("path") or source.get("where"))
+    return source.get("path") or "the kubelet's default"
+
+
+def _numa_limit(options):
+    """max-allowable-numa-nodes as the kubelet reads it from the options (the default without it)."""
+    text = options.get("max-allowable-numa-nodes")
+    return DEFAULT_MAX_NUMA_NODES if text is None else int(topology_option_value("max-allowable-numa-nodes", text)[0])
+
+
+def numa_raise_blocker(topology, memory_policy):
+    """Why raising max-allowable-numa-nodes to the node's count is not safe here, or None."""
+    if memory_policy == "Static":
+        # pkg/kubelet/cm/memorymanager/policy_static.go calculateHints iterates every subset of all NUMA nodes
+        # (bitmask.IterateBitMasks) at each admission; the CPU Manager iterates only CPU-bearing nodes and, in v1.36.3,
+        # the Device Manager only the nodes its devices are on (devicemanager/topology_hints.go).
+        return ("memoryManagerPolicy Static computes its hints over every subset of all %d NUMA nodes at each pod "
+                "admission (pkg/kubelet/cm/memorymanager/policy_static.go), the state explosion the limit of %d guards "
+                "against" % (len(topology["nodes"]), DEFAULT_MAX_NUMA_NODES))
+    if topology["nodes"][-1] >= NUMA_MASK_BITS:
+        return ("NUMA node %d: the Topology Manager's NUMA masks hold node ids 0-%d only "
+                "(pkg/kubelet/cm/topologymanager/bitmask/bitmask.go)" % (topology["nodes"][-1], NUMA_MASK_BITS - 1))
+    return None
+
+
+def refuse_locked_options_gate(desired):
+    """The TopologyManagerPolicyOptions feature gate is GA and locked to true from v1.32 (pkg/features/kube_features.go;
+    the alpha and beta option gates guard no option at v1.36): the kubelet refuses to be given false ("cannot set feature
+    gate ... feature is locked to true", component-base featuregate/feature_gate.go) and does not start."""
+    if (desired.get("featureGates") or {}).get("TopologyManagerPolicyOptions") is False:
+        raise GpuhardenError("option settings.featureGates.TopologyManagerPolicyOptions=false: the feature gate is locked to "
+                             "true since kubelet v1.32 and the kubelet does not start when it is set to false; leave it out")
+
+
+def refuse_node_options(view, options, wanted):
+    """Options the node's files or flags already hold, which the kubelet would refuse once a policy reads them."""
+    for name, text in sorted(options.items()):
+        why = topology_option_value(name, text)[1] if name not in wanted else None
+        if why:
+            raise GpuhardenError("%s.%s=%s (%s): %s; set it with option topology_manager_policy_options, or set "
+                                 "topology_manager_policy none; nothing written"
+                                 % (OPTIONS_FIELD, name, _show(text), _source_text(effective(view, (OPTIONS_FIELD, name))["source"]), why))
+
+
+def refuse_missing_distances(options, topology):
+    """prefer-closest-numa-nodes needs every node's distances: pkg/kubelet/cm/topologymanager/numa_info.go NewNUMAInfo
+    fails with "error getting NUMA distances from cadvisor", and the kubelet exits."""
+    if GO_BOOLS.get(str(options.get("prefer-closest-numa-nodes"))) == "true" and topology["without_distance"]:
+        raise GpuhardenError("%s.prefer-closest-numa-nodes=true: NUMA node(s) %s have no distance file under %s, and the "
+                             "kubelet does not start without their distances (pkg/kubelet/cm/topologymanager/numa_info.go); "
+                             "nothing written" % (OPTIONS_FIELD, format_cpu_set(topology["without_distance"]), NUMA_NODE_DIR))
+
+
+def _numa_nodes_text(topology):
+    return "%d NUMA nodes (%d of them without CPUs, such as GPU memory)" % (len(topology["nodes"]), len(topology["cpu_less"]))
+
+
+def numa_refusal(topology, policy, limit, blocker, memory_policy, current_policy):
+    """The refused entry of a Topology Manager policy kept over the NUMA limit: what, why and the fix."""
+    count = len(topology["nodes"])
+    if blocker is None:
+        fix = "set numa_over_limit=raise (max-allowable-numa-nodes becomes %d) or topology_manager_policy none" % count
+    elif memory_policy == "Static":
+        fix = ("set topology_manager_policy none on this node, or give topology_manager_policy_options "
+               "max-allowable-numa-nodes=%d yourself if its admission cost is acceptable" % count)
+    else:
+        fix = "set topology_manager_policy none on this node"
+    return {"what": "topologyManagerPolicy %s on %s" % (policy, _numa_nodes_text(topology)),
+            "why": "the kubelet does not start with a policy other than none on more than max-allowable-numa-nodes=%d NUMA "
+                   "nodes (pkg/kubelet/cm/topologymanager/topology_manager.go) and the limit is not raised: %s; the node "
+                   "keeps its Topology Manager policy (%s)" % (limit, blocker or "option numa_over_limit=keep_policy", current_policy),
+            "fix": fix}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1179,6 +1326,7 @@ class Planner:
             raise GpuhardenError("MemoryQoS (featureGates.MemoryQoS / memoryThrottlingFactor) needs cgroup v2, and this "
                                  "node's memory controller is on cgroup v1 (%s): refusing" % self.cgroup_version)
         view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto", self.versions)
+        self.numa_limit = self.plan_numa_limit(view, desired)
         managed = leaves(desired)
         before = {path: effective(view, path, value) for path, value in managed}
         self.reserved_cpus_before = effective(view, ("reservedSystemCPUs",))["value"]
@@ -1233,7 +1381,65 @@ class Planner:
                 self.fix_flag(view, each, field, keys if merged else None, _show(desired[field]))
         return self.finish(view, target, desired, managed, before)
 
+    def plan_numa_limit(self, view, desired):
+        """Where a Topology Manager policy other than none meets more NUMA nodes than max-allowable-numa-nodes, the
+        kubelet v1.36.3 does not start (pkg/kubelet/cm/topologymanager/topology_manager.go NewManager: "unsupported on
+        machines with more than %v NUMA Nodes").  Decided before anything is written, from the policy and options the
+        kubelet would read after this plan: with option numa_over_limit=raise the option becomes the node's count
+        (the kubelet then logs a warning, said in ``warning``), else, or where raising is not safe, the node keeps its
+        Topology Manager policy and ``refused`` says why.  Options the kubelet would refuse are refused here."""
+        self.refused = []
+        refuse_locked_options_gate(desired)
+        policy = desired.get("topologyManagerPolicy") or effective(view, ("topologyManagerPolicy",))["value"] or "none"
+        wanted = desired.get(OPTIONS_FIELD) or {}
+        options = dict(effective_map(view, OPTIONS_FIELD), **wanted)
+        report = {"policy": policy, "nodes": None, "cpu_less_nodes": None, "source": None, "action": "policy_none",
+                  "limit_before": None, "limit_after": None, "warning": None}
+        if policy == "none":  # NewManager returns before it reads the options or counts
+            return report
+        refuse_node_options(view, options, wanted)
+        limit = _numa_limit(options)
+        report.update(limit_before=limit, limit_after=limit, action="within_limit")
+        topology = numa_topology(self.reader)
+        if topology is None:
+            report.update(action="unknown", warning=(
+                "could not count this node's NUMA nodes (no %s/node* directories, no CPU package ids under %s): the "
+                "kubelet does not start with topologyManagerPolicy %s on more than %d" % (NUMA_NODE_DIR, CPU_DIR, policy, limit)))
+            return report
+        count = len(topology["nodes"])
+        report.update(nodes=count, cpu_less_nodes=len(topology["cpu_less"]), source=topology["source"])
+        refuse_missing_distances(options, topology)
+        if count <= limit:
+            return report
+        if "max-allowable-numa-nodes" in wanted:
+            raise GpuhardenError(
+                "option topology_manager_policy_options: max-allowable-numa-nodes=%s is below this node's %d NUMA nodes "
+                "(%s): the kubelet would not start with topologyManagerPolicy %s (pkg/kubelet/cm/topologymanager/"
+                "topology_manager.go); give at least %d, or leave it out to let numa_over_limit decide; nothing written"
+                % (wanted["max-allowable-numa-nodes"], count, topology["source"], policy, count))
+        memory_policy = desired.get("memoryManagerPolicy") or effective(view, ("memoryManagerPolicy",))["value"]
+        blocker = numa_raise_blocker(topology, memory_policy)
+        if self.params.get("numa_over_limit", "raise") == "raise" and blocker is None:
+            desired[OPTIONS_FIELD] = dict(wanted, **{"max-allowable-numa-nodes": str(count)})
+            report.update(action="raised", limit_after=count, warning=(
+                "this node has %s, more than max-allowable-numa-nodes=%d: topologyManagerPolicyOptions."
+                "max-allowable-numa-nodes is set to %d, without which the kubelet does not start with topologyManagerPolicy "
+                "%s; the kubelet logs a warning for any value above %d (pkg/kubelet/cm/topologymanager/policy_options.go), "
+                "and kubelets before v1.31 do not know the option"
+                % (_numa_nodes_text(topology), limit, count, policy, DEFAULT_MAX_NUMA_NODES)))
+            return report
+        desired.pop("topologyManagerPolicy", None)
+        report["action"] = "kept"
+        self.refused.append(numa_refusal(topology, policy, limit, blocker, memory_policy,
+                                         effective(view, ("topologyManagerPolicy",))["value"]))
+        return report
+
     def finish(self, view, target, desired, managed, before):
+        if self.numa_limit["action"] == "raised":
+            where = target.path if target is not None else view["kubelet_arg"]["target"][0]
+            self.reason(where, "max-allowable-numa-nodes=%s: this node has %s NUMA nodes, more than the kubelet's default "
+                               "limit of %d (the kubelet logs a warning above it)"
+                        % (self.numa_limit["limit_after"], self.numa_limit["nodes"], DEFAULT_MAX_NUMA_NODES))
         changes = self.changes(view, target)
         after_reader = self.reader.with_overlay({change.node_path: change.after for change in changes})
         after_view = discover(after_reader, view["service"], view["flavor"], self.versions)
@@ -1369,6 +1575,7 @@ class Planner:
 
     def check_result(self, view, after_view, desired):
         self.check_reserved_cpus_online(after_view)
+        self.check_numa_limit(after_view)
         cpu = effective(after_view, ("cpuManagerPolicy",))["value"]
         if cpu == "static":
             reserved = effective(after_view, ("reservedSystemCPUs",))["value"]
@@ -1383,6 +1590,18 @@ class Planner:
                                  "reserved_memory (one entry per NUMA node)")
         if memory == "Static":
             self.check_reserved_memory(after_view)
+
+    def check_numa_limit(self, after_view):
+        """What plan_numa_limit decided, on the files the kubelet would read after the change: a policy other than none
+        within max-allowable-numa-nodes, or nothing written.  A kept policy was reported there instead."""
+        report = self.numa_limit
+        if report["nodes"] is None or report["action"] == "kept":
+            return
+        policy = effective(after_view, ("topologyManagerPolicy",))["value"] or "none"
+        limit = _numa_limit(effective_map(after_view, "topologyManagerPolicyOptions"))
+        if policy != "none" and report["nodes"] > limit:  # pragma: no cover - a planner bug, never a silent write
+            raise GpuhardenError("planned topologyManagerPolicy %s on %s NUMA nodes, but the kubelet would read "
+                                 "max-allowable-numa-nodes=%s and not start; nothing written" % (policy, report["nodes"], limit))
 
     def check_reserved_cpus_online(self, view):
         """reservedSystemCPUs must be CPUs the node has, whatever the CPU Manager policy, or the kubelet exits at start
@@ -1513,6 +1732,8 @@ class Planner:
             "effective_changed": effective_change,
             "distribution_version": (view["version"] or {}).get("version"),
             "kubelet_args_only": view["kubelet_args_only"],
+            "numa_limit": dict(self.numa_limit),
+            "refused": [dict(entry) for entry in self.refused],
         }
 
 
@@ -1635,6 +1856,7 @@ def argument_spec():
         "remove_stale_state": {"type": "bool", "default": False},
         "distribution_version": {"type": "str"},
         "require_durable": {"type": "bool", "default": False},
+        "numa_over_limit": {"type": "str", "choices": list(NUMA_OVER_LIMIT), "default": "raise"},
         "backup": {"type": "bool", "default": False},
         "root": {"type": "path", "default": "/"},
     }

@@ -265,7 +265,7 @@ typedef struct {
 typedef struct {
     char name[96], uuid[96], bus_id[32];
     unsigned domain, bus, dev, func, pci_dev_id, pci_sub_id;
-    int minor, numa, pcie_switch;
+    int minor, numa, memory_numa, pcie_switch;
     unsigned long long cpus[MAXCPUWORDS];
     unsigned long long mem_total, mem_used, mem_reserved; /* MiB */
     int has_pcie, gen_cur, gen_max, width_cur, width_max;
@@ -498,6 +498,7 @@ static int load_gpu(const jval *j, int idx, gpu_t *g, char *err, size_t errlen)
     g->pci_sub_id = (unsigned)jint(jget(j, "pci_subsystem_id"), 0);
     g->minor = (int)jint(jget(j, "minor"), idx);
     g->numa = (int)jint(jget(j, "numa_node"), -1);
+    g->memory_numa = (int)jint(jget(j, "gpu_memory_numa_node"), -1);
     g->pcie_switch = (int)jint(jget(j, "pcie_switch"), -1);
     const char *aff = jstr(jget(j, "cpu_affinity"), NULL);
     if (aff && parse_cpulist(aff, g->cpus)) { snprintf(err, errlen, "gpus[%d]: bad cpu_affinity", idx); return -1; }
@@ -1365,8 +1366,11 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *device, nvmlMemory_v2_t *mem)
 API nvmlReturn_t nvmlDeviceGetNumaNodeId(void *device, unsigned int *node)
 {
     DEV_BEGIN(device);
-    (void)node;
-    rc = NVML_ERROR_NOT_SUPPORTED; /* as on x86 PCIe/SXM systems */
+    /* Only where the GPU's memory is a NUMA node of its own (Grace Hopper, Grace Blackwell); NOT_SUPPORTED as on
+       x86 PCIe/SXM systems otherwise. */
+    if (g->memory_numa < 0) FAIL(NVML_ERROR_NOT_SUPPORTED);
+    if (!node) FAIL(NVML_ERROR_INVALID_ARGUMENT);
+    *node = (unsigned int)g->memory_numa;
     END();
 }
 
