@@ -523,12 +523,24 @@ def test_item01_audit_reports_a_plugin_that_cannot_get_nvml():
     (finding,) = findings
     assert finding["id"] == "plugin_no_nvidia_runtime" and finding["severity"] == "warning"
     assert finding["expected"] == {"runtimeClassName": "nvidia"} and "runtimeClassName" in finding["hint"]
-    # Deliberate setups for a default nvidia runtime: privileged, or an explicit NVIDIA_VISIBLE_DEVICES.
+    # NVIDIA_VISIBLE_DEVICES is a request to the nvidia runtime (the image and the Helm chart always set it): no NVML
+    # without that runtime.  Privileged alone sees the device nodes, but the image has no libnvidia-ml.so.1.
     env = plugin_ds("env", selector={"nowhere": "x"}, runtime_class=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
     privileged = plugin_ds("privileged", selector={"nowhere": "x"}, runtime_class=None)
     privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    findings, _repairs, _ours = _audit([env, privileged])
+    assert ids(findings) == [("env", "plugin_no_nvidia_runtime"), ("privileged", "plugin_no_nvidia_runtime")]
+    assert "NVIDIA_VISIBLE_DEVICES=all asks the nvidia runtime for the GPUs" in findings[0]["hint"]
+    # From 0.16 a privileged plugin loads the library from the driver root mounted at containerDriverRoot (root.go).
+    itself = copy.deepcopy(privileged)
+    itself["metadata"]["name"] = "itself"
+    itself["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "driver-root", "mountPath": "/driver-root"}]
+    old = copy.deepcopy(itself)
+    old["metadata"]["name"] = "old"
+    old["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.15.0"
     with_class = plugin_ds("with-class", selector={"nowhere": "x"}, runtime_class="nvidia")
-    assert _audit([env, privileged, with_class])[0] == []
+    findings, _repairs, _ours = _audit([itself, old, with_class])
+    assert ids(findings) == [("old", "plugin_no_nvidia_runtime")]
 
 
 class FakeCluster:
@@ -913,7 +925,7 @@ def test_coexistence_clusterpolicy_claims_its_labelled_nodes_before_its_daemonse
 
 
 def test_coexistence_helm_install_is_reported_with_chart_values():
-    findings, repairs, _ours = _audit([helm_plugin(mig="single"), helm_mps_daemon()], config_maps=HELM_CONFIGS)
+    findings, repairs, _ours = _audit([helm_plugin(mig="single", runtime_class="nvidia"), helm_mps_daemon()], config_maps=HELM_CONFIGS)
     by = {f["id"]: f for f in findings}
     assert set(by) == {"plugin_mig_privileges_missing", "plugin_managed_by_other_installer"}
     assert by["plugin_mig_privileges_missing"]["fix"]["field"] == "migStrategy"
@@ -922,20 +934,21 @@ def test_coexistence_helm_install_is_reported_with_chart_values():
     assert managed["installer"] == "helm" and managed["fix"]["field"] == "devicePlugin.enabled"
     assert "adopt_installers: [helm]" in managed["hint"]
     assert [r["action"] for r in repairs] == ["manual"]
-    # No runtimeClassName, and no NVIDIA_VISIBLE_DEVICES either: the chart value to set is named.
-    bare = helm_plugin()
-    bare["spec"]["template"]["spec"]["containers"][1]["env"] = [e for e in bare["spec"]["template"]["spec"]["containers"][1]["env"]
-                                                                if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
-    findings, _repairs, _ours = _audit([bare], config_maps=HELM_CONFIGS)
+    # The chart's default (runtimeClassName: null): its NVIDIA_VISIBLE_DEVICES=all gives no NVML under another runtime, so
+    # the install is flagged, naming the chart value to set.
+    findings, _repairs, _ours = _audit([helm_plugin()], config_maps=HELM_CONFIGS)
     (runtime,) = [f for f in findings if f["id"] == "plugin_no_nvidia_runtime"]
     assert runtime["fix"] == {"installer": "helm", "object": "Helm release nvidia-device-plugin/nvdp (chart nvidia-device-plugin-0.17.4)",
                               "field": "runtimeClassName"}
+    assert "fix it there, value runtimeClassName" in runtime["hint"]
 
 
 def test_coexistence_helm_adoption_is_an_explicit_opt_in_and_the_operator_is_never_adopted():
     _s, objects, _c = render()
-    findings, repairs, _ours = dp.audit([helm_plugin()], HELM_CONFIGS, NODES, objects[1], ["nvidia.com/gpu"], [], ["helm"])
-    assert not dp.blocking(findings) and {f["id"] for f in findings} == {"plugin_competing", "plugin_mig_privileges_missing"}
+    findings, repairs, _ours = dp.audit([helm_plugin(runtime_class="nvidia")], HELM_CONFIGS, NODES, objects[1], ["nvidia.com/gpu"], [], ["helm"])
+    assert {f["id"] for f in findings} == {"plugin_competing", "plugin_mig_privileges_missing"}
+    # adopted, it is an unowned competitor: it blocks the apply unless this run deletes it (remove_competing)
+    assert [f["id"] for f in dp.blocking(findings)] == ["plugin_competing"] and not dp.blocking(findings, remove_competing=True)
     assert not any("fix" in f or "installer" in f for f in findings)
     assert [r["action"] for r in repairs] == ["delete"] and "taken over as adopt_installers allows" in repairs[0]["reason"]
     with pytest.raises(GpuhardenError, match="gpu-operator is never adopted"):
@@ -962,7 +975,10 @@ def test_coexistence_module_leaves_other_installers_untouched_even_with_remove_c
     before = copy.deepcopy(cluster.objects)
     result, _fake = run_fake(monkeypatch, cluster, cluster_policies=[CLUSTER_POLICY], remove_competing=True)
     assert cluster.writes == [] and cluster.objects == before  # not even a dry run
-    assert result["skipped"] is True and result["changed"] is False and result["deleted"] == []
+    assert result["changed"] is False and result["deleted"] == [] and "skipped" not in result
+    assert sorted(entry["what"] for entry in result["refused"]) == [
+        "apply the managed device plugin next to DaemonSet gpu-operator/nvidia-device-plugin-daemonset",
+        "apply the managed device plugin next to DaemonSet nvidia-device-plugin/nvdp-nvidia-device-plugin"]
     assert result["installers"] == ["gpu-operator", "helm"]
     assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
     blocked = {f["subject"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
@@ -976,7 +992,7 @@ def test_coexistence_unowned_competing_plugin_is_still_deleted_on_request(monkey
     elsewhere = helm_plugin(selector={"pool": "elsewhere"})  # Helm serves none of our nodes: reported, not blocking
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, seed, elsewhere)
     result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
-    assert result["deleted"] == ["kube-system/typo-seed"] and not result["skipped"]
+    assert result["deleted"] == ["kube-system/typo-seed"] and result["refused"] == []
     assert ("DaemonSet", "nvidia-device-plugin", "nvdp-nvidia-device-plugin") in cluster.objects
     assert not [w for w in cluster.writes if w[3] == "nvdp-nvidia-device-plugin"]
 
@@ -987,7 +1003,7 @@ def test_coexistence_a_managed_name_owned_by_another_installer_is_not_adopted(mo
     taken["metadata"].update(labels=dict(HELM_LABELS), annotations=dict(HELM_ANNOTATIONS))
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, taken)
     result, _fake = run_fake(monkeypatch, cluster)
-    assert result["skipped"] and [w for w in cluster.writes if not w[1]] == []
+    assert result["refused"] and [w for w in cluster.writes if not w[1]] == []
     (finding,) = [f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"]
     assert finding["subject"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
 
