@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config as dpc
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_reconcile as dpr
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
 
+from tests.real.device_plugin import REFUSED_CONFIGS, RELEASES
 from tests.unit.conftest import run_module
 
 DEFAULTS = {name: spec.get("default") for name, spec in module.argument_spec().items()}
@@ -196,6 +198,20 @@ MALFORMED = [
     ({"version": "v0.15.1", "device_discovery_strategy": "nvml"}, "device_discovery_strategy='nvml' needs release 0.16.0"),
     ({"time_slicing": {"replicas": 1}}, "time_slicing.replicas=1 must be an integer of at least 2"),
     ({"time_slicing": {"replicas": 2, "resources": ["amd.com/gpu"]}}, "'amd.com/gpu' is not an nvidia.com/ resource"),
+    # The plugin refuses names that are no DNS subdomain after nvidia.com/ (api/config/v1/resources.go NewResourceName).
+    ({"time_slicing": {"replicas": 2, "resources": ["nvidia.com/GPU"]}}, "'nvidia.com/GPU': the name after nvidia.com/ must be a DNS"),
+    # Unknown keys are refused, naming the closest known one: a dropped key silently changed what was shared.
+    ({"time_slicing": {"replicas": 2, "renameByDefualt": True}}, "unknown key 'renameByDefualt' (did you mean renameByDefault?)"),
+    ({"time_slicing": {"replicas": 2, "rename_by_defaults": True}}, "unknown key 'rename_by_defaults' (did you mean rename_by_default?)"),
+    ({"time_slicing": {"replica": 4}}, "unknown key 'replica' (did you mean replicas?)"),
+    ({"time_slicing": {"replicas": 2, "resources": [{"name": "nvidia.com/gpu", "replics": 2}]}},
+     "time_slicing.resources[0]: unknown key 'replics' (did you mean replicas?)"),
+    ({"time_slicing": {"replicas": 2, "resources": [{"name": "nvidia.com/gpu", "rename": "x"}]}},
+     "time_slicing.resources[0].rename is not supported: the plugin ignores it"),
+    ({"time_slicing": {"resources": ["nvidia.com/gpu"]}}, "time_slicing.resources[0] (nvidia.com/gpu) has no replicas"),
+    ({"time_slicing": {"replicas": 2, "renameByDefault": True, "rename_by_default": False}}, "gives renameByDefault twice"),
+    ({"time_slicing": {"replicas": 2, "renameByDefault": "maybe"}}, "time_slicing.renameByDefault='maybe' is not a boolean"),
+    ({"time_slicing": {"replicas": "4"}}, "time_slicing.replicas='4' must be an integer of at least 2"),
     ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]}, "operator Exists takes no value"),
     ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "effect": "NoRun"}]}, "effect='NoRun' is not one of"),
     ({"tolerations": [{"keys": "nvidia.com/gpu"}]}, "unknown toleration field(s) keys"),
@@ -1144,3 +1160,124 @@ def test_the_roles_options_rendered_from_its_defaults_pass_the_modules_validatio
     assert "shared_devices_allocation_policy" not in rendered and "nvidia_dev_root" not in rendered
     params = dpr.check_option(rendered, "device_plugin_audit_options")
     assert params["version"] == rendered["version"] and params["node_selector"] == {"nvidia.com/gpu.present": "true"}
+
+
+# ------------------------------------------------------------------------------------------------ issue 43 item 5: the plugin's refusals
+# One table (tests/real/device_plugin.py REFUSED_CONFIGS) for the real binaries and for the audit: each config the real
+# v0.15.0 and v0.18.2 refuse at start (tests/real/test_device_plugin_binary.py runs them) is an error finding here,
+# before anything is deployed; where a release starts anyway, no error, and the key it ignores is a warning.
+
+CONFIG_FINDINGS = {"plugin_config_invalid", "plugin_device_id_strategy_invalid", "plugin_mps_invalid", "plugin_device_list_strategy_invalid",
+                   "plugin_mig_strategy_invalid", "plugin_resource_name_invalid", "plugin_config_unknown_key"}
+
+
+def _case_audit(entry, release):
+    text = entry.config if isinstance(entry.config, str) else json.dumps(entry.config)  # the bytes the real binary reads
+    ds = plugin_ds("case", image="nvcr.io/nvidia/k8s-device-plugin:%s" % release, selector={"nowhere": "x"}, config_map="case",
+                   env=[{"name": name, "value": value} for name, value in entry.env.items()] or None)
+    ds["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}  # MIG cases: not this test's point
+    findings, _repairs, _ours = _audit([ds], config_maps={("kube-system", "case"): {"config.yaml": text}})
+    return findings
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("case", sorted(REFUSED_CONFIGS))
+def test_the_audit_predicts_each_refusal_of_the_real_plugin(case, release):
+    entry = REFUSED_CONFIGS[case]
+    findings = _case_audit(entry, release)
+    assert {f["id"] for f in findings} <= CONFIG_FINDINGS, findings
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert {f["id"] for f in errors} <= set(dpc.FINDING_IDS)
+    if release in entry.refused:
+        assert {f["id"] for f in errors} == {entry.finding}, findings
+        assert all("The plugin %s refuses this at start and exits" % release in f["hint"] for f in errors)
+    else:
+        assert errors == [], findings
+        if entry.accepted_finding:
+            assert entry.accepted_finding in {f["id"] for f in findings}, findings
+
+
+def test_the_refusal_findings_name_the_field_the_value_and_the_closest_key():
+    by_case = {case: _case_audit(REFUSED_CONFIGS[case], "v0.18.2") for case in REFUSED_CONFIGS}
+    (replicas,) = by_case["time-slicing-replicas-1"]
+    assert replicas["found"] == 1 and "ConfigMap kube-system/case sharing.timeSlicing.resources[0].replicas is 1" in replicas["hint"]
+    (mps,) = by_case["mps-mixed"]
+    assert "sharing.mps with migStrategy mixed (ConfigMap kube-system/case flags.migStrategy)" in mps["hint"]
+    (env,) = by_case["device-id-strategy-env"]
+    assert env["found"] == "serial" and "environment variable DEVICE_ID_STRATEGY is 'serial'" in env["hint"]
+    assert env["expected"] == ["uuid", "index"]
+    (typo,) = by_case["unknown-key"]
+    assert typo["severity"] == "warning" and typo["found"] == "flags.migStrategey" and typo["expected"] == "migStrategy"
+    assert "did you mean migStrategy?" in typo["hint"]
+    (case,) = by_case["rename-key-case"]
+    assert case["found"] == "sharing.timeSlicing.RenameByDefault" and "case included" in case["hint"]
+    (old,) = _case_audit(REFUSED_CONFIGS["discovery-strategy"], "v0.15.0")
+    assert old["id"] == "plugin_config_unknown_key" and "reads it from v0.16.0 on" in old["hint"]
+
+
+def test_the_plugin_decodes_struct_keys_in_any_case_and_the_last_spelling_wins():
+    """encoding/json matches struct keys case-insensitively; sigs.k8s.io/yaml hands it the keys sorted, so of two
+    spellings the one that sorts last is the value."""
+    decoded = dpc.decode({"Flags": {"MigStrategy": "auto", "migStrategy": "mixed"}, "VERSION": "v1"}, (0, 18, 2))
+    assert decoded.config == {"flags": {"migStrategy": "mixed"}, "version": "v1"} and decoded.refusals == [] and decoded.unknown == []
+    decoded = dpc.decode({"flags": {"migStrategy": "mixed", "migstrategy": "auto"}}, (0, 18, 2))
+    assert decoded.config["flags"]["migStrategy"] == "auto"
+    # A YAML number or boolean in a string field is its text; a quoted boolean in a boolean field is refused.
+    decoded = dpc.decode(yaml.safe_load("flags: {migStrategy: no, failOnInitError: 'true'}"), (0, 18, 2))
+    assert decoded.config["flags"] == {"migStrategy": "false"} and [r["field"] for r in decoded.refusals] == ["flags.failOnInitError"]
+    # timeSlicing is decoded whenever it is there, even empty; a null mps leaves MPS off.
+    assert [r["field"] for r in dpc.decode({"sharing": {"timeSlicing": None}}, (0, 18, 2)).refusals] == ["sharing.timeSlicing.resources"]
+    assert dpc.decode({"sharing": {"mps": None}}, (0, 18, 2)).refusals == []
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"version": "v0.15.0"}, {"version": "v0.16.2", "nvidia_dev_root": "/", "device_discovery_strategy": "nvml"},
+    {"mig_strategy": "mixed", "device_list_strategy": ["volume-mounts", "cdi-cri"], "device_id_strategy": "index"},
+    {"shared_devices_allocation_policy": "packed", "time_slicing": {"replicas": 4, "renameByDefault": True}},
+    {"version": "v0.18.2", "time_slicing": {"resources": [{"name": "gpu", "replicas": 2}, "nvidia.com/mig-1g.10gb"], "replicas": 3}},
+])
+def test_every_config_gpuharden_renders_is_one_the_plugin_starts_with(overrides):
+    _settings, _objects, config = render(**overrides)
+    assert dp.refusals_of(config, dp.parse_version(params(**overrides)["version"])) == ([], [])
+
+
+def test_time_slicing_honours_either_spelling_and_the_plugins_resource_form():
+    """Option time_slicing used to drop unknown keys: renameByDefault: true became false."""
+    _s, _o, config = render(time_slicing={"replicas": 2, "renameByDefault": True, "fail_requests_greater_than_one": True})
+    assert config["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": True,
+                                                "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
+    _s, _o, config = render(time_slicing={"rename_by_default": "yes", "resources": [{"name": "gpu", "replicas": 4}, "mig-1g.10gb"],
+                                          "replicas": 2})
+    assert config["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": False, "resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4}, {"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]}
+
+
+def test_an_unowned_competing_plugin_blocks_the_apply_naming_the_fix(monkeypatch):
+    """The upstream static manifest in another namespace, on the managed plugin's nodes: before, plugin_competing was
+    reported and the managed plugin applied next to it (two plugins registering nvidia.com/gpu on one node)."""
+    static = plugin_ds("nvidia-device-plugin-daemonset", namespace="gpu-static", selector=GPU)
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, static)
+    result, fake = run_fake(monkeypatch, cluster)
+    assert cluster.writes == [] and result["changed"] is False and result["deleted"] == []
+    (refused,) = result["refused"]
+    assert refused["what"] == "apply the managed device plugin next to DaemonSet gpu-static/nvidia-device-plugin-daemonset"
+    assert "remove_competing: true (role variable device_plugin_remove_competing)" in refused["fix"]
+    assert "kubectl -n gpu-static delete daemonset nvidia-device-plugin-daemonset" in refused["fix"]
+    assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
+    assert len(fake.warnings) == 1 and fake.warnings[0].startswith("device_plugin: not applied: apply the managed device plugin")
+    # check mode (drift, harden's plan) says the same
+    result, _fake = run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *API_NODES, static), check_mode=True)
+    assert [r["what"] for r in result["refused"]] == [refused["what"]] and result["changed"] is False
+    # remove_competing: the competitor is deleted and the managed plugin applied, in one run
+    result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
+    assert result["refused"] == [] and result["deleted"] == ["gpu-static/nvidia-device-plugin-daemonset"] and result["changed"]
+    assert ("DaemonSet", "kube-system", PLUGIN_NAME) in cluster.objects
+
+
+def test_a_competing_plugin_that_also_serves_other_nodes_blocks_even_with_remove_competing(monkeypatch):
+    everywhere = plugin_ds("everywhere", namespace="other", selector=None)  # also on cpu-0: never deleted
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, everywhere)
+    result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
+    assert [w for w in cluster.writes if not w[1]] == [] and result["deleted"] == []
+    (refused,) = result["refused"]
+    assert "also serves nodes the managed plugin does not select, so gpuharden never deletes it" in refused["fix"]

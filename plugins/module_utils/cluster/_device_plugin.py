@@ -566,9 +566,23 @@ def _render(template, values):
     return yaml.safe_load(text)
 
 
+def refusals_of(config, parsed):
+    """What the plugin release ``parsed`` refuses (and ignores) in ``config``, the way the audit reads an installed one:
+    (refusals, unknown keys)."""
+    version = _config.schema_version(parsed)
+    decoded = _config.decode(config, version, "the rendered config")
+    return decoded.refusals + _config.settings_refusals(decoded.config, version, source="the rendered config"), decoded.unknown
+
+
 def desired_objects(settings):
-    """[ConfigMap, plugin DaemonSet, (gpu-feature-discovery DaemonSet)] as dicts, rendered from the templates."""
+    """[ConfigMap, plugin DaemonSet, (gpu-feature-discovery DaemonSet)] as dicts, rendered from the templates.  A config
+    the plugin would refuse (or whose keys it would ignore) is never rendered: the options are checked for that first,
+    and this guard says where they missed."""
     config = plugin_config(settings)
+    refused, ignored = refusals_of(config, settings["parsed"])
+    if refused or ignored:
+        raise GpuhardenError("device_plugin: internal error: the config rendered for %s would be refused or half ignored by the "
+                             "plugin: %s" % (settings["version"], "; ".join([r["message"] for r in refused] + [u["where"] for u in ignored])))
     config_text = yaml.safe_dump(config, default_flow_style=False, sort_keys=False) if HAS_YAML else json.dumps(config)
     managed = {"app.kubernetes.io/managed-by": "gpuharden", "app.kubernetes.io/part-of": "gpuharden"}
     values = {
@@ -897,6 +911,9 @@ FIX_FIELDS = {
         "plugin_mig_privileges_missing": "spec.mig.strategy",
         "plugin_mig_strategy_invalid": "spec.mig.strategy",
         "plugin_device_list_strategy_invalid": "spec.devicePlugin.env (DEVICE_LIST_STRATEGY)",
+        "plugin_device_id_strategy_invalid": "spec.devicePlugin.env (DEVICE_ID_STRATEGY)",
+        "plugin_mps_invalid": "spec.devicePlugin.config",
+        "plugin_config_unknown_key": "spec.devicePlugin.config",
         "plugin_resource_rename_ignored": "spec.devicePlugin.config",
         "plugin_resource_name_invalid": "spec.devicePlugin.config",
         "plugin_config_missing": "spec.devicePlugin.config",
@@ -915,6 +932,9 @@ FIX_FIELDS = {
         "plugin_mig_privileges_missing": "migStrategy",
         "plugin_mig_strategy_invalid": "migStrategy",
         "plugin_device_list_strategy_invalid": "deviceListStrategy",
+        "plugin_device_id_strategy_invalid": "deviceIDStrategy",
+        "plugin_mps_invalid": "config.map",
+        "plugin_config_unknown_key": "config.map",
         "plugin_resource_rename_ignored": "config.map",
         "plugin_resource_name_invalid": "config.map",
         "plugin_config_missing": "config.name",
@@ -950,7 +970,7 @@ def _fix_text(fix):
 # One plugin DaemonSet
 
 
-def _load_configs(ds, config_maps, obj, findings):
+def _load_configs(ds, config_maps, obj, findings, release):
     """[(where, config dict)] of the config files the plugin may read; findings for missing or broken ones."""
     configs = []
     for namespace, name, key, path in config_sources(ds):
@@ -973,15 +993,20 @@ def _load_configs(ds, config_maps, obj, findings):
             try:
                 config = yaml.safe_load(data[k]) if HAS_YAML else json.loads(data[k])
             except Exception as error:  # yaml.YAMLError and friends: the user's file
-                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s" % (obj, label, error),
-                                        expected="YAML mapping", found=None, subject=obj))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s. %s" % (
+                                        obj, label, error, _refused_text(release)), expected="YAML mapping", found=None, subject=obj))
                 continue
             if config is not None and not isinstance(config, dict):
-                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping" % (obj, label),
-                                        expected="YAML mapping", found=type(config).__name__, subject=obj))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping. %s" % (
+                                        obj, label, _refused_text(release)), expected="YAML mapping", found=type(config).__name__,
+                                        subject=obj))
                 continue
             configs.append((label if key is None else where, config or {}))
     return configs or [("the defaults", {})]
+
+
+def _refused_text(release):
+    return "The plugin %s refuses this at start and exits: its pods crash-loop and no GPU is advertised" % release
 
 
 def _flags(config):
@@ -1016,8 +1041,7 @@ def _check_configs(obj, configs, version, override, findings):
                 continue
             seen.add(key)
             findings.append(finding(refusal["ident"], "error", refusal.get("expected"), refusal["found"],
-                                    "%s: %s. The plugin %s refuses this at start and exits: its pods crash-loop and no GPU is "
-                                    "advertised" % (obj, refusal["message"], release), subject=obj))
+                                    "%s: %s. %s" % (obj, refusal["message"], _refused_text(release)), subject=obj))
         for entry in decoded.unknown:
             if ("unknown", entry["field"]) in seen:
                 continue
@@ -1104,7 +1128,8 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
     # The config file(s) as this release decodes them, then the flags and environment variables that override them.
     version = _config.schema_version(parsed)
     override = _override(container)
-    configs = _check_configs(obj, _load_configs(ds, config_maps, obj, findings), version, override, findings)
+    configs = _check_configs(obj, _load_configs(ds, config_maps, obj, findings, _config.release_text(version)), version, override,
+                             findings)
     mig_strategies, cdi = [], {}
     for source, config in configs:
         strategies, where = _config.effective(config, "flags.plugin.deviceListStrategy", override, version, source)

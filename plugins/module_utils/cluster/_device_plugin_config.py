@@ -47,6 +47,11 @@ DEVICE_ID_STRATEGIES = ("uuid", "index")
 DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
 ALLOCATION_POLICIES = ("distributed", "packed")
 
+# The findings a refusal becomes (the audit builds them from each refusal's ``ident``; all in the device_plugin group of
+# the findings catalogue).
+FINDING_IDS = ("plugin_config_invalid", "plugin_resource_name_invalid", "plugin_device_list_strategy_invalid",
+               "plugin_device_id_strategy_invalid", "plugin_mps_invalid", "plugin_mig_strategy_invalid")
+
 # Kinds of value, as the plugin's Go types decode them.
 STRING, BOOL, STRATEGIES, DURATION, INTS, STRUCT, RESOURCES, REPLICATED = (
     "string", "bool", "strategies", "duration", "ints", "struct", "resources", "replicated")
@@ -190,6 +195,8 @@ def _go_string(value):
 def _decode_value(decoded, field, kind, value, children):
     if kind == STRUCT:
         return _decode_struct(decoded, field, value, children)
+    if kind == REPLICATED:
+        return _decode_replicated(decoded, field, value)
     if value is None:
         return None
     if kind == STRING:
@@ -219,9 +226,7 @@ def _decode_value(decoded, field, kind, value, children):
             return [int(item) for item in value]
         decoded.refuse(field, value, "%s is %r, not a list of integers" % (field, value))
         return None
-    if kind == RESOURCES:
-        return _decode_resources(decoded, field, value)
-    return _decode_replicated(decoded, field, value)
+    return _decode_resources(decoded, field, value)
 
 
 def _integral(value):
