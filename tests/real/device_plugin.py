@@ -285,9 +285,12 @@ REFUSED_CONFIGS = {
     "time-slicing-replicas-1": ConfigCase(_sharing("timeSlicing", [{"name": "nvidia.com/gpu", "replicas": 1}]),
                                           _every(r"number of replicas must be >= 2"), "plugin_config_invalid"),
     "time-slicing-replicas-string": ConfigCase(_sharing("timeSlicing", [{"name": "nvidia.com/gpu", "replicas": "4"}]),
-                                               _every(r"cannot unmarshal string into Go value of type int"), "plugin_config_invalid"),
+                                               _every(r"cannot unmarshal string into Go .* of type int"), "plugin_config_invalid"),
     "time-slicing-no-resources": ConfigCase({"version": "v1", "sharing": {"timeSlicing": {"renameByDefault": True}}},
                                             _every(r"no resources specified"), "plugin_config_invalid"),
+    # timeSlicing is a struct, decoded whenever the key is there, even null (replicas.go UnmarshalJSON runs on null).
+    "time-slicing-null": ConfigCase({"version": "v1", "sharing": {"timeSlicing": None}}, _every(r"no resources specified"),
+                                    "plugin_config_invalid"),
     "time-slicing-devices": ConfigCase(_sharing("timeSlicing", [dict(GPU_X2[0], devices="some")]),
                                        _every(r"devices set as 'some'"), "plugin_config_invalid"),
     "mps-mixed": ConfigCase(dict(_sharing("mps", GPU_X2), flags={"migStrategy": "mixed", "mpsRoot": "/run/nvidia/mps"}),
@@ -309,6 +312,17 @@ REFUSED_CONFIGS = {
     "mig-strategy-key-case": ConfigCase({"version": "v1", "flags": {"MIGStrategy": "auto"}},
                                         dict(_every(r"unknown MIG strategy: auto"), **{"v0.15.0": r"unknown strategy: auto"}),
                                         "plugin_mig_strategy_invalid"),
+    # Of two spellings of one key, the one that sorts last wins (sigs.k8s.io/yaml hands encoding/json the keys sorted).
+    "mig-strategy-spellings": ConfigCase({"version": "v1", "flags": {"migStrategy": "none", "migstrategy": "auto"}},
+                                         dict(_every(r"unknown MIG strategy: auto"), **{"v0.15.0": r"unknown strategy: auto"}),
+                                         "plugin_mig_strategy_invalid"),
+    "mig-strategy-spellings-accepted": ConfigCase({"version": "v1", "flags": {"MigStrategy": "auto", "migStrategy": "none"}}, {},
+                                                  advertised={"nvidia.com/gpu": 2}),
+    # YAML 1.1: an unquoted no is a boolean; a string field under flags refuses it (only version takes a number or a
+    # boolean as its text, as "version-number" shows).
+    "mig-strategy-yaml-no": ConfigCase("version: v1\nflags:\n  migStrategy: no\n",
+                                       _every(r"cannot unmarshal bool into Go struct field .*migStrategy of type string"),
+                                       "plugin_config_invalid"),
     "fail-on-init-error-string": ConfigCase({"version": "v1", "flags": {"failOnInitError": "false"}},
                                             _every(r"cannot unmarshal string into Go struct field"), "plugin_config_invalid"),
     "fail-on-init-error-env": ConfigCase({"version": "v1"}, _every(r'could not parse "no" as bool value'), "plugin_config_invalid",

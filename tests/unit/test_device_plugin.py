@@ -1222,9 +1222,11 @@ def test_the_plugin_decodes_struct_keys_in_any_case_and_the_last_spelling_wins()
     assert decoded.config == {"flags": {"migStrategy": "mixed"}, "version": "v1"} and decoded.refusals == [] and decoded.unknown == []
     decoded = dpc.decode({"flags": {"migStrategy": "mixed", "migstrategy": "auto"}}, (0, 18, 2))
     assert decoded.config["flags"]["migStrategy"] == "auto"
-    # A YAML number or boolean in a string field is its text; a quoted boolean in a boolean field is refused.
-    decoded = dpc.decode(yaml.safe_load("flags: {migStrategy: no, failOnInitError: 'true'}"), (0, 18, 2))
-    assert decoded.config["flags"] == {"migStrategy": "false"} and [r["field"] for r in decoded.refusals] == ["flags.failOnInitError"]
+    # A YAML number or boolean is text for version only; under flags a string field refuses it, and a boolean field
+    # refuses a quoted boolean.
+    decoded = dpc.decode(yaml.safe_load("version: 1\nflags: {migStrategy: no, failOnInitError: 'true', nvidiaDriverRoot: /}"), (0, 18, 2))
+    assert decoded.config == {"version": "1", "flags": {"nvidiaDriverRoot": "/"}}
+    assert [r["field"] for r in decoded.refusals] == ["flags.failOnInitError", "flags.migStrategy", "version"]
     # timeSlicing is decoded whenever it is there, even empty; a null mps leaves MPS off.
     assert [r["field"] for r in dpc.decode({"sharing": {"timeSlicing": None}}, (0, 18, 2)).refusals] == ["sharing.timeSlicing.resources"]
     assert dpc.decode({"sharing": {"mps": None}}, (0, 18, 2)).refusals == []

@@ -14,9 +14,9 @@ binaries on each case this module predicts.
   document into JSON and encoding/json decodes it, not strictly: an unknown key is ignored without a word, and the
   keys of a struct (the document, ``flags``, ``flags.plugin``, ``flags.gfd``, ``resources``, ``sharing``, ``imex``)
   match case-insensitively (``MigStrategy`` is ``migStrategy``; of two spellings of one key the one that sorts
-  last wins, as encoding/json reads the keys in the order json.Marshal wrote them).  Where the target is a string,
-  a YAML number or boolean becomes its text (``version: 1`` is "1"); anything else of the wrong type is refused.
-  ``version`` must be ``v1`` (empty means v1).
+  last wins, as encoding/json reads the keys in the order json.Marshal wrote them).  A YAML number or boolean
+  becomes text only for ``version`` (``version: 1`` is "1", see TEXT); anything else of the wrong type is refused
+  (``migStrategy: no`` is the boolean false).  ``version`` must be ``v1`` (empty means v1).
 - The types with their own decoder read their keys from a map, exact case only, and refuse what they cannot take
   (api/config/v1/replicas.go, resources.go, flags.go deviceListStrategyFlag, duration.go): ``sharing.timeSlicing``
   and ``sharing.mps`` need ``resources``, each with ``name`` and an integer ``replicas`` of at least 2, ``devices``
@@ -53,8 +53,8 @@ FINDING_IDS = ("plugin_config_invalid", "plugin_resource_name_invalid", "plugin_
                "plugin_device_id_strategy_invalid", "plugin_mps_invalid", "plugin_mig_strategy_invalid")
 
 # Kinds of value, as the plugin's Go types decode them.
-STRING, BOOL, STRATEGIES, DURATION, INTS, STRUCT, RESOURCES, REPLICATED = (
-    "string", "bool", "strategies", "duration", "ints", "struct", "resources", "replicated")
+STRING, TEXT, BOOL, STRATEGIES, DURATION, INTS, STRUCT, RESOURCES, REPLICATED = (
+    "string", "text", "bool", "strategies", "duration", "ints", "struct", "resources", "replicated")
 
 
 def _fields(*entries):
@@ -74,8 +74,12 @@ FLAGS = _fields(
     ("nvidiaDriverRoot", STRING, V15, None), ("nvidiaDevRoot", STRING, V16, None), ("gdrcopyEnabled", BOOL, V18, None),
     ("gdsEnabled", BOOL, V15, None), ("mofedEnabled", BOOL, V15, None), ("useNodeFeatureAPI", BOOL, V15, None),
     ("deviceDiscoveryStrategy", STRING, V16, None), ("plugin", STRUCT, V15, PLUGIN_FLAGS), ("gfd", STRUCT, V15, GFD_FLAGS))
+# TEXT: a string field that sigs.k8s.io/yaml feeds a YAML number or boolean as its text (version: 1 is "1").  It does
+# so only for a field it finds by the key: the fields of ``flags`` are promoted from the embedded CommandLineFlags,
+# which its converter does not follow (yaml.go convertToJSONableObject takes the field's first index), so there a
+# number or boolean reaches encoding/json as one and a string field refuses it (pinned by the real binaries).
 DOCUMENT = _fields(
-    ("version", STRING, V15, None), ("flags", STRUCT, V15, FLAGS),
+    ("version", TEXT, V15, None), ("flags", STRUCT, V15, FLAGS),
     ("resources", STRUCT, V15, _fields(("gpus", RESOURCES, V15, None), ("mig", RESOURCES, V15, None))),
     ("sharing", STRUCT, V15, _fields(("timeSlicing", REPLICATED, V15, None), ("mps", REPLICATED, V15, None))),
     ("imex", STRUCT, V17, _fields(("channelIDs", INTS, V17, None), ("required", BOOL, V17, None))))
@@ -199,11 +203,12 @@ def _decode_value(decoded, field, kind, value, children):
         return _decode_replicated(decoded, field, value)
     if value is None:
         return None
-    if kind == STRING:
-        if isinstance(value, (dict, list)):
-            decoded.refuse(field, value, "%s is %s, not a string" % (field, _json_type(value)))
-            return None
-        return _go_string(value)
+    if kind in (STRING, TEXT):
+        if isinstance(value, str) or (kind == TEXT and not isinstance(value, (dict, list))):
+            return _go_string(value)
+        decoded.refuse(field, value, "%s is %s %s, not a string%s" % (
+            field, _json_type(value), json.dumps(value, default=str), " (quote it)" if not isinstance(value, (dict, list)) else ""))
+        return None
     if kind == BOOL:
         if not isinstance(value, bool):
             decoded.refuse(field, value, "%s is %s %r, not true or false (a quoted \"false\" is a string)" % (field, _json_type(value), value))
