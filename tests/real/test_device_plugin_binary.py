@@ -286,3 +286,29 @@ def test_the_refusal_table_covers_each_built_release():
     built = {versions()[key] for key in BUILT}
     assert built <= set(REFUSED_CONFIGS["version-v2"].refused)
     assert all(entry.finding or not entry.refused for entry in REFUSED_CONFIGS.values())
+
+
+# What gpuharden renders (the option time_slicing in either spelling and the plugin's own resource form among them):
+# the real plugin starts with it and advertises what the options say.
+RENDERED = {
+    "defaults": ({}, {"nvidia.com/gpu": 2}),
+    "time-slicing-renamed": ({"time_slicing": {"replicas": 2, "renameByDefault": True}}, {"nvidia.com/gpu.shared": 4}),
+    "time-slicing-plugin-form": ({"time_slicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 3}],
+                                                   "fail_requests_greater_than_one": True}}, {"nvidia.com/gpu": 6}),
+}
+
+
+@pytest.mark.parametrize("version_key", BUILT, ids=["current", "old"])
+@pytest.mark.parametrize("case", sorted(RENDERED))
+def test_every_config_gpuharden_renders_starts_the_real_plugin(run_plugin, case, version_key):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+    from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
+
+    overrides, advertised = RENDERED[case]
+    version = versions()[version_key]
+    params = {name: spec.get("default") for name, spec in module.argument_spec().items()}
+    params.update(overrides, version=version)
+    _objects, config = dp.desired_objects(dp.check_params(params))
+    run = run_plugin("l4", config, version=version, kubelet=version_key != BUILT[0])
+    assert run.returncode is None, run.log()[-3000:]
+    assert counts(run.resources()) == advertised
