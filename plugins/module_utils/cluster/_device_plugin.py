@@ -1019,8 +1019,8 @@ def _override(container):
     """The container's override of a setting for _device_plugin_config: ``lookup(flag, envs)`` -> (text, where), the
     argument first, then the first of the environment variables that is set; (None, None) when none is."""
     def lookup(flag, envs):
-        for env in envs or (None,):
-            value, where = _setting(container, flag, env) if flag else (_env(container, env), "environment variable %s" % env)
+        for env in envs:
+            value, where = _setting(container, flag, env)
             if value is not None:
                 return value, where
         return None, None
@@ -1099,12 +1099,9 @@ def _loads_nvml_itself(container, parsed, configs, override):
     if parsed is None or parsed[:3] < _config.V16 or not (container.get("securityContext") or {}).get("privileged"):
         return False
     mounts = {(m.get("mountPath") or "").rstrip("/") for m in container.get("volumeMounts") or []}
-    for _source, config in configs:
-        root, _where = override("container-driver-root", ("CONTAINER_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH"))
-        root = root or ((config.get("flags") or {}).get("plugin") or {}).get("containerDriverRoot") or CONTAINER_DRIVER_ROOT
-        if root.rstrip("/") not in mounts:
-            return False
-    return True
+    flag, _where = override("container-driver-root", ("CONTAINER_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH"))
+    roots = [flag or _flags(config)[1].get("containerDriverRoot") or CONTAINER_DRIVER_ROOT for _source, config in configs]
+    return all(root.rstrip("/") in mounts for root in roots)
 
 
 def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class="nvidia"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 
 V15, V16, V17, V18, V20 = (0, 15, 0), (0, 16, 0), (0, 17, 0), (0, 18, 0), (0, 20, 0)
@@ -192,7 +193,7 @@ def _go_string(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return ("%g" % value) if value == value else "NaN"
+        return "NaN" if math.isnan(value) else "%g" % value
     return str(value)
 
 
@@ -264,29 +265,41 @@ def _exact_keys(decoded, field, value, keys):
             decoded.ignore(_path(field, _go_string(key)), _go_string(key), keys, exact=True)
 
 
+def _entries(decoded, field, entries, keys):
+    """(where, entry) of each mapping in a list the plugin decodes entry by entry (exact keys): other entries are
+    refused, unknown keys reported."""
+    for index, entry in enumerate(entries):
+        where = "%s[%d]" % (field, index)
+        if not isinstance(entry, dict):
+            decoded.refuse(where, entry, "%s is %s, not a mapping with %s" % (where, _json_type(entry), " and ".join(keys[:2])))
+            continue
+        _exact_keys(decoded, where, entry, keys)
+        yield where, entry
+
+
+def _name_ok(decoded, where, entry, key):
+    """True when the entry's ``key`` is a resource name the plugin takes (a missing optional key is fine)."""
+    problem = resource_name_problem(entry[key]) if key in entry else None
+    if problem:
+        decoded.refuse("%s.%s" % (where, key), entry[key], "%s.%s is %s" % (where, key, problem), "plugin_resource_name_invalid")
+    return problem is None
+
+
 def _decode_resources(decoded, field, value):
     """resources.gpus / resources.mig: [{pattern, name}] (resources.go Resource.UnmarshalJSON, exact keys)."""
     if not isinstance(value, list):
         decoded.refuse(field, value, "%s is %s, not a list" % (field, _json_type(value)))
         return None
     out = []
-    for index, entry in enumerate(value):
-        where = "%s[%d]" % (field, index)
-        if not isinstance(entry, dict):
-            decoded.refuse(where, entry, "%s is %s, not a mapping with pattern and name" % (where, _json_type(entry)))
-            continue
-        _exact_keys(decoded, where, entry, RESOURCE_KEYS)
+    for where, entry in _entries(decoded, field, value, RESOURCE_KEYS):
         for key in RESOURCE_KEYS:
             if key not in entry:
                 decoded.refuse(where, entry, "%s has no %s (both pattern and name are required)" % (where, key))
-        pattern, name = entry.get("pattern"), entry.get("name")
+        pattern = entry.get("pattern")
         if "pattern" in entry and not isinstance(pattern, str):
             decoded.refuse(where + ".pattern", pattern, "%s.pattern is %s, not a string" % (where, _json_type(pattern)))
-        problem = resource_name_problem(name) if "name" in entry else None
-        if problem:
-            decoded.refuse(where + ".name", name, "%s.name is %s" % (where, problem), "plugin_resource_name_invalid")
-        if isinstance(pattern, str) and isinstance(name, str) and not problem:
-            out.append({"pattern": pattern, "name": name})
+        if _name_ok(decoded, where, entry, "name") and isinstance(pattern, str) and "name" in entry:
+            out.append({"pattern": pattern, "name": entry["name"]})
     return out
 
 
@@ -354,21 +367,11 @@ def _decode_replicated(decoded, field, value):
         decoded.refuse(_path(field, "resources"), resources, "%s has no resources: the plugin needs at least one {name, replicas}" % field)
         return None
     out["resources"] = []
-    for index, entry in enumerate(resources):
-        where = "%s.resources[%d]" % (field, index)
-        if not isinstance(entry, dict):
-            decoded.refuse(where, entry, "%s is %s, not a mapping with name and replicas" % (where, _json_type(entry)))
-            continue
-        _exact_keys(decoded, where, entry, REPLICATED_RESOURCE_KEYS)
-        ok = True
+    for where, entry in _entries(decoded, _path(field, "resources"), resources, REPLICATED_RESOURCE_KEYS):
+        ok = _name_ok(decoded, where, entry, "name")
         if "name" not in entry:
             decoded.refuse(where, entry, "%s has no name" % where)
             ok = False
-        else:
-            problem = resource_name_problem(entry["name"])
-            if problem:
-                decoded.refuse(where + ".name", entry["name"], "%s.name is %s" % (where, problem), "plugin_resource_name_invalid")
-                ok = False
         if "devices" in entry:
             _decode_devices(decoded, where + ".devices", entry["devices"])
         replicas = entry.get("replicas")
@@ -381,9 +384,7 @@ def _decode_replicated(decoded, field, value):
         elif replicas is None or replicas < 2:
             decoded.refuse(where + ".replicas", replicas, "%s.replicas is %r: the plugin needs at least 2 (1 shares nothing)" % (where, replicas))
             ok = False
-        if "rename" in entry and resource_name_problem(entry["rename"]):
-            decoded.refuse(where + ".rename", entry["rename"], "%s.rename is %s" % (where, resource_name_problem(entry["rename"])),
-                           "plugin_resource_name_invalid")
+        _name_ok(decoded, where, entry, "rename")
         if ok:
             out["resources"].append({"name": entry["name"], "replicas": int(replicas)})
     return out
