@@ -1190,7 +1190,7 @@ def test_the_audit_predicts_each_refusal_of_the_real_plugin(case, release):
     assert {f["id"] for f in errors} <= set(dpc.FINDING_IDS)
     if release in entry.refused:
         assert {f["id"] for f in errors} == {entry.finding}, findings
-        assert all("The plugin %s refuses this at start and exits" % release in f["hint"] for f in errors)
+        assert all("The plugin %s refuses to start with this (it exits 1)" % release in f["hint"] for f in errors)
     else:
         assert errors == [], findings
         if entry.accepted_finding:

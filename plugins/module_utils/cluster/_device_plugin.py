@@ -1006,7 +1006,7 @@ def _load_configs(ds, config_maps, obj, findings, release):
 
 
 def _refused_text(release):
-    return "The plugin %s refuses this at start and exits: its pods crash-loop and no GPU is advertised" % release
+    return "The plugin %s refuses to start with this (it exits 1): its pods crash-loop and no GPU is advertised" % release
 
 
 def _flags(config):
