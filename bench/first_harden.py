@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import drift as bench  # noqa: E402
 
 GOAL_S = 131 / 2
-# lab/src/gpuharden_lab/demo.py's: every node in one batch, a failing post-check reported, the operator's two decisions
+# lab/src/gpuharden_lab/demo.py's: every node in one batch, a failing post-check reported, the operator's three decisions
+# (the seeds' competing plugin DaemonSets block the managed plugin unless the run deletes them)
 EXTRA_VARS = {"gpuharden_max_fail_percentage": 100, "gpuharden_postcheck_fail_severity": "never",
-              "gpuharden_mig_strategy": "mixed", "runtime_class_force": True}
+              "gpuharden_mig_strategy": "mixed", "runtime_class_force": True, "device_plugin_remove_competing": True}
 
 
 def new_lab():

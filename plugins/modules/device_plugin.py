@@ -24,11 +24,20 @@ description:
   - Audits every existing plugin DaemonSet (one paginated LIST of DaemonSets, one of Nodes and one of the GPU Operator's
     ClusterPolicies, one GET per ConfigMap a plugin reads, one GET of the RuntimeClass) and returns findings - releases below
     0.15 or unparseable tags, resource renames such as C(nvidia-gpu) (ignored by the plugin, which advertises
-    C(nvidia.com/gpu)), C(deviceListStrategy) values that are not strategies (C(none)), invalid C(migStrategy), a MIG
-    strategy without C(SYS_ADMIN) and C(NVIDIA_MIG_MONITOR_DEVICES), no C(runtimeClassName), a missing config file, an
-    initContainer gating on C(nvidia-smi) without a readiness probe, plugins landing on CPU-only nodes, and a second plugin
-    DaemonSet competing for the same nodes - each with its repair. The Helm chart's config-manager (config copied from a
-    ConfigMap into an emptyDir) is followed, and its C(mps-control-daemon) DaemonSet is not a plugin.
+    C(nvidia.com/gpu)), a MIG strategy without C(SYS_ADMIN) and C(NVIDIA_MIG_MONITOR_DEVICES), no C(runtimeClassName)
+    (C(NVIDIA_VISIBLE_DEVICES), which the image and the Helm chart always set, gives no NVML without the nvidia runtime), a
+    missing config file, an initContainer gating on C(nvidia-smi) without a readiness probe, plugins landing on CPU-only
+    nodes, and a second plugin DaemonSet competing for the same nodes - each with its repair. The Helm chart's
+    config-manager (config copied from a ConfigMap into an emptyDir) is followed, and its C(mps-control-daemon) DaemonSet is
+    not a plugin.
+  - "Each config file is read as the DaemonSet's release (0.15 to 0.20) decodes it: struct keys in any case, the keys of
+    C(sharing.*) and C(resources.*) entries in exact case, YAML numbers as strings where a string is due, flags and
+    environment variables over the file. Every config that release refuses at start (it exits, the pod crash-loops) is an
+    error finding - C(version) not v1, wrong types (a quoted C(\"false\") for a boolean), time-slicing or MPS without
+    resources or with fewer than 2 replicas, bad C(devices), invalid resource names, C(deviceListStrategy) (C(none), or
+    a comma list in the file), C(deviceIDStrategy), C(migStrategy), C(deviceDiscoveryStrategy) (0.16),
+    C(sharedDevicesAllocationPolicy) (0.20), IMEX channel IDs (0.17), MPS with C(migStrategy) mixed or without an MPS
+    root, an unparsable boolean environment variable. A key the release ignores is a warning naming the closest known key."
   - "Other installers: a DaemonSet or ConfigMap owned by the NVIDIA GPU Operator (ownerReference to its ClusterPolicy),
     by a Helm release (C(app.kubernetes.io/managed-by: Helm), C(helm.sh/chart)), by another controller or GitOps tool
     is never changed or deleted: its findings carry C(fix), the field to change in that installer. When such an installer
@@ -38,7 +47,8 @@ description:
   - A live DaemonSet or ConfigMap with the managed name that gpuharden never applied (and no other installer owns) is
     adopted - replaced by the desired object (so nothing the previous installer set survives), then applied. Competing
     unowned plugin DaemonSets are deleted with O(remove_competing) when every node they land on is served by the managed
-    plugin.
+    plugin. Otherwise such a DaemonSet blocks the apply (two plugins would register the same resource on one node);
+    nothing is applied, RV(refused) and a warning name it and the fix.
   - The RuntimeClass O(runtime_class_name) must exist before the plugin is applied (the API server rejects pods naming a
     missing one); without it the module fails before writing anything, and check mode reports it.
   - A change of the DaemonSet is not applied while a node it lands on reports C(status.runtimeHandlers) without the
@@ -176,8 +186,11 @@ options:
     choices: [distributed, packed]
   time_slicing:
     description:
-      - Time-slicing, written as C(sharing.timeSlicing). Keys C(replicas) (at least 2), C(resources) (default
-        V([nvidia.com/gpu])), C(rename_by_default), C(fail_requests_greater_than_one).
+      - Time-slicing, written as C(sharing.timeSlicing). Keys C(replicas) (at least 2, for every resource given by name),
+        C(resources) (default V([nvidia.com/gpu]); names, or the plugin's C({name, replicas}) entries),
+        C(rename_by_default) or C(renameByDefault), C(fail_requests_greater_than_one) or C(failRequestsGreaterThanOne).
+      - An unknown key is refused, naming the closest known one; so are C(rename) and C(devices), which the plugin ignores,
+        and resource names it refuses.
     type: dict
   gpu_feature_discovery:
     description: Also install the gpu-feature-discovery DaemonSet (same image, privileged, reads C(/sys)).
@@ -328,10 +341,11 @@ findings:
       C(object) - for example C(ClusterPolicy cluster-policy) or C(Helm release ns/name) - and C(field),
       the ClusterPolicy field or chart value to change).
     - Ids are plugin_version_too_old, plugin_version_unparseable, plugin_resource_rename_ignored, plugin_resource_name_invalid,
-      plugin_device_list_strategy_invalid, plugin_mig_strategy_invalid, plugin_mig_privileges_missing, plugin_no_nvidia_runtime,
-      plugin_dev_root_forced, plugin_cdi_driver_root_unmounted, plugin_config_missing, plugin_config_invalid,
-      plugin_config_unreadable, plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes,
-      plugin_competing, plugin_managed_by_other_installer, plugin_runtime_class_missing, plugin_operator_unknown,
+      plugin_device_list_strategy_invalid, plugin_device_id_strategy_invalid, plugin_mig_strategy_invalid, plugin_mps_invalid,
+      plugin_mig_privileges_missing, plugin_no_nvidia_runtime, plugin_dev_root_forced, plugin_cdi_driver_root_unmounted,
+      plugin_config_missing, plugin_config_invalid, plugin_config_unknown_key, plugin_config_unreadable,
+      plugin_init_gate_without_readiness, plugin_no_node_selector, plugin_on_cpu_nodes, plugin_competing,
+      plugin_managed_by_other_installer, plugin_runtime_class_missing, plugin_operator_unknown,
       runtime_class_handler_missing_on_node.
   returned: always
   type: list
@@ -349,7 +363,7 @@ deleted:
 objects:
   description:
     - Per managed object, C(kind), C(name), C(namespace), C(action) (none, create, update, adopt, recreate, or skip when
-      another installer serves the nodes), C(changed), C(message), C(resource_version).
+      another plugin serves the nodes, see RV(refused)), C(changed), C(message), C(resource_version).
   returned: always
   type: list
   elements: dict
@@ -363,12 +377,19 @@ image:
   returned: always
   type: str
   sample: nvcr.io/nvidia/k8s-device-plugin:v0.20.0
-skipped:
+refused:
   description:
-    - True when nothing was applied because another installer serves the managed plugin's nodes or owns a managed name
-      (findings C(plugin_managed_by_other_installer)); C(installers) then names them.
+    - Why nothing was applied, one entry per plugin in the way - C(what) was not done, C(why), and the C(fix) - each also
+      a warning; empty when the managed objects were applied (or would be, in check mode).
+    - Another installer serves the managed plugin's nodes or owns a managed name (finding
+      C(plugin_managed_by_other_installer); C(installers) names them), or an unowned plugin DaemonSet serves them and is
+      not deleted in this run (finding C(plugin_competing); O(remove_competing) deletes one that serves no other node).
   returned: always
-  type: bool
+  type: list
+  elements: dict
+  sample: [{"what": "apply the managed device plugin next to DaemonSet gpu-static/nvidia-device-plugin-daemonset",
+            "why": "DaemonSet gpu-static/nvidia-device-plugin-daemonset is a second device plugin on 2 node(s) ...",
+            "fix": "let this run delete it: remove_competing: true (role variable device_plugin_remove_competing), or ..."}]
 installers:
   description: The other installers (C(gpu-operator), C(helm), ...) that own a plugin DaemonSet, whether or not they block.
   returned: always

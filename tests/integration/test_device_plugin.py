@@ -279,6 +279,43 @@ def test_gpu_overhead_is_refused(lab, applied):
     assert _versions(lab) == before
 
 
+def test_an_unowned_plugin_serving_the_same_nodes_blocks_the_apply_with_the_fix(lab, applied):
+    """The upstream static manifest applied in another namespace, on the GPU nodes: before, plugin_competing was
+    reported and the managed plugin applied next to it (two plugins registering nvidia.com/gpu on one node)."""
+    from kubernetes import client
+
+    static = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": PLUGIN, "namespace": "gpu-static"},
+              "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}}, "template": {
+                  "metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+                  "spec": {"tolerations": TOLERATIONS, "priorityClassName": "system-node-critical",
+                           "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                           "containers": [{"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+                                           "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}}}
+    api = _api(lab)
+    try:
+        client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-static"}})
+        client.AppsV1Api(api).create_namespaced_daemon_set("gpu-static", static)
+        before = _versions(lab)
+        # the managed plugin's config changes (MIG mixed): without the block this run would roll it out next to the other
+        result, _elapsed = _play(lab, dp_test_runtime_class=False, device_plugin_mig_strategy="mixed")
+        assert result["ok"], result.get("msg")
+        plugin = result["plugin"]
+        (refused,) = plugin["refused"]
+        assert refused["what"] == "apply the managed device plugin next to DaemonSet gpu-static/%s" % PLUGIN
+        assert "device_plugin_remove_competing" in refused["fix"] and plugin["changed"] is False
+        assert [o["action"] for o in plugin["objects"]] == ["skip", "skip"]
+        assert _versions(lab) == before
+    finally:
+        apps = client.AppsV1Api(api)
+        apps.delete_namespaced_daemon_set(PLUGIN, "gpu-static")
+        client.CoreV1Api(api).delete_namespace("gpu-static")
+        deadline = time.monotonic() + 60  # gone before the next test lists every DaemonSet
+        while any(ds.metadata.namespace == "gpu-static" for ds in apps.list_daemon_set_for_all_namespaces().items):
+            assert time.monotonic() < deadline, "the static DaemonSet was not deleted"
+            time.sleep(1)
+        api.close()
+
+
 # ------------------------------------------------------------------------------------------------ other installers
 # Shapes as the real installers leave them: the nvidia-device-plugin Helm chart with config.map set
 # (NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/templates/daemonset-device-plugin.yml,
@@ -452,7 +489,7 @@ def test_other_installers_are_left_byte_identical_and_reported_with_where_to_fix
         assert not any(entry.get("manager") == "gpuharden" for entry in obj["metadata"].get("managedFields") or []
                        if not key.endswith("/%s" % PLUGIN) and not key.endswith("/nvidia-device-plugin-config")), key
     plugin = result["plugin"]
-    assert plugin["skipped"] is True and plugin["changed"] is False and plugin["deleted"] == []
+    assert plugin["refused"] and plugin["changed"] is False and plugin["deleted"] == [] and "skipped" not in plugin
     assert {"helm", "gpu-operator"} <= set(plugin["installers"])
     assert [o["action"] for o in plugin["objects"]] == ["skip", "skip"]
     managed = {f["subject"]: f for f in _findings(result, "plugin_managed_by_other_installer")}
@@ -469,8 +506,11 @@ def test_other_installers_are_left_byte_identical_and_reported_with_where_to_fix
     (old,) = [f for f in _findings(result, "plugin_version_too_old") if f.get("installer") == "gpu-operator"]
     assert old["fix"]["field"] == "spec.devicePlugin.version" and old["repair"] == "manual"
     # The Helm config reached through config-manager is the plugin's; the MPS control daemon is not a plugin.
-    helm_ids = {f["id"] for f in plugin["findings"] if f["subject"] == "DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS}
-    assert "plugin_config_missing" not in helm_ids and "plugin_no_nvidia_runtime" not in helm_ids
+    helm = {f["id"]: f for f in plugin["findings"] if f["subject"] == "DaemonSet %s/nvdp-nvidia-device-plugin" % HELM_NS}
+    assert "plugin_config_missing" not in helm
+    # The chart's default runtimeClassName (null): its NVIDIA_VISIBLE_DEVICES=all is a request to the nvidia runtime and
+    # gives no NVML under another one, so the release is flagged with the chart value to set.
+    assert helm["plugin_no_nvidia_runtime"]["fix"]["field"] == "runtimeClassName"
     assert not [f for f in plugin["findings"] if "mps-control-daemon" in f["subject"]]
 
 

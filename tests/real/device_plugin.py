@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -180,9 +180,10 @@ class PluginRunner:
         self.runs: list[PluginRun] = []
         self.dirs: list[Path] = []
 
-    def start(self, fixture: str | None, config: dict, *, version: str | None = None, library: bool = True,
+    def start(self, fixture: str | None, config: dict | str, *, version: str | None = None, library: bool = True,
               env: dict | None = None, settle: bool = True, kubelet: bool = False) -> PluginRun:
-        """The plugin on ``fixture``'s node (None: no NVML fixture) with ``config`` (its config file).
+        """The plugin on ``fixture``'s node (None: no NVML fixture) with ``config`` (its config file: a dict is written
+        as JSON, which is YAML, a string as it is).
 
         ``kubelet``: the plugin registers with dp-listwatch playing the kubelet (v0.15.x cannot skip
         registration); otherwise it runs with ``--kubelet-socket ''``.
@@ -197,7 +198,7 @@ class PluginRunner:
         work = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
         self.dirs.append(work)
         (work / "varlib" / "kubelet" / "device-plugins").mkdir(parents=True)
-        (work / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+        (work / "config.yaml").write_text(config if isinstance(config, str) else json.dumps(config))  # JSON is YAML
         child_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work)}
         state = fixture_path = None
         mounts = f"mount --bind {work}/varlib /var/lib"
@@ -243,3 +244,106 @@ class PluginRunner:
             run.stop()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Plugin configs and what each release does with them at start: one table for the real binaries
+# (tests/real/test_device_plugin_binary.py runs every case on each release built here) and for the planner
+# (tests/unit/test_device_plugin.py asserts the audit's finding for the same case and release), so the two cannot
+# drift apart.  v0.20.0 is not served by the Go module proxy here: its column is read from its source
+# (NVIDIA/k8s-device-plugin v0.20.0 cmd/nvidia-device-plugin/main.go, api/config/v1) and only the planner checks it.
+
+RELEASES = ("v0.15.0", "v0.18.2", "v0.20.0")
+
+
+@dataclass(frozen=True)
+class ConfigCase:
+    """A config file (and the container's environment) and what each release does with it at start."""
+
+    config: dict | str  # the file: a dict is written as JSON, a string as it is (YAML)
+    refused: dict[str, str]  # release -> regex of the log line of its refusal (it exits 1); a release not named starts
+    finding: str | None = None  # the audit's error finding where the release refuses it
+    accepted_finding: str | None = None  # the audit's finding where a release starts anyway (a key it ignores)
+    env: dict[str, str] = field(default_factory=dict)
+    fixture: str = "l4"
+    advertised: dict[str, int] | None = None  # where it starts: what it advertises (resource -> devices)
+
+
+def _every(pattern: str, *releases: str) -> dict[str, str]:
+    return {release: pattern for release in releases or RELEASES}
+
+
+def _sharing(kind: str, resources, **keys) -> dict:
+    return {"version": "v1", "sharing": {kind: dict(keys, resources=resources)}}
+
+
+GPU_X2 = [{"name": "nvidia.com/gpu", "replicas": 2}]
+REFUSED_CONFIGS = {
+    "version-v2": ConfigCase({"version": "v2"}, _every(r"unknown version: v2"), "plugin_config_invalid"),
+    "version-number": ConfigCase("version: 1\n", _every(r"unknown version: 1"), "plugin_config_invalid"),
+    "not-yaml": ConfigCase("version: [v1\n", _every(r"unable to parse config file"), "plugin_config_invalid"),
+    "time-slicing-replicas-1": ConfigCase(_sharing("timeSlicing", [{"name": "nvidia.com/gpu", "replicas": 1}]),
+                                          _every(r"number of replicas must be >= 2"), "plugin_config_invalid"),
+    "time-slicing-replicas-string": ConfigCase(_sharing("timeSlicing", [{"name": "nvidia.com/gpu", "replicas": "4"}]),
+                                               _every(r"cannot unmarshal string into Go .* of type int"), "plugin_config_invalid"),
+    "time-slicing-no-resources": ConfigCase({"version": "v1", "sharing": {"timeSlicing": {"renameByDefault": True}}},
+                                            _every(r"no resources specified"), "plugin_config_invalid"),
+    # timeSlicing is a struct, decoded whenever the key is there, even null (replicas.go UnmarshalJSON runs on null).
+    "time-slicing-null": ConfigCase({"version": "v1", "sharing": {"timeSlicing": None}}, _every(r"no resources specified"),
+                                    "plugin_config_invalid"),
+    "time-slicing-devices": ConfigCase(_sharing("timeSlicing", [dict(GPU_X2[0], devices="some")]),
+                                       _every(r"devices set as 'some'"), "plugin_config_invalid"),
+    "mps-mixed": ConfigCase(dict(_sharing("mps", GPU_X2), flags={"migStrategy": "mixed", "mpsRoot": "/run/nvidia/mps"}),
+                            _every(r"using --mig-strategy=mixed is not supported with MPS"), "plugin_mps_invalid"),
+    "mps-no-root": ConfigCase(_sharing("mps", GPU_X2), _every(r"using MPS requires --mps-root to be specified"), "plugin_mps_invalid"),
+    "device-id-strategy": ConfigCase({"version": "v1", "flags": {"plugin": {"deviceIDStrategy": "serial"}}},
+                                     _every(r"invalid --device-id-strategy option: serial"), "plugin_device_id_strategy_invalid"),
+    "device-id-strategy-env": ConfigCase({"version": "v1"}, _every(r"invalid --device-id-strategy option: serial"),
+                                         "plugin_device_id_strategy_invalid", env={"DEVICE_ID_STRATEGY": "serial"}),
+    "device-list-strategy-none": ConfigCase({"version": "v1", "flags": {"plugin": {"deviceListStrategy": "none"}}},
+                                            _every(r"invalid --device-list-strategy option"), "plugin_device_list_strategy_invalid"),
+    # A config string is one strategy, never split at commas (only the flag and its environment variable are).
+    "device-list-strategy-comma": ConfigCase({"version": "v1", "flags": {"plugin": {"deviceListStrategy": "envvar,volume-mounts"}}},
+                                             _every(r"invalid strategy: envvar,volume-mounts"), "plugin_device_list_strategy_invalid"),
+    "mig-strategy": ConfigCase({"version": "v1", "flags": {"migStrategy": "auto"}},
+                               dict(_every(r"unknown MIG strategy: auto"), **{"v0.15.0": r"unknown strategy: auto"}),
+                               "plugin_mig_strategy_invalid"),
+    # The keys of a struct match in any case: MIGStrategy is migStrategy.
+    "mig-strategy-key-case": ConfigCase({"version": "v1", "flags": {"MIGStrategy": "auto"}},
+                                        dict(_every(r"unknown MIG strategy: auto"), **{"v0.15.0": r"unknown strategy: auto"}),
+                                        "plugin_mig_strategy_invalid"),
+    # Of two spellings of one key, the one that sorts last wins (sigs.k8s.io/yaml hands encoding/json the keys sorted).
+    "mig-strategy-spellings": ConfigCase({"version": "v1", "flags": {"migStrategy": "none", "migstrategy": "auto"}},
+                                         dict(_every(r"unknown MIG strategy: auto"), **{"v0.15.0": r"unknown strategy: auto"}),
+                                         "plugin_mig_strategy_invalid"),
+    "mig-strategy-spellings-accepted": ConfigCase({"version": "v1", "flags": {"MigStrategy": "auto", "migStrategy": "none"}}, {},
+                                                  advertised={"nvidia.com/gpu": 2}),
+    # YAML 1.1: an unquoted no is a boolean; a string field under flags refuses it (only version takes a number or a
+    # boolean as its text, as "version-number" shows).
+    "mig-strategy-yaml-no": ConfigCase("version: v1\nflags:\n  migStrategy: no\n",
+                                       _every(r"cannot unmarshal bool into Go struct field .*migStrategy of type string"),
+                                       "plugin_config_invalid"),
+    "fail-on-init-error-string": ConfigCase({"version": "v1", "flags": {"failOnInitError": "false"}},
+                                            _every(r"cannot unmarshal string into Go struct field"), "plugin_config_invalid"),
+    "fail-on-init-error-env": ConfigCase({"version": "v1"}, _every(r'could not parse "no" as bool value'), "plugin_config_invalid",
+                                         env={"FAIL_ON_INIT_ERROR": "no"}),
+    "resource-name-domain": ConfigCase({"version": "v1", "resources": {"gpus": [{"pattern": "*", "name": "example.com/gpu"}]}},
+                                       _every(r"incorrect format for resource name"), "plugin_resource_name_invalid"),
+    # Keys a release does not know yet: ignored there, validated from the release that reads them.
+    "discovery-strategy": ConfigCase({"version": "v1", "flags": {"deviceDiscoveryStrategy": "gpu"}},
+                                     _every(r"invalid --device-discovery-strategy option gpu", "v0.18.2", "v0.20.0"),
+                                     "plugin_config_invalid", "plugin_config_unknown_key", advertised={"nvidia.com/gpu": 2}),
+    "imex-channel-ids": ConfigCase({"version": "v1", "imex": {"channelIDs": [1]}},
+                                   _every(r"invalid IMEX channel IDs", "v0.18.2", "v0.20.0"), "plugin_config_invalid",
+                                   "plugin_config_unknown_key", advertised={"nvidia.com/gpu": 2}),
+    "allocation-policy": ConfigCase({"version": "v1", "flags": {"plugin": {"sharedDevicesAllocationPolicy": "spread"}}},
+                                    _every(r"invalid --shared-devices-allocation-policy option", "v0.20.0"), "plugin_config_invalid",
+                                    "plugin_config_unknown_key", advertised={"nvidia.com/gpu": 2}),
+    # Accepted everywhere, the key ignored without a word: the misspelt key's value, which the right key refuses, never
+    # reaches the plugin ...
+    "unknown-key": ConfigCase({"version": "v1", "flags": {"migStrategey": "auto"}}, {}, None, "plugin_config_unknown_key",
+                              advertised={"nvidia.com/gpu": 2}),
+    # ... and the keys of sharing.timeSlicing match their case exactly: RenameByDefault renames nothing.
+    "rename-key-case": ConfigCase(_sharing("timeSlicing", GPU_X2, RenameByDefault=True), {}, None, "plugin_config_unknown_key",
+                                  advertised={"nvidia.com/gpu": 4}),
+}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml._nvml_node import driver_mig_devices
 from gpuharden_lab.noderoot import build_node_root, mig_gi_minor, mig_minors_text
 
-from tests.real.device_plugin import PluginRunner, counts, plugin_dir, versions
+from tests.real.device_plugin import REFUSED_CONFIGS, PluginRunner, counts, plugin_dir, versions
 
 pytestmark = pytest.mark.real
 
@@ -258,3 +259,56 @@ def test_lab_kubelet_standin_agrees_with_the_real_plugin(case, run_plugin, tmp_p
     run = run_plugin(fixture, cfg)
     real = None if run.returncode is not None else counts(run.resources())
     assert standin_prediction(fixture, cfg, tmp_path) == real, run.log()[-3000:]
+
+
+# Every config the audit predicts a refusal for (tests/real/device_plugin.py REFUSED_CONFIGS, the table the planner's
+# unit test reads too), on each release built here: the real binary refuses it at start (exit 1, the message) or, where
+# the table says that release starts, it runs and advertises what the table says.
+BUILT = ("NVIDIA_DEVICE_PLUGIN_VERSION", "NVIDIA_DEVICE_PLUGIN_OLD_VERSION")
+
+
+@pytest.mark.parametrize("version_key", BUILT, ids=["current", "old"])
+@pytest.mark.parametrize("case", sorted(REFUSED_CONFIGS))
+def test_the_plugin_refuses_each_config_the_audit_predicts(run_plugin, case, version_key):
+    entry = REFUSED_CONFIGS[case]
+    version = versions()[version_key]
+    # v0.15.x has no --kubelet-socket and must register: dp-listwatch plays the kubelet for the old release.
+    run = run_plugin(entry.fixture, entry.config, version=version, env=entry.env, kubelet=version_key != BUILT[0])
+    if version in entry.refused:
+        assert run.returncode == 1, run.log()[-3000:]
+        assert re.search(entry.refused[version], run.log()), run.log()[-3000:]
+        return
+    assert run.returncode is None, run.log()[-3000:]
+    assert counts(run.resources()) == entry.advertised
+
+
+def test_the_refusal_table_covers_each_built_release():
+    built = {versions()[key] for key in BUILT}
+    assert built <= set(REFUSED_CONFIGS["version-v2"].refused)
+    assert all(entry.finding or not entry.refused for entry in REFUSED_CONFIGS.values())
+
+
+# What gpuharden renders (the option time_slicing in either spelling and the plugin's own resource form among them):
+# the real plugin starts with it and advertises what the options say.
+RENDERED = {
+    "defaults": ({}, {"nvidia.com/gpu": 2}),
+    "time-slicing-renamed": ({"time_slicing": {"replicas": 2, "renameByDefault": True}}, {"nvidia.com/gpu.shared": 4}),
+    "time-slicing-plugin-form": ({"time_slicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 3}],
+                                                   "fail_requests_greater_than_one": True}}, {"nvidia.com/gpu": 6}),
+}
+
+
+@pytest.mark.parametrize("version_key", BUILT, ids=["current", "old"])
+@pytest.mark.parametrize("case", sorted(RENDERED))
+def test_every_config_gpuharden_renders_starts_the_real_plugin(run_plugin, case, version_key):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+    from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
+
+    overrides, advertised = RENDERED[case]
+    version = versions()[version_key]
+    params = {name: spec.get("default") for name, spec in module.argument_spec().items()}
+    params.update(overrides, version=version)
+    _objects, config = dp.desired_objects(dp.check_params(params))
+    run = run_plugin("l4", config, version=version, kubelet=version_key != BUILT[0])
+    assert run.returncode is None, run.log()[-3000:]
+    assert counts(run.resources()) == advertised

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin as dp
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config as dpc
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_reconcile as dpr
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 from ansible_collections.gpuharden.k8s.plugins.modules import device_plugin as module
 
+from tests.real.device_plugin import REFUSED_CONFIGS, RELEASES
 from tests.unit.conftest import run_module
 
 DEFAULTS = {name: spec.get("default") for name, spec in module.argument_spec().items()}
@@ -196,6 +198,20 @@ MALFORMED = [
     ({"version": "v0.15.1", "device_discovery_strategy": "nvml"}, "device_discovery_strategy='nvml' needs release 0.16.0"),
     ({"time_slicing": {"replicas": 1}}, "time_slicing.replicas=1 must be an integer of at least 2"),
     ({"time_slicing": {"replicas": 2, "resources": ["amd.com/gpu"]}}, "'amd.com/gpu' is not an nvidia.com/ resource"),
+    # The plugin refuses names that are no DNS subdomain after nvidia.com/ (api/config/v1/resources.go NewResourceName).
+    ({"time_slicing": {"replicas": 2, "resources": ["nvidia.com/GPU"]}}, "'nvidia.com/GPU': the name after nvidia.com/ must be a DNS"),
+    # Unknown keys are refused, naming the closest known one: a dropped key silently changed what was shared.
+    ({"time_slicing": {"replicas": 2, "renameByDefualt": True}}, "unknown key 'renameByDefualt' (did you mean renameByDefault?)"),
+    ({"time_slicing": {"replicas": 2, "rename_by_defaults": True}}, "unknown key 'rename_by_defaults' (did you mean rename_by_default?)"),
+    ({"time_slicing": {"replica": 4}}, "unknown key 'replica' (did you mean replicas?)"),
+    ({"time_slicing": {"replicas": 2, "resources": [{"name": "nvidia.com/gpu", "replics": 2}]}},
+     "time_slicing.resources[0]: unknown key 'replics' (did you mean replicas?)"),
+    ({"time_slicing": {"replicas": 2, "resources": [{"name": "nvidia.com/gpu", "rename": "x"}]}},
+     "time_slicing.resources[0].rename is not supported: the plugin ignores it"),
+    ({"time_slicing": {"resources": ["nvidia.com/gpu"]}}, "time_slicing.resources[0] (nvidia.com/gpu) has no replicas"),
+    ({"time_slicing": {"replicas": 2, "renameByDefault": True, "rename_by_default": False}}, "gives renameByDefault twice"),
+    ({"time_slicing": {"replicas": 2, "renameByDefault": "maybe"}}, "time_slicing.renameByDefault='maybe' is not a boolean"),
+    ({"time_slicing": {"replicas": "4"}}, "time_slicing.replicas='4' must be an integer of at least 2"),
     ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]}, "operator Exists takes no value"),
     ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "effect": "NoRun"}]}, "effect='NoRun' is not one of"),
     ({"tolerations": [{"keys": "nvidia.com/gpu"}]}, "unknown toleration field(s) keys"),
@@ -523,12 +539,24 @@ def test_item01_audit_reports_a_plugin_that_cannot_get_nvml():
     (finding,) = findings
     assert finding["id"] == "plugin_no_nvidia_runtime" and finding["severity"] == "warning"
     assert finding["expected"] == {"runtimeClassName": "nvidia"} and "runtimeClassName" in finding["hint"]
-    # Deliberate setups for a default nvidia runtime: privileged, or an explicit NVIDIA_VISIBLE_DEVICES.
+    # NVIDIA_VISIBLE_DEVICES is a request to the nvidia runtime (the image and the Helm chart always set it): no NVML
+    # without that runtime.  Privileged alone sees the device nodes, but the image has no libnvidia-ml.so.1.
     env = plugin_ds("env", selector={"nowhere": "x"}, runtime_class=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
     privileged = plugin_ds("privileged", selector={"nowhere": "x"}, runtime_class=None)
     privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    findings, _repairs, _ours = _audit([env, privileged])
+    assert ids(findings) == [("env", "plugin_no_nvidia_runtime"), ("privileged", "plugin_no_nvidia_runtime")]
+    assert "NVIDIA_VISIBLE_DEVICES=all asks the nvidia runtime for the GPUs" in findings[0]["hint"]
+    # From 0.16 a privileged plugin loads the library from the driver root mounted at containerDriverRoot (root.go).
+    itself = copy.deepcopy(privileged)
+    itself["metadata"]["name"] = "itself"
+    itself["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "driver-root", "mountPath": "/driver-root"}]
+    old = copy.deepcopy(itself)
+    old["metadata"]["name"] = "old"
+    old["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.15.0"
     with_class = plugin_ds("with-class", selector={"nowhere": "x"}, runtime_class="nvidia")
-    assert _audit([env, privileged, with_class])[0] == []
+    findings, _repairs, _ours = _audit([itself, old, with_class])
+    assert ids(findings) == [("old", "plugin_no_nvidia_runtime")]
 
 
 class FakeCluster:
@@ -913,7 +941,7 @@ def test_coexistence_clusterpolicy_claims_its_labelled_nodes_before_its_daemonse
 
 
 def test_coexistence_helm_install_is_reported_with_chart_values():
-    findings, repairs, _ours = _audit([helm_plugin(mig="single"), helm_mps_daemon()], config_maps=HELM_CONFIGS)
+    findings, repairs, _ours = _audit([helm_plugin(mig="single", runtime_class="nvidia"), helm_mps_daemon()], config_maps=HELM_CONFIGS)
     by = {f["id"]: f for f in findings}
     assert set(by) == {"plugin_mig_privileges_missing", "plugin_managed_by_other_installer"}
     assert by["plugin_mig_privileges_missing"]["fix"]["field"] == "migStrategy"
@@ -922,20 +950,21 @@ def test_coexistence_helm_install_is_reported_with_chart_values():
     assert managed["installer"] == "helm" and managed["fix"]["field"] == "devicePlugin.enabled"
     assert "adopt_installers: [helm]" in managed["hint"]
     assert [r["action"] for r in repairs] == ["manual"]
-    # No runtimeClassName, and no NVIDIA_VISIBLE_DEVICES either: the chart value to set is named.
-    bare = helm_plugin()
-    bare["spec"]["template"]["spec"]["containers"][1]["env"] = [e for e in bare["spec"]["template"]["spec"]["containers"][1]["env"]
-                                                                if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
-    findings, _repairs, _ours = _audit([bare], config_maps=HELM_CONFIGS)
+    # The chart's default (runtimeClassName: null): its NVIDIA_VISIBLE_DEVICES=all gives no NVML under another runtime, so
+    # the install is flagged, naming the chart value to set.
+    findings, _repairs, _ours = _audit([helm_plugin()], config_maps=HELM_CONFIGS)
     (runtime,) = [f for f in findings if f["id"] == "plugin_no_nvidia_runtime"]
     assert runtime["fix"] == {"installer": "helm", "object": "Helm release nvidia-device-plugin/nvdp (chart nvidia-device-plugin-0.17.4)",
                               "field": "runtimeClassName"}
+    assert "fix it there, value runtimeClassName" in runtime["hint"]
 
 
 def test_coexistence_helm_adoption_is_an_explicit_opt_in_and_the_operator_is_never_adopted():
     _s, objects, _c = render()
-    findings, repairs, _ours = dp.audit([helm_plugin()], HELM_CONFIGS, NODES, objects[1], ["nvidia.com/gpu"], [], ["helm"])
-    assert not dp.blocking(findings) and {f["id"] for f in findings} == {"plugin_competing", "plugin_mig_privileges_missing"}
+    findings, repairs, _ours = dp.audit([helm_plugin(runtime_class="nvidia")], HELM_CONFIGS, NODES, objects[1], ["nvidia.com/gpu"], [], ["helm"])
+    assert {f["id"] for f in findings} == {"plugin_competing", "plugin_mig_privileges_missing"}
+    # adopted, it is an unowned competitor: it blocks the apply unless this run deletes it (remove_competing)
+    assert [f["id"] for f in dp.blocking(findings)] == ["plugin_competing"] and not dp.blocking(findings, remove_competing=True)
     assert not any("fix" in f or "installer" in f for f in findings)
     assert [r["action"] for r in repairs] == ["delete"] and "taken over as adopt_installers allows" in repairs[0]["reason"]
     with pytest.raises(GpuhardenError, match="gpu-operator is never adopted"):
@@ -962,7 +991,10 @@ def test_coexistence_module_leaves_other_installers_untouched_even_with_remove_c
     before = copy.deepcopy(cluster.objects)
     result, _fake = run_fake(monkeypatch, cluster, cluster_policies=[CLUSTER_POLICY], remove_competing=True)
     assert cluster.writes == [] and cluster.objects == before  # not even a dry run
-    assert result["skipped"] is True and result["changed"] is False and result["deleted"] == []
+    assert result["changed"] is False and result["deleted"] == [] and "skipped" not in result
+    assert sorted(entry["what"] for entry in result["refused"]) == [
+        "apply the managed device plugin next to DaemonSet gpu-operator/nvidia-device-plugin-daemonset",
+        "apply the managed device plugin next to DaemonSet nvidia-device-plugin/nvdp-nvidia-device-plugin"]
     assert result["installers"] == ["gpu-operator", "helm"]
     assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
     blocked = {f["subject"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
@@ -976,7 +1008,7 @@ def test_coexistence_unowned_competing_plugin_is_still_deleted_on_request(monkey
     elsewhere = helm_plugin(selector={"pool": "elsewhere"})  # Helm serves none of our nodes: reported, not blocking
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, seed, elsewhere)
     result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
-    assert result["deleted"] == ["kube-system/typo-seed"] and not result["skipped"]
+    assert result["deleted"] == ["kube-system/typo-seed"] and result["refused"] == []
     assert ("DaemonSet", "nvidia-device-plugin", "nvdp-nvidia-device-plugin") in cluster.objects
     assert not [w for w in cluster.writes if w[3] == "nvdp-nvidia-device-plugin"]
 
@@ -987,7 +1019,7 @@ def test_coexistence_a_managed_name_owned_by_another_installer_is_not_adopted(mo
     taken["metadata"].update(labels=dict(HELM_LABELS), annotations=dict(HELM_ANNOTATIONS))
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, taken)
     result, _fake = run_fake(monkeypatch, cluster)
-    assert result["skipped"] and [w for w in cluster.writes if not w[1]] == []
+    assert result["refused"] and [w for w in cluster.writes if not w[1]] == []
     (finding,) = [f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"]
     assert finding["subject"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
 
@@ -1128,3 +1160,126 @@ def test_the_roles_options_rendered_from_its_defaults_pass_the_modules_validatio
     assert "shared_devices_allocation_policy" not in rendered and "nvidia_dev_root" not in rendered
     params = dpr.check_option(rendered, "device_plugin_audit_options")
     assert params["version"] == rendered["version"] and params["node_selector"] == {"nvidia.com/gpu.present": "true"}
+
+
+# ------------------------------------------------------------------------------------------------ issue 43 item 5: the plugin's refusals
+# One table (tests/real/device_plugin.py REFUSED_CONFIGS) for the real binaries and for the audit: each config the real
+# v0.15.0 and v0.18.2 refuse at start (tests/real/test_device_plugin_binary.py runs them) is an error finding here,
+# before anything is deployed; where a release starts anyway, no error, and the key it ignores is a warning.
+
+CONFIG_FINDINGS = {"plugin_config_invalid", "plugin_device_id_strategy_invalid", "plugin_mps_invalid", "plugin_device_list_strategy_invalid",
+                   "plugin_mig_strategy_invalid", "plugin_resource_name_invalid", "plugin_config_unknown_key"}
+
+
+def _case_audit(entry, release):
+    text = entry.config if isinstance(entry.config, str) else json.dumps(entry.config)  # the bytes the real binary reads
+    ds = plugin_ds("case", image="nvcr.io/nvidia/k8s-device-plugin:%s" % release, selector={"nowhere": "x"}, config_map="case",
+                   env=[{"name": name, "value": value} for name, value in entry.env.items()] or None)
+    ds["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}  # MIG cases: not this test's point
+    findings, _repairs, _ours = _audit([ds], config_maps={("kube-system", "case"): {"config.yaml": text}})
+    return findings
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("case", sorted(REFUSED_CONFIGS))
+def test_the_audit_predicts_each_refusal_of_the_real_plugin(case, release):
+    entry = REFUSED_CONFIGS[case]
+    findings = _case_audit(entry, release)
+    assert {f["id"] for f in findings} <= CONFIG_FINDINGS, findings
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert {f["id"] for f in errors} <= set(dpc.FINDING_IDS)
+    if release in entry.refused:
+        assert {f["id"] for f in errors} == {entry.finding}, findings
+        assert all("The plugin %s refuses to start with this (it exits 1)" % release in f["hint"] for f in errors)
+    else:
+        assert errors == [], findings
+        if entry.accepted_finding:
+            assert entry.accepted_finding in {f["id"] for f in findings}, findings
+
+
+def test_the_refusal_findings_name_the_field_the_value_and_the_closest_key():
+    by_case = {case: _case_audit(REFUSED_CONFIGS[case], "v0.18.2") for case in REFUSED_CONFIGS}
+    (replicas,) = by_case["time-slicing-replicas-1"]
+    assert replicas["found"] == 1 and "ConfigMap kube-system/case sharing.timeSlicing.resources[0].replicas is 1" in replicas["hint"]
+    (mps,) = by_case["mps-mixed"]
+    assert "sharing.mps with migStrategy mixed (ConfigMap kube-system/case flags.migStrategy)" in mps["hint"]
+    (env,) = by_case["device-id-strategy-env"]
+    assert env["found"] == "serial" and "environment variable DEVICE_ID_STRATEGY is 'serial'" in env["hint"]
+    assert env["expected"] == ["uuid", "index"]
+    (typo,) = by_case["unknown-key"]
+    assert typo["severity"] == "warning" and typo["found"] == "flags.migStrategey" and typo["expected"] == "migStrategy"
+    assert "did you mean migStrategy?" in typo["hint"]
+    (case,) = by_case["rename-key-case"]
+    assert case["found"] == "sharing.timeSlicing.RenameByDefault" and "case included" in case["hint"]
+    (old,) = _case_audit(REFUSED_CONFIGS["discovery-strategy"], "v0.15.0")
+    assert old["id"] == "plugin_config_unknown_key" and "reads it from v0.16.0 on" in old["hint"]
+
+
+def test_the_plugin_decodes_struct_keys_in_any_case_and_the_last_spelling_wins():
+    """encoding/json matches struct keys case-insensitively; sigs.k8s.io/yaml hands it the keys sorted, so of two
+    spellings the one that sorts last is the value."""
+    decoded = dpc.decode({"Flags": {"MigStrategy": "auto", "migStrategy": "mixed"}, "VERSION": "v1"}, (0, 18, 2))
+    assert decoded.config == {"flags": {"migStrategy": "mixed"}, "version": "v1"} and decoded.refusals == [] and decoded.unknown == []
+    decoded = dpc.decode({"flags": {"migStrategy": "mixed", "migstrategy": "auto"}}, (0, 18, 2))
+    assert decoded.config["flags"]["migStrategy"] == "auto"
+    # A YAML number or boolean is text for version only; under flags a string field refuses it, and a boolean field
+    # refuses a quoted boolean.
+    decoded = dpc.decode(yaml.safe_load("version: 1\nflags: {migStrategy: no, failOnInitError: 'true', nvidiaDriverRoot: /}"), (0, 18, 2))
+    assert decoded.config == {"version": "1", "flags": {"nvidiaDriverRoot": "/"}}
+    assert [r["field"] for r in decoded.refusals] == ["flags.failOnInitError", "flags.migStrategy", "version"]
+    # timeSlicing is decoded whenever it is there, even empty; a null mps leaves MPS off.
+    assert [r["field"] for r in dpc.decode({"sharing": {"timeSlicing": None}}, (0, 18, 2)).refusals] == ["sharing.timeSlicing.resources"]
+    assert dpc.decode({"sharing": {"mps": None}}, (0, 18, 2)).refusals == []
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"version": "v0.15.0"}, {"version": "v0.16.2", "nvidia_dev_root": "/", "device_discovery_strategy": "nvml"},
+    {"mig_strategy": "mixed", "device_list_strategy": ["volume-mounts", "cdi-cri"], "device_id_strategy": "index"},
+    {"shared_devices_allocation_policy": "packed", "time_slicing": {"replicas": 4, "renameByDefault": True}},
+    {"version": "v0.18.2", "time_slicing": {"resources": [{"name": "gpu", "replicas": 2}, "nvidia.com/mig-1g.10gb"], "replicas": 3}},
+])
+def test_every_config_gpuharden_renders_is_one_the_plugin_starts_with(overrides):
+    _settings, _objects, config = render(**overrides)
+    assert dp.refusals_of(config, dp.parse_version(params(**overrides)["version"])) == ([], [])
+
+
+def test_time_slicing_honours_either_spelling_and_the_plugins_resource_form():
+    """Option time_slicing used to drop unknown keys: renameByDefault: true became false."""
+    _s, _o, config = render(time_slicing={"replicas": 2, "renameByDefault": True, "fail_requests_greater_than_one": True})
+    assert config["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": True,
+                                                "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
+    _s, _o, config = render(time_slicing={"rename_by_default": "yes", "resources": [{"name": "gpu", "replicas": 4}, "mig-1g.10gb"],
+                                          "replicas": 2})
+    assert config["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": False, "resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4}, {"name": "nvidia.com/mig-1g.10gb", "replicas": 2}]}
+
+
+def test_an_unowned_competing_plugin_blocks_the_apply_naming_the_fix(monkeypatch):
+    """The upstream static manifest in another namespace, on the managed plugin's nodes: before, plugin_competing was
+    reported and the managed plugin applied next to it (two plugins registering nvidia.com/gpu on one node)."""
+    static = plugin_ds("nvidia-device-plugin-daemonset", namespace="gpu-static", selector=GPU)
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, static)
+    result, fake = run_fake(monkeypatch, cluster)
+    assert cluster.writes == [] and result["changed"] is False and result["deleted"] == []
+    (refused,) = result["refused"]
+    assert refused["what"] == "apply the managed device plugin next to DaemonSet gpu-static/nvidia-device-plugin-daemonset"
+    assert "remove_competing: true (role variable device_plugin_remove_competing)" in refused["fix"]
+    assert "kubectl -n gpu-static delete daemonset nvidia-device-plugin-daemonset" in refused["fix"]
+    assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
+    assert len(fake.warnings) == 1 and fake.warnings[0].startswith("device_plugin: not applied: apply the managed device plugin")
+    # check mode (drift, harden's plan) says the same
+    result, _fake = run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *API_NODES, static), check_mode=True)
+    assert [r["what"] for r in result["refused"]] == [refused["what"]] and result["changed"] is False
+    # remove_competing: the competitor is deleted and the managed plugin applied, in one run
+    result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
+    assert result["refused"] == [] and result["deleted"] == ["gpu-static/nvidia-device-plugin-daemonset"] and result["changed"]
+    assert ("DaemonSet", "kube-system", PLUGIN_NAME) in cluster.objects
+
+
+def test_a_competing_plugin_that_also_serves_other_nodes_blocks_even_with_remove_competing(monkeypatch):
+    everywhere = plugin_ds("everywhere", namespace="other", selector=None)  # also on cpu-0: never deleted
+    cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, everywhere)
+    result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
+    assert [w for w in cluster.writes if not w[1]] == [] and result["deleted"] == []
+    (refused,) = result["refused"]
+    assert "also serves nodes the managed plugin does not select, so gpuharden never deletes it" in refused["fix"]

@@ -64,11 +64,12 @@ def demo() -> int:
 
     _section("ansible-playbook playbooks/harden_gpu_nodes.yml")
     # Every node in one batch, and a failing post-check (hardware the playbook cannot fix) reported, not fatal.
-    # Two operator decisions the playbook never takes alone: the fleet has MIG-enabled H100s, so the device plugin
-    # runs migStrategy mixed; and the RuntimeClass with the wrong (immutable) handler may be recreated.
+    # Three operator decisions the playbook never takes alone: the fleet has MIG-enabled H100s, so the device plugin
+    # runs migStrategy mixed; the RuntimeClass with the wrong (immutable) handler may be recreated; and the seeds'
+    # competing plugin DaemonSets may be deleted (otherwise they block the managed plugin).
     harden = [str(BIN / "ansible-playbook"), "-i", state["inventory"], str(REPO_ROOT / "playbooks/harden_gpu_nodes.yml"),
               "-e", "gpuharden_max_fail_percentage=100", "-e", "gpuharden_postcheck_fail_severity=never",
-              "-e", "gpuharden_mig_strategy=mixed", "-e", "runtime_class_force=true"]
+              "-e", "gpuharden_mig_strategy=mixed", "-e", "runtime_class_force=true", "-e", "device_plugin_remove_competing=true"]
     print(" ".join(os.path.relpath(arg, REPO_ROOT) if arg.startswith("/") else arg for arg in harden[1:]), flush=True)
     first = _recap(harden)
 

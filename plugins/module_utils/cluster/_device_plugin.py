@@ -32,6 +32,8 @@ import hashlib
 import json
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config as _config
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
@@ -53,13 +55,13 @@ except ImportError:
     HAS_YAML = False
 
 MIN_VERSION = (0, 15, 0)
-NEWEST_KNOWN = (0, 20, 0)
-MIG_STRATEGIES = ("none", "single", "mixed")
-DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
-DEVICE_ID_STRATEGIES = ("uuid", "index")
-DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
-ALLOCATION_POLICIES = ("distributed", "packed")
-RESOURCE_DOMAIN = "nvidia.com"
+NEWEST_KNOWN = _config.NEWEST_KNOWN
+MIG_STRATEGIES = _config.MIG_STRATEGIES
+DEVICE_LIST_STRATEGIES = _config.DEVICE_LIST_STRATEGIES
+DEVICE_ID_STRATEGIES = _config.DEVICE_ID_STRATEGIES
+DISCOVERY_STRATEGIES = _config.DISCOVERY_STRATEGIES
+ALLOCATION_POLICIES = _config.ALLOCATION_POLICIES
+RESOURCE_DOMAIN = _config.RESOURCE_DOMAIN
 PLUGIN_CONTAINER = "nvidia-device-plugin-ctr"
 GFD_NAME = "gpu-feature-discovery"
 CONFIG_DIR = "/etc/nvidia-device-plugin"
@@ -198,23 +200,85 @@ def qualify_resource(name):
     return name if "/" in name else "%s/%s" % (RESOURCE_DOMAIN, name)
 
 
+# Option time_slicing's keys in gpuharden's spelling and in the plugin's (api/config/v1/replicas.go
+# ReplicatedResources), both honoured; ``replicas`` is gpuharden's, for every resource listed by name.
+TIME_SLICING_KEYS = {"replicas": "replicas", "resources": "resources", "rename_by_default": "renameByDefault",
+                     "renameByDefault": "renameByDefault", "fail_requests_greater_than_one": "failRequestsGreaterThanOne",
+                     "failRequestsGreaterThanOne": "failRequestsGreaterThanOne"}
+TIME_SLICING_RESOURCE_KEYS = ("name", "replicas")
+
+
+def _unknown_key(where, key, known):
+    near = _config.closest(key, known)
+    return GpuhardenError("device_plugin: option %s: unknown key %r%s; the known keys are %s. Nothing is applied: a key left "
+                          "out would silently change what is shared" % (where, key, " (did you mean %s?)" % near if near else "",
+                                                                        ", ".join(known)))
+
+
+def _replicas(value, where):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise GpuhardenError("device_plugin: option %s=%r must be an integer of at least 2 (the plugin refuses fewer: "
+                             "\"number of replicas must be >= 2\")" % (where, value))
+    return value
+
+
+def _time_slicing_resource(entry, index, replicas):
+    """(qualified name, replicas) of one time_slicing.resources entry: a name, or the plugin's {name, replicas}."""
+    where = "time_slicing.resources[%d]" % index
+    if isinstance(entry, dict):
+        for key in entry:
+            if key in ("rename", "devices"):
+                raise GpuhardenError("device_plugin: option %s.%s is not supported: the plugin ignores it (it shares every "
+                                     "device under the resource's own name, or <name>.shared with renameByDefault)" % (where, key))
+            if key not in TIME_SLICING_RESOURCE_KEYS:
+                raise _unknown_key(where, key, TIME_SLICING_RESOURCE_KEYS)
+        name, replicas = entry.get("name"), entry.get("replicas", replicas)
+    elif isinstance(entry, str):
+        name = entry
+    else:
+        raise GpuhardenError("device_plugin: option %s=%r must be a resource name or a mapping {name, replicas}" % (where, entry))
+    problem = _config.resource_name_problem(name)
+    if problem:
+        raise GpuhardenError("device_plugin: option %s: %s, which the plugin refuses" % (where, problem))
+    if replicas is None:
+        raise GpuhardenError("device_plugin: option %s (%s) has no replicas: set time_slicing.replicas, or replicas in the entry"
+                             % (where, name))
+    return qualify_resource(name), _replicas(replicas, where + ".replicas")
+
+
 def _time_slicing(value):
+    """Option time_slicing as the plugin's sharing.timeSlicing.  Keys in either spelling (rename_by_default or
+    renameByDefault, ...); ``resources`` lists names, each shared in ``replicas``, or the plugin's {name, replicas}.
+    An unknown key is refused, naming the closest known one (a dropped renameByDefault once shared under the wrong name)."""
     if not value:
         return None
     if not isinstance(value, dict):
         raise GpuhardenError("device_plugin: option time_slicing must be a mapping, not %s" % type(value).__name__)
-    replicas = value.get("replicas")
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
-        raise GpuhardenError("device_plugin: option time_slicing.replicas=%r must be an integer of at least 2" % (replicas,))
-    resources = value.get("resources") or ["nvidia.com/gpu"]
-    for name in resources:
-        if not isinstance(name, str) or not qualify_resource(name).startswith(RESOURCE_DOMAIN + "/"):
-            raise GpuhardenError("device_plugin: option time_slicing.resources: %r is not an nvidia.com/ resource" % (name,))
-    return {
-        "renameByDefault": bool(value.get("rename_by_default", False)),
-        "failRequestsGreaterThanOne": bool(value.get("fail_requests_greater_than_one", False)),
-        "resources": [{"name": qualify_resource(name), "replicas": replicas} for name in resources],
-    }
+    given = {}
+    for key, item in value.items():
+        name = TIME_SLICING_KEYS.get(key)
+        if name is None:
+            raise _unknown_key("time_slicing", key, list(TIME_SLICING_KEYS))
+        if name in given and given[name] != item:
+            raise GpuhardenError("device_plugin: option time_slicing gives %s twice, with different values (%r and %r)"
+                                 % (name, given[name], item))
+        given[name] = item
+    replicas = given.get("replicas")
+    if replicas is not None:
+        _replicas(replicas, "time_slicing.replicas")
+    resources = given.get("resources") or ["nvidia.com/gpu"]
+    if not isinstance(resources, list):
+        raise GpuhardenError("device_plugin: option time_slicing.resources=%r must be a list" % (resources,))
+    shared, flags = [], {}
+    for index, entry in enumerate(resources):
+        name, count = _time_slicing_resource(entry, index, replicas)
+        shared.append({"name": name, "replicas": count})
+    for key in ("renameByDefault", "failRequestsGreaterThanOne"):
+        try:
+            flags[key] = boolean(given.get(key, False), strict=True)
+        except TypeError:
+            raise GpuhardenError("device_plugin: option time_slicing.%s=%r is not a boolean" % (key, given.get(key))) from None
+    return dict(flags, resources=shared)
 
 
 def check_params(params):
@@ -502,9 +566,23 @@ def _render(template, values):
     return yaml.safe_load(text)
 
 
+def refusals_of(config, parsed):
+    """What the plugin release ``parsed`` refuses (and ignores) in ``config``, the way the audit reads an installed one:
+    (refusals, unknown keys)."""
+    version = _config.schema_version(parsed)
+    decoded = _config.decode(config, version, "the rendered config")
+    return decoded.refusals + _config.settings_refusals(decoded.config, version, source="the rendered config"), decoded.unknown
+
+
 def desired_objects(settings):
-    """[ConfigMap, plugin DaemonSet, (gpu-feature-discovery DaemonSet)] as dicts, rendered from the templates."""
+    """[ConfigMap, plugin DaemonSet, (gpu-feature-discovery DaemonSet)] as dicts, rendered from the templates.  A config
+    the plugin would refuse (or whose keys it would ignore) is never rendered: the options are checked for that first,
+    and this guard says where they missed."""
     config = plugin_config(settings)
+    refused, ignored = refusals_of(config, settings["parsed"])
+    if refused or ignored:
+        raise GpuhardenError("device_plugin: internal error: the config rendered for %s would be refused or half ignored by the "
+                             "plugin: %s" % (settings["version"], "; ".join([r["message"] for r in refused] + [u["where"] for u in ignored])))
     config_text = yaml.safe_dump(config, default_flow_style=False, sort_keys=False) if HAS_YAML else json.dumps(config)
     managed = {"app.kubernetes.io/managed-by": "gpuharden", "app.kubernetes.io/part-of": "gpuharden"}
     values = {
@@ -833,6 +911,9 @@ FIX_FIELDS = {
         "plugin_mig_privileges_missing": "spec.mig.strategy",
         "plugin_mig_strategy_invalid": "spec.mig.strategy",
         "plugin_device_list_strategy_invalid": "spec.devicePlugin.env (DEVICE_LIST_STRATEGY)",
+        "plugin_device_id_strategy_invalid": "spec.devicePlugin.env (DEVICE_ID_STRATEGY)",
+        "plugin_mps_invalid": "spec.devicePlugin.config",
+        "plugin_config_unknown_key": "spec.devicePlugin.config",
         "plugin_resource_rename_ignored": "spec.devicePlugin.config",
         "plugin_resource_name_invalid": "spec.devicePlugin.config",
         "plugin_config_missing": "spec.devicePlugin.config",
@@ -851,6 +932,9 @@ FIX_FIELDS = {
         "plugin_mig_privileges_missing": "migStrategy",
         "plugin_mig_strategy_invalid": "migStrategy",
         "plugin_device_list_strategy_invalid": "deviceListStrategy",
+        "plugin_device_id_strategy_invalid": "deviceIDStrategy",
+        "plugin_mps_invalid": "config.map",
+        "plugin_config_unknown_key": "config.map",
         "plugin_resource_rename_ignored": "config.map",
         "plugin_resource_name_invalid": "config.map",
         "plugin_config_missing": "config.name",
@@ -886,7 +970,7 @@ def _fix_text(fix):
 # One plugin DaemonSet
 
 
-def _load_configs(ds, config_maps, obj, findings):
+def _load_configs(ds, config_maps, obj, findings, release):
     """[(where, config dict)] of the config files the plugin may read; findings for missing or broken ones."""
     configs = []
     for namespace, name, key, path in config_sources(ds):
@@ -909,15 +993,20 @@ def _load_configs(ds, config_maps, obj, findings):
             try:
                 config = yaml.safe_load(data[k]) if HAS_YAML else json.loads(data[k])
             except Exception as error:  # yaml.YAMLError and friends: the user's file
-                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s" % (obj, label, error),
-                                        expected="YAML mapping", found=None, subject=obj))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s. %s" % (
+                                        obj, label, error, _refused_text(release)), expected="YAML mapping", found=None, subject=obj))
                 continue
             if config is not None and not isinstance(config, dict):
-                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping" % (obj, label),
-                                        expected="YAML mapping", found=type(config).__name__, subject=obj))
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping. %s" % (
+                                        obj, label, _refused_text(release)), expected="YAML mapping", found=type(config).__name__,
+                                        subject=obj))
                 continue
             configs.append((label if key is None else where, config or {}))
     return configs or [("the defaults", {})]
+
+
+def _refused_text(release):
+    return "The plugin %s refuses to start with this (it exits 1): its pods crash-loop and no GPU is advertised" % release
 
 
 def _flags(config):
@@ -926,18 +1015,49 @@ def _flags(config):
     return flags, plugin
 
 
-def _effective(container, flag, env, configs, read):
-    """[(value, where)] of one setting: the argument or environment variable, else each config's value (or None)."""
-    value, where = _setting(container, flag, env)
-    if value is not None:
-        return [(value, where)]
-    return [read(config, source) for source, config in configs]
+def _override(container):
+    """The container's override of a setting for _device_plugin_config: ``lookup(flag, envs)`` -> (text, where), the
+    argument first, then the first of the environment variables that is set; (None, None) when none is."""
+    def lookup(flag, envs):
+        for env in envs:
+            value, where = _setting(container, flag, env)
+            if value is not None:
+                return value, where
+        return None, None
+    return lookup
 
 
-def _strategy_values(value):
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
+def _check_configs(obj, configs, version, override, findings):
+    """Each config file as the release decodes it: a finding (error) for each thing the plugin refuses at start, and
+    one (warning) for each key it ignores.  Returns [(source, decoded config)] for the checks that read settings."""
+    release = _config.release_text(version)
+    decoded_configs, seen = [], set()
+    for source, raw in configs:
+        label = "" if source == "the defaults" else source
+        decoded = _config.decode(raw, version, label)
+        for refusal in decoded.refusals + _config.settings_refusals(decoded.config, version, override, label):
+            key = (refusal["ident"], refusal["message"])
+            if key in seen:
+                continue
+            seen.add(key)
+            findings.append(finding(refusal["ident"], "error", refusal.get("expected"), refusal["found"],
+                                    "%s: %s. %s" % (obj, refusal["message"], _refused_text(release)), subject=obj))
+        for entry in decoded.unknown:
+            if ("unknown", entry["field"]) in seen:
+                continue
+            seen.add(("unknown", entry["field"]))
+            findings.append(finding("plugin_config_unknown_key", "warning", entry["closest"], entry["field"],
+                                    "%s: %s: the plugin %s %s" % (obj, entry["field"], release, _unknown_text(entry)), subject=obj))
+        decoded_configs.append((source, decoded.config))
+    return decoded_configs
+
+
+def _unknown_text(entry):
+    if entry["since"]:
+        return "does not read this key (the plugin reads it from %s on): it is ignored" % _config.release_text(entry["since"])
+    if entry["exact"] and entry["closest"] and entry["closest"].lower() == entry["key"].lower():
+        return "matches the keys here exactly, case included: %s is ignored, write %s" % (entry["key"], entry["closest"])
+    return "ignores this key without a word%s" % (": did you mean %s?" % entry["closest"] if entry["closest"] else "")
 
 
 def _sys_admin(container):
@@ -948,24 +1068,18 @@ def _sys_admin(container):
 
 def _check_resources(obj, configs, expected_resources, findings):
     """resources.gpus / resources.mig renames: the plugin discards them with a warning and keeps its own names
-    (DisableResourceNamingInConfig, called from NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go); only a
-    name outside nvidia.com is refused, when the config is parsed (api/config/v1)."""
+    (DisableResourceNamingInConfig, called from NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go).  A name
+    it refuses when it parses the config is _check_configs' finding; ``configs`` are decoded (valid entries only)."""
     for source, config in configs:
-        resources = config.get("resources") if isinstance(config.get("resources"), dict) else {}
-        sharing = config.get("sharing") if isinstance(config.get("sharing"), dict) else {}
-        shared = any(isinstance(sharing.get(kind), dict) and sharing[kind].get("renameByDefault") for kind in ("timeSlicing", "mps"))
+        resources = config.get("resources") or {}
+        sharing = config.get("sharing") or {}
+        shared = any((sharing.get(kind) or {}).get("renameByDefault") for kind in ("timeSlicing", "mps"))
         gpu_name = "%s/gpu%s" % (RESOURCE_DOMAIN, ".shared" if shared else "")
         for group in ("gpus", "mig"):
             for index, entry in enumerate(resources.get(group) or []):
-                name = str((entry or {}).get("name", "")) if isinstance(entry, dict) else ""
-                pattern = str((entry or {}).get("pattern", "")) if isinstance(entry, dict) else ""
-                qualified = qualify_resource(name) if name else ""
+                name, pattern = entry["name"], entry["pattern"]
+                qualified = qualify_resource(name)
                 field = "%s resources.%s[%d].name" % (source, group, index)
-                if qualified.split("/", 1)[0] != RESOURCE_DOMAIN:
-                    findings.append(finding("plugin_resource_name_invalid", "error",
-                                            hint="%s: %s is %r; the plugin only advertises %s/ resources and refuses this config"
-                                            % (obj, field, name, RESOURCE_DOMAIN), expected="%s/<name>" % RESOURCE_DOMAIN, found=name, subject=obj))
-                    continue
                 if group == "gpus" and qualified not in expected_resources and qualified != gpu_name:
                     advertised = gpu_name
                 elif group == "mig" and qualified != qualify_resource("mig-" + pattern):
@@ -977,6 +1091,17 @@ def _check_resources(obj, configs, expected_resources, findings):
                                         "discarded with a warning), so pods requesting %s never schedule"
                                         % (obj, field, name, advertised, qualified),
                                         expected=gpu_name if group == "gpus" else "%s/mig-<profile>" % RESOURCE_DOMAIN, found=qualified, subject=obj))
+
+
+def _loads_nvml_itself(container, parsed, configs, override):
+    """True where the plugin reaches NVML without the NVIDIA runtime: a release from 0.16, privileged (the host's
+    device nodes), with the driver root mounted at its containerDriverRoot (the library is loaded from there)."""
+    if parsed is None or parsed[:3] < _config.V16 or not (container.get("securityContext") or {}).get("privileged"):
+        return False
+    mounts = {(m.get("mountPath") or "").rstrip("/") for m in container.get("volumeMounts") or []}
+    flag, _where = override("container-driver-root", ("CONTAINER_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH"))
+    roots = [flag or _flags(config)[1].get("containerDriverRoot") or CONTAINER_DRIVER_ROOT for _source, config in configs]
+    return all(root.rstrip("/") in mounts for root in roots)
 
 
 def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class="nvidia"):
@@ -997,30 +1122,26 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
         findings.append(finding("plugin_version_too_old", "error",
                                 hint="%s runs %s, below the oldest supported release %s" % (obj, tag, version_text(MIN_VERSION)),
                                 expected=">= v%s" % version_text(MIN_VERSION), found=tag, subject=obj))
-    # The config file(s), then the flags and environment variables that override them.
-    configs = _load_configs(ds, config_maps, obj, findings)
-    for value, where in _effective(container, "device-list-strategy", "DEVICE_LIST_STRATEGY", configs,
-                                   lambda c, s: (_flags(c)[1].get("deviceListStrategy"), "%s flags.plugin.deviceListStrategy" % s)):
-        for item in _strategy_values(value):
-            if item not in DEVICE_LIST_STRATEGIES:
-                findings.append(finding("plugin_device_list_strategy_invalid", "error",
-                                        hint="%s: %s is %r, not a device list strategy (%s): the plugin refuses to start and no GPU "
-                                        "is advertised" % (obj, where, item, ", ".join(DEVICE_LIST_STRATEGIES)),
-                                        expected=list(DEVICE_LIST_STRATEGIES), found=item, subject=obj))
-            elif item.startswith("cdi-") and not any((m.get("mountPath") or "").rstrip("/") == CONTAINER_DRIVER_ROOT
-                                                     for m in container.get("volumeMounts") or []):
-                findings.append(finding("plugin_cdi_driver_root_unmounted", "warning",
-                                        hint="%s: %s is %s, but the driver root is not mounted at %s: the Helm chart always mounts "
-                                        "it there, as CDI detection needs it" % (obj, where, item, CONTAINER_DRIVER_ROOT),
-                                        expected={"mountPath": CONTAINER_DRIVER_ROOT}, found=None, subject=obj))
-    mig_strategies = []
-    for value, where in _effective(container, "mig-strategy", "MIG_STRATEGY", configs,
-                                   lambda c, s: (_flags(c)[0].get("migStrategy"), "%s flags.migStrategy" % s)):
-        if value is not None and value not in MIG_STRATEGIES:
-            findings.append(finding("plugin_mig_strategy_invalid", "error", hint="%s: %s is %r, not one of %s"
-                                    % (obj, where, value, ", ".join(MIG_STRATEGIES)), expected=list(MIG_STRATEGIES), found=value, subject=obj))
-        elif value in ("single", "mixed"):
+    # The config file(s) as this release decodes them, then the flags and environment variables that override them.
+    version = _config.schema_version(parsed)
+    override = _override(container)
+    configs = _check_configs(obj, _load_configs(ds, config_maps, obj, findings, _config.release_text(version)), version, override,
+                             findings)
+    mig_strategies, cdi = [], {}
+    for source, config in configs:
+        strategies, where = _config.effective(config, "flags.plugin.deviceListStrategy", override, version, source)
+        for item in strategies or []:
+            if str(item).startswith("cdi-") and not any((m.get("mountPath") or "").rstrip("/") == CONTAINER_DRIVER_ROOT
+                                                        for m in container.get("volumeMounts") or []):
+                cdi.setdefault((where, item), None)
+        value, where = _config.effective(config, "flags.migStrategy", override, version, source)
+        if value in ("single", "mixed"):
             mig_strategies.append((value, where))
+    for where, item in cdi:
+        findings.append(finding("plugin_cdi_driver_root_unmounted", "warning",
+                                hint="%s: %s is %s, but the driver root is not mounted at %s: the Helm chart always mounts "
+                                "it there, as CDI detection needs it" % (obj, where, item, CONTAINER_DRIVER_ROOT),
+                                expected={"mountPath": CONTAINER_DRIVER_ROOT}, found=None, subject=obj))
     # MIG: CAP_SYS_ADMIN and the MIG monitor devices, as the Helm chart adds them for any strategy but none
     # (templates/_helpers.tpl requiresCapSysAdmin, addMigMonitorDevices); a privileged container has both.
     if mig_strategies:
@@ -1053,16 +1174,21 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
                                 "instead of the driver's root; leave nvidiaDevRoot unset (it defaults to the driver root)"
                                 % (obj, where, driver_root), expected=None, found="/", subject=obj))
     _check_resources(obj, configs, expected_resources, findings)
-    # NVML: only the NVIDIA container runtime gives the plugin libnvidia-ml.so.1, through runtimeClassName or a
-    # containerd whose default runtime is nvidia (NVIDIA/k8s-device-plugin README "Prerequisites", Helm value
-    # runtimeClassName). A privileged container or an explicit NVIDIA_VISIBLE_DEVICES (the Helm chart's and the
-    # GPU Operator's setup for a default nvidia runtime) is taken as deliberate.
-    if not spec.get("runtimeClassName") and not (container.get("securityContext") or {}).get("privileged") \
-            and _env(container, "NVIDIA_VISIBLE_DEVICES") is None:
+    # NVML: the plugin's image has no libnvidia-ml.so.1; the NVIDIA container runtime adds it (and the device nodes),
+    # chosen by runtimeClassName or by nvidia being containerd's default runtime (NVIDIA/k8s-device-plugin README
+    # "Prerequisites", Helm value runtimeClassName).  NVIDIA_VISIBLE_DEVICES is only a request to that runtime: the
+    # image sets it (deployments/container/Dockerfile) and the Helm chart always writes it into the container
+    # (templates/daemonset-device-plugin.yml, v0.15-v0.20), whatever the runtime, so it tells nothing.  The one way
+    # without the runtime: from 0.16 the plugin loads the library from the driver root mounted at containerDriverRoot
+    # (cmd/nvidia-device-plugin/root.go tryResolveLibrary), and a privileged container sees the host's device nodes.
+    if not spec.get("runtimeClassName") and not _loads_nvml_itself(container, parsed, configs, override):
+        visible = _env(container, "NVIDIA_VISIBLE_DEVICES")
         findings.append(finding("plugin_no_nvidia_runtime", "warning",
                                 hint="%s sets no runtimeClassName: the plugin loads NVML (libnvidia-ml.so.1) only on nodes whose "
                                 "containerd runs it with the nvidia runtime by default; elsewhere NVML does not load and, with "
-                                "failOnInitError true, the plugin crash-loops" % obj,
+                                "failOnInitError true, the plugin crash-loops%s" % (
+                                    obj, "" if visible is None else " (its NVIDIA_VISIBLE_DEVICES=%s asks the nvidia runtime for "
+                                    "the GPUs, but does nothing under another runtime)" % visible),
                                 expected={"runtimeClassName": runtime_class or "nvidia"}, found=None, subject=obj))
     # initContainers gating on nvidia-smi, without a readiness probe to show the plugin's own state.
     gates = [c.get("name") for c in spec.get("initContainers") or [] if "nvidia-smi" in " ".join(_words(c))]
@@ -1230,9 +1356,30 @@ def foreign_live_objects(decisions, objects, cluster_policies=(), adopt_installe
     return findings
 
 
-def blocking(findings):
-    """The findings that stop the managed objects from being applied."""
-    return [f for f in findings if f["id"] == "plugin_managed_by_other_installer"]
+def blocking(findings, remove_competing=False):
+    """The findings that stop the managed objects from being applied: another installer serves the managed plugin's
+    nodes or owns a managed name, or an unowned plugin DaemonSet serves them and is not deleted in this run
+    (``remove_competing`` off, or it also serves nodes the managed plugin does not select).  Two plugins on one node
+    both register the same resource with the kubelet; whichever registered last is the one it uses."""
+    return [f for f in findings if f["id"] == "plugin_managed_by_other_installer"
+            or (f["id"] == "plugin_competing" and not (remove_competing and f.get("repair") == "delete"))]
+
+
+def refusal(blocked):
+    """{what, why, fix} of one blocking finding: what the module leaves undone and what lets it go on."""
+    subject = blocked["subject"]
+    if blocked["id"] == "plugin_competing":
+        namespace, _slash, name = subject.split(" ", 1)[1].partition("/")
+        delete = "kubectl -n %s delete daemonset %s" % (namespace, name)
+        fix = ("let this run delete it: remove_competing: true (role variable device_plugin_remove_competing), or delete it "
+               "yourself (%s)" % delete if blocked.get("repair") == "delete" else
+               "it also serves nodes the managed plugin does not select, so gpuharden never deletes it: delete it (%s) or keep it "
+               "off the managed plugin's nodes (its nodeSelector), or label those nodes for the managed plugin too" % delete)
+    else:
+        owner = blocked["fix"]
+        fix = "disable the plugin of %s (%s)%s, or keep the managed plugin off its nodes (node_selector)" % (
+            owner["object"], owner["field"], ", or adopt_installers: [helm] to take it over" if owner["installer"] in ADOPTABLE_INSTALLERS else "")
+    return {"what": "apply the managed device plugin next to %s" % subject, "why": blocked["hint"], "fix": fix}
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -156,15 +156,37 @@ def handler_gap_message(gaps, runtime_class, handler):
             % (len(names), handler, runtime_class, ", ".join(names)))
 
 
-def skipped_summary(obj, installers):
+def not_applied_summary(obj, refused):
     meta = obj["metadata"]
     return {"kind": obj["kind"], "name": meta["name"], "namespace": meta.get("namespace"), "action": "skip", "changed": False,
-            "message": "not applied: %s already serve(s) the managed plugin's nodes or own(s) its name" % ", ".join(installers),
-            "resource_version": None}
+            "message": "not applied: %s" % "; ".join(entry["what"] for entry in refused), "resource_version": None}
 
 
 def labels_diff(labelled):
     return [_node_labels.diff(labelled, _k8s_objects.dump)] if labelled["changed"] else []
+
+
+def refuse(result, blocked, findings, repairs, objects, labelled, client, diff, warn):
+    """The result of a run that applies nothing because another plugin serves the managed plugin's nodes: ``refused``
+    ({what, why, fix} each, also a warning), the objects as not applied, only the node labels changed."""
+    installers = sorted({f["installer"] for f in blocked if f.get("installer")})
+    refused = [_device_plugin.refusal(entry) for entry in blocked]
+    result.update(refused=refused, installers=sorted(set(result["installers"]) | set(installers)), changed=labelled["changed"],
+                  objects=[not_applied_summary(obj, refused) for obj in objects])
+    if installers:
+        for repair in repairs:
+            if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs
+                repair.update(action="manual", reason=repair["reason"] + "; not deleted while another installer serves these nodes")
+                for entry in findings:
+                    if entry["subject"] == repair["object"]:
+                        entry["repair"] = "manual"
+    if warn is not None:
+        for entry in refused:
+            warn("device_plugin: not applied: %s: %s. Fix: %s" % (entry["what"], entry["why"], entry["fix"]))
+    if diff:
+        result["diff"] = labels_diff(labelled)
+    result["api_requests"] = client.requests
+    return result
 
 
 def reconcile(client, params, check_mode=False, diff=False, warn=None):
@@ -175,7 +197,7 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
     objects, config = _device_plugin.desired_objects(settings)
     plugin = objects[1]
     adopt = settings["adopt_installers"]
-    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "skipped": False}
+    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "refused": []}
     labelled = {"changed": False}
     try:
         # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
@@ -201,28 +223,17 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
         findings += [operator_unknown] if operator_unknown else []
         result.update(findings=findings, repairs=repairs, target_nodes=targets,
                       installers=sorted({f["installer"] for f in findings if f.get("installer")}))
-        # Decide: dry runs of every write, unless another installer serves our nodes (then nothing is written at all).
+        # Decide: dry runs of every write, unless another plugin serves our nodes (then nothing is written at all).
         decisions = []
-        if not _device_plugin.blocking(findings):
+        remove_competing = params["remove_competing"]
+        if not _device_plugin.blocking(findings, remove_competing):
             decisions = [_k8s_objects.plan(client, obj, params["force_conflicts"],
                                            _device_plugin.selector_immutable if obj["kind"] == "DaemonSet" else None) for obj in objects]
             findings += _device_plugin.foreign_live_objects(decisions, objects, cluster_policies, adopt,
                                                             {f["subject"] for f in findings})
-        blocked = _device_plugin.blocking(findings)
+        blocked = _device_plugin.blocking(findings, remove_competing)
         if blocked:
-            installers = sorted({f["installer"] for f in blocked})
-            result.update(skipped=True, installers=sorted(set(result["installers"]) | set(installers)), changed=labelled["changed"],
-                          objects=[skipped_summary(obj, installers) for obj in objects])
-            for repair in repairs:
-                if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs
-                    repair.update(action="manual", reason=repair["reason"] + "; not deleted while another installer serves these nodes")
-                    for entry in findings:
-                        if entry["subject"] == repair["object"]:
-                            entry["repair"] = "manual"
-            if diff:
-                result["diff"] = labels_diff(labelled)
-            result["api_requests"] = client.requests
-            return result
+            return refuse(result, blocked, findings, repairs, objects, labelled, client, diff, warn)
         # Check mode shows the nodes as they are now, without waiting for a runtime this run does not add.
         class_findings, handler = runtime_class_findings(client, settings["runtime_class_name"], nodes, targets,
                                                          0 if check_mode else HANDLER_WAIT_SECONDS)

@@ -88,7 +88,8 @@ _GROUPS = (
         "plugin_device_list_strategy_invalid", "plugin_cdi_driver_root_unmounted", "plugin_mig_strategy_invalid",
         "plugin_mig_privileges_missing", "plugin_dev_root_forced", "plugin_no_nvidia_runtime",
         "plugin_init_gate_without_readiness", "plugin_no_node_selector", "plugin_on_cpu_nodes",
-        "plugin_managed_by_other_installer", "plugin_competing", "plugin_operator_unknown")),
+        "plugin_managed_by_other_installer", "plugin_competing", "plugin_operator_unknown",
+        "plugin_device_id_strategy_invalid", "plugin_mps_invalid", "plugin_config_unknown_key")),
     ("device_plugin", "runtime_class", ALWAYS, ("plugin_runtime_class_missing",)),
     # RuntimeClass findings: remediable where the planner's repair is one the stage does (not manual, not forced)
     ("runtime_class", "runtime_class", PLANNED, (
