@@ -30,7 +30,7 @@ from gpuharden_lab import manager, realnode
 from gpuharden_lab.noderoot import load_fixture
 from kubernetes import client
 
-from tests.integration.cluster_side import admin, ensure_namespace, wait_for
+from tests.integration.cluster_side import admin, ensure_namespace, recap_changed, wait_for
 from tests.integration.test_real_nodes import gpu_resources, in_node
 from tests.labfixtures import running_lab
 
@@ -51,9 +51,9 @@ POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"
 # The node paths gpuharden's node stages write and the operator's containers own.
 WATCHED = ("/etc/containerd", "/usr/local/nvidia", "/run/nvidia", "/etc/modprobe.d", "/etc/udev/rules.d", "/etc/default",
            "/etc/systemd/system", "/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env", "/dev/char")
-SNAPSHOT = ("{ find %s /dev -maxdepth 1 -name 'nvidia*'; find %s; } 2>/dev/null | sort -u | while read -r p; do "
-            "stat -c '%%n %%F %%a %%U:%%G %%t:%%T %%N' \"$p\"; if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then sha256sum < \"$p\"; fi; done"
-            % (" ".join(WATCHED), "/dev/nvidia-caps"))
+SNAPSHOT = ("{ find %s; find /dev -maxdepth 1 -name 'nvidia*'; find /dev/nvidia-caps; } 2>/dev/null | sort -u | while read -r p; do "
+            "h=-; if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then h=$(sha256sum < \"$p\" | cut -c1-64); fi; "
+            "echo \"$(stat -c '%%n %%F %%a %%U:%%G %%t:%%T %%N' \"$p\") $h\"; done" % " ".join(WATCHED))
 
 
 def snapshot(state) -> list[str]:
@@ -132,8 +132,16 @@ def test_the_node_is_byte_identical_after_a_default_harden_and_the_deferrals_are
     assert "device_nodes check: the NVIDIA device nodes" in output and "driver container owns it" in output
     assert "ClusterPolicy cluster-policy runs the GPU Operator's container toolkit on this node" in output
     assert "gpuharden_operator_takeover: [container_runtime]" in output
-    # the device plugin stage leaves the operator's plugin alone, and the node still advertises its GPUs
-    assert "plugin_managed_by_other_installer" in output, output[-8000:]
+    # nothing changed anywhere (cluster side included): no task of the run reports a change
+    assert recap_changed(done.stdout)[NODE] == 0, done.stdout[-8000:]
+    # the device plugin stage left the operator's plugin alone and applied none of its own; the node still advertises
+    api = admin(operator)
+    try:
+        apps = client.AppsV1Api(api)
+        assert apps.list_daemon_set_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=gpuharden").items == []
+        assert apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", OPERATOR_NS).metadata.generation == 1
+    finally:
+        api.close()
     assert gpu_resources(operator, NODE).get("nvidia.com/gpu") == str(len(load_fixture("l4")[1]["gpus"]))
     print("default harden on the operator node: %.0f s" % seconds)
 

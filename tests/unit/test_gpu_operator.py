@@ -304,6 +304,6 @@ def test_read_lists_the_nodes_by_each_enabled_components_label_and_keeps_the_pla
 @pytest.mark.parametrize("stage", sorted(_gpu_operator.STAGES))
 def test_every_stage_names_its_component_and_its_fix(stage):
     refused, _not_checked, _warnings = _gpu_operator.decide(stage, "x", ["evidence"], {})
-    key, component, _through = _gpu_operator.STAGES[stage]
-    assert component in refused[0]["why"] and "[%s]" % stage in refused[0]["fix"]
+    key, component, consequence, _through = _gpu_operator.STAGES[stage]
+    assert component in refused[0]["why"] and consequence[1:] in refused[0]["why"] and "[%s]" % stage in refused[0]["fix"]
     assert key in {component_key for component_key, *_rest in _gpu_operator_policy.COMPONENTS}

@@ -44,16 +44,18 @@ DRIVER_READY = "/run/nvidia/validations/.driver-ctr-ready"
 # The runtimes the operator's toolkit writes (operator.go GetRuntimes: nvidia and one per mode, cdi and legacy)
 TOOLKIT_RUNTIMES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 
-# node stage -> (the controller's key for the component that owns it, what the component is called, how to change it
-# through the operator instead)
+# node stage -> (the controller's key for the component that owns it, what the component is called, what it does with
+# what the stage would change, how to change that through the operator instead)
 STAGES = {
     "container_runtime": ("toolkit", "container toolkit",
+                          "its pod writes the drop-in again whenever it starts, so a change here would be reverted and fight the operator",
                           "configure the runtime through the ClusterPolicy (spec.toolkit, spec.cdi)"),
     "device_permissions": ("driver", "driver container",
-                           "set the driver's options through the ClusterPolicy (spec.driver): the driver container loads the "
-                           "module with its own modprobe options, and the operator's validator makes the device nodes and "
-                           "/dev/char links"),
+                           "it loads the nvidia module with its own modprobe options (the host's modprobe.d does not apply) and the "
+                           "operator's validator makes the device nodes and /dev/char links",
+                           "set the driver's options through the ClusterPolicy (spec.driver)"),
     "mig": ("mig_manager", "MIG manager",
+            "it applies the layout the node's nvidia.com/mig.config label names, so a layout set here would be reverted",
             "choose the layout through the MIG manager (the node label nvidia.com/mig.config, the ClusterPolicy's "
             "spec.migManager.config)"),
 }
@@ -120,7 +122,7 @@ def decide(stage, what, evidence, params):
     and the stage is not taken over; not_checked: the controller could not read the ClusterPolicy (the node's layout was
     read); a warning where a taken-over stage acts on what the operator owns."""
     operator = options(params)
-    key, component, through = STAGES[stage]
+    key, component, consequence, through = STAGES[stage]
     claim = operator.get(key)
     reasons = ([claim] if claim else []) + list(evidence)
     not_checked = []
@@ -133,8 +135,7 @@ def decide(stage, what, evidence, params):
         return [], not_checked, ["%s: taken over from the GPU Operator's %s (%s names %s), although %s; the operator puts its own "
                                  "back whenever its pod starts unless you disable the %s in the ClusterPolicy"
                                  % (what, component, TAKEOVER_VARIABLE, stage, "; ".join(reasons), component)]
-    why = ("the NVIDIA GPU Operator's %s owns it: %s. Its pod rewrites it whenever it starts, so a change here would be "
-           "reverted and fight the operator" % (component, "; ".join(reasons)))
+    why = "the NVIDIA GPU Operator's %s owns it: %s. %s" % (component, "; ".join(reasons), consequence[0].upper() + consequence[1:])
     fix = ("%s; or disable the %s in the ClusterPolicy and let gpuharden take the stage over (%s: [%s])"
            % (through, component, TAKEOVER_VARIABLE, stage))
     return [{"what": what, "why": why, "fix": fix}], not_checked, []
