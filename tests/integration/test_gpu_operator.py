@@ -31,6 +31,7 @@ from gpuharden_lab.noderoot import load_fixture
 from kubernetes import client
 
 from tests.integration.cluster_side import admin, ensure_namespace, recap_changed, wait_for
+from tests.integration.test_device_plugin import CRD  # the ClusterPolicy CRD, its schema left open
 from tests.integration.test_real_nodes import gpu_resources, in_node
 from tests.labfixtures import running_lab
 
@@ -39,11 +40,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 NODE = "gpu-operator-0"
 OPERATOR_NS = "gpu-operator"
 PLUGIN_IMAGE = "%s:%s" % (realnode.DEVICE_PLUGIN_IMAGE, realnode.versions()["NVIDIA_DEVICE_PLUGIN_VERSION"])
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "clusterpolicies.nvidia.com"},
-       "spec": {"group": "nvidia.com", "scope": "Cluster",
-                "names": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies", "singular": "clusterpolicy"},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 # As the chart's default values leave it: every component enabled by default (clusterpolicy_types.go IsEnabled)
 POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
           "spec": {"operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"}, "toolkit": {"enabled": True},
