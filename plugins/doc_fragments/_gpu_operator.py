@@ -52,7 +52,7 @@ options:
       takeover:
         description:
           - The stages gpuharden takes over from the operator (C(gpuharden_operator_takeover)). A stage listed here acts
-            with a warning; one the operator owns and that is not listed changes nothing and returns RV(refused).
+            with a warning; one the operator owns and that is not listed changes nothing and returns C(refused).
         type: list
         elements: str
         choices: [container_runtime, device_permissions, mig]

@@ -45,7 +45,7 @@ description:
   - Where the NVIDIA GPU Operator's container toolkit owns the runtime (O(gpu_operator.toolkit), a runtime whose
     C(BinaryName) lies under O(gpu_operator.toolkit_dir), as the toolkit's drop-in C(/etc/containerd/conf.d/99-nvidia.toml)
     writes them, or the toolkit's runtime binary there), the module changes nothing, not even with a wrong C(BinaryName),
-    and returns RV(refused) with a warning: the toolkit rewrites its drop-in whenever its pod starts. C(container_runtime)
+    and returns RV(refused) with a warning, as the toolkit rewrites its drop-in whenever its pod starts. C(container_runtime)
     in O(gpu_operator.takeover) makes it act anyway, with a warning.
   - Restarts containerd only with O(restart); otherwise RV(restart_required) says when a restart is needed.
   - With O(restart=if_required), after writing, the module runs C(systemctl restart) O(service) and polls every quarter

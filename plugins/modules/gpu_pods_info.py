@@ -84,7 +84,7 @@ options:
   gpu_operator:
     description:
       - Also read which node components the NVIDIA GPU Operator runs on each node of O(nodes) (the container toolkit,
-        the driver container, the MIG manager): the ClusterPolicy's C(spec.toolkit), C(spec.driver) and
+        the driver container, the MIG manager), from the ClusterPolicy's C(spec.toolkit), C(spec.driver) and
         C(spec.migManager) (enabled unless set to false) and the nodes' C(nvidia.com/gpu.deploy.*) labels, in one LIST of
         ClusterPolicies and, where one exists, one LIST per component's label. The result is RV(gpu_operator); harden's
         and the drift check's plans hand each node its entry, so that the node stages the operator owns defer to it.
@@ -171,9 +171,20 @@ gpu_operator:
       V(null)); else V(null).
   returned: always
   type: dict
-  sample: {"nodes": {"gpu-1": {"toolkit": "ClusterPolicy cluster-policy runs the GPU Operator's container toolkit on this
-           node (spec.toolkit.enabled is unset (the operator's default: enabled); node label
-           nvidia.com/gpu.deploy.container-toolkit=true)"}}, "policies": ["cluster-policy"], "error": null}
+  contains:
+    nodes:
+      description: Per node the operator runs a component on, its entries.
+      type: dict
+      sample: {"gpu-1": {"toolkit": "ClusterPolicy cluster-policy runs the GPU Operator's container toolkit on this node
+               (spec.toolkit.enabled is unset (the operator's default: enabled); node label
+               nvidia.com/gpu.deploy.container-toolkit=true)"}}
+    policies:
+      description: The ClusterPolicies' names (none without the operator's CRD).
+      type: list
+      elements: str
+    error:
+      description: Why the ClusterPolicies or the nodes' labels could not be read, or V(null).
+      type: str
 api_requests:
   description: Number of LIST requests (pages) the call made for the pods (each check counts its own).
   returned: always

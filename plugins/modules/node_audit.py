@@ -19,12 +19,12 @@ description:
   - Each check takes the options of that module, validated by the same option spec, and calls the same planner the
     module calls in check mode. A remediable finding is reported exactly when that module would change something.
   - A check whose options are omitted is skipped. Every other check ends in one of three states. Checked (C(status)
-    C(ok), C(drift) or C(findings)); could not check (C(status) C(not_checked): a bad option, an unreadable file, a
+    C(ok), C(drift) or C(findings)); could not check (C(status) C(not_checked), for a bad option, an unreadable file, a
     tool prerequisite the node lacks), with the cause and the fix, never a finding, so never counted as clean or as
     drift; or refused, where what the check found is outside what gpuharden changes safely (another installer owns
     it), named with why. A check may also name a part of itself it could not run or refused beside what it did check.
     The other checks always still run.
-  - Where the NVIDIA GPU Operator owns a check's part of the node (O(gpu_operator): its toolkit the containerd runtime,
+  - Where the NVIDIA GPU Operator owns a check's part of the node (O(gpu_operator); its toolkit the containerd runtime,
     its driver container the device nodes, its MIG manager the MIG layout), the check reports it under C(refused) with
     why and the fix, and no drift, as the module of its stage refuses to change it; a stage listed in
     O(gpu_operator.takeover) is checked as usual. O(gpu_operator), when given, is what the containerd and device_nodes

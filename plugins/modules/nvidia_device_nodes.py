@@ -47,7 +47,7 @@ description:
   - Does not need NVML, which may be exactly what is broken.
   - Where the NVIDIA GPU Operator's driver container serves the driver (O(gpu_operator.driver), a non-empty
     O(gpu_operator.driver_root) or C(/run/nvidia/validations/.driver-ctr-ready)), the module changes nothing and
-    returns RV(refused) with a warning: the driver container loads the module with its own modprobe options and the
+    returns RV(refused) with a warning, since the driver container loads the module with its own modprobe options and the
     operator's validator makes the device nodes and C(/dev/char) links. C(device_permissions) in
     O(gpu_operator.takeover) makes it act anyway, with a warning.
 author:
