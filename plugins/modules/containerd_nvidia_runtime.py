@@ -42,6 +42,11 @@ description:
     is read, never written; the C(nvidia) runtime they add by themselves when they find C(nvidia-container-runtime) is
     accepted as it is; a drop-in goes where the generated file's C(imports) load it; any other change fails with the
     template to use (C(config.toml.tmpl), or C(config-v3.toml.tmpl) for a version-3 file) and the TOML to put there.
+  - Where the NVIDIA GPU Operator's container toolkit owns the runtime (O(gpu_operator.toolkit), a runtime whose
+    C(BinaryName) lies under O(gpu_operator.toolkit_dir), as the toolkit's drop-in C(/etc/containerd/conf.d/99-nvidia.toml)
+    writes them, or the toolkit's runtime binary there), the module changes nothing, not even with a wrong C(BinaryName),
+    and returns RV(refused) with a warning, as the toolkit rewrites its drop-in whenever its pod starts. C(container_runtime)
+    in O(gpu_operator.takeover) makes it act anyway, with a warning.
   - Restarts containerd only with O(restart); otherwise RV(restart_required) says when a restart is needed.
   - With O(restart=if_required), after writing, the module runs C(systemctl restart) O(service) and polls every quarter
     second, in the same run, until systemd calls the service active and containerd serves again - its gRPC socket
@@ -57,6 +62,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.node_root
   - gpuharden.k8s._files
+  - gpuharden.k8s._gpu_operator
 attributes:
   check_mode:
     support: full
@@ -256,6 +262,15 @@ readiness:
   type: dict
   sample: {"ready": true, "status": "active", "seconds": 0.6, "attempts": 3, "address": "/run/containerd/containerd.sock",
            "timed_out": false, "error": null}
+refused:
+  description:
+    - What the module refused to change and why, one C({what, why, fix}) each (the GPU Operator's toolkit owns the
+      runtime); empty otherwise.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"what": "containerd's nvidia runtime (/etc/containerd/conf.d/99-nvidia.toml)",
+            "why": "the NVIDIA GPU Operator's container toolkit owns it: ...", "fix": "configure the runtime through ..."}]
 rollback:
   description:
     - When containerd did not come back after the restart, C(restored) (the files put back as they were before this
@@ -268,7 +283,7 @@ rollback:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd, _containerd_restart
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd, _containerd_restart, _gpu_operator
 
 
 def build_module():
@@ -295,7 +310,8 @@ def run(module):
         raise GpuhardenError("containerd_nvidia_runtime: option ready_timeout=%r must be a positive number of seconds"
                              % module.params["ready_timeout"])
     result = _containerd.decide(module.params)
-    warnings = _containerd.enforce_binary(result, module.params) + result["warnings"]
+    warnings = (_containerd.enforce_binary(result, module.params) + result["warnings"]
+                + _gpu_operator.warnings(result["refused"], result["not_checked"]))
     changes = result["changes"]
     changed = bool(changes)
     backups = {}
@@ -325,6 +341,7 @@ def run(module):
         "restarted": False,
         "readiness": None,
         "rollback": None,
+        "refused": result["refused"],
     }
     if _containerd_restart.wanted(module.params, changed, module.check_mode):
         output["restarted"] = True

@@ -81,6 +81,17 @@ options:
       - When that check fails, the pods are still returned; RV(device_plugin_check) then holds C(failed), C(msg) and the
         findings so far.
     type: dict
+  gpu_operator:
+    description:
+      - Also read which node components the NVIDIA GPU Operator runs on each node of O(nodes) (the container toolkit,
+        the driver container, the MIG manager), from the ClusterPolicy's C(spec.toolkit), C(spec.driver) and
+        C(spec.migManager) (enabled unless set to false) and the nodes' C(nvidia.com/gpu.deploy.*) labels, in one LIST of
+        ClusterPolicies and, where one exists, one LIST per component's label. The result is RV(gpu_operator); harden's
+        and the drift check's plans hand each node its entry, so that the node stages the operator owns defer to it.
+      - A cluster without the ClusterPolicy CRD has no operator. A failed read (RBAC, the API) is RV(gpu_operator.error),
+        and the pods are still returned.
+    type: bool
+    default: false
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -151,6 +162,29 @@ device_plugin_check:
     - C(clean) is true when the stage would change, report and warn nothing (false when the check failed).
   returned: always
   type: dict
+gpu_operator:
+  description:
+    - With O(gpu_operator), C(nodes) (per node that the operator runs a component on, the M(gpuharden.k8s.node_audit)
+      O(gpuharden.k8s.node_audit#module:gpu_operator) entries C(toolkit), C(driver), C(mig_manager), each a line that
+      names the ClusterPolicy, its field and the node's label, and C(toolkit_dir) or C(driver_root) where the
+      ClusterPolicy moves them), C(policies) (the ClusterPolicies' names) and C(error) (why they could not be read, or
+      V(null)); else V(null).
+  returned: always
+  type: dict
+  contains:
+    nodes:
+      description: Per node the operator runs a component on, its entries.
+      type: dict
+      sample: {"gpu-1": {"toolkit": "ClusterPolicy cluster-policy runs the GPU Operator's container toolkit on this node
+               (spec.toolkit.enabled is unset (the operator's default: enabled); node label
+               nvidia.com/gpu.deploy.container-toolkit=true)"}}
+    policies:
+      description: The ClusterPolicies' names (none without the operator's CRD).
+      type: list
+      elements: str
+    error:
+      description: Why the ClusterPolicies or the nodes' labels could not be read, or V(null).
+      type: str
 api_requests:
   description: Number of LIST requests (pages) the call made for the pods (each check counts its own).
   returned: always
@@ -159,7 +193,13 @@ api_requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin_reconcile, _gpu_pods, _runtime_class
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import (
+    _consistency,
+    _device_plugin_reconcile,
+    _gpu_operator_policy,
+    _gpu_pods,
+    _runtime_class,
+)
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
@@ -176,6 +216,7 @@ def argument_spec():
         pods_snapshot={"type": "bool", "default": False},
         runtime_class={"type": "dict"},
         device_plugin={"type": "dict"},
+        gpu_operator={"type": "bool", "default": False},
     )
     return spec
 
@@ -206,8 +247,8 @@ def gather(params):
     if params["pods_snapshot"]:
         # gpu_consistency's own LIST: the whole cluster, pending pods too (collect keeps only those bound to the nodes)
         field_selector = _consistency.POD_SELECTOR
-    pods, requests, runtime_class_check, device_plugin_check = [], 0, None, None
-    if names or params["pods_snapshot"] or runtime_class or device_plugin:
+    pods, requests, runtime_class_check, device_plugin_check, operator = [], 0, None, None, None
+    if names or params["pods_snapshot"] or runtime_class or device_plugin or params["gpu_operator"]:
         api = _k8s.api_client(params)
         try:
             if names or params["pods_snapshot"]:
@@ -217,12 +258,15 @@ def gather(params):
                 runtime_class_check = _runtime_class.dry_run(client, runtime_class, page_limit=params["page_limit"])
             if device_plugin:
                 device_plugin_check = _device_plugin_reconcile.dry_run(_k8s_objects.Client(api, "device_plugin"), device_plugin)
+            if params["gpu_operator"]:
+                operator = _gpu_operator_policy.read(_k8s_objects.Client(api, "gpu_pods_info"), params["nodes"], params["page_limit"])
         finally:
             api.close()
     found, by_node, unlimited = _gpu_pods.collect(pods, names, prefixes)
     snapshot = _k8s_snapshot.write("pods", [_consistency.project_pod(pod) for pod in pods]) if params["pods_snapshot"] else None
     return {"pods": found, "pod_uids_by_node": by_node, "unlimited_pods": unlimited, "api_requests": requests,
-            "pods_snapshot": snapshot, "runtime_class_check": runtime_class_check, "device_plugin_check": device_plugin_check}
+            "pods_snapshot": snapshot, "runtime_class_check": runtime_class_check, "device_plugin_check": device_plugin_check,
+            "gpu_operator": operator}
 
 
 def main():

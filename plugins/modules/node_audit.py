@@ -24,6 +24,12 @@ description:
     drift; or refused, where what the check found is outside what gpuharden changes safely (another installer owns
     it), named with why. A check may also name a part of itself it could not run or refused beside what it did check.
     The other checks always still run.
+  - Where the NVIDIA GPU Operator owns a check's part of the node (O(gpu_operator); its toolkit the containerd runtime,
+    its driver container the device nodes, its MIG manager the MIG layout), the check reports it under C(refused) with
+    why and the fix, and no drift, as the module of its stage refuses to change it; a stage listed in
+    O(gpu_operator.takeover) is checked as usual. O(gpu_operator), when given, is what the containerd and device_nodes
+    checks take as their own C(gpu_operator) option; the mig check, whose part leaves no trace on the node, is refused
+    from it alone, without running. Each refused part is also given as a warning.
   - Read-only; never changes the node.
 author:
   - gpuharden maintainers (@gpuharden)
@@ -31,6 +37,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.info_module
   - gpuharden.k8s._attributes.node_root
+  - gpuharden.k8s._gpu_operator
 options:
   node_name:
     description:
@@ -224,6 +231,10 @@ node_report:
       C(nvidia.com/*) devices per container, the exact allocation gpu_consistency compares the processes with.
   returned: always
   type: dict
+gpu_operator:
+  description: The O(gpu_operator) option the checks took, as validated, or V(null) when it was not given.
+  returned: always
+  type: dict
 seconds:
   description: Time spent in the checks.
   returned: always
@@ -246,6 +257,7 @@ import resource
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _gpu_operator
 
 
 def argument_spec():
@@ -256,6 +268,8 @@ def argument_spec():
     }
     spec.update((name, {"type": "dict"}) for name in _node_audit.CHECK_NAMES)
     spec["lock"] = {"type": "dict", "options": _node_audit.LOCK_SPEC}
+    # given or not (no defaults applied): the controller's reading replaces the checks' own only when given
+    spec["gpu_operator"] = dict(_gpu_operator.argument(), apply_defaults=False)
     return spec
 
 
@@ -265,6 +279,10 @@ def build_module():
 
 def execute(module):
     result = _node_audit.audit(module.params)
+    # what the checks refused to judge (the GPU Operator owns it) shows in the run's output, not only in its data
+    for name, check in sorted(result["checks"].items()):
+        for warning in _gpu_operator.warnings(check.get("refused") or [], []):
+            module.warn("%s check: %s" % (name, warning))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     result["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 4)
     return result

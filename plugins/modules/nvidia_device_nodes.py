@@ -45,12 +45,18 @@ description:
     registered through a file descriptor of C(/dev/nvidiactl), and capabilities are checked by the driver behind
     C(/dev/nvidiactl) and C(/dev/nvidia<N>)."
   - Does not need NVML, which may be exactly what is broken.
+  - Where the NVIDIA GPU Operator's driver container serves the driver (O(gpu_operator.driver), a non-empty
+    O(gpu_operator.driver_root) or C(/run/nvidia/validations/.driver-ctr-ready)), the module changes nothing and
+    returns RV(refused) with a warning, since the driver container loads the module with its own modprobe options and the
+    operator's validator makes the device nodes and C(/dev/char) links. C(device_permissions) in
+    O(gpu_operator.takeover) makes it act anyway, with a warning.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.node_root
   - gpuharden.k8s._files
+  - gpuharden.k8s._gpu_operator
 attributes:
   check_mode:
     support: full
@@ -223,6 +229,13 @@ not_persistable:
   elements: dict
   sample: [{"path": "/dev/nvidia-uvm", "wanted": "root:video 0660", "kept": "root:root 0666",
             "kept_by": "nvidia-modprobe: always root:root 0666 (no parameter changes it)"}]
+refused:
+  description:
+    - What the module refused to change and why, one C({what, why, fix}) each (the GPU Operator's driver container serves
+      the driver); empty otherwise.
+  returned: always
+  type: list
+  elements: dict
 unknown_nodes:
   description: Existing C(/dev/nvidia*) entries the driver does not account for; reported, never touched.
   returned: always
@@ -236,7 +249,7 @@ backup_files:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _device_nodes
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _device_nodes, _gpu_operator
 
 
 def build_module():
@@ -254,7 +267,7 @@ def run(module):
                 module.set_default_selinux_context(path, False)
         _device_nodes.apply_nodes(planned, module.params["root"], label=label)
         backups = _files.apply_changes(module, planned["changes"], backup=module.params["backup"])
-    for warning in planned["warnings"]:
+    for warning in planned["warnings"] + _gpu_operator.warnings(planned["refused"], planned["not_checked"]):
         module.warn(warning)
     for conflict in planned["conflicts"]:
         where = conflict["file"] if conflict["line"] is None else "%s line %d" % (conflict["file"], conflict["line"])
@@ -272,6 +285,7 @@ def run(module):
         "driver_loaded": planned["driver_loaded"],
         "unknown_nodes": planned["unknown_nodes"],
         "not_persistable": planned["not_persistable"],
+        "refused": planned["refused"],
     }
     if backups:
         result["backup_files"] = backups

@@ -16,10 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpuharden_lab import operatornode
 
 from tests.real import daemons
 from tests.unit.conftest import run_module
-from tests.unit.test_containerd import BINARY, CONFIG, K3S_CONFIG, RKE2_CONFIG, install, install_at, snapshot
+from tests.unit.test_containerd import BINARY, CONFIG, DROP_IN, K3S_CONFIG, RKE2_CONFIG, install, install_at, snapshot, toolkit
 
 pytestmark = pytest.mark.real
 
@@ -367,6 +368,33 @@ def test_enable_cdi_is_written_and_read_by_containerd_17(world_tmp, containerd):
     assert "enable_cdi" in " ".join(result["actions"]) and result["notes"] == [], result
     status = assert_runs_with_nvidia(containerd, V1X, root, result)
     assert status["info"]["config"]["enableCDI"] is True, status["info"]["config"].get("enableCDI")
+
+
+@pytest.mark.parametrize("version", [V1X, V2X])
+def test_the_gpu_operators_toolkit_layout_is_what_the_daemon_runs_and_the_module_leaves_it_alone(world_tmp, containerd, version):
+    # Issue 43 item 4: the drop-in the GPU Operator's toolkit container writes over the release's own default config
+    # (lab operatornode.py, from nvidia-container-toolkit v1.20.0 cmd/nvidia-ctk-installer: a copy of the CRI section,
+    # the runtimes nvidia, nvidia-cdi and nvidia-legacy under /usr/local/nvidia/toolkit, enable_cdi), and the import of
+    # conf.d the installer adds to a config without one (1.7's default; 2.4's has it).  The real daemon runs the three
+    # runtimes; the module changes nothing there and says why.
+    main = subprocess.run([str(daemons.containerd_bin(version)), "config", "default"], capture_output=True, text=True, check=True).stdout
+    root = install(world_tmp, files={CONFIG: operatornode.with_import(main), DROP_IN: operatornode.drop_in(main)})
+    for _name, binary in operatornode.RUNTIMES:
+        toolkit(root, "%s/%s" % (operatornode.TOOLKIT_DIR, binary))
+    before = snapshot(root)
+    result = module(root)
+    assert result["changed"] is False and not result.get("failed") and len(result["refused"]) == 1, result
+    assert "container toolkit owns it" in result["refused"][0]["why"], result
+    assert snapshot(root) == before
+    daemon, sock = containerd(version, root, CONFIG, result["files"])
+    assert daemons.wait_containerd(daemon, version, sock), daemon.text()[-3000:]
+    status = daemons.cri_status(sock)
+    runtimes = daemons.cri_runtimes(status)
+    for name, binary in operatornode.RUNTIMES:
+        assert runtimes[name]["options"]["BinaryName"] == "%s/%s" % (operatornode.TOOLKIT_DIR, binary), (name, runtimes.get(name))
+    assert "runc" in runtimes and status["info"]["config"]["containerd"]["defaultRuntimeName"] == "runc"
+    if version == V1X:  # the toolkit's enable_cdi; 2.4 has CDI on always
+        assert status["info"]["config"]["enableCDI"] is True, status["info"]["config"].get("enableCDI")
 
 
 BARE_V2 = {

@@ -636,8 +636,8 @@ def test_item10_runtime_binary_through_a_symlink_in_the_root(world_tmp):
     root = install(world_tmp, "v3-confd")
     binary = root / BINARY.lstrip("/")
     binary.unlink()
-    toolkit(root, "/usr/local/nvidia/toolkit/nvidia-container-runtime")
-    binary.symlink_to("/usr/local/nvidia/toolkit/nvidia-container-runtime")  # absolute: resolved inside the root
+    toolkit(root, "/opt/nvidia/bin/nvidia-container-runtime")
+    binary.symlink_to("/opt/nvidia/bin/nvidia-container-runtime")  # absolute: resolved inside the root
     assert run_module("containerd_nvidia_runtime", module_args(root), {})["changed"] is True
 
 
@@ -678,11 +678,11 @@ def test_item11_k3s_own_nvidia_runtime_is_correct(world_tmp):
     # what k3s appends when it finds nvidia-container-runtime on its PATH (ExtraRuntimes: no SystemdCgroup)
     config.write_text(config.read_text() + "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\"]\n"
                       "  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"nvidia\".options]\n"
-                      "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n")
-    toolkit(root, "/usr/local/nvidia/toolkit/nvidia-container-runtime")
+                      "  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n")
+    toolkit(root)
     result = run_module("containerd_nvidia_runtime", module_args(root, path=K3S_CONFIG), {})
-    assert result["changed"] is False and result["generated_by"] == "k3s", result
-    assert result["runtime_binary"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    assert result["changed"] is False and result["generated_by"] == "k3s" and result["refused"] == [], result
+    assert result["runtime_binary"] == BINARY
     assert "SystemdCgroup" in str(result.get("warnings"))
 
 

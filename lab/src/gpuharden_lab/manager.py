@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, realnode, workloads
+from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT, cluster, controlplane, layout, operatornode, realnode, workloads
 from gpuharden_lab import node as lab_node
 from gpuharden_lab.noderoot import load_fixture
 from gpuharden_lab.scenario import Scenario, load
@@ -117,10 +117,16 @@ def _node_files(node: lab_node.Node, library: Path, validator: Path | None) -> N
         node.write_file("/usr/local/bin/containerd", realnode.containerd_wrapper(release), 0o755)
         node.write_file("/usr/local/bin/ctr", realnode.ctr_wrapper(release), 0o755)
         node.write_file(realnode.LAB_BIN + "/runc", realnode.runc_wrapper(), 0o755)
-        node.write_file("/etc/containerd/config.toml", realnode.default_containerd_config(release))
+        main_config = realnode.default_containerd_config(release)
+        node.write_file("/etc/containerd/config.toml", main_config)
         node.write_file("/etc/cni/net.d/10-gpuharden-lab.conflist", realnode.cni_conflist())
         node.write_file("/etc/kubernetes/manifests/.keep", "")  # kubeadm creates staticPodPath; the kubelet skips dot files
-        if node.spec.fixture is not None:
+        if node.spec.real_nvidia_runtime == "operator":
+            # The GPU Operator's toolkit container has run: its toolkit under /usr/local/nvidia/toolkit, its drop-in
+            # (operatornode.py); no toolkit package on the host.
+            for path, (content, mode) in operatornode.toolkit_files(main_config, realnode.container_toolkit_binaries()).items():
+                node.write_file(path, content, mode)
+        elif node.spec.fixture is not None:
             # The real NVIDIA container toolkit, where its package installs it: containerd's nvidia runtime names
             # /usr/bin/nvidia-container-runtime (BinaryName), which finds nvidia-cdi-hook beside it.
             for name, binary in realnode.container_toolkit_binaries().items():
@@ -166,6 +172,8 @@ def _start_services(nodes: list[lab_node.Node]) -> dict[str, str]:
             done = lab_node.run_in(node, list(realnode.NVIDIA_CTK_CONFIGURE), check=False)
             if done.returncode != 0:
                 raise LabError("node %s: %s failed: %s" % (node.name, " ".join(realnode.NVIDIA_CTK_CONFIGURE), done.stderr.strip()[-500:]))
+        if node.spec.real_nvidia_runtime == "operator":
+            lab_node.run_in(node, ["sh", "-c", operatornode.DRIVER_ROOT_SCRIPT])  # the driver container's root (operatornode.py)
         for unit in ("containerd", node.spec.kubelet_unit):
             lab_node.run_in(node, ["systemctl", "enable", "--now", unit], check=False)
             if unit == "containerd" and node.spec.real_containerd is not None:

@@ -48,7 +48,8 @@ class NodeSpec:
     python_missing: list[str] = field(default_factory=list)  # distributions the node's Python lacks
     real_containerd: str | None = None  # "2" or "1.7": the real containerd and kubelet run here (realnode.py)
     # "default": before containerd first starts, the real nvidia-ctk configures its nvidia runtime as the default one,
-    # as NVIDIA's install guide has an admin do (realnode.NVIDIA_CTK_CONFIGURE); None: containerd's config as installed
+    # as NVIDIA's install guide has an admin do (realnode.NVIDIA_CTK_CONFIGURE); "operator": the GPU Operator's toolkit
+    # and driver containers have run (operatornode.py); None: containerd's config as installed
     real_nvidia_runtime: str | None = None
     # Files a real node gets after its kubelet registered the Node, followed by a kubelet restart: what changed on a
     # node that had joined (a seed the real kubelet refuses at start, which a node that never joined could not show)

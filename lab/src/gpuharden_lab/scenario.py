@@ -60,8 +60,8 @@ def _node_spec(entry: dict, defaults: dict, source: Path, where: str) -> NodeSpe
         raise LabError("%s: %s: 'python_missing' must be a list of distribution names, got %r" % (source, where, python_missing))
     real = merged.get("real")
     if real is not None and (not isinstance(real, dict) or set(real) - {"containerd", "nvidia_runtime"}
-                             or str(real.get("containerd")) not in ("2", "1.7") or real.get("nvidia_runtime") not in (None, "default")):
-        raise LabError("%s: %s: 'real' must be {containerd: \"2\" or \"1.7\", nvidia_runtime: default (optional)}, got %r"
+                             or str(real.get("containerd")) not in ("2", "1.7") or real.get("nvidia_runtime") not in (None, "default", "operator")):
+        raise LabError("%s: %s: 'real' must be {containerd: \"2\" or \"1.7\", nvidia_runtime: default or operator (optional)}, got %r"
                        % (source, where, real))
     if real is not None and real.get("nvidia_runtime") and merged.get("fixture") is None:
         raise LabError("%s: %s: 'real.nvidia_runtime' needs a GPU node (a fixture): the toolkit is installed only there" % (source, where))

@@ -23,7 +23,15 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_a
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _host, _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_memory, _containerd, _device_nodes, _kubelet, _mig, _process_cgroups
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import (
+    _cgroup_memory,
+    _containerd,
+    _device_nodes,
+    _gpu_operator,
+    _kubelet,
+    _mig,
+    _process_cgroups,
+)
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts, _mig_nvml, _nvml, _nvml_node
 
 
@@ -44,8 +52,21 @@ def section_params(name, spec, given, root, rules=None):
 # One function per check: options -> (would_change, findings, details)
 
 
+def _operator_parts(details, plan):
+    """The parts the check refused (the GPU Operator owns them) or could not check (its ClusterPolicy was not read),
+    as the audit lifts them from ``details``."""
+    if plan.get("refused"):
+        details[REFUSED] = plan["refused"]
+    if plan.get("not_checked"):
+        details[NOT_CHECKED] = plan["not_checked"]
+    return details
+
+
 def audit_device_nodes(params):
     policy, planned = _device_nodes.decide(params)
+    details = _operator_parts({"policy": dict(policy, mode="%04o" % policy["mode"])}, planned)
+    if planned["refused"]:
+        return False, [], details
     findings = []
     ids = {"create": "device_node_missing", "replace": "device_node_wrong_type", "fix": "device_node_permissions"}
     for path, node in sorted(planned["nodes"].items()):
@@ -91,12 +112,12 @@ def audit_device_nodes(params):
             ", ".join("%s=%s" % item for item in sorted(desired.items())),
             ", ".join("%s=%s" % item for item in sorted(running.items())),
             "the running driver uses other NVreg_DeviceFile* values until it is reloaded or the node reboots"))
-    changed = _device_nodes.changed(planned)
-    return changed, findings, {"policy": dict(policy, mode="%04o" % policy["mode"])}
+    return _device_nodes.changed(planned), findings, details
 
 
 def audit_containerd(params):
     plan = _containerd.decide(params)
+    details = _operator_parts({"config_version": plan["config_version"], "files": plan["files"]}, plan)
     findings = []
     if plan["changes"]:
         findings.append(finding(
@@ -113,7 +134,7 @@ def audit_containerd(params):
             "containerd_runtime_binary_missing", "error",
             "an executable %s" % plan["runtime_binary"], plan["runtime_binary_state"],
             "install the NVIDIA container toolkit (nvidia-container-toolkit): %s" % problem, path=plan["runtime_binary"]))
-    return bool(plan["changes"]), findings, {"config_version": plan["config_version"], "files": plan["files"]}
+    return bool(plan["changes"]), findings, details
 
 
 def _where(source):
@@ -324,9 +345,27 @@ def _compliant(report, root):
     return bool(facts["driver_gpus"] if facts is not None else _host.driver_gpus(root))
 
 
+# The checks whose stage the GPU Operator may own and that see nothing of it on the node (its MIG manager leaves no
+# trace there): the audit defers them from the controller's reading alone (the gpu_operator option), node stage and what.
+# containerd and device_nodes read the node's layout themselves, through their own gpu_operator option.
+OPERATOR_ONLY_CHECKS = {"mig": ("mig", "the MIG layout of the node's GPUs")}
+
+
+def _operator_gate(name, operator):
+    """(refused, not_checked) of a check in OPERATOR_ONLY_CHECKS, from the controller's reading; ([], []) elsewhere."""
+    if operator is None or name not in OPERATOR_ONLY_CHECKS:
+        return [], []
+    stage, what = OPERATOR_ONLY_CHECKS[name]
+    refused, not_checked, _warnings = _gpu_operator.decide(stage, what, [], {"gpu_operator": operator})
+    return refused, not_checked
+
+
 def _audit(params, clock):
     root = params["root"]
     node = params.get("node_name")
+    # What the controller read of the GPU Operator's ClusterPolicy for this node (with the stages taken over): it
+    # replaces the checks' own gpu_operator option, the plan's reading being the one of this run
+    operator = params.get("gpu_operator")
     findings, checks, node_report, pod_resources = [], {}, None, None
     started = clock()
     for name, spec, rules, function in CHECKS:
@@ -335,8 +374,16 @@ def _audit(params, clock):
             checks[name] = {"status": "skipped"}
             continue
         begun = clock()
+        refused, operator_not_checked = _operator_gate(name, operator)
+        if refused:
+            checks[name] = {"status": "ok", "would_change": False, "findings": 0, "seconds": round(clock() - begun, 4),
+                            "details": {}, REFUSED: refused}
+            continue
         try:
-            options = section_params(name, spec(), given, root, rules)
+            section = spec()
+            if operator is not None and "gpu_operator" in section:
+                given = dict(given, gpu_operator=operator)
+            options = section_params(name, section, given, root, rules)
             if node and "node_name" in options and not options.get("node_name"):
                 options["node_name"] = node
             would_change, found, details = function(options)
@@ -356,6 +403,8 @@ def _audit(params, clock):
                         "seconds": round(clock() - begun, 4), "details": details}
         # A part of the check that could not run (a tool prerequisite the node lacks), or that the check refuses to
         # judge (another installer owns it): named beside what it did check.
+        if operator_not_checked:
+            details[NOT_CHECKED] = details.get(NOT_CHECKED, []) + operator_not_checked
         for state in (NOT_CHECKED, REFUSED):
             entries = details.pop(state, None)
             if entries:
@@ -379,5 +428,7 @@ def _audit(params, clock):
             REFUSED: sorted(name for name, check in checks.items() if check.get(REFUSED)),
         },
         "node_report": node_report,
+        # the controller's reading the checks took (harden's stages take it from here, gpuharden_node_plan.gpu_operator)
+        "gpu_operator": operator,
         "seconds": round(clock() - started, 4),
     })

@@ -38,6 +38,7 @@ import stat
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._files import FileChange, read_text
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _gpu_operator
 
 try:
     import tomlkit
@@ -1165,9 +1166,10 @@ def binary_state(root, path):
 
 
 def binary_problem(plan):
-    """A message when the runtime's BinaryName cannot start on the node, else None."""
+    """A message when the runtime's BinaryName cannot start on the node, else None (also where the runtime is the GPU
+    Operator's, which the stage refuses to judge)."""
     state = plan.get("runtime_binary_state", "ok")
-    if state == "ok":
+    if state == "ok" or plan.get("refused"):
         return None
     return ("%s: %s (options.BinaryName of the %s runtime); containerd could not start a container with that runtime: "
             "install the NVIDIA container toolkit (nvidia-container-toolkit) on the node"
@@ -1202,6 +1204,7 @@ def argument_spec():
         "drop_in": {"type": "path", "default": "/etc/containerd/conf.d/99-nvidia.toml"},
         "on_missing_runtime_binary": {"type": "str", "default": "fail", "choices": list(BINARY_POLICIES)},
         "backup": {"type": "bool", "default": False},
+        "gpu_operator": _gpu_operator.argument(),
     }
 
 
@@ -1226,13 +1229,76 @@ def grpc_address(files):
     return address
 
 
+# The node stage this planner serves, as gpuharden_operator_takeover names it
+STAGE = "container_runtime"
+
+
+def defined_runtimes(files):
+    """Every (file, runtime name, BinaryName) the files define in a CRI plugin section, read leniently (a value of
+    another type is left to the planner, which names it): what shows whose runtime this is."""
+    def table(parent, key):
+        value = parent.get(key) if isinstance(parent, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    found = []
+    for config in files:
+        for plugin in (V2_CRI, V3_CRI):
+            runtimes = table(table(table(table(config.doc, "plugins"), plugin), "containerd"), "runtimes")
+            for name in runtimes:
+                binary = table(table(runtimes, name), "options").get("BinaryName")
+                if isinstance(binary, str):
+                    found.append((config.path, str(name), str(binary)))
+    return found
+
+
+def deferred_plan(files, params, refused):
+    """The plan of a node whose runtime the GPU Operator's toolkit owns: nothing to change, and what containerd reads."""
+    try:
+        current = plan_runtime_view(files, params)
+    except GpuhardenError:  # a layout the planner would refuse; not ours to judge here
+        current = {"runtime": None, "default_runtime_name": None, "enable_cdi": None}
+    runtime = current["runtime"] or {}
+    defining = [path for path, name, _binary in defined_runtimes(files) if name == params["runtime_name"]]
+    return {
+        "runtime_name": params["runtime_name"],
+        "config_version": files[0].doc.get("version"),
+        "files": [config.path for config in files],
+        "runtime_file": defining[-1] if defining else files[0].path,
+        "base_runtime": None,
+        "generated_by": next((generated_by(config) for config in files if generated_by(config)), None),
+        "runtime_binary": (runtime.get("options") or {}).get("BinaryName"),
+        "current": current,
+        "desired": copy.deepcopy(current),
+        "actions": [],
+        "changes": [],
+        "warnings": [],
+        "notes": [],
+        "refused": refused,
+    }
+
+
 def decide(params):
     """Validate, read the whole config set, plan, and look at the runtime binary (nothing changes here;
-    ``enforce_binary`` applies the on_missing_runtime_binary policy)."""
+    ``enforce_binary`` applies the on_missing_runtime_binary policy).  Where the GPU Operator's toolkit owns the runtime
+    (the controller's ClusterPolicy reading, or the toolkit's layout on the node) and the stage is not taken over, the
+    plan changes nothing and ``refused`` says why."""
     validate_params(params)
-    files = read_config_set(params["root"], params["path"])
-    plan = plan_runtime(files, params, root=params["root"])
-    plan["runtime_binary_state"] = binary_state(params["root"], plan["runtime_binary"])
+    root = params["root"]
+    files = read_config_set(root, params["path"])
+    operator = _gpu_operator.options(params)
+    runtimes = defined_runtimes(files)
+    owned = sorted({path for path, _name, binary in runtimes if _gpu_operator.under_dir(binary, operator["toolkit_dir"])})
+    what = "containerd's %s runtime (%s)" % (params["runtime_name"], ", ".join(owned) or params["path"])
+    refused, not_checked, warnings = _gpu_operator.decide(STAGE, what, _gpu_operator.toolkit_layout(root, operator["toolkit_dir"], runtimes), params)
+    if refused:
+        plan = deferred_plan(files, params, refused)
+    else:
+        plan = plan_runtime(files, params, root=root)
+        plan["warnings"] = warnings + plan["warnings"]
+        plan["refused"] = []
+    plan["not_checked"] = not_checked
+    binary = plan["runtime_binary"]
+    plan["runtime_binary_state"] = binary_state(root, binary) if binary else "missing"
     # where the restarted daemon will listen: the write adds a runtime and never touches the [grpc] sections
     plan["grpc_address"] = grpc_address(files)
     return plan

@@ -58,6 +58,7 @@ import stat
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _gpu_operator
 
 POLICIES = ("default", "restricted", "custom")
 DRIVER_DEFAULT = {"uid": 0, "gid": 0, "mode": 0o666}
@@ -277,10 +278,14 @@ def _modprobe_files(root, own_path):
     return files, chosen
 
 
-def observe(root, modprobe_file, udev_rules_file):
-    """Everything ``plan`` needs, read from the node once."""
+def check_root(root):
     if not os.path.isdir(root):
         raise GpuhardenError("option root=%s is not a directory" % root)
+
+
+def observe(root, modprobe_file, udev_rules_file):
+    """Everything ``plan`` needs, read from the node once."""
+    check_root(root)
     gpus = _host.driver_gpus(root)
     params = _host.driver_params(root)
     majors = _host.char_majors(root)
@@ -744,6 +749,7 @@ def argument_spec():
         "udev_rules_file": {"type": "path", "default": "/etc/udev/rules.d/70-gpuharden-nvidia.rules"},
         "on_conflict": {"type": "str", "choices": ["warn", "fail"], "default": "warn"},
         "backup": {"type": "bool", "default": False},
+        "gpu_operator": _gpu_operator.argument(),
     }
 
 
@@ -755,23 +761,49 @@ def check_paths(params):
                                  % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
 
 
+# The node stage this planner serves, as gpuharden_operator_takeover names it
+STAGE = "device_permissions"
+
+
+def deferred_plan(root, policy, refused):
+    """The plan of a node whose driver the GPU Operator's driver container serves: nothing to change (plan's keys)."""
+    params = _host.driver_params(root)
+    return {"nodes": {}, "links": {}, "dirs": [], "node_actions": [], "link_actions": [], "actions": [], "changes": [],
+            "udev_cleanup": None, "conflicts": [], "reboot_or_reload_required": False,
+            "driver_params": {"running": None, "desired": {param: policy[field] for _key, param, field in NVREG}},
+            "driver_loaded": _host.driver_gpus(root) is not None or params is not None, "unknown_nodes": [],
+            "not_persistable": [], "warnings": [], "diff_before": "", "diff_after": "", "refused": refused}
+
+
 def decide(params):
-    """Parse the options, read the node, plan everything (nothing changes here)."""
+    """Parse the options, read the node, plan everything (nothing changes here).  Where the GPU Operator's driver
+    container serves the driver (the controller's ClusterPolicy reading, or its driver root on the node) and the stage
+    is not taken over, the plan changes nothing and ``refused`` says why."""
     check_paths(params)
     root = params["root"]
-    observed = observe(root, params["modprobe_file"], params["udev_rules_file"])
+    check_root(root)
     lookup_user, lookup_group, name_of = id_lookups(root)
     policy = resolve_policy(params["policy"], params["owner"], params["group"], params["mode"],
                             lookup_user, lookup_group, name_of)
-    planned = plan(
-        observed, policy, create_missing=params["create_missing"], char_links=params["char_links"],
-        persist=params["persist"], modprobe_file=params["modprobe_file"],
-        udev_rules_file=params["udev_rules_file"], root=root, name_of=name_of)
-    effective = [conflict for conflict in planned["conflicts"] if conflict["overrides"]]
-    if effective and params["on_conflict"] == "fail":
-        raise GpuhardenError(
-            "conflicting NVIDIA device-file settings (on_conflict=fail, nothing changed): %s" % "; ".join(
-                "%s%s: %s=%s (wanted %s)" % (c["file"], "" if c["line"] is None else " line %d" % c["line"],
-                                             c["parameter"], c["value"], c["expected"]) for c in effective),
-            conflicts=planned["conflicts"])
+    operator = _gpu_operator.options(params)
+    what = "the NVIDIA device nodes, their /dev/char links and %s" % params["modprobe_file"]
+    refused, not_checked, warnings = _gpu_operator.decide(STAGE, what, _gpu_operator.driver_layout(root, operator["driver_root"]), params)
+    if refused:
+        planned = deferred_plan(root, policy, refused)
+    else:
+        observed = observe(root, params["modprobe_file"], params["udev_rules_file"])
+        planned = plan(
+            observed, policy, create_missing=params["create_missing"], char_links=params["char_links"],
+            persist=params["persist"], modprobe_file=params["modprobe_file"],
+            udev_rules_file=params["udev_rules_file"], root=root, name_of=name_of)
+        planned["warnings"] = warnings + planned["warnings"]
+        planned["refused"] = []
+        effective = [conflict for conflict in planned["conflicts"] if conflict["overrides"]]
+        if effective and params["on_conflict"] == "fail":
+            raise GpuhardenError(
+                "conflicting NVIDIA device-file settings (on_conflict=fail, nothing changed): %s" % "; ".join(
+                    "%s%s: %s=%s (wanted %s)" % (c["file"], "" if c["line"] is None else " line %d" % c["line"],
+                                                 c["parameter"], c["value"], c["expected"]) for c in effective),
+                conflicts=planned["conflicts"])
+    planned["not_checked"] = not_checked
     return policy, planned
