@@ -51,6 +51,11 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 
+try:  # where a value was read (file:line:col): ansible-core 2.19 tags what its loader reads; not a public API yet
+    from ansible._internal._datatag._tags import Origin
+except ImportError:  # pragma: no cover (another ansible-core: the messages name no file)
+    Origin = None
+
 COLLECTION_PREFIX = "gpuharden_"
 ALLOW_VARIABLE = "gpuharden_allow_unknown_variables"
 EXTRA_VARIABLE = "gpuharden_known_extra_variables"
@@ -317,21 +322,31 @@ def value_errors(name, value, specs):
     return errors
 
 
+def origin_text(value):
+    """Where Ansible read ``value`` (path:line:col), or None (an extra var given as key=value, a default)."""
+    origin = Origin.get_tag(value) if Origin is not None else None
+    return str(origin) if origin is not None and getattr(origin, "path", None) else None
+
+
+def _distinct(items):
+    found = []
+    for item in items:
+        if item not in found:
+            found.append(item)
+    return found
+
+
 def play_keyword_refusals(host_values, play_names, play_keywords):
-    """[(name, keyword, [hosts], [distinct values])] for each variable that feeds a play keyword and that a host has
-    while the play (extra vars, play vars: what the keyword sees) has not: an inventory value the keyword never reads.
-    ``host_values`` is {host: {name: value}} of the names each host has."""
+    """[(name, keyword, [hosts], [distinct values], [distinct origins])] for each variable that feeds a play keyword and
+    that a host has while the play (extra vars, play vars: what the keyword sees) has not: an inventory value the
+    keyword never reads.  ``host_values`` is {host: {name: (value, origin or None)}} of the names each host has."""
     refusals = []
     for name in sorted(play_keywords):
-        if name in play_names:
-            continue
         hosts = sorted(host for host, values in host_values.items() if name in values)
-        distinct = []
-        for host in hosts:
-            if host_values[host][name] not in distinct:
-                distinct.append(host_values[host][name])
-        if hosts:
-            refusals.append((name, play_keywords[name], hosts, distinct))
+        if hosts and name not in play_names:
+            found = [host_values[host][name] for host in hosts]
+            refusals.append((name, play_keywords[name], hosts, _distinct(value for value, _origin in found),
+                             _distinct(origin for _value, origin in found if origin)))
     return refusals
 
 
@@ -359,22 +374,25 @@ def failure_message(unknown_by_host, lead="unknown variables, nothing was change
 
 
 def invalid_message(invalid_by_host):
-    """One part per (variable, error): the error (Ansible's words, which name the variable) and the hosts."""
+    """One part per (variable, error, origin): the error (Ansible's words, which name the variable), the hosts and the
+    file the value was read from, where Ansible knows it."""
     hosts_by_error = {}
     for host, errors in invalid_by_host.items():
-        for name, error in errors:
-            hosts_by_error.setdefault((name, error), []).append(host)
-    parts = ["%s (on %s)" % (error, _hosts_text(hosts)) for (_name, error), hosts in sorted(hosts_by_error.items())]
+        for name, error, origin in errors:
+            hosts_by_error.setdefault((name, error, origin or ""), []).append(host)
+    parts = ["%s (on %s%s)" % (error, _hosts_text(hosts), "; set in %s" % origin if origin else "")
+             for (_name, error, origin), hosts in sorted(hosts_by_error.items())]
     return ("invalid variable values, nothing was changed: %s. Fix the value where it is set (inventory, group_vars, "
             "host_vars or -e); the roles' and playbooks' variables are listed with their types in the collection's "
             "roles/*/meta/argument_specs.yml and meta/variables.yml." % "; ".join(parts))
 
 
 def play_keyword_message(refusals):
-    parts = ["%s is set to %s in the inventory of %s, but only the play keyword %s reads it"
-             % (name, " or ".join(repr(value) for value in values), _hosts_text(hosts), keyword)
-             for name, keyword, hosts, values in refusals]
-    example = " ".join("-e %s=%s" % (name, values[0]) for name, _keyword, _hosts, values in refusals)
+    parts = ["%s is set to %s in the inventory of %s%s, but only the play keyword %s reads it"
+             % (name, " or ".join(repr(value) for value in values), _hosts_text(hosts),
+                " (%s)" % ", ".join(origins) if origins else "", keyword)
+             for name, keyword, hosts, values, origins in refusals]
+    example = " ".join("-e %s=%s" % (name, values[0]) for name, _keyword, _hosts, values, _origins in refusals)
     return ("variables the run would ignore, nothing was changed: %s. Ansible templates a play's hosts, serial and "
             "max_fail_percentage once for the play, before any host's variables exist, so an inventory value "
             "(group_vars, host_vars, the hosts file) never reaches them. Give them as extra vars instead (%s, with "
@@ -488,11 +506,12 @@ class ActionModule(ActionBase):
         values, errors, not_validated = self._values(variables, collection)
         unknown = unknown_variables(set(variables), collection.prefixes, collection.known, _as_list(values.get(EXTRA_VARIABLE), host))
         allowed = bool(unknown) and _as_bool(values.get(ALLOW_VARIABLE), host)
-        invalid = sorted(errors.items())
+        origins = {name: origin_text(variables[name]) for name in set(values) | set(errors) if name in variables}
+        invalid = [(name, error, origins.get(name)) for name, error in sorted(errors.items())]
         for name, value in values.items():
             specs = collection.option_specs.get(name, []) + ([collection.variable_specs[name]] if name in collection.variable_specs else [])
-            invalid.extend((name, error) for error in self._value_errors(name, value, specs))
-        keyword_values = {name: values.get(name) for name in collection.play_keywords if name in variables}
+            invalid.extend((name, error, origins.get(name)) for error in self._value_errors(name, value, specs))
+        keyword_values = {name: (values.get(name), origins.get(name)) for name in collection.play_keywords if name in variables}
         return unknown, allowed, invalid, not_validated, keyword_values
 
     def run(self, tmp=None, task_vars=None):
@@ -535,9 +554,10 @@ class ActionModule(ActionBase):
             checked_hosts=sorted(hosts),
             unknown={host: [{"name": name, "suggestion": match} for name, match in names]
                      for host, names in sorted({**failing, **allowed}.items())},
-            invalid={host: [{"name": name, "error": error} for name, error in errors] for host, errors in sorted(invalid.items())},
-            play_keyword_in_inventory=[{"name": name, "keyword": keyword, "hosts": where, "values": values}
-                                       for name, keyword, where, values in refusals],
+            invalid={host: [{"name": name, "error": error, "origin": origin} for name, error, origin in errors]
+                     for host, errors in sorted(invalid.items())},
+            play_keyword_in_inventory=[{"name": name, "keyword": keyword, "hosts": where, "values": values, "origins": origins}
+                                       for name, keyword, where, values, origins in refusals],
             not_validated=[{"name": name, "cause": cause, "hosts": sorted(where)} for (name, cause), where in sorted(not_validated.items())],
         )
         warnings = [failure_message(allowed, lead="unknown variables (allowed by %s)" % ALLOW_VARIABLE)] if allowed else []

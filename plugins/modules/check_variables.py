@@ -78,21 +78,26 @@ unknown:
       - name: kubelet_topology_tppology_manager_policy
         suggestion: kubelet_topology_topology_manager_policy
 invalid:
-  description: Per host, the variables whose value does not fit its spec, with Ansible's error (which names the variable).
+  description: >-
+    Per host, the variables whose value does not fit its spec, with Ansible's error (which names the variable) and the
+    C(origin) of the value (path:line:column of the file Ansible read it from; null for a key=value extra var or a role
+    default).
   returned: always
   type: dict
   sample:
     gpu-a:
       - name: kubelet_topology_cpu_manager_policy
         error: "value of kubelet_topology_cpu_manager_policy must be one of: , none, static, got: statc"
+        origin: /srv/inventory/group_vars/gpu_nodes.yml:4:37
 play_keyword_in_inventory:
   description: >-
     The variables that feed a play keyword and that hosts have in their inventory while the play does not (not given
-    as extra or play vars), with the C(keyword), the C(hosts) and their distinct C(values).
+    as extra or play vars), with the C(keyword), the C(hosts), their distinct C(values) and the C(origins) of those.
   returned: always
   type: list
   elements: dict
-  sample: [{"name": "gpuharden_serial", "keyword": "serial", "hosts": ["gpu-a", "gpu-b"], "values": [1]}]
+  sample: [{"name": "gpuharden_serial", "keyword": "serial", "hosts": ["gpu-a", "gpu-b"], "values": [1],
+            "origins": ["/srv/inventory/group_vars/gpu_nodes.yml:1:19"]}]
 not_validated:
   description: >-
     The values that could not be validated before the run (they use a variable the run sets later), with the

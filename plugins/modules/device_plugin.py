@@ -363,7 +363,7 @@ image:
   returned: always
   type: str
   sample: nvcr.io/nvidia/k8s-device-plugin:v0.20.0
-deferred:
+skipped:
   description:
     - True when nothing was applied because another installer serves the managed plugin's nodes or owns a managed name
       (findings C(plugin_managed_by_other_installer)); C(installers) then names them.

@@ -452,7 +452,7 @@ def test_other_installers_are_left_byte_identical_and_reported_with_where_to_fix
         assert not any(entry.get("manager") == "gpuharden" for entry in obj["metadata"].get("managedFields") or []
                        if not key.endswith("/%s" % PLUGIN) and not key.endswith("/nvidia-device-plugin-config")), key
     plugin = result["plugin"]
-    assert plugin["deferred"] is True and plugin["changed"] is False and plugin["deleted"] == []
+    assert plugin["skipped"] is True and plugin["changed"] is False and plugin["deleted"] == []
     assert {"helm", "gpu-operator"} <= set(plugin["installers"])
     assert [o["action"] for o in plugin["objects"]] == ["skip", "skip"]
     managed = {f["subject"]: f for f in _findings(result, "plugin_managed_by_other_installer")}

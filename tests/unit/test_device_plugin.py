@@ -962,7 +962,7 @@ def test_coexistence_module_leaves_other_installers_untouched_even_with_remove_c
     before = copy.deepcopy(cluster.objects)
     result, _fake = run_fake(monkeypatch, cluster, cluster_policies=[CLUSTER_POLICY], remove_competing=True)
     assert cluster.writes == [] and cluster.objects == before  # not even a dry run
-    assert result["deferred"] is True and result["changed"] is False and result["deleted"] == []
+    assert result["skipped"] is True and result["changed"] is False and result["deleted"] == []
     assert result["installers"] == ["gpu-operator", "helm"]
     assert [o["action"] for o in result["objects"]] == ["skip", "skip"]
     blocked = {f["subject"]: f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"}
@@ -976,7 +976,7 @@ def test_coexistence_unowned_competing_plugin_is_still_deleted_on_request(monkey
     elsewhere = helm_plugin(selector={"pool": "elsewhere"})  # Helm serves none of our nodes: reported, not blocking
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, seed, elsewhere)
     result, _fake = run_fake(monkeypatch, cluster, remove_competing=True)
-    assert result["deleted"] == ["kube-system/typo-seed"] and not result["deferred"]
+    assert result["deleted"] == ["kube-system/typo-seed"] and not result["skipped"]
     assert ("DaemonSet", "nvidia-device-plugin", "nvdp-nvidia-device-plugin") in cluster.objects
     assert not [w for w in cluster.writes if w[3] == "nvdp-nvidia-device-plugin"]
 
@@ -987,7 +987,7 @@ def test_coexistence_a_managed_name_owned_by_another_installer_is_not_adopted(mo
     taken["metadata"].update(labels=dict(HELM_LABELS), annotations=dict(HELM_ANNOTATIONS))
     cluster = FakeCluster(RUNTIME_CLASS, *API_NODES, taken)
     result, _fake = run_fake(monkeypatch, cluster)
-    assert result["deferred"] and [w for w in cluster.writes if not w[1]] == []
+    assert result["skipped"] and [w for w in cluster.writes if not w[1]] == []
     (finding,) = [f for f in result["findings"] if f["id"] == "plugin_managed_by_other_installer"]
     assert finding["subject"] == "ConfigMap kube-system/nvidia-device-plugin-config" and finding["installer"] == "helm"
 

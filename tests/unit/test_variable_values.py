@@ -112,19 +112,23 @@ def test_issue43_a_required_option_is_not_required_here():
 
 def test_issue43_play_keyword_refusals_compare_the_hosts_with_the_play():
     keywords = {"gpuharden_serial": "serial", "gpuharden_target_hosts": "hosts"}
-    hosts = {"gpu-a": {"gpuharden_serial": 2}, "gpu-b": {"gpuharden_serial": 2, "gpuharden_target_hosts": "gpu_nodes"}, "gpu-c": {}}
-    assert cv.play_keyword_refusals(hosts, set(), keywords) == [("gpuharden_serial", "serial", ["gpu-a", "gpu-b"], [2]),
-                                                               ("gpuharden_target_hosts", "hosts", ["gpu-b"], ["gpu_nodes"])]
+    hosts = {"gpu-a": {"gpuharden_serial": (2, "g.yml:1:19")}, "gpu-b": {"gpuharden_serial": (2, "g.yml:1:19"), "gpuharden_target_hosts": ("gpu_nodes", None)},
+             "gpu-c": {}}
+    assert cv.play_keyword_refusals(hosts, set(), keywords) == [("gpuharden_serial", "serial", ["gpu-a", "gpu-b"], [2], ["g.yml:1:19"]),
+                                                               ("gpuharden_target_hosts", "hosts", ["gpu-b"], ["gpu_nodes"], [])]
     # given as an extra var (or a play var), the keyword sees it, and the hosts see the same value: nothing to refuse
     assert cv.play_keyword_refusals(hosts, {"gpuharden_serial", "gpuharden_target_hosts"}, keywords) == []
 
 
-def test_issue43_messages_name_variable_hosts_and_fix():
-    message = cv.invalid_message({"gpu-a": [("gpuharden_serial", "gpuharden_serial must be x")], "gpu-b": [("gpuharden_serial", "gpuharden_serial must be x")]})
-    assert message.startswith("invalid variable values, nothing was changed: gpuharden_serial must be x (on gpu-a, gpu-b).")
-    message = cv.play_keyword_message([("gpuharden_serial", "serial", ["gpu-a"], [1])])
-    assert message.startswith("variables the run would ignore, nothing was changed: gpuharden_serial is set to 1 in the inventory of gpu-a, "
-                              "but only the play keyword serial reads it.")
+def test_issue43_messages_name_variable_hosts_file_and_fix():
+    message = cv.invalid_message({"gpu-a": [("gpuharden_serial", "gpuharden_serial must be x", "/inv/group_vars/all.yml:3:19")],
+                                  "gpu-b": [("gpuharden_serial", "gpuharden_serial must be x", "/inv/group_vars/all.yml:3:19")],
+                                  "gpu-c": [("gpuharden_serial", "gpuharden_serial must be x", None)]})
+    assert message.startswith("invalid variable values, nothing was changed: gpuharden_serial must be x (on gpu-c); gpuharden_serial must be x "
+                              "(on gpu-a, gpu-b; set in /inv/group_vars/all.yml:3:19).")
+    message = cv.play_keyword_message([("gpuharden_serial", "serial", ["gpu-a"], [1], ["/inv/group_vars/all.yml:1:19"])])
+    assert message.startswith("variables the run would ignore, nothing was changed: gpuharden_serial is set to 1 in the inventory of gpu-a "
+                              "(/inv/group_vars/all.yml:1:19), but only the play keyword serial reads it.")
     assert "(-e gpuharden_serial=1, with ansible-playbook or gpuharden drift)" in message
 
 
@@ -266,31 +270,37 @@ def test_issue43_problem8_policy_typo_fails_every_playbook_before_any_node(tmp_p
     seconds, runner, tasks, results = timed_run(tmp_path, playbook, spied_inventory(tmp_path, spy),
                                                 extravars={"kubelet_topology_cpu_manager_policy": "statc"})
     assert_refused_first(seconds, runner, tasks, results, spy, "value of kubelet_topology_cpu_manager_policy must be one of: , none, static, got: statc "
-                         "(on gpu-a, gpu-b)")
-    assert results[0][2]["invalid"]["gpu-b"] == [{"name": "kubelet_topology_cpu_manager_policy",
-                                                  "error": "value of kubelet_topology_cpu_manager_policy must be one of: , none, static, got: statc"}]
+                         "(on gpu-a, gpu-b; set in ")
+    [entry] = results[0][2]["invalid"]["gpu-b"]
+    assert entry["name"] == "kubelet_topology_cpu_manager_policy"
+    assert entry["error"] == "value of kubelet_topology_cpu_manager_policy must be one of: , none, static, got: statc"
+    assert entry["origin"].split(":")[0].endswith("/env/extravars")  # ansible-runner hands extra vars as -e @env/extravars
 
 
 def test_issue43_problem8_max_unavailable_abc_fails_harden_before_any_node(tmp_path, spy):
     seconds, runner, tasks, results = timed_run(tmp_path, "harden_gpu_nodes.yml", spied_inventory(tmp_path, spy),
                                                 extravars={"gpuharden_max_unavailable": "abc"})
     assert_refused_first(seconds, runner, tasks, results, spy, "gpuharden_max_unavailable must be a number of nodes (1) or a percentage of the "
-                         "GPU fleet up to 100% (25%), got 'abc' (on gpu-a, gpu-b)")
+                         "GPU fleet up to 100% (25%), got 'abc' (on gpu-a, gpu-b; set in ")
 
 
 def test_issue43_problem8_serial_in_group_vars_is_refused_with_where_to_set_it(tmp_path, spy):
     inventory = spied_inventory(tmp_path, spy, group_vars={"gpuharden_serial": 1})
     seconds, runner, tasks, results = timed_run(tmp_path, "harden_gpu_nodes.yml", inventory)
-    assert_refused_first(seconds, runner, tasks, results, spy, "gpuharden_serial is set to 1 in the inventory of gpu-a, gpu-b, but only the play "
-                         "keyword serial reads it", "(-e gpuharden_serial=1, with ansible-playbook or gpuharden drift)")
-    assert results[0][2]["play_keyword_in_inventory"] == [{"name": "gpuharden_serial", "keyword": "serial", "hosts": ["gpu-a", "gpu-b"], "values": [1]}]
+    group_vars = os.path.join(inventory, "group_vars", "gpu_nodes.yml")
+    assert_refused_first(seconds, runner, tasks, results, spy, "gpuharden_serial is set to 1 in the inventory of gpu-a, gpu-b (%s:1:19), but only the "
+                         "play keyword serial reads it" % group_vars, "(-e gpuharden_serial=1, with ansible-playbook or gpuharden drift)")
+    assert results[0][2]["play_keyword_in_inventory"] == [{"name": "gpuharden_serial", "keyword": "serial", "hosts": ["gpu-a", "gpu-b"], "values": [1],
+                                                           "origins": ["%s:1:19" % group_vars]}]
 
 
 def test_issue43_a_later_batchs_bad_value_in_host_vars_stops_the_first(tmp_path, spy):
     """gpu-b's host_vars has a bad value, the play runs one host at a time: the check on gpu-a names gpu-b."""
     inventory = spied_inventory(tmp_path, spy, host_vars={"gpu-b": {"mig_strategy": "mixd"}})
     seconds, runner, tasks, results = timed_run(tmp_path, "harden_gpu_nodes.yml", inventory, extravars={"gpuharden_serial": 1})
-    assert_refused_first(seconds, runner, tasks, results, spy, "value of mig_strategy must be one of: none, single, mixed, got: mixd (on gpu-b)")
+    host_vars = os.path.join(inventory, "host_vars", "gpu-b.yml")
+    assert_refused_first(seconds, runner, tasks, results, spy, "value of mig_strategy must be one of: none, single, mixed, got: mixd (on gpu-b; set in "
+                         "%s:1:15)" % host_vars)  # the value, line and column
     assert list(results[0][2]["invalid"]) == ["gpu-b"]
 
 

@@ -175,7 +175,7 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
     objects, config = _device_plugin.desired_objects(settings)
     plugin = objects[1]
     adopt = settings["adopt_installers"]
-    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "deferred": False}
+    result = {"config": config, "image": settings["image"], "rollout": {}, "deleted": [], "skipped": False}
     labelled = {"changed": False}
     try:
         # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
@@ -211,9 +211,7 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
         blocked = _device_plugin.blocking(findings)
         if blocked:
             installers = sorted({f["installer"] for f in blocked})
-            # "deferred", not "skipped": Ansible reads a truthy skipped as a skipped task (ansible-core 2.19
-            # executor/task_result.py is_skipped), node labels changed and all
-            result.update(deferred=True, installers=sorted(set(result["installers"]) | set(installers)), changed=labelled["changed"],
+            result.update(skipped=True, installers=sorted(set(result["installers"]) | set(installers)), changed=labelled["changed"],
                           objects=[skipped_summary(obj, installers) for obj in objects])
             for repair in repairs:
                 if repair["action"] == "delete":  # the managed plugin is not applied: the nodes would lose theirs

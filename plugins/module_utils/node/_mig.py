@@ -398,15 +398,15 @@ def resolve_entries(entries, gpus):
             missing = [index for index in entry["devices"] if index not in by_index]
             if missing:
                 unmatched.append({"entry": position, "devices": missing,
-                                "reason": "no GPU with index %s on the node (GPUs %s)"
-                                          % (", ".join(map(str, missing)), sorted(by_index))})
+                                  "reason": "no GPU with index %s on the node (GPUs %s)"
+                                            % (", ".join(map(str, missing)), sorted(by_index))})
         selected = [index for index in named if _filter_matches(entry, by_index[index])]
         if named and not selected and entry["device_filter"]:
             unmatched.append({"entry": position, "device_filter": list(entry["device_filter"]),
-                            "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
-                                      % ("on the node" if entry["devices"] == "all" else "of %s" % named,
-                                         ", ".join(entry["device_filter"]),
-                                         ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
+                              "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
+                                        % ("on the node" if entry["devices"] == "all" else "of %s" % named,
+                                           ", ".join(entry["device_filter"]),
+                                           ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
         for index in selected:
             desired[index] = {
                 "mig_enabled": entry["mig_enabled"],
