@@ -20,9 +20,10 @@ task of every playbook, checks on the controller, before any task contacts a nod
   template the play with ``VariableManager.get_vars(play=play)``: role defaults, play vars, vars_files, extra vars
   and magic vars, no inventory), so an inventory value would be silently ignored: it is refused, with where to set it.
 
-It runs once for the play (``run_once``, delegated to localhost: no connection to a node is opened) and checks every
-host of every batch, so that a later batch's mistake stops the run before the first batch is changed.  It reads the
-collection's own files next to this plugin, so it works from an installed tarball:
+It runs once for the play (``run_once``, delegated to localhost: no connection to a node is opened): the first serial
+batch's run checks every host of every batch, so that a later batch's mistake stops the run before the first batch
+is changed, and the later batches' runs rely on it.  It reads the collection's own files next to this plugin, so it
+works from an installed tarball:
 
 * ``roles/*/meta/argument_specs.yml`` (every option of every entry point, with its type and choices),
 * ``roles/*/defaults/main.yml`` and ``roles/*/vars/main.yml`` (their keys; the defaults are what a role sees when the
@@ -520,6 +521,13 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         self.validate_argument_spec(argument_spec={})
         me = task_vars.get("inventory_hostname")
+        play_hosts = task_vars.get("ansible_play_hosts_all") or []
+        if play_hosts and play_hosts[0] not in (task_vars.get("ansible_play_batch") or [play_hosts[0]]):
+            # a later serial batch: the first batch's run checked every host of the play (a mistake anywhere failed it,
+            # and any_errors_fatal ended the play), and nothing since changed an inventory or extra var
+            result.update(changed=False, checked_hosts=[], unknown={}, invalid={}, play_keyword_in_inventory=[], not_validated=[],
+                          msg="every host of the play was checked with its first batch (%s)" % play_hosts[0])
+            return result
         self._templated, self._checked = {}, {}  # per run: outcomes shared by hosts with the same inputs
         collection = read_collection(collection_root(), load_yaml)
         host_variables, play_names = self._play_view()

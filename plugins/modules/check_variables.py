@@ -36,10 +36,11 @@ description:
   - Opt-outs for names, read per host. C(gpuharden_known_extra_variables) is a list of names or shell patterns (for
     example C(mig_site_*)) of variables of your own that share a prefix. C(gpuharden_allow_unknown_variables=true)
     turns the failure on unknown names into a warning. A bad value has no opt-out.
-  - Runs on the controller only and never contacts a node (delegate it to localhost). One run checks every host of
-    the play, those of the other C(serial) batches too, so that a mistake in a later batch stops the run before the
-    first batch is changed. Use it as a play's first task, with C(run_once=true) (a run per host would check the
-    same hosts again) and C(any_errors_fatal=true).
+  - Runs on the controller only and never contacts a node (delegate it to localhost). The run of the first
+    C(serial) batch checks every host of the play, those of the other batches too, so that a mistake in a later
+    batch stops the run before the first batch is changed; the runs of the later batches rely on it. Use it as a
+    play's first task, with C(run_once=true) (a run per host would check the same hosts again) and
+    C(any_errors_fatal=true).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

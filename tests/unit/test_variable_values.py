@@ -304,6 +304,23 @@ def test_issue43_a_later_batchs_bad_value_in_host_vars_stops_the_first(tmp_path,
     assert list(results[0][2]["invalid"]) == ["gpu-b"]
 
 
+def test_issue43_a_later_batch_relies_on_the_first_batchs_check(tmp_path, spy):
+    """serial: 1 and a clean inventory: the first batch's run checks both hosts, the second's only says so (a run per
+    batch that checked every host again was quadratic: 64 one-host batches, 64 checks of 64 hosts)."""
+    playbook = tmp_path / "serial.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Serial", "hosts": "gpu_nodes", "gather_facts": False, "serial": 1,
+        "pre_tasks": [{"name": "Check", "ansible.builtin.import_tasks": str(REPO / "playbooks/tasks/check_variables.yml")}],
+        "tasks": [{"name": "A controller-side task", "ansible.builtin.debug": {"msg": "batch"}}],
+    }]))
+    _seconds, runner, _tasks, results = timed_run(tmp_path, str(playbook), spied_inventory(tmp_path, spy))
+    assert runner.rc == 0, results
+    checks = [(host, res) for _event, host, res in results if "checked_hosts" in res]
+    assert [(host, res["checked_hosts"]) for host, res in checks] == [("gpu-a", ["gpu-a", "gpu-b"]), ("gpu-b", [])]
+    assert checks[1][1]["msg"] == "every host of the play was checked with its first batch (gpu-a)"
+    assert not spy[1].exists()
+
+
 def test_issue43_a_value_flowing_through_a_role_default_is_checked_as_the_role_sees_it(tmp_path, spy):
     """gpuharden_kubelet_extra_settings feeds kubelet_topology_extra_settings's default: both are named."""
     seconds, runner, tasks, results = timed_run(tmp_path, "drift_check.yml", spied_inventory(tmp_path, spy),
