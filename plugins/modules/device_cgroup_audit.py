@@ -190,8 +190,8 @@ devices:
   returned: always
   type: list
   elements: dict
-skipped:
-  description: Cgroups that disappeared while the audit read them.
+vanished_cgroups:
+  description: Cgroups that disappeared while the audit read them (their containers ended); the audit goes on without them.
   returned: always
   type: list
   elements: str

@@ -21,7 +21,7 @@ description:
     C(mig-devices) counts are all 0, and C(mig-enabled=true) without C(mig-devices) (V({}) is MIG enabled without
     instances).
   - As mig-parted, an entry whose C(devices) index is not on the node, or whose C(device-filter) matches none of the
-    GPUs it names, is skipped, not an error (one config serves nodes with different GPUs); RV(skipped) lists them.
+    GPUs it names, is left out, not an error (one config serves nodes with different GPUs); RV(unmatched_entries) lists them.
   - Plans first, then acts. Nothing happens when every GPU already holds its layout; the comparison is by
     the multiset of GPU-instance profiles per GPU, placements only count where the layout pins them
     (V(3g.40gb@4)). Otherwise, per GPU, compute instances and then GPU instances that are not wanted are
@@ -161,7 +161,7 @@ advertised_resources:
   returned: always
   sample: {"none": {"nvidia.com/gpu": 8}, "single": {"nvidia.com/gpu": 56}, "mixed": {"nvidia.com/mig-1g.10gb": 56},
            "mixed_legacy": {"nvidia.com/mig-1g.10gb": 56}}
-skipped:
+unmatched_entries:
   description:
     - Entries (by position in the selected config or the short form) that select no GPU of the node, as mig-parted
       skips them, with C(devices) (the indices the node does not have) or C(device_filter), and C(reason).
@@ -224,7 +224,9 @@ def run(module):
             "before": _keyed(decision["before"]),
             "advertised_resources": _mig.advertised_resources(gpus, decision["target"]),
             "findings": decision["findings"],
-            "skipped": decision["skipped"],
+            # not "skipped": Ansible reads a truthy skipped in a result as a skipped task (ansible-core 2.19
+            # executor/task_result.py is_skipped), whatever the module changed
+            "unmatched_entries": decision["unmatched_entries"],
         }
         if decision["busy"]:
             raise GpuhardenError(

@@ -18,6 +18,8 @@ import pytest
 from gpuharden_lab import NVML_LIBRARY_DIR, REPO_ROOT
 from gpuharden_lab.noderoot import build_node_root
 
+from tests.unit import result_keys
+
 LIBRARY = NVML_LIBRARY_DIR / "libnvidia-ml.so.1"
 COLLECTIONS = REPO_ROOT / "build" / "collections"
 UNPRIVILEGED_UID = 65534
@@ -121,9 +123,13 @@ def run_module(name, args, env):
     finally:
         os.unlink(handle.name)
     try:
-        return json.loads(completed.stdout)
+        result = json.loads(completed.stdout)
     except json.JSONDecodeError as error:
         raise AssertionError("module printed no JSON: %s\n%s" % (completed.stdout, completed.stderr)) from error
+    # issue 43, problem 11: every module run of the suite proves its result has no key Ansible reads as its own
+    collisions = result_keys.collisions(result)
+    assert not collisions, "module %s returned keys Ansible reserves: %s" % (name, collisions)
+    return result
 
 
 def tree_snapshot(root):

@@ -18,12 +18,14 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
 from ansible.parsing.dataloader import DataLoader
 from ansible_collections.gpuharden.k8s.plugins.action import check_variables as cv
 
 REPO = Path(__file__).resolve().parents[2]
 TYPO = "kubelet_topology_tppology_manager_policy"
 RIGHT = "kubelet_topology_topology_manager_policy"
+SPEC_KEYS = {"description", "type", "elements", "choices", "format", "play_keyword"}
 CHECK_TASK = "Check the gpuharden variables of the play's hosts (a misspelt variable would be ignored)"
 ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 
@@ -202,9 +204,23 @@ def test_item3_every_gpuharden_name_the_tools_pass_is_known(collection):
 
 
 def test_item3_variables_file_is_documented():
+    """Each meta/variables.yml entry has a description and a type (issue 43 item 7: every play variable's type), its
+    choices and format are ones the check knows."""
     data = yaml.safe_load((REPO / "meta" / "variables.yml").read_text())
-    assert all(name.startswith("gpuharden_") and isinstance(text, str) and text for name, text in data["variables"].items())
     assert {cv.ALLOW_VARIABLE, cv.EXTRA_VARIABLE} <= set(data["variables"])
+    wrong = {}
+    for name, entry in data["variables"].items():
+        problems = [] if name.startswith("gpuharden_") else ["not gpuharden_"]
+        if not isinstance(entry, dict) or not isinstance(entry.get("description"), str) or not entry["description"]:
+            wrong[name] = ["no description mapping"]
+            continue
+        problems += ["type %r" % entry.get("type")] if entry.get("type") not in DEFAULT_TYPE_VALIDATORS else []
+        problems += ["format %r" % entry["format"]] if "format" in entry and entry["format"] not in cv.FORMATS else []
+        problems += ["keys %s" % sorted(set(entry) - SPEC_KEYS)] if set(entry) - SPEC_KEYS else []
+        problems += ["choices"] if "choices" in entry and not isinstance(entry["choices"], list) else []
+        if problems:
+            wrong[name] = problems
+    assert not wrong, wrong
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -383,13 +383,13 @@ def test_item19_indices_the_node_does_not_have_are_skipped(node):
     ]}}
     result = target.run({"config": config, "selected": "eight", "force": True})
     assert not result.get("failed"), result.get("msg")
-    assert result["skipped"] == [
+    assert result["unmatched_entries"] == [
         {"entry": 0, "devices": [4, 5, 6, 7], "reason": "no GPU with index 4, 5, 6, 7 on the node (GPUs [0, 1, 2, 3])"},
         {"entry": 1, "device_filter": ["0x20B210DE"],
          "reason": "no GPU on the node matches device-filter 0x20B210DE (their PCI ids: 0x233010DE)"}]
     assert result["reset_required"] is False
     assert all(result["after"][str(i)] == {"mig_enabled": True, "mig_devices": {"1g.10gb": 7}} for i in range(4))
-    assert target.run({"layout": {"9": "disabled"}}, check=True)["skipped"][0]["devices"] == [9]
+    assert target.run({"layout": {"9": "disabled"}}, check=True)["unmatched_entries"][0]["devices"] == [9]
 
 
 @pytest.mark.parametrize(("mig_devices", "message"), [

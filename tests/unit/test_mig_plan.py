@@ -205,7 +205,7 @@ def test_item19_device_filter_matching_no_gpu_is_skipped_and_reported():
     ]}}
     decision = _mig.plan_node([gpu(0), gpu(1)], _mig.parse_mig_parted(config, "c"), False, "mixed")
     assert set(decision["desired"]) == {1}
-    assert decision["skipped"] == [{"entry": 0, "device_filter": ["0x233010DE"],
+    assert decision["unmatched_entries"] == [{"entry": 0, "device_filter": ["0x233010DE"],
                                     "reason": "no GPU on the node matches device-filter 0x233010DE (their PCI ids: 0x20B210DE)"}]
     assert [step["gpu"] for step in decision["plans"][1]["steps"]] and 0 not in decision["plans"]
 

@@ -227,7 +227,7 @@ def collect(root, cgroup_root, bundle_dirs):
                 seen.add(rel)
                 seen.update(nested)
     bundle_dirs = [_host.host_path(root, d) for d in bundle_dirs if os.path.isdir(_host.host_path(root, d))]
-    containers, prog_ids, skipped = [], set(), []
+    containers, prog_ids, vanished = [], set(), []
     for rel in sorted(paths):
         parsed = _cgroup_paths.parse_container_path(rel)
         cgroups = []
@@ -238,7 +238,7 @@ def collect(root, cgroup_root, bundle_dirs):
                     entry["programs"], _flags = _bpf_syscalls.query_programs(v2_root + path, effective=True)
                 except _bpf_syscalls.BpfError as error:
                     if error.errno == 2:  # ENOENT: removed while we read
-                        skipped.append(path)
+                        vanished.append(path)
                         continue
                     raise
             if v1_root and path in found_in[v1_root]:
@@ -260,7 +260,7 @@ def collect(root, cgroup_root, bundle_dirs):
         if info["type"] != _bpf_syscalls.BPF_PROG_TYPE_CGROUP_DEVICE:
             info["xlated"], info["unauditable"] = None, "program type %d, not a device-cgroup program" % info["type"]
         programs[prog_id] = info
-    return layout, containers, programs, skipped
+    return layout, containers, programs, vanished
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def run(params, keep_answer=False):
     _device_audit.check_options(params["accesses"], params["severity_overrides"], params["allocations"])
     started = time.monotonic()
     devices = describe_devices(root, params["devices"]) if params["devices"] is not None else default_devices(root)
-    layout, containers, programs, skipped = collect(root, params["cgroup_root"], params["bundle_dirs"])
+    layout, containers, programs, vanished = collect(root, params["cgroup_root"], params["bundle_dirs"])
     uuid_to_minor = gpu_uuids(root)
     # After the cgroups: a container that starts in between is in the answer, not left out of it.
     allocations, source, pod_resources, answer = allocation(params, containers, uuid_to_minor)
@@ -383,7 +383,9 @@ def run(params, keep_answer=False):
         "containers": result["containers"],
         "cgroup_layout": layout,
         "devices": devices,
-        "skipped": skipped,
+        # not "skipped": Ansible reads a truthy skipped in a result as a skipped task (ansible-core 2.19
+        # executor/task_result.py is_skipped), findings and all
+        "vanished_cgroups": vanished,
         "programs": {
             str(pid): {
                 "name": info.get("name"),

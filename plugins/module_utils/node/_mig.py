@@ -386,10 +386,10 @@ def resolve_entries(entries, gpus):
     left alone.  As mig-parted walks the GPUs present and applies each entry to those it matches
     (NVIDIA/mig-parted v0.15.0 cmd/nvidia-mig-parted/assert/assert.go WalkSelectedMigConfigForEachGPU), an index
     the node does not have, or a device-filter no GPU matches, is skipped, not an error: the same config file
-    serves nodes with different GPUs.  ``skipped`` lists them: [{entry, devices?, device_filter?, reason}].
+    serves nodes with different GPUs.  ``unmatched`` lists them: [{entry, devices?, device_filter?, reason}].
     """
     by_index = {gpu["index"]: gpu for gpu in gpus}
-    desired, skipped = {}, []
+    desired, unmatched = {}, []
     for position, entry in enumerate(entries):
         if entry["devices"] == "all":
             named = sorted(by_index)
@@ -397,23 +397,23 @@ def resolve_entries(entries, gpus):
             named = [index for index in entry["devices"] if index in by_index]
             missing = [index for index in entry["devices"] if index not in by_index]
             if missing:
-                skipped.append({"entry": position, "devices": missing,
-                                "reason": "no GPU with index %s on the node (GPUs %s)"
-                                          % (", ".join(map(str, missing)), sorted(by_index))})
+                unmatched.append({"entry": position, "devices": missing,
+                                  "reason": "no GPU with index %s on the node (GPUs %s)"
+                                            % (", ".join(map(str, missing)), sorted(by_index))})
         selected = [index for index in named if _filter_matches(entry, by_index[index])]
         if named and not selected and entry["device_filter"]:
-            skipped.append({"entry": position, "device_filter": list(entry["device_filter"]),
-                            "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
-                                      % ("on the node" if entry["devices"] == "all" else "of %s" % named,
-                                         ", ".join(entry["device_filter"]),
-                                         ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
+            unmatched.append({"entry": position, "device_filter": list(entry["device_filter"]),
+                              "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
+                                        % ("on the node" if entry["devices"] == "all" else "of %s" % named,
+                                           ", ".join(entry["device_filter"]),
+                                           ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
         for index in selected:
             desired[index] = {
                 "mig_enabled": entry["mig_enabled"],
                 "mig_devices": dict(entry["mig_devices"]),
                 "pins": list(entry["pins"]),
             }
-    return desired, skipped
+    return desired, unmatched
 
 
 def resolve(entries, gpus):
@@ -802,8 +802,8 @@ def custom_compute_findings(gpus, plans):
 
 
 def plan_node(gpus, entries, force, strategy):
-    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs, skipped entries."""
-    desired, skipped = resolve_entries(entries, gpus)
+    """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs, unmatched entries."""
+    desired, unmatched = resolve_entries(entries, gpus)
     for gpu in gpus:
         if gpu["index"] in desired:
             desired[gpu["index"]] = spelled(desired[gpu["index"]], gpu["profile_table"])
@@ -825,5 +825,5 @@ def plan_node(gpus, entries, force, strategy):
     findings.extend(custom_compute_findings(gpus, plans))
     return {
         "desired": desired, "plans": plans, "before": before, "target": target, "findings": findings,
-        "busy": busy_gpus(gpus, plans, force), "skipped": skipped,
+        "busy": busy_gpus(gpus, plans, force), "unmatched_entries": unmatched,
     }
