@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet
 
@@ -52,6 +53,10 @@ def read(root, path):
 
 def plan(root, cgroup_version=None, **params):
     return _kubelet.plan(_kubelet.NodeReader(str(root)), params, cgroup_version=cgroup_version)
+
+
+def yaml_of(text):
+    return yaml.safe_load(text)
 
 
 def applied(root, result):
@@ -295,10 +300,36 @@ def test_memory_manager_static_with_reserved_memory(node):
     assert "reservedMemory:\n  - numaNode: 0\n    limits:\n      memory: 1Gi\n" in result["changes"][0].after
 
 
-def test_memory_qos_is_refused_on_cgroup_v1(node):
-    with pytest.raises(GpuhardenError, match="cgroup v2"):
-        plan(node(), cgroup_version=1, settings={"memoryThrottlingFactor": 0.9})
-    assert plan(node("k3s"), cgroup_version=2, settings={"memoryThrottlingFactor": 0.9})["changes"]
+MEMORY_QOS = {"featureGates": {"MemoryQoS": True, "CPUManagerPolicyAlphaOptions": True}, "memoryThrottlingFactor": 0.9,
+              "memoryReservationPolicy": "TieredReservation"}
+
+
+@pytest.mark.parametrize("cgroup_version", [1, "hybrid"])
+def test_memory_qos_is_left_out_on_cgroup_v1_and_the_rest_is_written(node, cgroup_version):
+    """Issue 43 item 6: a cgroup v1 node used to lose the whole kubelet write.  Only the MemoryQoS gate goes (with
+    memoryReservationPolicy, which the kubelet refuses without the gate: validation.go); the factor stays."""
+    result = plan(node(), cgroup_version=cgroup_version, settings=MEMORY_QOS, **TOPOLOGY)
+    after = yaml_of(change_of(result, CONFIG).after)
+    assert after["topologyManagerPolicy"] == "single-numa-node" and after["cpuManagerPolicy"] == "static"
+    assert after["memoryThrottlingFactor"] == 0.9
+    assert after["featureGates"] == {"CPUManagerPolicyAlphaOptions": True}
+    assert "memoryReservationPolicy" not in after
+    [refused] = result["refused"]
+    assert refused["what"] == "featureGates.MemoryQoS=true, memoryReservationPolicy=TieredReservation"
+    assert "cgroup v1" in refused["why"] and "cgroup_limits_memory_qos_feature_gate=false" in refused["fix"]
+    assert "featureGates.MemoryQoS" not in result["sources"]
+
+
+def test_memory_qos_on_cgroup_v2_is_written_and_alone_on_v1_leaves_nothing_to_write(node):
+    root = node()
+    on_v2 = plan(root, cgroup_version=2, settings=MEMORY_QOS)
+    assert yaml_of(change_of(on_v2, CONFIG).after)["featureGates"]["MemoryQoS"] is True and on_v2["refused"] == []
+    only_gate = plan(root, cgroup_version=1, settings={"featureGates": {"MemoryQoS": True}})
+    assert changed_paths(only_gate) == [] and only_gate["restart_required"] is False
+    assert [entry["what"] for entry in only_gate["refused"]] == ["featureGates.MemoryQoS=true"]
+    # without the gate (cgroup_limits_memory_qos_feature_gate=false) nothing is left out: clean once written
+    factor_only = plan(root, cgroup_version=1, settings={"memoryThrottlingFactor": 0.8})
+    assert factor_only["refused"] == [] and changed_paths(factor_only) == [CONFIG]
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,20 +512,30 @@ def test_item12_kubeadm_config_dir_drop_in_is_durable(node):
     assert DROPIN_DIR in result["persistence_reason"]
 
 
-def test_item12_flag_removed_from_kubeadm_flags_env_can_come_back(node):
+def test_item12_flag_removed_from_kubeadm_flags_env_stays_removed_through_an_upgrade(node):
+    """kubeadm v1.36.3 rewrites kubeadm-flags.env on `upgrade node` only from its own content (postupgrade.go), so a
+    flag removed there does not come back with the upgrade; `kubeadm join` would write it anew (named in the reason)."""
     flags = 'KUBELET_KUBEADM_ARGS="--config-dir=%s --topology-manager-policy=none"\n' % DROPIN_DIR
     result = plan(node(**{"/var/lib/kubelet/kubeadm-flags.env": flags}), **TOPOLOGY)
     assert "/var/lib/kubelet/kubeadm-flags.env" in changed_paths(result)
-    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
-    assert "kubeadm-flags.env" in result["persistence_reason"]
+    assert result["persistence"] == "durable"
+    assert "kubeadm join" in result["persistence_reason"] and "kubeletExtraArgs" in result["persistence_reason"]
 
 
 def test_item12_require_durable_writes_nothing_where_it_would_not_last(node):
+    """A refusal (issue 43): nothing written nor restarted, changed false, the reason in ``refused`` and a warning."""
     root = node()
     before = tree_digest(root)
-    failed = run_module("kubelet_config", _module_args(root, TOPOLOGY, require_durable=True), {})
-    assert failed.get("failed") is True
-    assert "would not last" in failed["msg"] and CONFIG in failed["msg"]
+    refused = run_module("kubelet_config", _module_args(root, TOPOLOGY, require_durable=True, remove_stale_state=True,
+                                                        restart="if_required"), {})
+    assert not refused.get("failed"), refused
+    assert refused["changed"] is False and refused["files"] == [] and refused["restarted"] is False
+    assert refused["restart_required"] is False and refused["stale_state_files"] == []
+    [entry] = refused["refused"]
+    assert entry["why"].startswith("require_durable:") and CONFIG in entry["why"]
+    assert "kubelet_topology_require_durable=false" in entry["fix"]
+    warnings = str(refused["warnings"])  # structured warning events in ansible-core 2.19
+    assert "kubelet_config: not written: the kubelet settings" in warnings and "persistence reverts" not in warnings
     assert tree_digest(root) == before
     durable = node_with_config_dir = run_module(
         "kubelet_config", _module_args(node_root_with(root, WITH_CONFIG_DIR), TOPOLOGY, require_durable=True), {})

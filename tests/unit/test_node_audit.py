@@ -36,6 +36,10 @@ def _node(world_tmp, **device_overrides):
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)  # the toolkit's runtime binary (containerd_nvidia_runtime checks it)
     (root / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
     (root / "usr/bin/nvidia-container-runtime").chmod(0o755)
+    # the unit's kubelet, as `kubelet --version` answers: v1.32 or later takes the durable --config-dir route
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/bin/kubelet").write_text('#!/bin/sh\necho "Kubernetes v1.36.3"\n')
+    (root / "usr/local/bin/kubelet").chmod(0o755)
     for name, text in (("passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
                        ("group", "root:x:0:\nnogroup:x:65534:\n")):
         (root / "etc" / name).write_text(text)
