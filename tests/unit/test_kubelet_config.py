@@ -718,3 +718,114 @@ def test_item16_no_restart_when_a_flag_already_carries_the_value(node):
     assert result["effective_changed"] is False
     assert result["restart_required"] is False
     assert plan(root, topology_manager_policy="restricted")["restart_required"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# issue 43 item 7: kubeadm durability, the --config-dir route (what kubeadm v1.36.3 owns: _kubelet.KUBEADM_CONFIG)
+
+KUBELET_BINARY = "/usr/local/bin/kubelet"  # the fixture unit's ExecStart program
+EXTRA_ARGS_FILE = "/etc/default/kubelet"
+ROUTE_DIR = "/etc/kubernetes/kubelet.conf.d"
+ROUTE_DROPIN = ROUTE_DIR + "/50-gpuharden.conf"
+
+
+def kubeadm_node(node, version="v1.36.3", **files):
+    """The kubeadm fixture whose kubelet answers `--version` as the real one does ("Kubernetes v1.36.3")."""
+    root = node("kubeadm", **files)
+    write(root, KUBELET_BINARY, '#!/bin/sh\necho "Kubernetes %s"\n' % version)
+    os.chmod(str(root) + KUBELET_BINARY, 0o755)
+    return root
+
+
+def test_kubeadm_route_adds_config_dir_where_kubeadm_never_writes(node):
+    root = kubeadm_node(node)
+    config_before = read(root, CONFIG)
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == [EXTRA_ARGS_FILE, ROUTE_DROPIN]
+    assert change_of(result, EXTRA_ARGS_FILE).before is None  # created: the unit's EnvironmentFile=- was absent
+    assert change_of(result, EXTRA_ARGS_FILE).after == "KUBELET_EXTRA_ARGS=--config-dir=%s\n" % ROUTE_DIR
+    assert yaml_of(change_of(result, ROUTE_DROPIN).after)["topologyManagerPolicy"] == "single-numa-node"
+    assert result["persistence"] == "durable" and ROUTE_DIR in result["persistence_reason"]
+    assert result["config_dir_route"] == {"config_dir": ROUTE_DIR, "file": EXTRA_ARGS_FILE, "variable": "KUBELET_EXTRA_ARGS",
+                                          "kubelet_version": "v1.36.3"}
+    assert result["sources"]["topologyManagerPolicy"]["source_after"] == {"kind": "dropin", "path": ROUTE_DROPIN}
+    assert _kubelet.kubeadm_upgrade_reverts(result) == {
+        "fields": ["cpuManagerPolicy", "topologyManagerPolicy"], "values": {"cpuManagerPolicy": "none", "topologyManagerPolicy": "none"},
+        "stops_kubelet": [], "fixed_by_plan": True}
+    applied(root, result)
+    assert read(root, CONFIG) == config_before  # kubeadm's file is left as kubeadm wrote it
+    again = plan(root, **TOPOLOGY)
+    assert changed_paths(again) == [] and again["persistence"] == "durable" and again["config_dir_route"] is None
+    assert _kubelet.kubeadm_upgrade_reverts(again) is None
+
+
+def test_kubeadm_route_edits_the_extra_args_where_they_live_together_with_a_flag_fix(node):
+    root = kubeadm_node(node, **{EXTRA_ARGS_FILE: '# site\nKUBELET_EXTRA_ARGS="--v=2 --topology-manager-policy=none"\nOTHER=1\n'})
+    result = plan(root, topology_manager_policy="single-numa-node")
+    assert change_of(result, EXTRA_ARGS_FILE).after == '# site\nKUBELET_EXTRA_ARGS="--v=2 --config-dir=%s"\nOTHER=1\n' % ROUTE_DIR
+    assert changed_paths(result) == [EXTRA_ARGS_FILE, ROUTE_DROPIN]
+    assert result["persistence"] == "durable"
+
+
+def test_kubeadm_route_uses_the_rpm_sysconfig_file_the_unit_names(node):
+    unit = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
+    root = kubeadm_node(node)
+    write(root, unit, read(root, unit).replace("/etc/default/kubelet", "/etc/sysconfig/kubelet"))
+    result = plan(root, topology_manager_policy="single-numa-node")
+    assert changed_paths(result) == sorted(["/etc/sysconfig/kubelet", ROUTE_DROPIN])
+
+
+@pytest.mark.parametrize(("case", "version", "files", "params", "why"), [
+    ("kubelet before v1.32", "v1.31.4", {}, {}, "kubelet v1.31.4: gpuharden adds --config-dir only from v1.32"),
+    ("unknown kubelet version", None, {}, {}, "cannot tell the kubelet's version"),
+    ("directory with drop-ins the kubelet does not read yet", "v1.36.3",
+     {ROUTE_DIR + "/10-site.conf": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"}, {},
+     "already holds drop-ins the kubelet does not read yet (10-site.conf)"),
+    ("extra args from Environment= in the unit", "v1.36.3",
+     {"/etc/systemd/system/kubelet.service.d/20-extra.conf": '[Service]\nEnvironment="KUBELET_EXTRA_ARGS=--v=2"\n'}, {},
+     "KUBELET_EXTRA_ARGS is set by Environment=KUBELET_EXTRA_ARGS in /etc/systemd/system/kubelet.service.d/20-extra.conf"),
+    ("ExecStart without $KUBELET_EXTRA_ARGS", "v1.36.3",
+     {"/etc/systemd/system/kubelet.service.d/30-exec.conf":
+      "[Service]\nExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS\n"}, {},
+     "would not reach the kubelet"),
+    ("opted out", "v1.36.3", {}, {"kubeadm_config_dir": ""}, "option kubeadm_config_dir is empty"),
+])
+def test_kubeadm_route_not_taken_keeps_config_yaml_and_says_why(node, case, version, files, params, why):
+    root = kubeadm_node(node, version, **files) if version else node("kubeadm", **files)
+    result = plan(root, **dict(TOPOLOGY, **params))
+    assert changed_paths(result) == [CONFIG], case
+    assert result["config_dir_route"] is None
+    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
+    assert why in result["persistence_reason"], result["persistence_reason"]
+    # static lives in config.yaml now: a revert to the ConfigMap's none meets the kubelet's static checkpoint
+    reverts = _kubelet.kubeadm_upgrade_reverts(result)
+    assert reverts["stops_kubelet"] == ["cpuManagerPolicy"] and reverts["fixed_by_plan"] is False
+    assert reverts["values"]["cpuManagerPolicy"] == "static"
+
+
+def test_kubeadm_version_from_the_option_and_a_bad_one(node):
+    root = node()  # no kubelet binary to ask
+    result = plan(root, topology_manager_policy="single-numa-node", distribution_version="v1.33.2")
+    assert result["config_dir_route"]["kubelet_version"] == "v1.33.2"
+    with pytest.raises(GpuhardenError, match=r"option distribution_version='one-thirty': not a kubelet version"):
+        plan(root, topology_manager_policy="single-numa-node", distribution_version="one-thirty")
+    with pytest.raises(GpuhardenError, match=r"option kubeadm_config_dir=\"kubelet.conf.d\": must be an absolute directory"):
+        plan(root, topology_manager_policy="single-numa-node", distribution_version="v1.33.2", kubeadm_config_dir="kubelet.conf.d")
+
+
+def test_kubeadm_route_module_run_writes_both_files_and_backs_up_nothing_it_created(node):
+    root = kubeadm_node(node)
+    done = run_module("kubelet_config", _module_args(root, {"topology_manager_policy": "single-numa-node"}, backup=True), {})
+    assert not done.get("failed"), done
+    assert {entry["path"]: entry["action"] for entry in done["files"]} == {EXTRA_ARGS_FILE: "create", ROUTE_DROPIN: "create"}
+    assert done["persistence"] == "durable" and "warnings" not in done
+    assert read(root, EXTRA_ARGS_FILE) == "KUBELET_EXTRA_ARGS=--config-dir=%s\n" % ROUTE_DIR
+    view = _kubelet.discover(_kubelet.NodeReader(str(root)))
+    assert view["config_dir"] == ROUTE_DIR
+    assert _kubelet.effective(view, ("topologyManagerPolicy",))["value"] == "single-numa-node"
+
+
+def test_kubeadm_config_yaml_write_warns_about_its_persistence(node):
+    done = run_module("kubelet_config", _module_args(node(), {"topology_manager_policy": "single-numa-node"}), {})
+    assert done["persistence"] == "reverts_on_kubeadm_upgrade" and done["changed"] is True
+    assert "kubelet_config: persistence reverts_on_kubeadm_upgrade" in str(done["warnings"])
