@@ -288,6 +288,7 @@ def cgroup_v1_node(world_tmp, monkeypatch):
 
     def make(hybrid):
         root = _node(world_tmp)
+        (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
         real_read = _host.read_text
         monkeypatch.setattr(_host, "read_text", lambda path: _mounts(root, hybrid) if path == "/proc/self/mounts" else real_read(path))
         assert _host.cgroup_version(str(root)) == ("hybrid" if hybrid else 1)
@@ -305,7 +306,7 @@ def test_cgroup_v1_node_keeps_its_kubelet_check_and_only_memory_qos_is_not_check
     """Issue 43 item 6: the whole kubelet check used to fail ("MemoryQoS ... needs cgroup v2 ... refusing")."""
     root = cgroup_v1_node(hybrid)
     before = tree_snapshot(root)
-    audit = _audit_here(root, kubelet=dict(KUBELET, settings=CGROUP_LIMITS_SETTINGS))
+    audit = _audit_here(root, kubelet=dict(KUBELET, settings=CGROUP_LIMITS_SETTINGS), cgroup_memory={})
     assert tree_snapshot(root) == before
     kubelet = audit["checks"]["kubelet"]
     assert kubelet["status"] == "drift"  # topology drift is still reported
@@ -314,8 +315,12 @@ def test_cgroup_v1_node_keeps_its_kubelet_check_and_only_memory_qos_is_not_check
     [blind] = kubelet["not_checked"]
     assert blind["what"] == "kubelet featureGates.MemoryQoS=true" and "cgroup v1" in blind["cause"]
     assert "cgroup_limits_memory_qos_feature_gate=false" in blind["fix"]
-    assert audit["summary"]["not_checked"] == ["kubelet"]
     assert "featureGates" not in (kubelet["details"]["plan"]["sources"])
+    # the immediate fix (memory.high) cannot run there at all: could not check, with the variables that leave it alone
+    memory = audit["checks"]["cgroup_memory"]
+    assert memory["status"] == "not_checked" and "cgroup v1 hierarchy" in memory["not_checked"][0]["cause"]
+    assert "cgroup_limits_immediate=false" in memory["not_checked"][0]["fix"]
+    assert audit["summary"]["not_checked"] == ["cgroup_memory", "kubelet"]
 
 
 def test_cgroup_v1_node_is_clean_once_the_feature_gate_is_off_and_the_stage_ran(cgroup_v1_node):
