@@ -242,7 +242,7 @@ def test_cpu_seconds_are_the_whole_module_process_s(world_tmp):
 
 # What roles/kubelet_topology/tasks/plan.yml reads of its plan; harden hands it node_audit's instead of a second read.
 PLAN_FIELDS_THE_ROLE_READS = ("sources", "service", "cpu_manager_policy_changed", "memory_manager_policy_changed",
-                              "stale_state_files", "restart_required")
+                              "stale_state_files", "restart_required", "persistence", "refused", "config_dir_route")
 
 
 @pytest.mark.parametrize("checkpoint", [None, '{"policyName":"none","defaultCpuSet":"0-3","checksum":1}'])
@@ -383,6 +383,10 @@ def test_require_durable_is_refused_in_the_audit_and_the_stage_plan_writes_nothi
     assert refused["why"].startswith("require_durable:") and audit["summary"]["refused"] == ["kubelet"]
     plan = kubelet["details"]["plan"]
     assert plan["changed"] is False and plan["restart_required"] is False and plan["stale_state_files"] == []
+    stage = run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": True}, **options), {})
+    assert stage["changed"] is False
+    for field in PLAN_FIELDS_THE_ROLE_READS:
+        assert plan[field] == stage[field], field
     # the drift stays visible: what differs, and what a kubeadm upgrade would do
     assert {"kubelet_setting", "kubelet_reverts_on_kubeadm_upgrade"} <= {entry["id"] for entry in audit["findings"]}
 
