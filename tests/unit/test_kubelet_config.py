@@ -749,13 +749,16 @@ def test_kubeadm_route_adds_config_dir_where_kubeadm_never_writes(node):
     assert result["config_dir_route"] == {"config_dir": ROUTE_DIR, "file": EXTRA_ARGS_FILE, "variable": "KUBELET_EXTRA_ARGS",
                                           "kubelet_version": "v1.36.3"}
     assert result["sources"]["topologyManagerPolicy"]["source_after"] == {"kind": "dropin", "path": ROUTE_DROPIN}
+    assert result["restart_required"] is True  # the flags change: restarted now, under the stage's health check
     assert _kubelet.kubeadm_upgrade_reverts(result) == {
         "fields": ["cpuManagerPolicy", "topologyManagerPolicy"], "values": {"cpuManagerPolicy": "none", "topologyManagerPolicy": "none"},
         "stops_kubelet": [], "fixed_by_plan": True}
     applied(root, result)
     assert read(root, CONFIG) == config_before  # kubeadm's file is left as kubeadm wrote it
+    write(root, "/var/lib/kubelet/cpu_manager_state", '{"policyName": "static", "defaultCpuSet": "2-3", "checksum": 0}')
     again = plan(root, **TOPOLOGY)
     assert changed_paths(again) == [] and again["persistence"] == "durable" and again["config_dir_route"] is None
+    assert again["restart_required"] is False
     assert _kubelet.kubeadm_upgrade_reverts(again) is None
 
 

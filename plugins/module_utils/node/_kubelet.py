@@ -1360,6 +1360,10 @@ class Planner:
         persistence, why = self.persistence(view, managed, after, changes)
         result = self.result(view, after_view, managed, before, after, changes)
         result.update(persistence=persistence, persistence_reason=why, config_dir_route=self.route, refused=list(self.refused))
+        if self.route:
+            # the kubelet's flags change: restart it now, under the stage's health check and rollback, rather than meet
+            # --config-dir first at the next restart (a kubeadm upgrade's)
+            result["restart_required"] = True
         return refuse_unless_durable(result, self.params.get("require_durable"))
 
     def plan_kubelet_args(self, view, desired):
