@@ -137,9 +137,11 @@ def digests(state):
     return dict(line.split(" ", 1) for line in sh(state, script).stdout.splitlines())
 
 
-def drift(state):
-    """`gpuharden drift` on the node, as an operator runs it: (exit code, the node's report)."""
-    done = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", state["inventory"], "-l", NODE, "--json", "-q"],
+def drift(state, extravars=None):
+    """`gpuharden drift` on the node, as an operator runs it (with the harden run's own variables): (exit code, the
+    node's report)."""
+    extra = ["-e", json.dumps(extravars)] if extravars else []
+    done = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", state["inventory"], "-l", NODE, *extra, "--json", "-q"],
                           cwd=REPO_ROOT, env=dict(os.environ, **ENV), capture_output=True, text=True, check=False, timeout=600)
     try:
         report = json.loads(done.stdout)
@@ -161,12 +163,18 @@ def test_settings_kept_in_config_yaml_drift_predicts_the_kubelet_refusing_its_ch
     written = [result for result in found if result["_task"] == "Kubelet | write the configuration, restart the kubelet and wait until healthy"]
     assert written[0]["persistence"] == "reverts_on_kubeadm_upgrade", written
     assert '"policyName":"static"' in sh(lab, "cat %s" % CHECKPOINT).stdout
-    # drift, beforehand: the revert would stop the kubelet
-    _rc, node = drift(lab)
+    # drift, beforehand, with the variables of that run: a kubeadm upgrade would stop the kubelet, and the stage
+    # (its drop-in route turned off) cannot prevent it
+    _rc, node = drift(lab, extravars)
     [revert] = reverts_finding(node)
     assert revert["severity"] == "error" and revert["remediable"] is False, revert
     assert "cpuManagerPolicy=static" in revert["found"] and "refuses its checkpoint" in revert["hint"]
     assert node["checks"]["kubelet"]["details"]["persistence"] == "reverts_on_kubeadm_upgrade"
+    # with the default variables, the same prediction, and the stage would move the settings to its drop-in
+    _rc, node = drift(lab, {"kubelet_topology_cpu_manager_policy": "static", "kubelet_topology_reserved_system_cpus": "0"})
+    [revert] = reverts_finding(node)
+    assert revert["severity"] == "error" and revert["remediable"] is True, revert
+    assert node["checks"]["kubelet"]["details"]["persistence"] == "durable"
     # the real upgrade phase, then the restart an upgrade ends with: the kubelet refuses to start, as predicted
     kubeadm_upgrade_phase(lab)
     assert "cpuManagerPolicy" not in yaml.safe_load(sh(lab, "cat %s" % CONFIG).stdout)
@@ -192,10 +200,12 @@ def test_after_a_default_harden_the_real_kubeadm_upgrade_keeps_gpuharden_s_setti
     _rc, node = drift(lab)
     assert reverts_finding(node) == [], node["findings"]
     assert node["checks"]["kubelet"]["details"]["persistence"] == "durable"
+    # a hand edit in config.yaml, which the upgrade must take away: it rewrites that file whole from the ConfigMap
+    sh(lab, "echo '# edited by hand' >> %s" % CONFIG)
     files = digests(lab)
     kubeadm_upgrade_phase(lab)
     after_phase = digests(lab)
-    assert after_phase[CONFIG] != files[CONFIG]  # kubeadm rewrote its file from the ConfigMap
+    assert after_phase[CONFIG] != files[CONFIG] and "edited by hand" not in sh(lab, "cat %s" % CONFIG).stdout
     assert {path: after_phase[path] for path in (FLAGS_ENV, EXTRA_ARGS, DROPIN)} == {path: files[path] for path in (FLAGS_ENV, EXTRA_ARGS, DROPIN)}
     assert yaml.safe_load(sh(lab, "cat %s" % CONFIG).stdout).get("topologyManagerPolicy") in (None, "none")
     restart_kubelet(lab)
