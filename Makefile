@@ -198,7 +198,7 @@ real-podresources-server:
 
 real-quick: real-device-plugin real-podresources-server
 
-real-components: real-quick real-containerd real-kubelet real-pod-support real-container-toolkit
+real-components: real-quick real-containerd real-kubelet real-kubeadm real-pod-support real-container-toolkit
 
 # The lab's real-node scenarios (real-nodes, healthy, fresh-fleet, bare): the real kubelet, containerd and device
 # plugin as lab nodes (docs/development.md).  real-nodes runs only their tests (marker real_nodes; `make integration`
@@ -215,12 +215,17 @@ real-nodes: setup
 # into ~/.cache/gpuharden/realcomponents with the control plane's Go caches (cold, loaded 2-core machine: containerd
 # 2.4.2 about 8 min, 1.7.35 about 5 min, kubelet about 3.5 min after the control plane; each runc shim 12-40 s more
 # with containerd's build cache; warm: instant).
-.PHONY: real-containerd real-kubelet real-pod-support real-container-toolkit
+.PHONY: real-containerd real-kubelet real-kubeadm real-pod-support real-container-toolkit
 real-containerd:
 	bash lab/realcomponents/build-containerd.sh >/dev/null
 
 real-kubelet:
 	bash lab/realcomponents/build-kubelet.sh >/dev/null
+
+# kubeadm from the kubelet's wrapper module (after it: the same build cache), for what `kubeadm upgrade node` does to a
+# node's kubelet files (tests/integration/test_kubeadm_upgrade.py).
+real-kubeadm: real-kubelet
+	bash lab/realcomponents/build-kubelet.sh kubeadm >/dev/null
 
 # Real pods on the real nodes: the CNI plugins (bridge, host-local, loopback; cold about 2 min with the control
 # plane's Go caches) and the static sandbox binary the lab builds its sandbox image from (gcc, a second).

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Build the real kubelet (k8s.io/kubernetes/cmd/kubelet) from the Go module proxy into a versioned
+# Build the real kubelet (k8s.io/kubernetes/cmd/kubelet), or kubeadm (cmd/kubeadm, the same module: what
+# `kubeadm upgrade node` does to a node is pinned with it), from the Go module proxy into a versioned
 # cache directory, at the control plane's K8S_VERSION, the same way lab/controlplane/build.sh builds
 # kube-apiserver: a wrapper module requiring k8s.io/kubernetes with every staging module replaced by
 # its published v0.Y.Z, the same tags and ldflags, and the same GOMODCACHE/GOCACHE, so a warm
-# control-plane build makes this one mostly cache hits. Idempotent: with the binary cached it does
-# not invoke the Go toolchain at all (warm = instant).
+# control-plane build makes this one mostly cache hits.  Both commands share one wrapper module (the
+# kubelet's work directory).  Idempotent: with the binary cached it does not invoke the Go toolchain at
+# all (warm = instant).
 #
-# Usage: lab/realcomponents/build-kubelet.sh       (last stdout line: the bin dir)
-# Out:   $GPUHARDEN_CACHE/realcomponents/kubelet-<K8S_VERSION>/kubelet
+# Usage: lab/realcomponents/build-kubelet.sh [kubelet|kubeadm]   (last stdout line: the bin dir)
+# Out:   $GPUHARDEN_CACHE/realcomponents/<command>-<K8S_VERSION>/<command>
 # Env:   GPUHARDEN_CACHE     cache root (default ~/.cache/gpuharden)
 #        GOMODCACHE/GOCACHE  where Go keeps modules / build cache (default: under $GPUHARDEN_CACHE/go/)
 #        GO                  go binary (default: `go` on PATH, else /usr/local/go/bin/go)
@@ -20,16 +22,20 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 K8S_VERSION="$(sed -n 's/^K8S_VERSION=\(v[0-9][0-9.]*\).*/\1/p' "$HERE/../controlplane/build.sh")"
 [[ "$K8S_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "build-kubelet.sh: no K8S_VERSION in lab/controlplane/build.sh" >&2; exit 1; }
 CACHE_ROOT="${GPUHARDEN_CACHE:-$HOME/.cache/gpuharden}"
-BASE="$CACHE_ROOT/realcomponents/kubelet-$K8S_VERSION"
-WORK="$BASE/work"
+COMMAND="${1:-kubelet}"
+[[ "$COMMAND" == kubelet || "$COMMAND" == kubeadm ]] || { echo "build-kubelet.sh: builds kubelet or kubeadm, not $COMMAND" >&2; exit 1; }
+BASE="$CACHE_ROOT/realcomponents/$COMMAND-$K8S_VERSION"
+# the one wrapper module of both commands, and its lock
+MODULE_BASE="$CACHE_ROOT/realcomponents/kubelet-$K8S_VERSION"
+WORK="$MODULE_BASE/work"
 
 log() { echo "build-kubelet.sh: $*" >&2; }
 
-if [[ -x "$BASE/kubelet" ]]; then echo "$BASE"; exit 0; fi
-mkdir -p "$WORK"
-exec 9>"$BASE/.lock"
+if [[ -x "$BASE/$COMMAND" ]]; then echo "$BASE"; exit 0; fi
+mkdir -p "$WORK" "$BASE"
+exec 9>"$MODULE_BASE/.lock"
 flock 9
-if [[ -x "$BASE/kubelet" ]]; then echo "$BASE"; exit 0; fi
+if [[ -x "$BASE/$COMMAND" ]]; then echo "$BASE"; exit 0; fi
 
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 [[ -x "$GO" ]] || { log "no go toolchain found (set GO=/path/to/go)"; exit 1; }
@@ -72,9 +78,9 @@ fi
 K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
 K8S_MAJOR="$(echo "${K8S_VERSION#v}" | cut -d. -f1)"
 LD="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=$K8S_MAJOR -X k8s.io/component-base/version.gitMinor=$K8S_MINOR -X k8s.io/component-base/version.gitTreeState=clean"
-log "building kubelet $K8S_VERSION"
+log "building $COMMAND $K8S_VERSION"
 t0=$SECONDS
-"${NICE[@]}" "$GO" build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$LD" -o "$BASE/.kubelet.tmp" k8s.io/kubernetes/cmd/kubelet
-mv -f "$BASE/.kubelet.tmp" "$BASE/kubelet"
-log "built kubelet $K8S_VERSION in $((SECONDS - t0))s"
+"${NICE[@]}" "$GO" build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$LD" -o "$BASE/.$COMMAND.tmp" "k8s.io/kubernetes/cmd/$COMMAND"
+mv -f "$BASE/.$COMMAND.tmp" "$BASE/$COMMAND"
+log "built $COMMAND $K8S_VERSION in $((SECONDS - t0))s"
 echo "$BASE"

@@ -27,13 +27,17 @@ description:
     comes from O(distribution_version), else from C(<ExecStart program> --version) (C(k3s version v1.31.4+k3s1));
     when neither tells it, the module fails instead of guessing.
   - B(Persistence) (RV(persistence)). kubeadm's C(kubeadm upgrade node) rewrites C(/var/lib/kubelet/config.yaml)
-    from the C(kubelet-config) ConfigMap and may regenerate C(kubeadm-flags.env). Values written into a
-    C(--config-dir) drop-in outlast it (V(durable)); values that live in C(/var/lib/kubelet/config.yaml), or that
-    needed a flag removed from C(kubeadm-flags.env), are reported as V(reverts_on_kubeadm_upgrade) with the reason.
-    The module never adds C(--config-dir) to the kubelet itself (that needs kubelet v1.32 or later and changes the
-    unit's arguments); add C(--config-dir=/etc/kubernetes/kubelet.conf.d) to C(KUBELET_EXTRA_ARGS) and run again, or set
-    O(require_durable=true) to fail instead of writing what would not last. k3s and rke2 never rewrite the drop-in or
-    their config files (V(durable)).
+    whole, from the C(kube-system/kubelet-config) ConfigMap (with its C(--patches) and C(instance-config.yaml)); it
+    never touches a C(--config-dir) drop-in directory nor C(/etc/default/kubelet) / C(/etc/sysconfig/kubelet), and
+    rewrites C(kubeadm-flags.env) only from that file's own content (kubernetes v1.36.3 C(cmd/kubeadm/app/phases/upgrade/postupgrade.go)).
+  - B(The durable route) on kubeadm. Where the kubelet reads no C(--config-dir), is v1.32 or later (C(<ExecStart program>
+    --version), or O(distribution_version)) and O(kubeadm_config_dir) names a directory that holds no other drop-in, the
+    module adds C(--config-dir=<kubeadm_config_dir>) to C(KUBELET_EXTRA_ARGS) in the environment file that sets it (or the
+    unit's last C(EnvironmentFile=) besides C(kubeadm-flags.env), created when missing) and writes its drop-in there
+    (V(durable)); RV(config_dir_route) says where. Otherwise the values go to C(/var/lib/kubelet/config.yaml) and
+    RV(persistence) is V(reverts_on_kubeadm_upgrade), with the reason and the fix in RV(persistence_reason) and a warning.
+    O(require_durable=true) refuses such a write instead (nothing written, RV(refused), a warning). k3s and rke2 never
+    rewrite the drop-in or their config files (V(durable)).
   - Refuses, as the kubelet does, a configuration file or drop-in that is empty or lacks C(apiVersion)
     (C(kubelet.config.k8s.io/v1beta1), the only version with C(KubeletConfiguration)) or C(kind); the error names
     the file and what is missing.
@@ -143,8 +147,10 @@ options:
       - Further KubeletConfiguration fields to enforce, deep-merged (mappings key by key; lists and scalars as a
         whole), for example C(featureGates), C(memoryThrottlingFactor), C(kubeReserved), C(systemReserved),
         C(enforceNodeAllocatable).
-      - MemoryQoS (C(featureGates.MemoryQoS=true) or C(memoryThrottlingFactor)) is refused on a node whose memory
-        controller is on cgroup v1.
+      - On a node whose memory controller is on cgroup v1 (or a hybrid hierarchy), C(featureGates.MemoryQoS=true) (and a
+        C(memoryReservationPolicy) other than V(None), which needs it) is left out and named in RV(refused), with a
+        warning; every other setting is still written (C(memoryThrottlingFactor) too, which the kubelet only
+        range-checks without MemoryQoS). The kubelet applies MemoryQoS only on cgroup v2.
     type: dict
     default: {}
   flavor:
@@ -177,14 +183,24 @@ options:
       - The k3s or rke2 version (for example V(v1.31.4+k3s1), the node's C(status.nodeInfo.kubeletVersion)); decides
         whether the kubelet drop-in directory is used (v1.32 and later) or C(kubelet-arg) (before).
       - When not set on a k3s/rke2 node, the module runs the unit's ExecStart program with C(--version); when that
-        does not tell the version, it fails. Ignored on kubeadm nodes.
+        does not tell the version, it fails.
+      - On a kubeadm node, the kubelet's version (for example V(v1.36.3)); when not set, the module asks the unit's
+        ExecStart program (C(--version)). It decides whether O(kubeadm_config_dir) may be added; an unknown version
+        keeps the values in C(/var/lib/kubelet/config.yaml).
     type: str
   require_durable:
     description:
-      - Fail, writing nothing, when the settings would not outlast the distribution's own rewrites
-        (RV(persistence) would be V(reverts_on_kubeadm_upgrade)).
+      - Refuse to write (nothing written nor restarted, RV(refused) and a warning say why) when the settings would not
+        outlast the distribution's own rewrites (RV(persistence) would be V(reverts_on_kubeadm_upgrade)).
     type: bool
     default: false
+  kubeadm_config_dir:
+    description:
+      - kubeadm nodes whose kubelet reads no C(--config-dir) - the drop-in directory the module gives the kubelet
+        (C(--config-dir) in C(KUBELET_EXTRA_ARGS)) so that the values outlast C(kubeadm upgrade node).
+      - Empty never adds it; the values then go to C(/var/lib/kubelet/config.yaml).
+    type: str
+    default: /etc/kubernetes/kubelet.conf.d
   restart:
     description:
       - V(never) - write only. V(if_required) - restart the kubelet when this run changed a file and what the kubelet
@@ -204,13 +220,15 @@ options:
 requirements:
   - ruamel.yaml on the node's Python
 notes:
-  - kubeadm rewrites C(kubeadm-flags.env) on C(kubeadm upgrade); a flag removed there can come back, and the next
-    run removes it again (RV(persistence) says so).
+  - A flag removed from C(kubeadm-flags.env) stays removed through C(kubeadm upgrade node), but C(kubeadm join) writes that
+    file anew from the cluster's C(nodeRegistration.kubeletExtraArgs); RV(persistence_reason) says so.
   - Upstream behaviour followed - kubernetes/kubernetes C(cmd/kubelet/app/server.go) (C(--config-dir) drop-ins,
     C(*.conf) in lexical order, JSON merge patch after the C(--config) file, then flags; drop-ins need apiVersion/kind),
     C(cmd/kubelet/app/options/options.go) (flag names),
     C(pkg/kubelet/kubeletconfig/configfiles/configfiles.go) (empty file refused),
-    C(pkg/kubelet/cm/memorymanager/memory_manager.go) (reserved memory check); k3s-io/docs#433 (drop-ins from v1.32).
+    C(pkg/kubelet/cm/memorymanager/memory_manager.go) (reserved memory check); k3s-io/docs#433 (drop-ins from v1.32);
+    kubeadm C(cmd/kubeadm/app/phases/kubelet/config.go), C(phases/upgrade/postupgrade.go) (what C(kubeadm upgrade node)
+    rewrites); C(cmd/kubelet/app/server.go), C(pkg/kubelet/cm/pod_container_manager_linux.go) (MemoryQoS only on cgroup v2).
   - NUMA limit - kubernetes v1.36.3 C(pkg/kubelet/cm/topologymanager/topology_manager.go) (NewManager) and
     C(policy_options.go); google/cadvisor v0.56.2 C(utils/sysinfo/sysinfo.go) (GetNodesInfo, the NUMA nodes counted).
 seealso:
@@ -332,11 +350,28 @@ effective_changed:
 persistence:
   description:
     - V(durable) when the managed values live where the distribution never rewrites them; V(reverts_on_kubeadm_upgrade)
-      when C(kubeadm upgrade node) can undo them (values in C(/var/lib/kubelet/config.yaml), or a flag removed from
-      C(kubeadm-flags.env)). RV(persistence_reason) says why.
+      when C(kubeadm upgrade node) can undo them (values in C(/var/lib/kubelet/config.yaml)). RV(persistence_reason) says
+      why. Not V(durable) also gives a warning.
   type: str
   returned: always
   sample: reverts_on_kubeadm_upgrade
+config_dir_route:
+  description:
+    - Where this plan gives a kubeadm node's kubelet its C(--config-dir) (O(kubeadm_config_dir)) - C(config_dir),
+      C(file) (the environment file), C(variable) (C(KUBELET_EXTRA_ARGS)) and C(kubelet_version); V(null) when it does not.
+  type: dict
+  returned: always
+  sample: {"config_dir": "/etc/kubernetes/kubelet.conf.d", "file": "/etc/default/kubelet", "variable": "KUBELET_EXTRA_ARGS",
+           "kubelet_version": "v1.36.3"}
+refused:
+  description:
+    - What the module leaves unwritten, each with C(what), C(why) and C(fix) (also given as a warning) - MemoryQoS on a
+      cgroup v1 node (the rest is written), or everything under O(require_durable) when it would not last.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"what": "featureGates.MemoryQoS=true", "why": "this node's memory controller is on cgroup v1 ...",
+            "fix": "set cgroup_limits_memory_qos_feature_gate=false for this node ..."}]
 persistence_reason:
   description: Why RV(persistence) is what it is, and how to make it durable.
   type: str
@@ -404,6 +439,10 @@ def run(module):
     changes = plan.pop("changes")
     changed = any(change.changed for change in changes)
     _warn_numa_limit(module, plan)
+    for entry in plan["refused"]:
+        module.warn("kubelet_config: not written: %s: %s; fix: %s" % (entry["what"], entry["why"], entry["fix"]))
+    if plan["persistence"] != "durable" and not module.params["require_durable"]:  # else the refusal said it
+        module.warn("kubelet_config: persistence %s: %s" % (plan["persistence"], plan["persistence_reason"]))
     backups = {}
     if changed and not module.check_mode:
         backups = _files.apply_changes(module, changes, backup=module.params["backup"])
@@ -429,8 +468,6 @@ def _warn_numa_limit(module, plan):
     """The NUMA limit's decision is said on the output, not only in the result."""
     if plan["numa_limit"]["warning"]:
         module.warn(plan["numa_limit"]["warning"])
-    for entry in plan["refused"]:
-        module.warn("refused: %s: %s; fix: %s" % (entry["what"], entry["why"], entry["fix"]))
 
 
 def _node_path(root, path):

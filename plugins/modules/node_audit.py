@@ -58,6 +58,11 @@ options:
       - Options of M(gpuharden.k8s.kubelet_config) (O(root) excluded). Omit to skip the check.
       - The check always plans with O(gpuharden.k8s.kubelet_config#module:remove_stale_state=true), as the
         C(kubelet_topology) role does, so a stale CPU or memory manager checkpoint is drift.
+      - On a node whose memory controller is on cgroup v1, the check still runs; MemoryQoS alone is listed under
+        C(not_checked). With O(gpuharden.k8s.kubelet_config#module:require_durable=true), a write the stage would
+        refuse is listed under C(refused) and the findings still say what differs.
+      - C(kubelet_reverts_on_kubeadm_upgrade) names the managed settings C(kubeadm upgrade node) would revert (an error
+        where the revert would stop the kubelet on its CPU or Memory Manager checkpoint).
     type: dict
   mig:
     description:
@@ -197,6 +202,8 @@ checks:
     - Per check, C(status), C(would_change), C(findings) (a count), C(seconds), C(details).
     - The C(details) of C(device_cgroups) carry the audit's C(summary), C(allocation_source) and C(pod_resources)
       (see M(gpuharden.k8s.device_cgroup_audit)).
+    - The C(details) of C(kubelet) carry C(persistence) (C(durable) or C(reverts_on_kubeadm_upgrade)) and
+      C(persistence_reason), as M(gpuharden.k8s.kubelet_config) returns them for the stage's plan.
     - C(status) is C(drift) when the check's stage would change something, C(findings) when there are only findings
       running the stage does not change (hardware, workloads), C(ok), C(not_checked) (the check could not run) or
       C(skipped) (its options were left out).

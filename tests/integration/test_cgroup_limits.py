@@ -208,7 +208,8 @@ def test_durable_fix_through_kubelet_topology(lab):
     extravars = {"cgroup_limits_immediate": False, "cgroup_limits_kubelet": True}
     events, _stats, _s = _run(lab, extravars=extravars)
     assert _failures(events) == []
-    config = yaml.safe_load(_ssh(lab, NODE, "cat /var/lib/kubelet/config.yaml"))
+    # the durable route on a v1.36 kubeadm node: gpuharden's drop-in, read through --config-dir (kubelet_topology)
+    config = yaml.safe_load(_ssh(lab, NODE, "cat /etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"))
     assert config["featureGates"]["MemoryQoS"] is True
     assert config["memoryThrottlingFactor"] == 0.9
     events, stats, _s = _run(lab, extravars=extravars)

@@ -83,21 +83,30 @@ def sh(state, node, command):
     return done.stdout
 
 
+# Where harden writes the kubelet's settings on these v1.36 kubeadm nodes: its drop-in, which the kubelet reads through
+# --config-dir in /etc/default/kubelet (the durable route, _kubelet.KUBEADM_CONFIG_DIR), over kubeadm's config.yaml.
+GPUHARDEN_DROPIN = "/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"
+
+
 def kubelet_config(state, node):
-    return yaml.safe_load(sh(state, node, "cat /var/lib/kubelet/config.yaml"))
+    """config.yaml with gpuharden's drop-in over it (top-level keys: enough for the manager policies read here)."""
+    config = yaml.safe_load(sh(state, node, "cat /var/lib/kubelet/config.yaml"))
+    dropin = yaml.safe_load(sh(state, node, "cat %s 2>/dev/null || true" % GPUHARDEN_DROPIN)) or {}
+    return dict(config, **dropin)
 
 
 def reset_to_defaults(state, nodes):
-    """Back to the kubelet's default manager policies (as the scenario starts), kubelet restarted.  The static policy's
+    """Back to the kubelet's default manager policies (as the scenario starts), kubelet restarted: config.yaml without
+    them and gpuharden's drop-in gone (its directory stays, read through --config-dir).  The static policy's
     checkpoint goes too, as an admin removes it: the real kubelet refuses to start on a checkpoint of another policy
     (pkg/kubelet/cm/cpumanager/state/state_checkpoint.go) and writes a new one."""
     for node in nodes:
-        config = kubelet_config(state, node)
+        config = yaml.safe_load(sh(state, node, "cat /var/lib/kubelet/config.yaml"))
         for key in ("cpuManagerPolicy", "reservedSystemCPUs", "topologyManagerPolicy", "topologyManagerScope"):
             config.pop(key, None)
         sh(state, node, "systemctl stop kubelet && cat > /var/lib/kubelet/config.yaml <<'EOF'\n%sEOF\n"
-                        "rm -f /var/lib/kubelet/cpu_manager_state /var/lib/kubelet/config.yaml.*~ && systemctl start kubelet"
-                        % yaml.safe_dump(config, sort_keys=False))
+                        "rm -f /var/lib/kubelet/cpu_manager_state /var/lib/kubelet/config.yaml.*~ %s %s.*~ && systemctl start kubelet"
+                        % (yaml.safe_dump(config, sort_keys=False), GPUHARDEN_DROPIN, GPUHARDEN_DROPIN))
     core = _core(state)
     for node in nodes:
         core.patch_node(node, {"spec": {"unschedulable": None}})
@@ -178,7 +187,7 @@ def test_failing_canary_stops_the_rollout_and_stays_cordoned(fresh):
     # A flag value the kubelet refuses ("invalid argument"): it does not come back after the restart, nor after the
     # rollback, which restores only the files the role wrote.
     sh(fresh, canary, "printf 'KUBELET_EXTRA_ARGS=--max-pods=lots\\n' > /etc/default/kubelet")
-    others = {node: sh(fresh, node, "cat /var/lib/kubelet/config.yaml") for node in FRESH[1:]}
+    others = {node: kubelet_config(fresh, node) for node in FRESH[1:]}
     plugin = plugin_generation(fresh)
     try:
         with CordonWatcher(fresh, FRESH) as watcher:
@@ -193,7 +202,7 @@ def test_failing_canary_stops_the_rollout_and_stays_cordoned(fresh):
         assert watcher.ever == {canary}, sorted(watcher.ever)
         assert _core(fresh).read_node(canary).spec.unschedulable, "the failed canary must stay cordoned"
         for node, config in others.items():
-            assert sh(fresh, node, "cat /var/lib/kubelet/config.yaml") == config, node
+            assert kubelet_config(fresh, node) == config, node
         assert "rollout stopped: %s failed" % canary in output
     finally:
         sh(fresh, canary, "rm -f /etc/default/kubelet && systemctl restart kubelet")

@@ -32,7 +32,11 @@ TOPOLOGY_NONE = "seed-topology-none"  # config none/none; we add a flag in /etc/
 STALE = "seed-stale-cpu-state"  # config static, checkpoint none: kubelet failed at boot
 FLAGGED = "seed-pcie"  # compliant config; we add --cpu-manager-policy=none to kubeadm-flags.env
 NODES = (TOPOLOGY_NONE, STALE, FLAGGED)
-FILES = ("/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet",
+# The durable route on these v1.36 kubeadm nodes: the settings go to gpuharden's drop-in, read through --config-dir in
+# /etc/default/kubelet (plugins/module_utils/node/_kubelet.py KUBEADM_CONFIG_DIR); config.yaml stays kubeadm's.
+DROPIN = "/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"
+CONFIG_DIR_FLAG = "--config-dir=/etc/kubernetes/kubelet.conf.d"
+FILES = ("/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env", "/etc/default/kubelet", DROPIN,
          "/var/lib/kubelet/cpu_manager_state", "/var/lib/kubelet/memory_manager_state")
 HOOK_LOG = "/var/log/gpuharden-test-drain-hook.log"
 
@@ -129,7 +133,8 @@ def test_check_mode_changes_nothing(lab):
     assert written[TOPOLOGY_NONE]["changed"] is True
     paths = {entry["path"] for entry in written[TOPOLOGY_NONE]["files"] if entry["changed"]}
     # the policy changes to static, so the "none" checkpoint must go too (the kubelet is stopped first)
-    assert paths == {"/var/lib/kubelet/config.yaml", "/etc/default/kubelet", "/var/lib/kubelet/cpu_manager_state"}
+    assert paths == {DROPIN, "/etc/default/kubelet", "/var/lib/kubelet/cpu_manager_state"}
+    assert written[TOPOLOGY_NONE]["persistence"] == "durable" and written[TOPOLOGY_NONE]["config_dir_route"]
     assert written[STALE]["stale_state_files"][0]["path"] == "/var/lib/kubelet/cpu_manager_state"
     assert {node: fingerprint(lab, node) for node in NODES} == before
     for node in NODES:
@@ -151,9 +156,9 @@ def test_apply_fixes_flags_where_they_live_and_handles_the_stale_checkpoint(lab)
     assert (source["kind"], source["path"]) == ("flag", "/etc/default/kubelet")
     source = plan[FLAGGED]["sources"]["cpuManagerPolicy"]["source_before"]
     assert (source["kind"], source["path"]) == ("flag", "/var/lib/kubelet/kubeadm-flags.env")
-    assert sh(lab, TOPOLOGY_NONE, "cat /etc/default/kubelet").stdout == "KUBELET_EXTRA_ARGS=--v=2\n"
+    assert sh(lab, TOPOLOGY_NONE, "cat /etc/default/kubelet").stdout == "KUBELET_EXTRA_ARGS=--v=2 %s\n" % CONFIG_DIR_FLAG
     assert "--cpu-manager-policy" not in sh(lab, FLAGGED, "cat /var/lib/kubelet/kubeadm-flags.env").stdout
-    config = sh(lab, TOPOLOGY_NONE, "cat /var/lib/kubelet/config.yaml").stdout
+    config = sh(lab, TOPOLOGY_NONE, "cat %s" % DROPIN).stdout
     assert "topologyManagerPolicy: single-numa-node" in config and "reservedSystemCPUs: 0-1" in config
     # a policy change or a stale checkpoint went through the drain hook and a stopped kubelet
     for node in (TOPOLOGY_NONE, STALE, FLAGGED):
@@ -189,10 +194,9 @@ def test_config_the_kubelet_rejects_is_rolled_back(lab):
     assert failed["failed"] is True
     assert "did not become healthy" in failed["msg"]
     assert "imageGC" in failed["msg"], failed["msg"]
-    assert "/var/lib/kubelet/config.yaml" in failed["msg"]
+    assert DROPIN in failed["msg"]
     assert healthy(lab, node)
     after = fingerprint(lab, node)
-    config_line = [line for line in after.splitlines() if line.startswith("/var/lib/kubelet/config.yaml ")][0]
-    assert config_line.split()[1] == [line for line in before.splitlines()
-                                      if line.startswith("/var/lib/kubelet/config.yaml ")][0].split()[1]
-    assert "imageGC" not in sh(lab, node, "cat /var/lib/kubelet/config.yaml").stdout
+    dropin_line = [line for line in after.splitlines() if line.startswith(DROPIN + " ")][0]
+    assert dropin_line.split()[1] == [line for line in before.splitlines() if line.startswith(DROPIN + " ")][0].split()[1]
+    assert "imageGC" not in sh(lab, node, "cat %s" % DROPIN).stdout

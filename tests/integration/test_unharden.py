@@ -216,7 +216,9 @@ def test_harden_changed_files_labels_and_objects(hardened):
     for name in NODES:
         paths = set(changed.get(name, {}))
         assert "etc/modprobe.d/zz-gpuharden-nvidia.conf" in paths, sorted(paths)
-        assert "var-lib/kubelet/config.yaml" in paths and "var-lib/kubelet/cpu_manager_state" in paths, sorted(paths)
+        # the durable route: gpuharden's drop-in and --config-dir in /etc/default/kubelet (created), kubeadm's config.yaml untouched
+        assert {"etc/kubernetes/kubelet.conf.d/50-gpuharden.conf", "etc/default/kubelet", "var-lib/kubelet/cpu_manager_state"} <= paths, sorted(paths)
+        assert "var-lib/kubelet/config.yaml" not in paths, sorted(paths)
     assert "etc/containerd/conf.d/99-nvidia.toml" in changed[NODES[0]], sorted(changed[NODES[0]])  # created
     assert "etc/containerd/config.toml" in changed[NODES[1]], sorted(changed[NODES[1]])  # edited, with a backup
     assert any(path.startswith("etc/containerd/config.toml.") for path in changed[NODES[1]]), sorted(changed[NODES[1]])
@@ -292,7 +294,7 @@ def test_a_file_changed_since_is_left_reported_and_fails_the_host(lab, conflicte
     assert [c["path"] for c in reported[NODES[1]]] == ["/etc/containerd/config.toml"], reported
     assert changes(lab["_pristine"], conflicted["snapshot"]).get(NODES[0]) is None  # the other node is all back
     rest = changes(lab["_pristine"], conflicted["snapshot"])[NODES[1]]
-    assert "etc/modprobe.d/zz-gpuharden-nvidia.conf" not in rest and "var-lib/kubelet/config.yaml" not in rest, sorted(rest)
+    assert "etc/modprobe.d/zz-gpuharden-nvidia.conf" not in rest and "etc/default/kubelet" not in rest, sorted(rest)
     assert "etc/containerd/config.toml" in rest  # and its record and backup stay for a later (forced) run
     assert any(path.startswith("var-lib/gpuharden/originals/") for path in rest), sorted(rest)
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet
 
@@ -52,6 +53,10 @@ def read(root, path):
 
 def plan(root, cgroup_version=None, **params):
     return _kubelet.plan(_kubelet.NodeReader(str(root)), params, cgroup_version=cgroup_version)
+
+
+def yaml_of(text):
+    return yaml.safe_load(text)
 
 
 def applied(root, result):
@@ -295,10 +300,36 @@ def test_memory_manager_static_with_reserved_memory(node):
     assert "reservedMemory:\n  - numaNode: 0\n    limits:\n      memory: 1Gi\n" in result["changes"][0].after
 
 
-def test_memory_qos_is_refused_on_cgroup_v1(node):
-    with pytest.raises(GpuhardenError, match="cgroup v2"):
-        plan(node(), cgroup_version=1, settings={"memoryThrottlingFactor": 0.9})
-    assert plan(node("k3s"), cgroup_version=2, settings={"memoryThrottlingFactor": 0.9})["changes"]
+MEMORY_QOS = {"featureGates": {"MemoryQoS": True, "CPUManagerPolicyAlphaOptions": True}, "memoryThrottlingFactor": 0.9,
+              "memoryReservationPolicy": "TieredReservation"}
+
+
+@pytest.mark.parametrize("cgroup_version", [1, "hybrid"])
+def test_memory_qos_is_left_out_on_cgroup_v1_and_the_rest_is_written(node, cgroup_version):
+    """Issue 43 item 6: a cgroup v1 node used to lose the whole kubelet write.  Only the MemoryQoS gate goes (with
+    memoryReservationPolicy, which the kubelet refuses without the gate: validation.go); the factor stays."""
+    result = plan(node(), cgroup_version=cgroup_version, settings=MEMORY_QOS, **TOPOLOGY)
+    after = yaml_of(change_of(result, CONFIG).after)
+    assert after["topologyManagerPolicy"] == "single-numa-node" and after["cpuManagerPolicy"] == "static"
+    assert after["memoryThrottlingFactor"] == 0.9
+    assert after["featureGates"] == {"CPUManagerPolicyAlphaOptions": True}
+    assert "memoryReservationPolicy" not in after
+    [refused] = result["refused"]
+    assert refused["what"] == "featureGates.MemoryQoS=true, memoryReservationPolicy=TieredReservation"
+    assert "cgroup v1" in refused["why"] and "cgroup_limits_memory_qos_feature_gate=false" in refused["fix"]
+    assert "featureGates.MemoryQoS" not in result["sources"]
+
+
+def test_memory_qos_on_cgroup_v2_is_written_and_alone_on_v1_leaves_nothing_to_write(node):
+    root = node()
+    on_v2 = plan(root, cgroup_version=2, settings=MEMORY_QOS)
+    assert yaml_of(change_of(on_v2, CONFIG).after)["featureGates"]["MemoryQoS"] is True and on_v2["refused"] == []
+    only_gate = plan(root, cgroup_version=1, settings={"featureGates": {"MemoryQoS": True}})
+    assert changed_paths(only_gate) == [] and only_gate["restart_required"] is False
+    assert [entry["what"] for entry in only_gate["refused"]] == ["featureGates.MemoryQoS=true"]
+    # without the gate (cgroup_limits_memory_qos_feature_gate=false) nothing is left out: clean once written
+    factor_only = plan(root, cgroup_version=1, settings={"memoryThrottlingFactor": 0.8})
+    assert factor_only["refused"] == [] and changed_paths(factor_only) == [CONFIG]
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,20 +525,30 @@ def test_item12_kubeadm_config_dir_drop_in_is_durable(node):
     assert DROPIN_DIR in result["persistence_reason"]
 
 
-def test_item12_flag_removed_from_kubeadm_flags_env_can_come_back(node):
+def test_item12_flag_removed_from_kubeadm_flags_env_stays_removed_through_an_upgrade(node):
+    """kubeadm v1.36.3 rewrites kubeadm-flags.env on `upgrade node` only from its own content (postupgrade.go), so a
+    flag removed there does not come back with the upgrade; `kubeadm join` would write it anew (named in the reason)."""
     flags = 'KUBELET_KUBEADM_ARGS="--config-dir=%s --topology-manager-policy=none"\n' % DROPIN_DIR
     result = plan(node(**{"/var/lib/kubelet/kubeadm-flags.env": flags}), **TOPOLOGY)
     assert "/var/lib/kubelet/kubeadm-flags.env" in changed_paths(result)
-    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
-    assert "kubeadm-flags.env" in result["persistence_reason"]
+    assert result["persistence"] == "durable"
+    assert "kubeadm join" in result["persistence_reason"] and "kubeletExtraArgs" in result["persistence_reason"]
 
 
 def test_item12_require_durable_writes_nothing_where_it_would_not_last(node):
+    """A refusal (issue 43): nothing written nor restarted, changed false, the reason in ``refused`` and a warning."""
     root = node()
     before = tree_digest(root)
-    failed = run_module("kubelet_config", _module_args(root, TOPOLOGY, require_durable=True), {})
-    assert failed.get("failed") is True
-    assert "would not last" in failed["msg"] and CONFIG in failed["msg"]
+    refused = run_module("kubelet_config", _module_args(root, TOPOLOGY, require_durable=True, remove_stale_state=True,
+                                                        restart="if_required"), {})
+    assert not refused.get("failed"), refused
+    assert refused["changed"] is False and refused["files"] == [] and refused["restarted"] is False
+    assert refused["restart_required"] is False and refused["stale_state_files"] == []
+    [entry] = refused["refused"]
+    assert entry["why"].startswith("require_durable:") and CONFIG in entry["why"]
+    assert "kubelet_topology_require_durable=false" in entry["fix"]
+    warnings = str(refused["warnings"])  # structured warning events in ansible-core 2.19
+    assert "kubelet_config: not written: the kubelet settings" in warnings and "persistence reverts" not in warnings
     assert tree_digest(root) == before
     durable = node_with_config_dir = run_module(
         "kubelet_config", _module_args(node_root_with(root, WITH_CONFIG_DIR), TOPOLOGY, require_durable=True), {})
@@ -690,3 +731,117 @@ def test_item16_no_restart_when_a_flag_already_carries_the_value(node):
     assert result["effective_changed"] is False
     assert result["restart_required"] is False
     assert plan(root, topology_manager_policy="restricted")["restart_required"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# issue 43 item 7: kubeadm durability, the --config-dir route (what kubeadm v1.36.3 owns: _kubelet.KUBEADM_CONFIG)
+
+KUBELET_BINARY = "/usr/local/bin/kubelet"  # the fixture unit's ExecStart program
+EXTRA_ARGS_FILE = "/etc/default/kubelet"
+ROUTE_DIR = "/etc/kubernetes/kubelet.conf.d"
+ROUTE_DROPIN = ROUTE_DIR + "/50-gpuharden.conf"
+
+
+def kubeadm_node(node, version="v1.36.3", **files):
+    """The kubeadm fixture whose kubelet answers `--version` as the real one does ("Kubernetes v1.36.3")."""
+    root = node("kubeadm", **files)
+    write(root, KUBELET_BINARY, '#!/bin/sh\necho "Kubernetes %s"\n' % version)
+    os.chmod(str(root) + KUBELET_BINARY, 0o755)
+    return root
+
+
+def test_kubeadm_route_adds_config_dir_where_kubeadm_never_writes(node):
+    root = kubeadm_node(node)
+    config_before = read(root, CONFIG)
+    result = plan(root, **TOPOLOGY)
+    assert changed_paths(result) == [EXTRA_ARGS_FILE, ROUTE_DROPIN]
+    assert change_of(result, EXTRA_ARGS_FILE).before is None  # created: the unit's EnvironmentFile=- was absent
+    assert change_of(result, EXTRA_ARGS_FILE).after == "KUBELET_EXTRA_ARGS=--config-dir=%s\n" % ROUTE_DIR
+    assert yaml_of(change_of(result, ROUTE_DROPIN).after)["topologyManagerPolicy"] == "single-numa-node"
+    assert result["persistence"] == "durable" and ROUTE_DIR in result["persistence_reason"]
+    assert result["config_dir_route"] == {"config_dir": ROUTE_DIR, "file": EXTRA_ARGS_FILE, "variable": "KUBELET_EXTRA_ARGS",
+                                          "kubelet_version": "v1.36.3"}
+    assert result["sources"]["topologyManagerPolicy"]["source_after"] == {"kind": "dropin", "path": ROUTE_DROPIN}
+    assert result["restart_required"] is True  # the flags change: restarted now, under the stage's health check
+    assert _kubelet.kubeadm_upgrade_reverts(result) == {
+        "fields": ["cpuManagerPolicy", "topologyManagerPolicy"], "values": {"cpuManagerPolicy": "none", "topologyManagerPolicy": "none"},
+        "stops_kubelet": [], "fixed_by_plan": True}
+    applied(root, result)
+    assert read(root, CONFIG) == config_before  # kubeadm's file is left as kubeadm wrote it
+    write(root, "/var/lib/kubelet/cpu_manager_state", '{"policyName": "static", "defaultCpuSet": "2-3", "checksum": 0}')
+    again = plan(root, **TOPOLOGY)
+    assert changed_paths(again) == [] and again["persistence"] == "durable" and again["config_dir_route"] is None
+    assert again["restart_required"] is False
+    assert _kubelet.kubeadm_upgrade_reverts(again) is None
+
+
+def test_kubeadm_route_edits_the_extra_args_where_they_live_together_with_a_flag_fix(node):
+    root = kubeadm_node(node, **{EXTRA_ARGS_FILE: '# site\nKUBELET_EXTRA_ARGS="--v=2 --topology-manager-policy=none"\nOTHER=1\n'})
+    result = plan(root, topology_manager_policy="single-numa-node")
+    assert change_of(result, EXTRA_ARGS_FILE).after == '# site\nKUBELET_EXTRA_ARGS="--v=2 --config-dir=%s"\nOTHER=1\n' % ROUTE_DIR
+    assert changed_paths(result) == [EXTRA_ARGS_FILE, ROUTE_DROPIN]
+    assert result["persistence"] == "durable"
+
+
+def test_kubeadm_route_uses_the_rpm_sysconfig_file_the_unit_names(node):
+    unit = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
+    root = kubeadm_node(node)
+    write(root, unit, read(root, unit).replace("/etc/default/kubelet", "/etc/sysconfig/kubelet"))
+    result = plan(root, topology_manager_policy="single-numa-node")
+    assert changed_paths(result) == sorted(["/etc/sysconfig/kubelet", ROUTE_DROPIN])
+
+
+@pytest.mark.parametrize(("case", "version", "files", "params", "why"), [
+    ("kubelet before v1.32", "v1.31.4", {}, {}, "kubelet v1.31.4: gpuharden adds --config-dir only from v1.32"),
+    ("unknown kubelet version", None, {}, {}, "cannot tell the kubelet's version"),
+    ("directory with drop-ins the kubelet does not read yet", "v1.36.3",
+     {ROUTE_DIR + "/10-site.conf": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"}, {},
+     "already holds drop-ins the kubelet does not read yet (10-site.conf)"),
+    ("extra args from Environment= in the unit", "v1.36.3",
+     {"/etc/systemd/system/kubelet.service.d/20-extra.conf": '[Service]\nEnvironment="KUBELET_EXTRA_ARGS=--v=2"\n'}, {},
+     "KUBELET_EXTRA_ARGS is set by Environment=KUBELET_EXTRA_ARGS in /etc/systemd/system/kubelet.service.d/20-extra.conf"),
+    ("ExecStart without $KUBELET_EXTRA_ARGS", "v1.36.3",
+     {"/etc/systemd/system/kubelet.service.d/30-exec.conf":
+      "[Service]\nExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS\n"}, {},
+     "would not reach the kubelet"),
+    ("opted out", "v1.36.3", {}, {"kubeadm_config_dir": ""}, "option kubeadm_config_dir is empty"),
+])
+def test_kubeadm_route_not_taken_keeps_config_yaml_and_says_why(node, case, version, files, params, why):
+    root = kubeadm_node(node, version, **files) if version else node("kubeadm", **files)
+    result = plan(root, **dict(TOPOLOGY, **params))
+    assert changed_paths(result) == [CONFIG], case
+    assert result["config_dir_route"] is None
+    assert result["persistence"] == "reverts_on_kubeadm_upgrade"
+    assert why in result["persistence_reason"], result["persistence_reason"]
+    # static lives in config.yaml now: a revert to the ConfigMap's none meets the kubelet's static checkpoint
+    reverts = _kubelet.kubeadm_upgrade_reverts(result)
+    assert reverts["stops_kubelet"] == ["cpuManagerPolicy"] and reverts["fixed_by_plan"] is False
+    assert reverts["values"]["cpuManagerPolicy"] == "static"
+
+
+def test_kubeadm_version_from_the_option_and_a_bad_one(node):
+    root = node()  # no kubelet binary to ask
+    result = plan(root, topology_manager_policy="single-numa-node", distribution_version="v1.33.2")
+    assert result["config_dir_route"]["kubelet_version"] == "v1.33.2"
+    with pytest.raises(GpuhardenError, match=r"option distribution_version='one-thirty': not a kubelet version"):
+        plan(root, topology_manager_policy="single-numa-node", distribution_version="one-thirty")
+    with pytest.raises(GpuhardenError, match=r"option kubeadm_config_dir=\"kubelet.conf.d\": must be an absolute directory"):
+        plan(root, topology_manager_policy="single-numa-node", distribution_version="v1.33.2", kubeadm_config_dir="kubelet.conf.d")
+
+
+def test_kubeadm_route_module_run_writes_both_files_and_backs_up_nothing_it_created(node):
+    root = kubeadm_node(node)
+    done = run_module("kubelet_config", _module_args(root, {"topology_manager_policy": "single-numa-node"}, backup=True), {})
+    assert not done.get("failed"), done
+    assert {entry["path"]: entry["action"] for entry in done["files"]} == {EXTRA_ARGS_FILE: "create", ROUTE_DROPIN: "create"}
+    assert done["persistence"] == "durable" and "warnings" not in done
+    assert read(root, EXTRA_ARGS_FILE) == "KUBELET_EXTRA_ARGS=--config-dir=%s\n" % ROUTE_DIR
+    view = _kubelet.discover(_kubelet.NodeReader(str(root)))
+    assert view["config_dir"] == ROUTE_DIR
+    assert _kubelet.effective(view, ("topologyManagerPolicy",))["value"] == "single-numa-node"
+
+
+def test_kubeadm_config_yaml_write_warns_about_its_persistence(node):
+    done = run_module("kubelet_config", _module_args(node(), {"topology_manager_policy": "single-numa-node"}), {})
+    assert done["persistence"] == "reverts_on_kubeadm_upgrade" and done["changed"] is True
+    assert "kubelet_config: persistence reverts_on_kubeadm_upgrade" in str(done["warnings"])

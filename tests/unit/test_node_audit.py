@@ -36,6 +36,10 @@ def _node(world_tmp, **device_overrides):
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)  # the toolkit's runtime binary (containerd_nvidia_runtime checks it)
     (root / "usr/bin/nvidia-container-runtime").write_text("#!/bin/sh\n")
     (root / "usr/bin/nvidia-container-runtime").chmod(0o755)
+    # the unit's kubelet, as `kubelet --version` answers: v1.32 or later takes the durable --config-dir route
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/bin/kubelet").write_text('#!/bin/sh\necho "Kubernetes v1.36.3"\n')
+    (root / "usr/local/bin/kubelet").chmod(0o755)
     for name, text in (("passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
                        ("group", "root:x:0:\nnogroup:x:65534:\n")):
         (root / "etc" / name).write_text(text)
@@ -238,7 +242,7 @@ def test_cpu_seconds_are_the_whole_module_process_s(world_tmp):
 
 # What roles/kubelet_topology/tasks/plan.yml reads of its plan; harden hands it node_audit's instead of a second read.
 PLAN_FIELDS_THE_ROLE_READS = ("sources", "service", "cpu_manager_policy_changed", "memory_manager_policy_changed",
-                              "stale_state_files", "restart_required")
+                              "stale_state_files", "restart_required", "persistence", "refused", "config_dir_route")
 
 
 @pytest.mark.parametrize("checkpoint", [None, '{"policyName":"none","defaultCpuSet":"0-3","checksum":1}'])
@@ -277,3 +281,136 @@ def test_a_node_without_nvidia_ml_py_is_not_checked_there_not_broken(world_tmp, 
     assert not [entry for entry in audit["findings"] if entry["check"] in ("nvml", "mig")]
     assert audit["summary"]["not_checked"] == ["mig", "nvml"]
     assert audit["checks"]["containerd"]["status"] == "drift"  # the rest of the node's checks ran
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 43: a cgroup v1 node keeps its kubelet check (MemoryQoS alone could not be checked); kubeadm durability
+
+CGROUP_LIMITS_SETTINGS = {"featureGates": {"MemoryQoS": True}, "memoryThrottlingFactor": 0.9}  # cgroup_limits' defaults
+
+
+def _mounts(root, hybrid):
+    """/proc/self/mounts of a node whose /sys/fs/cgroup is the v1 layout (this lab host's: real-components.md):
+    a tmpfs of per-controller cgroup mounts, and in the hybrid layout cgroup2 at unified."""
+    base = "%s/sys/fs/cgroup" % root
+    lines = ["tmpfs %s tmpfs ro,nosuid,nodev,noexec,mode=755 0 0" % base]
+    lines += ["cgroup %s/%s cgroup rw,nosuid,nodev,noexec,relatime,%s 0 0" % (base, name, name) for name in ("cpuset", "memory", "devices")]
+    if hybrid:
+        lines.append("cgroup2 %s/unified cgroup2 rw,nosuid,nodev,noexec,relatime 0 0" % base)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def cgroup_v1_node(world_tmp, monkeypatch):
+    """The audit's node root on the cgroup v1 layout, as its /proc/self/mounts shows it (read in this process)."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _host
+
+    def make(hybrid):
+        root = _node(world_tmp)
+        (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
+        real_read = _host.read_text
+        monkeypatch.setattr(_host, "read_text", lambda path: _mounts(root, hybrid) if path == "/proc/self/mounts" else real_read(path))
+        assert _host.cgroup_version(str(root)) == ("hybrid" if hybrid else 1)
+        return root
+
+    return make
+
+
+def _audit_here(root, **sections):
+    return _node_audit.audit(dict({"root": str(root)}, **sections))
+
+
+@pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "v1"])
+def test_cgroup_v1_node_keeps_its_kubelet_check_and_only_memory_qos_is_not_checked(cgroup_v1_node, hybrid):
+    """Issue 43 item 6: the whole kubelet check used to fail ("MemoryQoS ... needs cgroup v2 ... refusing")."""
+    root = cgroup_v1_node(hybrid)
+    before = tree_snapshot(root)
+    audit = _audit_here(root, kubelet=dict(KUBELET, settings=CGROUP_LIMITS_SETTINGS), cgroup_memory={})
+    assert tree_snapshot(root) == before
+    kubelet = audit["checks"]["kubelet"]
+    assert kubelet["status"] == "drift"  # topology drift is still reported
+    drifted = {entry["subject"] for entry in audit["findings"] if entry["id"] == "kubelet_setting"}
+    assert {"topologyManagerPolicy", "cpuManagerPolicy"} <= drifted and "featureGates.MemoryQoS" not in drifted
+    [blind] = kubelet["not_checked"]
+    assert blind["what"] == "kubelet featureGates.MemoryQoS=true" and "cgroup v1" in blind["cause"]
+    assert "cgroup_limits_memory_qos_feature_gate=false" in blind["fix"]
+    assert "featureGates" not in (kubelet["details"]["plan"]["sources"])
+    # the immediate fix (memory.high) cannot run there at all: could not check, with the variables that leave it alone
+    memory = audit["checks"]["cgroup_memory"]
+    assert memory["status"] == "not_checked" and "cgroup v1 hierarchy" in memory["not_checked"][0]["cause"]
+    assert "cgroup_limits_immediate=false" in memory["not_checked"][0]["fix"]
+    assert audit["summary"]["not_checked"] == ["cgroup_memory", "kubelet"]
+
+
+def test_cgroup_v1_node_is_clean_once_the_feature_gate_is_off_and_the_stage_ran(cgroup_v1_node):
+    root = cgroup_v1_node(True)
+    options = dict(KUBELET, settings={"memoryThrottlingFactor": 0.9})  # cgroup_limits_memory_qos_feature_gate=false
+    assert "not_checked" not in _audit_here(root, kubelet=options)["checks"]["kubelet"]
+    plan = _node_audit._kubelet.plan(_node_audit._kubelet.NodeReader(str(root)), dict(options, remove_stale_state=True),
+                                     cgroup_version="hybrid")
+    for change in plan["changes"]:
+        path = root / change.node_path.lstrip("/")
+        if change.after is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(change.after)
+    clean = _audit_here(root, kubelet=options)
+    assert clean["checks"]["kubelet"]["status"] == "ok", clean["findings"]
+    assert clean["summary"]["not_checked"] == [] and clean["findings"] == []
+
+
+def test_kubeadm_revert_the_stage_can_move_is_remediable_then_gone(world_tmp):
+    root = _node(world_tmp)  # kubelet v1.36.3: the --config-dir route
+    (root / "var/lib/kubelet/config.yaml").write_text(
+        (root / "var/lib/kubelet/config.yaml").read_text().replace("topologyManagerPolicy: none", "topologyManagerPolicy: single-numa-node"))
+    audit = _audit(root, kubelet={"topology_manager_policy": "single-numa-node"})
+    [revert] = [entry for entry in audit["findings"] if entry["id"] == "kubelet_reverts_on_kubeadm_upgrade"]
+    assert revert["severity"] == "warning" and revert["remediable"] is True and revert["stage"] == "kubelet_topology"
+    assert revert["found"] == "topologyManagerPolicy=single-numa-node in /var/lib/kubelet/config.yaml"
+    # the value only moves: no kubelet_setting finding for it
+    assert [entry["id"] for entry in audit["findings"]] == ["kubelet_reverts_on_kubeadm_upgrade"]
+    assert audit["checks"]["kubelet"]["details"]["persistence"] == "durable"
+    assert _remediate_with(root, {"topology_manager_policy": "single-numa-node"})
+    clean = _audit(root, kubelet={"topology_manager_policy": "single-numa-node"})
+    assert clean["checks"]["kubelet"]["status"] == "ok" and clean["findings"] == []
+
+
+def test_kubeadm_revert_that_stops_the_kubelet_is_an_error_drift_names_beforehand(world_tmp):
+    """The static policy stays in config.yaml (the route is off): drift says a kubeadm upgrade would stop the kubelet on
+    its checkpoint, before and after the stage ran; the stage cannot fix it (not remediable)."""
+    root = _node(world_tmp)
+    options = dict(KUBELET, kubeadm_config_dir="")
+    assert _remediate_with(root, dict(options, remove_stale_state=True))
+    audit = _audit(root, kubelet=options)
+    [revert] = audit["findings"]
+    assert revert["id"] == "kubelet_reverts_on_kubeadm_upgrade" and revert["severity"] == "error"
+    assert revert["remediable"] is False and "refuses its checkpoint" in revert["hint"] and "cpuManagerPolicy" in revert["hint"]
+    assert "cpuManagerPolicy=static" in revert["found"]
+    assert audit["checks"]["kubelet"]["status"] == "findings"
+    assert audit["checks"]["kubelet"]["details"]["persistence"] == "reverts_on_kubeadm_upgrade"
+    assert "option kubeadm_config_dir is empty" in audit["checks"]["kubelet"]["details"]["persistence_reason"]
+
+
+def test_require_durable_is_refused_in_the_audit_and_the_stage_plan_writes_nothing(world_tmp):
+    root = _node(world_tmp)
+    options = dict(KUBELET, kubeadm_config_dir="", require_durable=True)
+    audit = _audit(root, kubelet=options)
+    kubelet = audit["checks"]["kubelet"]
+    assert kubelet["would_change"] is False and kubelet["status"] == "findings"
+    [refused] = kubelet["refused"]
+    assert refused["why"].startswith("require_durable:") and audit["summary"]["refused"] == ["kubelet"]
+    plan = kubelet["details"]["plan"]
+    assert plan["changed"] is False and plan["restart_required"] is False and plan["stale_state_files"] == []
+    stage = run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": True}, **options), {})
+    assert stage["changed"] is False
+    for field in PLAN_FIELDS_THE_ROLE_READS:
+        assert plan[field] == stage[field], field
+    # the drift stays visible: what differs, and what a kubeadm upgrade would do
+    assert {"kubelet_setting", "kubelet_reverts_on_kubeadm_upgrade"} <= {entry["id"] for entry in audit["findings"]}
+
+
+def _remediate_with(root, options):
+    result = run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": False}, **options), {})
+    assert not result.get("failed"), result
+    return result["changed"]

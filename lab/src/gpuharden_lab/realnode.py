@@ -160,6 +160,12 @@ def kubelet_binary() -> Path:
     return _built("kubelet-" + versions()["K8S_VERSION"], "kubelet")
 
 
+def kubeadm_binary() -> Path:
+    """kubeadm of the control plane's release (`make real-kubeadm`): not a node component, so available() does not ask
+    for it; the tests of what `kubeadm upgrade node` does to a node skip without it, naming that target."""
+    return _built("kubeadm-" + versions()["K8S_VERSION"], "kubeadm")
+
+
 def container_toolkit_binaries() -> dict[str, Path]:
     directory = "nvidia-container-toolkit-" + versions()["NVIDIA_CONTAINER_TOOLKIT_VERSION"]
     return {name: _built(directory, name) for name in CONTAINER_TOOLKIT}

@@ -146,13 +146,18 @@ def _where(source):
 
 def audit_kubelet(params):
     # The role removes stale manager checkpoints whenever it finds them (with the kubelet stopped), so the
-    # audit plans with that option on: a stale checkpoint is drift the stage fixes.
-    plan = _kubelet.decide(dict(params, remove_stale_state=True))
-    changes = [change for change in plan["changes"] if change.changed]
+    # audit plans with that option on: a stale checkpoint is drift the stage fixes.  The whole plan is read without
+    # require_durable, so that a refused write still shows what differs; the stage's own plan applies it.
+    plan = _kubelet.decide(dict(params, remove_stale_state=True, require_durable=False))
+    stage_plan = _kubelet.refuse_unless_durable(plan, params.get("require_durable"))
+    changes = [change for change in stage_plan["changes"] if change.changed]
+    reverts = _kubelet.kubeadm_upgrade_reverts(plan)
+    moved = set(reverts["fields"]) if reverts and reverts["fixed_by_plan"] else set()
     findings = []
     numa_limit = plan["numa_limit"]
     for field, source in sorted(plan["sources"].items()):
-        if source["before"] != source["after"] or source["source_before"] != source["source_after"]:
+        # a value that only moves out of config.yaml into the drop-in is the kubeadm finding below, not one per field
+        if source["before"] != source["after"] or (source["source_before"] != source["source_after"] and field not in moved):
             raised = numa_limit["action"] == "raised" and field == "topologyManagerPolicyOptions.max-allowable-numa-nodes"
             findings.append(finding(
                 "kubelet_setting", "error",
@@ -160,6 +165,8 @@ def audit_kubelet(params):
                 numa_limit["warning"] if raised else "the kubelet reads %s from %s; the stage sets it in %s"
                 % (field, _where(source["source_before"]), _where(source["source_after"])),
                 subject=field))
+    if reverts:
+        findings.append(kubeadm_revert_finding(reverts, plan))
     for entry in plan["stale_state_files"]:
         findings.append(finding(
             "kubelet_stale_checkpoint", "error", "no checkpoint from another policy",
@@ -174,24 +181,49 @@ def audit_kubelet(params):
     # "plan": what kubelet_config in check mode returns for the same options, less its files, so that harden's kubelet
     # stage takes its plan from here instead of reading the node again (roles/kubelet_topology/tasks/plan.yml). Its
     # "changed" counts the stale checkpoints the stage removes; they make "restart_required" true either way.
-    plan_without_files = {key: value for key, value in plan.items() if key != "changes"}
+    plan_without_files = {key: value for key, value in stage_plan.items() if key != "changes"}
     details = {"service": plan["service"], "flavor": plan["flavor"], "config_file": plan["config_file"],
-               "policies": plan.get("policies_set", {}), "numa_limit": numa_limit, "plan": dict(plan_without_files, changed=bool(changes))}
-    return bool(changes), findings, dict(details, **kubelet_numa_states(plan))
+               "policies": plan.get("policies_set", {}), "numa_limit": numa_limit, "persistence": stage_plan["persistence"],
+               "persistence_reason": stage_plan["persistence_reason"], "plan": dict(plan_without_files, changed=bool(changes))}
+    details.update(kubelet_parts_left_out(stage_plan["refused"], numa_limit))
+    return bool(changes), findings, details
 
 
-def kubelet_numa_states(plan):
-    """The NUMA limit's parts of the three states: a Topology Manager policy kept because raising the limit is not safe
-    (refused), and a policy whose NUMA limit could not be checked because sysfs could not be read (not checked)."""
-    states = {}
-    if plan["refused"]:
-        states[REFUSED] = [dict(entry) for entry in plan["refused"]]
-    if plan["numa_limit"]["action"] == "unknown":
-        states[NOT_CHECKED] = [{"what": "kubelet NUMA limit (topologyManagerPolicy %s)" % plan["numa_limit"]["policy"],
-                                "cause": plan["numa_limit"]["warning"],
-                                "fix": "give node_audit the node's /sys under its root (a pod: mount the host's /sys "
-                                       "at <root>/sys)"}]
-    return states
+def kubeadm_revert_finding(reverts, plan):
+    """kubelet_reverts_on_kubeadm_upgrade: remediable where the plan moves the values to a drop-in kubeadm never rewrites;
+    an error where the revert would stop the kubelet on its checkpoint (_kubelet.kubeadm_upgrade_reverts)."""
+    shown = ", ".join("%s=%s" % (field, reverts["values"][field]) for field in reverts["fields"])
+    if reverts["stops_kubelet"]:
+        hint = ("`kubeadm upgrade node` rewrites %s from the kubelet-config ConfigMap: unless the ConfigMap sets the same %s, "
+                "the kubelet restarts on another policy and refuses its checkpoint (cpu_manager_state / memory_manager_state "
+                "of the policy it ran), so it does not start" % (_kubelet.KUBEADM_CONFIG, " and ".join(reverts["stops_kubelet"])))
+    else:
+        hint = ("`kubeadm upgrade node` rewrites %s from the kubelet-config ConfigMap: these settings revert silently unless "
+                "the ConfigMap carries them" % _kubelet.KUBEADM_CONFIG)
+    if reverts["fixed_by_plan"]:
+        hint += "; the stage moves them to a --config-dir drop-in kubeadm never rewrites"
+    else:
+        hint += "; the stage cannot move them: %s" % plan["persistence_reason"]
+    return finding("kubelet_reverts_on_kubeadm_upgrade", "error" if reverts["stops_kubelet"] else "warning",
+                   "in a --config-dir drop-in kubeadm never rewrites", "%s in %s" % (shown, _kubelet.KUBEADM_CONFIG), hint,
+                   planned=reverts["fixed_by_plan"], path=_kubelet.KUBEADM_CONFIG)
+
+
+def kubelet_parts_left_out(refused, numa_limit):
+    """The kubelet stage's refusals and its NUMA limit as the audit's states: MemoryQoS on a cgroup v1 node could not be
+    checked (the node lacks what it needs), nor a Topology Manager policy's NUMA limit where sysfs could not be read; a
+    write refused for require_durable, or a policy kept because raising the NUMA limit is not safe, is refused."""
+    parts = {}
+    for entry in refused:
+        if entry["what"].startswith(_kubelet.MEMORY_QOS_GATE):
+            parts.setdefault(NOT_CHECKED, []).append({"what": "kubelet " + entry["what"], "cause": entry["why"], "fix": entry["fix"]})
+        else:
+            parts.setdefault(REFUSED, []).append(dict(entry))
+    if numa_limit["action"] == "unknown":
+        parts.setdefault(NOT_CHECKED, []).append({
+            "what": "kubelet NUMA limit (topologyManagerPolicy %s)" % numa_limit["policy"], "cause": numa_limit["warning"],
+            "fix": "give node_audit the node's /sys under its root (a pod: mount the host's /sys at <root>/sys)"})
+    return parts
 
 
 # A tool prerequisite, not the node's state: a node without the package is not broken, it cannot be checked.

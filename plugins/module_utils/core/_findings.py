@@ -55,6 +55,8 @@ _GROUPS = (
     ("containerd", "container_runtime", NEVER, ("containerd_runtime_binary_missing",)),
     # kubelet_setting's stage is kubelet_topology or cgroup_limits, by field: stage_of()
     ("kubelet", "kubelet_topology", ALWAYS, ("kubelet_setting", "kubelet_stale_checkpoint", "kubelet_config_file")),
+    # settings `kubeadm upgrade node` would revert: the stage moves them to a --config-dir drop-in where it can
+    ("kubelet", "kubelet_topology", PLANNED, ("kubelet_reverts_on_kubeadm_upgrade",)),
     ("mig", "mig", PLANNED, ("mig_layout_drift",)),
     ("mig", "mig", NEVER, (
         "mig_strategy_none_hides_slices", "mig_strategy_single_mismatch", "mig_custom_compute_instances", "mig_gpu_busy")),

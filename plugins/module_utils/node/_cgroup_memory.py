@@ -135,7 +135,9 @@ def check_hierarchy(cgroup_root, controllers_text, mounts_text, where=None):
         raise GpuhardenError(
             "cgroup_memory: %s is a cgroup v1 hierarchy (%s): memory.high and the kubelet's MemoryQoS exist only on "
             "cgroup v2. Move the node to the unified hierarchy (systemd.unified_cgroup_hierarchy=1 on the kernel command "
-            "line, then reboot) before hardening its memory limits" % (cgroup_root, ", ".join(controllers))
+            "line, then reboot) before hardening its memory limits" % (cgroup_root, ", ".join(controllers)),
+            fix="move the node to cgroup v2, or leave its memory limits alone: cgroup_limits_immediate=false and "
+                "cgroup_limits_memory_qos_feature_gate=false for this node (its other checks still run)",
         )
     if fstype == "cgroup2":
         raise GpuhardenError(

@@ -139,14 +139,29 @@ NOSPLIT_MAP_FIELDS = ("cpuManagerPolicyOptions", "topologyManagerPolicyOptions")
 # Fields the kubelet reads only from a configuration file: no command-line flag sets them.
 FLAGLESS_FIELDS = ("memoryThrottlingFactor", "memoryReservationPolicy", "shutdownGracePeriod",
                    "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority", "memorySwap")
-# kubeadm: `kubeadm upgrade node` rewrites this file from the kubelet-config ConfigMap (kubernetes/website
-# content/en/docs/reference/setup-tools/kubeadm/generated/kubeadm_upgrade_node_phase_kubelet-config.md) and may
-# regenerate kubeadm-flags.env; the --config-dir drop-ins and /etc/default|sysconfig/kubelet are never touched.
+# What kubeadm owns on a node (kubernetes v1.36.3, cmd/kubeadm/app): `kubeadm upgrade node` (its kubelet-config phase,
+# cmd/phases/upgrade/kubeletconfig.go -> phases/upgrade/postupgrade.go WriteKubeletConfigFiles -> phases/kubelet/
+# config.go WriteConfigToDisk) rewrites config.yaml whole, from the kube-system/kubelet-config ConfigMap, its --patches
+# and instance-config.yaml (a patch holding containerRuntimeEndpoint, written once when missing).  kubeadm-flags.env is
+# written by `kubeadm init`/`join` (phases/kubelet/flags.go WriteKubeletDynamicEnvFile); an upgrade rewrites it only
+# from its own content (postupgrade.go: moving --container-runtime-endpoint into instance-config.yaml, and
+# RemoveKubeletArgsFromFile with the flags a release retires, none in v1.36), so a flag removed there stays removed
+# ("kubeadm-flags.env ... isn't modified during upgrades", util/config/cluster.go GetNodeRegistration).  kubeadm never
+# reads or writes a --config-dir drop-in directory nor /etc/default/kubelet or /etc/sysconfig/kubelet (its systemd
+# drop-in only names them, for KUBELET_EXTRA_ARGS).
 KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
 KUBEADM_FLAGS_ENV = "/var/lib/kubelet/kubeadm-flags.env"
+# The durable route on a kubeadm node without --config-dir: this directory, enabled by --config-dir in the variable
+# kubeadm's systemd drop-in leaves to the admin (KUBELET_EXTRA_ARGS, from /etc/default/kubelet on deb or
+# /etc/sysconfig/kubelet on rpm).  The directory is the one the kubelet's documentation uses (KEP-3983).
+KUBEADM_CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"
+KUBEADM_EXTRA_ARGS = "KUBELET_EXTRA_ARGS"
 # k3s (and rke2, which embeds the same agent) read kubelet drop-ins correctly only from v1.32 on: the kubelet
 # merged drop-ins through its internal types before kubernetes/kubernetes#127421 (k3s-io/docs#433, k3s-io/k3s#2116).
 RANCHER_DROPIN_SINCE = (1, 32)
+# The same rule for a kubeadm node's own kubelet: --config-dir exists from v1.28 (alpha, behind an environment
+# variable) and v1.30 (beta), but gpuharden adds it only from v1.32, where drop-ins merge as versioned JSON (#127421).
+CONFIG_DIR_SINCE = RANCHER_DROPIN_SINCE
 # kubelet flags k3s/rke2 pass themselves before the kubelet-arg entries (a kubelet-arg of the same name replaces
 # them): k3s-io/k3s pkg/daemons/agent/agent_linux.go.  Only those that matter to a check here.
 RANCHER_BUILTIN_FLAGS = ("--eviction-hard=imagefs.available<5%,nodefs.available<5%",)
@@ -404,6 +419,13 @@ class EnvFile:
         self.lines[start] = "%s%s=%s%s%s" % (prefix, variable, quote, written, quote)
         self.values[variable] = value
 
+    def add(self, variable, value):
+        """A new ``VARIABLE=value`` line at the end (the file's last newline kept)."""
+        at = len(self.lines) - 1 if self.lines and self.lines[-1] == "" else len(self.lines)
+        self.lines.insert(at, "%s=%s" % (variable, value))
+        self.values[variable] = value
+        self.where[variable] = (at, at + 1, "", "")
+
     def render(self):
         return "\n".join(self.lines)
 
@@ -651,7 +673,8 @@ def _default_run_command(argv):
 
 
 class DistributionVersion:
-    """The k3s/rke2 version: option distribution_version, else ``<ExecStart binary> --version`` (read once)."""
+    """The k3s/rke2 version, or a kubeadm node's kubelet version: option distribution_version, else
+    ``<ExecStart binary> --version`` (read once)."""
 
     def __init__(self, root="/", given=None, run_command=None):
         self.root = root
@@ -667,15 +690,30 @@ class DistributionVersion:
                 "source": source}
 
     def require(self, flavor, binary):
+        found, why = self.ask(binary, "option distribution_version=%r: not a version such as v1.31.4+" + flavor + "1")
+        if found is not None:
+            return found
+        # Never guessed: before v1.32 the kubelet drop-in directory must not be written (RANCHER_DROPIN_SINCE).
+        raise GpuhardenError("%s: cannot tell the %s version (%s); %s before v1.32 reads no kubelet drop-in "
+                             "directory, so the place to write depends on it. Set option distribution_version (the "
+                             "node's status.nodeInfo.kubeletVersion, e.g. v1.31.4+%s1)" % (flavor, flavor, why, flavor, flavor))
+
+    def kubelet(self, binary):
+        """(version or None, why not): a kubeadm node's kubelet, from option distribution_version or
+        ``<ExecStart program> --version`` ("Kubernetes v1.36.3").  Not knowing it is no error (the caller keeps to the
+        --config file); a malformed option is."""
+        return self.ask(binary, "option distribution_version=%r: not a kubelet version such as v1.36.3")
+
+    def ask(self, binary, bad_option):
+        """(version, None) or (None, why): the given option first, else the program's own answer (read once)."""
         if self.found is not None:
-            return self.found
+            return self.found, None
         if self.given:
             found = self.parse("Kubernetes v" + self.given.strip().lstrip("v"), "option distribution_version")
             if found is None:
-                raise GpuhardenError("option distribution_version=%r: not a version such as v1.31.4+%s1"
-                                     % (self.given, flavor))
+                raise GpuhardenError(bad_option % self.given)
             self.found = found
-            return found
+            return found, None
         why = "the unit's ExecStart= names no program"
         if binary:
             path = host_path(self.root, binary)
@@ -686,12 +724,9 @@ class DistributionVersion:
                 found = self.parse(out, "%s --version" % binary) if rc == 0 else None
                 if found is not None:
                     self.found = found
-                    return found
+                    return found, None
                 why = "%s --version answered rc=%s: %s" % (binary, rc, (out or err or "").strip()[:200] or "nothing")
-        # Never guessed: before v1.32 the kubelet drop-in directory must not be written (RANCHER_DROPIN_SINCE).
-        raise GpuhardenError("%s: cannot tell the %s version (%s); %s before v1.32 reads no kubelet drop-in "
-                             "directory, so the place to write depends on it. Set option distribution_version (the "
-                             "node's status.nodeInfo.kubeletVersion, e.g. v1.31.4+%s1)" % (flavor, flavor, why, flavor, flavor))
+        return None, why
 
 
 def _arg_name(entry):
@@ -1267,6 +1302,10 @@ class Planner:
         self.envfile_edits = {}
         self.yaml_edits = {}
         self.reasons = {}
+        self.refused = []
+        # the durable route on kubeadm (route_through_config_dir): what it did, or why it was not taken
+        self.route = None
+        self.route_skipped = None
 
     def reason(self, path, text):
         self.reasons.setdefault(path, [])
@@ -1322,9 +1361,7 @@ class Planner:
         dropin_name = params.get("dropin_name") or "50-gpuharden.conf"
         if not DROPIN_RE.match(dropin_name) or dropin_name.startswith("00-"):
             _fail_option("dropin_name", dropin_name, "must be a file name ending in .conf that does not start with 00-")
-        if memory_qos_requested(desired) and self.cgroup_version in (1, "hybrid"):
-            raise GpuhardenError("MemoryQoS (featureGates.MemoryQoS / memoryThrottlingFactor) needs cgroup v2, and this "
-                                 "node's memory controller is on cgroup v1 (%s): refusing" % self.cgroup_version)
+        desired, self.refused = without_memory_qos_on_cgroup_v1(desired, self.cgroup_version)
         view = discover(self.reader, params.get("service") or "auto", params.get("flavor") or "auto", self.versions)
         self.numa_limit = self.plan_numa_limit(view, desired)
         managed = leaves(desired)
@@ -1338,6 +1375,7 @@ class Planner:
             # k3s/rke2 before v1.32: the values become kubelet-arg entries (no drop-in is read correctly there)
             self.plan_kubelet_args(view, desired)
             return self.finish(view, None, desired, managed, before)
+        view = self.route_through_config_dir(view, managed, dropin_name)
         # 1. where the values go: the drop-in when the kubelet reads a drop-in directory, else the --config file
         if view["config_dir"]:
             target_path = "%s/%s" % (view["config_dir"], dropin_name)
@@ -1388,7 +1426,6 @@ class Planner:
         kubelet would read after this plan: with option numa_over_limit=raise the option becomes the node's count
         (the kubelet then logs a warning, said in ``warning``), else, or where raising is not safe, the node keeps its
         Topology Manager policy and ``refused`` says why.  Options the kubelet would refuse are refused here."""
-        self.refused = []
         refuse_locked_options_gate(desired)
         policy = desired.get("topologyManagerPolicy") or effective(view, ("topologyManagerPolicy",))["value"] or "none"
         wanted = desired.get(OPTIONS_FIELD) or {}
@@ -1434,6 +1471,82 @@ class Planner:
                                          effective(view, ("topologyManagerPolicy",))["value"]))
         return report
 
+    def route_through_config_dir(self, view, managed, dropin_name):
+        """kubeadm without --config-dir: the view with ``--config-dir=<kubeadm_config_dir>`` added to KUBELET_EXTRA_ARGS
+        in the environment file that sets it (or the unit's last one besides kubeadm-flags.env), so that the values go
+        to a drop-in kubeadm never rewrites (KUBEADM_CONFIG).  Taken only where the kubelet is v1.32 or later
+        (CONFIG_DIR_SINCE; an older or unknown kubelet might not know the flag, and an unknown flag stops it), where
+        the directory holds no drop-in the kubelet would start reading with it, and where discovering again shows the
+        kubelet reading that directory.  Otherwise the view is unchanged and ``route_skipped`` says why."""
+        directory = self.params.get("kubeadm_config_dir", KUBEADM_CONFIG_DIR)
+        if directory and not directory.startswith("/"):
+            _fail_option("kubeadm_config_dir", directory, "must be an absolute directory, or empty for never")
+        if view["flavor"] != "kubeadm" or view["config_dir"] or not managed:
+            return view
+        if not directory:
+            self.route_skipped = "option kubeadm_config_dir is empty"
+            return view
+        why = self.config_dir_obstacle(view, directory, dropin_name)
+        if why is None:
+            edited, why = self.add_config_dir_flag(view, directory)
+            if edited is not None:
+                routed = discover(self.reader.with_overlay({edited.path: edited.render()}), view["service"], view["flavor"],
+                                  self.versions)
+                if routed["config_dir"] == directory.rstrip("/"):
+                    self.envfile_edits[edited.path] = edited
+                    self.route = {"config_dir": routed["config_dir"], "file": edited.path, "variable": KUBEADM_EXTRA_ARGS,
+                                  "kubelet_version": self.versions.found["version"]}
+                    self.reason(edited.path, "adds --config-dir=%s to %s: the kubelet then reads gpuharden's drop-in "
+                                "there, which kubeadm never rewrites" % (routed["config_dir"], KUBEADM_EXTRA_ARGS))
+                    return routed
+                why = ("--config-dir=%s in %s of %s would not reach the kubelet (ExecStart= in %s does not expand $%s, or "
+                       "a later flag overrides it)" % (directory, KUBEADM_EXTRA_ARGS, edited.path, view["unit"]["path"],
+                                                       KUBEADM_EXTRA_ARGS))
+        self.route_skipped = why
+        return view
+
+    def config_dir_obstacle(self, view, directory, dropin_name):
+        """Why the kubelet must not be given --config-dir=<directory> here, or None."""
+        version, why = self.versions.kubelet(_exec_binary(view["unit"]))
+        if version is None:
+            return "cannot tell the kubelet's version (%s; option distribution_version gives it)" % why
+        if version["minor"] < CONFIG_DIR_SINCE:
+            return "kubelet %s: gpuharden adds --config-dir only from v1.32 (drop-ins merge correctly from there)" % version["version"]
+        present = [rel for rel in self.reader.files_below(directory) if rel.endswith(".conf") and rel != dropin_name] \
+            if self.reader.isdir(directory) else []
+        if present:
+            return ("%s already holds drop-ins the kubelet does not read yet (%s): --config-dir would apply them too"
+                    % (directory, ", ".join(present)))
+        return None
+
+    def add_config_dir_flag(self, view, directory):
+        """(the environment file with --config-dir added to KUBELET_EXTRA_ARGS, None) or (None, why not)."""
+        env, _files = unit_environment(self.reader, view["unit"])
+        _value, origin = env.get(KUBEADM_EXTRA_ARGS, (None, None))
+        if origin is not None and origin.kind != "envfile":
+            return None, "%s is set by %s, which gpuharden never edits" % (KUBEADM_EXTRA_ARGS, origin.describe())
+        if origin is not None:
+            path = origin.path
+        else:
+            files = [path for path, _optional, _unit_path in view["unit"]["environment_files"] if path != KUBEADM_FLAGS_ENV]
+            if not files:
+                return None, "the unit %s reads no environment file besides %s" % (view["unit"]["path"], KUBEADM_FLAGS_ENV)
+            path = files[-1]
+        if path == KUBEADM_FLAGS_ENV:
+            return None, "%s comes from %s, which kubeadm writes" % (KUBEADM_EXTRA_ARGS, KUBEADM_FLAGS_ENV)
+        text = self.reader.read(path)
+        edited = EnvFile(path, text or "")
+        edited.created = text is None
+        flag = "--config-dir=%s" % directory.rstrip("/")
+        if KUBEADM_EXTRA_ARGS in edited.values:
+            try:
+                edited.set(KUBEADM_EXTRA_ARGS, " ".join(edited.values[KUBEADM_EXTRA_ARGS].split() + [flag]))
+            except GpuhardenError as error:
+                return None, error.msg
+        else:
+            edited.add(KUBEADM_EXTRA_ARGS, flag)
+        return edited, None
+
     def finish(self, view, target, desired, managed, before):
         if self.numa_limit["action"] == "raised":
             where = target.path if target is not None else view["kubelet_arg"]["target"][0]
@@ -1450,11 +1563,13 @@ class Planner:
                                      % (".".join(path), _show(value), _show(after[path]["value"]), after[path]["source"]))
         self.check_result(view, after_view, desired)
         persistence, why = self.persistence(view, managed, after, changes)
-        if persistence != "durable" and self.params.get("require_durable"):
-            raise GpuhardenError("require_durable: nothing written, the settings would not last: %s" % why)
         result = self.result(view, after_view, managed, before, after, changes)
-        result.update(persistence=persistence, persistence_reason=why)
-        return result
+        result.update(persistence=persistence, persistence_reason=why, config_dir_route=self.route, refused=list(self.refused))
+        if self.route:
+            # the kubelet's flags change: restart it now, under the stage's health check and rollback, rather than meet
+            # --config-dir first at the next restart (a kubeadm upgrade's)
+            result["restart_required"] = True
+        return refuse_unless_durable(result, self.params.get("require_durable"))
 
     def plan_kubelet_args(self, view, desired):
         """Set each managed field as kubelet-arg entries of the k3s/rke2 config file the distribution reads last."""
@@ -1531,21 +1646,27 @@ class Planner:
             return "durable", "%s never rewrites %s or its config files" % (view["flavor"], where)
         in_config = sorted(".".join(path) for path, _value in managed
                            if after[path]["source"].get("kind") == "file" and after[path]["source"].get("path") == KUBEADM_CONFIG)
-        flags_removed = [change.node_path for change in changes if change.node_path == KUBEADM_FLAGS_ENV and change.changed]
-        reasons = []
         if in_config:
-            reasons.append("%s come from %s, which `kubeadm upgrade node` rewrites from the kubelet-config ConfigMap "
-                           "(they last only if the ConfigMap carries them too)" % (", ".join(in_config), KUBEADM_CONFIG))
+            why = ("%s come from %s, which `kubeadm upgrade node` rewrites from the kube-system/kubelet-config ConfigMap "
+                   "(they last only if the ConfigMap carries them too)" % (", ".join(in_config), KUBEADM_CONFIG))
             if not view["config_dir"]:
-                reasons.append("the kubelet has no --config-dir: add --config-dir=/etc/kubernetes/kubelet.conf.d to "
-                               "KUBELET_EXTRA_ARGS (kubelet v1.32 or later) and run again, so the values go to a drop-in "
-                               "kubeadm never touches")
-        if flags_removed:
-            reasons.append("a flag removed from %s can come back: kubeadm regenerates that file" % KUBEADM_FLAGS_ENV)
-        if reasons:
-            return "reverts_on_kubeadm_upgrade", "; ".join(reasons)
-        where = "the drop-in directory %s" % view["config_dir"] if view["config_dir"] else "files kubeadm does not manage"
-        return "durable", "the values live in %s and flags kubeadm does not rewrite" % where
+                why += ("; the kubelet reads no --config-dir and gpuharden added none: %s. The fix: a kubelet v1.32 or "
+                        "later (or option distribution_version naming it), or --config-dir=%s in %s yourself, then run "
+                        "again" % (self.route_skipped or "no drop-in directory", KUBEADM_CONFIG_DIR, KUBEADM_EXTRA_ARGS))
+            return "reverts_on_kubeadm_upgrade", why
+        if self.route:
+            where = ("the drop-in directory %s, which the kubelet reads through --config-dir in %s of %s (files kubeadm "
+                     "never writes)" % (self.route["config_dir"], self.route["variable"], self.route["file"]))
+        elif view["config_dir"]:
+            where = "the drop-in directory %s" % view["config_dir"]
+        else:
+            where = "files kubeadm does not manage"
+        why = "the values live in %s and flags kubeadm does not rewrite" % where
+        if any(change.node_path == KUBEADM_FLAGS_ENV and change.changed for change in changes):
+            why += ("; a flag removed from %s stays removed through `kubeadm upgrade node`, which rewrites that file only "
+                    "from its own content, but `kubeadm join` writes it anew from nodeRegistration.kubeletExtraArgs: "
+                    "remove it there too" % KUBEADM_FLAGS_ENV)
+        return "durable", why
 
     def changes(self, view, target):
         changes = []
@@ -1564,7 +1685,8 @@ class Planner:
                 changes.append(self.change(path, before, after))
         for path, env_file in sorted(self.envfile_edits.items()):
             if env_file.render() != env_file.text:
-                changes.append(self.change(path, env_file.text, env_file.render()))
+                changes.append(self.change(path, None if getattr(env_file, "created", False) else env_file.text,
+                                           env_file.render()))
         return changes
 
     def change(self, node_path, before, after, reason=None):
@@ -1827,9 +1949,80 @@ def _flag_text(value):
     return str(_plain(value))
 
 
-def memory_qos_requested(desired):
+# ---------------------------------------------------------------------------------------------
+# What is left out, or refused, and what a kubeadm upgrade would undo
+
+MEMORY_QOS_GATE = "featureGates.MemoryQoS"
+MEMORY_QOS_FIX = ("set cgroup_limits_memory_qos_feature_gate=false for this node (role gpuharden.k8s.cgroup_limits; for "
+                  "module kubelet_config: leave featureGates.MemoryQoS out of settings), or move the node to cgroup v2 "
+                  "(systemd.unified_cgroup_hierarchy=1 on the kernel command line, then reboot)")
+
+
+def without_memory_qos_on_cgroup_v1(desired, cgroup_version):
+    """(desired, refused): on a node whose memory controller is on cgroup v1 (or hybrid), featureGates.MemoryQoS=true
+    is left out, with memoryReservationPolicy (the kubelet refuses TieredReservation without the gate: kubernetes v1.36.3
+    pkg/kubelet/apis/config/validation/validation.go), and named in ``refused``; every other setting stays.  The kubelet
+    applies MemoryQoS only on the unified hierarchy (pkg/kubelet/cm/pod_container_manager_linux.go) and on cgroup v1
+    only logs "MemoryQoS feature only works with cgroups v2" (cmd/kubelet/app/server.go), so the gate would protect
+    nothing there; memoryThrottlingFactor is kept, as the kubelet only range-checks it without MemoryQoS."""
     gates = desired.get("featureGates") or {}
-    return gates.get("MemoryQoS") is True or "memoryThrottlingFactor" in desired
+    if cgroup_version not in (1, "hybrid") or gates.get("MemoryQoS") is not True:
+        return desired, []
+    kept = dict(desired)
+    others = {name: value for name, value in gates.items() if name != "MemoryQoS"}
+    if others:
+        kept["featureGates"] = others
+    else:
+        del kept["featureGates"]
+    left_out = [MEMORY_QOS_GATE + "=true"]
+    if kept.get("memoryReservationPolicy", "None") != "None":
+        left_out.append("memoryReservationPolicy=%s" % kept.pop("memoryReservationPolicy"))
+    why = ("this node's memory controller is on cgroup v%s, and the kubelet applies MemoryQoS (memory.high, memory.min) "
+           "only on cgroup v2: left out, so nothing claims a protection the node cannot give; the other kubelet settings are "
+           "still written" % ("1 (hybrid hierarchy)" if cgroup_version == "hybrid" else "1"))
+    return kept, [{"what": ", ".join(left_out), "why": why, "fix": MEMORY_QOS_FIX}]
+
+
+def refuse_unless_durable(plan, require_durable):
+    """The plan as the stage runs it: with option require_durable and settings that would not outlast a kubeadm upgrade,
+    nothing is written nor restarted and ``refused`` says why (node_audit keeps the whole plan for its findings)."""
+    if not require_durable or plan["persistence"] == "durable":
+        return plan
+    entry = {"what": "the kubelet settings (%s)" % ", ".join(sorted(plan["sources"])),
+             "why": "require_durable: they would not outlast `kubeadm upgrade node`: %s" % plan["persistence_reason"],
+             "fix": "make the kubelet read a --config-dir (the reason says how), or set require_durable=false (role "
+                    "gpuharden.k8s.kubelet_topology: kubelet_topology_require_durable=false) to write them where a kubeadm "
+                    "upgrade reverts them"}
+    return dict(plan, changes=[], restart_required=False, effective_changed=False, cpu_manager_policy_changed=False,
+                memory_manager_policy_changed=False, stale_state_files=[], refused=plan["refused"] + [entry])
+
+
+def kubeadm_upgrade_reverts(plan):
+    """What `kubeadm upgrade node` would undo on a kubeadm node (it rewrites config.yaml from the kubelet-config ConfigMap,
+    KUBEADM_CONFIG), or None: {fields, values, stops_kubelet, fixed_by_plan}.  The managed fields that live in
+    config.yaml after the plan, or, when the plan moves them to a drop-in, those that live there now (``fixed_by_plan``).
+    ``stops_kubelet``: the CPU or Memory Manager policies among them set to another than the kubelet's default.  The
+    kubelet writes its checkpoint under the policy it runs (cpu_manager_state, memory_manager_state), and a revert to the
+    ConfigMap's policy (the default, unless the ConfigMap sets the same) makes it refuse to start: "could not restore
+    state from checkpoint ... configured policy differs" (kubernetes v1.36.3 pkg/kubelet/cm/cpumanager/state/
+    state_checkpoint.go, memorymanager/state/state_checkpoint.go)."""
+    if plan.get("flavor") != "kubeadm":
+        return None
+    sources = plan["sources"]
+
+    def in_config(when):
+        return sorted(field for field, source in sources.items()
+                      if source["source_" + when].get("kind") == "file" and source["source_" + when].get("path") == KUBEADM_CONFIG)
+
+    fields, when = in_config("after"), "after"
+    if not fields:
+        fields, when = in_config("before"), "before"
+    if not fields:
+        return None
+    values = {field: sources[field][when] for field in fields}
+    stops = [field for field in fields if field in ("cpuManagerPolicy", "memoryManagerPolicy")
+             and values[field] not in (None, DEFAULTS[field])]
+    return {"fields": fields, "values": values, "stops_kubelet": stops, "fixed_by_plan": when == "before"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1857,6 +2050,7 @@ def argument_spec():
         "distribution_version": {"type": "str"},
         "require_durable": {"type": "bool", "default": False},
         "numa_over_limit": {"type": "str", "choices": list(NUMA_OVER_LIMIT), "default": "raise"},
+        "kubeadm_config_dir": {"type": "str", "default": KUBEADM_CONFIG_DIR},
         "backup": {"type": "bool", "default": False},
         "root": {"type": "path", "default": "/"},
     }
