@@ -298,7 +298,7 @@ def test_module_raises_the_limit_and_warns(world_tmp):
     assert "max-allowable-numa-nodes is set to 34" in str(result["warnings"])  # structured warning events in ansible-core 2.19
     assert "max-allowable-numa-nodes: '34'" in Path(str(root) + CONFIG).read_text()
     kept = run_module("kubelet_config", dict(POLICY, root=str(kubelet_node(world_tmp / "2", numa=34)), numa_over_limit="keep_policy"), {})
-    assert not kept["changed"] and kept["refused"] and "refused: topologyManagerPolicy single-numa-node" in str(kept["warnings"])
+    assert not kept["changed"] and kept["refused"] and "not written: topologyManagerPolicy single-numa-node" in str(kept["warnings"])
 
 
 def _node_audit(root, **kubelet):
