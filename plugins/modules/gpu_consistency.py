@@ -26,7 +26,8 @@ description:
     devices used by a container other than the one they were allocated to (C(device_used_by_other_container),
     C(gpu_process_on_unallocated_device); needs O(pod_resources)), C(visible_devices_without_request) from the pod spec,
     and C(gpu_process_outside_pods), C(gpu_process_unknown_pod), C(gpu_process_unattributed), C(node_not_found),
-    C(pod_unreadable)."
+    C(pod_unreadable), and C(node_left_cordoned) (a node still cordoned by a gpuharden run that has ended, interrupted or
+    failed: the record C(gpuharden.io/cordon) of M(gpuharden.k8s.node_maintenance) names the run, when and for what)."
   - "MIG devices are expected under the names the NVIDIA device plugin gives them (mixed strategy): one resource per
     MIG device, C(nvidia.com/mig-<profile>) with C(+) replaced by C(.) (V(nvidia.com/mig-1g.10gb.me)) from plugin v0.20.0;
     v0.19.x and older name a device by the first GPU-instance profile it contains (a 3g.40gb GPU instance split into

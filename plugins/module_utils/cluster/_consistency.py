@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain, _gpu_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding, severity_rank
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
@@ -434,6 +434,23 @@ def _usage_findings(name, report, pods, allocation):
     return found
 
 
+def _cordon_findings(name, node):
+    """A cordon gpuharden made and no run of it ended (the record node_maintenance puts on every cordon it makes): an
+    interrupted run (Ctrl-C, a killed job) or a failed step left the node out of service.  A check that got this far
+    holds, or took over, the node's run lock (node_audit's lock), so no gpuharden run is working on the node now."""
+    state = _drain.cordon_state(node)
+    record = state["record"]
+    if not state["unschedulable"] or record is None:
+        return []
+    return [finding(
+        "node_left_cordoned", "error", "schedulable once the gpuharden run that cordoned it has ended",
+        {"cordoned_by": record.get("owner"), "at": record.get("at"), "for": record.get("for")} if record.get("owner") is not None
+        else {"record": record.get("unreadable")},
+        "cordoned by %s, and that run ended without uncordoning it (interrupted, or a step failed and left it cordoned on "
+        "purpose): the next harden resumes the step where the node still needs it, else releases the cordon once the node is "
+        "Ready (gpuharden.k8s.node_maintenance state=released)" % _drain.describe_record(record), node=name, gpu=None, pod=None)]
+
+
 def _pod_spec_findings(pods_on_node, name):
     found = []
     for pod in pods_on_node:
@@ -565,6 +582,7 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
         findings.extend(_declared_findings(name, have, report, replicas, labelled))
         findings.extend(_allocation_findings(name, have, used_here))
         findings.extend(_pod_spec_findings(on_node.get(name, []), name))
+        findings.extend(_cordon_findings(name, node))
         if report is not None:
             findings.extend(_usage_findings(name, report, by_uid, allocations.get(name)))
         summary[name] = {
