@@ -164,6 +164,15 @@ restart_waves:
   type: list
   elements: list
   sample: [["gpu-0"], ["gpu-3", "gpu-1"], ["gpu-2"]]
+restart_steps:
+  description:
+    - What a playbook loops over for RV(restart_waves), one step per wave and a last one without nodes, each with
+      C(index), C(nodes) (the wave), C(settle) (the previous wave's nodes that were available before their restart: a
+      call with them as O(settle_nodes) and O(settle_required) says whether the wave may start) and C(before) (the
+      nodes of the earlier waves).
+  returned: always
+  type: list
+  elements: dict
 restart_deferred:
   description: The nodes of O(restarts) that may not restart at all now (a budget of 0), each with the reason.
   returned: always
@@ -248,7 +257,7 @@ def decide(params, clock=time.monotonic, sleep=time.sleep):
         result["deferred"] = {name: "rollout stopped: %s" % stopped for name in result["deferred"]}
     waves = _disruption.restart_waves(nodes, fleet=params["fleet"], restarts=params["restarts"], max_unavailable=params["max_unavailable"],
                                       out_of_service_taints=params["out_of_service_taints"], **common)
-    result.update(settle=settled, stopped=stopped, restart_waves=waves["waves"], restart_deferred=waves["deferred"],
+    result.update(settle=settled, stopped=stopped, restart_waves=waves["waves"], restart_steps=waves["steps"], restart_deferred=waves["deferred"],
                   left_cordoned=_disruption.left_cordoned(nodes, fleet=params["fleet"], **common))
     return result
 

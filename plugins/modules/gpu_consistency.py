@@ -106,6 +106,17 @@ options:
         returned (C(settle) says how long it waited). V(0) reads once.
     type: int
     default: 0
+  restarted_at:
+    description:
+      - "The nodes whose kubelet this run restarted, each with the node's clock just before the restart (seconds since
+        the epoch; M(gpuharden.k8s.kubelet_config) returns it as C(health.restarted_at)): such a node is judged only
+        from a status its new kubelet posted, one whose Ready condition's C(lastHeartbeatTime) is after the restart."
+      - A restarted kubelet advertises no device until the device plugin registers again, while the Node keeps the old
+        kubelet's allocatable until the new kubelet's first status, so a read in between would see the old count. Such
+        a node is read again, within O(settle_seconds), like a node that does not advertise what it has; one still
+        without a new status at the end gets C(kubelet_status_not_posted).
+    type: dict
+    default: {}
   settle_nodes:
     description:
       - The nodes whose advertised resources may still be changing (those the run just changed); O(settle_seconds)
@@ -218,10 +229,11 @@ nodes:
 settle:
   description:
     - C(seconds) waited for the nodes' advertised resources and C(reads) of the cluster (see O(settle_seconds) and
-      O(settle_nodes)), and C(awaiting), the nodes still not advertising what they have after it.
+      O(settle_nodes)), C(awaiting), the nodes still not advertising what they have after it, and C(stale_status), the
+      nodes of O(restarted_at) still without a status from their new kubelet.
   returned: always
   type: dict
-  sample: {"seconds": 6.1, "reads": 3, "awaiting": []}
+  sample: {"seconds": 6.1, "reads": 3, "awaiting": [], "stale_status": []}
 topology:
   description:
     - Per node of O(topology), what M(gpuharden.k8s.topology_check) returns for it (C(findings), C(max_severity),
@@ -270,6 +282,7 @@ def argument_spec():
         page_limit={"type": "int", "default": 500},
         settle_seconds={"type": "int", "default": 0},
         settle_nodes={"type": "list", "elements": "str"},
+        restarted_at={"type": "dict", "default": {}},
         fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
         topology={"type": "dict", "default": {}},
         workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
@@ -336,6 +349,7 @@ def gather(params):
     resources = [resource for resource in params["workload_resources"] or [] if resource]
     if topology and not resources:
         raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
+    restarted_at = _consistency.check_restarted_at(params["restarted_at"] or {}, "option restarted_at")
     runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
         params["runtime_class"], "%s: option runtime_class" % MODULE)
     api = _k8s.api_client(params)
@@ -360,6 +374,7 @@ def gather(params):
                     workloads, workloads_error = _workloads(pods, controllers, resources)
                     node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
                                       for node in nodes if node["metadata"].get("name") in topology}
+                stale = _consistency.stale_statuses(nodes, restarted_at)
                 last_nodes = nodes if runtime_class else None
                 # Freed while the collector is still off: switched back on over them, it would walk them all once more.
                 del nodes, pods
@@ -367,7 +382,7 @@ def gather(params):
             for kind, count in pages.items():
                 requests[kind] = requests.get(kind, 0) + count
             awaiting = _consistency.awaiting_advertisement(findings)
-            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]]
+            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]] + sorted(stale)
             left = params["settle_seconds"] - (time.monotonic() - started)
             if not waited_for or left <= 0:
                 break
@@ -377,10 +392,14 @@ def gather(params):
         del last_nodes
     finally:
         api.close()
+    if stale:
+        findings = sorted(findings + _consistency.stale_status_findings(stale),
+                          key=lambda item: (item["node"] or "", -_findings.severity_rank(item["severity"]), item["id"]))
     weighed = {} if not topology else {
         name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
-            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting},
+            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting,
+                       "stale_status": sorted(stale)},
             "topology": weighed, "workloads_error": workloads_error if topology else None, "runtime_class_check": runtime_class_check}
 
 

@@ -169,7 +169,15 @@ def test_bad_settle_options_are_refused_before_any_request(option, value):
 def test_the_canary_restarts_alone_then_waves_of_the_budget():
     nodes = [node(n) for n in FLEET]
     waves = _disruption.restart_waves(nodes, fleet=FLEET, restarts=FLEET[:6], max_unavailable=2)
-    assert waves == {"waves": [["gpu-0"], ["gpu-1", "gpu-2"], ["gpu-3", "gpu-4"], ["gpu-5"]], "deferred": {}, "wave_size": 2}
+    assert waves["waves"] == [["gpu-0"], ["gpu-1", "gpu-2"], ["gpu-3", "gpu-4"], ["gpu-5"]]
+    assert waves["deferred"] == {} and waves["wave_size"] == 2
+    # what the playbook loops over: each wave waits for the previous one, and a last step for the last one
+    assert waves["steps"] == [
+        {"index": 0, "nodes": ["gpu-0"], "settle": [], "before": []},
+        {"index": 1, "nodes": ["gpu-1", "gpu-2"], "settle": ["gpu-0"], "before": ["gpu-0"]},
+        {"index": 2, "nodes": ["gpu-3", "gpu-4"], "settle": ["gpu-1", "gpu-2"], "before": ["gpu-0", "gpu-1", "gpu-2"]},
+        {"index": 3, "nodes": ["gpu-5"], "settle": ["gpu-3", "gpu-4"], "before": ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]},
+        {"index": 4, "nodes": [], "settle": ["gpu-5"], "before": FLEET[:6]}]
     one = _disruption.restart_waves(nodes, fleet=FLEET, restarts=["gpu-3", "gpu-1", "gpu-3"], max_unavailable=1)
     assert one["waves"] == [["gpu-3"], ["gpu-1"]]  # the run's order, each node once
 
@@ -180,6 +188,8 @@ def test_the_canary_is_an_available_node_and_nodes_already_down_go_right_after_i
     nodes[1] = node("gpu-1", cordoned=True)
     waves = _disruption.restart_waves(nodes, fleet=FLEET, restarts=["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"], max_unavailable=1)
     assert waves["waves"] == [["gpu-2"], ["gpu-0", "gpu-1", "gpu-3"], ["gpu-4"]]
+    # a node that was down before its restart is not waited for: it would prove nothing
+    assert [step["settle"] for step in waves["steps"]] == [[], ["gpu-2"], ["gpu-3"], ["gpu-4"]]
     down = [node(n, ready="False") for n in FLEET[:2]] + [node(n) for n in FLEET[2:]]
     assert _disruption.restart_waves(down, fleet=FLEET, restarts=FLEET[:2], max_unavailable=1)["waves"] == [["gpu-0"], ["gpu-1"]]
 
@@ -198,7 +208,7 @@ def test_a_budget_of_zero_restarts_nothing_and_says_so():
     assert waves["waves"] == [] and set(waves["deferred"]) == {"gpu-0", "gpu-1"}
     assert "max_unavailable 0% = 0 node(s)" in waves["deferred"]["gpu-0"]
     assert _disruption.restart_waves([node("gpu-0")], fleet=["gpu-0"], restarts=[], max_unavailable=1) == {
-        "waves": [], "deferred": {}, "wave_size": 1}
+        "waves": [], "deferred": {}, "wave_size": 1, "steps": []}
 
 
 def test_left_cordoned_names_the_fleets_nodes_with_gpuhardens_record():

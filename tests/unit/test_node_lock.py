@@ -8,7 +8,6 @@ import os
 import time
 
 import pytest
-
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 
 from tests.unit.conftest import run_module

@@ -107,21 +107,24 @@ def restart_waves(nodes, *, fleet, restarts, max_unavailable, resource_prefixes=
     kubelet sees the runtime down for seconds at most, so a node down elsewhere slows the rollout to one node at a time
     instead of blocking the runtime's repair.  A budget of 0 allows no restart.  The nodes of ``restarts`` that are
     already unavailable (or out of service, or not registered) take nothing more away: they go with the first wave
-    after the canary.  Returns {waves: [[node]], deferred: {node: reason}, wave_size}.
+    after the canary.  Returns {waves: [[node]], deferred: {node: reason}, wave_size, steps}: ``steps`` is what a
+    playbook loops over, one per wave and a last one without nodes, each {index, nodes, settle, before}: ``settle``
+    the previous wave's nodes that were available before their restart (each must be Ready again before this step
+    goes on), ``before`` every node of the earlier waves (one that failed stops the rollout).
     """
     by_name, fleet_names, in_service = _fleet(nodes, fleet, resource_prefixes, out_of_service_taints)
     wanted = list(dict.fromkeys(restarts))
     budget = resolve_budget(max_unavailable, len(in_service))
     if budget == 0:
         reason = "disruption budget max_unavailable %s = 0 node(s): no restart is started" % (max_unavailable,)
-        return {"waves": [], "deferred": {name: reason for name in wanted}, "wave_size": 0}
+        return {"waves": [], "deferred": {name: reason for name in wanted}, "wave_size": 0, "steps": []}
     busy = _unavailable(by_name, in_service - set(wanted))
     size = max(1, budget - len(busy))
     available = [name for name in wanted if name in in_service and name in by_name and not unavailable_reasons(by_name[name])]
     free = [name for name in wanted if name not in available]
     canary = (available or free or [None])[0]
     if canary is None:
-        return {"waves": [], "deferred": {}, "wave_size": size}
+        return {"waves": [], "deferred": {}, "wave_size": size, "steps": []}
     rest = [name for name in available if name != canary]
     waves = [[canary]]
     first = [name for name in free if name != canary] + rest[:size]
@@ -129,7 +132,12 @@ def restart_waves(nodes, *, fleet, restarts, max_unavailable, resource_prefixes=
     if first:
         waves.append(first)
     waves.extend(rest[start:start + size] for start in range(0, len(rest), size))
-    return {"waves": waves, "deferred": {}, "wave_size": size}
+    steps, before = [], []
+    for index, wave in enumerate(waves + [[]]):
+        previous = waves[index - 1] if index else []
+        steps.append({"index": index, "nodes": wave, "settle": [name for name in previous if name in available], "before": list(before)})
+        before.extend(wave)
+    return {"waves": waves, "deferred": {}, "wave_size": size, "steps": steps}
 
 
 def left_cordoned(nodes, *, fleet=(), resource_prefixes=("nvidia.com/",)):

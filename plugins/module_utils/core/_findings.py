@@ -80,7 +80,7 @@ _GROUPS = (
     # MIG devices not advertised: the plugin's migStrategy is a decision for the operator (device_plugin_mig_strategy).
     ("consistency", "device_plugin", NEVER, ("mig_not_advertised",)),
     ("consistency", "postcheck", NEVER, (
-        "unknown_gpu_resource", "requested_resource_not_advertised", "allocated_exceeds_declared",
+        "kubelet_status_not_posted", "unknown_gpu_resource", "requested_resource_not_advertised", "allocated_exceeds_declared",
         "gpu_process_unattributed", "gpu_process_outside_pods", "gpu_process_unknown_pod", "gpu_process_pod_on_other_node",
         "gpu_process_without_allocation", "gpu_process_exceeds_allocation", "device_used_by_other_container",
         "gpu_process_on_unallocated_device", "visible_devices_without_request", "pod_unreadable", "node_not_found")),
