@@ -141,8 +141,19 @@ options:
         consistency check still runs; the nodes are weighed without workloads and RV(workloads_error) says why.
     type: dict
     default: {}
+  admission:
+    description:
+      - "The drift check's prediction of harden's admission check: per node, its kubelet plan (C(checks.kubelet.details.plan)
+        of M(gpuharden.k8s.node_audit)). Where the plan switches the node to a Topology Manager policy that can refuse
+        GPU pods (V(restricted), V(single-numa-node)), the GPU workloads are weighed against the node's GPUs (from
+        O(node_reports)) under that policy, as harden weighs them before it switches; a node where one could no longer
+        be admitted, or where the workloads could not be listed, is one harden keeps on its policy: RV(kept)."
+      - Leave it out where harden would switch anyway (C(kubelet_topology_ignore_unadmittable_workloads)) or checks
+        nothing (C(kubelet_topology_admission_check=false)).
+    type: dict
+    default: {}
   workload_resources:
-    description: Extended resources that count as GPUs in the workloads weighed for O(topology).
+    description: Extended resources that count as GPUs in the workloads weighed for O(topology) and O(admission).
     type: list
     elements: str
     default: [nvidia.com/gpu]
@@ -240,6 +251,14 @@ topology:
       C(workloads_landing), ...), weighed against the workloads of the last read; V({}) without O(topology).
   returned: always
   type: dict
+kept:
+  description:
+    - Per node of O(admission) that harden's admission check would keep on its policy, C(policy) and C(scope) (the
+      ones it would not switch to), C(fields) (the kubelet fields it leaves as they are), C(workloads) (those it could
+      no longer admit) and C(reason). The drift check reports those fields' C(kubelet_setting) findings as kept, not
+      remediable.
+  returned: always
+  type: dict
 workloads_error:
   description: Why the workloads could not be read for O(topology) (the nodes were weighed without them), else V(null).
   returned: always
@@ -261,7 +280,7 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
@@ -285,6 +304,7 @@ def argument_spec():
         restarted_at={"type": "dict", "default": {}},
         fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
         topology={"type": "dict", "default": {}},
+        admission={"type": "dict", "default": {}},
         workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
         pods_snapshot={"type": "path"},
         runtime_class={"type": "dict"},
@@ -346,8 +366,9 @@ def gather(params):
     # Validate the reports before any request: bad input fails fast and clearly.
     _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
     topology = _gpu_workloads.topology_entries(MODULE, params["topology"] or {})
+    admission = admission_entries(params["admission"] or {}, params["node_reports"])
     resources = [resource for resource in params["workload_resources"] or [] if resource]
-    if topology and not resources:
+    if (topology or admission) and not resources:
         raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
     restarted_at = _consistency.check_restarted_at(params["restarted_at"] or {}, "option restarted_at")
     runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
@@ -363,17 +384,17 @@ def gather(params):
             with _k8s.gc_paused():
                 # the workload controllers are listed once: only the Nodes and pods change while the run settles
                 nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
-                                                          _gpu_workloads.CONTROLLER_KINDS if topology and controllers is None else (),
+                                                          _gpu_workloads.CONTROLLER_KINDS if (topology or admission) and controllers is None else (),
                                                           snapshot)
                 snapshot = None  # a read while settling lists the pods again
                 controllers = listed if controllers is None else controllers
                 findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
                                                        wanted=params["nodes"] or None, label=params["gpu_node_label"],
                                                        replicas=params["sharing_replicas"])
-                if topology:
+                if topology or admission:
                     workloads, workloads_error = _workloads(pods, controllers, resources)
                     node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
-                                      for node in nodes if node["metadata"].get("name") in topology}
+                                      for node in nodes if node["metadata"].get("name") in topology or node["metadata"].get("name") in admission}
                 stale = _consistency.stale_statuses(nodes, restarted_at)
                 last_nodes = nodes if runtime_class else None
                 # Freed while the collector is still off: switched back on over them, it would walk them all once more.
@@ -397,10 +418,36 @@ def gather(params):
                           key=lambda item: (item["node"] or "", -_findings.severity_rank(item["severity"]), item["id"]))
     weighed = {} if not topology else {
         name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
+    kept = {}
+    for name, (switch, entry) in sorted(admission.items()):
+        # without the workloads (a LIST refused), harden's admission check keeps the node: so does the prediction
+        reason = _topology.kept_by_admission(
+            switch, None if workloads_error else _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)),
+            workloads_error)
+        if reason:
+            kept[name] = reason
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
             "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting,
                        "stale_status": sorted(stale)},
-            "topology": weighed, "workloads_error": workloads_error if topology else None, "runtime_class_check": runtime_class_check}
+            "topology": weighed, "workloads_error": workloads_error if topology or admission else None, "kept": kept,
+            "runtime_class_check": runtime_class_check}
+
+
+def admission_entries(admission, reports):
+    """{node: (the policy switch, its topology entry)} of the nodes of the admission option whose kubelet plan switches
+    them to a policy that can refuse GPU pods, weighed with the GPUs of their node report; a node without one is left
+    out (nothing to weigh).  Malformed input fails before any request."""
+    entries = {}
+    for name, plan in admission.items():
+        if plan is not None and not isinstance(plan, dict):
+            raise GpuhardenError("%s: option admission.%s=%r must be a kubelet plan (node_audit's checks.kubelet.details.plan)" % (MODULE, name, plan))
+        switch = _topology.admission_switch(plan)
+        gpus = ((reports or {}).get(name) or {}).get("gpus")
+        if switch and gpus:
+            entry = _gpu_workloads.topology_entries(MODULE, {name: {"gpus": gpus, "topology_manager_policy": switch["policy"],
+                                                                    "topology_manager_scope": switch["scope"]}})[name]
+            entries[name] = (switch, entry)
+    return entries
 
 
 def fail_on_message(params, result):

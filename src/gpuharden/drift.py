@@ -232,6 +232,8 @@ class Outcomes:
         self.failed = {}
         self.consistency = None
         self.consistency_error = None
+        # {node: why harden's admission check keeps it on its policy} (gpu_consistency's kept)
+        self.kept = {}
         self.runtime_class = None
         # drift_check.yml's facts: each host's Node name, and the hand-over to run_cluster_side (gpu_consistency's
         # options and the node reports)
@@ -298,6 +300,7 @@ class Outcomes:
     def take_consistency(self, result):
         """A gpu_consistency result that answered, from the module run or from run_cluster_side."""
         self.consistency = result["findings"]
+        self.kept = result.get("kept") or {}
         # the RuntimeClass dry run, when the drift check folded it into the consistency run (its runtime_class option)
         if result.get("runtime_class_check") is not None:
             self.runtime_class = result["runtime_class_check"]
@@ -372,6 +375,22 @@ def counted(findings, threshold):
     return [entry for entry in findings if entry.get("severity") in SEVERITIES[rank:]]
 
 
+# The findings of the kubelet fields harden's admission check leaves as they are on a node it keeps (gpu_consistency's
+# kept names the fields), and the stale checkpoint that only the kept policy change would make stale.
+KEPT_IDS = ("kubelet_setting", "kubelet_stale_checkpoint")
+
+
+def apply_kept(findings, kept):
+    """The node's findings with those harden's admission check keeps marked: not remediable, with the reason
+    (``kept``: gpu_consistency's entry for the node, or None).  A --remediate would only retry them."""
+    if not kept:
+        return findings
+    fields = set(kept.get("fields") or ())
+    return [dict(entry, remediable=False, kept=kept["reason"])
+            if entry.get("id") in KEPT_IDS and (entry["id"] != "kubelet_setting" or str(entry.get("subject", "")).split(".")[0] in fields)
+            else entry for entry in findings]
+
+
 def consistency_findings(findings, node):
     """The controller-side gpu_consistency findings of one node (the node is the report's key, so not repeated)."""
     return [{key: value for key, value in entry.items() if key != "node"} for entry in findings or [] if entry.get("node") == node]
@@ -404,7 +423,8 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
     nodes = {}
     for host, audit in sorted(outcomes.audited.items()):
         node_name = (node_names or {}).get(host, host)
-        audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
+        audit = dict(audit, findings=apply_kept(audit["findings"], outcomes.kept.get(node_name))
+                     + consistency_findings(outcomes.consistency, node_name))
         failing = counted(audit["findings"], fail_severity)
         # drift: something harden fixes; attention: only what no playbook fixes (hardware, workloads)
         status = "drift" if any(entry.get("remediable") for entry in failing) else ("attention" if failing else "clean")

@@ -764,3 +764,30 @@ def test_a_restarted_kubelet_that_posts_no_status_is_named_not_judged_clean():
     assert item["found"] == {"kubelet_restarted_at": "2026-07-01T12:00:03Z", "ready_heartbeat": "2026-07-01T12:00:01Z"}
     assert result["settle"]["stale_status"] == ["gpu-0"] and result["settle"]["reads"] >= 2
     assert refused["failed"] and "restarted_at[gpu-0]='soon'" in refused["msg"]
+
+
+def test_gpu_consistency_predicts_the_nodes_harden_s_admission_check_keeps():
+    """The drift check's admission option: the kubelet plan switches dgx-0 to single-numa-node, and a pod of the cluster
+    asks for 8 GPUs, which no NUMA node of the 4+4 DGX holds: harden would keep the node on its policy."""
+    from tests.unit.conftest import run_module
+
+    node = {"metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    trainer = {"metadata": {"name": "train-8g", "namespace": "train", "uid": "u-train"},
+               "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Pending"}}
+    report = {"dgx-0": {"gpu_count": 8, "gpus": [{"index": index, "uuid": "GPU-%d" % index, "numa_node": index // 4} for index in range(8)]}}
+    plan = {"sources": {"topologyManagerPolicy": {"before": None, "after": "single-numa-node"},
+                        "topologyManagerScope": {"before": None, "after": None}}, "cpu_manager_policy_changed": True}
+    with ClusterServer([node], [trainer]) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "node_reports": report, "admission": {"dgx-0": plan}}, {})
+        assert result.get("failed") is not True, result
+        assert "/apis/apps/v1/deployments" in {path for path, _query in server.requests}
+        kept = result["kept"]["dgx-0"]
+        assert kept["policy"] == "single-numa-node" and kept["workloads"] == [{"kind": "Pod", "namespace": "train", "name": "train-8g"}]
+        server.requests.clear()
+        unchanged = dict(plan, sources=dict(plan["sources"], topologyManagerPolicy={"before": "single-numa-node", "after": "single-numa-node"}),
+                         cpu_manager_policy_changed=False)
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "node_reports": report, "admission": {"dgx-0": unchanged}}, {})
+        assert result["kept"] == {} and "/apis/apps/v1/deployments" not in {path for path, _query in server.requests}
+        refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "admission": {"dgx-0": "switch"}}, {})
+        assert refused["failed"] and "option admission.dgx-0='switch'" in refused["msg"]
