@@ -7,6 +7,8 @@ kubelet stage drains it).
 
 - containerd is never restarted on two nodes before the canary's has come back: the run's own results say when each
   node's containerd was restarted and when it served again, and a watcher samples the canary's Node Ready condition.
+- The kubelet_topology role run on its own, on every node at once (a playbook without serial): the drain of
+  node_maintenance checks the budget where it cordons, so one node drains and the others fail with the reason.
 - A harden interrupted by SIGINT in the middle of a drain (a PodDisruptionBudget holds it there) leaves the node cordoned
   and its run lock held; the next drift names the cordon and the run that left it (its lock taken over at once, the
   run being gone), and the next harden resumes the step and ends the cordon; a cordon an ended run left on a node with
@@ -21,14 +23,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import ansible_runner
 import pytest
 from gpuharden_lab import REPO_ROOT, manager, realnode
 
-from tests.integration.cluster_side import admin, wait_for
+from tests.integration.cluster_side import Sampler, admin, wait_for
+from tests.integration.test_disruption import CordonWatcher, reset_to_defaults
 from tests.labfixtures import running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
@@ -86,34 +88,24 @@ def cordon_record(state, node):
     return bool(found.spec.unschedulable), json.loads(value) if value else None
 
 
-class ReadyWatcher(threading.Thread):
-    """Samples a Node's Ready condition every 0.2 s: the (start, end) of every span it was not Ready."""
+class ReadyWatcher(Sampler):
+    """Samples a Node's Ready condition: the (start, end) of every span it was not Ready."""
 
     def __init__(self, state, node):
-        super().__init__(daemon=True)
+        super().__init__()
         self.core, self.node = _core(state), node
-        self.stop = threading.Event()
-        self.down, self.samples, self._since = [], 0, None
+        self.down, self._since = [], None
 
-    def run(self):
-        while not self.stop.is_set():
-            conditions = {c.type: c.status for c in self.core.read_node(self.node).status.conditions or []}
-            now = time.time()
-            if conditions.get("Ready") != "True" and self._since is None:
-                self._since = now
-            elif conditions.get("Ready") == "True" and self._since is not None:
-                self.down.append((self._since, now))
-                self._since = None
-            self.samples += 1
-            self.stop.wait(0.2)
+    def sample(self):
+        conditions = {c.type: c.status for c in self.core.read_node(self.node).status.conditions or []}
+        now = time.time()
+        if conditions.get("Ready") != "True" and self._since is None:
+            self._since = now
+        elif conditions.get("Ready") == "True" and self._since is not None:
+            self.down.append((self._since, now))
+            self._since = None
 
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.join(10)
+    def finish(self):
         if self._since is not None:
             self.down.append((self._since, time.time()))
 
@@ -250,3 +242,24 @@ def test_an_interrupted_rollout_leaves_a_named_cordon_that_the_next_harden_clear
                   and event["event_data"].get("task", "").startswith("Rollout | release the cordon")]
     assert released["changed"] and released["released"] == [other], released
     assert cordon_record(fresh, other) == (False, None)
+
+
+def test_a_role_run_on_its_own_drains_within_the_budget_not_its_plays_serial(fresh):
+    """kubelet_topology in a playbook of the adopter's, no serial: before, every node of the play was drained at once."""
+    reset_to_defaults(fresh, FRESH)
+    with tempfile.TemporaryDirectory(prefix="gpuharden-rollout-test-") as private, CordonWatcher(fresh, FRESH) as watcher:
+        runner = ansible_runner.run(private_data_dir=private, envvars=ENV, inventory=fresh["inventory"], quiet=True,
+                                    playbook=str(REPO_ROOT / "tests/integration/playbooks/kubelet_topology_alone.yml"))
+        events = list(runner.events)
+    failed = {event["event_data"]["host"]: event["event_data"]["res"].get("msg", "") for event in events
+              if event.get("event") == "runner_on_failed" and not event["event_data"].get("ignore_errors")}
+    assert runner.rc != 0 and watcher.samples > 10
+    assert watcher.most == 1 and len(watcher.ever) == 1, (watcher.most, watcher.ever)
+    [drained] = sorted(watcher.ever)
+    assert sorted(failed) == sorted(set(FRESH) - {drained}), failed
+    for host, message in failed.items():
+        assert "disruptive step not started: disruption budget exhausted" in message and "serial 1" in message, message
+        assert "cpuManagerPolicy: static" not in sh(fresh, host, "cat /var/lib/kubelet/config.yaml"), host
+        assert cordon_record(fresh, host) == (False, None), host
+    assert "cpuManagerPolicy: static" in sh(fresh, drained, "cat /var/lib/kubelet/config.yaml")
+    assert cordon_record(fresh, drained) == (False, None)
