@@ -259,3 +259,14 @@ def test_the_module_composes_settle_plan_waves_and_cordons(monkeypatch):
     assert result["deferred"] == {"gpu-1": "rollout stopped: " + result["stopped"]} and result["allowed"] == []
     assert result["restart_waves"] == [["gpu-1"], ["gpu-2"]] and result["restart_deferred"] == {}
     assert result["left_cordoned"] == []
+
+
+def test_the_batch_belongs_to_the_fleet_even_before_its_nodes_advertise_a_gpu():
+    """A role run on its own passes no fleet, and fresh nodes advertise no GPU before the device plugin runs: the
+    budget still counts them (the lab's fresh-fleet nodes were all allowed at once before)."""
+    fresh = [node(n, gpus=0) for n in ("fresh-0", "fresh-1", "fresh-2")]
+    result = _disruption.plan(fresh, fleet=[], batch=["fresh-0", "fresh-1", "fresh-2"], max_unavailable=1)
+    assert result["allowed"] == ["fresh-0"] and sorted(result["deferred"]) == ["fresh-1", "fresh-2"]
+    assert result["fleet_size"] == 3
+    waves = _disruption.restart_waves(fresh, fleet=[], restarts=["fresh-0", "fresh-1", "fresh-2"], max_unavailable=1)
+    assert waves["waves"] == [["fresh-0"], ["fresh-1"], ["fresh-2"]]

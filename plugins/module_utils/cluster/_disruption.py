@@ -112,8 +112,8 @@ def restart_waves(nodes, *, fleet, restarts, max_unavailable, resource_prefixes=
     the previous wave's nodes that were available before their restart (each must be Ready again before this step
     goes on), ``before`` every node of the earlier waves (one that failed stops the rollout).
     """
-    by_name, fleet_names, in_service = _fleet(nodes, fleet, resource_prefixes, out_of_service_taints)
     wanted = list(dict.fromkeys(restarts))
+    by_name, fleet_names, in_service = _fleet(nodes, list(fleet) + wanted, resource_prefixes, out_of_service_taints)
     budget = resolve_budget(max_unavailable, len(in_service))
     if budget == 0:
         reason = "disruption budget max_unavailable %s = 0 node(s): no restart is started" % (max_unavailable,)
@@ -155,15 +155,16 @@ def left_cordoned(nodes, *, fleet=(), resource_prefixes=("nvidia.com/",)):
 def plan(nodes, *, fleet, batch, max_unavailable, resource_prefixes=("nvidia.com/",), out_of_service_taints=(), stopped_by=()):
     """Which of ``batch`` may start a disruptive step now.
 
-    ``nodes`` are the cluster's Node objects; the fleet is ``fleet`` (the run's target nodes) plus every Node that
+    ``nodes`` are the cluster's Node objects; the fleet is ``fleet`` (the run's target nodes), ``batch`` and every Node that
     advertises a resource under ``resource_prefixes`` or is labelled ``nvidia.com/gpu.present=true``.  ``stopped_by``
     names nodes that already failed in this rollout: then nothing more starts.  Returns ``budget``, ``fleet_size``,
     ``unavailable`` (fleet nodes outside the batch that are unavailable, with reasons), ``allowed`` and
     ``deferred`` (node -> reason), in batch order.
     """
-    by_name, fleet_names, in_service = _fleet(nodes, fleet, resource_prefixes, out_of_service_taints)
-    budget = resolve_budget(max_unavailable, len(in_service))
     batch = list(dict.fromkeys(batch))
+    # the batch is the fleet's too: a node that advertises no GPU yet (no device plugin) still serves workloads
+    by_name, fleet_names, in_service = _fleet(nodes, list(fleet) + batch, resource_prefixes, out_of_service_taints)
+    budget = resolve_budget(max_unavailable, len(in_service))
     unavailable = _unavailable(by_name, in_service - set(batch))
     allowed, deferred = [], {}
     slots = budget - len(unavailable)
