@@ -28,8 +28,8 @@ description:
     would otherwise count its own restart against its own budget. A node still not Ready then counts, and is named
     in RV(settle).
   - With O(settle_required), a node of O(settle_nodes) still not Ready at the end of the wait stops the rollout, as a
-    failed node does (RV(stopped)): the canary of a restart rollout, or a wave of it, that did not come back.
-  - With O(restarts) (the nodes whose containerd this run restarts), RV(restart_waves) orders those restarts: a canary
+    failed node does (RV(stopped)), as for the canary of a restart rollout, or a wave of it, that did not come back.
+  - With O(restarts) (the nodes whose containerd this run restarts), RV(restart_waves) orders those restarts. A canary
     alone first (an available node), then waves of at most the budget less the fleet's nodes unavailable outside
     them, but at least one node (a containerd restart keeps the containers running and takes the node out for
     seconds at most, so a node down for another reason slows the restarts to one at a time instead of blocking the
@@ -167,7 +167,7 @@ restart_waves:
 restart_steps:
   description:
     - What a playbook loops over for RV(restart_waves), one step per wave and a last one without nodes, each with
-      C(index), C(nodes) (the wave), C(settle) (the previous wave's nodes that were available before their restart: a
+      C(index), C(nodes) (the wave), C(settle) (the previous wave's nodes that were available before their restart; a
       call with them as O(settle_nodes) and O(settle_required) says whether the wave may start) and C(before) (the
       nodes of the earlier waves).
   returned: always

@@ -19,8 +19,8 @@ description:
   - Each check takes the options of that module, validated by the same option spec, and calls the same planner the
     module calls in check mode. A remediable finding is reported exactly when that module would change something.
   - A check whose options are omitted is skipped. Every other check ends in one of three states. Checked (C(status)
-    C(ok), C(drift) or C(findings)); could not check (C(status) C(not_checked): a bad option, an unreadable file, a
-    tool prerequisite the node lacks), with the cause and the fix, never a finding, so never counted as clean or as
+    C(ok), C(drift) or C(findings)); could not check (C(status) C(not_checked), for a bad option, an unreadable file
+    or a tool prerequisite the node lacks), with the cause and the fix, never a finding, so never counted as clean or as
     drift; or refused, where what the check found is outside what gpuharden changes safely (another installer owns
     it), named with why. A check may also name a part of itself it could not run or refused beside what it did check.
     The other checks always still run.
@@ -119,7 +119,7 @@ options:
       controller:
         description:
           - This run's controller process, as the lookup C(gpuharden.k8s.controller_run) returns it (see
-            M(gpuharden.k8s.node_lock) O(gpuharden.k8s.node_lock#module:controller)): a lock whose run is provably gone
+            M(gpuharden.k8s.node_lock) O(gpuharden.k8s.node_lock#module:controller)). A lock whose run is provably gone
             is taken over at once, with a warning that names its holder.
         type: dict
 notes:

@@ -178,7 +178,7 @@ nodes:
   description:
     - Per node, C(unschedulable_before) and C(unschedulable_after) (predicted in check mode), C(cordon_record_before)
       and C(cordon_record_after) (gpuharden's record of the cordon, C(owner), C(at), C(for), or V(null)) and
-      C(preexisting_cordon) (cordoned before this call by someone else: no gpuharden record).
+      C(preexisting_cordon) (cordoned before this call by someone else, without gpuharden's record).
   returned: always
   type: dict
   sample: {"gpu-1": {"unschedulable_before": false, "unschedulable_after": true, "cordon_record_before": null,
