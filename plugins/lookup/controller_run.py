@@ -4,10 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
-
 DOCUMENTATION = r"""
 name: controller_run
 author:
@@ -39,6 +35,10 @@ _raw:
   type: list
   elements: dict
 """
+
+from ansible.errors import AnsibleError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 
 
 class LookupModule(LookupBase):
