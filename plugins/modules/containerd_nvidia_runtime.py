@@ -256,12 +256,13 @@ restarted:
 readiness:
   description:
     - After a restart, C(ready), C(status) (the last C(systemctl is-active) answer), C(seconds) from the restart,
-      C(attempts), C(address) (the socket waited for), C(timed_out) and C(error) (why containerd is not serving,
-      V(null) when it is); V(null) without a restart.
+      C(attempts), C(address) (the socket waited for), C(timed_out), C(error) (why containerd is not serving,
+      V(null) when it is) and C(restarted_at) (the node's clock just before the restart, seconds since the epoch);
+      V(null) without a restart.
   returned: always
   type: dict
   sample: {"ready": true, "status": "active", "seconds": 0.6, "attempts": 3, "address": "/run/containerd/containerd.sock",
-           "timed_out": false, "error": null}
+           "timed_out": false, "error": null, "restarted_at": 1782907203.412}
 refused:
   description:
     - What the module refused to change and why, one C({what, why, fix}) each (the GPU Operator's toolkit owns the

@@ -27,6 +27,16 @@ description:
     pkg/kubelet/kubelet_node_status.go, the status sync every C(nodeStatusUpdateFrequency), 10 s by default). A run
     would otherwise count its own restart against its own budget. A node still not Ready then counts, and is named
     in RV(settle).
+  - With O(settle_required), a node of O(settle_nodes) still not Ready at the end of the wait stops the rollout, as a
+    failed node does (RV(stopped)), as for the canary of a restart rollout, or a wave of it, that did not come back.
+  - With O(restarts) (the nodes whose containerd this run restarts), RV(restart_waves) orders those restarts. A canary
+    alone first (an available node), then waves of at most the budget less the fleet's nodes unavailable outside
+    them, but at least one node (a containerd restart keeps the containers running and takes the node out for
+    seconds at most, so a node down for another reason slows the restarts to one at a time instead of blocking the
+    runtime's repair); the nodes already unavailable go with the first wave after the canary. A budget of 0 starts
+    none (RV(restart_deferred)).
+  - RV(left_cordoned) names the fleet's nodes a gpuharden run left cordoned (the record of
+    M(gpuharden.k8s.node_maintenance)), whatever the other options; C(harden_gpu_nodes.yml) releases or resumes them.
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)); needs C(list) on C(nodes).
 author:
   - gpuharden maintainers (@gpuharden)
@@ -78,6 +88,15 @@ options:
     description: Seconds between reads of a node of O(settle_nodes) that is not Ready.
     type: float
     default: 2
+  settle_required:
+    description: A node of O(settle_nodes) still not Ready after O(settle_seconds) stops the rollout (RV(stopped)).
+    type: bool
+    default: false
+  restarts:
+    description: The nodes whose service (containerd) this run restarts, in the run's order, for RV(restart_waves).
+    type: list
+    elements: str
+    default: []
 requirements:
   - kubernetes (Python client) on the controller
 seealso:
@@ -133,6 +152,38 @@ settle:
   returned: always
   type: dict
   sample: {"seconds": 12.1, "waited_for": ["gpu-2"], "not_ready": {}}
+stopped:
+  description:
+    - Why the rollout stops here (O(stopped_by), or with O(settle_required) the nodes of O(settle_nodes) not Ready in
+      time), else null. Every node of O(batch) is then deferred.
+  returned: always
+  type: str
+restart_waves:
+  description: O(restarts) in the order they may go, a list of waves (lists of nodes), the canary alone first.
+  returned: always
+  type: list
+  elements: list
+  sample: [["gpu-0"], ["gpu-3", "gpu-1"], ["gpu-2"]]
+restart_steps:
+  description:
+    - What a playbook loops over for RV(restart_waves), one step per wave and a last one without nodes, each with
+      C(index), C(nodes) (the wave), C(settle) (the previous wave's nodes that were available before their restart; a
+      call with them as O(settle_nodes) and O(settle_required) says whether the wave may start) and C(before) (the
+      nodes of the earlier waves).
+  returned: always
+  type: list
+  elements: dict
+restart_deferred:
+  description: The nodes of O(restarts) that may not restart at all now (a budget of 0), each with the reason.
+  returned: always
+  type: dict
+left_cordoned:
+  description:
+    - The fleet's nodes a gpuharden run left cordoned, each with C(node) and C(record) (C(owner), C(at), C(for)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"node": "gpu-3", "record": {"owner": "harden@20260701T120000-7", "at": "2026-07-01T12:00:03Z", "for": "mig"}}]
 """
 
 import time
@@ -157,6 +208,8 @@ def argument_spec():
         settle_nodes={"type": "list", "elements": "str", "default": []},
         settle_seconds={"type": "float", "default": 60},
         poll_interval={"type": "float", "default": 2},
+        settle_required={"type": "bool", "default": False},
+        restarts={"type": "list", "elements": "str", "default": []},
     )
     return spec
 
@@ -196,11 +249,30 @@ def decide(params, clock=time.monotonic, sleep=time.sleep):
                          clock, sleep, params["settle_seconds"], params["poll_interval"])
     finally:
         api.close()
+    stopped = stop_reason(params, settled)
+    common = {"resource_prefixes": params["resource_prefixes"]}
     result = _disruption.plan(nodes, fleet=params["fleet"], batch=params["batch"], max_unavailable=params["max_unavailable"],
-                              resource_prefixes=params["resource_prefixes"], out_of_service_taints=params["out_of_service_taints"],
-                              stopped_by=params["stopped_by"])
-    result["settle"] = settled
+                              out_of_service_taints=params["out_of_service_taints"], stopped_by=[stopped] if stopped else (), **common)
+    if stopped:  # the plan's own wording names stopped_by as nodes that failed; the reason here says what happened
+        result["deferred"] = {name: "rollout stopped: %s" % stopped for name in result["deferred"]}
+    waves = _disruption.restart_waves(nodes, fleet=params["fleet"], restarts=params["restarts"], max_unavailable=params["max_unavailable"],
+                                      out_of_service_taints=params["out_of_service_taints"], **common)
+    result.update(settle=settled, stopped=stopped, restart_waves=waves["waves"], restart_steps=waves["steps"], restart_deferred=waves["deferred"],
+                  left_cordoned=_disruption.left_cordoned(nodes, fleet=params["fleet"], **common))
     return result
+
+
+def stop_reason(params, settled):
+    """Why the rollout stops here, or None: nodes that failed earlier (stopped_by), or with settle_required the nodes
+    this run restarted that did not come back Ready within settle_seconds."""
+    reasons = []
+    if params["stopped_by"]:
+        reasons.append("%s failed earlier in this run and stays as it was left" % ", ".join(sorted(params["stopped_by"])))
+    if params["settle_required"] and settled["not_ready"]:
+        reasons.append("%s not Ready %gs after this run restarted it (%s)" % (
+            ", ".join(sorted(settled["not_ready"])), params["settle_seconds"],
+            "; ".join("%s: %s" % (name, ", ".join(reasons_)) for name, reasons_ in sorted(settled["not_ready"].items()))))
+    return "; ".join(reasons) or None
 
 
 def main():

@@ -26,7 +26,8 @@ description:
     devices used by a container other than the one they were allocated to (C(device_used_by_other_container),
     C(gpu_process_on_unallocated_device); needs O(pod_resources)), C(visible_devices_without_request) from the pod spec,
     and C(gpu_process_outside_pods), C(gpu_process_unknown_pod), C(gpu_process_unattributed), C(node_not_found),
-    C(pod_unreadable)."
+    C(pod_unreadable), and C(node_left_cordoned) (a node still cordoned by a gpuharden run that has ended, interrupted or
+    failed: the record C(gpuharden.io/cordon) of M(gpuharden.k8s.node_maintenance) names the run, when and for what)."
   - "MIG devices are expected under the names the NVIDIA device plugin gives them (mixed strategy): one resource per
     MIG device, C(nvidia.com/mig-<profile>) with C(+) replaced by C(.) (V(nvidia.com/mig-1g.10gb.me)) from plugin v0.20.0;
     v0.19.x and older name a device by the first GPU-instance profile it contains (a 3g.40gb GPU instance split into
@@ -105,6 +106,17 @@ options:
         returned (C(settle) says how long it waited). V(0) reads once.
     type: int
     default: 0
+  restarted_at:
+    description:
+      - "The nodes whose kubelet this run restarted, each with the node's clock just before the restart (seconds since
+        the epoch; M(gpuharden.k8s.kubelet_config) returns it as C(health.restarted_at)): such a node is judged only
+        from a status its new kubelet posted, one whose Ready condition's C(lastHeartbeatTime) is after the restart."
+      - A restarted kubelet advertises no device until the device plugin registers again, while the Node keeps the old
+        kubelet's allocatable until the new kubelet's first status, so a read in between would see the old count. Such
+        a node is read again, within O(settle_seconds), like a node that does not advertise what it has; one still
+        without a new status at the end gets C(kubelet_status_not_posted).
+    type: dict
+    default: {}
   settle_nodes:
     description:
       - The nodes whose advertised resources may still be changing (those the run just changed); O(settle_seconds)
@@ -129,8 +141,19 @@ options:
         consistency check still runs; the nodes are weighed without workloads and RV(workloads_error) says why.
     type: dict
     default: {}
+  admission:
+    description:
+      - "The drift check's prediction of harden's admission check: per node, its kubelet plan (C(checks.kubelet.details.plan)
+        of M(gpuharden.k8s.node_audit)). Where the plan switches the node to a Topology Manager policy that can refuse
+        GPU pods (V(restricted), V(single-numa-node)), the GPU workloads are weighed against the node's GPUs (from
+        O(node_reports)) under that policy, as harden weighs them before it switches; a node where one could no longer
+        be admitted, or where the workloads could not be listed, is one harden keeps on its policy: RV(kept)."
+      - Leave it out where harden would switch anyway (C(kubelet_topology_ignore_unadmittable_workloads)) or checks
+        nothing (C(kubelet_topology_admission_check=false)).
+    type: dict
+    default: {}
   workload_resources:
-    description: Extended resources that count as GPUs in the workloads weighed for O(topology).
+    description: Extended resources that count as GPUs in the workloads weighed for O(topology) and O(admission).
     type: list
     elements: str
     default: [nvidia.com/gpu]
@@ -217,14 +240,23 @@ nodes:
 settle:
   description:
     - C(seconds) waited for the nodes' advertised resources and C(reads) of the cluster (see O(settle_seconds) and
-      O(settle_nodes)), and C(awaiting), the nodes still not advertising what they have after it.
+      O(settle_nodes)), C(awaiting), the nodes still not advertising what they have after it, and C(stale_status), the
+      nodes of O(restarted_at) still without a status from their new kubelet.
   returned: always
   type: dict
-  sample: {"seconds": 6.1, "reads": 3, "awaiting": []}
+  sample: {"seconds": 6.1, "reads": 3, "awaiting": [], "stale_status": []}
 topology:
   description:
     - Per node of O(topology), what M(gpuharden.k8s.topology_check) returns for it (C(findings), C(max_severity),
       C(workloads_landing), ...), weighed against the workloads of the last read; V({}) without O(topology).
+  returned: always
+  type: dict
+kept:
+  description:
+    - Per node of O(admission) that harden's admission check would keep on its policy, C(policy) and C(scope) (the
+      ones it would not switch to), C(fields) (the kubelet fields it leaves as they are), C(workloads) (those it could
+      no longer admit) and C(reason). The drift check reports those fields' C(kubelet_setting) findings as kept, not
+      remediable.
   returned: always
   type: dict
 workloads_error:
@@ -248,7 +280,7 @@ api_requests:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
@@ -269,8 +301,10 @@ def argument_spec():
         page_limit={"type": "int", "default": 500},
         settle_seconds={"type": "int", "default": 0},
         settle_nodes={"type": "list", "elements": "str"},
+        restarted_at={"type": "dict", "default": {}},
         fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
         topology={"type": "dict", "default": {}},
+        admission={"type": "dict", "default": {}},
         workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
         pods_snapshot={"type": "path"},
         runtime_class={"type": "dict"},
@@ -332,9 +366,11 @@ def gather(params):
     # Validate the reports before any request: bad input fails fast and clearly.
     _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
     topology = _gpu_workloads.topology_entries(MODULE, params["topology"] or {})
+    admission = admission_entries(params["admission"] or {}, params["node_reports"])
     resources = [resource for resource in params["workload_resources"] or [] if resource]
-    if topology and not resources:
+    if (topology or admission) and not resources:
         raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
+    restarted_at = _consistency.check_restarted_at(params["restarted_at"] or {}, "option restarted_at")
     runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
         params["runtime_class"], "%s: option runtime_class" % MODULE)
     api = _k8s.api_client(params)
@@ -348,17 +384,18 @@ def gather(params):
             with _k8s.gc_paused():
                 # the workload controllers are listed once: only the Nodes and pods change while the run settles
                 nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
-                                                          _gpu_workloads.CONTROLLER_KINDS if topology and controllers is None else (),
+                                                          _gpu_workloads.CONTROLLER_KINDS if (topology or admission) and controllers is None else (),
                                                           snapshot)
                 snapshot = None  # a read while settling lists the pods again
                 controllers = listed if controllers is None else controllers
                 findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
                                                        wanted=params["nodes"] or None, label=params["gpu_node_label"],
                                                        replicas=params["sharing_replicas"])
-                if topology:
+                if topology or admission:
                     workloads, workloads_error = _workloads(pods, controllers, resources)
                     node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
-                                      for node in nodes if node["metadata"].get("name") in topology}
+                                      for node in nodes if node["metadata"].get("name") in topology or node["metadata"].get("name") in admission}
+                stale = _consistency.stale_statuses(nodes, restarted_at)
                 last_nodes = nodes if runtime_class else None
                 # Freed while the collector is still off: switched back on over them, it would walk them all once more.
                 del nodes, pods
@@ -366,7 +403,7 @@ def gather(params):
             for kind, count in pages.items():
                 requests[kind] = requests.get(kind, 0) + count
             awaiting = _consistency.awaiting_advertisement(findings)
-            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]]
+            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]] + sorted(stale)
             left = params["settle_seconds"] - (time.monotonic() - started)
             if not waited_for or left <= 0:
                 break
@@ -376,11 +413,41 @@ def gather(params):
         del last_nodes
     finally:
         api.close()
+    if stale:
+        findings = sorted(findings + _consistency.stale_status_findings(stale),
+                          key=lambda item: (item["node"] or "", -_findings.severity_rank(item["severity"]), item["id"]))
     weighed = {} if not topology else {
         name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
+    kept = {}
+    for name, (switch, entry) in sorted(admission.items()):
+        # without the workloads (a LIST refused), harden's admission check keeps the node: so does the prediction
+        reason = _topology.kept_by_admission(
+            switch, None if workloads_error else _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)),
+            workloads_error)
+        if reason:
+            kept[name] = reason
     return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
-            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting},
-            "topology": weighed, "workloads_error": workloads_error if topology else None, "runtime_class_check": runtime_class_check}
+            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting,
+                       "stale_status": sorted(stale)},
+            "topology": weighed, "workloads_error": workloads_error if topology or admission else None, "kept": kept,
+            "runtime_class_check": runtime_class_check}
+
+
+def admission_entries(admission, reports):
+    """{node: (the policy switch, its topology entry)} of the nodes of the admission option whose kubelet plan switches
+    them to a policy that can refuse GPU pods, weighed with the GPUs of their node report; a node without one is left
+    out (nothing to weigh).  Malformed input fails before any request."""
+    entries = {}
+    for name, plan in admission.items():
+        if plan is not None and not isinstance(plan, dict):
+            raise GpuhardenError("%s: option admission.%s=%r must be a kubelet plan (node_audit's checks.kubelet.details.plan)" % (MODULE, name, plan))
+        switch = _topology.admission_switch(plan)
+        gpus = ((reports or {}).get(name) or {}).get("gpus")
+        if switch and gpus:
+            entry = _gpu_workloads.topology_entries(MODULE, {name: {"gpus": gpus, "topology_manager_policy": switch["policy"],
+                                                                    "topology_manager_scope": switch["scope"]}})[name]
+            entries[name] = (switch, entry)
+    return entries
 
 
 def fail_on_message(params, result):

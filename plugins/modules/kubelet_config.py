@@ -410,7 +410,9 @@ restarted:
 health:
   description:
     - After a restart, C(status) (the last HTTP status of O(health_url), V(null) when it did not answer), C(seconds)
-      from the restart, C(attempts) and C(error) (why it is not healthy, V(null) when it is); V(null) without a restart.
+      from the restart, C(attempts), C(error) (why it is not healthy, V(null) when it is) and C(restarted_at) (the
+      node's clock just before the restart, in seconds since the epoch; a Node status the kubelet posted before then is
+      the old kubelet's); V(null) without a restart.
   type: dict
   returned: always
   sample: {"status": 200, "seconds": 1.8, "attempts": 6, "error": null}

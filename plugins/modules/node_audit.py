@@ -128,6 +128,12 @@ options:
         description: Seconds after which a lock counts as abandoned.
         type: int
         default: 7200
+      controller:
+        description:
+          - This run's controller process, as the lookup C(gpuharden.k8s.controller_run) returns it (see
+            M(gpuharden.k8s.node_lock) O(gpuharden.k8s.node_lock#module:controller)). A lock whose run is provably gone
+            is taken over at once, with a warning that names its holder.
+        type: dict
 notes:
   - Needs root for the device-cgroup check (bpf(2)) and the unprivileged NVML check (it forks and drops privileges).
   - Playbook C(gpuharden.k8s.drift_check) and the C(gpuharden drift) command build these options from the same role
@@ -230,6 +236,9 @@ lock:
     held:
       description: Whether this run kept the lock (see O(lock.hold) and O(lock.release_if_compliant)).
       type: bool
+    taken_over:
+      description: Why this run took another run's lock over (its run is gone, it is stale, unreadable), else null.
+      type: str
 node_report:
   description:
     - When the NVML check ran, what M(gpuharden.k8s.gpu_consistency) takes in O(gpuharden.k8s.gpu_consistency#module:node_reports)

@@ -12,8 +12,10 @@ version_added: 0.1.0
 description:
   - Serialises gpuharden runs on one node, also between controllers (a scheduled drift check and a bootstrap
     pipeline, for example). The lock is a file on the node created with C(O_EXCL), holding the owner and the time.
-  - O(state=acquired) creates the lock, keeps it when O(owner) already holds it, takes over a lock older than its
-    O(stale_after), and otherwise waits up to O(timeout) seconds before failing with the holder's name.
+  - O(state=acquired) creates the lock, keeps it when O(owner) already holds it, and otherwise waits up to O(timeout)
+    seconds before failing with the holder's name. It takes over, with a warning that names the holder and why, a lock
+    whose run is provably gone (the holder's ansible-playbook process, recorded from O(controller), ended on the same
+    controller), a lock older than its O(stale_after), and an unreadable one.
   - O(state=released) removes the lock when O(owner) holds it (or it is unreadable); someone else's lock is left alone.
   - Reports C(changed=false). The lock is bookkeeping the same run removes again, and a compliant node must give a
     run with no changes.
@@ -48,6 +50,14 @@ options:
       - Seconds after which this lock counts as abandoned and another run may take it over.
     type: int
     default: 7200
+  controller:
+    description:
+      - This run's controller process and the ansible-playbook processes alive there now, as the lookup
+        C(gpuharden.k8s.controller_run) returns them (C(host), C(boot_id), C(pid_ns), C(pid), C(start), C(live),
+        C(checked)). The lock records the first five; a later run from the same controller (same host, boot and PID
+        namespace) takes the lock over at once when that process has ended, without waiting for O(stale_after).
+      - Omitted, the lock records no process and only O(stale_after) ends a dead run's lock.
+    type: dict
 attributes:
   check_mode:
     support: none
@@ -63,6 +73,11 @@ EXAMPLES = r"""
     owner: "harden@{{ lookup('ansible.builtin.env', 'HOSTNAME') }}"
     timeout: 60
 
+- name: Take it, recording this run's controller process (a later run from there takes it over once this run is gone)
+  gpuharden.k8s.node_lock:
+    owner: "harden@{{ lookup('ansible.builtin.env', 'HOSTNAME') }}"
+    controller: "{{ query('gpuharden.k8s.controller_run') | first }}"
+
 - name: Give it back
   gpuharden.k8s.node_lock:
     owner: "harden@{{ lookup('ansible.builtin.env', 'HOSTNAME') }}"
@@ -75,9 +90,13 @@ action:
   returned: success
   type: str
 holder:
-  description: The lock's content before this call (C(owner), C(acquired_at), C(stale_after)), or null.
+  description: The lock's content before this call (C(owner), C(acquired_at), C(stale_after), C(run)), or null.
   returned: always
   type: dict
+taken_over:
+  description: With RV(action=take_over), why the holder's lock was taken over (its run is gone, it is stale, unreadable); else null.
+  returned: success
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -92,6 +111,7 @@ def build_module():
             "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
             "timeout": {"type": "int", "default": 0},
             "stale_after": {"type": "int", "default": _node_lock.DEFAULT_STALE_AFTER},
+            "controller": {"type": "dict"},
         },
         supports_check_mode=False,
     )

@@ -24,6 +24,13 @@ description:
     without a controller are evicted only with O(force), pods with C(emptyDir) volumes only with
     O(delete_emptydir_data); otherwise the task fails before it changes anything and names them.
   - After the evictions it waits, with one LIST of pods per poll, until the evicted pods are gone (by UID).
+  - Every cordon it makes carries the annotation C(gpuharden.io/cordon), the record of the run that made it
+    (O(owner)), when (UTC) and for what (O(purpose)); its uncordon removes it. A cordon without the record (someone
+    else's maintenance) is reported in RV(nodes) as C(preexisting_cordon). Cordoning or draining a node that another
+    gpuharden run left cordoned (interrupted, or failed) takes its cordon on (the record names this run from then on).
+  - V(released) uncordons the nodes another gpuharden run left cordoned (their record names another O(owner)), once
+    they are Ready (O(ready_timeout)), with a JSON patch that applies only while the record is still the one read; any
+    other cordon is left as it is (RV(left_alone)). The drift check reports such a cordon as C(node_left_cordoned).
   - Check mode changes nothing and reports the cordon change, the pods it would evict and those the budgets'
     current C(disruptionsAllowed) would refuse (RV(would_block)).
   - Runs on the controller (C(delegate_to=localhost)). Needs C(get) and C(patch) on C(nodes), C(list) on C(pods) and
@@ -54,9 +61,20 @@ options:
       - V(cordoned) sets C(spec.unschedulable); V(drained) also evicts the pods; V(uncordoned) clears it.
       - V(device_plugin_restarted) evicts the NVIDIA device plugin's pods of the nodes and leaves C(spec.unschedulable)
         as it is.
+      - V(released) clears it only where another gpuharden run left its cordon (see the description).
     type: str
-    choices: [cordoned, drained, uncordoned, device_plugin_restarted]
+    choices: [cordoned, drained, uncordoned, device_plugin_restarted, released]
     default: drained
+  owner:
+    description:
+      - The run that cordons, recorded with each cordon it makes (for example harden's run name, C(gpuharden_run_owner)).
+      - Empty records C(node_maintenance@<controller host name>).
+    type: str
+    default: ""
+  purpose:
+    description: What the cordon is for (the stage, for example V(kubelet_topology) or V(mig)), recorded with it.
+    type: str
+    default: ""
   force:
     description:
       - Also evict pods without a controller (no ReplicaSet, StatefulSet, Job, ... recreates them).
@@ -100,7 +118,7 @@ options:
     default: 500
   ready_timeout:
     description:
-      - With O(state=uncordoned), seconds to wait, polling every O(poll_interval) seconds, until the Ready condition
+      - With O(state=uncordoned) or O(state=released), seconds to wait, polling every O(poll_interval) seconds, until the Ready condition
         of each node to uncordon is C(True) before C(spec.unschedulable) is cleared. A node not Ready by then stays
         cordoned, is reported in RV(not_ready), and the task fails; the nodes that are Ready are uncordoned.
       - After a kubelet restart, healthz answers before the kubelet has posted its Node status. Until it has, the node
@@ -139,6 +157,14 @@ EXAMPLES = r"""
     state: device_plugin_restarted
   delegate_to: localhost
 
+- name: Release the cordon an interrupted gpuharden run left, once the node is Ready
+  gpuharden.k8s.node_maintenance:
+    nodes: [gpu-node-3]
+    state: released
+    owner: "{{ gpuharden_run_owner }}"
+    ready_timeout: 120
+  delegate_to: localhost
+
 - name: Drain a node that also runs bare pods and pods with scratch space
   gpuharden.k8s.node_maintenance:
     nodes: [gpu-node-2]
@@ -149,10 +175,25 @@ EXAMPLES = r"""
 
 RETURN = r"""
 nodes:
-  description: Per node, C(unschedulable_before) and C(unschedulable_after) (predicted in check mode).
+  description:
+    - Per node, C(unschedulable_before) and C(unschedulable_after) (predicted in check mode), C(cordon_record_before)
+      and C(cordon_record_after) (gpuharden's record of the cordon, C(owner), C(at), C(for), or V(null)) and
+      C(preexisting_cordon) (cordoned before this call by someone else, without gpuharden's record).
   returned: always
   type: dict
-  sample: {"gpu-1": {"unschedulable_before": false, "unschedulable_after": true}}
+  sample: {"gpu-1": {"unschedulable_before": false, "unschedulable_after": true, "cordon_record_before": null,
+                     "cordon_record_after": {"owner": "harden@20260701T120000-42", "at": "2026-07-01T12:00:03Z",
+                                             "for": "kubelet_topology"}, "preexisting_cordon": false}}
+released:
+  description: With O(state=released), the nodes uncordoned (in check mode, that would be).
+  returned: when O(state=released)
+  type: list
+  elements: str
+left_alone:
+  description: With O(state=released), the other nodes, each with C(node) and C(reason).
+  returned: when O(state=released)
+  type: list
+  elements: dict
 evicted:
   description:
     - Pods evicted (or, in check mode, that would be), as C(namespace), C(name), C(uid), C(node), C(controller); with
@@ -203,6 +244,7 @@ api_requests:
   type: int
 """
 
+import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -229,6 +271,8 @@ def argument_spec():
         poll_interval={"type": "float", "default": 1},
         page_limit={"type": "int", "default": 500},
         ready_timeout={"type": "float", "default": 0},
+        owner={"type": "str", "default": ""},
+        purpose={"type": "str", "default": ""},
     )
     return spec
 
@@ -254,16 +298,28 @@ class Cluster:
         _status, body = call(MODULE, self.api, self.read_node, Target("get", "nodes", name=name), name)
         return body
 
-    def unschedulable(self, node):
-        return bool((self.node(node).get("spec") or {}).get("unschedulable"))
+    def cordon_state(self, node):
+        return _drain.cordon_state(self.node(node))
 
     def not_ready(self, node):
         """Why the Node's Ready condition is not True (the disruption budget's own reading); [] when it is."""
         return [reason for reason in _disruption.unavailable_reasons(self.node(node)) if reason != "cordoned"]
 
-    def set_unschedulable(self, node, value):
+    def set_unschedulable(self, node, value, record=False):
         self.requests += 1
-        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value))
+        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value, record))
+
+    def set_record(self, node, record):
+        self.requests += 1
+        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node,
+             {"metadata": {"annotations": {_drain.CORDON_ANNOTATION: _drain.record_value(record)}}})
+
+    def release(self, node, value):
+        """Uncordon a node whose cordon record is still ``value``; False when it changed since it was read."""
+        self.requests += 1
+        status, _body = call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.release_patch(value),
+                             _content_type="application/json-patch+json", accept=(409, 422))
+        return status not in (409, 422)
 
     def pods(self, nodes):
         selector = "spec.nodeName=%s" % nodes[0] if len(nodes) == 1 else "spec.nodeName!="
@@ -300,15 +356,84 @@ class Cluster:
         return ("gone", "") if status in (404, 409) else ("evicted", (body or {}).get("message") or "")
 
 
+def default_owner():
+    """The owner a cordon records when the task names none: this module on this controller."""
+    return "%s@%s" % (MODULE, socket.gethostname())
+
+
+def _node_results(nodes, states, flips, adopted, record):
+    results = {}
+    for node in nodes:
+        before = states[node]
+        after = record if node in adopted or flips.get(node) is True else None if node in flips else before["record"]
+        results[node] = {"unschedulable_before": before["unschedulable"], "unschedulable_after": flips.get(node, before["unschedulable"]),
+                         "cordon_record_before": before["record"], "cordon_record_after": after,
+                         # cordoned before, and not by gpuharden: someone else's maintenance, which an uncordon leaves alone
+                         "preexisting_cordon": before["unschedulable"] and before["record"] is None}
+    return results
+
+
+def _wait_ready(params, cluster, nodes, result, clock, sleep):
+    """The uncordon's Ready wait: the nodes of ``nodes`` still not Ready at ready_timeout go to result["not_ready"] and
+    stay cordoned; returns them."""
+    if not (params["ready_timeout"] > 0 and nodes):
+        return {}
+    waited = _drain.wait_ready(sorted(nodes), cluster.not_ready, clock, sleep, clock() + params["ready_timeout"], params["poll_interval"])
+    result["not_ready"] = [{"node": node, "reasons": reasons} for node, reasons in sorted(waited.items())]
+    for node in waited:
+        result["nodes"][node]["unschedulable_after"] = True
+        result["nodes"][node]["cordon_record_after"] = result["nodes"][node]["cordon_record_before"]
+    return waited
+
+
+def _not_ready_error(params, result, changed):
+    return GpuhardenError("%s: %s not Ready after %gs, left cordoned: %s" % (
+        MODULE, ", ".join(entry["node"] for entry in result["not_ready"]), params["ready_timeout"],
+        "; ".join("%s: %s" % (entry["node"], ", ".join(entry["reasons"])) for entry in result["not_ready"])),
+        **dict(result, changed=changed))
+
+
+def release(params, check_mode, cluster, nodes, states, owner, clock, sleep):
+    """state=released: uncordon the nodes whose cordon another gpuharden run left (an interrupted or failed run), once
+    they are Ready; every other node, cordoned or not, is left as it is, with the reason."""
+    to_release, kept = _drain.release_plan(nodes, states, owner)
+    flips = {node: False for node in to_release}
+    result = {"nodes": _node_results(nodes, states, flips, (), None), "released": [],
+              "left_alone": [{"node": node, "reason": reason} for node, reason in sorted(kept.items())],
+              "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [], "not_ready": []}
+    if check_mode:
+        return dict(result, released=to_release, changed=bool(to_release))
+    waited = _wait_ready(params, cluster, to_release, result, clock, sleep)
+    for node in to_release:
+        if node in waited:
+            continue
+        if cluster.release(node, states[node]["value"]):
+            result["released"].append(node)
+        else:
+            now = cluster.cordon_state(node)
+            result["nodes"][node].update(unschedulable_after=now["unschedulable"], cordon_record_after=now["record"])
+            result["left_alone"].append({"node": node, "reason": "its cordon changed since it was read (%s, %s): left as it is" % (
+                "cordoned" if now["unschedulable"] else "uncordoned", _drain.describe_record(now["record"]) if now["record"] else "no gpuharden record")})
+    if result["not_ready"]:
+        raise _not_ready_error(params, result, bool(result["released"]))
+    return dict(result, changed=bool(result["released"]))
+
+
 def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
     """The whole call; returns the module result. ``cluster`` does the API calls."""
     _drain.check_options(params)
     nodes = _drain.check_nodes(params["nodes"])
+    owner = params.get("owner") or default_owner()
     deadline = clock() + params["timeout"]
-    current = {node: cluster.unschedulable(node) for node in nodes}
+    states = {node: cluster.cordon_state(node) for node in nodes}
+    if params["state"] == _drain.RELEASED:
+        return release(params, check_mode, cluster, nodes, states, owner, clock, sleep)
+    current = {node: states[node]["unschedulable"] for node in nodes}
     flips = _drain.cordon_plan(nodes, current, params["state"])
+    adopted = _drain.adoptions(nodes, states, params["state"], owner)
+    record = _drain.new_record(owner, params.get("purpose"))
     result = {
-        "nodes": {node: {"unschedulable_before": current[node], "unschedulable_after": flips.get(node, current[node])} for node in nodes},
+        "nodes": _node_results(nodes, states, flips, adopted, record),
         "evicted": [], "blocked": [], "would_block": [], "skipped_pods": [], "refused": [], "not_gone": [], "not_ready": [],
     }
     plan = None
@@ -321,7 +446,7 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
         result["refused"] = [_drain.public(ref, "reason") for ref in plan["refused"]]
         if plan["refused"]:
             raise GpuhardenError(_drain.refusal_message(plan["refused"]), changed=False, **result)
-    changed = bool(flips) or bool(plan and (plan["evict"] or plan["waiting"]))
+    changed = bool(flips) or bool(adopted) or bool(plan and (plan["evict"] or plan["waiting"]))
     if check_mode:
         if plan and plan["evict"]:
             result["evicted"] = [_drain.public(ref) for ref in plan["evict"]]
@@ -331,22 +456,18 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
     # A restarted kubelet posts its Node status at its first sync whatever changed (kubernetes v1.36.3
     # pkg/kubelet/kubelet_node_status.go: lastStatusReportTime is zero after a restart), so a healthy node ends this
     # wait within its first status update; the lab test runs it against the real kubelet.
-    if params["state"] == "uncordoned" and params["ready_timeout"] > 0 and flips:
-        waited = _drain.wait_ready(sorted(flips), cluster.not_ready, clock, sleep, clock() + params["ready_timeout"],
-                                   params["poll_interval"])
-        result["not_ready"] = [{"node": node, "reasons": reasons} for node, reasons in sorted(waited.items())]
-        for node in waited:
+    if params["state"] == "uncordoned":
+        for node in _wait_ready(params, cluster, flips, result, clock, sleep):
             del flips[node]
-            result["nodes"][node]["unschedulable_after"] = True
     for node, value in flips.items():
-        cluster.set_unschedulable(node, value)
+        # a cordon records this run; an uncordon removes whichever record there is, and a cordon without one keeps none
+        cluster.set_unschedulable(node, value, record if value else (None if states[node]["record"] is not None else False))
+    for node in adopted:
+        cluster.set_record(node, record)
     if result["not_ready"]:
-        raise GpuhardenError("%s: %s not Ready after %gs, left cordoned: %s" % (
-            MODULE, ", ".join(entry["node"] for entry in result["not_ready"]), params["ready_timeout"],
-            "; ".join("%s: %s" % (entry["node"], ", ".join(entry["reasons"])) for entry in result["not_ready"])),
-            **dict(result, changed=bool(flips)))
+        raise _not_ready_error(params, result, bool(flips))
     if plan is None:
-        return dict(result, changed=bool(flips))
+        return dict(result, changed=bool(flips) or bool(adopted))
     # Pods that were scheduled between the first LIST and the cordon: list again, now that nothing new lands.
     if flips:
         plan = _drain.classify(cluster.pods(nodes), nodes, params["force"], params["delete_emptydir_data"])
@@ -381,8 +502,10 @@ def run(params, check_mode, cluster, clock=time.monotonic, sleep=time.sleep):
 
 
 def diff(result):
-    before = {node: {"unschedulable": state["unschedulable_before"]} for node, state in result["nodes"].items()}
-    after = {node: {"unschedulable": state["unschedulable_after"]} for node, state in result["nodes"].items()}
+    before = {node: {"unschedulable": state["unschedulable_before"], "cordon_record": state["cordon_record_before"]}
+              for node, state in result["nodes"].items()}
+    after = {node: {"unschedulable": state["unschedulable_after"], "cordon_record": state["cordon_record_after"]}
+             for node, state in result["nodes"].items()}
     for ref in result["evicted"]:
         after.setdefault(ref["node"], {}).setdefault("evicted", []).append("%s/%s" % (ref["namespace"], ref["name"]))
     return {"before": before, "after": after, "before_header": "nodes (live)", "after_header": "nodes (after %s)" % MODULE}

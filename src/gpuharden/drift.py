@@ -18,9 +18,10 @@ Runs that did not finish never look clean.  An interrupted (SIGINT, SIGTERM), ti
 or one where ansible-playbook stopped before the end of the play (no closing stats), writes NOTHING: the previous
 JSON report and Prometheus file stay byte for byte as they were, no table or summary is printed, and stderr names
 every host without a final result.  So the Prometheus file always describes the last complete run:
-gpuharden_last_success_timestamp_seconds (equal to gpuharden_last_run_timestamp_seconds, which is kept for
-existing dashboards) stops advancing while runs do not complete, and the per-node series (drifted, attention,
-unreachable, failed) keep their last complete values instead of vanishing, so their alerts do not resolve.  Alert
+gpuharden_last_success_timestamp_seconds stops advancing while runs do not complete (and while complete runs cannot
+check everything; gpuharden_last_run_timestamp_seconds then advances alone), and the per-node series (drifted,
+attention, not checked, unreachable, failed) keep their last complete values instead of vanishing, so their alerts
+do not resolve.  Alert
 on ``time() - gpuharden_last_success_timestamp_seconds`` (or node_exporter's ``node_textfile_mtime_seconds``) above
 about two run intervals, and on the unit or Job failing (exit codes 3, 4, 130, 143).
 
@@ -245,6 +246,8 @@ class Outcomes:
         self.consistency_error = None
         # why the cluster could not be read, as the collection's k8s layer names it ({kind, fix}), where it did
         self.consistency_access = None
+        # {node: why harden's admission check keeps it on its policy} (gpu_consistency's kept)
+        self.kept = {}
         self.runtime_class = None
         # the play's LIST of GPU pods failed ({cause, access}): the nodes' memory check did not run
         self.pods_error = None
@@ -317,6 +320,7 @@ class Outcomes:
     def take_consistency(self, result):
         """A gpu_consistency result that answered, from the module run or from run_cluster_side."""
         self.consistency = result["findings"]
+        self.kept = result.get("kept") or {}
         # the RuntimeClass dry run, when the drift check folded it into the consistency run (its runtime_class option)
         if result.get("runtime_class_check") is not None:
             self.runtime_class = result["runtime_class_check"]
@@ -386,6 +390,22 @@ def remediable_stages(findings):
     return sorted({entry["stage"] for entry in findings if entry.get("remediable") and entry.get("stage")})
 
 
+# The findings of the kubelet fields harden's admission check leaves as they are on a node it keeps (gpu_consistency's
+# kept names the fields), and the stale checkpoint that only the kept policy change would make stale.
+KEPT_IDS = ("kubelet_setting", "kubelet_stale_checkpoint")
+
+
+def apply_kept(findings, kept):
+    """The node's findings with those harden's admission check keeps marked: not remediable, with the reason
+    (``kept``: gpu_consistency's entry for the node, or None).  A --remediate would only retry them."""
+    if not kept:
+        return findings
+    fields = set(kept.get("fields") or ())
+    return [dict(entry, remediable=False, kept=kept["reason"])
+            if entry.get("id") in KEPT_IDS and (entry["id"] != "kubelet_setting" or str(entry.get("subject", "")).split(".")[0] in fields)
+            else entry for entry in findings]
+
+
 def consistency_findings(findings, node):
     """The controller-side gpu_consistency findings of one node (the node is the report's key, so not repeated)."""
     return [{key: value for key, value in entry.items() if key != "node"} for entry in findings or [] if entry.get("node") == node]
@@ -426,7 +446,8 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
     nodes = {}
     for host, audit in sorted(outcomes.audited.items()):
         node_name = (node_names or {}).get(host, host)
-        audit = dict(audit, findings=audit["findings"] + consistency_findings(outcomes.consistency, node_name))
+        audit = dict(audit, findings=apply_kept(audit["findings"], outcomes.kept.get(node_name))
+                     + consistency_findings(outcomes.consistency, node_name))
         not_checked = coverage.node_parts(audit["checks"], coverage.NOT_CHECKED, cluster_checks.get("gpu_pods"))
         stages = remediable_stages(audit["findings"])
         nodes[host] = {

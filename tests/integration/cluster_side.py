@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 
 import ansible_runner
@@ -137,3 +138,36 @@ def put_back(core: client.CoreV1Api, namespace: str, nodes, timeout: float = 120
     except Exception:
         discard_shared_lab()
         raise
+
+
+class Sampler(threading.Thread):
+    """Calls ``sample()`` every ``interval`` seconds while a run goes on (``with Sampler(...) as watcher:``), counting
+    the samples; ``finish()`` runs once it has stopped."""
+
+    interval = 0.2
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.samples = 0
+
+    def sample(self):
+        raise NotImplementedError
+
+    def finish(self):
+        pass
+
+    def run(self):
+        while not self.stop.is_set():
+            self.sample()
+            self.samples += 1
+            self.stop.wait(self.interval)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join(10)
+        self.finish()

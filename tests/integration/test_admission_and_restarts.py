@@ -16,6 +16,7 @@ from gpuharden_lab import manager
 
 from tests.integration.cluster_side import admin
 from tests.integration.test_disruption import _core, failed_hosts, harden, kubelet_config
+from tests.integration.test_rollout import drift
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
@@ -77,6 +78,16 @@ def test_first_run_restarts_each_kubelet_at_most_once_and_keeps_a_dgx_with_an_8_
     assert "train/train-8g" in output and "restricted" in output
     assert DGX not in failed_hosts(events), output[-4000:]
     assert rc == 0 or set(failed_hosts(events)) <= {"seed-pcie", "seed-isolation"}, (failed_hosts(events), output[-4000:])
+    # Issue 43, item 8: drift predicts the admission check (real apiserver, the workload's template): the manager
+    # settings harden keeps are reported as kept, not as remediable drift that every --remediate would retry.
+    report = drift(seeded, "-l", DGX, "--json")
+    node = json.loads(report.stdout)["nodes"][DGX]
+    managers = [finding for finding in node["findings"] if finding["id"] == "kubelet_setting"
+                and finding["subject"] in ("topologyManagerPolicy", "cpuManagerPolicy")]
+    assert len(managers) == 2, node["findings"]
+    for finding in managers:
+        assert finding["remediable"] is False and "train/train-8g" in finding["kept"], finding
+    assert "kubelet_topology" not in node["remediable_stages"], node
 
 
 def test_override_switches_the_dgx_anyway(seeded):

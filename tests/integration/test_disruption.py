@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import threading
 
 import ansible_runner
 import pytest
@@ -20,7 +19,7 @@ import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._disruption import unavailable_reasons
 from gpuharden_lab import REPO_ROOT, manager
 
-from tests.integration.cluster_side import admin, wait_for
+from tests.integration.cluster_side import Sampler, admin, wait_for
 from tests.labfixtures import running_lab
 
 # real_nodes: fresh-fleet's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
@@ -44,37 +43,22 @@ def harden(state, *, extravars=None, tags=None, limit=None):
     return runner.rc, events, stats, output
 
 
-class CordonWatcher(threading.Thread):
+class CordonWatcher(Sampler):
     """Samples the Nodes while a run goes on: the most of ``names`` cordoned at once, and every node ever cordoned."""
 
     def __init__(self, state, names):
-        super().__init__(daemon=True)
-        self.api = admin(state)
-        self.names = set(names)
-        self.stop = threading.Event()
-        self.most = 0
-        self.ever = set()
-        self.samples = 0
-
-    def run(self):
         from kubernetes import client
 
-        core = client.CoreV1Api(self.api)
-        while not self.stop.is_set():
-            cordoned = {node.metadata.name for node in core.list_node().items
-                        if node.metadata.name in self.names and node.spec.unschedulable}
-            self.most = max(self.most, len(cordoned))
-            self.ever |= cordoned
-            self.samples += 1
-            self.stop.wait(0.2)
+        super().__init__()
+        self.core = client.CoreV1Api(admin(state))
+        self.names = set(names)
+        self.most = 0
+        self.ever = set()
 
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.join(10)
+    def sample(self):
+        cordoned = {node.metadata.name for node in self.core.list_node().items if node.metadata.name in self.names and node.spec.unschedulable}
+        self.most = max(self.most, len(cordoned))
+        self.ever |= cordoned
 
 
 def sh(state, node, command):

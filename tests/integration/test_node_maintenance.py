@@ -95,7 +95,9 @@ def test_check_mode_predicts_and_changes_nothing(lab):
     assert sorted(p["name"] for p in result["evicted"]) == sorted(p.metadata.name for p in _web_pods(core))
     assert len(result["would_block"]) == 2 and {tuple(p["pdb"]) for p in result["would_block"]} == {("web-pdb",)}
     assert [p["reason"] for p in result["skipped_pods"] if p["namespace"] == NS] == ["DaemonSet pod"]  # the plugin's too
-    assert result["nodes"][NODE] == {"unschedulable_before": False, "unschedulable_after": True}
+    entry = result["nodes"][NODE]
+    assert (entry["unschedulable_before"], entry["unschedulable_after"], entry["preexisting_cordon"]) == (False, True, False)
+    assert entry["cordon_record_before"] is None and entry["cordon_record_after"]["owner"].startswith("node_maintenance@")
     assert _versions(core) == before
 
 

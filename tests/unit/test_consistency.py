@@ -405,3 +405,25 @@ def test_item05_bound_pod_with_unadvertised_name_belongs_to_its_node_and_plugin_
     # terminated pods do not count
     done = dict(_pending("p", UID_B, "nvidia.com/gpus"), status={"phase": "Failed"})
     assert _consistency.check([node("n1", 1)], [done], {})[0] == []
+
+
+def test_a_cordon_an_ended_gpuharden_run_left_is_named_with_its_run():
+    """Issue 43, item 8: drift names the cordon an interrupted harden left (node_maintenance's record), remediable by the
+    next harden; a cordon without the record (an admin's) and a record on a schedulable node are no finding."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain
+
+    record = _drain.record_value({"owner": "harden@20260701T120000-7", "at": "2026-07-01T12:00:03Z", "for": "kubelet_topology"})
+    left, admin, stale = node("left", 2), node("admin", 2), node("stale", 2)
+    left["metadata"]["annotations"] = {_drain.CORDON_ANNOTATION: record}
+    stale["metadata"]["annotations"] = {_drain.CORDON_ANNOTATION: record}
+    left["spec"] = admin["spec"] = {"unschedulable": True}
+    report = {"gpu_count": 2, "gpus": gpus(2)}
+    findings, _ = _consistency.check([left, admin, stale], [], {"left": report, "admin": report, "stale": report})
+    [item] = findings
+    assert item["id"] == "node_left_cordoned" and item["node"] == "left" and item["severity"] == "error"
+    assert item["found"] == {"cordoned_by": "harden@20260701T120000-7", "at": "2026-07-01T12:00:03Z", "for": "kubelet_topology"}
+    assert item["remediable"] is True and item["stage"] == "kubelet_topology" and item["check"] == "consistency"
+    assert "harden@20260701T120000-7" in item["hint"] and "releases" in item["hint"]
+    left["metadata"]["annotations"][_drain.CORDON_ANNOTATION] = "by hand"
+    [item] = _consistency.check([left], [], {"left": report})[0]
+    assert item["found"] == {"record": "by hand"} and "unreadable record" in item["hint"]

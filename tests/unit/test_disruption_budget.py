@@ -161,3 +161,112 @@ def test_bad_settle_options_are_refused_before_any_request(option, value):
 
     result = run_module("disruption_budget", {option: value, "kubeconfig": "/nonexistent/kubeconfig"}, {})
     assert result.get("failed") and "%s=" % option in result["msg"], result
+
+
+# ---------------------------------------------------------------------------------------------------
+# containerd restarts: a canary, then waves within the budget (issue 43, item 8)
+
+def test_the_canary_restarts_alone_then_waves_of_the_budget():
+    nodes = [node(n) for n in FLEET]
+    waves = _disruption.restart_waves(nodes, fleet=FLEET, restarts=FLEET[:6], max_unavailable=2)
+    assert waves["waves"] == [["gpu-0"], ["gpu-1", "gpu-2"], ["gpu-3", "gpu-4"], ["gpu-5"]]
+    assert waves["deferred"] == {} and waves["wave_size"] == 2
+    # what the playbook loops over: each wave waits for the previous one, and a last step for the last one
+    assert waves["steps"] == [
+        {"index": 0, "nodes": ["gpu-0"], "settle": [], "before": []},
+        {"index": 1, "nodes": ["gpu-1", "gpu-2"], "settle": ["gpu-0"], "before": ["gpu-0"]},
+        {"index": 2, "nodes": ["gpu-3", "gpu-4"], "settle": ["gpu-1", "gpu-2"], "before": ["gpu-0", "gpu-1", "gpu-2"]},
+        {"index": 3, "nodes": ["gpu-5"], "settle": ["gpu-3", "gpu-4"], "before": ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"]},
+        {"index": 4, "nodes": [], "settle": ["gpu-5"], "before": FLEET[:6]}]
+    one = _disruption.restart_waves(nodes, fleet=FLEET, restarts=["gpu-3", "gpu-1", "gpu-3"], max_unavailable=1)
+    assert one["waves"] == [["gpu-3"], ["gpu-1"]]  # the run's order, each node once
+
+
+def test_the_canary_is_an_available_node_and_nodes_already_down_go_right_after_it():
+    nodes = [node(n) for n in FLEET]
+    nodes[0] = node("gpu-0", ready="False")
+    nodes[1] = node("gpu-1", cordoned=True)
+    waves = _disruption.restart_waves(nodes, fleet=FLEET, restarts=["gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4"], max_unavailable=1)
+    assert waves["waves"] == [["gpu-2"], ["gpu-0", "gpu-1", "gpu-3"], ["gpu-4"]]
+    # a node that was down before its restart is not waited for: it would prove nothing
+    assert [step["settle"] for step in waves["steps"]] == [[], ["gpu-2"], ["gpu-3"], ["gpu-4"]]
+    down = [node(n, ready="False") for n in FLEET[:2]] + [node(n) for n in FLEET[2:]]
+    assert _disruption.restart_waves(down, fleet=FLEET, restarts=FLEET[:2], max_unavailable=1)["waves"] == [["gpu-0"], ["gpu-1"]]
+
+
+def test_nodes_down_elsewhere_shrink_the_waves_to_one_node_but_never_block_them():
+    nodes = [node(n) for n in FLEET]
+    nodes[7] = node("gpu-7", ready="Unknown")
+    assert _disruption.restart_waves(nodes, fleet=FLEET, restarts=FLEET[:4], max_unavailable=2)["waves"] == [
+        ["gpu-0"], ["gpu-1"], ["gpu-2"], ["gpu-3"]]
+    nodes[6] = node("gpu-6", cordoned=True)
+    assert _disruption.restart_waves(nodes, fleet=FLEET, restarts=FLEET[:3], max_unavailable=2)["wave_size"] == 1
+
+
+def test_a_budget_of_zero_restarts_nothing_and_says_so():
+    waves = _disruption.restart_waves([node(n) for n in FLEET], fleet=FLEET, restarts=FLEET[:2], max_unavailable="0%")
+    assert waves["waves"] == [] and set(waves["deferred"]) == {"gpu-0", "gpu-1"}
+    assert "max_unavailable 0% = 0 node(s)" in waves["deferred"]["gpu-0"]
+    assert _disruption.restart_waves([node("gpu-0")], fleet=["gpu-0"], restarts=[], max_unavailable=1) == {
+        "waves": [], "deferred": {}, "wave_size": 1, "steps": []}
+
+
+def test_left_cordoned_names_the_fleets_nodes_with_gpuhardens_record():
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain
+
+    record = _drain.record_value({"owner": "harden@x", "at": "2026-07-01T12:00:03Z", "for": "mig"})
+    nodes = [node(n, cordoned=n in ("gpu-1", "gpu-2", "gpu-3")) for n in FLEET[:4]] + [node("cpu-0", gpus=0, cordoned=True)]
+    for item in (nodes[1], nodes[3], nodes[4]):
+        item["metadata"]["annotations"] = {_drain.CORDON_ANNOTATION: record}
+    assert _disruption.left_cordoned(nodes, fleet=FLEET[:2]) == [
+        {"node": "gpu-1", "record": {"owner": "harden@x", "at": "2026-07-01T12:00:03Z", "for": "mig"}},
+        {"node": "gpu-3", "record": {"owner": "harden@x", "at": "2026-07-01T12:00:03Z", "for": "mig"}}]
+
+
+def _params(**overrides):
+    from ansible_collections.gpuharden.k8s.plugins.modules import disruption_budget
+
+    params = {key: spec.get("default") for key, spec in disruption_budget.argument_spec().items()}
+    params.update(overrides)
+    return params
+
+
+def test_a_restart_wave_that_did_not_come_back_stops_the_rollout_naming_it():
+    from ansible_collections.gpuharden.k8s.plugins.modules import disruption_budget
+
+    settled = {"seconds": 60.0, "waited_for": ["gpu-0"], "not_ready": {"gpu-0": ["NotReady (KubeletNotReady)"]}}
+    reason = disruption_budget.stop_reason(_params(settle_nodes=["gpu-0"], settle_required=True), settled)
+    assert reason == "gpu-0 not Ready 60s after this run restarted it (gpu-0: NotReady (KubeletNotReady))"
+    assert disruption_budget.stop_reason(_params(settle_nodes=["gpu-0"]), settled) is None  # counted, not a stop
+    assert disruption_budget.stop_reason(_params(settle_required=True), dict(settled, not_ready={})) is None
+    both = disruption_budget.stop_reason(_params(stopped_by=["gpu-5"], settle_required=True), settled)
+    assert both.startswith("gpu-5 failed earlier in this run") and "gpu-0 not Ready" in both
+
+
+def test_the_module_composes_settle_plan_waves_and_cordons(monkeypatch):
+    from ansible_collections.gpuharden.k8s.plugins.modules import disruption_budget
+
+    nodes = [node(n) for n in FLEET[:3]]
+    nodes[0] = node("gpu-0", ready="False")
+    monkeypatch.setattr(disruption_budget._k8s, "api_client", lambda params: type("Api", (), {"close": lambda self: None})())
+    monkeypatch.setattr(disruption_budget, "list_all", lambda *args, **kwargs: (list(nodes), 1))
+    monkeypatch.setattr(disruption_budget, "call", lambda *args, **kwargs: (200, node("gpu-0", ready="False")))
+    clock = [0.0]
+    result = disruption_budget.decide(_params(fleet=FLEET[:3], batch=["gpu-1"], settle_nodes=["gpu-0"], settle_seconds=4,
+                                              settle_required=True, restarts=["gpu-1", "gpu-2"]),
+                                      clock=lambda: clock[0], sleep=lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    assert result["stopped"].startswith("gpu-0 not Ready 4s after this run restarted it")
+    assert result["deferred"] == {"gpu-1": "rollout stopped: " + result["stopped"]} and result["allowed"] == []
+    assert result["restart_waves"] == [["gpu-1"], ["gpu-2"]] and result["restart_deferred"] == {}
+    assert result["left_cordoned"] == []
+
+
+def test_the_batch_belongs_to_the_fleet_even_before_its_nodes_advertise_a_gpu():
+    """A role run on its own passes no fleet, and fresh nodes advertise no GPU before the device plugin runs: the
+    budget still counts them (the lab's fresh-fleet nodes were all allowed at once before)."""
+    fresh = [node(n, gpus=0) for n in ("fresh-0", "fresh-1", "fresh-2")]
+    result = _disruption.plan(fresh, fleet=[], batch=["fresh-0", "fresh-1", "fresh-2"], max_unavailable=1)
+    assert result["allowed"] == ["fresh-0"] and sorted(result["deferred"]) == ["fresh-1", "fresh-2"]
+    assert result["fleet_size"] == 3
+    waves = _disruption.restart_waves(fresh, fleet=[], restarts=["fresh-0", "fresh-1", "fresh-2"], max_unavailable=1)
+    assert waves["waves"] == [["fresh-0"], ["fresh-1"], ["fresh-2"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import socket
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain
@@ -197,7 +198,7 @@ def test_cordon_plan_and_patch():
 def params(**overrides):
     base = {"nodes": ["n1"], "state": "drained", "force": False, "delete_emptydir_data": False, "disable_eviction": False,
             "grace_period": None, "timeout": 30.0, "retry_interval": 5.0, "poll_interval": 1.0, "page_limit": 500,
-            "ready_timeout": 0.0}
+            "ready_timeout": 0.0, "owner": "", "purpose": ""}
     base.update(overrides)
     return base
 
@@ -232,8 +233,10 @@ def test_malformed_options_are_refused_before_any_request(overrides, message):
 class FakeCluster:
     requests = 0
 
-    def __init__(self, unschedulable, pods, pdbs=(), evictions=None, readiness=None):
+    def __init__(self, unschedulable, pods, pdbs=(), evictions=None, readiness=None, records=None):
         self.state = dict(unschedulable)
+        self.records = dict(records or {})  # node -> the cordon annotation's text
+        self.changed_before_release = {}  # node -> (unschedulable, annotation) someone sets between the read and the release
         self.pod_list = list(pods)
         self.pdb_list = list(pdbs)
         self.evictions = evictions or {}
@@ -245,13 +248,35 @@ class FakeCluster:
         answers = self.readiness.get(node) or [[]]
         return answers.pop(0) if len(answers) > 1 else answers[0]
 
-    def unschedulable(self, node):
-        self.calls.append(("get", node))
-        return self.state[node]
+    def _node(self, node):
+        annotations = {_drain.CORDON_ANNOTATION: self.records[node]} if node in self.records else {}
+        return {"metadata": {"name": node, "annotations": annotations}, "spec": {"unschedulable": self.state[node]}}
 
-    def set_unschedulable(self, node, value):
+    def cordon_state(self, node):
+        self.calls.append(("get", node))
+        return _drain.cordon_state(self._node(node))
+
+    def set_unschedulable(self, node, value, record=False):
         self.calls.append(("patch", node, value))
         self.state[node] = value
+        if record is None:
+            self.records.pop(node, None)
+        elif record is not False:
+            self.records[node] = _drain.record_value(record)
+
+    def set_record(self, node, record):
+        self.calls.append(("record", node))
+        self.records[node] = _drain.record_value(record)
+
+    def release(self, node, value):
+        self.calls.append(("release", node))
+        if node in self.changed_before_release:
+            self.state[node], self.records[node] = self.changed_before_release.pop(node)
+        if self.records.get(node) != value or not self.state[node]:
+            return False  # the JSON patch's test op fails: 422
+        self.state[node] = False
+        del self.records[node]
+        return True
 
     def pods(self, nodes):
         self.calls.append(("list", "pods"))
@@ -274,7 +299,7 @@ class FakeCluster:
 
 
 def _writes(cluster):
-    return [call for call in cluster.calls if call[0] in ("patch", "evict", "delete")]
+    return [call for call in cluster.calls if call[0] in ("patch", "evict", "delete", "record", "release")]
 
 
 def test_check_mode_reports_and_changes_nothing():
@@ -286,7 +311,9 @@ def test_check_mode_reports_and_changes_nothing():
     assert [p["name"] for p in result["would_block"]] == ["web-1"]
     assert [p["name"] for p in result["skipped_pods"]] == ["ds"]
     assert not {"skipped", "failed"} & set(result)  # keys Ansible reads as the task's own status
-    assert result["nodes"] == {"n1": {"unschedulable_before": False, "unschedulable_after": True}}
+    assert {key: value for key, value in result["nodes"]["n1"].items() if key != "cordon_record_after"} == {
+        "unschedulable_before": False, "unschedulable_after": True, "cordon_record_before": None, "preexisting_cordon": False}
+    assert result["nodes"]["n1"]["cordon_record_after"]["owner"] == "node_maintenance@" + socket.gethostname()
     assert _writes(cluster) == []
 
 
@@ -395,15 +422,17 @@ def test_the_module_reads_readiness_as_the_disruption_budget_does_a_cordon_aside
     node = {"spec": {"unschedulable": True}, "status": {"conditions": conditions}}
     monkeypatch.setattr(cluster, "node", lambda name: node, raising=False)
     assert cluster.not_ready("n1") == reasons
-    assert cluster.unschedulable("n1") is True
+    assert cluster.cordon_state("n1") == {"unschedulable": True, "record": None, "value": None}
 
 
 def test_diff_shows_flag_and_evictions():
     cluster = FakeCluster({"n1": False}, [pod("web-0")])
-    result = node_maintenance.run(params(), True, cluster)
+    result = node_maintenance.run(params(owner="harden@1", purpose="kubelet_topology"), True, cluster)
     diff = node_maintenance.diff(result)
-    assert diff["before"] == {"n1": {"unschedulable": False}}
-    assert diff["after"] == {"n1": {"unschedulable": True, "evicted": ["ml/web-0"]}}
+    assert diff["before"] == {"n1": {"unschedulable": False, "cordon_record": None}}
+    record = result["nodes"]["n1"]["cordon_record_after"]
+    assert record["owner"] == "harden@1" and record["for"] == "kubelet_topology"
+    assert diff["after"] == {"n1": {"unschedulable": True, "cordon_record": record, "evicted": ["ml/web-0"]}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,3 +537,94 @@ def test_module_without_reachable_kubeconfig_is_a_clear_error(world_tmp):
 def test_module_rejects_unknown_state():
     result = run_module("node_maintenance", {"nodes": ["n1"], "state": "drain"}, {})
     assert result["failed"] is True and "state" in result["msg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The cordon record (issue 43, item 8): every cordon names its run; a cordon another run left is resumed or released
+
+
+def record(owner, purpose="kubelet_topology", at="2026-07-01T12:00:03Z"):
+    return _drain.record_value({"owner": owner, "at": at, "for": purpose})
+
+
+def test_cordon_record_reading():
+    assert _drain.cordon_record({"metadata": {}}) is None
+    node = {"metadata": {"annotations": {_drain.CORDON_ANNOTATION: record("harden@a")}}, "spec": {"unschedulable": True}}
+    assert _drain.cordon_record(node) == {"owner": "harden@a", "at": "2026-07-01T12:00:03Z", "for": "kubelet_topology"}
+    garbage = {"metadata": {"annotations": {_drain.CORDON_ANNOTATION: "by hand"}}}
+    assert _drain.cordon_record(garbage) == {"owner": None, "unreadable": "by hand"}
+    assert _drain.describe_record(_drain.cordon_record(node)) == "harden@a at 2026-07-01T12:00:03Z (for kubelet_topology)"
+    state = _drain.cordon_state(node)
+    assert _drain.left_cordon(state, "harden@b") == _drain.cordon_record(node)
+    assert _drain.left_cordon(state, "harden@a") is None  # this run's own
+    assert _drain.left_cordon(dict(state, unschedulable=False), "harden@b") is None  # uncordoned since: nothing left
+    assert _drain.left_cordon(_drain.cordon_state(garbage) | {"unschedulable": True}, "harden@b")["owner"] is None
+    assert _drain.cordon_patch(True, {"owner": "o", "at": "t", "for": None}) == {
+        "spec": {"unschedulable": True}, "metadata": {"annotations": {_drain.CORDON_ANNOTATION: '{"at":"t","for":null,"owner":"o"}'}}}
+    assert _drain.cordon_patch(False, None) == {"spec": {"unschedulable": None}, "metadata": {"annotations": {_drain.CORDON_ANNOTATION: None}}}
+
+
+def test_a_cordon_records_its_run_and_the_uncordon_removes_the_record():
+    cluster = FakeCluster({"n1": False, "n2": True}, [])
+    result = node_maintenance.run(params(nodes=["n1", "n2"], state="cordoned", owner="harden@1", purpose="mig"), False, cluster)
+    assert json.loads(cluster.records["n1"])["owner"] == "harden@1" and json.loads(cluster.records["n1"])["for"] == "mig"
+    assert "n2" not in cluster.records  # someone else's cordon gets no record of ours
+    assert result["nodes"]["n2"]["preexisting_cordon"] is True and result["nodes"]["n1"]["preexisting_cordon"] is False
+    node_maintenance.run(params(nodes=["n1"], state="uncordoned", owner="harden@1"), False, cluster)
+    assert cluster.records == {} and cluster.state["n1"] is False
+
+
+def test_a_cordon_another_run_left_is_taken_on_not_counted_as_someone_elses():
+    """The resume: the next harden drains the node again; the cordon is gpuharden's, so its uncordon ends it."""
+    clock = Clock()
+    cluster = FakeCluster({"n1": True}, [pod("web-0")], records={"n1": record("harden@interrupted")})
+    result = node_maintenance.run(params(owner="harden@next"), False, cluster, clock, clock.sleep)
+    assert result["changed"] is True and result["nodes"]["n1"]["preexisting_cordon"] is False
+    assert result["nodes"]["n1"]["cordon_record_before"]["owner"] == "harden@interrupted"
+    assert json.loads(cluster.records["n1"])["owner"] == "harden@next" == result["nodes"]["n1"]["cordon_record_after"]["owner"]
+    assert _writes(cluster) == [("record", "n1"), ("evict", "web-0")]
+    cluster.calls = []
+    assert node_maintenance.run(params(owner="harden@next"), False, cluster, clock, clock.sleep)["changed"] is False
+
+
+def test_release_uncordons_only_cordons_other_gpuharden_runs_left_once_ready():
+    clock = Clock()
+    cluster = FakeCluster({"left": True, "mine": True, "admin": True, "open": False},
+                          [], records={"left": record("harden@gone"), "mine": record("harden@now")},
+                          readiness={"left": [UNKNOWN, []]})
+    checked = node_maintenance.run(params(nodes=["left", "mine", "admin", "open"], state="released", owner="harden@now",
+                                          ready_timeout=30.0), True, cluster, clock, clock.sleep)
+    assert checked["changed"] is True and checked["released"] == ["left"] and _writes(cluster) == []
+    result = node_maintenance.run(params(nodes=["left", "mine", "admin", "open"], state="released", owner="harden@now",
+                                         ready_timeout=30.0), False, cluster, clock, clock.sleep)
+    assert result["changed"] is True and result["released"] == ["left"]
+    assert {entry["node"]: entry["reason"] for entry in result["left_alone"]} == {
+        "admin": "cordoned by someone else (no gpuharden record): left as it is",
+        "mine": "cordoned by this run (harden@now): its own uncordon ends it", "open": "not cordoned"}
+    assert cluster.state == {"left": False, "mine": True, "admin": True, "open": False} and "left" not in cluster.records
+    assert cluster.calls.count(("ready?", "left")) == 2 and ("ready?", "admin") not in cluster.calls
+    assert result["nodes"]["left"]["cordon_record_after"] is None and result["nodes"]["left"]["unschedulable_after"] is False
+
+
+def test_release_leaves_a_cordon_made_since_it_was_read_and_a_node_not_ready():
+    clock = Clock()
+    cluster = FakeCluster({"raced": True, "down": True}, [], records={"raced": record("harden@gone"), "down": record("harden@gone")},
+                          readiness={"down": [UNKNOWN]})
+    cluster.changed_before_release["raced"] = (True, record("harden@other-controller"))
+    with pytest.raises(GpuhardenError) as error:
+        node_maintenance.run(params(nodes=["raced", "down"], state="released", owner="harden@now", ready_timeout=4.0),
+                             False, cluster, clock, clock.sleep)
+    result = error.value.result
+    assert "down not Ready after 4s, left cordoned" in error.value.msg and result["changed"] is False
+    assert result["released"] == [] and cluster.state == {"raced": True, "down": True}
+    [raced] = result["left_alone"]
+    assert raced["node"] == "raced" and "changed since it was read" in raced["reason"] and "harden@other-controller" in raced["reason"]
+    assert ("release", "down") not in cluster.calls
+
+
+def test_release_patch_tests_the_record_and_the_flag_before_it_removes_them():
+    ops = _drain.release_patch("v")
+    assert ops == [{"op": "test", "path": "/metadata/annotations/gpuharden.io~1cordon", "value": "v"},
+                   {"op": "remove", "path": "/metadata/annotations/gpuharden.io~1cordon"},
+                   {"op": "test", "path": "/spec/unschedulable", "value": True},
+                   {"op": "remove", "path": "/spec/unschedulable"}]

@@ -250,3 +250,27 @@ def test_each_node_s_audit_time_and_cpu_come_from_its_node_audit_result():
     nodes = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)["nodes"]
     assert (nodes["gpu-a"]["audit_seconds"], nodes["gpu-a"]["audit_cpu_seconds"]) == (0.02, 0.31)
     assert (nodes["gpu-b"]["audit_seconds"], nodes["gpu-b"]["audit_cpu_seconds"]) == (0.05, None)
+
+
+def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_remediable():
+    """Issue 43, item 8: every --remediate retried a node harden's admission check keeps on its policy.  The manager
+    fields the check leaves as they are are kept (not remediable, with the reason); the node's other drift stays."""
+    kept = {"policy": "single-numa-node", "scope": "container", "fields": ["topologyManagerPolicy", "cpuManagerPolicy"],
+            "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
+    outcomes = drift.Outcomes()
+    outcomes.feed(_event("runner_on_ok", "dgx", action="ansible.builtin.set_fact", ansible_facts={"__drift_node": "dgx"}))
+    outcomes.feed(_event("runner_on_ok", "dgx", findings=[
+        _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="topologyManagerPolicy"),
+        _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="cpuManagerPolicy"),
+        _finding("kubelet_stale_checkpoint", "kubelet", "error", stage="kubelet_topology"),
+    ], summary={"findings": 3, "max_severity": "error"}, checks={"kubelet": {"status": "drift"}}, seconds=0.2))
+    outcomes.feed(_event("runner_on_ok", "dgx", action="gpuharden.k8s.gpu_consistency", findings=[], kept={"dgx": kept}))
+    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    node = report["nodes"]["dgx"]
+    assert node["status"] == "attention" and node["remediable_stages"] == [], node
+    assert all(finding["remediable"] is False and finding["kept"] == kept["reason"] for finding in node["findings"])
+    # another field of the same stage is still drift that harden fixes
+    outcomes.audited["dgx"]["findings"].append(
+        _finding("kubelet_setting", "kubelet", "error", stage="cgroup_limits", subject="memoryThrottlingFactor"))
+    again = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    assert again["nodes"]["dgx"]["status"] == "drift" and again["nodes"]["dgx"]["remediable_stages"] == ["cgroup_limits"]

@@ -513,7 +513,7 @@ def test_gpu_consistency_reads_once_without_settle_and_refuses_a_negative_one():
     with ClusterServer([_gpu_node({"cpu": "8"})], []) as server:
         url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
         result = run_module("gpu_consistency", {"host": url, "api_key": "test-token"}, {})
-        assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}
+        assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"], "stale_status": []}
         refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": -1}, {})
         assert refused["failed"] and "settle_seconds=-1" in refused["msg"]
         assert len([path for path, _query in server.requests if path == "/api/v1/nodes"]) == 1
@@ -531,7 +531,7 @@ def test_gpu_consistency_settles_only_for_the_nodes_the_run_changed():
                                                     "settle_nodes": settle_nodes}, {})
             # One read and no wait (the module's own account: it sleeps only between reads); the wall time only has to
             # show it ended, with room for a loaded CI machine's interpreter start-up (it failed at 20 s beside a lab).
-            assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"]}, settle_nodes
+            assert result["settle"] == {"seconds": 0, "reads": 1, "awaiting": ["gpu-0"], "stale_status": []}, settle_nodes
             assert time.monotonic() - started < 60
         # Named in settle_nodes, gpu-0 is waited for: the GPUs come right after the first Nodes LIST is answered, so the
         # module must read exactly once more (no race of wall-clock delays: with a 4 s settle_seconds, stop 29's loaded
@@ -708,3 +708,86 @@ def test_a_pods_snapshot_is_only_taken_from_where_gpu_pods_info_writes_them(tmp_
     assert not os.path.exists(os.path.dirname(newest))
     with pytest.raises(GpuhardenError, match="not a snapshot of nodes"):
         _k8s_snapshot.take("test", "snapshot", fresh, "nodes")
+
+
+def _restarted_node(allocatable, heartbeat):
+    node = _gpu_node(allocatable)
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]
+    return node
+
+
+RESTART = 1782907203.4  # 2026-07-01T12:00:03.4Z on the node's clock
+
+
+def test_gpu_consistency_trusts_a_restarted_nodes_allocatable_only_from_its_new_kubelets_status():
+    """Issue 43, item 8 (the flake of stop 41): right after the kubelet's restart the Node still shows the old kubelet's
+    allocatable (8), then the new kubelet's first status shows 0 (its device manager starts every resource empty until
+    the plugin registers again), then 8.  Without restarted_at the check judges the first read, the old status: clean.
+    With it, that read is not trusted (its Ready heartbeat is from before the restart, here in the same second), and the
+    zero window is waited out like any advertisement lag."""
+    from tests.unit.conftest import run_module
+
+    statuses = [_restarted_node({"nvidia.com/gpu": "8"}, "2026-07-01T12:00:03Z"),  # the old kubelet's, same second
+                _restarted_node({"nvidia.com/gpu": "0"}, "2026-07-01T12:00:05Z"),  # the new kubelet's first status
+                _restarted_node({"nvidia.com/gpu": "8"}, "2026-07-01T12:00:09Z")]  # the plugin registered again
+    report = {"gpu-0": {"gpu_count": 8, "gpus": [{"index": index, "uuid": "GPU-%d" % index} for index in range(8)]}}
+    with ClusterServer([statuses[0]], []) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        old = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 30, "node_reports": report,
+                                             "settle_nodes": ["gpu-0"]}, {})
+        assert old["findings"] == [] and old["settle"]["reads"] == 1  # the flake: the old status, taken as the new one
+
+        def next_status(path):
+            if path == "/api/v1/nodes" and len(statuses) > 1:
+                statuses.pop(0)
+                server.lists["/api/v1/nodes"] = [statuses[0]]
+
+        server.after_list = next_status
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 30, "node_reports": report,
+                                                "settle_nodes": ["gpu-0"], "restarted_at": {"gpu-0": RESTART}}, {})
+    assert result.get("failed") is not True, result
+    assert result["findings"] == [] and result["settle"]["reads"] == 3, result["settle"]
+    assert result["settle"]["stale_status"] == [] and result["settle"]["awaiting"] == []
+
+
+def test_a_restarted_kubelet_that_posts_no_status_is_named_not_judged_clean():
+    from tests.unit.conftest import run_module
+
+    report = {"gpu-0": {"gpu_count": 2, "gpus": [{"index": 0, "uuid": "GPU-0"}, {"index": 1, "uuid": "GPU-1"}]}}
+    with ClusterServer([_restarted_node({"nvidia.com/gpu": "2"}, "2026-07-01T12:00:01Z")], []) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "settle_seconds": 4, "node_reports": report,
+                                                "restarted_at": {"gpu-0": RESTART}}, {})
+        refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "restarted_at": {"gpu-0": "soon"}}, {})
+    [item] = result["findings"]
+    assert item["id"] == "kubelet_status_not_posted" and item["node"] == "gpu-0" and item["remediable"] is False
+    assert item["found"] == {"kubelet_restarted_at": "2026-07-01T12:00:03Z", "ready_heartbeat": "2026-07-01T12:00:01Z"}
+    assert result["settle"]["stale_status"] == ["gpu-0"] and result["settle"]["reads"] >= 2
+    assert refused["failed"] and "restarted_at[gpu-0]='soon'" in refused["msg"]
+
+
+def test_gpu_consistency_predicts_the_nodes_harden_s_admission_check_keeps():
+    """The drift check's admission option: the kubelet plan switches dgx-0 to single-numa-node, and a pod of the cluster
+    asks for 8 GPUs, which no NUMA node of the 4+4 DGX holds: harden would keep the node on its policy."""
+    from tests.unit.conftest import run_module
+
+    node = {"metadata": {"name": "dgx-0", "labels": {"nvidia.com/gpu.present": "true"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    trainer = {"metadata": {"name": "train-8g", "namespace": "train", "uid": "u-train"},
+               "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Pending"}}
+    report = {"dgx-0": {"gpu_count": 8, "gpus": [{"index": index, "uuid": "GPU-%d" % index, "numa_node": index // 4} for index in range(8)]}}
+    plan = {"sources": {"topologyManagerPolicy": {"before": None, "after": "single-numa-node"},
+                        "topologyManagerScope": {"before": None, "after": None}}, "cpu_manager_policy_changed": True}
+    with ClusterServer([node], [trainer]) as server:
+        url = "http://127.0.0.1:%d" % server.httpd.server_address[1]
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "node_reports": report, "admission": {"dgx-0": plan}}, {})
+        assert result.get("failed") is not True, result
+        assert "/apis/apps/v1/deployments" in {path for path, _query in server.requests}
+        kept = result["kept"]["dgx-0"]
+        assert kept["policy"] == "single-numa-node" and kept["workloads"] == [{"kind": "Pod", "namespace": "train", "name": "train-8g"}]
+        server.requests.clear()
+        unchanged = dict(plan, sources=dict(plan["sources"], topologyManagerPolicy={"before": "single-numa-node", "after": "single-numa-node"}),
+                         cpu_manager_policy_changed=False)
+        result = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "node_reports": report, "admission": {"dgx-0": unchanged}}, {})
+        assert result["kept"] == {} and "/apis/apps/v1/deployments" not in {path for path, _query in server.requests}
+        refused = run_module("gpu_consistency", {"host": url, "api_key": "test-token", "admission": {"dgx-0": "switch"}}, {})
+        assert refused["failed"] and "option admission.dgx-0='switch'" in refused["msg"]

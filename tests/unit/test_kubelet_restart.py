@@ -12,6 +12,7 @@ import http.server
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,11 @@ def _run_with_healthz(root, env, unhealthy, **options):
 
 def test_write_restarts_and_waits_until_healthz_answers_200(world):
     root, calls, env = world
+    before = time.time()
     result, requests = _run_with_healthz(root, env, 3, restart="if_required", health_timeout=30)
     assert result["changed"] and result["restart_required"] and result["restarted"]
+    # the node's clock just before the restart: the post-check trusts only a Node status the kubelet posted after it
+    assert before <= result["health"]["restarted_at"] <= time.time()
     assert result["health"]["status"] == 200 and result["health"]["error"] is None
     assert result["health"]["attempts"] == 4 == requests
     assert calls.read_text().split("\n")[0] == "restart kubelet"

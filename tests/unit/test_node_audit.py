@@ -204,12 +204,12 @@ def test_lock_is_given_back_by_a_held_audit_only_on_a_compliant_gpu_node(world_t
             statuses.update(dict.fromkeys(sections, "ok"), **({drifted: "drift"} if drifted else {}))
             result = _node_audit.audit(dict(sections, root=str(root), lock={
                 "owner": "harden@3", "path": str(lock), "hold": True, "release_if_compliant": True}))
-            assert result["lock"] == {"held": held} and lock.exists() is held, (root, drifted)
+            assert result["lock"] == {"held": held, "taken_over": None} and lock.exists() is held, (root, drifted)
             assert any(result["summary"]["node_stages"].values()) is bool(drifted)
             lock.unlink(missing_ok=True)
         statuses.update(dict.fromkeys(sections, "ok"))
         kept = _node_audit.audit(dict(sections, root=str(gpu_root), lock={"owner": "harden@4", "path": str(lock), "hold": True}))
-        assert kept["lock"] == {"held": True} and '"harden@4"' in lock.read_text()
+        assert kept["lock"] == {"held": True, "taken_over": None} and '"harden@4"' in lock.read_text()
     finally:
         _node_audit.CHECKS = original
 

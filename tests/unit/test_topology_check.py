@@ -279,3 +279,61 @@ def test_malformed_input_fails_clearly(args, message):
     result = run_module("topology_check", dict({"node_name": "n", "gpus": DGX, "topology_manager_policy": "single-numa-node"}, **args), {})
     assert result.get("failed") is True, result
     assert message in result["msg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# harden's admission check, predicted by the drift check (issue 43, item 8): a node it keeps is no remediable drift
+
+
+def _plan(policy=("none", "single-numa-node"), scope=(None, None), cpu_changed=True):
+    return {"sources": {"topologyManagerPolicy": {"before": policy[0], "after": policy[1]},
+                        "topologyManagerScope": {"before": scope[0], "after": scope[1]}},
+            "cpu_manager_policy_changed": cpu_changed}
+
+
+@pytest.mark.parametrize(("plan", "switch"), [
+    (_plan(), {"policy": "single-numa-node", "scope": "container"}),
+    (_plan(("best-effort", "restricted"), cpu_changed=False), {"policy": "restricted", "scope": "container"}),
+    (_plan(("single-numa-node", "single-numa-node"), ("container", "pod"), False), {"policy": "single-numa-node", "scope": "pod"}),
+    (_plan(("single-numa-node", "single-numa-node"), cpu_changed=True), {"policy": "single-numa-node", "scope": "container"}),
+    (_plan(("single-numa-node", "single-numa-node"), cpu_changed=False), None),  # nothing that can refuse a pod changes
+    (_plan(("none", "best-effort")), None),  # best-effort admits every pod (policy_best_effort.go canAdmitPodResult)
+    (_plan((None, None)), None),
+    ({}, None),
+])
+def test_the_admission_check_runs_where_harden_runs_it(plan, switch):
+    """roles/kubelet_topology/tasks/plan.yml's condition (__kubelet_topology_policy_tightens), in Python."""
+    assert _topology.admission_switch(plan) == switch
+
+
+def test_a_node_that_could_no_longer_admit_a_workload_is_kept_with_the_reason():
+    switch = {"policy": "single-numa-node", "scope": "container"}
+    weighed = _topology.check_node("dgx-1", DGX, "single-numa-node", workloads=[_workload("train-8g", 8), _workload("infer", 1)])
+    kept = _topology.kept_by_admission(switch, weighed)
+    assert kept["workloads"] == [{"kind": "Deployment", "namespace": "ml", "name": "train-8g"}]
+    assert kept["fields"] == list(_topology.KEPT_FIELDS) and kept["policy"] == "single-numa-node"
+    assert "Deployment ml/train-8g" in kept["reason"] and "kubelet_topology_ignore_unadmittable_workloads=true" in kept["reason"]
+    fits = _topology.check_node("dgx-1", DGX, "single-numa-node", workloads=[_workload("train-4g", 4)])
+    assert _topology.kept_by_admission(switch, fits) is None
+    blind = _topology.kept_by_admission(switch, None, "gpu_consistency: list deployments: forbidden")
+    assert blind["workloads"] == [] and "could not be listed" in blind["reason"] and "forbidden" in blind["reason"]
+
+
+def test_the_kept_fields_are_those_the_role_leaves_as_they_are():
+    """KEPT_FIELDS against roles/kubelet_topology/vars/main.yml: the options __kubelet_topology_managers gates."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    options = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/kubelet_topology/vars/main.yml").read_text())
+    gated = sorted(name for name, value in options["__kubelet_topology_module_options"].items() if "__kubelet_topology_managers" in str(value))
+    fields = {"topology_manager_policy": "topologyManagerPolicy", "topology_manager_scope": "topologyManagerScope",
+              "topology_manager_policy_options": "topologyManagerPolicyOptions", "cpu_manager_policy": "cpuManagerPolicy",
+              "reserved_system_cpus": "reservedSystemCPUs", "memory_manager_policy": "memoryManagerPolicy",
+              "reserved_memory": "reservedMemory"}
+    assert gated == sorted(fields)
+    assert sorted(_topology.KEPT_FIELDS) == sorted(fields.values())
+    assert re.search(r"__kubelet_topology_rejecting_policies: \[restricted, single-numa-node\]",
+                     (Path(__file__).resolve().parents[2] / "roles/kubelet_topology/vars/main.yml").read_text())
+    assert _topology.REJECTING_POLICIES == ("restricted", "single-numa-node")

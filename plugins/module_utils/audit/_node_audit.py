@@ -339,6 +339,8 @@ LOCK_SPEC = {
     "hold": {"type": "bool", "default": False},
     # ... unless the plan leaves nothing to do on the node: then this run gives it back, and harden saves a trip
     "release_if_compliant": {"type": "bool", "default": False},
+    # this run's controller process (the lookup gpuharden.k8s.controller_run): a dead run's lock is taken over at once
+    "controller": {"type": "dict"},
 }
 
 
@@ -354,7 +356,7 @@ def audit(params, clock=time.monotonic):
     lock = dict(result.validated_parameters, state="acquired")
     hold = lock.pop("hold")
     release_if_compliant = lock.pop("release_if_compliant")
-    _node_lock.run(lock)
+    taken = _node_lock.run(lock)
     try:
         report = _audit(params, clock)
     except BaseException:
@@ -363,7 +365,7 @@ def audit(params, clock=time.monotonic):
     held = hold and not (release_if_compliant and _compliant(report, params["root"]))
     if not held:
         _node_lock.run(dict(lock, state="released"))
-    report["lock"] = {"held": held}
+    report["lock"] = {"held": held, "taken_over": taken["taken_over"]}
     return report
 
 

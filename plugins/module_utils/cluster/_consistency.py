@@ -18,10 +18,12 @@ O(nodes + pods) and returns findings in the shape nvml_check uses (id, severity,
 
 from __future__ import annotations
 
+import calendar
 import difflib
 import re
+import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drain, _gpu_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding, severity_rank
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
@@ -434,6 +436,23 @@ def _usage_findings(name, report, pods, allocation):
     return found
 
 
+def _cordon_findings(name, node):
+    """A cordon gpuharden made and no run of it ended (the record node_maintenance puts on every cordon it makes): an
+    interrupted run (Ctrl-C, a killed job) or a failed step left the node out of service.  A check that got this far
+    holds, or took over, the node's run lock (node_audit's lock), so no gpuharden run is working on the node now."""
+    state = _drain.cordon_state(node)
+    record = state["record"]
+    if not state["unschedulable"] or record is None:
+        return []
+    return [finding(
+        "node_left_cordoned", "error", "schedulable once the gpuharden run that cordoned it has ended",
+        {"cordoned_by": record.get("owner"), "at": record.get("at"), "for": record.get("for")} if record.get("owner") is not None
+        else {"record": record.get("unreadable")},
+        "cordoned by %s, and that run ended without uncordoning it (interrupted, or a step failed and left it cordoned on "
+        "purpose): the next harden resumes the step where the node still needs it, else releases the cordon once the node is "
+        "Ready (gpuharden.k8s.node_maintenance state=released)" % _drain.describe_record(record), node=name, gpu=None, pod=None)]
+
+
 def _pod_spec_findings(pods_on_node, name):
     found = []
     for pod in pods_on_node:
@@ -565,6 +584,7 @@ def check(nodes, pods, reports, pod_resources=None, wanted=None, label="nvidia.c
         findings.extend(_declared_findings(name, have, report, replicas, labelled))
         findings.extend(_allocation_findings(name, have, used_here))
         findings.extend(_pod_spec_findings(on_node.get(name, []), name))
+        findings.extend(_cordon_findings(name, node))
         if report is not None:
             findings.extend(_usage_findings(name, report, by_uid, allocations.get(name)))
         summary[name] = {
@@ -598,3 +618,57 @@ ADVERTISEMENT_FINDINGS = ("gpu_not_advertised", "gpu_partially_advertised", "mig
 def awaiting_advertisement(findings):
     """The nodes whose findings say they do not (yet) advertise what they have."""
     return sorted({entry["node"] for entry in findings if entry["id"] in ADVERTISEMENT_FINDINGS})
+
+
+# A restarted kubelet's device manager starts every resource of its checkpoint with no healthy device, "so that the
+# resource capacity will stay zero till the corresponding device plugin re-registers" (kubernetes v1.36.3
+# pkg/kubelet/cm/devicemanager/manager.go, readCheckpoint), while the Node keeps the allocatable the old kubelet
+# posted until the new one posts its first status (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus: at its
+# first sync, lastStatusReportTime being zero).  A read between the restart and that first status sees the old count
+# and no finding; one seconds later can land in the zero window.  So a node whose kubelet the run restarted is judged
+# only from a status its new kubelet posted: one whose Ready condition's lastHeartbeatTime (the kubelet's own clock,
+# set on every status it posts: pkg/kubelet/nodestatus/setters.go ReadyCondition) is after the restart, on the same
+# node clock.  The heartbeat has whole seconds: a status posted in the second of the restart counts as the old one
+# (the next one, when the plugin registers again, settles it).
+STATUS_NOT_POSTED = "kubelet_status_not_posted"
+
+
+def ready_heartbeat(node):
+    """The Ready condition's lastHeartbeatTime, as (text, epoch seconds), or (None, None)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("lastHeartbeatTime"):
+            text = condition["lastHeartbeatTime"]
+            try:
+                return text, calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+            except ValueError:
+                return text, None
+    return None, None
+
+
+def stale_statuses(nodes, restarted_at):
+    """{node: {kubelet_restarted_at, ready_heartbeat}} of the nodes of ``restarted_at`` ({node: the node's clock
+    just before this run restarted its kubelet}) whose Node status is not yet one the new kubelet posted."""
+    by_name = {(node.get("metadata") or {}).get("name"): node for node in nodes}
+    stale = {}
+    for name, when in sorted((restarted_at or {}).items()):
+        text, seconds = ready_heartbeat(by_name.get(name) or {})
+        if seconds is None or seconds <= when:
+            stale[name] = {"kubelet_restarted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)), "ready_heartbeat": text}
+    return stale
+
+
+def stale_status_findings(stale):
+    return [finding(
+        STATUS_NOT_POSTED, "error", {"ready_heartbeat": "after %s" % entry["kubelet_restarted_at"]}, entry,
+        "the kubelet this run restarted has posted no Node status since (is it running, and can it reach the API server?): "
+        "the node's advertised resources are still the old kubelet's, so its advertisement findings say nothing of the new "
+        "one", node=name, gpu=None, pod=None) for name, entry in sorted(stale.items())]
+
+
+def check_restarted_at(value, where):
+    """The restarted_at option ({node: epoch seconds}), checked."""
+    _dict(value, where)
+    for name, when in value.items():
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or when <= 0:
+            raise GpuhardenError("gpu_consistency: %s[%s]=%r must be seconds since the epoch" % (where, name, when))
+    return value

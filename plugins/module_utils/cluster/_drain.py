@@ -15,11 +15,22 @@ picks the NVIDIA device plugin's own pods of the nodes, which a drain leaves run
 
 from __future__ import annotations
 
+import json
+import time
+
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._device_plugin import plugin_container
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 RESTART_PLUGIN = "device_plugin_restarted"
-STATES = ("cordoned", "drained", "uncordoned", RESTART_PLUGIN)
+RELEASED = "released"
+STATES = ("cordoned", "drained", "uncordoned", RESTART_PLUGIN, RELEASED)
+# Every cordon gpuharden makes carries this annotation: which run made it, when, and for what.  A run that is
+# interrupted or fails leaves the node cordoned on purpose (a drained node, half-configured GPUs); the record lets the
+# drift check name that cordon (node_left_cordoned) and the next harden release or resume it, while a cordon without
+# the record (someone else's maintenance) stays as it is.  The NVIDIA GPU Operator's upgrade controller keeps its own
+# bookkeeping on the Node the same way (NVIDIA/k8s-operator-libs pkg/upgrade/consts.go,
+# UpgradeInitialStateAnnotationKeyFmt: whether the node was unschedulable before it cordoned it).
+CORDON_ANNOTATION = "gpuharden.io/cordon"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_PHASES = ("Succeeded", "Failed")
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
@@ -79,9 +90,92 @@ def cordon_plan(nodes, current, state):
     return {node: desired for node in nodes if bool(current[node]) != desired}
 
 
-def cordon_patch(unschedulable):
-    """The merge patch kubectl cordon/uncordon sends."""
-    return {"spec": {"unschedulable": True if unschedulable else None}}
+def cordon_patch(unschedulable, record=False):
+    """The merge patch kubectl cordon/uncordon sends (kubectl v0.36.3 pkg/drain/cordon.go: spec.unschedulable), with
+    gpuharden's cordon record set (a dict), removed (None) or left as it is (False)."""
+    patch = {"spec": {"unschedulable": True if unschedulable else None}}
+    if record is not False:
+        patch["metadata"] = {"annotations": {CORDON_ANNOTATION: None if record is None else record_value(record)}}
+    return patch
+
+
+def new_record(owner, purpose, now=None):
+    """The record of a cordon this run makes: {owner, at (UTC), for}."""
+    return {"owner": owner, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now)),
+            "for": purpose or None}
+
+
+def record_value(record):
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def cordon_record(node):
+    """The record of the cordon gpuharden made on a Node object ({owner, at, for}), or None.  A value that is not the
+    record's JSON is kept as {"owner": None, "unreadable": value}: gpuharden's, but of no run it can name."""
+    value = ((node.get("metadata") or {}).get("annotations") or {}).get(CORDON_ANNOTATION)
+    if value is None:
+        return None
+    try:
+        record = json.loads(value)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("owner"), str):
+        return {"owner": None, "unreadable": value}
+    return {"owner": record["owner"], "at": record.get("at"), "for": record.get("for")}
+
+
+def cordon_state(node):
+    """What node_maintenance reads of a Node: {unschedulable, record (cordon_record), value (the annotation's text)}."""
+    return {"unschedulable": bool((node.get("spec") or {}).get("unschedulable")), "record": cordon_record(node),
+            "value": ((node.get("metadata") or {}).get("annotations") or {}).get(CORDON_ANNOTATION)}
+
+
+def left_cordon(state, owner):
+    """The record of a cordon another gpuharden run left on the node (the node cordoned, with a record that is not
+    ``owner``'s), or None."""
+    record = state["record"]
+    if state["unschedulable"] and record is not None and record["owner"] != owner:
+        return record
+    return None
+
+
+def adoptions(nodes, states, state, owner):
+    """The nodes whose cordon another gpuharden run left, which this run takes on (its record names this run from now
+    on, and this run's uncordon ends it) because it cordons or drains them again: the rollout resumes there."""
+    if state not in ("cordoned", "drained"):
+        return []
+    return [node for node in nodes if left_cordon(states[node], owner) is not None]
+
+
+def release_plan(nodes, states, owner):
+    """For state released: (the nodes to release, {node: why another is left alone})."""
+    release, kept = [], {}
+    for node in nodes:
+        state = states[node]
+        if left_cordon(state, owner) is not None:
+            release.append(node)
+        elif not state["unschedulable"]:
+            kept[node] = "not cordoned"
+        elif state["record"] is None:
+            kept[node] = "cordoned by someone else (no gpuharden record): left as it is"
+        else:
+            kept[node] = "cordoned by this run (%s): its own uncordon ends it" % owner
+    return release, kept
+
+
+def release_patch(value):
+    """The JSON patch (RFC 6902) that releases a cordon gpuharden left: applied only while the record is still the one
+    read (the test op), so that a cordon made since, by anyone, stays."""
+    path = "/metadata/annotations/" + CORDON_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    return [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path},
+            {"op": "test", "path": "/spec/unschedulable", "value": True}, {"op": "remove", "path": "/spec/unschedulable"}]
+
+
+def describe_record(record):
+    """A cordon record for a message: "<owner> at <time> (for <what>)"."""
+    if record.get("owner") is None:
+        return "an unreadable record %r" % record.get("unreadable")
+    return "%s at %s%s" % (record["owner"], record.get("at") or "an unknown time", " (for %s)" % record["for"] if record.get("for") else "")
 
 
 def _pods_on(pods, nodes):

@@ -346,3 +346,52 @@ def _describe_policy(policy):
     if "topologyManagerPolicyOptions" in policy:
         text += " with topologyManagerPolicyOptions prefer-closest-numa-nodes: \"true\""
     return text
+
+
+# ---------------------------------------------------------------------------------------------
+# The admission check of a planned policy change, as harden runs it (roles/kubelet_topology/tasks/plan.yml and
+# admission.yml) and as the drift check predicts it: a node the check would keep on its policy is no remediable drift.
+
+# The Topology Manager policies that refuse a pod they cannot align (kubernetes v1.36.3
+# pkg/kubelet/cm/topologymanager/policy_restricted.go and policy_single_numa_node.go: canAdmitPodResult false, the pod
+# rejected with TopologyAffinityError): roles/kubelet_topology/vars/main.yml __kubelet_topology_rejecting_policies.
+REJECTING_POLICIES = ("restricted", "single-numa-node")
+# The kubelet fields harden leaves as they are on a node the admission check keeps (the role's options that
+# __kubelet_topology_managers gates in roles/kubelet_topology/vars/main.yml; tests/unit/test_topology_check.py reads
+# them there).
+KEPT_FIELDS = ("topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "cpuManagerPolicy",
+               "reservedSystemCPUs", "memoryManagerPolicy", "reservedMemory")
+
+
+def admission_switch(plan):
+    """{policy, scope} when a kubelet plan (kubelet_config's, or node_audit's kubelet check details.plan) switches
+    the node to a policy that can refuse GPU pods - from another policy or scope, or with a CPU Manager policy change -
+    which is where harden runs its admission check first; else None."""
+    sources = (plan or {}).get("sources") or {}
+    policy, scope = sources.get("topologyManagerPolicy") or {}, sources.get("topologyManagerScope") or {}
+    after = policy.get("after") or "none"
+    if after not in REJECTING_POLICIES:
+        return None
+    if policy.get("before") == policy.get("after") and scope.get("before") == scope.get("after") and not plan.get("cpu_manager_policy_changed"):
+        return None
+    return {"policy": after, "scope": scope.get("after") or "container"}
+
+
+def kept_by_admission(switch, weighed, workloads_error=None):
+    """Why the admission check keeps the node on its policy ({policy, scope, fields, workloads, reason}), or None.
+    ``weighed``: check_node's result for the node under the switched policy; ``workloads_error``: why the workloads
+    could not be listed, which keeps the node too (harden does not switch a policy it could not check)."""
+    blocked = [entry for entry in (weighed or {}).get("findings") or [] if entry["id"] == "workload_cannot_fit_numa"]
+    if not blocked and workloads_error is None:
+        return None
+    if blocked:
+        why = "; ".join("it could no longer admit %s %s/%s (a policy that admits it: %s)" % (
+            entry["workload"]["kind"], entry["workload"]["namespace"], entry["workload"]["name"], _describe_policy(entry["fitting_policy"]))
+            for entry in blocked)
+    else:
+        why = "the GPU workloads could not be listed, so their admission could not be checked (%s)" % workloads_error
+    return {"policy": switch["policy"], "scope": switch["scope"], "fields": list(KEPT_FIELDS),
+            "workloads": [entry["workload"] for entry in blocked],
+            "reason": "kept by the admission check: harden does not switch the node to topologyManagerPolicy %s: %s. Choose "
+                      "a policy that admits them (kubelet_topology_topology_manager_policy) or set "
+                      "kubelet_topology_ignore_unadmittable_workloads=true" % (switch["policy"], why)}

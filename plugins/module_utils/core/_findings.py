@@ -76,10 +76,13 @@ _GROUPS = (
     ("topology", "postcheck", NEVER, ("gpu_numa_unknown", "workload_cannot_fit_numa")),
     # The node does not advertise what NVML sees: the device_plugin stage (re)deploys the plugin.
     ("consistency", "device_plugin", ALWAYS, ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")),
+    # A cordon an ended gpuharden run left (its record, gpuharden.io/cordon): the next harden releases it where the node
+    # has nothing left to do, under any tags, or resumes the step that drained it; the kubelet's step is the usual one.
+    ("consistency", "kubelet_topology", ALWAYS, ("node_left_cordoned",)),
     # MIG devices not advertised: the plugin's migStrategy is a decision for the operator (device_plugin_mig_strategy).
     ("consistency", "device_plugin", NEVER, ("mig_not_advertised",)),
     ("consistency", "postcheck", NEVER, (
-        "unknown_gpu_resource", "requested_resource_not_advertised", "allocated_exceeds_declared",
+        "kubelet_status_not_posted", "unknown_gpu_resource", "requested_resource_not_advertised", "allocated_exceeds_declared",
         "gpu_process_unattributed", "gpu_process_outside_pods", "gpu_process_unknown_pod", "gpu_process_pod_on_other_node",
         "gpu_process_without_allocation", "gpu_process_exceeds_allocation", "device_used_by_other_container",
         "gpu_process_on_unallocated_device", "visible_devices_without_request", "pod_unreadable", "node_not_found")),

@@ -52,7 +52,7 @@ def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, s
     """``systemctl restart service``, then GET ``url`` until it answers 200 or ``timeout`` seconds have passed.
 
     Returns {"status": the last HTTP status or None, "seconds": from the restart, "attempts": GETs made,
-    "error": why it is not healthy, or None}.
+    "error": why it is not healthy, or None, "restarted_at": the node's clock just before the restart (epoch seconds)}.
     """
 
     def healthz(deadline):
@@ -66,4 +66,5 @@ def restart_and_wait(run_command, service, url, timeout, clock=time.monotonic, s
     error = waited["error"]
     if waited["timed_out"]:
         error = "not healthy %d s after the restart: %s" % (timeout, error)
-    return {"status": waited["status"], "seconds": waited["seconds"], "attempts": waited["attempts"], "error": error}
+    return {"status": waited["status"], "seconds": waited["seconds"], "attempts": waited["attempts"], "error": error,
+            "restarted_at": waited["restarted_at"]}

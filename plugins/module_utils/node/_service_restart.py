@@ -18,14 +18,18 @@ import time
 POLL_SECONDS = 0.25
 
 
-def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic, sleep=time.sleep):
+def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic, sleep=time.sleep, wall=time.time):
     """``systemctl restart service``, then ``probe(deadline)`` until it says ready or final, or ``timeout`` seconds
     have passed.  ``probe`` returns (ready, status, error, final): ``final`` when waiting longer cannot help (the
     service exited).
 
     Returns {"ready": bool, "status": the probe's last status or None, "seconds": from the restart, "attempts": probes
-    made, "error": why it is not ready (None when it is), "timed_out": bool}.
+    made, "error": why it is not ready (None when it is), "timed_out": bool, "restarted_at": the node's clock (epoch
+    seconds) just before the restart}.  ``restarted_at`` tells what the restarted daemon did from what the old one did:
+    the post-check trusts a Node status only when the kubelet posted it after that moment (module_utils/cluster/
+    _consistency.py status_posted_after), on the same node clock.
     """
+    restarted_at = round(wall(), 3)
     started = clock()
     try:
         rc, out, err = run_command(["systemctl", "restart", service])
@@ -33,7 +37,7 @@ def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic,
         rc, out, err = getattr(error, "errno", None) or 1, "", str(error)
     if rc != 0:
         return {"ready": False, "status": None, "seconds": round(clock() - started, 3), "attempts": 0, "timed_out": False,
-                "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
+                "restarted_at": restarted_at, "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
     deadline = started + timeout
     attempts = 0
     while True:
@@ -44,4 +48,4 @@ def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic,
             break
         sleep(POLL_SECONDS)
     return {"ready": ready, "status": status, "seconds": round(clock() - started, 3), "attempts": attempts,
-            "error": None if ready else error, "timed_out": timed_out}
+            "error": None if ready else error, "timed_out": timed_out, "restarted_at": restarted_at}
