@@ -327,16 +327,6 @@ numa_limit:
   returned: always
   sample: {"policy": "single-numa-node", "nodes": 34, "cpu_less_nodes": 32, "source": "/sys/devices/system/node/node*",
            "limit_before": 8, "limit_after": 34, "action": "raised", "warning": "this node has 34 NUMA nodes ..."}
-refused:
-  description:
-    - What the module left as it is because changing it is not safe, each with C(what), C(why) and C(fix); for
-      example a Topology Manager policy on a node with more NUMA nodes than the kubelet allows (O(numa_over_limit)).
-  type: list
-  elements: dict
-  returned: always
-  sample: [{"what": "topologyManagerPolicy single-numa-node on 34 NUMA nodes (32 of them without CPUs, such as GPU memory)",
-            "why": "the kubelet does not start with a policy other than none on more than ...",
-            "fix": "set numa_over_limit=raise (max-allowable-numa-nodes becomes 34) or topology_manager_policy none"}]
 restart_required:
   description:
     - The kubelet must be restarted - what it reads changes (RV(effective_changed)), or a stale checkpoint must go.
@@ -365,8 +355,10 @@ config_dir_route:
            "kubelet_version": "v1.36.3"}
 refused:
   description:
-    - What the module leaves unwritten, each with C(what), C(why) and C(fix) (also given as a warning) - MemoryQoS on a
-      cgroup v1 node (the rest is written), or everything under O(require_durable) when it would not last.
+    - What the module leaves as it is because changing it is not safe or would not last, each with C(what), C(why) and
+      C(fix) (also given as a warning) - a Topology Manager policy on a node with more NUMA nodes than the kubelet
+      allows (O(numa_over_limit)), MemoryQoS on a cgroup v1 node (the rest is written), or everything under
+      O(require_durable) when it would not last.
   type: list
   elements: dict
   returned: always
