@@ -79,9 +79,13 @@ def drift_from_installed(scratch, env):
         env={key: value for key, value in env.items() if not key.startswith("GPUHARDEN_NVML")}, cwd=scratch,
         capture_output=True, text=True, check=False,
     )
-    assert run.returncode in (0, 1), "gpuharden drift exited %d: %s" % (run.returncode, run.stderr[-2000:])
+    # 4: the cluster side is not checked (no cluster here), and says so: never drift, never clean
+    assert run.returncode == 4, "gpuharden drift exited %d: %s" % (run.returncode, run.stderr[-2000:])
     data = json.loads(report.read_text())
     assert list(data["nodes"]) == ["localhost"], data
+    consistency = data["cluster"]["checks"]["consistency"]
+    assert consistency["state"] == "not_checked" and "no such file on the controller" in consistency["cause"], consistency
+    assert run.stdout.startswith("NOT CHECKED: the cluster side"), run.stdout[:500]
     assert "gpuharden_last_run_timestamp_seconds" in metrics.read_text()
     assert not (scratch / "run" / "gpuharden.lock").exists(), "the drift run left its lock behind"
     return run.returncode, len(data["nodes"]["localhost"]["findings"])
