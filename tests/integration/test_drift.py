@@ -198,7 +198,7 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     report, metrics = tmp_path / "report.json", tmp_path / "textfile" / "gpuharden.prom"
     log = tmp_path / "ansible.log"
     completed = subprocess.run([sys.executable, "-m", "gpuharden.cli", "drift", "-i", str(with_gone), "--report", str(report),
-                                "--prometheus", str(metrics)], cwd=REPO_ROOT, env=dict(os.environ, **ENV, ANSIBLE_LOG_PATH=str(log)),
+                                "--prometheus", str(metrics), "--wide"], cwd=REPO_ROOT, env=dict(os.environ, **ENV, ANSIBLE_LOG_PATH=str(log)),
                                capture_output=True, text=True, check=False)
     # a node unreachable: the run could not check everything (exit 4), and says so first
     assert completed.returncode == 4, completed.stderr[-3000:]
@@ -357,10 +357,14 @@ def test_a_blind_cluster_side_is_not_checked_with_the_cause_and_the_fix_first(la
     for check in ("consistency", "runtime_class"):
         entry = data["cluster"]["checks"][check]
         assert entry["state"] == "not_checked" and cause in entry["cause"] and entry["fix"] == _k8s.ACCESS_FIXES[kind], entry
-    # the nodes were checked all the same; their memory check, which needs the pods' LIST, is named as not checked
+    # the nodes were checked all the same; the parts that need the cluster (the memory check takes the pods' LIST; the
+    # containerd and device node checks ask whether the GPU Operator's ClusterPolicy owns them) are named as not
+    # checked, each with the cluster's cause
     assert set(data["nodes"]) == set(BLIND_HOSTS.split(","))
     for node in data["nodes"].values():
-        assert {part["check"] for part in node["not_checked"]} == {"cgroup_memory"}, node["not_checked"]
+        assert "cgroup_memory" in {part["check"] for part in node["not_checked"]}, node["not_checked"]
+        for part in node["not_checked"]:
+            assert part["check"] in ("cgroup_memory", "containerd", "device_nodes", "mig") and cause in part["cause"], part
     text = metrics.read_text()
     for check in ("consistency", "runtime_class"):
         assert 'gpuharden_drift_checked{scope="cluster",check="%s"} 0' % check in text.splitlines()
@@ -504,7 +508,9 @@ def test_remediate_runs_only_the_drifted_stages_then_reports_clean(lab, tmp_path
     runner, _events = _playbook(lab, "harden_gpu_nodes.yml", tmp_path, tags=["runtime_class"], limit=hosts,
                                 extravars={"runtime_class_force": True})
     assert runner.rc == 0, runner.stdout.read()[-4000:]
-    completed = _drift(lab, "-l", hosts, "--remediate", "-e", "gpuharden_max_unavailable=2", "--json", "-q")
+    # and the scenario's unowned competing plugin: deleting it is taken explicitly too (it blocks the plugin stage)
+    completed = _drift(lab, "-l", hosts, "--remediate", "-e", "gpuharden_max_unavailable=2", "-e", "device_plugin_remove_competing=true",
+                       "--json", "-q")
     data = json.loads(completed.stdout)
     # one harden run: the stale kubelet is repaired in its budgeted rollout before the plugin rolls out over the fleet
     [run] = data["remediation"]["runs"]
