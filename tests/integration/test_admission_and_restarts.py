@@ -14,8 +14,8 @@ import re
 import pytest
 from gpuharden_lab import manager
 
-from tests.integration.cluster_side import admin
-from tests.integration.test_disruption import _core, failed_hosts, harden, kubelet_config
+from tests.integration.cluster_side import admin, kubelet_config
+from tests.integration.test_disruption import _core, failed_hosts, harden
 from tests.integration.test_rollout import drift
 from tests.labfixtures import running_lab
 
