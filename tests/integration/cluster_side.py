@@ -14,6 +14,7 @@ import time
 import ansible_runner
 import yaml
 from gpuharden_lab import REPO_ROOT, manager
+from gpuharden_lab.standins.kubelet import json_merge_patch
 from kubernetes import client, config
 
 from tests.labfixtures import discard_shared_lab
@@ -185,26 +186,13 @@ def sh(state, node, command):
     return done.stdout
 
 
-def _merge_patch(target, patch):
-    """RFC 7386 JSON merge patch, as the kubelet v1.36.3 merges each --config-dir drop-in over its config file
-    (cmd/kubelet/app/server.go mergeKubeletConfigurations, jsonpatch.MergePatch): maps merge key by key, null removes."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = _merge_patch(merged.get(key), value)
-    return merged
-
-
 def kubelet_config(state, node):
-    """The kubelet's settings as its files give them: kubeadm's config.yaml with gpuharden's drop-in merged over it
-    (read without a running kubelet, e.g. on a node whose kubelet is stopped or refused to start)."""
+    """The kubelet's settings as its files give them: kubeadm's config.yaml with gpuharden's drop-in merged over it as
+    the kubelet v1.36.3 merges each --config-dir drop-in (cmd/kubelet/app/server.go mergeKubeletConfigurations: an RFC
+    7386 merge patch, the lab's json_merge_patch).  Read without a running kubelet, so also where it is stopped."""
     config = yaml.safe_load(sh(state, node, "cat %s" % KUBEADM_CONFIG))
     dropin = yaml.safe_load(sh(state, node, "cat %s 2>/dev/null || true" % GPUHARDEN_DROPIN)) or {}
-    return _merge_patch(config, dropin)
+    return json_merge_patch(config, dropin)
 
 
 def kubelet_configz(state, node, timeout=60):
