@@ -391,8 +391,18 @@ def remediable_stages(findings):
 
 
 # The findings of the kubelet fields harden's admission check leaves as they are on a node it keeps (gpu_consistency's
-# kept names the fields), and the stale checkpoint that only the kept policy change would make stale.
-KEPT_IDS = ("kubelet_setting", "kubelet_stale_checkpoint")
+# kept names the fields; a kubelet_setting's subject is its field, a kubelet_reverts_on_kubeadm_upgrade's the fields the
+# stage would move out of config.yaml), and the stale checkpoint that only the kept policy change would make stale.
+KEPT_IDS = ("kubelet_setting", "kubelet_reverts_on_kubeadm_upgrade", "kubelet_stale_checkpoint")
+
+
+def _kept(entry, fields):
+    if entry.get("id") not in KEPT_IDS:
+        return False
+    if entry["id"] == "kubelet_stale_checkpoint":
+        return True
+    # kept only where harden leaves every field named as it is: with one it still moves, the next harden changes the node
+    return all(name.split(".")[0] in fields for name in str(entry.get("subject") or "").split(", "))
 
 
 def apply_kept(findings, kept):
@@ -401,9 +411,7 @@ def apply_kept(findings, kept):
     if not kept:
         return findings
     fields = set(kept.get("fields") or ())
-    return [dict(entry, remediable=False, kept=kept["reason"])
-            if entry.get("id") in KEPT_IDS and (entry["id"] != "kubelet_setting" or str(entry.get("subject", "")).split(".")[0] in fields)
-            else entry for entry in findings]
+    return [dict(entry, remediable=False, kept=kept["reason"]) if _kept(entry, fields) else entry for entry in findings]
 
 
 def consistency_findings(findings, node):

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the cluster-side lab tests: run modules and playbooks with ansible-runner, read results from its
-events, and talk to the lab's apiserver as admin."""
+events, talk to the lab's apiserver as admin, and read what a lab node's kubelet runs with."""
 
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ import time
 
 import ansible_runner
 import yaml
-from gpuharden_lab import REPO_ROOT
+from gpuharden_lab import REPO_ROOT, manager
+from gpuharden_lab.standins.kubelet import json_merge_patch
 from kubernetes import client, config
 
 from tests.labfixtures import discard_shared_lab
 
 PLAYBOOKS = REPO_ROOT / "tests/integration/playbooks"
+# kubeadm's kubelet config file, and where harden writes the kubelet's settings on the lab's kubeadm v1.36 nodes: its
+# drop-in, which the kubelet reads through --config-dir in /etc/default/kubelet (the durable route,
+# plugins/module_utils/node/_kubelet.py KUBEADM_CONFIG_DIR), over config.yaml.
+KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
+GPUHARDEN_DROPIN = "/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"
 
 
 def admin(state):
@@ -171,3 +177,32 @@ class Sampler(threading.Thread):
         self.stop.set()
         self.join(10)
         self.finish()
+
+
+def sh(state, node, command):
+    """A shell command on a lab node over SSH; its stdout (a failure fails the test)."""
+    done = manager.ssh(state["nodes"][node]["address"], command)
+    assert done.returncode == 0, "%s: %s: %s" % (node, command, done.stderr)
+    return done.stdout
+
+
+def kubelet_config(state, node):
+    """The kubelet's settings as its files give them: kubeadm's config.yaml with gpuharden's drop-in merged over it as
+    the kubelet v1.36.3 merges each --config-dir drop-in (cmd/kubelet/app/server.go mergeKubeletConfigurations: an RFC
+    7386 merge patch, the lab's json_merge_patch).  Read without a running kubelet, so also where it is stopped."""
+    config = yaml.safe_load(sh(state, node, "cat %s" % KUBEADM_CONFIG))
+    dropin = yaml.safe_load(sh(state, node, "cat %s 2>/dev/null || true" % GPUHARDEN_DROPIN)) or {}
+    return json_merge_patch(config, dropin)
+
+
+def kubelet_configz(state, node, timeout=60):
+    """The configuration the real kubelet runs with, flags and drop-ins merged into its file: its /configz
+    (kubernetes v1.36.3 pkg/kubelet/server/server.go), asked on the node with the admin's token, which the kubelet
+    checks through the API server (the lab's kubelet config: webhook authentication and authorization)."""
+    with open(state["cluster"]["admin_kubeconfig"]) as handle:
+        token = yaml.safe_load(handle)["users"][0]["user"]["token"]
+    command = "curl -sfk --max-time 5 -H 'Authorization: Bearer %s' https://127.0.0.1:10250/configz" % token
+    # the kubelet may just have restarted: its server is not listening yet
+    answer = wait_for(lambda: manager.ssh(state["nodes"][node]["address"], command).stdout, timeout=timeout, interval=2,
+                      what="%s's kubelet to answer /configz" % node)
+    return json.loads(answer)["kubeletconfig"]

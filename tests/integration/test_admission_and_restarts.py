@@ -14,8 +14,8 @@ import re
 import pytest
 from gpuharden_lab import manager
 
-from tests.integration.cluster_side import admin
-from tests.integration.test_disruption import _core, failed_hosts, harden, kubelet_config
+from tests.integration.cluster_side import admin, kubelet_config
+from tests.integration.test_disruption import _core, failed_hosts, harden
 from tests.integration.test_rollout import drift
 from tests.labfixtures import running_lab
 
@@ -87,7 +87,14 @@ def test_first_run_restarts_each_kubelet_at_most_once_and_keeps_a_dgx_with_an_8_
     assert len(managers) == 2, node["findings"]
     for finding in managers:
         assert finding["remediable"] is False and "train/train-8g" in finding["kept"], finding
+    # kubeadm's config.yaml still holds the kept managers, which harden never moves to its drop-in on this node: the
+    # kubeadm revert finding is kept too (drift.apply_kept)
+    reverts = [finding for finding in node["findings"] if finding["id"] == "kubelet_reverts_on_kubeadm_upgrade"]
+    assert all(finding["remediable"] is False and "train/train-8g" in finding["kept"] for finding in reverts), reverts
     assert "kubelet_topology" not in node["remediable_stages"], node
+    # the judge: harden again changes nothing on the DGX, so nothing there was remediable
+    rc, events, stats, output = harden(seeded, tags=["kubelet_topology", "cgroup_limits"], limit=DGX)
+    assert rc == 0 and not stats.get("changed", {}).get(DGX), output[-4000:]
 
 
 def test_override_switches_the_dgx_anyway(seeded):

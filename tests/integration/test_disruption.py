@@ -17,9 +17,9 @@ import ansible_runner
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._disruption import unavailable_reasons
-from gpuharden_lab import REPO_ROOT, manager
+from gpuharden_lab import REPO_ROOT
 
-from tests.integration.cluster_side import Sampler, admin, wait_for
+from tests.integration.cluster_side import GPUHARDEN_DROPIN, Sampler, admin, kubelet_config, sh, wait_for
 from tests.labfixtures import running_lab
 
 # real_nodes: fresh-fleet's nodes run the real kubelet and containerd (they need real-components; `make real-nodes` runs only these).
@@ -59,24 +59,6 @@ class CordonWatcher(Sampler):
         cordoned = {node.metadata.name for node in self.core.list_node().items if node.metadata.name in self.names and node.spec.unschedulable}
         self.most = max(self.most, len(cordoned))
         self.ever |= cordoned
-
-
-def sh(state, node, command):
-    done = manager.ssh(state["nodes"][node]["address"], command)
-    assert done.returncode == 0, "%s: %s: %s" % (node, command, done.stderr)
-    return done.stdout
-
-
-# Where harden writes the kubelet's settings on these v1.36 kubeadm nodes: its drop-in, which the kubelet reads through
-# --config-dir in /etc/default/kubelet (the durable route, _kubelet.KUBEADM_CONFIG_DIR), over kubeadm's config.yaml.
-GPUHARDEN_DROPIN = "/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"
-
-
-def kubelet_config(state, node):
-    """config.yaml with gpuharden's drop-in over it (top-level keys: enough for the manager policies read here)."""
-    config = yaml.safe_load(sh(state, node, "cat /var/lib/kubelet/config.yaml"))
-    dropin = yaml.safe_load(sh(state, node, "cat %s 2>/dev/null || true" % GPUHARDEN_DROPIN)) or {}
-    return dict(config, **dropin)
 
 
 def reset_to_defaults(state, nodes):

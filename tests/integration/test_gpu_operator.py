@@ -12,8 +12,9 @@ kubelet, so the node is as an operator-run node is before gpuharden comes.
 
 Then the product's harden_gpu_nodes.yml runs as the lab inventory sets it up (a default run): the node stages the
 operator owns (container_runtime, device_permissions) defer, the device plugin stage leaves the operator's plugin, and
-the kubelet (the lab's compliant settings) needs nothing.  Every managed path of the node is compared before and after:
-content, type, mode, owner, device numbers and link target.
+the kubelet needs nothing: the scenario lays it out as gpuharden leaves a kubeadm v1.36 node (its drop-in, read through
+--config-dir in /etc/default/kubelet).  Every managed path of the node is compared before and after: content, type,
+mode, owner, device numbers and link target.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"
                    "driver": {"enabled": True}, "devicePlugin": {"enabled": True}, "cdi": {"enabled": True}}}
 # The node paths gpuharden's node stages write and the operator's containers own.
 WATCHED = ("/etc/containerd", "/usr/local/nvidia", "/run/nvidia", "/etc/modprobe.d", "/etc/udev/rules.d", "/etc/default",
-           "/etc/systemd/system", "/var/lib/kubelet/config.yaml", "/var/lib/kubelet/kubeadm-flags.env", "/dev/char")
+           "/etc/systemd/system", "/etc/kubernetes/kubelet.conf.d", "/var/lib/kubelet/config.yaml",
+           "/var/lib/kubelet/kubeadm-flags.env", "/var/lib/kubelet/cpu_manager_state", "/dev/char")
 SNAPSHOT = ("{ find %s; find /dev -maxdepth 1 -name 'nvidia*'; find /dev/nvidia-caps; } 2>/dev/null | sort -u | while read -r p; do "
             "h=-; if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then h=$(sha256sum < \"$p\" | cut -c1-64); fi; "
             "echo \"$(stat -c '%%n %%F %%a %%U:%%G %%t:%%T %%N' \"$p\") $h\"; done" % " ".join(WATCHED))
@@ -116,6 +118,7 @@ def operator(lab):
 def test_the_node_is_byte_identical_after_a_default_harden_and_the_deferrals_are_named(operator):
     before = snapshot(operator)
     assert any(line.startswith("/etc/containerd/conf.d/99-nvidia.toml ") for line in before), before
+    assert any(line.startswith("/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf ") for line in before), before
     started = time.monotonic()
     done = manager.run_harden(operator["inventory"], {}, timeout=900)
     seconds = time.monotonic() - started

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
-import yaml
 from gpuharden_lab import manager
 
-from tests.integration.cluster_side import wait_for
+from tests.integration.cluster_side import kubelet_configz
 from tests.labfixtures import shared_lab
 
 pytestmark = pytest.mark.lab
@@ -103,23 +102,10 @@ def healthy(state, node):
     return done.returncode == 0 and done.stdout == "ok"
 
 
-def effective_config(state, node, timeout=60):
-    """The configuration the real kubelet runs with, flags and drop-ins merged into its file: its /configz
-    (pkg/kubelet/server/server.go), asked on the node with the admin's token, which the kubelet checks through the API
-    server (authentication and authorization webhooks, the lab's kubelet config)."""
-    with open(state["cluster"]["admin_kubeconfig"]) as handle:
-        token = yaml.safe_load(handle)["users"][0]["user"]["token"]
-    command = "curl -sfk --max-time 5 -H 'Authorization: Bearer %s' https://127.0.0.1:10250/configz" % token
-    # the kubelet may just have restarted: its server is not listening yet
-    answer = wait_for(lambda: sh(state, node, command, check=False).stdout, timeout=timeout, interval=2,
-                      what="%s's kubelet to answer /configz" % node)
-    return json.loads(answer)["kubeletconfig"]
-
-
 def test_before_the_seeds_are_wrong(lab):
     assert not healthy(lab, STALE)  # the kubelet refused the stale checkpoint at boot
     # the flag in /etc/default/kubelet is read at the next start; until then the file's none is what runs
-    assert effective_config(lab, TOPOLOGY_NONE)["topologyManagerPolicy"] == "none"
+    assert kubelet_configz(lab, TOPOLOGY_NONE)["topologyManagerPolicy"] == "none"
 
 
 def test_check_mode_changes_nothing(lab):
@@ -148,7 +134,7 @@ def test_apply_fixes_flags_where_they_live_and_handles_the_stale_checkpoint(lab)
     for node in NODES:
         assert report["stats"][node]["changed"] >= 1
         assert healthy(lab, node), node
-        effective = effective_config(lab, node)
+        effective = kubelet_configz(lab, node)
         policies = (effective["topologyManagerPolicy"], effective["cpuManagerPolicy"])
         assert policies == ("single-numa-node", "static"), (node, policies)
     plan = results(report, "Kubelet | plan the configuration (read-only)")

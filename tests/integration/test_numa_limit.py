@@ -18,7 +18,7 @@ from gpuharden_lab import manager, realnode
 from kubernetes import client
 
 from tests.builds import skip_unbuilt
-from tests.integration.cluster_side import admin, failures, run, wait_for
+from tests.integration.cluster_side import GPUHARDEN_DROPIN, KUBEADM_CONFIG, admin, failures, kubelet_config, kubelet_configz, run, wait_for
 from tests.integration.test_real_nodes import in_node, node_objects
 from tests.labfixtures import running_lab
 
@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 NODE = "grace-gb200-0"
 NUMA_NODES = 34
-CONFIG = "/var/lib/kubelet/config.yaml"
+CONFIG = KUBEADM_CONFIG
+# Every file the kubelet's settings come from on this kubeadm v1.36 node: a default harden writes them to gpuharden's
+# drop-in and adds --config-dir to /etc/default/kubelet (the durable route), leaving kubeadm's config.yaml alone.
+KUBELET_FILES = "for f in %s %s /etc/default/kubelet; do echo \"== $f\"; cat $f 2>&1; done" % (CONFIG, GPUHARDEN_DROPIN)
 HEALTHZ = ["curl", "-s", "--max-time", "2", "http://127.0.0.1:10248/healthz"]
 
 
@@ -70,14 +73,14 @@ def test_the_node_shows_its_numa_nodes_and_the_real_kubelet_refuses_single_numa_
 
 
 def test_max_allowable_numa_nodes_4_is_refused_before_any_write(lab):
-    config_before = in_node(lab, NODE, ["cat", CONFIG]).stdout
+    config_before = in_node(lab, NODE, ["sh", "-c", KUBELET_FILES]).stdout
     pid_before = in_node(lab, NODE, ["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip()
     found, _stats, _seconds = run(lab, playbook="kubelet_topology.yml",
                                   extravars={"kubelet_topology_topology_manager_policy_options": {"max-allowable-numa-nodes": 4}})
     refused = [r for r in found if r["_event"] == "runner_on_failed" and r["_host"] == NODE]
     assert refused, failures(found)
     assert "kubelet_topology_topology_manager_policy_options=" in refused[0]["msg"] and "at least 8" in refused[0]["msg"]
-    assert in_node(lab, NODE, ["cat", CONFIG]).stdout == config_before
+    assert in_node(lab, NODE, ["sh", "-c", KUBELET_FILES]).stdout == config_before
     assert in_node(lab, NODE, ["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip() == pid_before
     assert healthy(lab)
 
@@ -87,9 +90,15 @@ def test_a_default_harden_raises_the_limit_and_leaves_the_kubelet_running_and_th
     assert done.returncode == 0, done.stdout[-6000:]
     # said on the output: the kubelet_config module's warning (Ansible prints warnings on stderr)
     assert "max-allowable-numa-nodes is set to %d" % NUMA_NODES in done.stdout + done.stderr, done.stderr[-3000:]
-    config = in_node(lab, NODE, ["cat", CONFIG]).stdout
-    assert "topologyManagerPolicy: single-numa-node" in config and "max-allowable-numa-nodes: '%d'" % NUMA_NODES in config, config
+    # written where the kubelet reads it (kubeadm's config.yaml with gpuharden's drop-in over it) ...
+    config = kubelet_config(lab, NODE)
+    assert config.get("topologyManagerPolicy") == "single-numa-node", config
+    assert config.get("topologyManagerPolicyOptions", {}).get("max-allowable-numa-nodes") == str(NUMA_NODES), config
     assert healthy(lab) and ready(lab)
+    # ... and what the real kubelet runs with: its /configz
+    running = kubelet_configz(lab, NODE)
+    assert running["topologyManagerPolicy"] == "single-numa-node", running
+    assert running.get("topologyManagerPolicyOptions", {}).get("max-allowable-numa-nodes") == str(NUMA_NODES), running
     time.sleep(2)
     assert in_node(lab, NODE, ["systemctl", "is-active", "kubelet"]).stdout.strip() == "active"
     # the real kubelet took the option: its own warning above 8 (policy_options.go), and the policy it runs

@@ -29,7 +29,7 @@ import ansible_runner
 import pytest
 from gpuharden_lab import REPO_ROOT, manager, realnode
 
-from tests.integration.cluster_side import Sampler, admin, wait_for
+from tests.integration.cluster_side import Sampler, admin, kubelet_config, sh, wait_for
 from tests.integration.test_disruption import CordonWatcher, reset_to_defaults
 from tests.labfixtures import running_lab
 
@@ -52,12 +52,6 @@ def _core(state):
     from kubernetes import client
 
     return client.CoreV1Api(admin(state))
-
-
-def sh(state, node, command):
-    done = manager.ssh(state["nodes"][node]["address"], command)
-    assert done.returncode == 0, "%s: %s: %s" % (node, command, done.stderr)
-    return done.stdout
 
 
 def harden(state, *, extravars=None, tags=None, limit=None):
@@ -228,7 +222,7 @@ def test_an_interrupted_rollout_leaves_a_named_cordon_that_the_next_harden_clear
     for node in (canary, other):
         assert cordon_record(fresh, node) == (False, None), node
         assert manager.ssh(fresh["nodes"][node]["address"], "test -e %s" % LOCK).returncode != 0, node
-        assert "cpuManagerPolicy: static" in sh(fresh, node, "cat /var/lib/kubelet/config.yaml"), node
+        assert kubelet_config(fresh, node).get("cpuManagerPolicy") == "static", node
     assert drains, "the canary's step ran again"
     again = json.loads(drift(fresh, "-l", canary, "--json").stdout)
     assert not [finding for finding in again["nodes"][canary]["findings"] if finding["id"] == "node_left_cordoned"]
@@ -259,7 +253,7 @@ def test_a_role_run_on_its_own_drains_within_the_budget_not_its_plays_serial(fre
     assert sorted(failed) == sorted(set(FRESH) - {drained}), failed
     for host, message in failed.items():
         assert "disruptive step not started: disruption budget exhausted" in message and "serial 1" in message, message
-        assert "cpuManagerPolicy: static" not in sh(fresh, host, "cat /var/lib/kubelet/config.yaml"), host
+        assert kubelet_config(fresh, host).get("cpuManagerPolicy") != "static", host
         assert cordon_record(fresh, host) == (False, None), host
-    assert "cpuManagerPolicy: static" in sh(fresh, drained, "cat /var/lib/kubelet/config.yaml")
+    assert kubelet_config(fresh, drained).get("cpuManagerPolicy") == "static", drained
     assert cordon_record(fresh, drained) == (False, None)

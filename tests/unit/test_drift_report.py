@@ -274,3 +274,30 @@ def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_rem
         _finding("kubelet_setting", "kubelet", "error", stage="cgroup_limits", subject="memoryThrottlingFactor"))
     again = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert again["nodes"]["dgx"]["status"] == "drift" and again["nodes"]["dgx"]["remediable_stages"] == ["cgroup_limits"]
+
+
+def test_a_kubeadm_revert_of_only_the_kept_fields_is_kept_one_of_a_field_harden_moves_stays_remediable():
+    """The seed-failures DGX after harden kept its managers: kubeadm's config.yaml still holds them, and harden, which
+    leaves those fields as they are there, never moves them to its drop-in (a second harden changed nothing: lab test
+    test_admission_and_restarts).  So kubelet_reverts_on_kubeadm_upgrade is kept; with a field harden still moves
+    (memoryThrottlingFactor), the next harden changes the node, and it stays remediable."""
+    kept = {"policy": "single-numa-node", "scope": "container", "fields": ["topologyManagerPolicy", "topologyManagerScope", "cpuManagerPolicy"],
+            "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
+
+    def report(subject):
+        outcomes = drift.Outcomes()
+        outcomes.feed(_event("runner_on_ok", "dgx", findings=[
+            _finding("kubelet_reverts_on_kubeadm_upgrade", "kubelet", "warning", stage="kubelet_topology", subject=subject,
+                     path="/var/lib/kubelet/config.yaml"),
+        ], summary={"findings": 1, "max_severity": "warning"}, checks={"kubelet": {"status": "drift"}}, seconds=0.2))
+        outcomes.feed(_event("runner_on_ok", "dgx", action="gpuharden.k8s.gpu_consistency", findings=[], kept={"dgx": kept}))
+        return drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)["nodes"]["dgx"]
+
+    node = report("cpuManagerPolicy, topologyManagerPolicy, topologyManagerScope")
+    [revert] = node["findings"]
+    assert revert["remediable"] is False and revert["kept"] == kept["reason"] and node["remediable_stages"] == [], node
+    node = report("cpuManagerPolicy, memoryThrottlingFactor")
+    [revert] = node["findings"]
+    assert revert["remediable"] is True and "kept" not in revert and node["remediable_stages"] == ["kubelet_topology"], node
+    # an older collection's finding names no field: never taken as kept
+    assert report(None)["findings"][0]["remediable"] is True

@@ -368,6 +368,7 @@ def test_kubeadm_revert_the_stage_can_move_is_remediable_then_gone(world_tmp):
     [revert] = [entry for entry in audit["findings"] if entry["id"] == "kubelet_reverts_on_kubeadm_upgrade"]
     assert revert["severity"] == "warning" and revert["remediable"] is True and revert["stage"] == "kubelet_topology"
     assert revert["found"] == "topologyManagerPolicy=single-numa-node in /var/lib/kubelet/config.yaml"
+    assert revert["subject"] == "topologyManagerPolicy"  # the fields, matched by drift against those the admission check keeps
     # the value only moves: no kubelet_setting finding for it
     assert [entry["id"] for entry in audit["findings"]] == ["kubelet_reverts_on_kubeadm_upgrade"]
     assert audit["checks"]["kubelet"]["details"]["persistence"] == "durable"

@@ -204,9 +204,10 @@ def kubeadm_revert_finding(reverts, plan):
         hint += "; the stage moves them to a --config-dir drop-in kubeadm never rewrites"
     else:
         hint += "; the stage cannot move them: %s" % plan["persistence_reason"]
+    # subject: the fields, which drift matches against those harden's admission check keeps on the node (drift.apply_kept)
     return finding("kubelet_reverts_on_kubeadm_upgrade", "error" if reverts["stops_kubelet"] else "warning",
                    "in a --config-dir drop-in kubeadm never rewrites", "%s in %s" % (shown, _kubelet.KUBEADM_CONFIG), hint,
-                   planned=reverts["fixed_by_plan"], path=_kubelet.KUBEADM_CONFIG)
+                   planned=reverts["fixed_by_plan"], path=_kubelet.KUBEADM_CONFIG, subject=", ".join(reverts["fields"]))
 
 
 def kubelet_parts_left_out(refused, numa_limit):
