@@ -368,7 +368,7 @@ def _module_root(module):
     return (getattr(module, "params", None) or {}).get("root") or "/"
 
 
-def _write(module, target, content, mode):
+def write_checked(module, target, content, mode):
     """``content`` into ``target.path``: temp file, atomic move; nothing left behind on failure."""
     change = target.change
     if not os.path.isdir(target.directory):
@@ -458,7 +458,7 @@ def _apply_checked(module, target, backup):
             except OSError as error:
                 raise GpuhardenError("%s: cannot remove it: %s" % (shown(change.path), error.strerror)) from None
         else:
-            _write(module, target, change.after, change.mode if change.mode is not None else 0o644)
+            write_checked(module, target, change.after, change.mode if change.mode is not None else 0o644)
     except BaseException:
         if backup_file:
             _remove_quietly(backup_file)
@@ -474,7 +474,7 @@ def _apply_checked(module, target, backup):
                 except OSError:
                     break
         else:
-            _write(module, Target(change, target.directory, target.path, change.after is not None), change.before,
+            write_checked(module, Target(change, target.directory, target.path, change.after is not None), change.before,
                    change.mode if change.mode is not None else 0o644)
         if backup_file:
             _remove_quietly(backup_file)

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 DEFAULT_PATH = "/run/gpuharden/run.lock"
 DEFAULT_STALE_AFTER = 7200
 POLL_SECONDS = 1.0
+# A lock file is one small JSON object; anything bigger is not gpuharden's.
+MAX_LOCK_BYTES = 64 * 1024
 
 
 def parse(text):
@@ -56,14 +60,16 @@ def decide(current, owner, now, state):
 
 
 def read(path):
-    """False when there is no lock file, None when it is unreadable garbage, else its content."""
+    """False when there is no lock file, None when it is unreadable garbage, else its content.
+
+    Only a regular file is read, never through a link (``_files.read_text``): a FIFO or a link at the lock's path is
+    an error naming it, not a hang or someone else's file taken for the lock.
+    """
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse(handle.read())
-    except FileNotFoundError:
-        return False
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("node_lock: cannot read %s: %s" % (path, error)) from None
+        text = _files.read_text(path, follow=False, max_bytes=MAX_LOCK_BYTES)
+    except GpuhardenError as error:
+        raise GpuhardenError("node_lock: %s" % error.msg, fix="remove %s if no gpuharden run holds it" % path) from None
+    return False if text is None else parse(text)
 
 
 def create(path, content):
@@ -81,13 +87,20 @@ def create(path, content):
 
 
 def take_over(path, content):
-    """Replace a stale lock atomically (temp file in the same directory, then rename)."""
-    temp = "%s.%d.tmp" % (path, os.getpid())
+    """Replace a stale lock atomically (a new temporary file in the same directory, then rename)."""
+    temp = None
     try:
-        with open(temp, "w", encoding="utf-8") as handle:
+        fd, temp = tempfile.mkstemp(prefix=_files.TEMP_PREFIX, dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(content, sort_keys=True))
+        os.chmod(temp, 0o644)
         os.rename(temp, path)
     except OSError as error:
+        if temp:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
         raise GpuhardenError("node_lock: cannot replace the stale lock %s: %s" % (path, error.strerror)) from None
 
 

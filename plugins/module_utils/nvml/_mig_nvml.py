@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml
@@ -334,17 +335,21 @@ def argument_spec():
 
 
 def load_config_file(root, path):
-    """A mig-parted file from the node, parsed once; errors name the file."""
+    """A mig-parted file from the node, parsed once; errors name the file (one line: file, line, column, problem).
+
+    The path is resolved inside ``root`` (links and ``..`` never leave it); only a regular UTF-8 file of at most
+    ``_safe_parse.MAX_BYTES`` is read, and YAML that nests too deep, expands aliases too far or repeats a key is
+    refused.  A repeated config name is one such key: mig-parted v0.15.0 (sigs.k8s.io/yaml v1.6.0 Unmarshal, not
+    strict) silently keeps the last one, which applies a layout the file's reader did not expect.
+    """
     full = os.path.join(root, path.lstrip("/")) if root != "/" else path
     try:
-        with open(full, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("config_file %s cannot be read: %s" % (full, error), file=full) from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise GpuhardenError("config_file %s is not valid YAML: %s" % (full, error), file=full) from error
+        text = _files.read_text(full, root=root, max_bytes=_safe_parse.MAX_BYTES)
+        if text is None:
+            raise GpuhardenError("%s: no such file" % _files.shown(full), fix="point config_file at the mig-parted config")
+        data = _safe_parse.safe_load(text, _files.shown(full))
+    except GpuhardenError as error:
+        raise GpuhardenError("config_file %s" % error.msg, file=full, **error.result) from None
     return data, full
 
 
