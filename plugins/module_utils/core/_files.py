@@ -277,12 +277,14 @@ def _inode_flags(path, directory=False):
         os.close(fd)
 
 
-def _refuse_locked(path, directory=False):
+def _refuse_locked(path, file_path, directory=False):
+    """Refuse to change ``file_path`` when ``path`` (the file, or the directory it goes in) is immutable or
+    append-only."""
     flags = _inode_flags(path, directory)
     which = "immutable" if flags & _FS_IMMUTABLE_FL else ("append-only" if flags & _FS_APPEND_FL else None)
     if which:
-        raise GpuhardenError("%s: the %s is %s (chattr +%s): refusing to change it"
-                             % (shown(path), "directory" if directory else "file", which, which[0]),
+        raise GpuhardenError("%s: %s is %s (chattr +%s): refusing to change it"
+                             % (shown(file_path), "its directory %s" % shown(path) if directory else "the file", which, which[0]),
                              fix="clear the flag (chattr -%s %s) if gpuharden may change it, or leave this stage out"
                              % (which[0], shown(path)))
 
@@ -338,8 +340,8 @@ def check_change(root, change, replace_links=False):
         raise GpuhardenError("%s: changed by someone else since gpuharden read it: refusing to overwrite that change"
                              % shown(change.path), fix="run again: gpuharden plans from the file as it is now")
     if info is not None and not stat.S_ISLNK(info.st_mode):
-        _refuse_locked(target)
-    _refuse_locked(existing, directory=True)
+        _refuse_locked(target, change.path)
+    _refuse_locked(existing, change.path, directory=True)
     return Target(change, directory, target, info is not None)
 
 

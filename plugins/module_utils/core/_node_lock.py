@@ -80,7 +80,7 @@ def create(path, content):
     except FileExistsError:
         return False
     except OSError as error:
-        raise GpuhardenError("node_lock: cannot create %s: %s" % (path, error.strerror)) from None
+        raise GpuhardenError("node_lock: cannot create %s: %s" % (_files.shown(path), error.strerror)) from None
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(content, sort_keys=True))
     return True
@@ -101,7 +101,7 @@ def take_over(path, content):
                 os.unlink(temp)
             except OSError:
                 pass
-        raise GpuhardenError("node_lock: cannot replace the stale lock %s: %s" % (path, error.strerror)) from None
+        raise GpuhardenError("node_lock: cannot replace the stale lock %s: %s" % (_files.shown(path), error.strerror)) from None
 
 
 def remove(path):
@@ -110,11 +110,14 @@ def remove(path):
     except FileNotFoundError:
         pass
     except OSError as error:
-        raise GpuhardenError("node_lock: cannot remove %s: %s" % (path, error.strerror)) from None
+        raise GpuhardenError("node_lock: cannot remove %s: %s" % (_files.shown(path), error.strerror)) from None
 
 
 def run(params):
     path, owner, state = params["path"], params["owner"], params["state"]
+    if not os.path.isabs(path) or os.path.basename(path) in ("", ".", ".."):
+        raise GpuhardenError("node_lock: option path=%s is not an absolute path to a file" % _files.shown(path)[:200],
+                             fix="give the lock file's absolute path (default %s)" % DEFAULT_PATH)
     if params["timeout"] < 0 or params["stale_after"] < 1:
         raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
     deadline = time.monotonic() + params["timeout"]
