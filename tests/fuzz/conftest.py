@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 LONG = os.environ.get("GPUHARDEN_FUZZ") == "long"
 SUMMARY_FILE = REPO_ROOT / "build" / "fuzz-summary.txt"
+FINDINGS_FILE = REPO_ROOT / "build" / "fuzz-findings.txt"
 
 settings.register_profile("gpuharden-bounded", derandomize=True, database=None, deadline=None, print_blob=False,
                           phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
@@ -34,6 +35,9 @@ class Recorder:
 
     def record(self, case, outcome, known):
         self.outcomes[case.module][case.key] = (outcome.kind, known)
+        if not outcome.allowed:
+            self.failures.append("%s%s [%s mode] %s\n    %s" % (outcome.kind, " (known)" if known else "", outcome.mode,
+                                                              case.brief(), outcome.detail))
 
     def table(self):
         kinds = sorted({kind for cases in self.outcomes.values() for kind, _known in cases.values()},
@@ -78,4 +82,6 @@ def pytest_terminal_summary(terminalreporter):
     if LONG:
         SUMMARY_FILE.parent.mkdir(parents=True, exist_ok=True)
         SUMMARY_FILE.write_text(text + "\n")
-        terminalreporter.write_line("written to %s" % SUMMARY_FILE)
+        FINDINGS_FILE.write_text("".join(line + "\n" for line in sorted(RECORDER.failures)))
+        terminalreporter.write_line("written to %s; every outcome outside the two allowed, known ones included, in %s"
+                                    % (SUMMARY_FILE, FINDINGS_FILE))

@@ -61,6 +61,7 @@ _INTERNALS = re.compile(
     r"<class '|\b(?:Key|Index|Type|Value|Attribute|Recursion|Memory|Overflow|OS|IsADirectory|NotADirectory|"
     r"Permission|FileNotFound|UnicodeDecode)Error\b|\bin \"<unicode string>\"|\^\s*$|\[Errno \d+\]")
 TEMP_NAMES = (".gpuharden-", ".ansible_tmp")
+OUTSIDE_MARKER = "gpuharden-fuzz-outside-the-root"  # tests/fuzz/mutations.py puts it in files outside the root
 # ansible-core's own argument-spec validation, before the module's code runs: it names the option, and its wording
 # (e.g. "<class 'str'> cannot be converted to a float") is ansible-core's, the same for every module.
 _ANSIBLE_ARGSPEC = re.compile(r"^(argument '|missing required arguments|value of \S+ must be one of|Unsupported parameters|"
@@ -100,6 +101,7 @@ class Built:
     validate: object = None  # validate(built, changed_paths) -> [problems]: the component's own check
     after_success: object = None  # after_success(built, result) -> [problems] (e.g. the MIG layout applied)
     server: object = None  # a fake API server (device_plugin): .mutations lists the changing requests
+    wrong_if: object = None  # wrong_if(case, target) -> why a success of that case would be a wrong result, or None
     cleanup: list = field(default_factory=list)
 
 
@@ -130,7 +132,9 @@ class Outcome:
 
 
 def snapshot(root):
-    """Every entry below ``root`` (not following links): type, mode, owner, rdev, mtime, bytes or link target."""
+    """Every entry below ``root`` (not following links): type, mode, owner, rdev, bytes or link target, and the
+    mtime of everything but directories (a temporary file made and removed again, by gpuharden or by the other writer
+    of a race, changes its directory's mtime and nothing else)."""
     snap = {}
     root = str(root)
     if not os.path.lexists(root):
@@ -148,13 +152,22 @@ def snapshot(root):
                     data = hashlib.sha256(handle.read()).hexdigest()
             elif stat.S_ISLNK(info.st_mode):
                 data = os.readlink(path)
-            snap[path] = (info.st_mode, info.st_rdev, info.st_uid, info.st_gid, info.st_mtime_ns, data)
+            mtime = None if stat.S_ISDIR(info.st_mode) else info.st_mtime_ns
+            snap[path] = (info.st_mode, info.st_rdev, info.st_uid, info.st_gid, mtime, data)
     return snap
 
 
 def changed_paths(before, after):
     """Paths added, removed or changed between two snapshots."""
     return sorted(path for path in set(before) | set(after) if before.get(path) != after.get(path))
+
+
+def _holds_marker(path):
+    try:
+        with open(path, "rb") as handle:
+            return OUTSIDE_MARKER.encode() in handle.read(8 * 1024 * 1024)
+    except OSError:
+        return False
 
 
 def temp_leftovers(root):
@@ -275,6 +288,9 @@ def _judge_result(built, mutation, run, before, after, outside_before, outside_a
         return Outcome("refused", msg[:300], mode)
     if race is not None:
         return race
+    if OUTSIDE_MARKER in run.stdout or any(_holds_marker(path) for path in changed_paths(before, after)):
+        return Outcome("write_through_link", "read a file out of the root through a link (its content is in the output "
+                       "or in a file written)", mode)
     if changed_paths(outside_before, outside_after):
         return Outcome("write_through_link", "changed outside the root: %s" % changed_paths(outside_before, outside_after)[:3], mode)
     for link, target in mutation.links:

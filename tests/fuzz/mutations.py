@@ -22,6 +22,7 @@ import tomlkit
 import yaml
 from hypothesis import strategies as st
 
+from tests.fuzz import engine
 from tests.fuzz.engine import Case
 
 ANY = ("yaml", "toml", "lines", "colon", "cgroup", "mig", "json")
@@ -39,6 +40,7 @@ class Target:
 
 # family -> kinds it applies to
 FAMILIES = {
+    "none": WITH_DIRS + ("option",),  # the seed as it is: its success is judged like any other
     "fifo": WITH_DIRS,
     "directory": ANY,
     "regular_file": ("dir",),
@@ -63,6 +65,7 @@ FAMILIES = {
     "billion_laughs": ("yaml", "mig"),
     "edit": ANY,
     "race": ANY,
+    "raw": (),  # exact bytes (payload[0]): pinned inputs of the regression tests, never generated
     "option_dotdot": ("option",),
     "option_value": ("option",),
 }
@@ -158,7 +161,8 @@ def case_strategy(draw, module, variants, targets_of, families=None):
 
 
 def parse_target(text):
-    kind, path, writes = text.split(":", 2)
+    kind, rest = text.split(":", 1)
+    path, writes = rest.rsplit(":", 1)  # paths hold colons (PCI addresses)
     return Target(path, kind, writes == "1")
 
 
@@ -189,11 +193,15 @@ def _content(path):
 def apply(built, case, mutation):
     """Make ``case``'s mutation in ``built.root``; fills ``mutation`` (names, links, immutable, race, expect)."""
     target = parse_target(case.target)
+    if case.family == "none":
+        return None
     if target.kind == "option":
         return _apply_option(built, case, target, mutation)
     path = here(built.root, target.path)
     original = _content(path)
     mutation.names.extend(_names(built, target))
+    if built.wrong_if is not None:
+        mutation.wrong_if_success = built.wrong_if(case, target)
     family = case.family
     if family == "fifo":
         _replace(path)
@@ -211,7 +219,12 @@ def apply(built, case, mutation):
     elif family == "socket":
         _replace(path)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(path))
+        here_now = os.getcwd()
+        os.chdir(path.parent)  # a relative name: node-root paths can be longer than sun_path's 108 bytes
+        try:
+            server.bind(path.name)
+        finally:
+            os.chdir(here_now)
         built.cleanup.append(server.close)
     elif family == "parent_is_file":
         parent = path.parent
@@ -232,6 +245,9 @@ def apply(built, case, mutation):
     elif family == "immutable_dir":
         path.parent.mkdir(parents=True, exist_ok=True)
         _chattr(path.parent, mutation)
+    elif family == "raw":
+        _replace(path)
+        path.write_bytes(case.payload[0])
     elif family == "race":
         if not path.exists():
             return
@@ -246,9 +262,17 @@ def apply(built, case, mutation):
             mutation.expect = mig_expectation(data)
 
 
+OUTSIDE_MARKER = b"\n# " + engine.OUTSIDE_MARKER.encode() + b"\n"
+
+
+def _comments(name):
+    return name.endswith((".toml", ".yaml", ".yml", ".conf", ".env", ".service"))
+
+
 def _names(built, target):
     names = [target.path, str(here(built.root, target.path))]
     names.extend(built.names.get(target.path, ()))
+    names.extend(built.names.get("*", ()))  # what the variant itself may be refused for
     return names
 
 
@@ -273,7 +297,9 @@ def _link(built, path, original, family, mutation):
         mutation.links.append((str(path), str(real)))
     elif family in ("link_out_abs", "link_out_rel"):
         real = built.outside / name
-        real.write_bytes(original or b"")
+        # a comment only the copy outside the root holds: seen in the module's output or in a file it wrote, it
+        # was read through the link, out of the root
+        real.write_bytes((original or b"") + (OUTSIDE_MARKER if _comments(path.name) else b""))
         text = str(real) if family == "link_out_abs" else os.path.relpath(real, path.parent)
         mutation.links.append((str(path), None))  # the outside snapshot covers what it points to
     elif family == "link_dangling":
@@ -289,7 +315,7 @@ def _link(built, path, original, family, mutation):
 
 def _apply_option(built, case, target, mutation):
     option = target.path
-    mutation.names.extend([option] + list(built.names.get(option, ())))
+    mutation.names.extend([option] + list(built.names.get(option, ())) + list(built.names.get("*", ())))
     if case.family == "option_dotdot":
         up = case.payload[0]
         value = built.args.get(option) or "/"

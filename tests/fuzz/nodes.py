@@ -296,7 +296,7 @@ def lock_build(variant, root, outside):
         return problems
 
     return Built(root, outside, {"path": str(root) + LOCK, "owner": "fuzz-run", "timeout": 0}, check_mode=False, validate=validate,
-                 names={"path": ["path"], "stale_after": ["stale_after"]})
+                 names={"path": ["path"], "stale_after": ["stale_after"], "*": [str(root) + LOCK] if variant == "held" else []})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -493,8 +493,19 @@ def device_build(variant, root, outside):
                     problems.append("%s does not give the node's video group (1234): %r" % (path, Path(path).read_text()[:200]))
         return problems
 
+    def wrong_if(case, target):
+        # the node's user database unreadable: any group id the module then applies is the wrong machine's
+        if target.path in ("/etc/group", "/etc/passwd") and case.family in SPECIAL_UNREADABLE:
+            return "%s is %s on the node, yet the module resolved the group and succeeded" % (target.path, case.family)
+        return None
+
     return Built(root, outside, {"root": str(root), "policy": "restricted", "group": "video", "mode": "0660"}, env=node.env(),
-                 validate=validate, names={"modprobe_file": ["modprobe_file"], "group": ["group"], "mode": ["mode"]})
+                 validate=validate, names={"modprobe_file": ["modprobe_file"], "group": ["group"], "mode": ["mode"]},
+                 wrong_if=wrong_if)
+
+
+SPECIAL_UNREADABLE = ("fifo", "directory", "device", "socket", "parent_is_file", "link_out_abs", "link_out_rel", "link_dangling",
+                      "link_loop", "invalid_utf8", "huge")
 
 
 SPECS = {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -362,24 +363,38 @@ def test_a_target_that_is_no_cgroup_file_is_refused_before_the_first_write(tree)
     assert snapshot_tree(tree) == before  # the first file was not written either
 
 
-def _immutable(path):
-    return subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False).returncode == 0
-
-
-def test_a_value_the_kernel_refuses_puts_the_earlier_writes_back(tree):
+def test_a_value_the_kernel_refuses_puts_the_earlier_writes_back(tree, monkeypatch):
     snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
     planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
     first, second = planned["changes"]
-    if not _immutable(second.path):
-        pytest.skip("chattr +i is not supported here (the stand-in for a value the kernel refuses)")
+    write_one = _cgroup_memory._write_one
+
+    def kernel(target, value):  # the kernel refuses the second value (EINVAL), as it does for a value it cannot take
+        if target == second.path and value == second.after:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write_one(target, value)
+
+    monkeypatch.setattr(_cgroup_memory, "_write_one", kernel)
+    with pytest.raises(GpuhardenError) as caught:
+        _cgroup_memory.write_values(planned["changes"])
+    assert caught.value.result == {"changed": False, "written": []}
+    assert "Invalid argument" in caught.value.msg and "put back" in caught.value.msg
+    assert Path(first.path).read_text().strip() == "max"
+
+
+def test_an_immutable_memory_file_is_refused_before_the_first_write(tree):
+    snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
+    planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
+    _first, second = planned["changes"]
+    if subprocess.run(["chattr", "+i", second.path], capture_output=True, check=False).returncode:
+        pytest.skip("chattr +i is not supported here")
+    before = snapshot_tree(tree)
     try:
-        with pytest.raises(GpuhardenError) as caught:
+        with pytest.raises(GpuhardenError, match="the file is immutable"):
             _cgroup_memory.write_values(planned["changes"])
+        assert snapshot_tree(tree) == before
     finally:
         subprocess.run(["chattr", "-i", second.path], check=True)
-    assert caught.value.result == {"changed": False, "written": []}
-    assert "Operation not permitted" in caught.value.msg and "put back" in caught.value.msg
-    assert Path(first.path).read_text().strip() == "max"
 
 
 def test_a_cgroup_that_vanishes_before_its_write_is_reported(tree):

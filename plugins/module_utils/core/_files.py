@@ -56,6 +56,8 @@ def shown(path):
 
 
 def kind_of(mode):
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -277,7 +279,7 @@ def _inode_flags(path, directory=False):
         os.close(fd)
 
 
-def _refuse_locked(path, file_path, directory=False):
+def refuse_immutable(path, file_path, directory=False):
     """Refuse to change ``file_path`` when ``path`` (the file, or the directory it goes in) is immutable or
     append-only."""
     flags = _inode_flags(path, directory)
@@ -340,8 +342,8 @@ def check_change(root, change, replace_links=False):
         raise GpuhardenError("%s: changed by someone else since gpuharden read it: refusing to overwrite that change"
                              % shown(change.path), fix="run again: gpuharden plans from the file as it is now")
     if info is not None and not stat.S_ISLNK(info.st_mode):
-        _refuse_locked(target, change.path)
-    _refuse_locked(existing, change.path, directory=True)
+        refuse_immutable(target, change.path)
+    refuse_immutable(existing, change.path, directory=True)
     return Target(change, directory, target, info is not None)
 
 

@@ -88,6 +88,8 @@ def create(path, content):
 
 def take_over(path, content):
     """Replace a stale lock atomically (a new temporary file in the same directory, then rename)."""
+    _files.refuse_immutable(path, path)  # before the temporary file: a refusal leaves the directory as it was
+    _files.refuse_immutable(os.path.dirname(path), path, directory=True)
     temp = None
     try:
         fd, temp = tempfile.mkstemp(prefix=_files.TEMP_PREFIX, dir=os.path.dirname(path))

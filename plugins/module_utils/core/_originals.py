@@ -83,10 +83,11 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def read_text(path):
-    """A file's text for its record (``_files.read_text``: regular files only, bounded, UTF-8), None when absent."""
+def read_text(path, root=None):
+    """A file's text for its record (``_files.read_text``: regular files only, bounded, UTF-8, links resolved inside
+    ``root`` when given), None when absent."""
     try:
-        return _files.read_text(path)
+        return _files.read_text(path, root=root)
     except GpuhardenError as error:
         raise GpuhardenError("%s (gpuharden keeps a file's original before it changes it)" % error.msg, **error.result) from None
 
@@ -311,6 +312,10 @@ def apply_restore(module, root, plan):
         if entry["action"] in ("restore", "remove") and entry["before"] != entry["after"]:
             change = _files.FileChange(host_path(root, entry["path"]), entry["before"], entry["after"])
             checked[entry["path"]] = _files.check_change(root, change)
+        if entry["action"] not in ("conflict", "skip"):  # its record goes: a record that cannot go stops the run here
+            record = record_file(root, entry["path"])
+            _files.refuse_immutable(record, record)
+            _files.refuse_immutable(os.path.dirname(record), record, directory=True)
     for entry in plan["entries"]:
         action = entry["action"]
         if action in ("conflict", "skip"):

@@ -367,6 +367,10 @@ def _check_targets(changes, root, host_path):
             raise GpuhardenError("cgroup_memory: %s: is %s, not a cgroup file: refusing to write it"
                                  % (_files.shown(change.path), _files.kind_of(info.st_mode)),
                                  fix="point cgroup_root at the node's cgroup v2 hierarchy")
+        try:  # cgroupfs has no such flags; a tree that has them is refused before the first write
+            _files.refuse_immutable(target, change.path)
+        except GpuhardenError as error:
+            raise GpuhardenError("cgroup_memory: %s" % error.msg, **error.result) from None
         now = _read_cgroup_file(target)
         if now is not None and (now.strip() != (change.before or "").strip()):
             raise GpuhardenError("cgroup_memory: %s: now %s, was %s when read: someone else set it; refusing to overwrite it"

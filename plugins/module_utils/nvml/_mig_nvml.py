@@ -358,5 +358,8 @@ def entries_from_params(params):
         return _mig.parse_short(params["layout"], "layout")
     if params["config"] is not None:
         return _mig.parse_mig_parted(params["config"], params["selected"], "config")
+    if params["config_file"] is None:  # given as null: ansible-core's required_one_of counts it as given
+        raise GpuhardenError("give one of the options config, config_file or layout (config_file is null)", field="config_file",
+                             value=None)
     data, path = load_config_file(params["root"], params["config_file"])
     return _mig.parse_mig_parted(data, params["selected"], path)
