@@ -66,6 +66,13 @@ FAMILIES = {
     "edit": ANY,
     "race": ANY,
     "raw": (),  # exact bytes (payload[0]): pinned inputs of the regression tests, never generated
+    # what an API server answers (device_plugin, tests/fuzz/apiserver.py)
+    "api_strings": ("api",),
+    "api_wrong_types": ("api",),
+    "api_not_json": ("api",),
+    "api_deep": ("api",),
+    "api_huge": ("api",),
+    "api_billion_laughs": ("api",),
     "option_dotdot": ("option",),
     "option_value": ("option",),
 }
@@ -197,6 +204,8 @@ def apply(built, case, mutation):
         return None
     if target.kind == "option":
         return _apply_option(built, case, target, mutation)
+    if target.kind == "api":
+        return _apply_api(built, case, target, mutation)
     path = here(built.root, target.path)
     original = _content(path)
     mutation.names.extend(_names(built, target))
@@ -239,11 +248,13 @@ def apply(built, case, mutation):
     elif family == "immutable":
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
+            mutation.names.append(str(path.parent))  # the refusal may be of another file the module writes there
             _chattr(path.parent, mutation)
         else:
             _chattr(path, mutation)
     elif family == "immutable_dir":
         path.parent.mkdir(parents=True, exist_ok=True)
+        mutation.names.append(str(path.parent))
         _chattr(path.parent, mutation)
     elif family == "raw":
         _replace(path)
@@ -311,6 +322,33 @@ def _link(built, path, original, family, mutation):
         text = other.name
         mutation.links.append((str(path), None))
     os.symlink(text, path)
+
+
+LAUGHS = "\n".join(['lol0: &l0 ["lol"]'] + ["lol%d: &l%d [%s]" % (level, level, ", ".join(["*l%d" % (level - 1)] * 9))
+                                                for level in range(1, 10)]) + "\n"
+
+
+def _apply_api(built, case, target, mutation):
+    """Make the API server answer ``target.path`` (a list or an object) the hostile way."""
+    server, path, family = built.server, target.path, case.family
+    mutation.names.extend(built.names.get(path, ()))
+    current = server.objects.get(path)
+    if family == "api_strings":
+        server.objects[path] = ["a string", "another"] if isinstance(current, list) else "a string"
+    elif family == "api_wrong_types":
+        wrong = {"metadata": ["not", "a", "mapping"], "spec": "text", "data": [1, 2]}
+        server.objects[path] = [wrong, 42, None] if isinstance(current, list) else wrong
+    elif family == "api_not_json":
+        server.override[path] = b"<html><body>502 Bad Gateway</body></html>"
+    elif family == "api_deep":
+        server.override[path] = b'{"kind": "List", "items": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    elif family == "api_huge":
+        server.override[path] = json.dumps({"kind": "List", "items": [], "padding": "x" * (20 * 1024 * 1024)}).encode()
+    elif family == "api_billion_laughs":
+        if isinstance(current, dict):
+            server.objects[path] = dict(current, data={"config.yaml": LAUGHS})
+        elif isinstance(current, list):
+            mutation.names.append("config")
 
 
 def _apply_option(built, case, target, mutation):

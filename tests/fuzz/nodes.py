@@ -489,7 +489,8 @@ def device_build(variant, root, outside):
         for path in changed:
             if path.endswith(".conf") and "/modprobe.d/" in path:
                 problems.extend(validators.modprobe_file(path))
-                if "NVreg_DeviceFileGID=1234" not in Path(path).read_text() and Path(str(root) + "/etc/group").is_file():
+                if (built.args.get("group") == "video" and Path(str(root) + "/etc/group").is_file()
+                        and "NVreg_DeviceFileGID=1234" not in Path(path).read_text()):
                     problems.append("%s does not give the node's video group (1234): %r" % (path, Path(path).read_text()[:200]))
         return problems
 
@@ -508,6 +509,53 @@ SPECIAL_UNREADABLE = ("fifo", "directory", "device", "socket", "parent_is_file",
                       "link_loop", "invalid_utf8", "huge")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# device_plugin (the controller-side module, against tests/fuzz/apiserver.py)
+
+
+PLUGIN_CONFIG_MAP = "/api/v1/namespaces/kube-system/configmaps/old-plugin-config"
+PLUGIN_API = {"/apis/apps/v1/daemonsets": ["daemonsets", "DaemonSet"], "/api/v1/nodes": ["nodes", "Node"],
+              PLUGIN_CONFIG_MAP: ["old-plugin-config", "ConfigMap", "config"]}
+
+
+def plugin_targets(_variant):
+    return [Target(path, "api") for path in PLUGIN_API] + [Target("time_slicing", "option"), Target("node_selector", "option"),
+                                                           Target("version", "option"), Target("tolerations", "option")]
+
+
+def plugin_build(_variant, root, outside):
+    from tests.fuzz.apiserver import FakeApiServer
+    from tests.unit.test_device_plugin import GPU, node, plugin_ds
+
+    root.mkdir(parents=True, exist_ok=True)
+    server = FakeApiServer()
+    server.objects["/apis/apps/v1/daemonsets"] = [plugin_ds("old-plugin", config_map="old-plugin-config")]
+    server.objects["/api/v1/nodes"] = [node("gpu-a", dict(GPU)), node("gpu-b", dict(GPU)), node("cpu-0")]
+    server.objects["/apis/node.k8s.io/v1/runtimeclasses/nvidia"] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                                   "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    server.objects[PLUGIN_CONFIG_MAP] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                         "metadata": {"name": "old-plugin-config", "namespace": "kube-system"},
+                                         "data": {"config.yaml": "version: v1\nflags:\n  migStrategy: none\n"}}
+
+    def validate(built, _changed):
+        problems = []
+        for path, body in server.written.items():
+            if "/configmaps/" in path:
+                for key, text in ((body.get("data") or {}) if isinstance(body.get("data"), dict) else {}).items():
+                    try:
+                        data = yaml.safe_load(text)
+                        assert isinstance(data, dict) and data.get("version") == "v1"
+                    except (yaml.YAMLError, AssertionError) as error:
+                        problems.append("the ConfigMap %s key %s is no device plugin config: %s" % (path, key, error))
+        return problems
+
+    args = {"kubeconfig": server.kubeconfig(outside.parent / "kubeconfig"), "wait": False, "request_timeout": 5}
+    built = Built(root, outside, args, server=server, validate=validate, again=False, names=dict(PLUGIN_API, **{
+        option: [option] for option in ("time_slicing", "node_selector", "version", "tolerations")}))
+    built.cleanup.append(server.close)
+    return built
+
+
 SPECS = {
     "cgroup_memory": Spec("cgroup_memory", ("systemd-and-cgroupfs",), cgroup_targets, cgroup_build),
     "mig_layout": Spec("mig_layout", MIG_VARIANTS, mig_targets, mig_build),
@@ -521,4 +569,5 @@ SPECS = {
     "kubelet_config": Spec("kubelet_config", ("kubeadm", "kubeadm-json", "k3s"), kubelet_targets, kubelet_build, owned=False),
     "containerd_nvidia_runtime": Spec("containerd_nvidia_runtime", CONTAINERD_VARIANTS, containerd_targets, containerd_build, owned=False),
     "nvidia_device_nodes": Spec("nvidia_device_nodes", DEVICE_VARIANTS, device_targets, device_build, owned=False),
+    "device_plugin": Spec("device_plugin", ("one-old-plugin",), plugin_targets, plugin_build, owned=False),
 }

@@ -457,6 +457,9 @@ def _apply_checked(module, target, backup):
             backup_file = module.backup_local(target.path)
             _originals.after_backup(module, change, record, backup_file)
         if change.after is None:
+            if read_text(target.path, follow=False) != change.before:  # the last look, as before a rename
+                raise GpuhardenError("%s: changed by someone else since gpuharden read it: refusing to remove it"
+                                     % shown(change.path), fix="run again: gpuharden plans from the file as it is now")
             try:
                 os.unlink(target.path)
             except OSError as error:
