@@ -270,7 +270,7 @@ def apply(built, case, mutation):
         _replace(path)
         path.write_bytes(data)
         if family == "edit" and target.kind == "mig":
-            mutation.expect = mig_expectation(data)
+            mutation.expect = mig_expectation(data, built.args.get("selected"))
 
 
 OUTSIDE_MARKER = b"\n# " + engine.OUTSIDE_MARKER.encode() + b"\n"
@@ -526,17 +526,30 @@ def _edit_mig(data, op, selector, value, duplicate_names):
     return data, duplicate_names
 
 
-def mig_expectation(data):
-    """"refused" when the file is one mig-parted v0.15.0 itself refuses or applies wrongly (overlaps, repeated names)."""
+def mig_expectation(data, selected):
+    """"refused" when the file is one mig-parted v0.15.0 applies wrongly: a repeated config name (it keeps the last
+    silently), or two entries of the selected config without device-filter that name one GPU index (it applies both in
+    turn; see node/_mig.py resolve_entries)."""
     try:
         parsed = yaml.safe_load(data.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError):
         return None
     text = data.decode("utf-8", "replace")
-    if isinstance(parsed, dict) and isinstance(parsed.get("mig-configs"), dict):
-        for name in parsed["mig-configs"]:
-            if text.count("\n  %s:\n" % name) > 1:
-                return "refused"
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("mig-configs"), dict):
+        return None
+    for name in parsed["mig-configs"]:
+        if text.count("\n  %s:\n" % name) > 1:
+            return "refused"
+    entries = parsed["mig-configs"].get(selected)
+    seen = set()
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or entry.get("device-filter"):
+            continue
+        devices = entry.get("devices")
+        named = set(range(8)) if devices == "all" else {i for i in devices if isinstance(i, int)} if isinstance(devices, list) else set()
+        if named & seen:
+            return "refused"
+        seen |= named
     return None
 
 
