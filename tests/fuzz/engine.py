@@ -283,10 +283,7 @@ def _judge_result(built, mutation, run, before, after, outside_before, outside_a
             return Outcome("half_done", "refused (%r) after changing %s" % (msg[:200], what), mode)
         if leftovers:
             return Outcome("leftover_temp", "%s (after the refusal %r)" % (leftovers[:3], msg[:200]), mode)
-        problem = message_problem(msg, mutation.names)
-        if problem:
-            return Outcome("unclear_error", problem, mode)
-        return Outcome("refused", msg[:300], mode)
+        return _refusal(msg, mutation, mode)
     if race is not None:
         return race
     if mutation.race and os.path.exists(mutation.race["marker"]):
@@ -343,10 +340,13 @@ def _race_outcome(mutation, before, after, mode, failed, msg):
     others = [path for path in changed_paths(before, after) if path != race["path"]]
     if others:
         return Outcome("half_done", "refused the other writer's change (%r) after changing %s" % (msg[:200], others[:5]), mode)
+    return _refusal(msg, mutation, mode)
+
+
+def _refusal(msg, mutation, mode):
+    """A refusal that changed nothing: allowed when its message is one a person can act on."""
     problem = message_problem(msg, mutation.names)
-    if problem:
-        return Outcome("unclear_error", problem, mode)
-    return Outcome("refused", msg[:300], mode)
+    return Outcome("unclear_error", problem, mode) if problem else Outcome("refused", msg[:300], mode)
 
 
 # ---------------------------------------------------------------------------------------------------------------
