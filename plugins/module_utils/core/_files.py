@@ -473,8 +473,8 @@ def _apply_checked(module, target, backup):
                 except OSError:
                     break
         else:
-            write_checked(module, Target(change, target.directory, target.path, change.after is not None), change.before,
-                   change.mode if change.mode is not None else 0o644)
+            back = Target(change, target.directory, target.path, change.after is not None)
+            write_checked(module, back, change.before, change.mode if change.mode is not None else 0o644)
         if backup_file:
             _remove_quietly(backup_file)
         undo_record()

@@ -16,17 +16,23 @@ Errors are one line: ``<file>: line L, column C: <what is wrong>``, never the pa
 
 from __future__ import annotations
 
+import traceback
+
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 try:
     import yaml
-except ImportError:  # guarded: the callers report the missing library (_module_shell requires)
+
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+except ImportError:  # guarded: the modules report the missing library (_module_shell requires)
     yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = traceback.format_exc()
 try:
-    from ruamel.yaml.error import MarkedYAMLError as RuamelMarkedYAMLError
     from ruamel.yaml.error import YAMLError as RuamelYAMLError
 except ImportError:
-    RuamelMarkedYAMLError = RuamelYAMLError = None
+    RuamelYAMLError = None
 
 # Real kubelet, containerd, mig-parted and device plugin configs are a few KiB and a few hundred nodes, nested
 # less than 10 deep; NVIDIA's own mig-parted config-default.yaml (v0.15.0) is about 3,000 nodes.
@@ -238,6 +244,6 @@ def toml_error_message(source, error):
     column = getattr(error, "col", None)
     message = _one_line(error)
     if line is not None:
-        message = message.split(" at line ")[0]
+        message = message.split(" at line ", maxsplit=1)[0]
         return "%s: line %s, column %s: %s" % (source, line, (column or 0) + 1, message)
     return "%s: %s" % (source, message)

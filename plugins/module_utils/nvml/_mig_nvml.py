@@ -13,7 +13,6 @@ GpuhardenError carrying the step and the state reached on every GPU, so that a r
 from __future__ import annotations
 
 import os
-import traceback
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -21,15 +20,9 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml._nvml import HAS_PYNVML, pynvml
 
-try:
-    import yaml
-
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
-except ImportError:
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR = traceback.format_exc()
+# PyYAML: what config_file needs (core/_safe_parse.py imports it, guarded)
+HAS_YAML = _safe_parse.HAS_YAML
+YAML_IMPORT_ERROR = _safe_parse.YAML_IMPORT_ERROR
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
