@@ -237,9 +237,10 @@ def message_problem(msg, names):
     """Why ``msg`` is not an error a person can act on, or None."""
     if not isinstance(msg, str) or not msg.strip():
         return "no message"
-    if "\n" in msg.strip():
+    ansible_core = _ANSIBLE_ARGSPEC.match(msg)  # it quotes the value as given, control characters included
+    if "\n" in msg.strip() and not ansible_core:
         return "more than one line: %r" % msg[:300]
-    internal = None if _ANSIBLE_ARGSPEC.match(msg) else _INTERNALS.search(msg)
+    internal = None if ansible_core else _INTERNALS.search(msg)
     if internal:
         return "shows Python or parser internals (%r): %r" % (internal.group(0), msg[:300])
     if names and not any(name in msg for name in names):

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
@@ -132,13 +133,17 @@ def cgroup_build(_variant, root, outside):
 
     def validate(built, changed):
         problems = []
+        factor, page = built.args.get("factor"), built.args.get("page_size")
         for path in changed:
             if path.endswith("/memory.high"):
                 text = Path(path).read_text()
                 problems.extend("%s: %s" % (path, problem) for problem in validators.cgroup_value(text))
                 limit = Path(path).with_name("memory.max").read_text().strip()
-                if not problems and limit.isdigit() and int(text) != int(limit) * 9 // 10 // PAGE * PAGE:
-                    problems.append("%s = %s, not floor(memory.max x 0.9 / page) for memory.max %s" % (path, text.strip(), limit))
+                if not problems and limit.isdigit() and isinstance(page, int) and isinstance(factor, (int, float)):
+                    # the value the module documents: floor(memory.max x factor / page) x page
+                    want = int(Decimal(limit) * Decimal(repr(float(factor))) / page) * page
+                    if int(text) != want:
+                        problems.append("%s = %s, not %d (memory.max %s x %s, a multiple of %d)" % (path, text.strip(), want, limit, factor, page))
         return problems
 
     return Built(root, outside, {"root": str(root), "pod_uids": [UID_A, UID_B, UID_C], "page_size": PAGE, "factor": 0.9},

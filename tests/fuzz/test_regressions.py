@@ -77,6 +77,19 @@ def test_traceback_a_mig_config_that_is_an_endless_device_is_refused_not_a_memor
                    needle="is a character device, expected a file")
 
 
+def test_traceback_an_edited_originals_record_is_refused():
+    # found by make fuzz (seed 47): a record whose original_stat holds text made os.chmod raise TypeError
+    assert_refused("unharden_files", "one-record", "edit", "json:/%s:1" % _record_rel(),
+                   ("json_compact", (("set", 276, ("pool", 34)), ("add", 1177, ("pool", 1)), ("retype", 108864, ("int", -129627)))),
+                   needle="not what gpuharden records")
+
+
+def test_traceback_a_nul_byte_in_a_path_option_is_refused():
+    # found by make fuzz (seed 47): ValueError: embedded null byte
+    assert_refused("mig_layout", "h100-mig-enabled/mixed-per-index", "option_value", "option:config_file:0",
+                   (("text", "Q\\\x17>\x00"),), needle="a path cannot hold a NUL byte")
+
+
 @xfail("traceback", "containerd_nvidia_runtime")
 def test_traceback_containerd_plugins_as_an_inline_table():
     assert_refused("containerd_nvidia_runtime", "v2-single.toml", "edit", "toml:/etc/containerd/config.toml:1",
@@ -280,6 +293,12 @@ def test_unclear_error_a_yaml_error_is_one_line_with_file_line_and_column():
 
 def test_unclear_error_invalid_utf8_names_the_byte_offset():
     assert_refused("process_cgroup_info", "v1-and-v2", "invalid_utf8", "lines:/proc/200/cgroup:0", (50,), needle="at offset")
+
+
+def test_unclear_error_a_relative_bundle_dir_names_the_option():
+    # found by make fuzz (seed 47): a 300-character relative name ended in "File name too long" for a path
+    assert_refused("device_cgroup_audit", "v1-tree", "option_value", "option:bundle_dirs:0", (("pool", 19),),
+                   needle="option bundle_dirs")
 
 
 @xfail("unclear_error", "kubelet_config")

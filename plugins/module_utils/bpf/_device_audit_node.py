@@ -73,8 +73,8 @@ def cgroup_layout(base):
     v1 = v1 if v2 != base and os.path.exists(os.path.join(v1, "devices.list")) else None
     if v2 is None and v1 is None:
         raise GpuhardenError(
-            "device_cgroup_audit: cgroup_root: %s holds neither a cgroup2 hierarchy (cgroup.controllers) nor a v1 devices "
-            "hierarchy (devices/devices.list)" % base
+            "device_cgroup_audit: cgroup_root: %s holds neither a cgroup2 hierarchy (%s) nor a v1 devices hierarchy (%s)"
+            % (base, os.path.join(base, "cgroup.controllers"), os.path.join(base, "devices", "devices.list"))
         )
     layout = "v2" if v2 == base else ("hybrid" if v2 and v1 else ("v1" if v1 else "v2"))
     return layout, v2, v1
@@ -357,6 +357,11 @@ def run(params, keep_answer=False):
     if not os.path.isdir(root):
         raise GpuhardenError("device_cgroup_audit: root: %s is not a directory" % root)
     _device_audit.check_options(params["accesses"], params["severity_overrides"], params["allocations"])
+    for option in ("cgroup_root", "bundle_dirs"):
+        for value in params[option] if isinstance(params[option], list) else [params[option]]:
+            if not value.startswith("/") or "\x00" in value:
+                raise GpuhardenError("device_cgroup_audit: option %s: %s is not an absolute node path" % (option, _files.shown(value)[:200]),
+                                     fix="name directories as the node sees them, from /")
     started = time.monotonic()
     devices = describe_devices(root, params["devices"]) if params["devices"] is not None else default_devices(root)
     layout, containers, programs, skipped = collect(root, params["cgroup_root"], params["bundle_dirs"])

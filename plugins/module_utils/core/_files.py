@@ -99,6 +99,8 @@ def resolve_in_root(root, path, follow_final=True):
     they are.  Raises on a link loop and on a component that is not a directory.
     """
     root = _normal_root(root)
+    if "\x00" in str(path):
+        raise GpuhardenError("%s: a path cannot hold a NUL byte" % shown(path)[:200], fix="fix the path")
     pending = [part for part in str(path).split("/") if part not in ("", ".")]
     resolved = []
     links = 0
@@ -119,8 +121,9 @@ def resolve_in_root(root, path, follow_final=True):
             raise GpuhardenError("%s: is %s, expected a directory (on the way to %s)"
                                  % (shown(parent), kind_of(os.lstat(parent).st_mode), shown(path)),
                                  fix="make it a directory, or point the option at the right path") from None
-        except OSError as error:
-            raise GpuhardenError("%s: cannot look it up: %s" % (shown(candidate), error.strerror)) from None
+        except OSError as error:  # ENAMETOOLONG, EACCES, ELOOP on the way
+            raise GpuhardenError("%s: cannot look it up: %s (on the way to %s)" % (shown(candidate)[:300], error.strerror, shown(path)[:300]),
+                                 fix="fix the path") from None
         if stat.S_ISLNK(info.st_mode) and (pending or follow_final):
             links += 1
             if links > MAX_SYMLINKS:
@@ -177,6 +180,8 @@ def read_bytes(path, root=None, max_bytes=None, follow=True):
     opened; the file must be at most ``max_bytes`` long (``DEFAULT_MAX_BYTES``).
     """
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    if "\x00" in str(path):
+        raise GpuhardenError("%s: a path cannot hold a NUL byte" % shown(path)[:200], fix="fix the path")
     here = host_path_in_root(root, path, follow_final=follow)
     resolved = root is not None
     try:

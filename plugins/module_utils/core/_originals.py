@@ -103,6 +103,42 @@ def _read_record(target, what):
         raise GpuhardenError("%s: %s cannot be read: not JSON (%s)" % (target, what, " ".join(str(error).split()))) from None
 
 
+# A record's fields and what each must hold; a record that says otherwise was not written by gpuharden (or was edited)
+# and is refused before anything is restored from it.
+_TEXT = (str,)
+_RECORD_FIELDS = {
+    "path": _TEXT, "writer": _TEXT, "kind": _TEXT, "recorded": _TEXT, "original": (str, type(None)),
+    "original_stat": (dict, type(None)), "created_dirs": (list,), "written": (str, type(None)), "previous": (str, type(None)),
+    "others": (list,), "backups": (list,),
+}
+
+
+def check_record(target, record):
+    """Refuse a record whose fields do not hold what gpuharden writes there (one line: record file, field, value)."""
+    def wrong(field, value):
+        return GpuhardenError("%s: field %s holds %s, not what gpuharden records: refusing to restore from it"
+                              % (target, field, _files.shown(json.dumps(value))[:80]),
+                              fix="restore %s by hand, then remove the record" % record.get("path"))
+
+    for field, types in _RECORD_FIELDS.items():
+        if field in record and (not isinstance(record[field], types) or isinstance(record[field], bool)):
+            raise wrong(field, record[field])
+    stat = record.get("original_stat")
+    if stat is not None:
+        for key in ("mode", "uid", "gid"):
+            value = stat.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (key == "mode" and value > 0o7777) \
+                    or value > 2 ** 32 - 1:
+                raise wrong("original_stat.%s" % key, value)
+    for field in ("created_dirs", "backups"):
+        for value in record.get(field) or []:
+            if not isinstance(value, str) or not value.startswith("/"):
+                raise wrong(field, value)
+    if record.get("kind", "file") not in ("file", "checkpoint"):
+        raise wrong("kind", record.get("kind"))
+    return record
+
+
 def load_record(root, path):
     target = record_file(root, path)
     record = _read_record(target, "the record of %s's original" % path)
@@ -110,7 +146,7 @@ def load_record(root, path):
         return None
     if not isinstance(record, dict) or record.get("path") != path:
         raise GpuhardenError("%s: not the record of %s" % (target, path))
-    return record
+    return check_record(target, record)
 
 
 def load_records(root):
@@ -128,7 +164,7 @@ def load_records(root):
             raise GpuhardenError("%s: not a gpuharden record (version %s)" % (target, RECORD_VERSION))
         if os.path.basename(target) != os.path.basename(record_file(root, record["path"])):
             raise GpuhardenError("%s: its name does not match the path it records (%s)" % (target, record["path"]))
-        records.append(record)
+        records.append(check_record(target, record))
     return sorted(records, key=lambda record: record["path"])
 
 
