@@ -64,7 +64,7 @@ TEMP_NAMES = (".gpuharden-", ".ansible_tmp")
 OUTSIDE_MARKER = "gpuharden-fuzz-outside-the-root"  # tests/fuzz/mutations.py puts it in files outside the root
 # ansible-core's own argument-spec validation, before the module's code runs: it names the option, and its wording
 # (e.g. "<class 'str'> cannot be converted to a float") is ansible-core's, the same for every module.
-_ANSIBLE_ARGSPEC = re.compile(r"^(argument '|missing required arguments|value of \S+ must be one of|Unsupported parameters|"
+_ANSIBLE_ARGSPEC = re.compile(r"^(argument '|missing required arguments|value of \S+ must be one (?:or more )?of|Unsupported parameters|"
                               r"parameters are mutually exclusive|one of the following is required|elements value for option|"
                               r"Elements value for option|\S+ is required when|missing parameter\(s\) required by)")
 
