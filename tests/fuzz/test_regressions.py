@@ -101,6 +101,16 @@ def test_traceback_kubelet_config_nested_too_deep():
     assert_refused("kubelet_config", "kubeadm", "deep", "yaml:%s:1" % KUBEADM_CONFIG, (100000,))
 
 
+@xfail("traceback", "device_plugin")
+def test_traceback_device_plugin_when_the_api_answers_a_list_of_strings():
+    assert_refused("device_plugin", "one-old-plugin", "api_strings", "api:/api/v1/nodes:0")
+
+
+@xfail("traceback", "device_plugin")
+def test_traceback_device_plugin_when_the_api_answer_nests_too_deep():
+    assert_refused("device_plugin", "one-old-plugin", "api_deep", "api:/apis/apps/v1/daemonsets:0")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # hang: FIFOs where files are expected; a YAML billion laughs; a huge document
 
@@ -144,6 +154,11 @@ def test_hang_containerd_import_that_is_a_fifo_is_refused():
 @xfail("hang", "kubelet_config")
 def test_hang_kubelet_config_with_100000_keys():
     assert_refused("kubelet_config", "kubeadm", "many_keys", "yaml:%s:1" % KUBEADM_CONFIG, (100000,))
+
+
+@xfail("hang", "containerd_nvidia_runtime")
+def test_hang_containerd_config_with_100000_keys():
+    assert_refused("containerd_nvidia_runtime", "v2-comments.toml", "many_keys", "toml:/etc/containerd/config.toml:1", (100000,))
 
 
 # ---------------------------------------------------------------------------------------------------------------
