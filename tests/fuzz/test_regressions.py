@@ -316,6 +316,18 @@ def test_unclear_error_a_relative_bundle_dir_names_the_option():
                    needle="option bundle_dirs")
 
 
+def test_unclear_error_an_empty_mig_config_is_described_in_words():
+    # found by make fuzz (seed 20261206): "got 'NoneType'" in node_audit's not_checked cause
+    assert_refused("mig_layout", "dgx-a100-80gb/all-balanced", "raw", "mig:%s:0" % MIG_FILE, (b"# nothing here\n",),
+                   needle="must be a mig-parted v1 mapping, got nothing (an empty document or value)")
+
+
+def test_unclear_error_cgroup_controllers_without_memory_names_the_file():
+    # found by make fuzz (seed 20261206): the message named the directory and "cgroup.controllers" apart
+    assert_refused("cgroup_memory", "systemd-and-cgroupfs", "truncate", "lines:/sys/fs/cgroup/cgroup.controllers:0", (13,),
+                   needle="/sys/fs/cgroup/cgroup.controllers (cpuse) has no memory controller")
+
+
 @xfail("unclear_error", "kubelet_config")
 def test_unclear_error_kubelet_yaml_error():
     assert_refused("kubelet_config", "kubeadm", "raw", "yaml:%s:1" % KUBEADM_CONFIG,

@@ -125,10 +125,10 @@ def check_hierarchy(cgroup_root, controllers_text, mounts_text, where=None):
         controllers = controllers_text.split()
         if "memory" not in controllers:
             raise GpuhardenError(
-                "cgroup_memory: %s is cgroup v2 but its cgroup.controllers (%s) has no memory controller, so no "
+                "cgroup_memory: %s is cgroup v2 but %s (%s) has no memory controller, so no "
                 "cgroup has memory.max or memory.high: enable the memory controller (it may be bound to a cgroup v1 "
                 "hierarchy, see cgroup_no_v1= / systemd.unified_cgroup_hierarchy=1 on the kernel command line)"
-                % (cgroup_root, " ".join(controllers) or "empty")
+                % (cgroup_root, os.path.join(cgroup_root, "cgroup.controllers"), " ".join(controllers)[:200] or "empty")
             )
         return controllers
     where = os.path.normpath(where or cgroup_root)

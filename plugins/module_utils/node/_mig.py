@@ -250,6 +250,17 @@ def _parse_profile_counts(value, source, path):
     return counts, pins
 
 
+def described(value):
+    """What a value is, in words for a message (never a Python type name)."""
+    if value is None:
+        return "nothing (an empty document or value)"
+    if isinstance(value, bool):
+        return "the boolean %s" % str(value).lower()
+    kinds = ((dict, "a mapping"), (list, "a list"), (str, "the string"), ((int, float), "the number"))
+    words = next((words for kind, words in kinds if isinstance(value, kind)), "a value of another kind")
+    return words if isinstance(value, (dict, list)) else "%s %r" % (words, value if not isinstance(value, str) else value[:80])
+
+
 def _entry(devices, mig_enabled, mig_devices=None, device_filter=None, pins=None, origin=None, exclusive=False):
     """One entry; ``origin`` names where it was written (file and config), ``exclusive``: no other exclusive entry may
     select the same GPU (mig-parted files, see ``resolve_entries``)."""
@@ -267,8 +278,7 @@ def _entry(devices, mig_enabled, mig_devices=None, device_filter=None, pins=None
 def parse_mig_parted(config, selected, source="config"):
     """mig-parted v1 (``api/spec/v1/spec.go``) -> entries.  Unknown fields are rejected, as mig-parted does."""
     if not isinstance(config, dict):
-        raise GpuhardenError("%s must be a mig-parted v1 mapping, got %r" % (source, type(config).__name__),
-                             field="", value=config)
+        raise GpuhardenError("%s must be a mig-parted v1 mapping, got %s" % (source, described(config)), field="", value=config)
     unknown = sorted(set(map(str, config)) - {"version", "mig-configs"})
     if unknown:
         raise GpuhardenError("%s: unknown top-level field(s) %s (mig-parted v1 allows version, mig-configs)"
