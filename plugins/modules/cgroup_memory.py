@@ -25,6 +25,9 @@ description:
     memory controller, with a message saying so, before reading any pod.
   - Every value is decided before the first write; a C(memory.max) or C(memory.high) that holds neither
     V(max) nor a byte count stops the run with nothing written.
+  - cgroup files are read and written only when they are regular files. A symbolic link, FIFO or device where a
+    cgroup file should be is refused with nothing written. A C(memory.high) that changed since it was read is refused,
+    not overwritten; when the kernel refuses a value, the values already written are put back.
   - The durable fix is the kubelet's MemoryQoS (role C(gpuharden.k8s.cgroup_limits)); this module does not
     survive a pod restart, the kubelet setting does.
 author:
@@ -130,6 +133,14 @@ not_found:
   returned: always
   type: list
   elements: str
+vanished:
+  description:
+    - C(memory.high) files planned but gone when their turn to be written came (the pod ended meanwhile), with the
+      value that was to be written. Not written, not an error.
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 findings:
   description:
     - Report entries C({id, check, stage, severity, expected, found, hint, remediable, subject}). C(id) is V(gpu-pod-memory-high-unset) for a
@@ -151,8 +162,10 @@ def build_module():
 def run(module):
     planned = _cgroup_memory.decide(module.params)
     changes = [change for change in planned["changes"] if change.changed]
+    vanished = []
     if not module.check_mode:
-        _cgroup_memory.write_values(changes, module.params["root"], _host.host_path)
+        _written, vanished = _cgroup_memory.write_values(changes, module.params["root"], _host.host_path)
+        changes = [change for change in changes if change not in vanished]
     for uid in planned["unlimited_pods"]:
         module.warn("GPU pod %s has no memory limit: nothing bounds its memory on this node" % uid)
     result = {
@@ -163,6 +176,7 @@ def run(module):
         "updated": [_cgroup_memory.change_record(change) for change in changes],
         "unlimited_pods": planned["unlimited_pods"],
         "not_found": planned["not_found"],
+        "vanished": [_cgroup_memory.change_record(change) for change in vanished],
         "findings": planned["findings"],
     }
     if module._diff:

@@ -282,7 +282,7 @@ rollback:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _command, _files, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _containerd, _containerd_restart, _gpu_operator
 
@@ -293,7 +293,7 @@ def build_module():
 
 def restart(module, address):
     """Restart containerd and wait until it serves on ``address`` (the planner's, from the files it read)."""
-    return _containerd_restart.restart_and_wait(lambda argv: module.run_command(argv, handle_exceptions=False),
+    return _containerd_restart.restart_and_wait(_command.runner(module.params["ready_timeout"]),
                                                 module.params["service"], module.params["root"], address,
                                                 module.params["ready_timeout"])
 

@@ -418,7 +418,7 @@ diff:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _command, _files, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet, _kubelet_restart
 
 
@@ -428,8 +428,8 @@ def build_module():
 
 def run(module):
     root = module.params["root"]
-    plan = _kubelet.decide(module.params, run_command=lambda argv: module.run_command(
-        argv, environ_update={"LANG": "C", "LC_ALL": "C"}))
+    # every command bounded (AnsibleModule.run_command has no timeout): a k3s binary that hangs ends its --version
+    plan = _kubelet.decide(module.params, run_command=_command.runner())
     changes = plan.pop("changes")
     changed = any(change.changed for change in changes)
     _warn_numa_limit(module, plan)
@@ -451,7 +451,7 @@ def run(module):
     if _kubelet_restart.wanted(module.params, changed, plan["restart_required"], module.check_mode):
         result["restarted"] = True
         result["health"] = _kubelet_restart.restart_and_wait(
-            lambda argv: module.run_command(argv, handle_exceptions=False), plan["service"], module.params["health_url"],
+            _command.runner(module.params["health_timeout"]), plan["service"], module.params["health_url"],
             module.params["health_timeout"])
     if module._diff:
         result["diff"] = _files.diffs(changes)

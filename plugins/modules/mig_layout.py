@@ -22,6 +22,12 @@ description:
     instances).
   - As mig-parted, an entry whose C(devices) index is not on the node, or whose C(device-filter) matches none of the
     GPUs it names, is left out, not an error (one config serves nodes with different GPUs); RV(unmatched_entries) lists them.
+  - Unlike mig-parted v0.15.0, which applies them wrongly, refuses two entries of the selected config that select the
+    same GPU (mig-parted applies both in turn, the earlier layout is lost or the apply fails after the mode change)
+    and a configuration name given twice in the file (mig-parted silently keeps the last one).
+  - O(config_file) is read inside O(root) (links and V(..) never leave it), only when it is a regular UTF-8 file of at
+    most 1 MiB; YAML nested more than 64 deep or with more than 50,000 nodes once aliases are expanded is refused.
+    Every error is one line naming the file (and the line and column for YAML), the config and the field.
   - Plans first, then acts. Nothing happens when every GPU already holds its layout; the comparison is by
     the multiset of GPU-instance profiles per GPU, placements only count where the layout pins them
     (V(3g.40gb@4)). Otherwise, per GPU, compute instances and then GPU instances that are not wanted are

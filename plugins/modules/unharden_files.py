@@ -142,7 +142,7 @@ def decide(params):
     records = _originals.load_records(root)
     current = {}
     for record in records:
-        current[record["path"]] = _originals.read_text(_originals.host_path(root, record["path"]))
+        current[record["path"]] = _originals.read_text(_originals.host_path(root, record["path"]), root=root)
     return _originals.plan_restore(records, current, force=params["force"], writers=params["writers"],
                                    keep_backups=params["keep_backups"], allow_checkpoints=params["checkpoints"])
 
@@ -152,7 +152,7 @@ def run(module):
         return restore(module)
     except OSError as error:
         # _originals reads and writes with plain os calls; the task still names the module and the file.
-        raise GpuhardenError("unharden_files: %s" % error) from error
+        raise GpuhardenError("unharden_files: %s: %s" % (error.filename or "a file", error.strerror or error)) from error
 
 
 def restore(module):

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import subprocess
 from decimal import Decimal
 from pathlib import Path
 
@@ -348,14 +350,69 @@ def test_file_named_cgroup_root_is_refused(world_tmp):
     assert target.read_text() == "x"
 
 
-def test_write_failure_reports_what_was_written(tree):
+def test_a_target_that_is_no_cgroup_file_is_refused_before_the_first_write(tree):
     snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
     planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
     first, second = planned["changes"]
     os.unlink(second.path)
-    os.mkdir(second.path)  # writing a directory fails: the kernel refusing a value looks the same to us
+    os.mkdir(second.path)
+    before = snapshot_tree(tree)
     with pytest.raises(GpuhardenError) as caught:
         _cgroup_memory.write_values(planned["changes"])
-    assert caught.value.result["changed"] is True
-    assert caught.value.result["written"] == [_cgroup_memory.change_record(first)]
-    assert "Is a directory" in caught.value.msg
+    assert "is a directory, not a cgroup file" in caught.value.msg
+    assert snapshot_tree(tree) == before  # the first file was not written either
+
+
+def test_a_value_the_kernel_refuses_puts_the_earlier_writes_back(tree, monkeypatch):
+    snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
+    planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
+    first, second = planned["changes"]
+    write_one = _cgroup_memory._write_one
+
+    def kernel(target, value):  # the kernel refuses the second value (EINVAL), as it does for a value it cannot take
+        if target == second.path and value == second.after:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write_one(target, value)
+
+    monkeypatch.setattr(_cgroup_memory, "_write_one", kernel)
+    with pytest.raises(GpuhardenError) as caught:
+        _cgroup_memory.write_values(planned["changes"])
+    assert caught.value.result == {"changed": False, "written": []}
+    assert "Invalid argument" in caught.value.msg and "put back" in caught.value.msg
+    assert Path(first.path).read_text().strip() == "max"
+
+
+def test_an_immutable_memory_file_is_refused_before_the_first_write(tree):
+    snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
+    planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
+    _first, second = planned["changes"]
+    if subprocess.run(["chattr", "+i", second.path], capture_output=True, check=False).returncode:
+        pytest.skip("chattr +i is not supported here")
+    before = snapshot_tree(tree)
+    try:
+        with pytest.raises(GpuhardenError, match="the file is immutable"):
+            _cgroup_memory.write_values(planned["changes"])
+        assert snapshot_tree(tree) == before
+    finally:
+        subprocess.run(["chattr", "-i", second.path], check=True)
+
+
+def test_a_cgroup_that_vanishes_before_its_write_is_reported(tree):
+    snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
+    planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
+    first, second = planned["changes"]
+    os.unlink(second.path)
+    written, vanished = _cgroup_memory.write_values(planned["changes"])
+    assert written == [first] and vanished == [second]
+    assert not os.path.exists(second.path)  # never created
+
+
+def test_a_memory_high_changed_since_it_was_read_is_not_overwritten(tree):
+    snapshot = _cgroup_memory.scan_pods(str(tree), [UID_A])
+    planned = _cgroup_memory.plan(str(tree), [UID_A], snapshot, Decimal("0.9"), PAGE)
+    _first, second = planned["changes"]
+    with open(second.path, "w") as handle:
+        handle.write("1234567\n")
+    with pytest.raises(GpuhardenError, match="someone else set it"):
+        _cgroup_memory.write_values(planned["changes"])
+    assert Path(second.path).read_text() == "1234567\n"

@@ -467,3 +467,41 @@ def test_item06_split_gpu_instance_is_advertised_per_compute_instance_under_the_
     assert "3 compute instance(s) of 1 slice(s) (MIG devices 1c.3g.40gb)" in finding["found"]
     assert "advertises each as one nvidia.com/mig-3g.40gb" in finding["found"]
     assert "mig-1c" not in finding["found"]
+
+
+# -- issue 47: entries of one mig-parted config that select the same GPU; errors name the file and the config --------
+
+
+@pytest.mark.parametrize("second", [
+    {"devices": [1], "mig-enabled": False},  # mig-parted: the apply fails after the mode change and the reset
+    {"devices": [1, 2], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},  # mig-parted: the earlier layout is lost
+])
+def test_entries_of_one_mig_parted_config_that_select_one_gpu_are_refused(second):
+    config = {"version": "v1", "mig-configs": {"x": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}, second]}}
+    entries = _mig.parse_mig_parted(config, "x", "/etc/mig.yaml")
+    with pytest.raises(GpuhardenError) as caught:
+        _mig.plan_node([gpu(0), gpu(1), gpu(2)], entries, False, "mixed")
+    assert caught.value.msg.startswith("/etc/mig.yaml: mig-configs.x[1]: selects GPU 1 (00000000:08:00.0, NVIDIA A100-SXM4-80GB), "
+                                       "which /etc/mig.yaml: mig-configs.x[0] selects already")
+    assert caught.value.result["field"] == "devices" and caught.value.result["gpu"] == 1
+
+
+def test_disjoint_entries_and_the_short_forms_overrides_are_not_overlaps():
+    config = {"version": "v1", "mig-configs": {"x": [
+        {"device-filter": "0x233010DE", "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": A100, "devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}},
+        {"devices": [5], "mig-enabled": False}]}}
+    assert set(_mig.plan_node([gpu(0), gpu(1)], _mig.parse_mig_parted(config, "x"), False, "mixed")["desired"]) == {0, 1}
+    short = _mig.parse_short({"all": {"1g.10gb": 7}, 1: "disabled"})
+    assert _mig.plan_node([gpu(0), gpu(1)], short, False, "mixed")["desired"][1]["mig_enabled"] is False
+
+
+def test_a_layout_the_gpu_cannot_take_names_the_file_and_the_config():
+    config = {"version": "v1", "mig-configs": {"big": [{"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 2}}]}}
+    with pytest.raises(GpuhardenError) as caught:
+        _mig.plan_node([gpu(0)], _mig.parse_mig_parted(config, "big", "/etc/mig.yaml"), False, "mixed")
+    assert caught.value.msg.startswith("/etc/mig.yaml: mig-configs.big[0]: GPU 0 (")
+    assert "profile 7g.80gb allows at most 1 instance(s)" in caught.value.msg
+    with pytest.raises(GpuhardenError, match=r"^layout\.0: GPU 0 "):
+        _mig.plan_node([gpu(0)], _mig.parse_short({0: {"7g.80gb": 2}}), False, "mixed")

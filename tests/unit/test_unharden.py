@@ -6,6 +6,7 @@ it removed) and only its own cluster objects."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -278,3 +279,29 @@ def test_unharden_cluster_module_lists_once_and_dry_runs_in_check_mode(monkeypat
     assert [call[2] for call in lists if call[1] == "ConfigMap"] == ["kube-system"]
     assert [call for call in fake.calls if call[0] == "patch"] == ([] if check else [("patch", "Node", "a", False)])
     assert {call[3] for call in fake.calls if call[0] == "delete"} == {check}  # dryRun=All in check mode
+
+
+# -- issue 47: a record whose fields hold what gpuharden never writes is refused before anything is restored ---------
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("original_stat", {"mode": "0644", "uid": 0, "gid": 0}),
+    ("original_stat", {"mode": 0o644, "uid": -1, "gid": 0}),
+    ("backups", ["relative/backup~"]),
+    ("original", 42),
+    ("kind", "socket"),
+])
+def test_an_edited_record_is_refused_naming_the_record_and_the_field(tmp_path, field, value):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+    record = {"version": 1, "path": "/etc/x.conf", "writer": "kubelet_config", "kind": "file", "recorded": "now",
+              "original": "a\n", "original_stat": {"mode": 0o644, "uid": 0, "gid": 0}, "created_dirs": [], "written": None,
+              "previous": None, "others": [], "backups": []}
+    record[field] = value
+    target = _originals.record_file(str(tmp_path), "/etc/x.conf")
+    os.makedirs(os.path.dirname(target))
+    with open(target, "w") as handle:
+        json.dump(record, handle)
+    with pytest.raises(GpuhardenError) as caught:
+        _originals.load_records(str(tmp_path))
+    assert caught.value.msg.startswith("%s: field %s" % (target, field)) and "\n" not in caught.value.msg

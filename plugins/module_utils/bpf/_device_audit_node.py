@@ -21,12 +21,14 @@ import stat
 import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _bpf_syscalls, _device_audit
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _findings, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _cgroup_paths, _podresources
 
 DEFAULT_BUNDLE_DIRS = ["/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"]
 MAX_DEPTH = 8  # below a kubepods root: QoS, pod, container, and a few nested levels
+# An OCI bundle's config.json is tens of KiB; one that is bigger is not read (the container's name stays unknown).
+BUNDLE_MAX_BYTES = 4 * 1024 * 1024
 # CGROUP_SUPER_MAGIC and CGROUP2_SUPER_MAGIC, include/uapi/linux/magic.h
 CGROUP_FS_MAGICS = (0x27E0EB, 0x63677270)
 
@@ -71,8 +73,8 @@ def cgroup_layout(base):
     v1 = v1 if v2 != base and os.path.exists(os.path.join(v1, "devices.list")) else None
     if v2 is None and v1 is None:
         raise GpuhardenError(
-            "device_cgroup_audit: cgroup_root: %s holds neither a cgroup2 hierarchy (cgroup.controllers) nor a v1 devices "
-            "hierarchy (devices/devices.list)" % base
+            "device_cgroup_audit: cgroup_root: %s holds neither a cgroup2 hierarchy (%s) nor a v1 devices hierarchy (%s)"
+            % (base, os.path.join(base, "cgroup.controllers"), os.path.join(base, "devices", "devices.list"))
         )
     layout = "v2" if v2 == base else ("hybrid" if v2 and v1 else ("v1" if v1 else "v2"))
     return layout, v2, v1
@@ -145,10 +147,11 @@ def find_container_cgroups(hierarchy):
 def _read_bundle(bundle_dirs, container_id):
     for directory in bundle_dirs:
         for path in (os.path.join(directory, container_id, "config.json"), os.path.join(directory, container_id, "userdata", "config.json")):
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    config = json.load(handle)
-            except (OSError, ValueError):
+            try:  # regular files only, bounded: a bundle that is a FIFO never blocks the audit
+                config = json.loads(_files.read_text(path, max_bytes=BUNDLE_MAX_BYTES) or "null")
+            except (GpuhardenError, ValueError):
+                continue
+            if config is None:
                 continue
             annotations = config.get("annotations") or {} if isinstance(config, dict) else {}
             name = annotations.get("io.kubernetes.cri.container-name") or annotations.get("io.kubernetes.container.name")
@@ -165,7 +168,10 @@ def _read_bundle(bundle_dirs, container_id):
 
 def _read_v1(v1_root, rel):
     path = v1_root + rel + "/devices.list"
-    text = _host.read_text(path)
+    try:  # never through a link, never a FIFO: cgroupfs has neither
+        text = _files.read_text(path, follow=False, max_bytes=_host.PROC_MAX_BYTES)
+    except GpuhardenError as error:
+        raise GpuhardenError("device_cgroup_audit: %s" % error.msg, fix="point cgroup_root at the node's cgroup hierarchy") from None
     return text, path
 
 
@@ -175,7 +181,7 @@ def describe_devices(root, paths):
         if not path.startswith("/"):
             raise GpuhardenError("device_cgroup_audit: devices: %r is not an absolute node path" % path)
         try:
-            st = os.stat(_host.host_path(root, path))
+            st = os.stat(_files.resolve_in_root(root, path))  # links followed inside the root, as the node sees them
         except OSError as error:
             raise GpuhardenError("device_cgroup_audit: devices: %s: %s" % (path, error.strerror)) from None
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
@@ -195,15 +201,10 @@ def default_devices(root):
 
 def gpu_uuids(root):
     """{GPU UUID: minor} from the driver's /proc/driver/nvidia/gpus/<bdf>/information."""
-    base = _host.host_path(root, "/proc/driver/nvidia/gpus")
     mapping = {}
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return mapping
-    for bdf in names:
+    for bdf in _host.list_node_dir(root, "/proc/driver/nvidia/gpus") or []:
         fields = {}
-        for line in (_host.read_text(os.path.join(base, bdf, "information")) or "").splitlines():
+        for line in (_host.read_node_text(root, "/proc/driver/nvidia/gpus/%s/information" % bdf) or "").splitlines():
             key, sep, value = line.partition(":")
             if sep:
                 fields[key.strip()] = value.strip()
@@ -214,7 +215,7 @@ def gpu_uuids(root):
 
 def collect(root, cgroup_root, bundle_dirs):
     """The containers with their effective programs / devices.list, and the programs' dumps."""
-    base = _host.host_path(root, cgroup_root)
+    base = _files.resolve_in_root(root, cgroup_root)
     if not os.path.isdir(base):
         raise GpuhardenError("device_cgroup_audit: cgroup_root: %s is not a directory" % base)
     layout, v2_root, v1_root = cgroup_layout(base)
@@ -226,7 +227,7 @@ def collect(root, cgroup_root, bundle_dirs):
                 paths.setdefault(rel, set()).update(nested)
                 seen.add(rel)
                 seen.update(nested)
-    bundle_dirs = [_host.host_path(root, d) for d in bundle_dirs if os.path.isdir(_host.host_path(root, d))]
+    bundle_dirs = [here for here in (_files.resolve_in_root(root, d) for d in bundle_dirs) if os.path.isdir(here)]
     containers, prog_ids, vanished = [], set(), []
     for rel in sorted(paths):
         parsed = _cgroup_paths.parse_container_path(rel)
@@ -356,6 +357,11 @@ def run(params, keep_answer=False):
     if not os.path.isdir(root):
         raise GpuhardenError("device_cgroup_audit: root: %s is not a directory" % root)
     _device_audit.check_options(params["accesses"], params["severity_overrides"], params["allocations"])
+    for option in ("cgroup_root", "bundle_dirs"):
+        for value in params[option] if isinstance(params[option], list) else [params[option]]:
+            if not value.startswith("/") or "\x00" in value:
+                raise GpuhardenError("device_cgroup_audit: option %s: %s is not an absolute node path" % (option, _files.shown(value)[:200]),
+                                     fix="name directories as the node sees them, from /")
     started = time.monotonic()
     devices = describe_devices(root, params["devices"]) if params["devices"] is not None else default_devices(root)
     layout, containers, programs, vanished = collect(root, params["cgroup_root"], params["bundle_dirs"])

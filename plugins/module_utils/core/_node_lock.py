@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import time
 
 from ansible.module_utils.common.warnings import warn
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 DEFAULT_PATH = "/run/gpuharden/run.lock"
@@ -38,6 +40,8 @@ POLL_SECONDS = 1.0
 SAME_CONTROLLER = ("host", "boot_id", "pid_ns")
 RUN_KEYS = SAME_CONTROLLER + ("pid", "start")
 PLAYBOOK_COMMANDS = ("ansible-playbook",)
+# A lock file is one small JSON object; anything bigger is not gpuharden's.
+MAX_LOCK_BYTES = 64 * 1024
 
 
 def parse(text):
@@ -123,14 +127,16 @@ def describe_holder(holder):
 
 
 def read(path):
-    """False when there is no lock file, None when it is unreadable garbage, else its content."""
+    """False when there is no lock file, None when it is unreadable garbage, else its content.
+
+    Only a regular file is read, never through a link (``_files.read_text``): a FIFO or a link at the lock's path is
+    an error naming it, not a hang or someone else's file taken for the lock.
+    """
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse(handle.read())
-    except FileNotFoundError:
-        return False
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("node_lock: cannot read %s: %s" % (path, error)) from None
+        text = _files.read_text(path, follow=False, max_bytes=MAX_LOCK_BYTES)
+    except GpuhardenError as error:
+        raise GpuhardenError("node_lock: %s" % error.msg, fix="remove %s if no gpuharden run holds it" % path) from None
+    return False if text is None else parse(text)
 
 
 def create(path, content):
@@ -141,21 +147,30 @@ def create(path, content):
     except FileExistsError:
         return False
     except OSError as error:
-        raise GpuhardenError("node_lock: cannot create %s: %s" % (path, error.strerror)) from None
+        raise GpuhardenError("node_lock: cannot create %s: %s" % (_files.shown(path), error.strerror)) from None
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(content, sort_keys=True))
     return True
 
 
 def take_over(path, content):
-    """Replace a stale lock atomically (temp file in the same directory, then rename)."""
-    temp = "%s.%d.tmp" % (path, os.getpid())
+    """Replace a stale lock atomically (a new temporary file in the same directory, then rename)."""
+    _files.refuse_immutable(path, path)  # before the temporary file: a refusal leaves the directory as it was
+    _files.refuse_immutable(os.path.dirname(path), path, directory=True)
+    temp = None
     try:
-        with open(temp, "w", encoding="utf-8") as handle:
+        fd, temp = tempfile.mkstemp(prefix=_files.TEMP_PREFIX, dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(content, sort_keys=True))
+        os.chmod(temp, 0o644)
         os.rename(temp, path)
     except OSError as error:
-        raise GpuhardenError("node_lock: cannot replace the stale lock %s: %s" % (path, error.strerror)) from None
+        if temp:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+        raise GpuhardenError("node_lock: cannot replace the stale lock %s: %s" % (_files.shown(path), error.strerror)) from None
 
 
 def remove(path):
@@ -164,11 +179,14 @@ def remove(path):
     except FileNotFoundError:
         pass
     except OSError as error:
-        raise GpuhardenError("node_lock: cannot remove %s: %s" % (path, error.strerror)) from None
+        raise GpuhardenError("node_lock: cannot remove %s: %s" % (_files.shown(path), error.strerror)) from None
 
 
 def run(params):
     path, owner, state = params["path"], params["owner"], params["state"]
+    if not os.path.isabs(path) or os.path.basename(path) in ("", ".", ".."):
+        raise GpuhardenError("node_lock: option path=%s is not an absolute path to a file" % _files.shown(path)[:200],
+                             fix="give the lock file's absolute path (default %s)" % DEFAULT_PATH)
     if params["timeout"] < 0 or params["stale_after"] < 1:
         raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
     controller = check_controller(params.get("controller"))

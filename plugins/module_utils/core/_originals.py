@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import time
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 STATE_DIR = "var/lib/gpuharden/originals"
@@ -63,7 +64,10 @@ def node_path(root, path):
 
 
 def host_path(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
+    """A node path as seen from here: its directories resolved inside the root, a final link kept (to be refused)."""
+    if os.path.abspath(root or "/") == "/":
+        return os.path.join("/", path.lstrip("/"))
+    return _files.resolve_in_root(root, path, follow_final=False)
 
 
 def state_dir(root):
@@ -79,28 +83,70 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def read_text(path):
+def read_text(path, root=None):
+    """A file's text for its record (``_files.read_text``: regular files only, bounded, UTF-8, links resolved inside
+    ``root`` when given), None when absent."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("%s: cannot read it to keep its original: %s" % (path, error)) from None
+        return _files.read_text(path, root=root)
+    except GpuhardenError as error:
+        raise GpuhardenError("%s (gpuharden keeps a file's original before it changes it)" % error.msg, **error.result) from None
+
+
+def _read_record(target, what):
+    """A record file's JSON (never through a link: records are gpuharden's own files), None when absent."""
+    try:
+        text = _files.read_text(target, follow=False)
+        return None if text is None else json.loads(text)
+    except GpuhardenError as error:
+        raise GpuhardenError("%s (%s)" % (error.msg, what), **error.result) from None
+    except ValueError as error:
+        raise GpuhardenError("%s: %s cannot be read: not JSON (%s)" % (target, what, " ".join(str(error).split()))) from None
+
+
+# A record's fields and what each must hold; a record that says otherwise was not written by gpuharden (or was edited)
+# and is refused before anything is restored from it.
+_TEXT = (str,)
+_RECORD_FIELDS = {
+    "path": _TEXT, "writer": _TEXT, "kind": _TEXT, "recorded": _TEXT, "original": (str, type(None)),
+    "original_stat": (dict, type(None)), "created_dirs": (list,), "written": (str, type(None)), "previous": (str, type(None)),
+    "others": (list,), "backups": (list,),
+}
+
+
+def check_record(target, record):
+    """Refuse a record whose fields do not hold what gpuharden writes there (one line: record file, field, value)."""
+    def wrong(field, value):
+        return GpuhardenError("%s: field %s holds %s, not what gpuharden records: refusing to restore from it"
+                              % (target, field, _files.shown(json.dumps(value))[:80]),
+                              fix="restore %s by hand, then remove the record" % record.get("path"))
+
+    for field, types in _RECORD_FIELDS.items():
+        if field in record and (not isinstance(record[field], types) or isinstance(record[field], bool)):
+            raise wrong(field, record[field])
+    stat = record.get("original_stat")
+    if stat is not None:
+        for key in ("mode", "uid", "gid"):
+            value = stat.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (key == "mode" and value > 0o7777) \
+                    or value > 2 ** 32 - 1:
+                raise wrong("original_stat.%s" % key, value)
+    for field in ("created_dirs", "backups"):
+        for value in record.get(field) or []:
+            if not isinstance(value, str) or not value.startswith("/"):
+                raise wrong(field, value)
+    if record.get("kind", "file") not in ("file", "checkpoint"):
+        raise wrong("kind", record.get("kind"))
+    return record
 
 
 def load_record(root, path):
     target = record_file(root, path)
-    try:
-        with open(target, encoding="utf-8") as handle:
-            record = json.load(handle)
-    except FileNotFoundError:
+    record = _read_record(target, "the record of %s's original" % path)
+    if record is None:
         return None
-    except (OSError, ValueError) as error:
-        raise GpuhardenError("%s: the record of %s's original cannot be read: %s" % (target, path, error)) from None
     if not isinstance(record, dict) or record.get("path") != path:
         raise GpuhardenError("%s: not the record of %s" % (target, path))
-    return record
+    return check_record(target, record)
 
 
 def load_records(root):
@@ -113,16 +159,12 @@ def load_records(root):
     records = []
     for name in names:
         target = os.path.join(directory, name)
-        try:
-            with open(target, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError) as error:
-            raise GpuhardenError("%s: a record of gpuharden's originals cannot be read: %s" % (target, error)) from None
+        record = _read_record(target, "a record of gpuharden's originals")
         if not isinstance(record, dict) or not isinstance(record.get("path"), str) or record.get("version") != RECORD_VERSION:
             raise GpuhardenError("%s: not a gpuharden record (version %s)" % (target, RECORD_VERSION))
         if os.path.basename(target) != os.path.basename(record_file(root, record["path"])):
             raise GpuhardenError("%s: its name does not match the path it records (%s)" % (target, record["path"]))
-        records.append(record)
+        records.append(check_record(target, record))
     return sorted(records, key=lambda record: record["path"])
 
 
@@ -295,8 +337,21 @@ def _remove_quietly(path):
 
 
 def apply_restore(module, root, plan):
-    """Carry the plan out (never in check mode). Returns the backups made of forced-over files."""
+    """Carry the plan out (never in check mode). Returns the backups made of forced-over files.
+
+    Every file is checked before the first is touched (``_files.check_change``: inside the root, no link, not
+    immutable, still what the plan read); a restored file gets its original content, mode and owner.
+    """
     made = []
+    checked = {}
+    for entry in plan["entries"]:
+        if entry["action"] in ("restore", "remove") and entry["before"] != entry["after"]:
+            change = _files.FileChange(host_path(root, entry["path"]), entry["before"], entry["after"])
+            checked[entry["path"]] = _files.check_change(root, change)
+        if entry["action"] not in ("conflict", "skip"):  # its record goes: a record that cannot go stops the run here
+            record = record_file(root, entry["path"])
+            _files.refuse_immutable(record, record)
+            _files.refuse_immutable(os.path.dirname(record), record, directory=True)
     for entry in plan["entries"]:
         action = entry["action"]
         if action in ("conflict", "skip"):
@@ -304,26 +359,12 @@ def apply_restore(module, root, plan):
         target = host_path(root, entry["path"])
         if action in ("restore", "remove") and entry["forced"] and entry["before"] is not None:
             made.append(node_path(root, _backup_current(module, target)))
-        if action == "restore":
+        if action == "restore" and entry["path"] in checked:
             stat = entry.get("original_stat") or {"mode": 0o644, "uid": 0, "gid": 0}
-            real = os.path.realpath(target)
-            directory = os.path.dirname(real)
-            if not os.path.isdir(directory):
-                os.makedirs(directory, 0o755)
-            fd, temp = tempfile.mkstemp(prefix=".gpuharden-", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(entry["after"].encode("utf-8"))
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.chmod(temp, stat["mode"])
-                os.chown(temp, stat["uid"], stat["gid"])
-                module.atomic_move(temp, real, unsafe_writes=False)
-                os.chmod(real, stat["mode"])  # atomic_move keeps the replaced file's mode and owner: take the original's
-                os.chown(real, stat["uid"], stat["gid"])
-            except BaseException:
-                _remove_quietly(temp)
-                raise
+            written = checked[entry["path"]]
+            _files.write_checked(module, written, entry["after"], stat["mode"])
+            os.chmod(written.path, stat["mode"])  # atomic_move keeps the replaced file's mode and owner: take the original's
+            os.chown(written.path, stat["uid"], stat["gid"])
         elif action == "remove":
             _remove_quietly(target)
             for directory in entry["dirs_removed"]:

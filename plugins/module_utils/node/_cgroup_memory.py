@@ -19,16 +19,21 @@ Three layers, so that the decision is testable without a kernel:
   ``max``), the pods without any memory limit and the pods not found.
 
 cgroup files are kernel interfaces: they are written in place (``write_values``), never through a
-temporary file and a rename, which the kernel does not support there.
+temporary file and a rename, which the kernel does not support there.  cgroupfs has no symbolic links, FIFOs or
+devices: a memory file that is one is refused, never read (a FIFO would block) nor written through.  Every file is
+checked before the first write; a cgroup that vanishes before its write (the pod ended) is reported, not an error;
+a write the kernel refuses puts the values already written back.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from decimal import ROUND_FLOOR, Decimal
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._files import FileChange, read_text
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
@@ -40,6 +45,8 @@ _UID_RE = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 _SYSTEMD_POD_RE = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]+)\.slice$")
 _CGROUPFS_POD_RE = re.compile(r"^pod([0-9a-f-]+)$")
 _BYTES_RE = re.compile(r"[0-9]{1,20}")
+# memory.max and memory.high hold one number or "max"; cgroup.controllers a few words.
+CGROUP_FILE_MAX_BYTES = 4096
 # (top-level cgroup, QoS sub-cgroups by class, driver)
 _LAYOUTS = (
     ("kubepods.slice", {"burstable": "kubepods-burstable.slice", "besteffort": "kubepods-besteffort.slice"}, "systemd"),
@@ -118,10 +125,10 @@ def check_hierarchy(cgroup_root, controllers_text, mounts_text, where=None):
         controllers = controllers_text.split()
         if "memory" not in controllers:
             raise GpuhardenError(
-                "cgroup_memory: %s is cgroup v2 but its cgroup.controllers (%s) has no memory controller, so no "
+                "cgroup_memory: %s is cgroup v2 but %s (%s) has no memory controller, so no "
                 "cgroup has memory.max or memory.high: enable the memory controller (it may be bound to a cgroup v1 "
                 "hierarchy, see cgroup_no_v1= / systemd.unified_cgroup_hierarchy=1 on the kernel command line)"
-                % (cgroup_root, " ".join(controllers) or "empty")
+                % (cgroup_root, os.path.join(cgroup_root, "cgroup.controllers"), " ".join(controllers)[:200] or "empty")
             )
         return controllers
     where = os.path.normpath(where or cgroup_root)
@@ -175,9 +182,18 @@ def _subdirs(path):
         raise GpuhardenError("cgroup_memory: cannot list %s: %s" % (path, error.strerror)) from None
 
 
+def _read_cgroup_file(path):
+    """A cgroup file's text (None when absent); never through a link, never a FIFO or device (``_files.read_text``)."""
+    try:
+        return read_text(path, follow=False, max_bytes=CGROUP_FILE_MAX_BYTES)
+    except GpuhardenError as error:
+        raise GpuhardenError("cgroup_memory: %s: this is not a cgroup file" % error.msg,
+                             fix="point cgroup_root at the node's cgroup v2 hierarchy") from None
+
+
 def _read_memory_files(base, cgroup):
     directory = os.path.join(base, cgroup.lstrip("/"))
-    return {name: read_text(os.path.join(directory, name)) for name in MEMORY_FILES}
+    return {name: _read_cgroup_file(os.path.join(directory, name)) for name in MEMORY_FILES}
 
 
 def scan_pods(base, wanted):
@@ -318,37 +334,112 @@ def plan(cgroup_root, uids, snapshot, factor, page_size):
 # Applying (cgroup files only)
 
 
-def write_values(changes, root="/", host_path=None):
-    """Write each planned value into its cgroup file in place and read it back.
+def _open_cgroup_file(target, path):
+    """An O_WRONLY descriptor of the cgroup file ``target`` (``path`` as reported), or None when it vanished.
 
-    cgroup files are kernel interfaces: a temporary file and a rename would replace the interface, so
-    this is the one place where a target is opened for writing.  Returns the changes written; on a
-    failure raises with ``written`` listing the ones already done.
+    Never creates it, never follows a link, never blocks (a FIFO is refused before it is opened).
     """
-    written = []
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise GpuhardenError("cgroup_memory: %s: is %s, not a cgroup file: refusing to write it"
+                             % (_files.shown(path), _files.kind_of(info.st_mode)),
+                             fix="point cgroup_root at the node's cgroup v2 hierarchy")
+    try:
+        return os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _check_targets(changes, root, host_path):
+    """(change, target) of every write, each checked before the first: a cgroup file, still holding what was read."""
+    checked = []
     for change in changes:
         if not change.changed:
             continue
         target = host_path(root, change.path) if host_path else change.path
         try:
-            with open(target, "w") as handle:  # kernel file: written in place (see above)
-                handle.write(change.after)
-            with open(target) as handle:
-                back = handle.read()
+            info = os.lstat(target)
+        except FileNotFoundError:
+            checked.append((change, target))  # vanished: reported when its turn comes
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise GpuhardenError("cgroup_memory: %s: is %s, not a cgroup file: refusing to write it"
+                                 % (_files.shown(change.path), _files.kind_of(info.st_mode)),
+                                 fix="point cgroup_root at the node's cgroup v2 hierarchy")
+        try:  # cgroupfs has no such flags; a tree that has them is refused before the first write
+            _files.refuse_immutable(target, change.path)
+        except GpuhardenError as error:
+            raise GpuhardenError("cgroup_memory: %s" % error.msg, **error.result) from None
+        now = _read_cgroup_file(target)
+        if now is not None and (now.strip() != (change.before or "").strip()):
+            raise GpuhardenError("cgroup_memory: %s: now %s, was %s when read: someone else set it; refusing to overwrite it"
+                                 % (_files.shown(change.path), now.strip()[:40], (change.before or "").strip()[:40]),
+                                 fix="run again: the plan is made from the values as they are now")
+        checked.append((change, target))
+    return checked
+
+
+def _write_one(target, value):
+    """Write ``value`` in place and read it back; False when the cgroup vanished first."""
+    fd = _open_cgroup_file(target, target)
+    if fd is None:
+        return False, None
+    try:
+        os.write(fd, value.encode("ascii"))
+    finally:
+        os.close(fd)
+    return True, _read_cgroup_file(target)
+
+
+def write_values(changes, root="/", host_path=None):
+    """Write each planned value into its cgroup file in place and read it back.
+
+    cgroup files are kernel interfaces: a temporary file and a rename would replace the interface, so
+    this is the one place where a target is opened for writing.  Every target is checked first
+    (``_check_targets``).  Returns (the changes written, the changes whose cgroup vanished before their
+    write).  When the kernel refuses a value, the values already written are put back and the error
+    names the file; ``written`` lists what could not be put back.
+    """
+    written, vanished = [], []
+    for change, target in _check_targets(changes, root, host_path):
+        try:
+            done, back = _write_one(target, change.after)
         except OSError as error:
+            left = _put_back(written, root, host_path)
             raise GpuhardenError(
-                "cgroup_memory: writing %s to %s failed: %s" % (change.after.strip(), change.path, error.strerror),
-                changed=bool(written),
-                written=[change_record(done) for done in written],
+                "cgroup_memory: writing %s to %s failed: %s%s" % (
+                    change.after.strip(), _files.shown(change.path), error.strerror,
+                    " (the %d value(s) written before it were put back)" % len(written) if written and not left else ""),
+                changed=bool(left),
+                written=[change_record(done) for done in left],
             ) from None
+        if not done:
+            vanished.append(change)
+            continue
         written.append(change)
-        if back.strip() != change.after.strip():
+        if (back or "").strip() != change.after.strip():
             raise GpuhardenError(
-                "cgroup_memory: %s reads %r after writing %s" % (change.path, back.strip(), change.after.strip()),
+                "cgroup_memory: %s reads %r after writing %s" % (_files.shown(change.path), (back or "").strip()[:40], change.after.strip()),
                 changed=True,
                 written=[change_record(done) for done in written],
             )
-    return written
+    return written, vanished
+
+
+def _put_back(written, root, host_path):
+    """Write the old values back, newest first; returns the changes that could not be put back."""
+    left = []
+    for change in reversed(written):
+        target = host_path(root, change.path) if host_path else change.path
+        try:
+            _write_one(target, change.before)  # a cgroup that vanished meanwhile has nothing to put back
+        except OSError as error:
+            if error.errno != errno.ENOENT:
+                left.append(change)
+    return list(reversed(left))
 
 
 def change_record(change):
@@ -379,12 +470,12 @@ def decide(params, mounts_text=None):
     check_page_size(page_size)
     if not os.path.isdir(root):
         raise GpuhardenError("cgroup_memory: option root=%s is not a directory" % root)
-    base = _host.host_path(root, cgroup_root)
+    base = _files.resolve_in_root(root, cgroup_root)  # inside the root, as the node sees it
     if not os.path.isdir(base):
         raise GpuhardenError("cgroup_memory: option cgroup_root=%s is not a directory on the node" % cgroup_root)
     if mounts_text is None:
         mounts_text = _host.read_text("/proc/self/mounts") or ""
-    controllers = read_text(os.path.join(base, "cgroup.controllers"))
+    controllers = _read_cgroup_file(os.path.join(base, "cgroup.controllers"))
     check_hierarchy(cgroup_root, controllers, mounts_text, where=os.path.realpath(base))
     snapshot = scan_pods(base, uids) if uids else {}
     planned = plan(cgroup_root, uids, snapshot, factor, page_size)

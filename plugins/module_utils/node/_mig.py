@@ -250,21 +250,35 @@ def _parse_profile_counts(value, source, path):
     return counts, pins
 
 
-def _entry(devices, mig_enabled, mig_devices=None, device_filter=None, pins=None):
+def described(value):
+    """What a value is, in words for a message (never a Python type name)."""
+    if value is None:
+        return "nothing (an empty document or value)"
+    if isinstance(value, bool):
+        return "the boolean %s" % str(value).lower()
+    kinds = ((dict, "a mapping"), (list, "a list"), (str, "the string"), ((int, float), "the number"))
+    words = next((words for kind, words in kinds if isinstance(value, kind)), "a value of another kind")
+    return words if isinstance(value, (dict, list)) else "%s %r" % (words, value if not isinstance(value, str) else value[:80])
+
+
+def _entry(devices, mig_enabled, mig_devices=None, device_filter=None, pins=None, origin=None, exclusive=False):
+    """One entry; ``origin`` names where it was written (file and config), ``exclusive``: no other exclusive entry may
+    select the same GPU (mig-parted files, see ``resolve_entries``)."""
     return {
         "devices": devices,
         "device_filter": device_filter,
         "mig_enabled": mig_enabled,
         "mig_devices": dict(mig_devices or {}),
         "pins": list(pins or []),
+        "origin": origin,
+        "exclusive": exclusive,
     }
 
 
 def parse_mig_parted(config, selected, source="config"):
     """mig-parted v1 (``api/spec/v1/spec.go``) -> entries.  Unknown fields are rejected, as mig-parted does."""
     if not isinstance(config, dict):
-        raise GpuhardenError("%s must be a mig-parted v1 mapping, got %r" % (source, type(config).__name__),
-                             field="", value=config)
+        raise GpuhardenError("%s must be a mig-parted v1 mapping, got %s" % (source, described(config)), field="", value=config)
     unknown = sorted(set(map(str, config)) - {"version", "mig-configs"})
     if unknown:
         raise GpuhardenError("%s: unknown top-level field(s) %s (mig-parted v1 allows version, mig-configs)"
@@ -329,7 +343,8 @@ def parse_mig_parted(config, selected, source="config"):
             raise GpuhardenError("%s: mig-devices must be empty when mig-enabled is false, got %r"
                                  % (_where(source, *path), raw.get("mig-devices")),
                                  field=".".join(map(str, path + ("mig-devices",))), value=raw.get("mig-devices"))
-        entries.append(_entry(devices, enabled, counts, device_filter, pins))
+        entries.append(_entry(devices, enabled, counts, device_filter, pins,
+                              origin="%s: mig-configs.%s[%d]" % (source, selected, position), exclusive=True))
     return entries
 
 
@@ -353,11 +368,12 @@ def parse_short(layout, source="layout"):
                 raise GpuhardenError("%s: key %r is neither 'all' nor a GPU index (or comma-separated indices)"
                                      % (source, key), field=str(key), value=key)
             devices = sorted({int(part) for part in parts})
+        origin = "%s.%s" % (source, key)
         if value is False or value is None or (isinstance(value, str) and value.strip().lower() in _DISABLED_WORDS):
-            entry = _entry(devices, False)
+            entry = _entry(devices, False, origin=origin)
         elif isinstance(value, dict):
             counts, pins = _parse_profile_counts(value, source, (key,))
-            entry = _entry(devices, True, counts, None, pins)
+            entry = _entry(devices, True, counts, None, pins, origin=origin)
         else:
             raise GpuhardenError("%s.%s must be a mapping of MIG profile to count or 'disabled', got %r"
                                  % (source, key, value), field=str(key), value=value)
@@ -379,28 +395,44 @@ def _filter_matches(entry, gpu):
     return (gpu.get("pci_device_id") or "").upper().replace("0X", "0x") in entry["device_filter"]
 
 
+def _selection(entries, gpus):
+    """Per entry: (position, entry, the GPU indices it names that the node has, those it selects, those missing)."""
+    by_index = {gpu["index"]: gpu for gpu in gpus}
+    for position, entry in enumerate(entries):
+        if entry["devices"] == "all":
+            named, missing = sorted(by_index), []
+        else:
+            named = [index for index in entry["devices"] if index in by_index]
+            missing = [index for index in entry["devices"] if index not in by_index]
+        selected = [index for index in named if _filter_matches(entry, by_index[index])]
+        yield position, entry, named, selected, missing
+
+
 def resolve_entries(entries, gpus):
     """Per-GPU desired state {index: {mig_enabled, mig_devices, pins}} and the entries (or parts) that select no GPU.
 
     Entries apply in order and a later one overrides an earlier one for the same GPU; GPUs no entry selects are
     left alone.  As mig-parted walks the GPUs present and applies each entry to those it matches
     (NVIDIA/mig-parted v0.15.0 cmd/nvidia-mig-parted/assert/assert.go WalkSelectedMigConfigForEachGPU), an index
-    the node does not have, or a device-filter no GPU matches, is skipped, not an error: the same config file
+    the node does not have, or a device-filter no GPU matches, is left out, not an error: the same config file
     serves nodes with different GPUs.  ``unmatched`` lists them: [{entry, devices?, device_filter?, reason}].
+
+    Two entries of one mig-parted config (``exclusive``) that select the same GPU are refused.  mig-parted v0.15.0
+    does not refuse them: it applies every entry in turn to the GPUs it selects (cmd/nvidia-mig-parted/apply/mode.go
+    ApplyMigMode, apply/config.go ApplyMigConfig).  With different mig-enabled, the mode ends as the last entry says
+    and ApplyMigConfig then fails on the earlier entry ("unable to apply MIG config with MIG mode disabled", or "MIG
+    mode is currently enabled, but the configuration specifies it should be disabled"), after the mode change and
+    the GPU reset; with the same mode, the earlier layout is created and destroyed again, and only the last one
+    stays.  Either way the earlier entry is a mistake.  The short form's ``all`` plus per-index keys overrides on
+    purpose and is not exclusive.
     """
     by_index = {gpu["index"]: gpu for gpu in gpus}
-    desired, unmatched = {}, []
-    for position, entry in enumerate(entries):
-        if entry["devices"] == "all":
-            named = sorted(by_index)
-        else:
-            named = [index for index in entry["devices"] if index in by_index]
-            missing = [index for index in entry["devices"] if index not in by_index]
-            if missing:
-                unmatched.append({"entry": position, "devices": missing,
-                                  "reason": "no GPU with index %s on the node (GPUs %s)"
-                                            % (", ".join(map(str, missing)), sorted(by_index))})
-        selected = [index for index in named if _filter_matches(entry, by_index[index])]
+    desired, unmatched, owners = {}, [], {}
+    for position, entry, named, selected, missing in _selection(entries, gpus):
+        if missing:
+            unmatched.append({"entry": position, "devices": missing,
+                              "reason": "no GPU with index %s on the node (GPUs %s)"
+                                        % (", ".join(map(str, missing)), sorted(by_index))})
         if named and not selected and entry["device_filter"]:
             unmatched.append({"entry": position, "device_filter": list(entry["device_filter"]),
                               "reason": "no GPU %s matches device-filter %s (their PCI ids: %s)"
@@ -408,12 +440,31 @@ def resolve_entries(entries, gpus):
                                            ", ".join(entry["device_filter"]),
                                            ", ".join(sorted({str(by_index[i].get("pci_device_id")) for i in named})))})
         for index in selected:
+            earlier = owners.get(index)
+            if entry.get("exclusive") and earlier is not None:
+                raise GpuhardenError(
+                    "%s: selects %s, which %s selects already: mig-parted applies both in turn (the earlier layout "
+                    "is destroyed again, or the apply fails after the mode change when mig-enabled differs); give "
+                    "each GPU one entry" % (entry.get("origin") or "entry %d" % position, gpu_label(by_index[index]),
+                                            earlier.get("origin") or "another entry"),
+                    field="devices", value=entry["devices"], gpu=index)
+            if entry.get("exclusive"):
+                owners[index] = entry
             desired[index] = {
                 "mig_enabled": entry["mig_enabled"],
                 "mig_devices": dict(entry["mig_devices"]),
                 "pins": list(entry["pins"]),
             }
     return desired, unmatched
+
+
+def origins(entries, gpus):
+    """{GPU index: where the entry that decides its layout was written} (the last entry that selects it)."""
+    found = {}
+    for _position, entry, _named, selected, _missing in _selection(entries, gpus):
+        for index in selected:
+            found[index] = entry.get("origin")
+    return found
 
 
 def resolve(entries, gpus):
@@ -804,10 +855,15 @@ def custom_compute_findings(gpus, plans):
 def plan_node(gpus, entries, force, strategy):
     """The whole decision, pure: desired per GPU, per-GPU plans, layouts, findings, busy GPUs, unmatched entries."""
     desired, unmatched = resolve_entries(entries, gpus)
+    written_in = origins(entries, gpus)
     for gpu in gpus:
         if gpu["index"] in desired:
             desired[gpu["index"]] = spelled(desired[gpu["index"]], gpu["profile_table"])
-            validate(gpu, desired[gpu["index"]], gpu["profile_table"])
+            try:
+                validate(gpu, desired[gpu["index"]], gpu["profile_table"])
+            except GpuhardenError as error:  # the GPU is named; the file and config say where to fix it
+                where = written_in.get(gpu["index"])
+                raise GpuhardenError("%s: %s" % (where, error.msg) if where else error.msg, **error.result) from None
     plans = {index: plan_gpu(gpu, desired[index], gpu["profile_table"])
              for index, gpu in ((gpu["index"], gpu) for gpu in gpus) if index in desired}
     before = {gpu["index"]: current_layout(gpu) for gpu in gpus}

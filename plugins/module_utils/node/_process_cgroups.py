@@ -9,7 +9,7 @@ node_audit."""
 from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import host_path
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import read_node_text
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node._cgroup_paths import parse_container_path, process_cgroup_path
 
 
@@ -19,13 +19,12 @@ def read(root, pids):
         if pid < 1:
             raise GpuhardenError("process_cgroup_info: option pids[%d]=%r is not a process ID" % (position, pid))
         try:
-            with open(host_path(root, "/proc/%d/cgroup" % pid)) as handle:
-                text = handle.read()
-        except FileNotFoundError:
+            text = read_node_text(root, "/proc/%d/cgroup" % pid)  # regular files only: a FIFO never blocks
+        except GpuhardenError as error:
+            raise GpuhardenError("process_cgroup_info: %s" % error.msg, **error.result) from None
+        if text is None:
             missing.append(pid)
             continue
-        except OSError as error:
-            raise GpuhardenError("process_cgroup_info: cannot read /proc/%d/cgroup: %s" % (pid, error.strerror)) from None
         path = process_cgroup_path(text)
         if path is None:
             continue

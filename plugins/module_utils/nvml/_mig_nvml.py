@@ -13,22 +13,16 @@ GpuhardenError carrying the step and the state reached on every GPU, so that a r
 from __future__ import annotations
 
 import os
-import traceback
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml._nvml import HAS_PYNVML, pynvml
 
-try:
-    import yaml
-
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
-except ImportError:
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR = traceback.format_exc()
+# PyYAML: what config_file needs (core/_safe_parse.py imports it, guarded)
+HAS_YAML = _safe_parse.HAS_YAML
+YAML_IMPORT_ERROR = _safe_parse.YAML_IMPORT_ERROR
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -334,17 +328,21 @@ def argument_spec():
 
 
 def load_config_file(root, path):
-    """A mig-parted file from the node, parsed once; errors name the file."""
+    """A mig-parted file from the node, parsed once; errors name the file (one line: file, line, column, problem).
+
+    The path is resolved inside ``root`` (links and ``..`` never leave it); only a regular UTF-8 file of at most
+    ``_safe_parse.MAX_BYTES`` is read, and YAML that nests too deep, expands aliases too far or repeats a key is
+    refused.  A repeated config name is one such key: mig-parted v0.15.0 (sigs.k8s.io/yaml v1.6.0 Unmarshal, not
+    strict) silently keeps the last one, which applies a layout the file's reader did not expect.
+    """
     full = os.path.join(root, path.lstrip("/")) if root != "/" else path
     try:
-        with open(full, "rb") as handle:
-            text = handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise GpuhardenError("config_file %s cannot be read: %s" % (full, error), file=full) from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise GpuhardenError("config_file %s is not valid YAML: %s" % (full, error), file=full) from error
+        text = _files.read_text(full, root=root, max_bytes=_safe_parse.MAX_BYTES)
+        if text is None:
+            raise GpuhardenError("%s: no such file" % _files.shown(full), fix="point config_file at the mig-parted config")
+        data = _safe_parse.safe_load(text, _files.shown(full))
+    except GpuhardenError as error:
+        raise GpuhardenError("config_file %s" % error.msg, file=full, **error.result) from None
     return data, full
 
 
@@ -353,5 +351,8 @@ def entries_from_params(params):
         return _mig.parse_short(params["layout"], "layout")
     if params["config"] is not None:
         return _mig.parse_mig_parted(params["config"], params["selected"], "config")
+    if params["config_file"] is None:  # given as null: ansible-core's required_one_of counts it as given
+        raise GpuhardenError("give one of the options config, config_file or layout (config_file is null)", field="config_file",
+                             value=None)
     data, path = load_config_file(params["root"], params["config_file"])
     return _mig.parse_mig_parted(data, params["selected"], path)

@@ -18,7 +18,7 @@ import select
 import signal
 import time
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _findings, _host
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml, _nvml_health
 
@@ -105,18 +105,19 @@ def run_unprivileged(function, uid, gid, groups, timeout):
 
 def driver_mig_devices(root, minors):
     """Compute instances in the driver's MIG capability tree, or None when the driver shows no such tree."""
-    base = _host.host_path(root, "/proc/driver/nvidia/capabilities")
-    if not os.path.isdir(base):
+    base = "/proc/driver/nvidia/capabilities"
+    if _host.list_node_dir(root, base) is None:
         return None
     total, seen = 0, False
     for minor in minors:
-        mig = os.path.join(base, "gpu%d" % minor, "mig")
-        if not os.path.isdir(mig):
+        mig = "%s/gpu%d/mig" % (base, minor)
+        instances = _host.list_node_dir(root, mig)
+        if instances is None:
             continue
         seen = True
-        for gi in os.listdir(mig):
-            if gi.startswith("gi") and os.path.isdir(os.path.join(mig, gi)):
-                total += sum(1 for ci in os.listdir(os.path.join(mig, gi)) if ci.startswith("ci"))
+        for gi in instances:
+            if gi.startswith("gi") and os.path.isdir(_files.resolve_in_root(root, "%s/%s" % (mig, gi))):
+                total += sum(1 for ci in _host.list_node_dir(root, "%s/%s" % (mig, gi)) or [] if ci.startswith("ci"))
     return total if seen else None
 
 
