@@ -303,13 +303,14 @@ def _mounts(root, hybrid):
 @pytest.fixture
 def cgroup_v1_node(world_tmp, monkeypatch):
     """The audit's node root on the cgroup v1 layout, as its /proc/self/mounts shows it (read in this process)."""
-    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _host
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
 
     def make(hybrid):
         root = _node(world_tmp)
         (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
-        real_read = _host.read_text
-        monkeypatch.setattr(_host, "read_text", lambda path: _mounts(root, hybrid) if path == "/proc/self/mounts" else real_read(path))
+        real_read = _files.read_text
+        monkeypatch.setattr(_files, "read_text",
+                            lambda path, *args, **kwargs: _mounts(root, hybrid) if path == "/proc/self/mounts" else real_read(path, *args, **kwargs))
         assert _host.cgroup_version(str(root)) == ("hybrid" if hybrid else 1)
         return root
 
