@@ -216,7 +216,12 @@ def _same(left, right):
 
 
 class NodeReader:
-    """Read-only access to the node's files below ``root``, each file read once."""
+    """Read-only access to the node's files below ``root``, each file read once.
+
+    Every path the planner follows, also those found in the unit (--config, EnvironmentFile=, --config-dir), is
+    resolved inside ``root`` as the node sees it (``_files.resolve_in_root``: absolute and relative links and ``..``
+    never leave the root), and only regular files are read (a FIFO, device or directory is a one-line refusal).
+    """
 
     def __init__(self, root="/", overlay=None):
         self.root = root
@@ -226,22 +231,33 @@ class NodeReader:
     def path(self, node_path):
         return host_path(self.root, node_path)
 
+    def resolved(self, node_path):
+        """Where ``node_path`` really is on this machine, every link resolved inside the root."""
+        return _files.host_path_in_root(self.root, self.path(node_path))
+
     def read(self, node_path):
         if node_path in self.overlay:
             return self.overlay[node_path]
         if node_path not in self._cache:
-            self._cache[node_path] = _files.read_text(self.path(node_path))
+            self._cache[node_path] = _files.read_text(self.path(node_path), root=self.root)
         return self._cache[node_path]
 
     def isdir(self, node_path):
-        return os.path.isdir(self.path(node_path))
+        return os.path.isdir(self.resolved(node_path))
 
     def files_below(self, node_path):
-        """Relative paths of the regular files below a directory (recursively), sorted; overlay included."""
+        """Relative paths of the entries below a directory that are not directories (recursively, links to
+        directories included: reading one is refused), sorted; overlay included.
+
+        As the kubelet v1.36.3 walks --config-dir (cmd/kubelet/app/server.go mergeKubeletConfigurations,
+        filepath.WalkDir): subdirectories are descended, not followed through links; every other entry is a file to
+        the caller, so a FIFO or a link to a directory named ``*.conf`` reaches ``read`` and is refused there, where
+        the kubelet would hang or fail on it."""
         found = set()
-        top = self.path(node_path)
-        for dirpath, _dirs, names in os.walk(top):
-            for name in names:
+        top = self.resolved(node_path)
+        for dirpath, dirs, names in os.walk(top):
+            linked = [name for name in dirs if os.path.islink(os.path.join(dirpath, name))]
+            for name in names + linked:
                 found.add(os.path.relpath(os.path.join(dirpath, name), top))
         prefix = node_path.rstrip("/") + "/"
         for path, text in self.overlay.items():
