@@ -26,7 +26,7 @@ import struct
 import subprocess
 from fractions import Fraction
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host, _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import host_path
 
@@ -541,38 +541,167 @@ def _sequence_indent(text):
     return 2, 0
 
 
+def _kind_in_words(value):
+    """What a decoded value is, in the words of a config file (never a Python type name)."""
+    value = _plain(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean (%s)" % json.dumps(value)
+    if isinstance(value, (int, float)):
+        return "a number (%s)" % json.dumps(value)
+    if isinstance(value, str):
+        return "a string (%s)" % json.dumps(value[:80])
+    if isinstance(value, list):
+        return "a list (%s)" % _short(value)
+    return "a mapping (%s)" % _short(value)
+
+
+def _short(value, limit=80):
+    text = json.dumps(_plain(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# The kubelet's decoder takes a document whose first non-space byte is "{" as JSON, anything else as YAML
+# (k8s.io/apimachinery v0.36.3 pkg/runtime/serializer/json/json.go Serializer.RecognizesData ->
+# pkg/util/yaml/decoder.go IsJSONBuffer: bytes.TrimLeftFunc(unicode.IsSpace) then the prefix "{").  Such a file is
+# parsed, checked and written back as JSON; a YAML flow mapping that starts with "{" and is not JSON is refused by
+# the kubelet already ("couldn't get version/kind; json parse error"), so it is refused here too.
+JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def looks_like_json(text):
+    return (text or "").lstrip().startswith("{")
+
+
+def _json_position(text, offset):
+    line = text.count("\n", 0, offset) + 1
+    return "line %d, column %d" % (line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _check_json_bounds(text, path):
+    """Refuse a JSON document nested deeper than _safe_parse.MAX_DEPTH (before json.loads recurses into it)."""
+    depth = 0
+    bare = JSON_STRING_RE.sub(lambda match: " " * len(match.group(0)), text)
+    for match in re.finditer(r"[\[\]{}]", bare):
+        depth += 1 if match.group(0) in "[{" else -1
+        if depth > _safe_parse.MAX_DEPTH:
+            raise GpuhardenError("%s: %s: nested more than %d levels deep" % (path, _json_position(text, match.start()), _safe_parse.MAX_DEPTH),
+                                 fix="flatten the document: no kubelet config nests this deep")
+
+
+def _refuse_constant(name):
+    raise ValueError("%s is not a JSON value" % name)
+
+
+def _json_object(path):
+    def build(pairs):
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise GpuhardenError("%s: key %s appears twice in one object" % (path, json.dumps(key[:80])),
+                                     fix="keep one of them: decoders disagree on which one wins")
+            seen[key] = value
+        return seen
+    return build
+
+
+def load_json(text, path):
+    """The JSON document ``text`` (object order kept), bounded like _safe_parse's YAML; errors in one line."""
+    if len(text) > _safe_parse.MAX_BYTES:
+        raise GpuhardenError("%s: %d characters, more than the %d gpuharden parses in one config: refusing it"
+                             % (path, len(text), _safe_parse.MAX_BYTES), fix="check what this file is; a kubelet config is a few KiB")
+    _check_json_bounds(text, path)
+    try:
+        doc = json.loads(text, object_pairs_hook=_json_object(path), parse_constant=_refuse_constant)
+    except json.JSONDecodeError as error:
+        raise GpuhardenError("%s: %s: not JSON: %s (the file starts with \"{\", so the kubelet reads it as JSON)"
+                             % (path, _json_position(text, error.pos), error.msg),
+                             fix="write the file as JSON, or as YAML that does not start with \"{\"") from None
+    except ValueError as error:
+        raise GpuhardenError("%s: not JSON: %s" % (path, error), fix="write numbers as numbers") from None
+    _check_json_nodes(doc, path)
+    return doc
+
+
+def _check_json_nodes(doc, path):
+    """Refuse more values than _safe_parse.MAX_NODES (its bound for YAML): a real KubeletConfiguration has ~100."""
+    pending, count = [doc], 0
+    while pending:
+        value = pending.pop()
+        count += 1
+        if count > _safe_parse.MAX_NODES:
+            raise GpuhardenError("%s: more than %d values: refusing it" % (path, _safe_parse.MAX_NODES),
+                                 fix="check what this file is; a kubelet config holds a few hundred values")
+        if isinstance(value, dict):
+            pending.extend(value.values())
+            count += len(value)
+        elif isinstance(value, list):
+            pending.extend(value)
+
+
+def _json_style(text):
+    """How ``text`` lays out its JSON: (indent or None, item separator, key separator, final newline)."""
+    key_sep = re.search(r'"\s*:(\s?)', text)
+    key_separator = ": " if key_sep is None or key_sep.group(1) else ":"
+    body = text.strip()
+    if "\n" not in body:
+        item_sep = re.search(r",(\s?)", JSON_STRING_RE.sub('""', body))
+        return None, ", " if item_sep is None or item_sep.group(1) else ",", key_separator, text.endswith("\n")
+    inner = body.split("\n")[1]
+    indent = inner[:len(inner) - len(inner.lstrip())] or "  "
+    return (indent if indent.strip(" ") else len(indent)), ",", key_separator, text.endswith("\n")
+
+
 class YamlFile:
-    """A YAML file loaded once for a round-trip edit (comments and order kept)."""
+    """A YAML (or JSON) file loaded once for a round-trip edit (comments, order and, for JSON, layout kept).
+
+    ``json_first``: the file's reader takes a document that starts with "{" as JSON (the kubelet's decoder does),
+    so such a file is parsed as JSON and written back as JSON."""
+
+    json_first = False
 
     def __init__(self, path, text, what):
         self.path = path
         self.text = text
         self.modified = False
+        self.is_json = False
         if text is None:
             self.doc = None
             return
-        try:
-            doc = _yaml().load(text)
-        except YAMLError as error:
-            raise GpuhardenError("%s: not valid YAML (%s): %s" % (path, what, str(error).replace("\n", " "))) from None
+        if self.json_first and looks_like_json(text):
+            self.is_json = True
+            doc = load_json(text, path)
+        else:
+            doc = _safe_parse.round_trip_load(_yaml(), text, path)
         if doc is None:
             doc = CommentedMap()
         if not isinstance(doc, dict):
-            raise GpuhardenError("%s: the %s must be a YAML mapping, found %s" % (path, what, type(_plain(doc)).__name__))
+            raise GpuhardenError("%s: the %s must be a mapping of fields, found %s" % (path, what, _kind_in_words(doc)),
+                                 fix="write the file as a mapping (field: value lines)")
         self.doc = doc
 
     def render(self):
         if not self.modified:
             return self.text
+        if self.is_json:
+            indent, item_sep, key_sep, newline = _json_style(self.text)
+            rendered = json.dumps(_plain(self.doc), indent=indent, separators=(item_sep, key_sep), ensure_ascii=False)
+            return rendered + ("\n" if newline else "")
         yaml = _yaml()
         sequence, offset = _sequence_indent(self.text or "")
         yaml.indent(mapping=2, sequence=sequence, offset=offset)
+        if self.json_first and getattr(self.doc, "fa", None) is not None and self.doc.fa.flow_style():
+            # a flow mapping at the top would start the file with "{": its reader would then take it as JSON
+            self.doc.fa.set_block_style()
         stream = io.StringIO()
         yaml.dump(self.doc, stream)
         return stream.getvalue()
 
 
 class KubeletConfigFile(YamlFile):
+    json_first = True
+
     def __init__(self, path, text, dropin):
         super().__init__(path, text, "kubelet drop-in" if dropin else "KubeletConfiguration file")
         self.dropin = dropin
