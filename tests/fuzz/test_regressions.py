@@ -346,7 +346,6 @@ def test_rejected_by_component_a_json_kubelet_config_stays_json():
     assert_succeeded("kubelet_config", "kubeadm-json", "none", "json:%s:1" % KUBEADM_CONFIG)
 
 
-@xfail("rejected_by_component", "kubelet_config")
 def test_rejected_by_component_a_field_of_the_wrong_type_is_refused_before_any_write():
     assert_refused("kubelet_config", "kubeadm", "raw", "yaml:%s:1" % KUBEADM_CONFIG,
                    (b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: [MemoryQoS]\n",))

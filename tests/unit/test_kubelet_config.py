@@ -374,7 +374,7 @@ MALFORMED = [
     ("config missing", {CONFIG: None}, TOPOLOGY, "--config file does not exist"),
     ("featureGates not a map", {CONFIG: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                                         "featureGates: [MemoryQoS]\n"},
-     {"settings": {"featureGates": {"MemoryQoS": True}}}, "field featureGates is [\"MemoryQoS\"], expected a mapping"),
+     {"settings": {"featureGates": {"MemoryQoS": True}}}, "field featureGates is a list ([\"MemoryQoS\"]); the kubelet needs a mapping of true/false values"),
     ("env file unterminated quote", {"/etc/default/kubelet": 'KUBELET_EXTRA_ARGS="--max-pods=1\n'}, TOPOLOGY,
      "unterminated \" quote"),
     ("env file garbage line", {"/etc/default/kubelet": "this is not an assignment\n"}, TOPOLOGY, "is not KEY=VALUE"),

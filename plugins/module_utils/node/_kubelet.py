@@ -724,6 +724,9 @@ class KubeletConfigFile(YamlFile):
             value = self.doc.get(field)
             if value != expected:
                 raise GpuhardenError("%s: %s is %r, expected %r (the kubelet refuses it)" % (path, field, _plain(value), expected))
+        # The types as the kubelet's decoder sees them: JSON as it is; YAML as sigs.k8s.io/yaml's YAML 1.1 reading
+        # turns it into JSON (yes/on are booleans there), which PyYAML's safe loader shares and ruamel's 1.2 does not.
+        check_field_types(self.doc if self.is_json else _safe_parse.safe_load(text, path) or {}, path, self.is_json)
 
     def lookup(self, path):
         """(state, value): state 'absent' (says nothing), 'unset' (null / replaced by a non-map), 'set'."""
@@ -776,6 +779,115 @@ class KubeletConfigFile(YamlFile):
 def new_dropin_text(path):
     return ("# Managed by gpuharden.k8s.kubelet_config: settings the kubelet must have on this node.\n"
             "apiVersion: %s\nkind: %s\n" % (API_VERSION, KIND))
+
+
+# --------------------------------------------------------------------------------------------
+# the JSON type of every KubeletConfiguration field
+
+
+# The JSON type of each top-level field of KubeletConfiguration v1beta1 (k8s.io/kubelet v0.36.3
+# config/v1beta1/types.go): Go's string and named string types, metav1.Duration (a string time.ParseDuration reads),
+# bool, int32/int64 (and pointers to them), *float64, maps, lists and structs ("mapping", checked only as a mapping).
+# The kubelet decodes its config into that struct (pkg/kubelet/kubeletconfig/util/codec/codec.go
+# DecodeKubeletConfiguration; a drop-in through the same decoder, cmd/kubelet/app/server.go
+# loadDropinConfigFileIntoJSON): a value of another JSON type is an unmarshal error, not a strict-decoding one, so the
+# lenient fallback does not save it and the kubelet does not start.  gpuharden refuses such a file before any write,
+# fields it does not manage included, instead of carrying the value into a file it rewrites.  null is accepted
+# everywhere (JSON null leaves a Go value as it is); unknown fields are the lenient decoder's business (it accepts
+# them with a warning).  tests/unit/test_kubelet_types.py pins every kind against the real decoder (kubelet-validate).
+FIELD_TYPES = {
+    "string": ("address", "cgroupDriver", "cgroupRoot", "clusterDomain", "configMapAndSecretChangeDetectionStrategy",
+        "containerLogMaxSize", "containerRuntimeEndpoint", "contentType", "cpuManagerPolicy", "hairpinMode",
+        "healthzBindAddress", "imagePullCredentialsVerificationPolicy", "imageServiceEndpoint", "kubeReservedCgroup",
+        "kubeletCgroups", "memoryManagerPolicy", "memoryReservationPolicy", "podCIDR", "podLogsDir", "providerID",
+        "reservedSystemCPUs", "resolvConf", "showHiddenMetricsForVersion", "staticPodPath", "staticPodURL",
+        "systemCgroups", "systemReservedCgroup", "tlsCertFile", "tlsMinVersion", "tlsPrivateKeyFile",
+        "topologyManagerPolicy", "topologyManagerScope", "volumePluginDir"),
+    "duration": ("containerLogMonitorInterval", "cpuCFSQuotaPeriod", "cpuManagerReconcilePeriod",
+        "evictionPressureTransitionPeriod", "fileCheckFrequency", "httpCheckFrequency", "imageMaximumGCAge",
+        "imageMinimumGCAge", "nodeStatusReportFrequency", "nodeStatusUpdateFrequency", "runtimeRequestTimeout",
+        "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "streamingConnectionIdleTimeout", "syncFrequency",
+        "volumeStatsAggPeriod"),
+    "bool": ("cgroupsPerQOS", "cpuCFSQuota", "enableContentionProfiling", "enableControllerAttachDetach",
+        "enableDebugFlagsHandler", "enableDebuggingHandlers", "enableProfilingHandler", "enableServer",
+        "enableSystemLogHandler", "enableSystemLogQuery", "failCgroupV1", "failSwapOn", "kernelMemcgNotification",
+        "localStorageCapacityIsolation", "makeIPTablesUtilChains", "mergeDefaultEvictionSettings",
+        "protectKernelDefaults", "registerNode", "rotateCertificates", "runOnce", "seccompDefault",
+        "serializeImagePulls", "serverTLSBootstrap", "singleProcessOOMKill"),
+    "int32": ("containerLogMaxFiles", "containerLogMaxWorkers", "eventBurst", "eventRecordQPS",
+        "evictionMaxPodGracePeriod", "healthzPort", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
+        "iptablesDropBit", "iptablesMasqueradeBit", "kubeAPIBurst", "kubeAPIQPS", "maxParallelImagePulls", "maxPods",
+        "nodeLeaseDurationSeconds", "nodeStatusMaxImages", "oomScoreAdj", "podsPerCore", "port", "readOnlyPort",
+        "registryBurst", "registryPullQPS"),
+    "int64": ("maxOpenFiles", "podPidsLimit"),
+    "number": ("memoryThrottlingFactor",),
+    "map of strings": ("cpuManagerPolicyOptions", "evictionHard", "evictionMinimumReclaim", "evictionSoft",
+        "evictionSoftGracePeriod", "kubeReserved", "qosReserved", "systemReserved", "topologyManagerPolicyOptions"),
+    "map of booleans": ("featureGates",),
+    "map of string lists": ("staticPodURLHeader",),
+    "list of strings": ("allowedUnsafeSysctls", "clusterDNS", "enforceNodeAllocatable",
+        "preloadedImagesVerificationAllowlist", "tlsCipherSuites"),
+    "list of int32": ("tlsCurvePreferences",),
+    "list of mappings": ("registerWithTaints", "reservedMemory", "shutdownGracePeriodByPodPriority"),
+    "mapping": ("authentication", "authorization", "crashLoopBackOff", "logging", "memorySwap", "tracing",
+        "userNamespaces"),
+}
+KIND_WORDS = {"string": "a string", "duration": "a duration string such as \"10s\" or \"1m30s\"", "bool": "true or false",
+              "int32": "a whole number", "int64": "a whole number", "number": "a number", "map of strings": "a mapping of strings",
+              "map of booleans": "a mapping of true/false values", "map of string lists": "a mapping of string lists",
+              "list of strings": "a list of strings", "list of int32": "a list of whole numbers",
+              "list of mappings": "a list of mappings", "mapping": "a mapping"}
+FIELD_KIND = {field: kind for kind, fields in FIELD_TYPES.items() for field in fields}
+# Go's time.ParseDuration: an optional sign, then one or more decimal numbers with a unit, or a bare 0.
+GO_DURATION_RE = re.compile(r"^[-+]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)$")
+INT_RANGES = {"int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scalar_fits(kind, value, json_source):
+    if value is None:
+        return True
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "duration":
+        return isinstance(value, str) and bool(GO_DURATION_RE.match(value))
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind in INT_RANGES:
+        low, high = INT_RANGES[kind]
+        # YAML 1.0 reaches the decoder as JSON 1 (sigs.k8s.io/yaml), a JSON 1.0 as itself, which Go refuses for an int
+        whole = isinstance(value, float) and not json_source and value.is_integer()
+        return (whole or (isinstance(value, int) and not isinstance(value, bool))) and low <= value <= high
+    if kind == "number":
+        return _is_number(value)
+    return True
+
+
+def _value_fits(kind, value, json_source):
+    if value is None:
+        return True
+    if kind.startswith("map of "):
+        inner = {"map of strings": "string", "map of booleans": "bool", "map of string lists": "list of strings"}[kind]
+        return isinstance(value, dict) and all(_value_fits(inner, item, json_source) for item in value.values())
+    if kind.startswith("list of "):
+        inner = {"list of strings": "string", "list of int32": "int32", "list of mappings": "mapping"}[kind]
+        return isinstance(value, list) and all(_value_fits(inner, item, json_source) for item in value)
+    if kind == "mapping":
+        return isinstance(value, dict)
+    return _scalar_fits(kind, value, json_source)
+
+
+def check_field_types(doc, path, json_source=False):
+    """Refuse the first known field whose value the kubelet's decoder cannot take (one line: file, field, value)."""
+    for field, value in doc.items():
+        kind = FIELD_KIND.get(field)
+        if kind is not None and not _value_fits(kind, value, json_source):
+            raise GpuhardenError("%s: field %s is %s; the kubelet needs %s there and refuses the file"
+                                 % (path, field, _kind_in_words(value), KIND_WORDS[kind]),
+                                 fix="correct %s in %s (the kubelet does not start with it as it is)" % (field, path))
 
 
 # --------------------------------------------------------------------------------------------
