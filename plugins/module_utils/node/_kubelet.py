@@ -268,6 +268,25 @@ class NodeReader:
                     found.add(path[len(prefix):])
         return sorted(found)
 
+    def read_present(self, node_path):
+        """``read``, except that an entry that is there but names no file inside the root (a dangling link, or one that
+        leaves the root) is a refusal naming it instead of "missing"."""
+        text = self.read(node_path)
+        if text is None and node_path not in self.overlay and os.path.lexists(self.path(node_path)):
+            raise GpuhardenError("%s: a link to %s, which is no file inside the node root: refusing to read it"
+                                 % (self.path(node_path), os.readlink(self.path(node_path))),
+                                 fix="replace the link with the file it should be")
+        return text
+
+    def dropin_dir_entries(self, node_path):
+        """Names in a unit's drop-in directory; a non-directory where the directory should be is refused."""
+        here = self.resolved(node_path)
+        if os.path.lexists(here) and not os.path.isdir(here):
+            raise GpuhardenError("%s: is not a directory, so systemd reads no drop-in from it" % self.path(node_path),
+                                 fix="remove it or make it the drop-in directory")
+        return [rel for rel in self.files_below(node_path) if "/" not in rel] + \
+            sorted(name for name in (os.listdir(here) if os.path.isdir(here) else ()) if os.path.isdir(os.path.join(here, name)))
+
     def with_overlay(self, overlay):
         reader = NodeReader(self.root, dict(self.overlay, **overlay))
         reader._cache = self._cache
@@ -341,7 +360,7 @@ def find_unit(reader, service):
     name = service if "." in service else service + ".service"
     for directory in UNIT_DIRS:
         path = "%s/%s" % (directory, name)
-        if reader.read(path) is not None:
+        if reader.read_present(path) is not None:
             return name, path
     return name, None
 
@@ -354,15 +373,14 @@ def load_unit(reader, service):
     dropins = {}
     for directory in reversed(UNIT_DIRS):  # same-named drop-ins in earlier dirs mask later ones
         dropin_dir = "%s/%s.d" % (directory, name)
-        if reader.isdir(dropin_dir):
-            for rel in reader.files_below(dropin_dir):
-                if "/" not in rel and rel.endswith(".conf"):
-                    dropins[rel] = "%s/%s" % (dropin_dir, rel)
+        for rel in reader.dropin_dir_entries(dropin_dir):
+            if rel.endswith(".conf"):  # a directory named *.conf reaches read, which refuses it
+                dropins[rel] = "%s/%s" % (dropin_dir, rel)
     fragments = [main] + [dropins[key] for key in sorted(dropins)]
     unit = {"name": name, "path": main, "fragments": fragments, "exec_start": None, "environment": [],
             "environment_files": []}
     for path in fragments:
-        for section, key, value in parse_unit_text(reader.read(path), path):
+        for section, key, value in parse_unit_text(reader.read_present(path), path):
             if section != "Service":
                 continue
             if key == "ExecStart":
