@@ -96,7 +96,6 @@ def test_traceback_containerd_plugins_as_an_inline_table():
                    ("keep", (("inline_tables", 0, ("pool", 0)),)))
 
 
-@xfail("traceback", "kubelet_config")
 def test_traceback_kubelet_config_nested_too_deep():
     assert_refused("kubelet_config", "kubeadm", "deep", "yaml:%s:1" % KUBEADM_CONFIG, (100000,))
 
@@ -151,7 +150,6 @@ def test_hang_containerd_import_that_is_a_fifo_is_refused():
                    needle="is a FIFO (named pipe)")
 
 
-@xfail("hang", "kubelet_config")
 def test_hang_kubelet_config_with_100000_keys():
     assert_refused("kubelet_config", "kubeadm", "many_keys", "yaml:%s:1" % KUBEADM_CONFIG, (100000,))
 
@@ -195,13 +193,16 @@ def test_write_through_link_kubelet_config_that_is_a_link_is_not_written_through
     assert_refused("kubelet_config", "kubeadm", "link_in_rel", "yaml:%s:1" % KUBEADM_CONFIG, needle="gpuharden does not write through links")
 
 
-@xfail("traceback", "kubelet_config")
 def test_traceback_kubelet_dropin_that_is_an_absolute_link_inside_the_root():
     assert_refused("kubelet_config", "k3s", "link_in_abs", "yaml:/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-gpuharden.conf:1")
 
 
+def test_write_through_link_a_kubelet_config_linked_out_of_the_root_is_not_read():
+    # fixed in phase 2: the kubelet planner's NodeReader reads with _files.read_text(path, root=root)
+    assert_refused("kubelet_config", "kubeadm", "link_out_abs", "yaml:%s:1" % KUBEADM_CONFIG)
+
+
 @pytest.mark.parametrize(("module", "variant", "target"), [
-    ("kubelet_config", "kubeadm", "yaml:%s:1" % KUBEADM_CONFIG),
     ("containerd_nvidia_runtime", "v2-single.toml", "toml:/etc/containerd/config.toml:1"),
     ("nvidia_device_nodes", "l4", "lines:%s:1" % MODPROBE),
 ])
@@ -328,7 +329,6 @@ def test_unclear_error_cgroup_controllers_without_memory_names_the_file():
                    needle="/sys/fs/cgroup/cgroup.controllers (cpuse) has no memory controller")
 
 
-@xfail("unclear_error", "kubelet_config")
 def test_unclear_error_kubelet_yaml_error():
     assert_refused("kubelet_config", "kubeadm", "raw", "yaml:%s:1" % KUBEADM_CONFIG,
                    (b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfoo: [1,\n  2\nbar: x\n",))
@@ -342,12 +342,10 @@ def test_rejected_by_component_an_applied_mig_layout_passes_mig_parteds_assert()
     assert_succeeded("mig_layout", "h100-mig-enabled/all-1g.10gb", "link_in_rel", "mig:%s:0" % MIG_FILE)
 
 
-@xfail("rejected_by_component", "kubelet_config")
 def test_rejected_by_component_a_json_kubelet_config_stays_json():
     assert_succeeded("kubelet_config", "kubeadm-json", "none", "json:%s:1" % KUBEADM_CONFIG)
 
 
-@xfail("rejected_by_component", "kubelet_config")
 def test_rejected_by_component_a_field_of_the_wrong_type_is_refused_before_any_write():
     assert_refused("kubelet_config", "kubeadm", "raw", "yaml:%s:1" % KUBEADM_CONFIG,
                    (b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: [MemoryQoS]\n",))

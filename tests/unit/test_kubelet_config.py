@@ -368,13 +368,13 @@ def test_service_detection(node):
 # malformed input: a clear message and every file byte-identical
 
 MALFORMED = [
-    ("broken config YAML", {CONFIG: "apiVersion: [unclosed\n"}, TOPOLOGY, "not valid YAML"),
-    ("config is a list", {CONFIG: "- a\n- b\n"}, TOPOLOGY, "must be a YAML mapping"),
+    ("broken config YAML", {CONFIG: "apiVersion: [unclosed\n"}, TOPOLOGY, "config.yaml: line 2, column 1: expected ',' or ']'"),
+    ("config is a list", {CONFIG: "- a\n- b\n"}, TOPOLOGY, 'must be a mapping of fields, found a list (["a", "b"])'),
     ("config wrong kind", {CONFIG: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n"}, TOPOLOGY, "kind is 'Pod'"),
     ("config missing", {CONFIG: None}, TOPOLOGY, "--config file does not exist"),
     ("featureGates not a map", {CONFIG: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                                         "featureGates: [MemoryQoS]\n"},
-     {"settings": {"featureGates": {"MemoryQoS": True}}}, "field featureGates is [\"MemoryQoS\"], expected a mapping"),
+     {"settings": {"featureGates": {"MemoryQoS": True}}}, "field featureGates is a list ([\"MemoryQoS\"]); the kubelet needs a mapping of true/false values"),
     ("env file unterminated quote", {"/etc/default/kubelet": 'KUBELET_EXTRA_ARGS="--max-pods=1\n'}, TOPOLOGY,
      "unterminated \" quote"),
     ("env file garbage line", {"/etc/default/kubelet": "this is not an assignment\n"}, TOPOLOGY, "is not KEY=VALUE"),
@@ -422,10 +422,10 @@ MALFORMED = [
     ("bad drop-in name", {}, dict(TOPOLOGY, dropin_name="00-first.conf"), "dropin_name"),
 ]
 K3S_MALFORMED = [
-    ("k3s config broken", {K3S_CONFIG: "kubelet-arg: [\n"}, TOPOLOGY, "not valid YAML"),
+    ("k3s config broken", {K3S_CONFIG: "kubelet-arg: [\n"}, TOPOLOGY, "config.yaml: line 2, column 1: expected the node content"),
     ("k3s kubelet-arg is a map", {K3S_CONFIG: "kubelet-arg: {max-pods: 1}\n"}, TOPOLOGY, "must be a list of strings"),
     ("k3s drop-in without kind", {K3S_DIR + "/20-x.conf": "maxPods: 10\n"}, TOPOLOGY, "without apiVersion"),
-    ("k3s drop-in broken", {K3S_DIR + "/20-x.conf": "apiVersion: : :\n"}, TOPOLOGY, "not valid YAML"),
+    ("k3s drop-in broken", {K3S_DIR + "/20-x.conf": "apiVersion: : :\n"}, TOPOLOGY, "20-x.conf: line 1, column"),
     ("k3s config not UTF-8", {}, TOPOLOGY, "not UTF-8"),
 ]
 

@@ -26,7 +26,7 @@ import struct
 import subprocess
 from fractions import Fraction
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host, _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import host_path
 
@@ -216,7 +216,12 @@ def _same(left, right):
 
 
 class NodeReader:
-    """Read-only access to the node's files below ``root``, each file read once."""
+    """Read-only access to the node's files below ``root``, each file read once.
+
+    Every path the planner follows, also those found in the unit (--config, EnvironmentFile=, --config-dir), is
+    resolved inside ``root`` as the node sees it (``_files.resolve_in_root``: absolute and relative links and ``..``
+    never leave the root), and only regular files are read (a FIFO, device or directory is a one-line refusal).
+    """
 
     def __init__(self, root="/", overlay=None):
         self.root = root
@@ -226,22 +231,33 @@ class NodeReader:
     def path(self, node_path):
         return host_path(self.root, node_path)
 
+    def resolved(self, node_path):
+        """Where ``node_path`` really is on this machine, every link resolved inside the root."""
+        return _files.host_path_in_root(self.root, self.path(node_path))
+
     def read(self, node_path):
         if node_path in self.overlay:
             return self.overlay[node_path]
         if node_path not in self._cache:
-            self._cache[node_path] = _files.read_text(self.path(node_path))
+            self._cache[node_path] = _files.read_text(self.path(node_path), root=self.root)
         return self._cache[node_path]
 
     def isdir(self, node_path):
-        return os.path.isdir(self.path(node_path))
+        return os.path.isdir(self.resolved(node_path))
 
     def files_below(self, node_path):
-        """Relative paths of the regular files below a directory (recursively), sorted; overlay included."""
+        """Relative paths of the entries below a directory that are not directories (recursively, links to
+        directories included: reading one is refused), sorted; overlay included.
+
+        As the kubelet v1.36.3 walks --config-dir (cmd/kubelet/app/server.go mergeKubeletConfigurations,
+        filepath.WalkDir): subdirectories are descended, not followed through links; every other entry is a file to
+        the caller, so a FIFO or a link to a directory named ``*.conf`` reaches ``read`` and is refused there, where
+        the kubelet would hang or fail on it."""
         found = set()
-        top = self.path(node_path)
-        for dirpath, _dirs, names in os.walk(top):
-            for name in names:
+        top = self.resolved(node_path)
+        for dirpath, dirs, names in os.walk(top):
+            linked = [name for name in dirs if os.path.islink(os.path.join(dirpath, name))]
+            for name in names + linked:
                 found.add(os.path.relpath(os.path.join(dirpath, name), top))
         prefix = node_path.rstrip("/") + "/"
         for path, text in self.overlay.items():
@@ -251,6 +267,25 @@ class NodeReader:
                 else:
                     found.add(path[len(prefix):])
         return sorted(found)
+
+    def read_present(self, node_path):
+        """``read``, except that an entry that is there but names no file inside the root (a dangling link, or one that
+        leaves the root) is a refusal naming it instead of "missing"."""
+        text = self.read(node_path)
+        if text is None and node_path not in self.overlay and os.path.lexists(self.path(node_path)):
+            raise GpuhardenError("%s: a link to %s, which is no file inside the node root: refusing to read it"
+                                 % (self.path(node_path), os.readlink(self.path(node_path))),
+                                 fix="replace the link with the file it should be")
+        return text
+
+    def dropin_dir_entries(self, node_path):
+        """Names in a unit's drop-in directory; a non-directory where the directory should be is refused."""
+        here = self.resolved(node_path)
+        if os.path.lexists(here) and not os.path.isdir(here):
+            raise GpuhardenError("%s: is not a directory, so systemd reads no drop-in from it" % self.path(node_path),
+                                 fix="remove it or make it the drop-in directory")
+        return [rel for rel in self.files_below(node_path) if "/" not in rel] + \
+            sorted(name for name in (os.listdir(here) if os.path.isdir(here) else ()) if os.path.isdir(os.path.join(here, name)))
 
     def with_overlay(self, overlay):
         reader = NodeReader(self.root, dict(self.overlay, **overlay))
@@ -325,7 +360,7 @@ def find_unit(reader, service):
     name = service if "." in service else service + ".service"
     for directory in UNIT_DIRS:
         path = "%s/%s" % (directory, name)
-        if reader.read(path) is not None:
+        if reader.read_present(path) is not None:
             return name, path
     return name, None
 
@@ -338,15 +373,14 @@ def load_unit(reader, service):
     dropins = {}
     for directory in reversed(UNIT_DIRS):  # same-named drop-ins in earlier dirs mask later ones
         dropin_dir = "%s/%s.d" % (directory, name)
-        if reader.isdir(dropin_dir):
-            for rel in reader.files_below(dropin_dir):
-                if "/" not in rel and rel.endswith(".conf"):
-                    dropins[rel] = "%s/%s" % (dropin_dir, rel)
+        for rel in reader.dropin_dir_entries(dropin_dir):
+            if rel.endswith(".conf"):  # a directory named *.conf reaches read, which refuses it
+                dropins[rel] = "%s/%s" % (dropin_dir, rel)
     fragments = [main] + [dropins[key] for key in sorted(dropins)]
     unit = {"name": name, "path": main, "fragments": fragments, "exec_start": None, "environment": [],
             "environment_files": []}
     for path in fragments:
-        for section, key, value in parse_unit_text(reader.read(path), path):
+        for section, key, value in parse_unit_text(reader.read_present(path), path):
             if section != "Service":
                 continue
             if key == "ExecStart":
@@ -525,38 +559,167 @@ def _sequence_indent(text):
     return 2, 0
 
 
+def _kind_in_words(value):
+    """What a decoded value is, in the words of a config file (never a Python type name)."""
+    value = _plain(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean (%s)" % json.dumps(value)
+    if isinstance(value, (int, float)):
+        return "a number (%s)" % json.dumps(value)
+    if isinstance(value, str):
+        return "a string (%s)" % json.dumps(value[:80])
+    if isinstance(value, list):
+        return "a list (%s)" % _short(value)
+    return "a mapping (%s)" % _short(value)
+
+
+def _short(value, limit=80):
+    text = json.dumps(_plain(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# The kubelet's decoder takes a document whose first non-space byte is "{" as JSON, anything else as YAML
+# (k8s.io/apimachinery v0.36.3 pkg/runtime/serializer/json/json.go Serializer.RecognizesData ->
+# pkg/util/yaml/decoder.go IsJSONBuffer: bytes.TrimLeftFunc(unicode.IsSpace) then the prefix "{").  Such a file is
+# parsed, checked and written back as JSON; a YAML flow mapping that starts with "{" and is not JSON is refused by
+# the kubelet already ("couldn't get version/kind; json parse error"), so it is refused here too.
+JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def looks_like_json(text):
+    return (text or "").lstrip().startswith("{")
+
+
+def _json_position(text, offset):
+    line = text.count("\n", 0, offset) + 1
+    return "line %d, column %d" % (line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _check_json_bounds(text, path):
+    """Refuse a JSON document nested deeper than _safe_parse.MAX_DEPTH (before json.loads recurses into it)."""
+    depth = 0
+    bare = JSON_STRING_RE.sub(lambda match: " " * len(match.group(0)), text)
+    for match in re.finditer(r"[\[\]{}]", bare):
+        depth += 1 if match.group(0) in "[{" else -1
+        if depth > _safe_parse.MAX_DEPTH:
+            raise GpuhardenError("%s: %s: nested more than %d levels deep" % (path, _json_position(text, match.start()), _safe_parse.MAX_DEPTH),
+                                 fix="flatten the document: no kubelet config nests this deep")
+
+
+def _refuse_constant(name):
+    raise ValueError("%s is not a JSON value" % name)
+
+
+def _json_object(path):
+    def build(pairs):
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise GpuhardenError("%s: key %s appears twice in one object" % (path, json.dumps(key[:80])),
+                                     fix="keep one of them: decoders disagree on which one wins")
+            seen[key] = value
+        return seen
+    return build
+
+
+def load_json(text, path):
+    """The JSON document ``text`` (object order kept), bounded like _safe_parse's YAML; errors in one line."""
+    if len(text) > _safe_parse.MAX_BYTES:
+        raise GpuhardenError("%s: %d characters, more than the %d gpuharden parses in one config: refusing it"
+                             % (path, len(text), _safe_parse.MAX_BYTES), fix="check what this file is; a kubelet config is a few KiB")
+    _check_json_bounds(text, path)
+    try:
+        doc = json.loads(text, object_pairs_hook=_json_object(path), parse_constant=_refuse_constant)
+    except json.JSONDecodeError as error:
+        raise GpuhardenError("%s: %s: not JSON: %s (the file starts with \"{\", so the kubelet reads it as JSON)"
+                             % (path, _json_position(text, error.pos), error.msg),
+                             fix="write the file as JSON, or as YAML that does not start with \"{\"") from None
+    except ValueError as error:
+        raise GpuhardenError("%s: not JSON: %s" % (path, error), fix="write numbers as numbers") from None
+    _check_json_nodes(doc, path)
+    return doc
+
+
+def _check_json_nodes(doc, path):
+    """Refuse more values than _safe_parse.MAX_NODES (its bound for YAML): a real KubeletConfiguration has ~100."""
+    pending, count = [doc], 0
+    while pending:
+        value = pending.pop()
+        count += 1
+        if count > _safe_parse.MAX_NODES:
+            raise GpuhardenError("%s: more than %d values: refusing it" % (path, _safe_parse.MAX_NODES),
+                                 fix="check what this file is; a kubelet config holds a few hundred values")
+        if isinstance(value, dict):
+            pending.extend(value.values())
+            count += len(value)
+        elif isinstance(value, list):
+            pending.extend(value)
+
+
+def _json_style(text):
+    """How ``text`` lays out its JSON: (indent or None, item separator, key separator, final newline)."""
+    key_sep = re.search(r'"\s*:(\s?)', text)
+    key_separator = ": " if key_sep is None or key_sep.group(1) else ":"
+    body = text.strip()
+    if "\n" not in body:
+        item_sep = re.search(r",(\s?)", JSON_STRING_RE.sub('""', body))
+        return None, ", " if item_sep is None or item_sep.group(1) else ",", key_separator, text.endswith("\n")
+    inner = body.split("\n")[1]
+    indent = inner[:len(inner) - len(inner.lstrip())] or "  "
+    return (indent if indent.strip(" ") else len(indent)), ",", key_separator, text.endswith("\n")
+
+
 class YamlFile:
-    """A YAML file loaded once for a round-trip edit (comments and order kept)."""
+    """A YAML (or JSON) file loaded once for a round-trip edit (comments, order and, for JSON, layout kept).
+
+    ``json_first``: the file's reader takes a document that starts with "{" as JSON (the kubelet's decoder does),
+    so such a file is parsed as JSON and written back as JSON."""
+
+    json_first = False
 
     def __init__(self, path, text, what):
         self.path = path
         self.text = text
         self.modified = False
+        self.is_json = False
         if text is None:
             self.doc = None
             return
-        try:
-            doc = _yaml().load(text)
-        except YAMLError as error:
-            raise GpuhardenError("%s: not valid YAML (%s): %s" % (path, what, str(error).replace("\n", " "))) from None
+        if self.json_first and looks_like_json(text):
+            self.is_json = True
+            doc = load_json(text, path)
+        else:
+            doc = _safe_parse.round_trip_load(_yaml(), text, path)
         if doc is None:
             doc = CommentedMap()
         if not isinstance(doc, dict):
-            raise GpuhardenError("%s: the %s must be a YAML mapping, found %s" % (path, what, type(_plain(doc)).__name__))
+            raise GpuhardenError("%s: the %s must be a mapping of fields, found %s" % (path, what, _kind_in_words(doc)),
+                                 fix="write the file as a mapping (field: value lines)")
         self.doc = doc
 
     def render(self):
         if not self.modified:
             return self.text
+        if self.is_json:
+            indent, item_sep, key_sep, newline = _json_style(self.text)
+            rendered = json.dumps(_plain(self.doc), indent=indent, separators=(item_sep, key_sep), ensure_ascii=False)
+            return rendered + ("\n" if newline else "")
         yaml = _yaml()
         sequence, offset = _sequence_indent(self.text or "")
         yaml.indent(mapping=2, sequence=sequence, offset=offset)
+        if self.json_first and getattr(self.doc, "fa", None) is not None and self.doc.fa.flow_style():
+            # a flow mapping at the top would start the file with "{": its reader would then take it as JSON
+            self.doc.fa.set_block_style()
         stream = io.StringIO()
         yaml.dump(self.doc, stream)
         return stream.getvalue()
 
 
 class KubeletConfigFile(YamlFile):
+    json_first = True
+
     def __init__(self, path, text, dropin):
         super().__init__(path, text, "kubelet drop-in" if dropin else "KubeletConfiguration file")
         self.dropin = dropin
@@ -579,6 +742,9 @@ class KubeletConfigFile(YamlFile):
             value = self.doc.get(field)
             if value != expected:
                 raise GpuhardenError("%s: %s is %r, expected %r (the kubelet refuses it)" % (path, field, _plain(value), expected))
+        # The types as the kubelet's decoder sees them: JSON as it is; YAML as sigs.k8s.io/yaml's YAML 1.1 reading
+        # turns it into JSON (yes/on are booleans there), which PyYAML's safe loader shares and ruamel's 1.2 does not.
+        check_field_types(self.doc if self.is_json else _safe_parse.safe_load(text, path) or {}, path, self.is_json)
 
     def lookup(self, path):
         """(state, value): state 'absent' (says nothing), 'unset' (null / replaced by a non-map), 'set'."""
@@ -631,6 +797,115 @@ class KubeletConfigFile(YamlFile):
 def new_dropin_text(path):
     return ("# Managed by gpuharden.k8s.kubelet_config: settings the kubelet must have on this node.\n"
             "apiVersion: %s\nkind: %s\n" % (API_VERSION, KIND))
+
+
+# --------------------------------------------------------------------------------------------
+# the JSON type of every KubeletConfiguration field
+
+
+# The JSON type of each top-level field of KubeletConfiguration v1beta1 (k8s.io/kubelet v0.36.3
+# config/v1beta1/types.go): Go's string and named string types, metav1.Duration (a string time.ParseDuration reads),
+# bool, int32/int64 (and pointers to them), *float64, maps, lists and structs ("mapping", checked only as a mapping).
+# The kubelet decodes its config into that struct (pkg/kubelet/kubeletconfig/util/codec/codec.go
+# DecodeKubeletConfiguration; a drop-in through the same decoder, cmd/kubelet/app/server.go
+# loadDropinConfigFileIntoJSON): a value of another JSON type is an unmarshal error, not a strict-decoding one, so the
+# lenient fallback does not save it and the kubelet does not start.  gpuharden refuses such a file before any write,
+# fields it does not manage included, instead of carrying the value into a file it rewrites.  null is accepted
+# everywhere (JSON null leaves a Go value as it is); unknown fields are the lenient decoder's business (it accepts
+# them with a warning).  tests/unit/test_kubelet_types.py pins every kind against the real decoder (kubelet-validate).
+FIELD_TYPES = {
+    "string": ("address", "cgroupDriver", "cgroupRoot", "clusterDomain", "configMapAndSecretChangeDetectionStrategy",
+        "containerLogMaxSize", "containerRuntimeEndpoint", "contentType", "cpuManagerPolicy", "hairpinMode",
+        "healthzBindAddress", "imagePullCredentialsVerificationPolicy", "imageServiceEndpoint", "kubeReservedCgroup",
+        "kubeletCgroups", "memoryManagerPolicy", "memoryReservationPolicy", "podCIDR", "podLogsDir", "providerID",
+        "reservedSystemCPUs", "resolvConf", "showHiddenMetricsForVersion", "staticPodPath", "staticPodURL",
+        "systemCgroups", "systemReservedCgroup", "tlsCertFile", "tlsMinVersion", "tlsPrivateKeyFile",
+        "topologyManagerPolicy", "topologyManagerScope", "volumePluginDir"),
+    "duration": ("containerLogMonitorInterval", "cpuCFSQuotaPeriod", "cpuManagerReconcilePeriod",
+        "evictionPressureTransitionPeriod", "fileCheckFrequency", "httpCheckFrequency", "imageMaximumGCAge",
+        "imageMinimumGCAge", "nodeStatusReportFrequency", "nodeStatusUpdateFrequency", "runtimeRequestTimeout",
+        "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "streamingConnectionIdleTimeout", "syncFrequency",
+        "volumeStatsAggPeriod"),
+    "bool": ("cgroupsPerQOS", "cpuCFSQuota", "enableContentionProfiling", "enableControllerAttachDetach",
+        "enableDebugFlagsHandler", "enableDebuggingHandlers", "enableProfilingHandler", "enableServer",
+        "enableSystemLogHandler", "enableSystemLogQuery", "failCgroupV1", "failSwapOn", "kernelMemcgNotification",
+        "localStorageCapacityIsolation", "makeIPTablesUtilChains", "mergeDefaultEvictionSettings",
+        "protectKernelDefaults", "registerNode", "rotateCertificates", "runOnce", "seccompDefault",
+        "serializeImagePulls", "serverTLSBootstrap", "singleProcessOOMKill"),
+    "int32": ("containerLogMaxFiles", "containerLogMaxWorkers", "eventBurst", "eventRecordQPS",
+        "evictionMaxPodGracePeriod", "healthzPort", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
+        "iptablesDropBit", "iptablesMasqueradeBit", "kubeAPIBurst", "kubeAPIQPS", "maxParallelImagePulls", "maxPods",
+        "nodeLeaseDurationSeconds", "nodeStatusMaxImages", "oomScoreAdj", "podsPerCore", "port", "readOnlyPort",
+        "registryBurst", "registryPullQPS"),
+    "int64": ("maxOpenFiles", "podPidsLimit"),
+    "number": ("memoryThrottlingFactor",),
+    "map of strings": ("cpuManagerPolicyOptions", "evictionHard", "evictionMinimumReclaim", "evictionSoft",
+        "evictionSoftGracePeriod", "kubeReserved", "qosReserved", "systemReserved", "topologyManagerPolicyOptions"),
+    "map of booleans": ("featureGates",),
+    "map of string lists": ("staticPodURLHeader",),
+    "list of strings": ("allowedUnsafeSysctls", "clusterDNS", "enforceNodeAllocatable",
+        "preloadedImagesVerificationAllowlist", "tlsCipherSuites"),
+    "list of int32": ("tlsCurvePreferences",),
+    "list of mappings": ("registerWithTaints", "reservedMemory", "shutdownGracePeriodByPodPriority"),
+    "mapping": ("authentication", "authorization", "crashLoopBackOff", "logging", "memorySwap", "tracing",
+        "userNamespaces"),
+}
+KIND_WORDS = {"string": "a string", "duration": "a duration string such as \"10s\" or \"1m30s\"", "bool": "true or false",
+              "int32": "a whole number", "int64": "a whole number", "number": "a number", "map of strings": "a mapping of strings",
+              "map of booleans": "a mapping of true/false values", "map of string lists": "a mapping of string lists",
+              "list of strings": "a list of strings", "list of int32": "a list of whole numbers",
+              "list of mappings": "a list of mappings", "mapping": "a mapping"}
+FIELD_KIND = {field: kind for kind, fields in FIELD_TYPES.items() for field in fields}
+# Go's time.ParseDuration: an optional sign, then one or more decimal numbers with a unit, or a bare 0.
+GO_DURATION_RE = re.compile(r"^[-+]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)$")
+INT_RANGES = {"int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scalar_fits(kind, value, json_source):
+    if value is None:
+        return True
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "duration":
+        return isinstance(value, str) and bool(GO_DURATION_RE.match(value))
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind in INT_RANGES:
+        low, high = INT_RANGES[kind]
+        # YAML 1.0 reaches the decoder as JSON 1 (sigs.k8s.io/yaml), a JSON 1.0 as itself, which Go refuses for an int
+        whole = isinstance(value, float) and not json_source and value.is_integer()
+        return (whole or (isinstance(value, int) and not isinstance(value, bool))) and low <= value <= high
+    if kind == "number":
+        return _is_number(value)
+    return True
+
+
+def _value_fits(kind, value, json_source):
+    if value is None:
+        return True
+    if kind.startswith("map of "):
+        inner = {"map of strings": "string", "map of booleans": "bool", "map of string lists": "list of strings"}[kind]
+        return isinstance(value, dict) and all(_value_fits(inner, item, json_source) for item in value.values())
+    if kind.startswith("list of "):
+        inner = {"list of strings": "string", "list of int32": "int32", "list of mappings": "mapping"}[kind]
+        return isinstance(value, list) and all(_value_fits(inner, item, json_source) for item in value)
+    if kind == "mapping":
+        return isinstance(value, dict)
+    return _scalar_fits(kind, value, json_source)
+
+
+def check_field_types(doc, path, json_source=False):
+    """Refuse the first known field whose value the kubelet's decoder cannot take (one line: file, field, value)."""
+    for field, value in doc.items():
+        kind = FIELD_KIND.get(field)
+        if kind is not None and not _value_fits(kind, value, json_source):
+            raise GpuhardenError("%s: field %s is %s; the kubelet needs %s there and refuses the file"
+                                 % (path, field, _kind_in_words(value), KIND_WORDS[kind]),
+                                 fix="correct %s in %s (the kubelet does not start with it as it is)" % (field, path))
 
 
 # --------------------------------------------------------------------------------------------
