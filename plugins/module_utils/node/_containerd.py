@@ -351,8 +351,8 @@ def _read_file(root, path, importer=None):
                                                                                     "" if importer is None else " (loaded by %s %s = %r)" % importer),
                                  path=path, fix="point the link at the config inside the node root, or replace it with the file")
         if importer is None:
-            raise GpuhardenError("%s: no containerd config file; generate one (containerd config default) before adding a runtime"
-                                 % path, path=path, fix="containerd config default > %s" % path)
+            raise GpuhardenError("%s: no containerd config file (option path); generate one (containerd config default) before adding a runtime"
+                                 % path, path=path, field="path", value=path, fix="containerd config default > %s" % path)
         raise GpuhardenError("%s: %s = %r: %s does not exist; containerd refuses to start like that"
                              % (importer[0], importer[1], importer[2], path),
                              path=importer[0], field=importer[1], value=importer[2], fix="create the file or remove the import")
@@ -982,7 +982,8 @@ def _standard_table(parent, key):
     forms the same meaning, and the real containerd 2.4.2 and 1.7.35 load the result (tests/real/test_containerd_real.py);
     tomlkit moves the new table after the plain keys of ``parent``, where TOML wants it."""
     inline = parent[key]
-    table = tomlkit.table()
+    # a header of its own even when only tables follow (tomlkit would leave it implicit): the line's comment stays on it
+    table = tomlkit.table(is_super_table=False)
     for name, value in inline.value.body:
         if name is not None:
             table.append(name, value)
@@ -1289,9 +1290,10 @@ def grpc_address(files):
     address = DEFAULT_ADDRESS
     for config in files:
         doc = config.doc or {}
-        plugin = ((doc.get("plugins") or {}).get(GRPC_PLUGIN) or {}).get("address")
-        legacy = (doc.get("grpc") or {}).get("address")
-        for value in (legacy, plugin):
+        # a [grpc] or gRPC plugin section of another type stops containerd's decoder (a Go struct): named, not skipped
+        plugin = _table(config, _table(config, doc, "plugins", "plugins"), GRPC_PLUGIN, 'plugins."%s"' % GRPC_PLUGIN) or {}
+        legacy = _table(config, doc, "grpc", "grpc") or {}
+        for value in (legacy.get("address"), plugin.get("address")):
             if isinstance(value, str) and value.startswith("/"):
                 address = value
     return address
