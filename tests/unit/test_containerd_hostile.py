@@ -213,3 +213,30 @@ def test_an_immutable_config_is_refused_before_any_write(world_tmp):
         assert sorted(path.name for path in target.parent.iterdir()) == ["config.toml"]  # no temporary file
     finally:
         subprocess.run(["chattr", "-i", str(target)], capture_output=True, check=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# errors: file, field and value first, in TOML's words
+
+
+@pytest.mark.parametrize(("value", "shown"), [("1979-05-27T07:32:00Z", "date-time 1979-05-27T07:32:00+00:00"),
+                                              ("1979-05-27", "date 1979-05-27"), ("07:32:00", "time 07:32:00")])
+def test_a_date_where_a_table_belongs_is_named_in_toml_words(world_tmp, value, shown):
+    root = install(world_tmp, files={CONFIG: 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\ncontainerd = %s\n' % value})
+    message = refused(root, [CONFIG, 'plugins."io.containerd.grpc.v1.cri".containerd must be a table, got ' + shown])
+    assert "datetime" not in message and "DateTime" not in message
+
+
+def test_a_grpc_section_of_another_type_is_named(world_tmp):
+    root = install(world_tmp, "v2-single.toml")
+    text = (root / CONFIG.lstrip("/")).read_text().replace("[grpc]\n", "grpc = 5\n[unused]\n")
+    (root / CONFIG.lstrip("/")).write_text(text)
+    with pytest.raises(GpuhardenError) as raised:
+        _containerd.decide(dict(params_for_decide(root)))
+    assert raised.value.msg.startswith("%s: grpc must be a table, got integer 5" % CONFIG), raised.value.msg
+
+
+def params_for_decide(root):
+    values = {key: spec.get("default") for key, spec in _containerd.argument_spec().items()}
+    values.update(root=str(root), path=CONFIG, drop_in=DROP_IN)
+    return values

@@ -32,6 +32,7 @@ How containerd reads the files (containerd/containerd ``cmd/containerd/server/co
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import re
 import stat
@@ -110,19 +111,27 @@ def _type_name(value):
         return "float"
     if isinstance(value, str):
         return "string"
-    return type(value).__name__
+    if isinstance(value, datetime.datetime):
+        return "date-time"
+    if isinstance(value, datetime.date):
+        return "date"
+    if isinstance(value, datetime.time):
+        return "time"
+    return "value"
 
 
 def _show(value):
     if hasattr(value, "unwrap"):
         value = value.unwrap()
-    text = repr(value)
+    # TOML's own spelling of a date or time, never Python's repr of it
+    text = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _wrong_type(path, field, value, expected):
-    return GpuhardenError("%s: %s must be %s, got %s %s" % (path, field, expected, _type_name(value), _show(value)),
-                          path=path, field=field, value=_show(value))
+    return GpuhardenError("%s: %s must be %s, got %s %s; nothing was changed" % (path, field, expected, _type_name(value), _show(value)),
+                          path=path, field=field, value=_show(value),
+                          fix="make %s %s in %s (containerd's decoder refuses the file otherwise)" % (field, expected, path))
 
 
 def parse_toml(path, text):
