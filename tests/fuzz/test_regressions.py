@@ -188,6 +188,11 @@ def test_write_through_link_dotdot_in_cgroup_root_stays_inside_the_root():
     assert_refused("cgroup_memory", "systemd-and-cgroupfs", "option_dotdot", "option:cgroup_root:0", (8,), needle="cgroup_root")
 
 
+def test_write_through_link_dotdot_in_the_containerd_path_stays_inside_the_root_and_names_the_option():
+    # found by the phase-2 long run (seed 4124053173): the refusal named the file but not the option
+    assert_refused("containerd_nvidia_runtime", "v2-single.toml", "option_dotdot", "option:path:0", (5,), needle="(option path)")
+
+
 def test_write_through_link_dotdot_in_the_mig_config_path_stays_inside_the_root():
     assert_refused("mig_layout", "dgx-a100-80gb/all-balanced", "option_dotdot", "option:config_file:0", (8,), needle="no such file")
 

@@ -240,3 +240,10 @@ def params_for_decide(root):
     values = {key: spec.get("default") for key, spec in _containerd.argument_spec().items()}
     values.update(root=str(root), path=CONFIG, drop_in=DROP_IN)
     return values
+
+
+def test_a_runtime_written_as_dotted_keys_is_refused_in_one_line(world_tmp):
+    text = ('version = 2\nplugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
+            'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options.SystemdCgroup = true\n')
+    root = install(world_tmp, files={CONFIG: text})
+    refused(root, [CONFIG + ": plugins is written as dotted keys", "[plugins] table header", "nothing was changed"])

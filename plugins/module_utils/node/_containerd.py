@@ -901,7 +901,11 @@ def plan_runtime(files, params, root="/"):
             view = by_path[path]
             doc = parse_toml(view.config.path, view.config.text)  # a private copy: the input stays untouched
             for _description, function in steps:
-                function(doc, view.plugin or CRI_PLUGINS[version])
+                try:
+                    function(doc, view.plugin or CRI_PLUGINS[version])
+                except GpuhardenError as error:
+                    raise GpuhardenError("%s: %s; nothing was changed" % (view.config.path, error.msg), path=view.config.path,
+                                         fix="rewrite the dotted keys as a table with a header") from None
             changes.append(FileChange(view.config.real_path, view.config.text, tomlkit.dumps(doc), reason=reason))
         else:
             doc = tomlkit.document()
@@ -976,6 +980,10 @@ def _ensure_tables(doc, keys, super_last=False):
     (``_standard_table``), since TOML puts no [table] inside an inline table."""
     table = doc
     for index, key in enumerate(keys):
+        if _dotted(table, key):
+            raise GpuhardenError("%s is written as dotted keys (%s.… = …), which this module does not edit; write that part under a "
+                                 "[%s] table header" % (".".join(_quote_key(part) for part in keys[:index + 1]), _quote_key(key),
+                                                         ".".join(_quote_key(part) for part in keys[:index + 1])))
         if key not in table:
             new = tomlkit.table(is_super_table=super_last or index < len(keys) - 1)
             table[key] = new
@@ -983,6 +991,13 @@ def _ensure_tables(doc, keys, super_last=False):
             _standard_table(table, key)
         table = table[key]
     return table
+
+
+def _dotted(container, key):
+    """Whether ``container`` defines ``key`` through dotted keys (``plugins."x".containerd.runtimes.runc.runtime_type = …``):
+    tomlkit gives them no place to add a table, so an edit there would land in the wrong table (the self-check caught it)."""
+    body = container.body if isinstance(container, tomlkit.container.Container) else getattr(getattr(container, "value", None), "body", None)
+    return any(name is not None and name.is_dotted() and name.key == key for name, _item in body or ())
 
 
 def _standard_table(parent, key):
