@@ -93,7 +93,8 @@ def test_a_glob_match_that_is_a_fifo_is_refused_without_blocking(world_tmp):
     (root / "etc/containerd/conf.d").mkdir()
     os.mkfifo(root / "etc/containerd/conf.d/10-registry.toml")
     started = time.monotonic()
-    message = refused(root, ["10-registry.toml", "is a FIFO (named pipe)", "loaded by %s imports[0] = '/etc/containerd/conf.d/*.toml'" % CONFIG])
+    message = refused(root, ["/etc/containerd/conf.d/10-registry.toml: is a FIFO (named pipe)",
+                             "loaded by %s imports[0] = '/etc/containerd/conf.d/*.toml'" % CONFIG])
     assert time.monotonic() - started < 5, message
 
 
@@ -163,7 +164,7 @@ def test_a_config_larger_than_the_bound_is_refused_at_once(world_tmp):
     body = "".join("k%d = %d\n" % (index, index) for index in range(100000))
     root = install(world_tmp, files={CONFIG: "version = 2\n[generated]\n" + body})
     started = time.monotonic()
-    refused(root, ["config.toml", "larger than %d bytes" % _containerd.MAX_CONFIG_BYTES])
+    refused(root, [CONFIG + ": larger than %d bytes" % _containerd.MAX_CONFIG_BYTES, "(option path)"])
     assert time.monotonic() - started < 5
 
 

@@ -343,17 +343,18 @@ def _read_file(root, path, importer=None):
     cmd/containerd/server/config/config.go resolveImports keeps all filepath.Glob matches and loadConfigFile os.Opens
     each; v1.7.35 services/server/config/config.go the same with toml.LoadFile): a directory fails its start, a FIFO
     blocks it.  Both are refused here, naming the file and the import that loads it."""
+    here = _root_join(root, path)
     try:
-        text = read_text(_root_join(root, path), root=root, max_bytes=MAX_CONFIG_BYTES)
+        text = read_text(here, root=root, max_bytes=MAX_CONFIG_BYTES)
     except GpuhardenError as error:
+        message = path + error.msg[len(here):] if error.msg.startswith(here + ":") else error.msg  # the file as the node names it
         if importer is None:
-            raise
+            raise GpuhardenError(message + " (option path)", path=path, field="path", value=path, fix=error.result.get("fix")) from None
         raise GpuhardenError("%s (loaded by %s %s = %r: containerd opens every file an import names or a glob matches, and "
-                             "fails or blocks on this one)" % (error.msg, importer[0], importer[1], importer[2]),
+                             "fails or blocks on this one)" % (message, importer[0], importer[1], importer[2]),
                              path=path, field="%s %s" % (importer[0], importer[1]), value=importer[2],
                              fix=error.result.get("fix", "replace it with a regular TOML file or change the import")) from None
     if text is None:
-        here = _root_join(root, path)
         if os.path.islink(here):
             raise GpuhardenError("%s: is a symbolic link to %s, which is not a file on the node (links are followed inside the node root %s, "
                                  "as the node sees them)%s; nothing was changed" % (path, os.readlink(here), root,
