@@ -12,8 +12,6 @@ node_audit's "every-check" variant runs those three planners too: their classes 
 PHASE_2 = "phase 2 of issue 47: the planner is another helper's (issue 43) in phase 1"
 
 KNOWN = {
-    "containerd_nvidia_runtime": {"traceback", "hang", "rejected_by_component", "unclear_error", "write_through_link",
-                                  "not_idempotent", "half_done", "invalid_accepted", "lost_update"},
     "nvidia_device_nodes": {"traceback", "hang", "unclear_error", "write_through_link", "half_done", "wrong_result",
                             "not_idempotent", "rejected_by_component", "lost_update", "invalid_accepted"},
 }
