@@ -16,8 +16,6 @@ KNOWN = {
                        "half_done", "invalid_accepted", "lost_update"},
     "containerd_nvidia_runtime": {"traceback", "hang", "rejected_by_component", "unclear_error", "write_through_link",
                                   "not_idempotent", "half_done", "invalid_accepted", "lost_update"},
-    "nvidia_device_nodes": {"traceback", "hang", "unclear_error", "write_through_link", "half_done", "wrong_result",
-                            "not_idempotent", "rejected_by_component", "lost_update", "invalid_accepted"},
 }
 KNOWN["device_plugin"] = {"traceback", "hang", "half_done", "unclear_error", "rejected_by_component", "invalid_accepted"}
 KNOWN_VARIANTS = {("node_audit", "every-check"): {"traceback", "hang", "unclear_error"}}

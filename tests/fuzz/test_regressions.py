@@ -203,12 +203,18 @@ def test_traceback_kubelet_dropin_that_is_an_absolute_link_inside_the_root():
 @pytest.mark.parametrize(("module", "variant", "target"), [
     ("kubelet_config", "kubeadm", "yaml:%s:1" % KUBEADM_CONFIG),
     ("containerd_nvidia_runtime", "v2-single.toml", "toml:/etc/containerd/config.toml:1"),
-    ("nvidia_device_nodes", "l4", "lines:%s:1" % MODPROBE),
 ])
 @pytest.mark.xfail(strict=True, reason="class write_through_link on the module: %s (its planner reads the link's target "
                    "on this machine, outside the root: it must read with _files.read_text(path, root=root))" % PHASE_2)
 def test_write_through_link_a_config_linked_out_of_the_root_is_not_read(module, variant, target):
     assert_refused(module, variant, "link_out_abs", target)
+
+
+@pytest.mark.parametrize("family", ["link_out_abs", "link_out_rel"])
+def test_write_through_link_device_nodes_modprobe_file_linked_out_of_the_root_is_refused_before_any_change(family):
+    # fixed in phase 2: read inside the root, and every file change checked (no write through a link) before the first
+    # device node changes
+    assert_refused("nvidia_device_nodes", "l4", family, "lines:%s:1" % MODPROBE, needle="gpuharden does not write through links")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -260,10 +266,16 @@ def test_wrong_result_a_gpu_minor_the_driver_never_hands_out_is_refused():
                    ("keep", (("set", 4, ("pool", 11)),)), needle="Device Minor 255 is not a GPU minor")
 
 
-@pytest.mark.parametrize("family", ["fifo", "directory"])
-@xfail("wrong_result", "nvidia_device_nodes")
-def test_wrong_result_device_group_resolved_on_the_wrong_machine(family):
-    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/group:0")
+@pytest.mark.parametrize(("family", "needle"), [("fifo", "/etc/group: is a FIFO"), ("directory", "/etc/group: is a directory")])
+def test_wrong_result_device_group_resolved_on_the_wrong_machine(family, needle):
+    # fixed in phase 2: below a root, names come only from the root's own /etc files, read safely
+    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/group:0", needle=needle)
+
+
+@pytest.mark.parametrize("family", ["link_out_abs", "link_dangling"])
+def test_wrong_result_device_owner_never_resolved_without_the_nodes_passwd(family):
+    # /etc/passwd names no file inside the root: the default owner "root" is not looked up on this machine
+    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/passwd:0", needle="etc/passwd: does not exist")
 
 
 # ---------------------------------------------------------------------------------------------------------------
