@@ -262,7 +262,12 @@ def id_lookups(root):
                 raise GpuhardenError("%s: does not exist, so the %s name %s cannot be resolved on the node (root=%s)"
                                      % (_files.shown(path), kind, _files.shown(name), _files.shown(root)),
                                      fix="give the numeric %s id, or restore the node's /etc/%s" % ("user" if kind == "user" else "group", files[kind]))
-            return table.get(name)
+            if name not in table:
+                raise GpuhardenError("option %s=%s: no such %s in %s, the node's user database (root=%s)"
+                                     % ("owner" if kind == "user" else "group", _files.shown(name), kind,
+                                        _files.shown(os.path.join(root, "etc", files[kind])), _files.shown(root)),
+                                     fix="create it on the node, or give a numeric id")
+            return table[name]
         return find
 
     by_id = {kind: {v: k for k, v in reversed(list((table or {}).items()))} for kind, table in tables.items()}
@@ -544,6 +549,11 @@ def _node_action(path, current, major, minor, uid, gid, mode, fix, create_missin
     if current["type"] == "directory":
         raise GpuhardenError(
             "%s: is a directory where the character device %d:%d belongs; refusing to replace it" % (path, major, minor))
+    if current["type"] == "link":  # never replaced (nor written through) unasked: someone put it there
+        raise GpuhardenError(
+            "%s: is a symbolic link (to %s) where the character device %d:%d belongs; refusing to replace it"
+            % (path, _files.shown(current["target"]), major, minor),
+            fix="remove the link: this module (or nvidia-modprobe) then makes the device node")
     if current["type"] != "char" or (current["major"], current["minor"]) != (major, minor):
         return "replace"
     if fix and (current["uid"], current["gid"], int(current["mode"], 8)) != (uid, gid, mode):
