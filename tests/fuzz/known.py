@@ -17,7 +17,6 @@ KNOWN = {
     "containerd_nvidia_runtime": {"traceback", "hang", "rejected_by_component", "unclear_error", "write_through_link",
                                   "not_idempotent", "half_done", "invalid_accepted", "lost_update"},
 }
-KNOWN["device_plugin"] = {"traceback", "hang", "half_done", "unclear_error", "rejected_by_component", "invalid_accepted"}
 KNOWN_VARIANTS = {("node_audit", "every-check"): {"traceback", "hang", "unclear_error"}}
 
 
