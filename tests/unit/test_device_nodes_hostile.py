@@ -178,3 +178,19 @@ def test_udev_file_is_read_inside_the_root(world_tmp):
     (node.root / "etc/udev/rules.d").mkdir(parents=True)
     os.mkfifo(node.root / UDEV.lstrip("/"))
     _refused(node, "70-gpuharden-nvidia.rules: is a FIFO")
+
+
+def test_a_modprobe_file_with_a_nul_byte_is_refused(world_tmp):
+    # found by make fuzz (seed 1047326081): the NUL was kept, and kmod reads a line only up to it
+    node = _node(world_tmp)
+    (node.root / "etc/modprobe.d").mkdir(parents=True)
+    (node.root / MODPROBE.lstrip("/")).write_bytes(b"# site\noptions nvidia NVreg_Device\x00\x00FileMode=0600\n")
+    _refused(node, "zz-gpuharden-nvidia.conf line 2: holds a NUL byte")
+
+
+def test_a_huge_etc_group_is_refused(world_tmp):
+    # found by make fuzz (seed 1047326081): a 5 MiB /etc/group was read and the group resolved from it
+    node = _node(world_tmp)
+    with open(node.root / "etc/group", "a") as handle:
+        handle.write("padding padding padding\n" * (5 * 1024 * 1024 // 24))
+    _refused(node, "etc/group: larger than", policy="restricted", group="video")

@@ -195,7 +195,7 @@ def cap_mode(driver_mode, policy):
 
 # Bounds of the node's user database and of the driver's numbers: a larger or different value is not what the node or
 # the driver wrote, and is refused before anything changes.
-ETC_MAX_BYTES = 8 * 1024 * 1024
+ETC_MAX_BYTES = _files.DEFAULT_MAX_BYTES  # 4 MiB: tens of thousands of entries; a node's files hold a few KiB
 # Linux refuses a character-device major of 512 or more (fs/char_dev.c __register_chrdev_region, CHRDEV_MAJOR_MAX in
 # include/linux/fs.h) and a minor needs at most 20 bits (MINORBITS, include/linux/kdev_t.h).
 CHRDEV_MAJOR_MAX = 511
@@ -595,6 +595,10 @@ def plan_modprobe(path, text, policy):
     desired = desired_nvreg(policy)
     if text is None:
         return MODPROBE_HEADER + "options nvidia %s\n" % " ".join("%s=%s" % item for item in desired.items())
+    if "\x00" in text:  # kmod reads a line as a C string: a NUL ends it, and what follows on that line is lost
+        raise GpuhardenError("%s line %d: holds a NUL byte: not a modprobe.d text file, refusing to edit it"
+                             % (_files.shown(path), text[:text.index("\x00")].count("\n") + 1),
+                             fix="remove the NUL bytes from the file")
     lines = text.split("\n")
     seen = set()
     first_options = None
