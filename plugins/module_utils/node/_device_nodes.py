@@ -910,7 +910,7 @@ def check_paths(params):
         value = params[option]
         if not value.startswith("/") or not value.endswith(suffix) or value.endswith("/" + suffix):
             raise GpuhardenError("option %s=%s: give an absolute path ending in %s (other names are ignored by %s)"
-                                 % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
+                                 % (option, _files.shown(value)[:300], suffix, "modprobe" if suffix == ".conf" else "udev"))
 
 
 # The node stage this planner serves, as gpuharden_operator_takeover names it
