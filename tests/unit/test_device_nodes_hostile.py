@@ -199,4 +199,4 @@ def test_a_huge_etc_group_is_refused(world_tmp):
 def test_a_path_option_with_a_newline_is_named_on_one_line(world_tmp):
     # found by make fuzz (seed 3366703918): the value was printed as it is, over two lines
     node = _node(world_tmp)
-    _refused(node, "option modprobe_file=a\\nb: give an absolute path ending in .conf", modprobe_file="a\nb")
+    _refused(node, "option modprobe_file=a\\x0ab: give an absolute path ending in .conf", modprobe_file="a\nb")
