@@ -260,6 +260,8 @@ def run(module):
     policy, planned = _device_nodes.decide(module.params)
     changed = _device_nodes.changed(planned)
     backups = {}
+    if changed:
+        _device_nodes.preflight(planned, module.params["root"])  # nothing changes unless every change can be made
     if changed and not module.check_mode:
         label = None
         if module.selinux_enabled():

@@ -29,33 +29,29 @@ class Recorder:
     """Every case's outcome, for the summary: distinct cases per module and outcome."""
 
     def __init__(self):
-        self.outcomes = defaultdict(dict)  # module -> {case key: (outcome kind, known?)}
+        self.outcomes = defaultdict(dict)  # module -> {case key: outcome kind}
         self.failures = []
         self.seed = None
 
-    def record(self, case, outcome, known):
-        self.outcomes[case.module][case.key] = (outcome.kind, known)
+    def record(self, case, outcome):
+        self.outcomes[case.module][case.key] = outcome.kind
         if not outcome.allowed:
-            self.failures.append("%s%s [%s mode] %s\n    %s" % (outcome.kind, " (known)" if known else "", outcome.mode,
-                                                              case.brief(), outcome.detail))
+            self.failures.append("%s [%s mode] %s\n    %s" % (outcome.kind, outcome.mode, case.brief(), outcome.detail))
 
     def table(self):
-        kinds = sorted({kind for cases in self.outcomes.values() for kind, _known in cases.values()},
+        kinds = sorted({kind for cases in self.outcomes.values() for kind in cases.values()},
                        key=lambda kind: (kind not in ("refused", "succeeded"), kind))
         rows = [["module", "cases"] + kinds]
         totals = Counter()
         for module in sorted(self.outcomes):
-            counts = Counter(kind for kind, _known in self.outcomes[module].values())
-            known = {kind for kind, is_known in self.outcomes[module].values() if is_known}
-            rows.append([module, str(len(self.outcomes[module]))]
-                        + ["%d%s" % (counts[kind], "*" if kind in known else "") if counts[kind] else "." for kind in kinds])
+            counts = Counter(self.outcomes[module].values())
+            rows.append([module, str(len(self.outcomes[module]))] + ["%d" % counts[kind] if counts[kind] else "." for kind in kinds])
             totals.update(counts)
         total = sum(len(cases) for cases in self.outcomes.values())
         rows.append(["all", str(total)] + [str(totals[kind]) for kind in kinds])
         widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-        lines.append("distinct cases: %d; * = a class known on a planner another helper owns in phase 1 (tests/fuzz/known.py)"
-                     % total)
+        lines.append("distinct cases: %d" % total)
         if self.seed is not None:
             lines.append("seed: %s (GPUHARDEN_FUZZ_SEED=%s repeats this run)" % (self.seed, self.seed))
         return "\n".join(lines)

@@ -43,7 +43,6 @@ class Spec:
     variants: tuple
     targets: object  # targets(variant) -> [Target]
     build: object  # build(variant, root, outside) -> Built
-    owned: bool = True  # False: the module's planner is another helper's in phase 1 (known failures, test_known.py)
     families: tuple | None = None  # None: every family that fits a target
     notes: list = field(default_factory=list)
 
@@ -406,7 +405,7 @@ def node_audit_build(variant, root, outside):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the planners another helper owns in phase 1: kubelet_config, containerd_nvidia_runtime, nvidia_device_nodes
+# the node planners of the kubelet, containerd and the device nodes
 
 
 KUBEADM_CONFIG = "/var/lib/kubelet/config.yaml"
@@ -570,9 +569,9 @@ SPECS = {
     "device_cgroup_audit": Spec("device_cgroup_audit", ("v1-tree",), audit_targets, audit_build),
     "node_lock": Spec("node_lock", ("absent", "stale", "held"), lock_targets, lock_build),
     "unharden_files": Spec("unharden_files", ("one-record",), unharden_targets, unharden_build),
-    "node_audit": Spec("node_audit", ("owned-checks", "every-check"), node_audit_targets, node_audit_build),
-    "kubelet_config": Spec("kubelet_config", ("kubeadm", "kubeadm-json", "k3s"), kubelet_targets, kubelet_build, owned=False),
-    "containerd_nvidia_runtime": Spec("containerd_nvidia_runtime", CONTAINERD_VARIANTS, containerd_targets, containerd_build, owned=False),
-    "nvidia_device_nodes": Spec("nvidia_device_nodes", DEVICE_VARIANTS, device_targets, device_build, owned=False),
-    "device_plugin": Spec("device_plugin", ("one-old-plugin",), plugin_targets, plugin_build, owned=False),
+    "node_audit": Spec("node_audit", ("gpu-checks", "every-check"), node_audit_targets, node_audit_build),
+    "kubelet_config": Spec("kubelet_config", ("kubeadm", "kubeadm-json", "k3s"), kubelet_targets, kubelet_build),
+    "containerd_nvidia_runtime": Spec("containerd_nvidia_runtime", CONTAINERD_VARIANTS, containerd_targets, containerd_build),
+    "nvidia_device_nodes": Spec("nvidia_device_nodes", DEVICE_VARIANTS, device_targets, device_build),
+    "device_plugin": Spec("device_plugin", ("one-old-plugin",), plugin_targets, plugin_build),
 }

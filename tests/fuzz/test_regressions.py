@@ -2,9 +2,7 @@
 """Issue 47's classes, one named case each at least, kept from what the harness found (tests/fuzz/engine.py CLASSES).
 
 Each test runs one case through the harness (the module's real entry point, check mode then normal mode, then again)
-and asserts the allowed outcome.  The cases on the planners another helper owns in phase 1 (kubelet, containerd,
-device nodes) are strict xfails naming the class and the module: they fail today; when phase 2 fixes one, it passes,
-and the strict xfail turns that into an error, so that its mark goes (with its entry in tests/fuzz/known.py).
+and asserts the allowed outcome.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from gpuharden_lab.noderoot import sysfs_bdf
 
 from tests.fuzz import mutations
 from tests.fuzz.engine import Case, run_case
-from tests.fuzz.known import PHASE_2
 from tests.fuzz.nodes import BUNDLE, KUBEADM_CONFIG, LOCK, MIG_FILE, MODPROBE, SPECS, _fixture, _pod_dirs, _record_rel
 from tests.fuzz.test_hostile import workdir
 
@@ -48,9 +45,6 @@ def assert_succeeded(module, variant, family, target, payload=()):
     assert result.kind == "succeeded", (result, runs)
     return result
 
-
-def xfail(cls, module):
-    return pytest.mark.xfail(strict=True, reason="class %s on %s: %s" % (cls, module, PHASE_2))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,14 +95,28 @@ def test_traceback_kubelet_config_nested_too_deep():
     assert_refused("kubelet_config", "kubeadm", "deep", "yaml:%s:1" % KUBEADM_CONFIG, (100000,))
 
 
-@xfail("traceback", "device_plugin")
 def test_traceback_device_plugin_when_the_api_answers_a_list_of_strings():
-    assert_refused("device_plugin", "one-old-plugin", "api_strings", "api:/api/v1/nodes:0")
+    # fixed in phase 2: cluster/_device_plugin_shapes.py checks every answer before the audit reads into it
+    assert_refused("device_plugin", "one-old-plugin", "api_strings", "api:/api/v1/nodes:0",
+                   needle="Node #0 of the list: the API server's answer has a string")
 
 
-@xfail("traceback", "device_plugin")
 def test_traceback_device_plugin_when_the_api_answer_nests_too_deep():
-    assert_refused("device_plugin", "one-old-plugin", "api_deep", "api:/apis/apps/v1/daemonsets:0")
+    assert_refused("device_plugin", "one-old-plugin", "api_deep", "api:/apis/apps/v1/daemonsets:0", needle="nests too deep")
+
+
+@pytest.mark.parametrize("target", ["api:/api/v1/nodes:0", "api:/apis/apps/v1/daemonsets:0",
+                                    "api:/api/v1/namespaces/kube-system/configmaps/old-plugin-config:0"])
+def test_traceback_device_plugin_fields_of_the_wrong_type_are_refused_naming_the_object_and_field(target):
+    assert_refused("device_plugin", "one-old-plugin", "api_wrong_types", target, needle="at field metadata, expected an object")
+
+
+def test_hang_device_plugin_config_billion_laughs_ends_at_once_and_sends_nothing():
+    # the old plugin's ConfigMap holds a billion laughs: the bounded parse ends it (a plugin_config_invalid finding); the
+    # run is refused for the competing plugin, and no request changed the cluster (the harness checks the double's log)
+    result, runs = outcome("device_plugin", "one-old-plugin", "api_billion_laughs",
+                           "api:/api/v1/namespaces/kube-system/configmaps/old-plugin-config:0")
+    assert result.allowed and all(run.seconds < 10 for run in runs), (result, runs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -215,13 +223,11 @@ def test_write_through_link_a_containerd_config_linked_out_of_the_root_is_not_re
                    needle="is a symbolic link to")
 
 
-@pytest.mark.parametrize(("module", "variant", "target"), [
-    ("nvidia_device_nodes", "l4", "lines:%s:1" % MODPROBE),
-])
-@pytest.mark.xfail(strict=True, reason="class write_through_link on the module: %s (its planner reads the link's target "
-                   "on this machine, outside the root: it must read with _files.read_text(path, root=root))" % PHASE_2)
-def test_write_through_link_a_config_linked_out_of_the_root_is_not_read(module, variant, target):
-    assert_refused(module, variant, "link_out_abs", target)
+@pytest.mark.parametrize("family", ["link_out_abs", "link_out_rel"])
+def test_write_through_link_device_nodes_modprobe_file_linked_out_of_the_root_is_refused_before_any_change(family):
+    # fixed in phase 2: read inside the root, and every file change checked (no write through a link) before the first
+    # device node changes
+    assert_refused("nvidia_device_nodes", "l4", family, "lines:%s:1" % MODPROBE, needle="gpuharden does not write through links")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,10 +279,16 @@ def test_wrong_result_a_gpu_minor_the_driver_never_hands_out_is_refused():
                    ("keep", (("set", 4, ("pool", 11)),)), needle="Device Minor 255 is not a GPU minor")
 
 
-@pytest.mark.parametrize("family", ["fifo", "directory"])
-@xfail("wrong_result", "nvidia_device_nodes")
-def test_wrong_result_device_group_resolved_on_the_wrong_machine(family):
-    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/group:0")
+@pytest.mark.parametrize(("family", "needle"), [("fifo", "/etc/group: is a FIFO"), ("directory", "/etc/group: is a directory")])
+def test_wrong_result_device_group_resolved_on_the_wrong_machine(family, needle):
+    # fixed in phase 2: below a root, names come only from the root's own /etc files, read safely
+    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/group:0", needle=needle)
+
+
+@pytest.mark.parametrize("family", ["link_out_abs", "link_dangling"])
+def test_wrong_result_device_owner_never_resolved_without_the_nodes_passwd(family):
+    # /etc/passwd names no file inside the root: the default owner "root" is not looked up on this machine
+    assert_refused("nvidia_device_nodes", "l4", family, "colon:/etc/passwd:0", needle="etc/passwd: does not exist")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import re
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config as _config
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _safe_parse
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 
@@ -563,7 +564,7 @@ def _render(template, values):
     env.filters["j"] = lambda value: json.dumps(value, sort_keys=True)
     env.filters["pull_secret"] = lambda name: {"name": name}
     text = env.from_string(template).render(**values)
-    return yaml.safe_load(text)
+    return _safe_parse.safe_load(text, "the rendered device plugin objects", duplicate_keys=False)
 
 
 def refusals_of(config, parsed):
@@ -991,10 +992,12 @@ def _load_configs(ds, config_maps, obj, findings, release):
         for k in keys:
             label = "%s key %s" % (where, k)
             try:
-                config = yaml.safe_load(data[k]) if HAS_YAML else json.loads(data[k])
-            except Exception as error:  # yaml.YAMLError and friends: the user's file
-                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not YAML: %s. %s" % (
-                                        obj, label, error, _refused_text(release)), expected="YAML mapping", found=None, subject=obj))
+                # Bounded (size, nesting, aliases expanded: a billion laughs ends here, before any request that changes
+                # anything) and one line.  Duplicate keys pass: the plugin's sigs.k8s.io/yaml reads them, the last wins.
+                config = _safe_parse.safe_load(data[k], label, duplicate_keys=False)
+            except GpuhardenError as error:
+                findings.append(finding("plugin_config_invalid", "error", hint="%s: %s. %s" % (
+                                        obj, error.msg, _refused_text(release)), expected="YAML mapping", found=None, subject=obj))
                 continue
             if config is not None and not isinstance(config, dict):
                 findings.append(finding("plugin_config_invalid", "error", hint="%s: %s is not a mapping. %s" % (

@@ -14,6 +14,7 @@ import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _node_labels, _runtime_class
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_shapes as _shapes
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
@@ -79,7 +80,8 @@ def wait_rollout(client, ds, targets, timeout, page_limit):
     meta = ds["metadata"]
     deadline = time.monotonic() + timeout
     while True:
-        live = client.read("DaemonSet", meta["name"], meta["namespace"]) or ds
+        live = _shapes.check("DaemonSet", client.read("DaemonSet", meta["name"], meta["namespace"]) or ds, name=meta["name"],
+                             namespace=meta["namespace"])
         state = _device_plugin.rollout(live)
         if state["done"]:
             return state
@@ -99,7 +101,7 @@ def read_cluster_policies(client, page_limit):
     ([], finding) when this identity may not list them (403): reported, the ownerReferences still tell."""
     method = _k8s.endpoint(client.api, "GET", "/apis/%s/%s/%s" % CLUSTER_POLICY)
     try:
-        return client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit), None
+        return _shapes.check_all("ClusterPolicy", client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit)), None
     except GpuhardenError as error:
         if error.result.get("status") == 404:
             return [], None
@@ -123,6 +125,7 @@ def runtime_class_findings(client, name, nodes, targets, wait_seconds):
     if not name:
         return [], None
     live = client.read("RuntimeClass", name)
+    live = None if live is None else _shapes.check("RuntimeClass", live, name=name)
     if live is None:
         return [finding("plugin_runtime_class_missing", "error", "present", None,
                         "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it "
@@ -133,8 +136,8 @@ def runtime_class_findings(client, name, nodes, targets, wait_seconds):
     while gaps and time.monotonic() < deadline:
         time.sleep(HANDLER_POLL_SECONDS)
         lacking = set(_node_names(gaps))
-        nodes = [(client.read("Node", node["metadata"]["name"]) or node) if node["metadata"]["name"] in lacking else node
-                 for node in nodes]
+        nodes = [_shapes.check("Node", client.read("Node", node["metadata"]["name"]) or node, name=node["metadata"]["name"])
+                 if node["metadata"]["name"] in lacking else node for node in nodes]
         gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
     return gaps, live.get("handler")
 
@@ -201,8 +204,9 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
     labelled = {"changed": False}
     try:
         # Read: one paginated LIST per kind, one GET per ConfigMap a plugin reads.
-        daemonsets = client.list("DaemonSet", params["page_limit"])
-        nodes = client.list("Node", params["page_limit"])
+        # Every answer is checked for the shape the audit reads before anything is read into it or sent (_shapes).
+        daemonsets = _shapes.check_all("DaemonSet", client.list("DaemonSet", params["page_limit"]))
+        nodes = _shapes.check_all("Node", client.list("Node", params["page_limit"]))
         if labelling is not None:
             # The node labels first, as gpu_node_labels would before this module: the plugin's nodes are picked from the
             # Nodes as the labels leave them (the server's answers; in check mode the patched copies).
@@ -213,6 +217,7 @@ def reconcile(client, params, check_mode=False, diff=False, warn=None):
         for namespace, name in _device_plugin.referenced_config_maps(daemonsets):
             try:
                 live = client.read("ConfigMap", name, namespace)
+                live = None if live is None else _shapes.check("ConfigMap", live, name=name, namespace=namespace)
             except GpuhardenError as error:
                 if error.result.get("status") != 403:
                     raise

@@ -446,6 +446,8 @@ def list_all(api, method, action, failure, page_limit=500, args=(), **params):
                 page = json.loads(data) if data else {}
         except ValueError:
             raise GpuhardenError("%s: the API server's answer is not JSON" % action) from None
+        except RecursionError:  # json.loads recurses per nesting level: a hostile answer nests beyond the stack
+            raise GpuhardenError("%s: the API server's answer nests too deep to be a Kubernetes object" % action) from None
         if not isinstance(page, dict):
             raise GpuhardenError("%s: the API server's answer is not a list object" % action)
         items.extend(page.get("items") or [])

@@ -102,6 +102,8 @@ def call(module, api, method, target, *args, accept=(), **kwargs):
         return response.status, (json.loads(data) if data else None)
     except ValueError:
         raise GpuhardenError("%s: %s: the API server's answer is not JSON" % (module, target.describe())) from None
+    except RecursionError:  # json.loads recurses per nesting level: a hostile answer nests beyond the stack
+        raise GpuhardenError("%s: %s: the API server's answer nests too deep to be a Kubernetes object" % (module, target.describe())) from None
 
 
 def list_all(module, api, method, target, page_limit=500, **kwargs):

@@ -193,10 +193,28 @@ def cap_mode(driver_mode, policy):
 # Reading the node (not pure: only reads)
 
 
+# Bounds of the node's user database and of the driver's numbers: a larger or different value is not what the node or
+# the driver wrote, and is refused before anything changes.
+ETC_MAX_BYTES = _files.DEFAULT_MAX_BYTES  # 4 MiB: tens of thousands of entries; a node's files hold a few KiB
+# Linux refuses a character-device major of 512 or more (fs/char_dev.c __register_chrdev_region, CHRDEV_MAJOR_MAX in
+# include/linux/fs.h) and a minor needs at most 20 bits (MINORBITS, include/linux/kdev_t.h).
+CHRDEV_MAJOR_MAX = 511
+MINOR_MAX = (1 << 20) - 1
+# nvidia-caps registers 8192 minors (alloc_chrdev_region(..., NV_CAP_DRV_MINOR_COUNT, ...) in
+# NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-caps.c): a capability's DeviceFileMinor is below that.
+CAP_MINOR_MAX = 8191
+# Each GPU owns one of the driver's regular minors 0-247 (nv-chardev-numbers.h NV_MINOR_DEVICE_NUMBER_REGULAR_MAX),
+# so /proc/driver/nvidia/gpus never lists more than 248 of them; more is not the driver's directory.
+GPU_DIRS_MAX = _host.GPU_MINOR_MAX + 1
+
+
 def _etc_table(root, name):
-    """name -> id from <root>/etc/passwd or <root>/etc/group (used when root is not /)."""
+    """name -> id from <root>/etc/passwd or <root>/etc/group, read inside the root (links never leave it; a FIFO,
+    directory or device is refused), or None when the file does not exist."""
+    text = _files.read_text(os.path.join(root, "etc", name), root=root, max_bytes=ETC_MAX_BYTES)
+    if text is None:
+        return None
     table = {}
-    text = _host.read_text(_host.host_path(root, "/etc/" + name)) or ""
     for line in text.splitlines():
         fields = line.split(":")
         if len(fields) >= 3 and fields[2].isdigit():
@@ -204,29 +222,56 @@ def _etc_table(root, name):
     return table
 
 
-def id_lookups(root):
-    """(lookup_user, lookup_group, name_of) for the node: the system's NSS on / (or when the tree has no
-    /etc/passwd and /etc/group), else the tree's own /etc files (a host mounted at /host)."""
-    node_etc = [_host.host_path(root, "/etc/" + name) for name in ("passwd", "group")]
-    if os.path.realpath(root) == "/" or not all(os.path.isfile(path) for path in node_etc):
-        def lookup(module):
-            def find(name):
-                try:
-                    return module.getpwnam(name).pw_uid if module is pwd else module.getgrnam(name).gr_gid
-                except KeyError:
-                    return None
-            return find
-
-        def name_of(kind, ident):
+def _nss_lookups():
+    def lookup(module):
+        def find(name):
             try:
-                return pwd.getpwuid(ident).pw_name if kind == "user" else grp.getgrgid(ident).gr_name
+                return module.getpwnam(name).pw_uid if module is pwd else module.getgrnam(name).gr_gid
             except KeyError:
                 return None
+        return find
 
-        return lookup(pwd), lookup(grp), name_of
-    users, groups = _etc_table(root, "passwd"), _etc_table(root, "group")
-    by_id = {"user": {v: k for k, v in reversed(list(users.items()))}, "group": {v: k for k, v in reversed(list(groups.items()))}}
-    return users.get, groups.get, lambda kind, ident: by_id[kind].get(ident)
+    def name_of(kind, ident):
+        try:
+            return pwd.getpwuid(ident).pw_name if kind == "user" else grp.getgrgid(ident).gr_name
+        except (KeyError, TypeError, OverflowError):
+            return None
+
+    return lookup(pwd), lookup(grp), name_of
+
+
+def id_lookups(root):
+    """(lookup_user, lookup_group, name_of) for the node.
+
+    On "/" the system's NSS is the node's.  Below another root (a host mounted at /host, an image's tree) names are
+    resolved only from the tree's own /etc/passwd and /etc/group, never from the user database of the machine running
+    the module: the node's ``video`` group may be 1234 where this machine's is 44.  Both files are read at once: one
+    that is a FIFO, a directory, a device, too big or not UTF-8 is refused (one line naming it); one that does not
+    exist is refused when a name has to be resolved from it, and leaves ids unnamed in the results otherwise.
+    """
+    if os.path.realpath(root) == "/":
+        return _nss_lookups()
+    tables = {"user": _etc_table(root, "passwd"), "group": _etc_table(root, "group")}
+    files = {"user": "passwd", "group": "group"}
+
+    def lookup(kind):
+        def find(name):
+            table = tables[kind]
+            if table is None:
+                path = os.path.join(root, "etc", files[kind])
+                raise GpuhardenError("%s: does not exist, so the %s name %s cannot be resolved on the node (root=%s)"
+                                     % (_files.shown(path), kind, _files.shown(name), _files.shown(root)),
+                                     fix="give the numeric %s id, or restore the node's /etc/%s" % ("user" if kind == "user" else "group", files[kind]))
+            if name not in table:
+                raise GpuhardenError("option %s=%s: no such %s in %s, the node's user database (root=%s)"
+                                     % ("owner" if kind == "user" else "group", _files.shown(name), kind,
+                                        _files.shown(os.path.join(root, "etc", files[kind])), _files.shown(root)),
+                                     fix="create it on the node, or give a numeric id")
+            return table[name]
+        return find
+
+    by_id = {kind: {v: k for k, v in reversed(list((table or {}).items()))} for kind, table in tables.items()}
+    return lookup("user"), lookup("group"), lambda kind, ident: by_id[kind].get(ident)
 
 
 def _colon_table(text):
@@ -238,41 +283,88 @@ def _colon_table(text):
     return table
 
 
+def _driver_number(table, key, where, low, high, default=None):
+    """An integer field of a driver file within what the driver can write, else an error naming file, field and value."""
+    text = table.get(key, default)
+    if text is None:
+        return None
+    value = None
+    if re.fullmatch(r"[0-9]{1,12}", str(text).strip()):
+        value = int(str(text).strip())
+    if value is None or not low <= value <= high:
+        raise GpuhardenError("%s: %s %s is not a value the NVIDIA driver writes (%d-%d)"
+                             % (_files.shown(where), key, _files.shown(str(text))[:40], low, high),
+                             fix="this is not the NVIDIA driver's file: check what is mounted at /proc/driver/nvidia")
+    return value
+
+
 def read_caps(root):
-    """Capabilities the driver announces under /proc/driver/nvidia/capabilities: minor -> {name, mode, modify}."""
-    base = _host.host_path(root, "/proc/driver/nvidia/capabilities")
+    """Capabilities the driver announces under /proc/driver/nvidia/capabilities: minor -> {name, mode, modify}.
+
+    Walked inside the root (a link never leads out of it); every file is read with ``_files.read_text`` (a FIFO,
+    directory or device where a capability file belongs is refused).  DeviceFileMinor and DeviceFileMode are checked
+    against what the driver can write (nv-caps.c: minors below NV_CAP_DRV_MINOR_COUNT, a permission mode)."""
+    base = "/proc/driver/nvidia/capabilities"
     caps = {}
-    for directory, _dirs, names in sorted(os.walk(base)):
-        for name in sorted(names):
-            path = os.path.join(directory, name)
-            table = _colon_table(_host.read_text(path))
-            try:
-                minor = int(table["DeviceFileMinor"])
-                mode = int(table.get("DeviceFileMode", "292"))
-            except (KeyError, ValueError):
+    pending = [base]
+    while pending:
+        directory = pending.pop(0)
+        for name in _host.list_node_dir(root, directory) or []:
+            node = directory + "/" + name
+            here = _files.resolve_in_root(root or "/", node, follow_final=False)
+            if os.path.isdir(here) and not os.path.islink(here):
+                pending.append(node)
                 continue
-            caps[minor] = {"name": os.path.relpath(path, base), "mode": mode & 0o777,
+            where = _host.host_path(root, node)
+            table = _colon_table(_host.read_node_text(root, node))
+            if "DeviceFileMinor" not in table:
+                continue
+            minor = _driver_number(table, "DeviceFileMinor", where, 0, CAP_MINOR_MAX)
+            mode = _driver_number(table, "DeviceFileMode", where, 0, 0o777, default="292")
+            if minor in caps:
+                raise GpuhardenError("%s: DeviceFileMinor %d is also the minor of capability %s: the driver gives each one its own"
+                                     % (_files.shown(where), minor, caps[minor]["name"]),
+                                     fix="this is not the NVIDIA driver's file: check what is mounted at /proc/driver/nvidia")
+            caps[minor] = {"name": os.path.relpath(node, base), "mode": mode,
                            "modify": table.get("DeviceFileModify", "1") != "0"}
     return caps
 
 
+def _modprobe_names(root, directory):
+    """The config files modprobe reads from one directory: kmod's libkmod/libkmod-config.c conf_files_filter_out
+    skips names starting with ".", names not ending in ".conf" or ".alias", and directories (following links, with
+    "Directories inside directories are not supported"); anything else it reads.  A directory that is a regular file
+    is itself read as one config (conf_files_list)."""
+    here = _files.resolve_in_root(root or "/", directory)
+    if os.path.isfile(here):
+        return [(os.path.basename(directory), directory)]
+    try:
+        names = sorted(os.listdir(here))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.startswith(".") or not name.endswith((".conf", ".alias")):
+            continue
+        path = os.path.join(directory, name)
+        if os.path.isdir(_files.resolve_in_root(root or "/", path)):
+            continue
+        found.append((name, path))
+    return found
+
+
 def _modprobe_files(root, own_path):
-    """Every modprobe.d *.conf file but ``own_path``, as [(node path, text)], in modprobe's reading order."""
+    """Every modprobe.d config file but ``own_path``, as [(node path, text)], in modprobe's reading order."""
     chosen = {}
     for directory in MODPROBE_DIRS:
-        try:
-            names = os.listdir(_host.host_path(root, directory))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".conf") and name not in chosen:
-                chosen[name] = os.path.join(directory, name)
+        for name, path in _modprobe_names(root, directory):
+            chosen.setdefault(name, path)
     files = []
     for name in sorted(chosen):
         path = chosen[name]
         if path == own_path:
             continue
-        text = _host.read_text(_host.host_path(root, path))
+        text = _host.read_node_text(root, path, max_bytes=_files.DEFAULT_MAX_BYTES)
         if text is not None:
             files.append((path, text))
     return files, chosen
@@ -283,12 +375,45 @@ def check_root(root):
         raise GpuhardenError("option root=%s is not a directory" % root)
 
 
-def observe(root, modprobe_file, udev_rules_file):
-    """Everything ``plan`` needs, read from the node once."""
-    check_root(root)
+def _gpus(root):
+    """The driver's GPUs (``_host.driver_gpus``), refused where /proc/driver/nvidia/gpus holds more entries than the
+    driver has minors or two GPUs claim one minor: neither is the driver's directory, and planning one node for each
+    entry would never settle."""
+    names = _host.list_node_dir(root, "/proc/driver/nvidia/gpus")
+    if names is not None and len(names) > GPU_DIRS_MAX:
+        raise GpuhardenError("/proc/driver/nvidia/gpus: %d entries, more than the %d GPUs the driver has minors for"
+                             % (len(names), GPU_DIRS_MAX),
+                             fix="this is not the NVIDIA driver's directory: check what is mounted at /proc/driver/nvidia")
     gpus = _host.driver_gpus(root)
-    params = _host.driver_params(root)
+    owners = {}
+    for bdf, gpu in sorted((gpus or {}).items()):
+        minor = gpu.get("minor")
+        if minor is not None and minor in owners:
+            raise GpuhardenError("/proc/driver/nvidia/gpus/%s/information: Device Minor %d is also GPU %s's: the driver "
+                                 "gives each GPU its own" % (_files.shown(bdf), minor, _files.shown(owners[minor])),
+                                 fix="this is not the NVIDIA driver's directory: check what is mounted at /proc/driver/nvidia")
+        owners[minor] = bdf
+    return gpus
+
+
+def _majors(root):
+    """/proc/devices' character majors, the NVIDIA ones checked against what Linux can register."""
     majors = _host.char_majors(root)
+    for name in ("nvidia-uvm", "nvidia-caps"):
+        if name in majors and not 1 <= majors[name] <= CHRDEV_MAJOR_MAX:
+            raise GpuhardenError("/proc/devices: %s has major %d, which Linux never registers (1-%d)" % (name, majors[name], CHRDEV_MAJOR_MAX),
+                                 fix="this is not the kernel's /proc/devices: check what is mounted at /proc")
+    return majors
+
+
+def observe(root, modprobe_file, udev_rules_file):
+    """Everything ``plan`` needs, read from the node once.  Every file is read inside the root (``_files.read_text``:
+    regular files only, bounded, links resolved inside the root) and every driver number is checked here, so that
+    ``plan`` never meets a value that fails only when it is applied."""
+    check_root(root)
+    gpus = _gpus(root)
+    params = _host.driver_params(root)
+    majors = _majors(root)
     inventory = _host.device_node_inventory(root)
     caps = read_caps(root)
     paths = set(inventory) | {"/dev/nvidiactl", "/dev/nvidia-modeset"} | {path for path, _minor in UVM_NODES}
@@ -297,8 +422,8 @@ def observe(root, modprobe_file, udev_rules_file):
     nodes = {path: _host.describe_path(_host.host_path(root, path)) for path in sorted(paths)}
     links = {}
     char_dir = _host.host_path(root, CHAR_DIR)
-    if os.path.isdir(char_dir):
-        for name in os.listdir(char_dir):
+    if os.path.isdir(char_dir) and not os.path.islink(char_dir):
+        for name in _host.list_node_dir(root, CHAR_DIR) or []:
             if re.fullmatch(r"[0-9]+:[0-9]+", name):
                 links[os.path.join(CHAR_DIR, name)] = _host.describe_path(os.path.join(char_dir, name))
     others, chosen = _modprobe_files(root, modprobe_file)
@@ -312,11 +437,11 @@ def observe(root, modprobe_file, udev_rules_file):
         "nodes": nodes,
         "links": links,
         "dirs": {path: _host.describe_path(_host.host_path(root, path)) for path in (CAPS_DIR, CHAR_DIR)},
-        "modprobe_text": _files.read_text(_host.host_path(root, modprobe_file)),
-        "udev_text": _files.read_text(_host.host_path(root, udev_rules_file)),
+        "modprobe_text": _host.read_node_text(root, modprobe_file, max_bytes=_files.DEFAULT_MAX_BYTES),
+        "udev_text": _host.read_node_text(root, udev_rules_file, max_bytes=_files.DEFAULT_MAX_BYTES),
         "modprobe_others": others,
         "modprobe_shadow": chosen.get(os.path.basename(modprobe_file)),
-        "cmdline": _host.read_text(_host.host_path(root, "/proc/cmdline")) or "",
+        "cmdline": _host.read_node_text(root, "/proc/cmdline") or "",
     }
 
 
@@ -325,14 +450,15 @@ def observe(root, modprobe_file, udev_rules_file):
 
 
 def _ids(desc, name_of):
-    owner = desc.get("owner") or name_of("user", desc.get("uid")) or str(desc.get("uid"))
-    group = desc.get("group") or name_of("group", desc.get("gid")) or str(desc.get("gid"))
+    """owner:group of a described path, named from the node's user database (``name_of``), never this machine's."""
+    owner = name_of("user", desc.get("uid")) or str(desc.get("uid"))
+    group = name_of("group", desc.get("gid")) or str(desc.get("gid"))
     return "%s:%s" % (owner, group)
 
 
 def describe(desc, name_of=None):
     """One line for the diff: "char 195:0 root:root 0666", "link -> ../nvidia0", "absent"."""
-    name_of = name_of or (lambda kind, ident: None)
+    name_of = name_of or (lambda kind, ident: desc.get("owner") if kind == "user" else desc.get("group"))
     if not desc or not desc.get("exists"):
         return "absent"
     if desc["type"] == "link":
@@ -423,6 +549,11 @@ def _node_action(path, current, major, minor, uid, gid, mode, fix, create_missin
     if current["type"] == "directory":
         raise GpuhardenError(
             "%s: is a directory where the character device %d:%d belongs; refusing to replace it" % (path, major, minor))
+    if current["type"] == "link":  # never replaced (nor written through) unasked: someone put it there
+        raise GpuhardenError(
+            "%s: is a symbolic link (to %s) where the character device %d:%d belongs; refusing to replace it"
+            % (path, _files.shown(current["target"]), major, minor),
+            fix="remove the link: this module (or nvidia-modprobe) then makes the device node")
     if current["type"] != "char" or (current["major"], current["minor"]) != (major, minor):
         return "replace"
     if fix and (current["uid"], current["gid"], int(current["mode"], 8)) != (uid, gid, mode):
@@ -464,6 +595,10 @@ def plan_modprobe(path, text, policy):
     desired = desired_nvreg(policy)
     if text is None:
         return MODPROBE_HEADER + "options nvidia %s\n" % " ".join("%s=%s" % item for item in desired.items())
+    if "\x00" in text:  # kmod reads a line as a C string: a NUL ends it, and what follows on that line is lost
+        raise GpuhardenError("%s line %d: holds a NUL byte: not a modprobe.d text file, refusing to edit it"
+                             % (_files.shown(path), text[:text.index("\x00")].count("\n") + 1),
+                             fix="remove the NUL bytes from the file")
     lines = text.split("\n")
     seen = set()
     first_options = None
@@ -685,6 +820,23 @@ def _temp_name(path):
     return os.path.join(os.path.dirname(path), ".gpuharden-%s-%d" % (os.path.basename(path).replace(":", "_"), os.getpid()))
 
 
+def preflight(planned, root):
+    """Refuse, before the first change, what would stop a change half-way: each file change as ``_files.check_change``
+    sees it (a link, a special file, an immutable file or directory, a change made since the read), and an immutable
+    or append-only directory a node or link goes in (the kernel refuses mknod, rename and unlink there, even for root).
+    A device node itself cannot carry those flags: chattr's FS_IOC_SETFLAGS on a device node reaches its driver, not
+    the filesystem (chattr answers "Operation not supported while reading flags")."""
+    for change in planned["changes"]:
+        if change.changed:
+            _files.check_change(root, change)
+    directories = {os.path.dirname(action["path"]) for action in planned["node_actions"] + planned["link_actions"]}
+    directories |= {os.path.dirname(path) for path in planned["dirs"]}
+    for directory in sorted(directories):
+        here = _host.host_path(root, directory)
+        if os.path.isdir(here) and not os.path.islink(here):
+            _files.refuse_immutable(here, directory, directory=True)
+
+
 def apply_nodes(planned, root, label=None):
     """Carry out dirs, node and link actions; ``label(path)`` may set an SELinux context on new nodes.
     Returns the actions done; raises GpuhardenError (with ``applied``) on the first failure."""
@@ -758,7 +910,7 @@ def check_paths(params):
         value = params[option]
         if not value.startswith("/") or not value.endswith(suffix) or value.endswith("/" + suffix):
             raise GpuhardenError("option %s=%s: give an absolute path ending in %s (other names are ignored by %s)"
-                                 % (option, value, suffix, "modprobe" if suffix == ".conf" else "udev"))
+                                 % (option, _files.shown(value)[:300], suffix, "modprobe" if suffix == ".conf" else "udev"))
 
 
 # The node stage this planner serves, as gpuharden_operator_takeover names it
