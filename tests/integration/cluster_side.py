@@ -179,6 +179,20 @@ class Sampler(threading.Thread):
         self.finish()
 
 
+def run_on(state, node, command, check=True):
+    """A shell command on a lab node over SSH; the finished process (with ``check``, a failure fails the test)."""
+    done = manager.ssh(state["nodes"][node]["address"], command)
+    if check:
+        assert done.returncode == 0, "%s: %s: %s%s" % (node, command, done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
+def kubelet_healthy(state, node):
+    """The real kubelet answers its /healthz with ok."""
+    done = run_on(state, node, "curl -sf --max-time 3 http://127.0.0.1:10248/healthz", check=False)
+    return done.returncode == 0 and done.stdout.strip() == "ok"
+
+
 def sh(state, node, command):
     """A shell command on a lab node over SSH; its stdout (a failure fails the test)."""
     done = manager.ssh(state["nodes"][node]["address"], command)

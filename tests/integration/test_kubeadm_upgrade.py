@@ -31,7 +31,7 @@ from gpuharden_lab.system import LabError
 from kubernetes import client
 
 from tests.builds import skip_unbuilt
-from tests.integration.cluster_side import admin, failures, kubelet_configz, run, wait_for
+from tests.integration.cluster_side import admin, failures, kubelet_configz, kubelet_healthy, run, run_on, wait_for
 from tests.labfixtures import running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
@@ -61,10 +61,7 @@ def lab():
 
 
 def sh(state, command, check=True):
-    done = manager.ssh(state["nodes"][NODE]["address"], command)
-    if check:
-        assert done.returncode == 0, "%s: %s: %s%s" % (NODE, command, done.stdout[-2000:], done.stderr[-2000:])
-    return done
+    return run_on(state, NODE, command, check)
 
 
 def as_kubeadm_leaves_it(state):
@@ -106,8 +103,7 @@ def restart_kubelet(state):
 
 
 def healthy(state):
-    done = sh(state, "curl -sf --max-time 3 http://127.0.0.1:10248/healthz", check=False)
-    return done.returncode == 0 and done.stdout == "ok"
+    return kubelet_healthy(state, NODE)
 
 
 def wait_healthy(state, timeout=90):

@@ -17,14 +17,13 @@ import yaml
 from gpuharden_lab import manager, realnode
 
 from tests.builds import skip_unbuilt
-from tests.integration.cluster_side import failures, kubelet_configz, run, wait_for
+from tests.integration.cluster_side import failures, kubelet_configz, kubelet_healthy, run, run_on, wait_for
 from tests.labfixtures import running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_nodes]
 
 NODE = "fresh-0"
 CONFIG = "/var/lib/kubelet/config.yaml"
-HEALTHZ = "curl -sf --max-time 3 http://127.0.0.1:10248/healthz"
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +34,12 @@ def lab():
         yield state
 
 
-def sh(state, command, check=True):
-    done = manager.ssh(state["nodes"][NODE]["address"], command)
-    if check:
-        assert done.returncode == 0, "%s: %s: %s%s" % (NODE, command, done.stdout[-2000:], done.stderr[-2000:])
-    return done
+def sh(state, command):
+    return run_on(state, NODE, command)
 
 
 def healthy(state):
-    return sh(state, HEALTHZ, check=False).stdout.strip() == "ok"
+    return kubelet_healthy(state, NODE)
 
 
 def test_a_json_kubelet_config_stays_json_and_the_real_kubelet_runs_on_it_after_a_harden(lab):
