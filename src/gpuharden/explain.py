@@ -393,7 +393,7 @@ def text(document):
             parts.append("")
             parts.append(text(pod).rstrip("\n"))
         return "\n".join(parts) + "\n"
-    name = document["target"]["name"]
+    name = document["target"].get("name") or "the failing GPU pods"
     summary = document["verdict"]["summary"]
     lines = [summary if summary.startswith(("could not", "node ", name)) else "%s: %s" % (name, summary)]
     for entry in document["not_checked"]:

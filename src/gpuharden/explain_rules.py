@@ -97,6 +97,11 @@ def advertised(nodes):
     return totals
 
 
+def offered(nodes):
+    """The GPU-like names ``nodes`` have a non-zero allocatable of (a name at 0 is a plugin that registered no device)."""
+    return {name for name, count in advertised(nodes).items() if count > 0}
+
+
 def scope_nodes(facts):
     """The nodes the pod can use: its own once bound, else every node."""
     bound = (facts.pod.get("spec") or {}).get("nodeName")
@@ -172,7 +177,7 @@ def plugin_nodes(facts):
 
 def missing_plugin_names(facts):
     """The requested names of the device plugin's own forms of which the pod's scope advertises none."""
-    have = set(advertised(scope_nodes(facts)))
+    have = offered(scope_nodes(facts))
     return sorted(name for name in requested(facts.pod) if name not in have and _consistency._plugin_missing(name, have))
 
 
@@ -220,7 +225,7 @@ def _mig_names(names):
 
 
 def mig_mismatch(facts):
-    have = advertised(scope_nodes(facts))
+    have = offered(scope_nodes(facts))
     asked = requested(facts.pod)
     for name in sorted(asked):
         base = name[:-len(".shared")] if name.endswith(".shared") else name
