@@ -297,20 +297,30 @@ def all_allocated(facts):
     return None
 
 
+# gpuharden's own taints: the bootstrap taint a joining GPU node registers with (playbooks/bootstrap_gpu_node.yml,
+# gpuharden_bootstrap_taint_key default gpuharden.io/bootstrap), which the bootstrap removes once the node is ready.
+OWN_TAINT_PREFIX = "gpuharden.io/"
+
+
 def blocked_by(pod, node):
-    """Why ``pod`` cannot land on ``node``: ("cordon", record) / ("taint", taint) or None."""
+    """Why ``pod`` cannot land on ``node``: ("bootstrap", taint) / ("cordon", record) / ("taint", taint) or None.  A
+    node that registers with gpuharden's bootstrap taint also registers unschedulable: the taint names the cause."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    blocking = [taint for taint in (node.get("spec") or {}).get("taints") or []
+                if taint.get("effect") in ("NoSchedule", "NoExecute") and not _device_plugin._tolerates(tolerations, taint)]
+    own = [taint for taint in blocking if str(taint.get("key") or "").startswith(OWN_TAINT_PREFIX)]
+    if own:
+        return "bootstrap", own[0]
     state = _drain.cordon_state(node)
     if state["unschedulable"]:
         return "cordon", state["record"]
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _device_plugin._tolerates(tolerations, taint):
-            return "taint", taint
-    return None
+    return ("taint", blocking[0]) if blocking else None
 
 
 def describe_block(node, block):
     kind, value = block
+    if kind == "bootstrap":
+        return "tainted %s=%s:%s by gpuharden's bootstrap: the node is not bootstrapped yet" % (value.get("key"), value.get("value") or "", value.get("effect"))
     if kind == "cordon":
         return ("cordoned by gpuharden, run %s" % _drain.describe_record(value)) if value else "cordoned by someone else (no gpuharden.io/cordon record)"
     return "tainted %s=%s:%s by someone else (gpuharden sets no taint)" % (value.get("key"), value.get("value") or "", value.get("effect"))
@@ -318,8 +328,12 @@ def describe_block(node, block):
 
 def _block_values(blocked):
     ours = [node for node, block in blocked if block[0] == "cordon" and block[1]]
+    joining = [node for node, block in blocked if block[0] == "bootstrap"]
     text = "; ".join("%s %s" % (node_name(node), describe_block(node, block)) for node, block in blocked[:3])
-    if ours:
+    if joining:
+        fix = "ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node " \
+              "passes its checks)" % ",".join(node_name(n) for n in joining)
+    elif ours:
         fix = "%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours))
     else:
         fix = "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
@@ -426,7 +440,7 @@ POD_RULES = (
 )
 
 NODE_RULES = (
-    Rule("node_unschedulable", "node", ("node",), False, "node_left_cordoned", "%(blocked)s", ("%(fix)s",), node_blocked),
+    Rule("node_unschedulable", "node", ("node",), False, "node_left_cordoned", "node %(blocked)s", ("%(fix)s",), node_blocked),
     Rule("node_no_device_plugin", "node", ("node", "plugin_pods"), False, "gpu_not_advertised",
          "no device plugin pod runs on %(node)s: its GPUs are not advertised",
          ("deploy the device plugin: %s --tags device_plugin -l %%(node)s" % HARDEN,), node_no_plugin),

@@ -87,7 +87,7 @@ class FakeApi:
                 return self.send_json(200, found)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def url(self):
@@ -278,6 +278,14 @@ def test_gpu_nodes_cordoned_by_gpuharden_or_by_someone_else(lib, cluster):
     alone = cluster(nodes=[gpu_node("gpu-b", unschedulable=True)], pods=[pod("train-0", scheduler="unschedulable"), plugin_pod("gpu-b")])
     other = run(lib, alone, "pod ml/train-0")
     assert "cordoned by someone else" in other["verdict"]["summary"] and other["verdict"]["finding_id"] is None
+
+
+def test_a_joining_node_under_gpuharden_s_bootstrap_taint(lib, cluster):
+    joining = gpu_node("gpu-a", unschedulable=True, taints=[{"key": "gpuharden.io/bootstrap", "value": "pending", "effect": "NoSchedule"}])
+    api = cluster(nodes=[joining], pods=[pod("train-0", scheduler="x"), plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert "gpu-a tainted gpuharden.io/bootstrap=pending:NoSchedule by gpuharden's bootstrap" in document["verdict"]["summary"]
+    assert document["fix"][0].startswith("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l gpu-a")
 
 
 def test_a_tolerated_taint_does_not_block(lib, cluster):
