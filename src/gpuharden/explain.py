@@ -119,7 +119,10 @@ class Reader:
         return items
 
     def pod(self, namespace, name):
-        return self.get("/api/v1/namespaces/%s/pods/%s" % (namespace, name), self.lib.access.Target("get", "pods", namespace=namespace, name=name))
+        # a LIST by name, not a GET: the tool's identity may list pods and never get one (deploy/rbac/gpuharden-rbac.yaml)
+        pods = self.list("/api/v1/namespaces/%s/pods" % namespace, self.lib.access.Target("list", "pods", namespace=namespace),
+                         field_selector="metadata.name=%s" % name)
+        return pods[0] if pods else None
 
     def node(self, name):
         return self.get("/api/v1/nodes/%s" % name, self.lib.access.Target("get", "nodes", name=name))
@@ -192,8 +195,20 @@ class Facts:
         return self._reader.plugin_pods(self._bound_node())
 
     def _read_events(self):
+        """The pod's events; where they cannot be read (an identity without `list events`), none, and the read is
+        named in not_checked: the scheduler's last word is in the pod's PodScheduled condition too."""
         meta = self._have["pod"].get("metadata") or {}
-        return self._reader.events(meta.get("namespace"), meta.get("name"))
+        try:
+            return self._reader.events(meta.get("namespace"), meta.get("name"))
+        except self._reader.lib.errors.GpuhardenError as error:
+            access = error.result.get("access") or {}
+            self._have.setdefault("unread", []).append({"what": "the events of pod %s/%s" % (meta.get("namespace"), meta.get("name")),
+                                                        "cause": error.msg, "fix": access.get("fix") or "run again"})
+            return []
+
+    def unread(self):
+        """What could not be read but was not needed for the verdict: {what, cause, fix} each."""
+        return list(self._have.get("unread") or [])
 
 
 def _verdict(lib, rule, values, evidence):
@@ -369,7 +384,9 @@ def explain(lib, target, params):
             pod = reader.pod(target["namespace"], target["pod"])
             if pod is None:
                 raise UsageError("pod %s: no such pod" % target["name"])
-            document = explain_pod(lib, Facts(reader, pod=pod))
+            facts = Facts(reader, pod=pod)
+            document = explain_pod(lib, facts)
+            document["not_checked"] = document["not_checked"] + facts.unread()
     except lib.errors.GpuhardenError as error:
         document = blind(error, target.get("name") or "the failing GPU pods")
     return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count)

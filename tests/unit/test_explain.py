@@ -70,7 +70,8 @@ class FakeApi:
     every request answered with that HTTP status instead (401, 403)."""
 
     def __init__(self, nodes=(), pods=(), events=(), daemonsets=(PLUGIN_DS,), status=None):
-        self.nodes, self.pods, self.events, self.daemonsets = list(nodes), list(pods), list(events), list(daemonsets)
+        self.nodes, self.pods, self.daemonsets = list(nodes), list(pods), list(daemonsets)
+        self.events = None if events is None else list(events)
         self.status, self.requests = status, []
         api = self
 
@@ -82,6 +83,8 @@ class FakeApi:
                 if api.status:
                     return self.send_json(api.status, {"kind": "Status", "message": 'pods is forbidden: User "bob" cannot get resource'})
                 found = api.answer(url.path.strip("/").split("/"), query)
+                if found == "forbidden":
+                    return self.send_json(403, {"kind": "Status", "message": 'events is forbidden: User "tool" cannot list resource "events"'})
                 if found is None:
                     return self.send_json(404, {"kind": "Status", "reason": "NotFound", "message": "not found"})
                 return self.send_json(200, found)
@@ -109,6 +112,8 @@ class FakeApi:
             if "status.phase!=Succeeded" in query.get("fieldSelector", ""):
                 pods = [p for p in pods if p["status"].get("phase") != "Succeeded"]
             return listed(pods)
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"] and "metadata.name" in fields:
+            return listed([p for p in self.pods if p["metadata"]["namespace"] == parts[3] and p["metadata"]["name"] == fields["metadata.name"]])
         if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
             labels = dict(pair.split("=", 1) for pair in query.get("labelSelector", "").split(",") if pair)
             return listed([p for p in self.pods if p["metadata"]["namespace"] == parts[3]
@@ -116,6 +121,8 @@ class FakeApi:
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "pods":
             return next((p for p in self.pods if p["metadata"]["namespace"] == parts[3] and p["metadata"]["name"] == parts[5]), None)
         if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["events"]:
+            if self.events is None:
+                return "forbidden"
             return listed([e for e in self.events if e["involvedObject"]["name"] == fields.get("involvedObject.name")])
         return None
 
@@ -164,7 +171,8 @@ def test_misspelled_resource_names_the_closest_advertised_one_with_no_node_trip(
     assert "nvidia.com/gpus" in document["verdict"]["summary"] and "closest advertised name is nvidia.com/gpu" in document["verdict"]["summary"]
     assert document["verdict"]["finding_id"] == "requested_resource_not_advertised"
     # the pod and the Nodes: no plugin pods, no events, no node object of its own
-    assert [path for path, _ in api.requests] == ["/api/v1/namespaces/ml/pods/train-0", "/api/v1/nodes"]
+    assert api.requests == [("/api/v1/namespaces/ml/pods", {"fieldSelector": "metadata.name=train-0", "limit": "500"}),
+                            ("/api/v1/nodes", {"limit": "500"})]
     assert document["api_requests"] == 2
     assert explain.text(document).splitlines()[0].startswith("ml/train-0: requests nvidia.com/gpus, which no node advertises")
 
@@ -238,6 +246,14 @@ def test_insufficient_gpus_all_allocated_reads_the_events(lib, cluster):
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "gpus_all_allocated" and "2 node(s) advertise 8 in all" in document["verdict"]["summary"]
     assert ("/api/v1/namespaces/ml/events", {"fieldSelector": "involvedObject.kind=Pod,involvedObject.name=train-0", "limit": "500"}) in api.requests
+
+
+def test_events_the_identity_may_not_list_are_named_not_checked(lib, cluster):
+    scheduler = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    api = cluster(nodes=[gpu_node("gpu-a", 4)], pods=[pod("train-0", scheduler=scheduler), plugin_pod("gpu-a")], events=None)
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "gpus_all_allocated" and document["state"] == "cause"
+    assert document["not_checked"][0]["what"] == "the events of pod ml/train-0" and "forbidden" in document["not_checked"][0]["cause"]
 
 
 def test_not_insufficient_when_the_scheduler_says_otherwise(lib, cluster):
