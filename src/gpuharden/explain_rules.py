@@ -258,7 +258,13 @@ def not_advertised(facts):
         return None
     entry = found[0]["found"]
     close = entry.get("close_match")
-    return ({"resource": entry["resource"], "closest": "; the closest advertised name is %s" % close if close else "",
+    # gpu_consistency weighs the name against nvidia.com/gpu where no node advertises a GPU resource yet
+    names = advertised(facts.nodes)
+    closest = ""
+    if close:
+        closest = "; did you mean %s? (%s)" % (close, "the closest name a node advertises" if close in names else
+                                               "the NVIDIA device plugin's name; no node advertises a GPU resource yet")
+    return ({"resource": entry["resource"], "closest": closest,
              "change": "request %s instead" % close if close else "request a resource the device plugin advertises"},
             [requested_item(facts.pod), item("GPU resources advertised", "every node's status.capacity and status.allocatable",
                                              sorted(advertised(facts.nodes)))])

@@ -168,13 +168,19 @@ def test_misspelled_resource_names_the_closest_advertised_one_with_no_node_trip(
                                                                         scheduler="0/2 nodes are available: 2 Insufficient nvidia.com/gpus.")])
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "resource_not_advertised"
-    assert "nvidia.com/gpus" in document["verdict"]["summary"] and "closest advertised name is nvidia.com/gpu" in document["verdict"]["summary"]
+    assert "nvidia.com/gpus" in document["verdict"]["summary"] and "did you mean nvidia.com/gpu? (the closest name a node advertises)" in document["verdict"]["summary"]
     assert document["verdict"]["finding_id"] == "requested_resource_not_advertised"
     # the pod and the Nodes: no plugin pods, no events, no node object of its own
     assert api.requests == [("/api/v1/namespaces/ml/pods", {"fieldSelector": "metadata.name=train-0", "limit": "500"}),
                             ("/api/v1/nodes", {"limit": "500"})]
     assert document["api_requests"] == 2
     assert explain.text(document).splitlines()[0].startswith("ml/train-0: requests nvidia.com/gpus, which no node advertises")
+
+
+def test_misspelled_resource_on_a_cluster_that_advertises_no_gpu_yet(lib, cluster):
+    api = cluster(nodes=[node("cpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"})])
+    summary = run(lib, api, "pod ml/train-0")["verdict"]["summary"]
+    assert summary.endswith("did you mean nvidia.com/gpu? (the NVIDIA device plugin's name; no node advertises a GPU resource yet)")
 
 
 def test_a_correct_name_is_not_a_misspelling(lib, cluster):
@@ -427,7 +433,7 @@ def test_exit_codes_through_the_command(lib, cluster, tmp_path, capsys):
                                                    plugin_pod("gpu-a")])
     config = kubeconfig(tmp_path, api.url)
     code, out, _ = cli_run(["explain", "pod", "ml/typo", "-e", "gpuharden_kubeconfig=%s" % config], capsys)
-    assert code == 1 and "closest advertised name is nvidia.com/gpu" in out.splitlines()[0]
+    assert code == 1 and "did you mean nvidia.com/gpu?" in out.splitlines()[0]
     code, out, _ = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--json"], capsys)
     assert code == 0 and json.loads(out)["state"] == "healthy"
     code, _, err = cli_run(["explain", "pod", "ml/missing", "--kubeconfig", config], capsys)
