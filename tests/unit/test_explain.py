@@ -168,7 +168,8 @@ def test_misspelled_resource_names_the_closest_advertised_one_with_no_node_trip(
                                                                         scheduler="0/2 nodes are available: 2 Insufficient nvidia.com/gpus.")])
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "resource_not_advertised"
-    assert "nvidia.com/gpus" in document["verdict"]["summary"] and "did you mean nvidia.com/gpu? (the closest name a node advertises)" in document["verdict"]["summary"]
+    summary = document["verdict"]["summary"]
+    assert "nvidia.com/gpus" in summary and "did you mean nvidia.com/gpu? (the closest name a node advertises)" in summary
     assert document["verdict"]["finding_id"] == "requested_resource_not_advertised"
     # the pod and the Nodes: no plugin pods, no events, no node object of its own
     assert api.requests == [("/api/v1/namespaces/ml/pods", {"fieldSelector": "metadata.name=train-0", "limit": "500"}),
