@@ -221,7 +221,12 @@ def _verdict(lib, rule, values, evidence):
 
 
 def apply_rules(lib, rules, facts):
-    """The first rule of ``rules`` that fires, as a document part, or None; each rule's evidence read as it needs it."""
+    """The first rule of ``rules`` that fires, as a document part, or None; each rule's evidence read as it needs it.
+
+    Phase 2 (node-side causes) plugs in here: a rule with ``needs_node_trip`` needs the evidence "node_audit", which
+    Facts reads once, the first time such a rule is weighed, with one node_audit run on the pod's node (through
+    ansible-runner, as gpuharden drift runs it, limited to that host and to the checks the rule names); the rules
+    before it, cluster-side, decide without that trip.  No phase-1 rule has needs_node_trip (a unit test pins it)."""
     for rule in rules:
         for name in rule.needs:
             facts.need(name)

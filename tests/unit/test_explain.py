@@ -8,6 +8,7 @@ import io
 import json
 import threading
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -462,3 +463,15 @@ def test_text_output_order(lib, cluster):
     assert lines[0].startswith("ml/train-0: requests nvidia.com/gpu, but the device plugin on gpu-a is CrashLoopBackOff")
     assert lines.index("  evidence:") < lines.index("  fix:")
     assert io.StringIO  # the text goes to the stream main() is given
+
+
+def test_every_rule_is_tested_and_maps_to_the_catalogue(lib):
+    """The rules are data: each has a test here that fires it (its id asserted), and its finding id is the catalogue's."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    rules = lib.rules.POD_RULES + lib.rules.NODE_RULES
+    assert len({rule.id for rule in rules}) == len(rules)
+    for rule in rules:
+        assert '== "%s"' % rule.id in source, "no test fires rule %s" % rule.id
+        assert set(rule.needs) <= set(lib.rules.EVIDENCE) and rule.needs_node_trip is False  # phase 1: cluster-side only
+        if rule.finding_id:
+            assert lib.findings.stage_of(rule.finding_id) is not None or rule.finding_id in lib.findings.CATALOGUE
