@@ -211,11 +211,18 @@ class Facts:
         return list(self._have.get("unread") or [])
 
 
+def _stage(lib, finding_id):
+    """The harden stage (tag) that fixes the finding, or None where none does (the catalogue's remediable: never)."""
+    if not finding_id or lib.findings.CATALOGUE[finding_id][2] == lib.findings.NEVER:
+        return None
+    return lib.findings.stage_of(finding_id)
+
+
 def _verdict(lib, rule, values, evidence):
     values = dict(values)
     finding_id = values.pop("_finding", rule.finding_id)
     return {"state": "cause",
-            "verdict": {"cause": rule.id, "finding_id": finding_id, "stage": lib.findings.stage_of(finding_id) if finding_id else None,
+            "verdict": {"cause": rule.id, "finding_id": finding_id, "stage": _stage(lib, finding_id),
                         "summary": rule.verdict % values},
             "evidence": evidence, "fix": [line % values for line in rule.fix], "not_checked": []}
 
@@ -428,7 +435,8 @@ def text(document):
         lines.append("  fix:")
         lines.extend("    %s" % line for line in document["fix"])
     if document["verdict"].get("finding_id"):
-        lines.append("  finding: %s (stage %s)" % (document["verdict"]["finding_id"], document["verdict"].get("stage") or "none"))
+        stage = document["verdict"].get("stage")
+        lines.append("  finding: %s (%s)" % (document["verdict"]["finding_id"], "harden stage %s" % stage if stage else "no harden stage fixes it"))
     return "\n".join(lines) + "\n"
 
 

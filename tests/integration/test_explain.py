@@ -12,10 +12,9 @@ import sys
 import time
 
 import pytest
-from gpuharden_lab import REPO_ROOT, cluster, realnode
+from gpuharden_lab import REPO_ROOT, cluster
 from kubernetes import client
 
-from tests.builds import skip_unbuilt
 from tests.integration.cluster_side import wait_for
 from tests.labfixtures import running_lab
 
@@ -27,8 +26,7 @@ ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join
 
 @pytest.fixture(scope="module")
 def lab():
-    if not realnode.available():
-        skip_unbuilt("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
+    # running_lab skips where the real kubelet and containerd are not built (make real-components)
     with running_lab("fresh-fleet", node_count=1) as state:
         yield state
 
@@ -54,6 +52,7 @@ def test_a_pod_asking_for_nvidia_com_gpus_stays_pending_and_explain_names_the_ad
     try:
         wait_for(lambda: _scheduler_gave_up(core, name), timeout=90, what="the scheduler to leave %s Pending" % name)
         done, seconds = _explain(lab, "pod", "%s/%s" % (NAMESPACE, name))
+        print(done.stdout)  # the real output, for the README (pytest -s)
         first = done.stdout.splitlines()[0] if done.stdout else ""
         assert done.returncode == 1, (done.stdout, done.stderr)
         # the fresh node runs no device plugin yet: nvidia.com/gpu is the plugin's name, advertised by no node
@@ -62,5 +61,8 @@ def test_a_pod_asking_for_nvidia_com_gpus_stays_pending_and_explain_names_the_ad
         document = json.loads(as_json.stdout)
         assert document["verdict"]["cause"] == "resource_not_advertised" and document["api_requests"] == 2, document
         assert seconds < 30, seconds
+        failing, _ = _explain(lab, "--failing")
+        print(failing.stdout)
+        assert failing.returncode == 1 and "%s/%s: requests nvidia.com/gpus" % (NAMESPACE, name) in failing.stdout, failing.stdout
     finally:
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)

@@ -228,6 +228,7 @@ def test_mig_name_on_a_node_of_the_single_strategy(lib, cluster):
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
     assert "migStrategy single or none" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
+    assert document["verdict"]["stage"] is None and "(no harden stage fixes it)" in explain.text(document)  # the catalogue: never
 
 
 def test_mig_profile_not_in_the_layout_and_gpu_on_mixed_nodes(lib, cluster):
