@@ -43,14 +43,31 @@ def _scheduler_gave_up(core, name):
     return any(c.type == "PodScheduled" and c.status == "False" for c in pod.status.conditions or [])
 
 
+def _pending_pod(core, name, limits):
+    core.create_namespaced_pod(NAMESPACE, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}]}})
+    wait_for(lambda: _scheduler_gave_up(core, name), timeout=90, what="the scheduler to leave %s Pending" % name)
+
+
+def test_a_gpu_pod_on_a_fleet_without_a_device_plugin(lab):
+    core = client.CoreV1Api(cluster.api_client(lab["cluster"]["admin_kubeconfig"]))
+    name = "explain-no-plugin"
+    try:
+        _pending_pod(core, name, {"nvidia.com/gpu": "1"})
+        done, _seconds = _explain(lab, "pod", "%s/%s" % (NAMESPACE, name), "--json")
+        document = json.loads(done.stdout)
+        assert done.returncode == 1 and document["verdict"]["cause"] == "no_device_plugin", document
+        assert document["verdict"]["stage"] == "device_plugin" and any("--tags device_plugin" in line for line in document["fix"])
+    finally:
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
 def test_a_pod_asking_for_nvidia_com_gpus_stays_pending_and_explain_names_the_advertised_name(lab):
     core = client.CoreV1Api(cluster.api_client(lab["cluster"]["admin_kubeconfig"]))
     name = "explain-typo"
-    core.create_namespaced_pod(NAMESPACE, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpus": "1"}}}]}})
     try:
-        wait_for(lambda: _scheduler_gave_up(core, name), timeout=90, what="the scheduler to leave %s Pending" % name)
+        _pending_pod(core, name, {"nvidia.com/gpus": "1"})
         done, seconds = _explain(lab, "pod", "%s/%s" % (NAMESPACE, name))
         print(done.stdout)  # the real output, for the README (pytest -s)
         first = done.stdout.splitlines()[0] if done.stdout else ""
