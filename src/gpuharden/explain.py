@@ -339,12 +339,17 @@ def explain_failing(lib, reader):
     nodes = reader.nodes()
     plugin_pods = [pod for pod in pods if rules._device_plugin.plugin_container(pod.get("spec") or {})]
     documents = []
+    by_name = {rules.node_name(node): node for node in nodes}
     for pod in pods:
         if not rules.is_gpu_pod(pod) or healthy(pod):
             continue
-        # no per-pod events: the PodScheduled condition carries the scheduler's last word
-        facts = Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[])
-        document = explain_pod(lib, facts, with_events=False)
+        node, document = by_name.get((pod.get("spec") or {}).get("nodeName")), None
+        if node is not None and any(pod is plugin for plugin in plugin_pods):
+            # a device plugin pod (it runs the nvidia RuntimeClass): what fails is its node's GPUs, as explain node says
+            document = apply_rules(lib, rules.NODE_RULES, Facts(reader, node=node, plugin_pods=plugin_pods))
+        if document is None:
+            # no per-pod events: the PodScheduled condition carries the scheduler's last word
+            document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[]), with_events=False)
         document["target"] = {"kind": "pod", "name": rules.pod_ref(pod)}
         documents.append(document)
     states = {document["state"] for document in documents}

@@ -26,7 +26,8 @@ from __future__ import annotations
 import collections
 import difflib
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 HARDEN = "ansible-playbook -i INVENTORY gpuharden.k8s.harden_gpu_nodes"
 # what explain can read, each at most once per run
@@ -91,8 +92,8 @@ def advertised(nodes):
         for name, value in (status.get("allocatable") or {}).items():
             if _consistency._gpu_like(str(name)):
                 try:
-                    totals[str(name)] += int(_consistency._gpu_pods.parse_quantity(value, "allocatable"))
-                except Exception:  # noqa: BLE001 (an unreadable quantity counts as none)
+                    totals[str(name)] += int(_gpu_pods.parse_quantity(value, "node %s status.allocatable[%s]" % (node_name(node), name)))
+                except GpuhardenError:  # an unreadable quantity counts as none advertised
                     pass
     return totals
 

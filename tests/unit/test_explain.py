@@ -56,7 +56,7 @@ def plugin_pod(node_name, ready=True, waiting=None, restarts=0, last_message=Non
     if last_message:
         status["lastState"] = {"terminated": {"exitCode": 1, "message": last_message}}
     return {"metadata": {"name": "nvidia-device-plugin-" + node_name, "namespace": "kube-system", "labels": {"name": "nvidia-device-plugin-ds"}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE}]},
+            "spec": {"nodeName": node_name, "runtimeClassName": "nvidia", "containers": [{"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE}]},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                        "containerStatuses": [status]}}
 
@@ -379,9 +379,10 @@ def test_failing_lists_every_failing_gpu_pod_with_three_requests(lib, cluster):
         pod("stuck", node_name="gpu-b")])
     document = run(lib, api, "--failing")
     causes = {entry["target"]["name"]: entry["verdict"]["cause"] for entry in document["pods"]}
-    assert causes == {"ml/typo": "resource_not_advertised", "ml/rejected": "admission_rejected", "ml/stuck": "device_plugin_failing"}
+    assert causes == {"ml/typo": "resource_not_advertised", "ml/rejected": "admission_rejected", "ml/stuck": "device_plugin_failing",
+                      "kube-system/nvidia-device-plugin-gpu-b": "node_device_plugin_failing"}
     assert [path for path, _ in api.requests] == ["/api/v1/pods", "/api/v1/nodes"] and document["state"] == "cause"
-    assert explain.text(document).splitlines()[0] == "3 failing GPU pod(s)"
+    assert explain.text(document).splitlines()[0] == "4 failing GPU pod(s)"
 
 
 # ---------------------------------------------------------------------------------------------------------------
