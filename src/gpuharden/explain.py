@@ -1,0 +1,478 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`gpuharden explain`: from one failing GPU pod (or a node) to its cause and its fix.
+
+``gpuharden explain pod NAMESPACE/NAME``, ``gpuharden explain node NAME`` and ``gpuharden explain --failing`` (every
+GPU pod of the cluster, one that requests an nvidia.com/* resource or runs the nvidia RuntimeClass, that is not
+Running and Ready, nor Succeeded) read the cluster through the collection's one Kubernetes request path
+(plugins/module_utils/k8s) and weigh the cause rules of gpuharden/explain_rules.py, in order: the first that fires is
+the verdict.  Each piece of evidence is read at most once and only when a rule needs it: the pod (GET), the Nodes
+(one LIST), the device plugin's pods (one LIST of the node's pods, or of the plugin DaemonSets' pods), the pod's
+events (one LIST with a field selector).  A Pending pod with a misspelled resource costs the pod and the Nodes.
+``--failing`` makes one LIST of pods and one of Nodes for the whole cluster, and reads no events.
+
+The cluster identity is the one gpuharden drift gives the playbooks: ``-e gpuharden_kubeconfig=FILE`` (or
+``--kubeconfig``, ``--context``), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT, else in-cluster credentials or the
+default kubeconfig, as the collection's modules decide (_k8s.auth_settings).
+
+Output: the verdict first (the cause, one line), then the evidence, each with where it was read, then the fix.  With
+--json, schema 1::
+
+    {"schema": 1, "target": {"kind": "pod"|"node", "name": ...}, "state": "cause"|"healthy"|"undecided",
+     "verdict": {"cause": <rule id or null>, "finding_id": <catalogue id or null>, "stage": <harden tag or null>,
+                 "summary": <the one line>},
+     "evidence": [{"what", "where", "value"}], "fix": [<line>], "not_checked": [{"what", "cause", "fix"}],
+     "api_requests": <requests made>}
+
+``--failing`` prints ``{"schema": 1, "target": {"kind": "failing"}, "state", "pods": [<one pod's document>],
+"not_checked", "api_requests"}``.
+
+Three states, never silence: a cause found ("cause"), nothing wrong ("healthy"), or could not decide ("undecided":
+``not_checked`` says what was not checked, why, and how to check it; a blind cluster side, an API server that
+refused or could not be reached, comes first with its fix).  Node-side causes (the device program, NVML health,
+kubelet checkpoints, device permissions) need a node_audit trip that explain does not make yet: a bound pod no
+cluster-side rule explains is "undecided", with the drift run that checks its node.
+
+Exit codes: 0 explained and healthy (no cause: the pod is Running and Ready or Succeeded, the node serves its GPUs,
+--failing found no failing GPU pod); 1 a cause found (--failing: for some pod, and every failing pod decided);
+4 could not decide (something was not checked: the cluster could not be read, or no rule explains the symptom;
+--failing: any pod undecided); 2 usage or environment error (bad arguments, the collection not installed, no such
+pod or node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+from gpuharden import cluster_side, drift
+
+EXIT_HEALTHY, EXIT_CAUSE, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 4
+SCHEMA = 1
+MODULE = "gpuharden explain"
+DESCRIPTION = """\
+Explain why a GPU pod fails (Pending, rejected, crash-looping) or why a node does not serve its GPUs: the cause in one
+line, the evidence with where it was read, and the fix (a harden stage to run, or the change to the workload).
+Read-only: it reads the cluster through the API server, each object at most once, and nothing on the nodes.
+"""
+EPILOG = """\
+examples:
+  gpuharden explain pod ml/train-0 -e gpuharden_kubeconfig=~/.kube/gpuharden
+  gpuharden explain node gpu-node-07
+  gpuharden explain --failing --json
+
+exit codes:
+  0    explained, healthy: no cause (the pod is Running and Ready, the node serves its GPUs, no failing GPU pod)
+  1    a cause found: the first line names it, the output ends with the fix
+  4    could not decide: what was not checked and why come first (an API server that refused or could not be reached,
+       or a symptom no cluster-side rule explains: the node-side check to run is named); never a guess
+  2    usage or environment error (bad arguments, the collection not installed, no such pod or node)
+"""
+
+
+class UsageError(Exception):
+    """Bad arguments, or a pod or node that does not exist: exit 2."""
+
+
+def load_collection():
+    """The collection's k8s layer, findings catalogue and explain's rules (which import the collection's checks), from
+    the collection the playbooks come from (as gpuharden drift finds it)."""
+    base = cluster_side.collection_base(drift.collection_bases())
+    if base is None:
+        raise UsageError("the gpuharden.k8s collection is not installed where Ansible looks for collections "
+                         "(ansible-galaxy collection install gpuharden.k8s)")
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    prefix = "ansible_collections.gpuharden.k8s.plugins.module_utils."
+    names = {"k8s": prefix + "k8s._k8s", "access": prefix + "k8s._k8s_access", "findings": prefix + "core._findings",
+             "errors": prefix + "core._errors", "rules": "gpuharden.explain_rules"}
+    return argparse.Namespace(**{key: importlib.import_module(name) for key, name in names.items()})
+
+
+def auth_params(args, environ=None):
+    """The collection's auth options for the cluster identity: --kubeconfig/--context, else -e gpuharden_kubeconfig /
+    gpuharden_k8s_context (as the roles take them), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT (the modules'
+    fallbacks); None leaves the choice to _k8s.auth_settings (in-cluster, then the default kubeconfig)."""
+    environ = os.environ if environ is None else environ
+    extra = drift.parse_extra_vars(args.extra_vars)
+    kubeconfig = args.kubeconfig or extra.get("gpuharden_kubeconfig") or environ.get("K8S_AUTH_KUBECONFIG") or None
+    context = args.context or extra.get("gpuharden_k8s_context") or environ.get("K8S_AUTH_CONTEXT") or None
+    return {"kubeconfig": kubeconfig, "context": context, "request_timeout": args.request_timeout}
+
+
+class Reader:
+    """The API reads of one explain run, each through the collection's request path; ``count`` requests made."""
+
+    def __init__(self, lib, api):
+        self.lib, self.api, self.count = lib, api, 0
+
+    def get(self, path, target):
+        self.count += 1
+        status, body = self.lib.access.call(MODULE, self.api, self.lib.k8s.endpoint(self.api, "GET", path), target, accept=(404,))
+        return None if status == 404 else body
+
+    def list(self, path, target, **selectors):
+        items, pages = self.lib.access.list_all(MODULE, self.api, self.lib.k8s.endpoint(self.api, "GET", path), target, **selectors)
+        self.count += pages
+        return items
+
+    def pod(self, namespace, name):
+        # a LIST by name, not a GET: the tool's identity may list pods and never get one (deploy/rbac/gpuharden-rbac.yaml)
+        pods = self.list("/api/v1/namespaces/%s/pods" % namespace, self.lib.access.Target("list", "pods", namespace=namespace),
+                         field_selector="metadata.name=%s" % name)
+        return pods[0] if pods else None
+
+    def node(self, name):
+        return self.get("/api/v1/nodes/%s" % name, self.lib.access.Target("get", "nodes", name=name))
+
+    def nodes(self):
+        return self.list("/api/v1/nodes", self.lib.access.Target("list", "nodes"))
+
+    def pods(self, node=None):
+        selector = {"field_selector": "spec.nodeName=%s" % node} if node else {}
+        return self.list("/api/v1/pods", self.lib.access.Target("list", "pods"), **selector)
+
+    def events(self, namespace, name):
+        # the events the API server holds for the pod (field selectors of k8s.io/kubernetes v1.36.3
+        # pkg/registry/core/event/strategy.go ToSelectableFields)
+        return self.list("/api/v1/namespaces/%s/events" % namespace, self.lib.access.Target("list", "events", namespace=namespace),
+                         field_selector="involvedObject.kind=Pod,involvedObject.name=%s" % name)
+
+    def plugin_pods(self, node=None):
+        """The NVIDIA device plugin's pods (the pods whose spec has the plugin container, as _device_plugin finds the
+        plugin): on ``node``, one LIST of the node's pods; cluster-wide, the plugin DaemonSets' pods (one LIST of
+        DaemonSets, one of pods per plugin DaemonSet by its selector's labels)."""
+        plugin = self.lib.rules._device_plugin
+        if node:
+            return [pod for pod in self.pods(node) if plugin.plugin_container(pod.get("spec") or {})]
+        found = []
+        for ds in self.list("/apis/apps/v1/daemonsets", self.lib.access.Target("list", "daemonsets", "apps")):
+            if not plugin.is_plugin_daemonset(ds):
+                continue
+            labels = ((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            namespace = (ds.get("metadata") or {}).get("namespace")
+            selector = ",".join("%s=%s" % pair for pair in sorted(labels.items()))
+            pods = self.list("/api/v1/namespaces/%s/pods" % namespace, self.lib.access.Target("list", "pods", namespace=namespace),
+                             **({"label_selector": selector} if selector else {}))
+            found.extend(pod for pod in pods if plugin.plugin_container(pod.get("spec") or {}))
+        return found
+
+
+class Facts:
+    """The evidence of one explanation, read the first time a rule needs it (EVIDENCE's names), then kept."""
+
+    def __init__(self, reader, **given):
+        self.__dict__["_reader"], self.__dict__["_have"] = reader, dict(given)
+
+    def need(self, name):
+        if name not in self._have:
+            self._have[name] = getattr(self, "_read_" + name)()
+        return self._have[name]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.need(name)
+
+    def _bound_node(self):
+        if "node_name" in self._have:
+            return self._have["node_name"]
+        return ((self._have.get("pod") or {}).get("spec") or {}).get("nodeName")
+
+    def _read_nodes(self):
+        return self._reader.nodes()
+
+    def _read_node(self):
+        name = self._bound_node()
+        node = self._reader.node(name)
+        if node is None:
+            raise UsageError("node %s: no such node" % name)
+        return node
+
+    def _read_plugin_pods(self):
+        return self._reader.plugin_pods(self._bound_node())
+
+    def _read_events(self):
+        """The pod's events; where they cannot be read (an identity without `list events`), none, and the read is
+        named in not_checked: the scheduler's last word is in the pod's PodScheduled condition too."""
+        meta = self._have["pod"].get("metadata") or {}
+        try:
+            return self._reader.events(meta.get("namespace"), meta.get("name"))
+        except self._reader.lib.errors.GpuhardenError as error:
+            access = error.result.get("access") or {}
+            self._have.setdefault("unread", []).append({"what": "the events of pod %s/%s" % (meta.get("namespace"), meta.get("name")),
+                                                        "cause": error.msg, "fix": access.get("fix") or "run again"})
+            return []
+
+    def unread(self):
+        """What could not be read but was not needed for the verdict: {what, cause, fix} each."""
+        return list(self._have.get("unread") or [])
+
+
+def _stage(lib, finding_id):
+    """The harden stage (tag) that fixes the finding, or None where none does (the catalogue's remediable: never)."""
+    if not finding_id or lib.findings.CATALOGUE[finding_id][2] == lib.findings.NEVER:
+        return None
+    return lib.findings.stage_of(finding_id)
+
+
+def _verdict(lib, rule, values, evidence):
+    values = dict(values)
+    finding_id = values.pop("_finding", rule.finding_id)
+    return {"state": "cause",
+            "verdict": {"cause": rule.id, "finding_id": finding_id, "stage": _stage(lib, finding_id),
+                        "summary": rule.verdict % values},
+            "evidence": evidence, "fix": [line % values for line in rule.fix], "not_checked": []}
+
+
+def apply_rules(lib, rules, facts):
+    """The first rule of ``rules`` that fires, as a document part, or None; each rule's evidence read as it needs it.
+
+    Phase 2 (node-side causes) plugs in here: a rule with ``needs_node_trip`` needs the evidence "node_audit", which
+    Facts reads once, the first time such a rule is weighed, with one node_audit run on the pod's node (through
+    ansible-runner, as gpuharden drift runs it, limited to that host and to the checks the rule names); the rules
+    before it, cluster-side, decide without that trip.  No phase-1 rule has needs_node_trip (a unit test pins it)."""
+    for rule in rules:
+        for name in rule.needs:
+            facts.need(name)
+        matched = rule.predicate(facts)
+        if matched:
+            return _verdict(lib, rule, *matched)
+    return None
+
+
+def _container_evidence(rules, pod):
+    evidence = []
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = entry.get("state") or {}
+        last = (entry.get("lastState") or {}).get("terminated") or {}
+        waiting = state.get("waiting") or {}
+        evidence.append(rules.item("container %s" % entry.get("name"), "pod %s status.containerStatuses[%s]" % (rules.pod_ref(pod), entry.get("name")),
+                                   {"ready": bool(entry.get("ready")), "state": next(iter(state), None), "reason": waiting.get("reason"),
+                                    "restarts": int(entry.get("restartCount") or 0), "last_termination": last.get("message") or last.get("reason")}))
+    return evidence
+
+
+def healthy(pod):
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return True
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def explain_pod(lib, facts, with_events=True):
+    """One pod's document (no schema/target/api_requests yet)."""
+    rules, pod = lib.rules, facts.pod
+    ref = rules.pod_ref(pod)
+    status = pod.get("status") or {}
+    if healthy(pod):
+        phase = "Succeeded" if status.get("phase") == "Succeeded" else "Running and Ready"
+        return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None,
+                                                "summary": "%s is %s: no failure to explain" % (ref, phase)},
+                "evidence": [rules.item("pod phase", "pod %s status.phase, status.conditions[Ready]" % ref, status.get("phase"))],
+                "fix": [], "not_checked": []}
+    if not rules.is_gpu_pod(pod):
+        return _undecided(ref, [rules.item("GPU resources requested", "pod %s spec.containers[].resources, spec.runtimeClassName" % ref, {})],
+                          [{"what": "why %s fails" % ref, "cause": "the pod requests no GPU and runs no nvidia RuntimeClass: explain judges GPU pods only",
+                            "fix": "kubectl describe pod -n %s %s" % tuple(ref.split("/", 1))}])
+    found = apply_rules(lib, rules.POD_RULES, facts)
+    if found:
+        return found
+    # No cluster-side rule explains it.  Phase 2 adds the node-side rules (needs_node_trip: one node_audit run on the
+    # pod's node); until then the node-side check is named, never taken for done.
+    evidence = [rules.requested_item(pod), rules.item("pod status", "pod %s status.phase/reason, status.conditions[PodScheduled]" % ref,
+                                                       {"phase": status.get("phase"), "reason": status.get("reason"),
+                                                        "scheduler": (rules.scheduled_condition(pod) or {}).get("message")})]
+    evidence += _container_evidence(rules, pod)
+    if with_events:
+        warnings = [event for event in facts.events if event.get("type") == "Warning"]
+        if warnings:
+            evidence.append(rules.item("warning events", "events of pod %s (involvedObject)" % ref,
+                                       ["%s: %s" % (event.get("reason"), (event.get("message") or "").strip()[:200]) for event in warnings[-5:]]))
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        missing = [{"what": "node-side causes on %s (the containers' device access, GPU health through NVML, kubelet checkpoints, device "
+                            "permissions)" % node,
+                    "cause": "no cluster-side cause found, and gpuharden explain does not audit the node itself",
+                    "fix": "gpuharden drift -i INVENTORY -l %s (the node's audit: its findings name the cause)" % node}]
+    else:
+        missing = [{"what": "why the scheduler leaves %s Pending" % ref, "cause": "no GPU cause found in the pod, the Nodes and the device plugin",
+                    "fix": "read the scheduler's message above (kubectl describe pod -n %s %s)" % tuple(ref.split("/", 1))}]
+    return _undecided(ref, evidence, missing)
+
+
+def _undecided(ref, evidence, missing):
+    return {"state": "undecided", "verdict": {"cause": None, "finding_id": None, "stage": None,
+                                              "summary": "could not decide why %s fails: %s not checked" % (ref, missing[0]["what"])},
+            "evidence": evidence, "fix": [], "not_checked": missing}
+
+
+def explain_node(lib, facts):
+    rules, node = lib.rules, facts.node
+    name = rules.node_name(node)
+    found = apply_rules(lib, rules.NODE_RULES, facts)
+    if found:
+        return found
+    have = rules.advertised([node])
+    evidence = [rules.item("GPU resources advertised", "node %s status.allocatable" % name, have)]
+    evidence += [rules.item("device plugin pod", "pod %s status" % rules.pod_ref(pod), "Ready") for pod in rules.plugin_pods_on(facts, name)]
+    gpu_node = rules._consistency.is_gpu_node(node, "nvidia.com/gpu.present")
+    if gpu_node and not any(have.values()):
+        return _undecided("node %s" % name, evidence, [{
+            "what": "why the device plugin on %s advertises no GPU" % name,
+            "cause": "its plugin pod is Ready, so the cause is on the node (NVML, the MIG layout, the plugin's registration)",
+            "fix": "gpuharden drift -i INVENTORY -l %s" % name}])
+    summary = ("node %s serves its GPUs: schedulable, device plugin Ready, advertises %s" % (name, ", ".join("%s=%d" % i for i in sorted(have.items())))
+               if gpu_node else "node %s is schedulable and has no GPU to serve" % name)
+    return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None, "summary": summary},
+            "evidence": evidence, "fix": [], "not_checked": []}
+
+
+def explain_failing(lib, reader):
+    """Every failing GPU pod with its verdict: one LIST of pods, one of Nodes (the plugin pods come from the pod LIST)."""
+    rules = lib.rules
+    pods = reader.list("/api/v1/pods", lib.access.Target("list", "pods"), field_selector="status.phase!=Succeeded")
+    nodes = reader.nodes()
+    plugin_pods = [pod for pod in pods if rules._device_plugin.plugin_container(pod.get("spec") or {})]
+    documents = []
+    by_name = {rules.node_name(node): node for node in nodes}
+    for pod in pods:
+        if not rules.is_gpu_pod(pod) or healthy(pod):
+            continue
+        node, document = by_name.get((pod.get("spec") or {}).get("nodeName")), None
+        if node is not None and any(pod is plugin for plugin in plugin_pods):
+            # a device plugin pod (it runs the nvidia RuntimeClass): what fails is its node's GPUs, as explain node says
+            document = apply_rules(lib, rules.NODE_RULES, Facts(reader, node=node, plugin_pods=plugin_pods))
+        if document is None:
+            # no per-pod events: the PodScheduled condition carries the scheduler's last word
+            document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[]), with_events=False)
+        document["target"] = {"kind": "pod", "name": rules.pod_ref(pod)}
+        documents.append(document)
+    states = {document["state"] for document in documents}
+    state = "undecided" if "undecided" in states else ("cause" if "cause" in states else "healthy")
+    return {"state": state, "pods": documents, "not_checked": []}
+
+
+def blind(error, target):
+    """The document of a run that could not read the cluster: the cause and the fix first."""
+    access = (getattr(error, "result", None) or {}).get("access") or {}
+    fix = access.get("fix") or "check the cluster's access (kubectl --kubeconfig FILE auth can-i get pods -A) and run again"
+    return {"state": "undecided", "verdict": {"cause": None, "finding_id": None, "stage": None,
+                                              "summary": "could not check %s: %s" % (target, error.msg)},
+            "evidence": [], "fix": [], "not_checked": [{"what": "the cluster (API server)", "cause": error.msg, "fix": fix}]}
+
+
+EXIT_BY_STATE = {"healthy": EXIT_HEALTHY, "cause": EXIT_CAUSE, "undecided": EXIT_UNDECIDED}
+
+
+def parse_target(args):
+    if args.failing:
+        if args.kind:
+            raise UsageError("--failing takes no pod or node")
+        return {"kind": "failing"}
+    if args.kind not in ("pod", "node") or not args.name:
+        raise UsageError("give pod NAMESPACE/NAME, node NAME or --failing")
+    if args.kind == "pod":
+        namespace, sep, name = args.name.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            raise UsageError("pod %r: give NAMESPACE/NAME" % args.name)
+        return {"kind": "pod", "name": args.name, "namespace": namespace, "pod": name}
+    if "/" in args.name:
+        raise UsageError("node %r: a node name has no namespace" % args.name)
+    return {"kind": "node", "name": args.name}
+
+
+def explain(lib, target, params):
+    """The document for ``target`` (parse_target's), with schema and the count of API requests."""
+    try:
+        reader = Reader(lib, lib.k8s.api_client(params))
+    except lib.errors.GpuhardenError as error:
+        return dict(blind(error, target.get("name") or "the failing GPU pods"), schema=SCHEMA, target=_public(target), api_requests=0)
+    try:
+        if target["kind"] == "failing":
+            document = explain_failing(lib, reader)
+        elif target["kind"] == "node":
+            document = explain_node(lib, Facts(reader, node_name=target["name"]))
+        else:
+            pod = reader.pod(target["namespace"], target["pod"])
+            if pod is None:
+                raise UsageError("pod %s: no such pod" % target["name"])
+            facts = Facts(reader, pod=pod)
+            document = explain_pod(lib, facts)
+            document["not_checked"] = document["not_checked"] + facts.unread()
+    except lib.errors.GpuhardenError as error:
+        document = blind(error, target.get("name") or "the failing GPU pods")
+    return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count)
+
+
+def _public(target):
+    return {key: target[key] for key in ("kind", "name") if key in target}
+
+
+def _value_text(value):
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def text(document):
+    """The document for people: the verdict first, then the evidence (with where), the fix, what was not checked."""
+    if document["target"]["kind"] == "failing" and "pods" in document:
+        if not document["pods"]:
+            return "no failing GPU pod\n"
+        parts = ["%d failing GPU pod(s)" % len(document["pods"])]
+        for pod in document["pods"]:
+            parts.append("")
+            parts.append(text(pod).rstrip("\n"))
+        return "\n".join(parts) + "\n"
+    name = document["target"].get("name") or "the failing GPU pods"
+    summary = document["verdict"]["summary"]
+    lines = [summary if summary.startswith(("could not", "node ", name)) else "%s: %s" % (name, summary)]
+    for entry in document["not_checked"]:
+        lines.append("  not checked: %s: %s" % (entry["what"], entry["cause"]))
+        lines.append("    fix: %s" % entry["fix"])
+    if document["evidence"]:
+        lines.append("  evidence:")
+        lines.extend("    %s: %s   [%s]" % (e["what"], _value_text(e["value"]), e["where"]) for e in document["evidence"])
+    if document["fix"]:
+        lines.append("  fix:")
+        lines.extend("    %s" % line for line in document["fix"])
+    if document["verdict"].get("finding_id"):
+        stage = document["verdict"].get("stage")
+        lines.append("  finding: %s (%s)" % (document["verdict"]["finding_id"], "harden stage %s" % stage if stage else "no harden stage fixes it"))
+    return "\n".join(lines) + "\n"
+
+
+def add_parser(commands):
+    parser = commands.add_parser("explain", help="why a GPU pod fails, or a node does not serve its GPUs: the cause, the evidence, the fix",
+                                 description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", nargs="?", choices=("pod", "node"), help="what to explain")
+    parser.add_argument("name", nargs="?", help="NAMESPACE/NAME of the pod, or the node's NAME")
+    parser.add_argument("--failing", action="store_true", help="every GPU pod of the cluster that is not Running and Ready, each with its cause")
+    parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                        help="KEY=VALUE, JSON or @FILE as for gpuharden drift: gpuharden_kubeconfig, gpuharden_k8s_context (repeatable)")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="the kubeconfig to read the cluster with (default: gpuharden_kubeconfig, "
+                        "K8S_AUTH_KUBECONFIG, in-cluster, then the default kubeconfig)")
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context")
+    parser.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS", help="per API request (default 30)")
+    parser.add_argument("--json", action="store_true", help="print the explanation as JSON (schema 1, see gpuharden/explain.py)")
+    parser.set_defaults(handler=main)
+    return parser
+
+
+def main(args, out=None):
+    out = out or sys.stdout
+    try:
+        target = parse_target(args)
+        if args.request_timeout <= 0:
+            raise UsageError("--request-timeout must be a positive number of seconds")
+        params = auth_params(args)
+        lib = load_collection()
+        document = explain(lib, target, params)
+    except (UsageError, drift.DriftError) as error:
+        print("gpuharden explain: %s" % error, file=sys.stderr)
+        return EXIT_USAGE
+    out.write(json.dumps(document, indent=2, sort_keys=True) + "\n" if args.json else text(document))
+    return EXIT_BY_STATE[document["state"]]

@@ -1,0 +1,457 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The cause rules of `gpuharden explain`, as data: one table (POD_RULES, NODE_RULES), read in order, first match wins.
+
+A rule is ``Rule(id, target, needs, needs_node_trip, finding_id, verdict, fix, predicate)``:
+
+- ``needs``: the evidence it reads (EVIDENCE's names); explain gathers each one the first time a rule needs it, so a
+  rule early in the table that fires saves every read a later rule would make (a Pending pod with a misspelled
+  resource costs the pod and one LIST of Nodes, and no node trip);
+- ``needs_node_trip``: the rule reads the node itself (one node_audit run on the pod's node).  Every phase-1 rule
+  is cluster-side (False); the node-side causes of issue 44 (stale checkpoints, the device program, NVML health,
+  device permissions, another pod's GPU) are phase 2 and not in the table yet: explain reports such a pod as
+  "could not decide" with the node-side check to run, never as checked;
+- ``finding_id``: the findings catalogue's id the cause is (plugins/module_utils/core/_findings.py), or None where
+  the cause is not a finding of any check (a full cluster, a workload's own choice);
+- ``verdict``: the one-line cause, a %-template over the predicate's values; ``fix``: the fix lines, templates too;
+- ``predicate(facts)``: None (does not fire) or ``(values, evidence)``: the template's values and the evidence that
+  shows the cause, each ``{what, where, value}`` with where it was read.
+
+The predicates judge with the collection's own code (gpu_consistency's resource names, the device plugin's pod
+finder, node_maintenance's cordon record): explain adds causes on top of the checks drift runs, never a second
+audit.  Each rule has a unit test that fires it and one that must not (tests/unit/test_explain_rules.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+HARDEN = "ansible-playbook -i INVENTORY gpuharden.k8s.harden_gpu_nodes"
+# what explain can read, each at most once per run
+EVIDENCE = ("pod", "nodes", "plugin_pods", "events", "node")
+# Reasons the kubelet sets on a pod it rejects at admission (k8s.io/kubernetes v1.36.3: pkg/kubelet/cm/topologymanager
+# scope_container.go/scope_pod.go TopologyAffinityError; pkg/kubelet/lifecycle/predicate.go UnexpectedAdmissionError,
+# a device plugin's Allocate that failed among others); the pod ends in phase Failed with that status.reason.
+ADMISSION_REASONS = ("TopologyAffinityError", "UnexpectedAdmissionError")
+# The scheduler's words for a node without enough of a resource (k8s.io/kubernetes v1.36.3
+# pkg/scheduler/framework/plugins/noderesources/fit.go: "Insufficient %v").
+INSUFFICIENT = "Insufficient %s"
+# Waiting reasons of a container that keeps failing (kubelet: pkg/kubelet/images and kuberuntime)
+FAILING_WAITING = ("CrashLoopBackOff", "CreateContainerError", "RunContainerError", "CreateContainerConfigError",
+                   "ImagePullBackOff", "ErrImagePull")
+
+Rule = collections.namedtuple("Rule", "id target needs needs_node_trip finding_id verdict fix predicate")
+
+
+def item(what, where, value):
+    return {"what": what, "where": where, "value": value}
+
+
+def pod_ref(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def node_name(node):
+    return (node.get("metadata") or {}).get("name")
+
+
+def requested(pod):
+    """{resource: value} of the GPU-like names the pod's containers request or limit (gpu_consistency's notion)."""
+    names = _consistency._requested_gpu_names(pod)
+    found = {}
+    for container in ((pod.get("spec") or {}).get("containers") or []) + ((pod.get("spec") or {}).get("initContainers") or []):
+        resources = (container or {}).get("resources") or {}
+        for kind in ("limits", "requests"):
+            for name, value in (resources.get(kind) or {}).items():
+                if name in names:
+                    found.setdefault(name, str(value))
+    return found
+
+
+def requested_item(pod):
+    return item("GPU resources requested", "pod %s spec.containers[].resources" % pod_ref(pod), requested(pod))
+
+
+def is_gpu_pod(pod, runtime_classes=("nvidia",)):
+    return bool(requested(pod)) or (pod.get("spec") or {}).get("runtimeClassName") in runtime_classes
+
+
+def advertised(nodes):
+    """{resource: allocatable summed over ``nodes``} of the GPU-like resources any of them has in capacity or allocatable."""
+    totals = {}
+    for node in nodes:
+        status = node.get("status") or {}
+        for field in ("capacity", "allocatable"):
+            for name in status.get(field) or {}:
+                if _consistency._gpu_like(str(name)):
+                    totals.setdefault(str(name), 0)
+        for name, value in (status.get("allocatable") or {}).items():
+            if _consistency._gpu_like(str(name)):
+                try:
+                    totals[str(name)] += int(_gpu_pods.parse_quantity(value, "node %s status.allocatable[%s]" % (node_name(node), name)))
+                except GpuhardenError:  # an unreadable quantity counts as none advertised
+                    pass
+    return totals
+
+
+def offered(nodes):
+    """The GPU-like names ``nodes`` have a non-zero allocatable of (a name at 0 is a plugin that registered no device)."""
+    return {name for name, count in advertised(nodes).items() if count > 0}
+
+
+def scope_nodes(facts):
+    """The nodes the pod can use: its own once bound, else every node."""
+    bound = (facts.pod.get("spec") or {}).get("nodeName")
+    if bound:
+        return [node for node in facts.nodes if node_name(node) == bound]
+    return list(facts.nodes)
+
+
+def scope_text(facts):
+    bound = (facts.pod.get("spec") or {}).get("nodeName")
+    return "node %s" % bound if bound else "any node"
+
+
+def advertised_item(facts, nodes=None):
+    nodes = scope_nodes(facts) if nodes is None else nodes
+    where = "node %s status.allocatable" % node_name(nodes[0]) if len(nodes) == 1 else "%d nodes' status.allocatable" % len(nodes)
+    return item("GPU resources advertised", where, advertised(nodes))
+
+
+def pending(pod):
+    return (pod.get("status") or {}).get("phase") == "Pending" and not (pod.get("spec") or {}).get("nodeName")
+
+
+def scheduled_condition(pod):
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return condition
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The device plugin's pods
+
+
+def ready(pod):
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def plugin_status(pod):
+    """The plugin container's status in a plugin pod (the container _device_plugin.plugin_container names), or {}."""
+    container = _device_plugin.plugin_container(pod.get("spec") or {}) or {}
+    for entry in (pod.get("status") or {}).get("containerStatuses") or []:
+        if entry.get("name") == container.get("name"):
+            return entry
+    return {}
+
+
+def plugin_trouble(pod):
+    """Why a plugin pod does not serve (None when it is Ready): {state, restarts, message}."""
+    status = plugin_status(pod)
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    restarts = int(status.get("restartCount") or 0)
+    if ready(pod) and not waiting:
+        return None
+    state = waiting.get("reason") or (pod.get("status") or {}).get("phase") or "not ready"
+    message = last.get("message") or waiting.get("message") or last.get("reason")
+    return {"state": state, "restarts": restarts, "message": (message or "").strip() or None}
+
+
+def plugin_pods_on(facts, name):
+    return [pod for pod in facts.plugin_pods if (pod.get("spec") or {}).get("nodeName") == name
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def plugin_nodes(facts):
+    """The nodes the pod's plugin question is about: its own once bound, else the GPU nodes (label or capacity)."""
+    nodes = scope_nodes(facts)
+    if (facts.pod.get("spec") or {}).get("nodeName"):
+        return nodes
+    return [node for node in nodes if _consistency.is_gpu_node(node, "nvidia.com/gpu.present")]
+
+
+def missing_plugin_names(facts):
+    """The requested names of the device plugin's own forms of which the pod's scope advertises none."""
+    have = offered(scope_nodes(facts))
+    return sorted(name for name in requested(facts.pod) if name not in have and _consistency._plugin_missing(name, have))
+
+
+def _plugin_evidence(facts, nodes):
+    evidence = [requested_item(facts.pod), advertised_item(facts)]
+    for node in nodes:
+        for pod in plugin_pods_on(facts, node_name(node)):
+            trouble = plugin_trouble(pod)
+            evidence.append(item("device plugin pod on %s" % node_name(node), "pod %s status.containerStatuses" % pod_ref(pod),
+                                 trouble or {"state": "Running", "ready": True}))
+    return evidence
+
+
+def no_plugin(facts):
+    names = missing_plugin_names(facts)
+    nodes = plugin_nodes(facts)
+    if not names or any(plugin_pods_on(facts, node_name(node)) for node in nodes):
+        return None
+    where = ", ".join(sorted(node_name(node) for node in nodes)[:5]) or "no node labelled or advertising a GPU"
+    evidence = [requested_item(facts.pod), advertised_item(facts),
+                item("device plugin pods", "pods of the device plugin DaemonSets (spec.nodeName)", "none on %s" % where)]
+    limit = " -l %s" % node_name(nodes[0]) if len(nodes) == 1 else ""
+    return {"resource": names[0], "scope": scope_text(facts), "limit": limit}, evidence
+
+
+def plugin_failing(facts):
+    names = missing_plugin_names(facts)
+    if not names:
+        return None
+    failing = [(node, pod, plugin_trouble(pod)) for node in plugin_nodes(facts) for pod in plugin_pods_on(facts, node_name(node))]
+    failing = [entry for entry in failing if entry[2]]
+    if not failing:
+        return None
+    node, pod, trouble = failing[0]
+    nvml = "nvml" in (trouble["message"] or "").lower()
+    because = (" (%s)" % trouble["message"].splitlines()[-1][:200]) if trouble["message"] else ""
+    return ({"resource": names[0], "plugin": pod_ref(pod), "node": node_name(node), "state": trouble["state"],
+             "restarts": trouble["restarts"], "because": because,
+             "stages": "container_runtime,runtime_class,device_plugin" if nvml else "device_plugin"},
+            _plugin_evidence(facts, [node]))
+
+
+def _mig_names(names):
+    return sorted(name for name in names if name.startswith(_consistency.MIG_PREFIX))
+
+
+def mig_mismatch(facts):
+    have = offered(scope_nodes(facts))
+    asked = requested(facts.pod)
+    for name in sorted(asked):
+        base = name[:-len(".shared")] if name.endswith(".shared") else name
+        if base in have or name in have:
+            continue
+        mig_have = _mig_names(have)
+        if base.startswith(_consistency.MIG_PREFIX) and (mig_have or _consistency.GPU in have):
+            if mig_have:
+                close = difflib.get_close_matches(base, mig_have, n=1, cutoff=0.0)
+                why = "the MIG layout there has other profiles (%s)" % ", ".join(mig_have)
+                change = "request %s, or give the node a layout with this profile (the mig stage, mig_layout)" % close[0]
+            else:
+                why = "it advertises %s only: its device plugin runs migStrategy single or none, not mixed" % _consistency.GPU
+                change = "request %s (what migStrategy single advertises a MIG device as), or set device_plugin_mig_strategy: mixed" \
+                         % _consistency.GPU
+            return ({"resource": name, "scope": scope_text(facts), "why": why, "change": change},
+                    [requested_item(facts.pod), advertised_item(facts)])
+        if base == _consistency.GPU and mig_have and not (set(have) & {_consistency.GPU, _consistency.SHARED}):
+            return ({"resource": name, "scope": scope_text(facts),
+                     "why": "its GPUs are MIG-partitioned under migStrategy mixed, advertised as %s" % ", ".join(mig_have),
+                     "change": "request one of %s, or set device_plugin_mig_strategy: single" % ", ".join(mig_have)},
+                    [requested_item(facts.pod), advertised_item(facts)])
+    return None
+
+
+def not_advertised(facts):
+    bound = (facts.pod.get("spec") or {}).get("nodeName")
+    found = _consistency._requested_not_advertised(facts.nodes, [facts.pod], {bound} if bound else set())
+    if not found:
+        return None
+    entry = found[0]["found"]
+    close = entry.get("close_match")
+    # gpu_consistency weighs the name against nvidia.com/gpu where no node advertises a GPU resource yet
+    names = advertised(facts.nodes)
+    closest = ""
+    if close:
+        closest = "; did you mean %s? (%s)" % (close, "the closest name a node advertises" if close in names else
+                                               "the NVIDIA device plugin's name; no node advertises a GPU resource yet")
+    return ({"resource": entry["resource"], "closest": closest,
+             "change": "request %s instead" % close if close else "request a resource the device plugin advertises"},
+            [requested_item(facts.pod), item("GPU resources advertised", "every node's status.capacity and status.allocatable",
+                                             sorted(advertised(facts.nodes)))])
+
+
+def admission_rejected(facts):
+    status = facts.pod.get("status") or {}
+    reason = status.get("reason")
+    if reason not in ADMISSION_REASONS:
+        return None
+    node = (facts.pod.get("spec") or {}).get("nodeName") or "its node"
+    message = (status.get("message") or "").strip()
+    if reason == "TopologyAffinityError":
+        change = ("ask for GPUs (and CPUs) that fit one NUMA node of %s, or run the kubelet_topology stage with a policy that admits "
+                  "the pod (kubelet_topology_policy: best-effort, or scope pod)" % node)
+    else:
+        change = "read the message: a device plugin Allocate that failed points at the device_plugin stage on %s" % node
+    return ({"reason": reason, "node": node, "message": (": %s" % message[:200]) if message else "", "change": change},
+            [item("pod status", "pod %s status.phase/reason/message" % pod_ref(facts.pod),
+                  {"phase": status.get("phase"), "reason": reason, "message": message or None}), requested_item(facts.pod)])
+
+
+def all_allocated(facts):
+    if not pending(facts.pod):
+        return None
+    condition = scheduled_condition(facts.pod) or {}
+    words = " ".join([condition.get("message") or ""] + [event.get("message") or "" for event in facts.events
+                                                           if event.get("reason") == "FailedScheduling"])
+    have = advertised(facts.nodes)
+    for name in sorted(requested(facts.pod)):
+        if name in have and INSUFFICIENT % name in words:
+            return ({"resource": name, "total": have[name], "count": sum(1 for node in facts.nodes if advertised([node]).get(name))},
+                    [requested_item(facts.pod), item("scheduler", "pod %s status.conditions[PodScheduled] and FailedScheduling events"
+                                                     % pod_ref(facts.pod), (condition.get("message") or "").strip() or None),
+                     item("GPU resources advertised", "every node's status.allocatable", {name: have[name]})])
+    return None
+
+
+# gpuharden's own taints: the bootstrap taint a joining GPU node registers with (playbooks/bootstrap_gpu_node.yml,
+# gpuharden_bootstrap_taint_key default gpuharden.io/bootstrap), which the bootstrap removes once the node is ready.
+OWN_TAINT_PREFIX = "gpuharden.io/"
+
+
+def blocked_by(pod, node):
+    """Why ``pod`` cannot land on ``node``: ("bootstrap", taint) / ("cordon", record) / ("taint", taint) or None.  A
+    node that registers with gpuharden's bootstrap taint also registers unschedulable: the taint names the cause."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    blocking = [taint for taint in (node.get("spec") or {}).get("taints") or []
+                if taint.get("effect") in ("NoSchedule", "NoExecute") and not _device_plugin._tolerates(tolerations, taint)]
+    own = [taint for taint in blocking if str(taint.get("key") or "").startswith(OWN_TAINT_PREFIX)]
+    if own:
+        return "bootstrap", own[0]
+    state = _drain.cordon_state(node)
+    if state["unschedulable"]:
+        return "cordon", state["record"]
+    return ("taint", blocking[0]) if blocking else None
+
+
+def describe_block(node, block):
+    kind, value = block
+    if kind == "bootstrap":
+        return "tainted %s=%s:%s by gpuharden's bootstrap: the node is not bootstrapped yet" % (value.get("key"), value.get("value") or "", value.get("effect"))
+    if kind == "cordon":
+        return ("cordoned by gpuharden, run %s" % _drain.describe_record(value)) if value else "cordoned by someone else (no gpuharden.io/cordon record)"
+    return "tainted %s=%s:%s by someone else (gpuharden sets no taint)" % (value.get("key"), value.get("value") or "", value.get("effect"))
+
+
+def _block_values(blocked):
+    ours = [node for node, block in blocked if block[0] == "cordon" and block[1]]
+    joining = [node for node, block in blocked if block[0] == "bootstrap"]
+    text = "; ".join("%s %s" % (node_name(node), describe_block(node, block)) for node, block in blocked[:3])
+    if joining:
+        fix = "ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node " \
+              "passes its checks)" % ",".join(node_name(n) for n in joining)
+    elif ours:
+        fix = "%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours))
+    else:
+        fix = "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
+    # the catalogue's finding only for a cordon gpuharden's own record names; another's cordon or taint is no finding
+    return {"blocked": text, "fix": fix, "_finding": "node_left_cordoned" if ours else None}
+
+
+def _block_evidence(blocked):
+    return [item("node %s" % node_name(node), "node %s spec.unschedulable, spec.taints, metadata.annotations[gpuharden.io/cordon]"
+                 % node_name(node), {"unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+                                     "taints": (node.get("spec") or {}).get("taints") or [],
+                                     "gpuharden.io/cordon": ((node.get("metadata") or {}).get("annotations") or {}).get(_drain.CORDON_ANNOTATION)})
+            for node, _block in blocked[:3]]
+
+
+def gpu_nodes_blocked(facts):
+    if not pending(facts.pod):
+        return None
+    asked = set(requested(facts.pod))
+    offering = [node for node in facts.nodes if any(advertised([node]).get(name) for name in asked)] if asked else \
+        [node for node in facts.nodes if _consistency.is_gpu_node(node, "nvidia.com/gpu.present")]
+    blocked = [(node, blocked_by(facts.pod, node)) for node in offering]
+    if not offering or not all(block for _node, block in blocked):
+        return None
+    values = _block_values(blocked)
+    values["count"] = len(blocked)
+    return values, [requested_item(facts.pod)] + _block_evidence(blocked)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Node rules (explain node NAME)
+
+
+def node_blocked(facts):
+    block = blocked_by({}, facts.node)
+    if not block:
+        return None
+    return _block_values([(facts.node, block)]), _block_evidence([(facts.node, block)])
+
+
+def _node_plugin_question(facts):
+    """(the node's GPU resources, whether it is a GPU node) for the node rules."""
+    return advertised([facts.node]), _consistency.is_gpu_node(facts.node, "nvidia.com/gpu.present")
+
+
+def node_no_plugin(facts):
+    have, gpu_node = _node_plugin_question(facts)
+    if not gpu_node or plugin_pods_on(facts, node_name(facts.node)):
+        return None
+    return ({"node": node_name(facts.node)},
+            [item("GPU resources advertised", "node %s status.allocatable" % node_name(facts.node), have),
+             item("device plugin pods", "pods of the device plugin DaemonSets (spec.nodeName)", "none on %s" % node_name(facts.node))])
+
+
+def node_plugin_failing(facts):
+    _have, gpu_node = _node_plugin_question(facts)
+    troubled = [(pod, plugin_trouble(pod)) for pod in plugin_pods_on(facts, node_name(facts.node))]
+    troubled = [entry for entry in troubled if entry[1]]
+    if not gpu_node or not troubled:
+        return None
+    pod, trouble = troubled[0]
+    nvml = "nvml" in (trouble["message"] or "").lower()
+    return ({"node": node_name(facts.node), "plugin": pod_ref(pod), "state": trouble["state"], "restarts": trouble["restarts"],
+             "because": (" (%s)" % trouble["message"].splitlines()[-1][:200]) if trouble["message"] else "",
+             "stages": "container_runtime,runtime_class,device_plugin" if nvml else "device_plugin"},
+            [item("device plugin pod on %s" % node_name(facts.node), "pod %s status.containerStatuses" % pod_ref(pod), trouble)])
+
+
+PLUGIN_FIX = ("%s --tags %%(stages)s -l %%(node)s   (the NVIDIA runtime in containerd, the RuntimeClass, then the plugin)" % HARDEN,
+              "then: gpuharden explain node %(node)s")
+
+POD_RULES = (
+    Rule("mig_strategy_mismatch", "pod", ("pod", "nodes"), False, "mig_not_advertised",
+         "requests %(resource)s, which %(scope)s does not advertise: %(why)s",
+         ("change the workload: %(change)s", "the device_plugin stage applies device_plugin_mig_strategy: %s --tags device_plugin" % HARDEN),
+         mig_mismatch),
+    Rule("resource_not_advertised", "pod", ("pod", "nodes"), False, "requested_resource_not_advertised",
+         "requests %(resource)s, which no node advertises%(closest)s",
+         ("change the workload: %(change)s (the NVIDIA device plugin advertises nvidia.com/gpu and nvidia.com/mig-<profile>)",),
+         not_advertised),
+    Rule("no_device_plugin", "pod", ("pod", "nodes", "plugin_pods"), False, "gpu_not_advertised",
+         "requests %(resource)s, but no device plugin runs on %(scope)s: nothing advertises it",
+         ("deploy the device plugin: %s --tags device_plugin%%(limit)s" % HARDEN,),
+         no_plugin),
+    Rule("device_plugin_failing", "pod", ("pod", "nodes", "plugin_pods"), False, "gpu_not_advertised",
+         "requests %(resource)s, but the device plugin on %(node)s is %(state)s (%(restarts)d restarts)%(because)s",
+         ("%s --tags %%(stages)s -l %%(node)s   (an NVML error: the NVIDIA runtime in containerd and the RuntimeClass first)" % HARDEN,
+          "then: gpuharden explain pod again"),
+         plugin_failing),
+    Rule("admission_rejected", "pod", ("pod",), False, None,
+         "the kubelet on %(node)s rejected the pod at admission: %(reason)s%(message)s",
+         ("%(change)s", "then recreate the pod (a pod the kubelet rejected stays Failed)"),
+         admission_rejected),
+    Rule("gpus_all_allocated", "pod", ("pod", "nodes", "events"), False, None,
+         "every GPU of %(resource)s is allocated: the scheduler reports Insufficient %(resource)s "
+         "(%(count)d node(s) advertise %(total)d in all)",
+         ("wait for GPU pods to end, free GPUs, add GPU nodes, or request fewer %(resource)s",
+          "kubectl describe nodes shows each node's Allocated resources"),
+         all_allocated),
+    Rule("gpu_nodes_unschedulable", "pod", ("pod", "nodes"), False, "node_left_cordoned",
+         "every node that offers its GPUs (%(count)d) refuses new pods: %(blocked)s",
+         ("%(fix)s",),
+         gpu_nodes_blocked),
+)
+
+NODE_RULES = (
+    Rule("node_unschedulable", "node", ("node",), False, "node_left_cordoned", "node %(blocked)s", ("%(fix)s",), node_blocked),
+    Rule("node_no_device_plugin", "node", ("node", "plugin_pods"), False, "gpu_not_advertised",
+         "no device plugin pod runs on %(node)s: its GPUs are not advertised",
+         ("deploy the device plugin: %s --tags device_plugin -l %%(node)s" % HARDEN,), node_no_plugin),
+    Rule("node_device_plugin_failing", "node", ("node", "plugin_pods"), False, "gpu_not_advertised",
+         "the device plugin on %(node)s is %(state)s (%(restarts)d restarts)%(because)s", PLUGIN_FIX, node_plugin_failing),
+)
+

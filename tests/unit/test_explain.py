@@ -1,0 +1,479 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpuharden explain against a fake API server: one test per cause rule (fires / does not fire), the JSON schema, the
+exit codes, the three states (401, 403, unreachable) and the requests each symptom costs."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from gpuharden import cli, explain
+from tests.unit.conftest import JsonHandler
+
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+NVML_MESSAGE = "failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"
+
+
+def node(name, allocatable=None, labels=None, unschedulable=False, annotations=None, taints=None):
+    allocatable = {"cpu": "8", "memory": "32Gi", **(allocatable or {})}
+    return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": dict({"unschedulable": True} if unschedulable else {}, **({"taints": taints} if taints else {})),
+            "status": {"capacity": dict(allocatable), "allocatable": dict(allocatable),
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def gpu_node(name, count=2, **kwargs):
+    return node(name, {"nvidia.com/gpu": str(count)}, labels={"nvidia.com/gpu.present": "true"}, **kwargs)
+
+
+def pod(name, limits=None, namespace="ml", node_name=None, phase="Pending", reason=None, message=None, scheduler=None,
+        ready=False, runtime_class=None, container_statuses=None, tolerations=None):
+    spec = {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits if limits is not None else {"nvidia.com/gpu": "1"}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if tolerations:
+        spec["tolerations"] = tolerations
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if scheduler:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": scheduler})
+    status = {"phase": phase, "conditions": conditions, "containerStatuses": container_statuses or []}
+    if reason:
+        status["reason"], status["message"] = reason, message
+    return {"metadata": {"name": name, "namespace": namespace, "uid": "uid-" + name}, "spec": spec, "status": status}
+
+
+def plugin_pod(node_name, ready=True, waiting=None, restarts=0, last_message=None):
+    state = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
+    status = {"name": "nvidia-device-plugin-ctr", "ready": ready, "restartCount": restarts, "state": state}
+    if last_message:
+        status["lastState"] = {"terminated": {"exitCode": 1, "message": last_message}}
+    return {"metadata": {"name": "nvidia-device-plugin-" + node_name, "namespace": "kube-system", "labels": {"name": "nvidia-device-plugin-ds"}},
+            "spec": {"nodeName": node_name, "runtimeClassName": "nvidia", "containers": [{"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "containerStatuses": [status]}}
+
+
+PLUGIN_DS = {"metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+                      "template": {"spec": {"containers": [{"name": "nvidia-device-plugin-ctr", "image": PLUGIN_IMAGE}]}}}}
+
+
+class FakeApi:
+    """The API paths explain reads, over lists of objects; every request is recorded as (path, query).  ``status``:
+    every request answered with that HTTP status instead (401, 403)."""
+
+    def __init__(self, nodes=(), pods=(), events=(), daemonsets=(PLUGIN_DS,), status=None):
+        self.nodes, self.pods, self.daemonsets = list(nodes), list(pods), list(daemonsets)
+        self.events = None if events is None else list(events)
+        self.status, self.requests = status, []
+        api = self
+
+        class Handler(JsonHandler):
+            def do_GET(self):
+                url = urlparse(self.path)
+                query = {key: values[0] for key, values in parse_qs(url.query).items()}
+                api.requests.append((url.path, query))
+                if api.status:
+                    return self.send_json(api.status, {"kind": "Status", "message": 'pods is forbidden: User "bob" cannot get resource'})
+                found = api.answer(url.path.strip("/").split("/"), query)
+                if found == "forbidden":
+                    return self.send_json(403, {"kind": "Status", "message": 'events is forbidden: User "tool" cannot list resource "events"'})
+                if found is None:
+                    return self.send_json(404, {"kind": "Status", "reason": "NotFound", "message": "not found"})
+                return self.send_json(200, found)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def answer(self, parts, query):
+        def listed(items):
+            return {"kind": "List", "metadata": {}, "items": items}
+
+        fields = dict(pair.split("=", 1) for pair in query.get("fieldSelector", "").split(",") if "=" in pair and "!=" not in pair)
+        if parts == ["api", "v1", "nodes"]:
+            return listed(self.nodes)
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+            return next((n for n in self.nodes if n["metadata"]["name"] == parts[3]), None)
+        if parts == ["apis", "apps", "v1", "daemonsets"]:
+            return listed(self.daemonsets)
+        if parts == ["api", "v1", "pods"]:
+            pods = [p for p in self.pods if "spec.nodeName" not in fields or p["spec"].get("nodeName") == fields["spec.nodeName"]]
+            if "status.phase!=Succeeded" in query.get("fieldSelector", ""):
+                pods = [p for p in pods if p["status"].get("phase") != "Succeeded"]
+            return listed(pods)
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"] and "metadata.name" in fields:
+            return listed([p for p in self.pods if p["metadata"]["namespace"] == parts[3] and p["metadata"]["name"] == fields["metadata.name"]])
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
+            labels = dict(pair.split("=", 1) for pair in query.get("labelSelector", "").split(",") if pair)
+            return listed([p for p in self.pods if p["metadata"]["namespace"] == parts[3]
+                           and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())])
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "pods":
+            return next((p for p in self.pods if p["metadata"]["namespace"] == parts[3] and p["metadata"]["name"] == parts[5]), None)
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["events"]:
+            if self.events is None:
+                return "forbidden"
+            return listed([e for e in self.events if e["involvedObject"]["name"] == fields.get("involvedObject.name")])
+        return None
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return explain.load_collection()
+
+
+@pytest.fixture
+def cluster():
+    made = []
+
+    def make(**kwargs):
+        made.append(FakeApi(**kwargs))
+        return made[-1]
+
+    yield make
+    for api in made:
+        api.close()
+
+
+def run(lib, api, target):
+    kind, _, name = target.partition(" ")
+    if kind == "--failing":
+        parsed = {"kind": "failing"}
+    else:
+        args = cli.build_parser().parse_args(["explain", kind, name])
+        parsed = explain.parse_target(args)
+    return explain.explain(lib, parsed, {"host": api.url, "api_key": "t"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The rules: each fires on its symptom, and does not on a look-alike
+
+
+def test_misspelled_resource_names_the_closest_advertised_one_with_no_node_trip(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a"), node("cpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"},
+                                                                        scheduler="0/2 nodes are available: 2 Insufficient nvidia.com/gpus.")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "resource_not_advertised"
+    summary = document["verdict"]["summary"]
+    assert "nvidia.com/gpus" in summary and "did you mean nvidia.com/gpu? (the closest name a node advertises)" in summary
+    assert document["verdict"]["finding_id"] == "requested_resource_not_advertised"
+    # the pod and the Nodes: no plugin pods, no events, no node object of its own
+    assert api.requests == [("/api/v1/namespaces/ml/pods", {"fieldSelector": "metadata.name=train-0", "limit": "500"}),
+                            ("/api/v1/nodes", {"limit": "500"})]
+    assert document["api_requests"] == 2
+    assert explain.text(document).splitlines()[0].startswith("ml/train-0: requests nvidia.com/gpus, which no node advertises")
+
+
+def test_misspelled_resource_on_a_cluster_that_advertises_no_gpu_yet(lib, cluster):
+    api = cluster(nodes=[node("cpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"})])
+    summary = run(lib, api, "pod ml/train-0")["verdict"]["summary"]
+    assert summary.endswith("did you mean nvidia.com/gpu? (the NVIDIA device plugin's name; no node advertises a GPU resource yet)")
+
+
+def test_a_correct_name_is_not_a_misspelling(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", scheduler="0/1 nodes are available: 1 Insufficient nvidia.com/gpu."),
+                                                    plugin_pod("gpu-a")])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] != "resource_not_advertised"
+
+
+def test_no_device_plugin_on_the_gpu_nodes(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0), node("cpu-a")], pods=[pod("train-0")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "no_device_plugin", document
+    assert document["verdict"]["stage"] == "device_plugin" and any("--tags device_plugin -l gpu-a" in line for line in document["fix"])
+    assert ("/apis/apps/v1/daemonsets", {"limit": "500"}) in api.requests
+
+
+def test_a_plugin_that_runs_is_not_missing(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[pod("train-0"), plugin_pod("gpu-a")])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] != "no_device_plugin"
+
+
+def test_crash_looping_plugin_without_the_nvidia_runtime(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[
+        pod("train-0", node_name="gpu-a", phase="Failed", reason="UnexpectedAdmissionError",
+            message="Allocate failed due to no healthy devices present; cannot allocate unhealthy devices nvidia.com/gpu"),
+        plugin_pod("gpu-a", ready=False, waiting="CrashLoopBackOff", restarts=7, last_message=NVML_MESSAGE)])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "device_plugin_failing", document
+    assert "CrashLoopBackOff (7 restarts)" in document["verdict"]["summary"] and "NVML" in document["verdict"]["summary"]
+    assert any("--tags container_runtime,runtime_class,device_plugin -l gpu-a" in line for line in document["fix"])
+    # bound: the node's own pods, by field selector
+    assert ("/api/v1/pods", {"fieldSelector": "spec.nodeName=gpu-a", "limit": "500"}) in api.requests
+    assert any(e["where"] == "pod kube-system/nvidia-device-plugin-gpu-a status.containerStatuses" for e in document["evidence"])
+
+
+def test_a_ready_plugin_is_not_failing(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[pod("train-0", node_name="gpu-a", phase="Pending"), plugin_pod("gpu-a", restarts=2)])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] not in ("device_plugin_failing", "no_device_plugin")
+
+
+def test_mig_name_on_a_node_of_the_single_strategy(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/mig-1g.10gb": "1"})])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
+    assert "migStrategy single or none" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
+    assert document["verdict"]["stage"] is None and "(no harden stage fixes it)" in explain.text(document)  # the catalogue: never
+
+
+def test_mig_profile_not_in_the_layout_and_gpu_on_mixed_nodes(lib, cluster):
+    mixed = node("gpu-a", {"nvidia.com/mig-2g.20gb": "3"}, labels={"nvidia.com/gpu.present": "true"})
+    api = cluster(nodes=[mixed], pods=[pod("a", {"nvidia.com/mig-1g.10gb": "1"}), pod("b", {"nvidia.com/gpu": "1"})])
+    first = run(lib, api, "pod ml/a")
+    assert first["verdict"]["cause"] == "mig_strategy_mismatch" and "nvidia.com/mig-2g.20gb" in first["verdict"]["summary"]
+    second = run(lib, api, "pod ml/b")
+    assert second["verdict"]["cause"] == "mig_strategy_mismatch" and "migStrategy mixed" in second["verdict"]["summary"]
+
+
+def test_an_advertised_mig_name_is_no_mismatch(lib, cluster):
+    mixed = node("gpu-a", {"nvidia.com/mig-1g.10gb": "7"}, labels={"nvidia.com/gpu.present": "true"})
+    api = cluster(nodes=[mixed], pods=[pod("a", {"nvidia.com/mig-1g.10gb": "1"}, scheduler="0/1 nodes are available: 1 Insufficient nvidia.com/mig-1g.10gb.")])
+    document = run(lib, api, "pod ml/a")
+    assert document["verdict"]["cause"] == "gpus_all_allocated", document
+
+
+def test_insufficient_gpus_all_allocated_reads_the_events(lib, cluster):
+    event = {"involvedObject": {"kind": "Pod", "name": "train-0"}, "type": "Warning", "reason": "FailedScheduling",
+             "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}
+    api = cluster(nodes=[gpu_node("gpu-a", 4), gpu_node("gpu-b", 4)], pods=[pod("train-0", scheduler=event["message"]), plugin_pod("gpu-a"),
+                                                                            plugin_pod("gpu-b")], events=[event])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "gpus_all_allocated" and "2 node(s) advertise 8 in all" in document["verdict"]["summary"]
+    assert ("/api/v1/namespaces/ml/events", {"fieldSelector": "involvedObject.kind=Pod,involvedObject.name=train-0", "limit": "500"}) in api.requests
+
+
+def test_events_the_identity_may_not_list_are_named_not_checked(lib, cluster):
+    scheduler = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    api = cluster(nodes=[gpu_node("gpu-a", 4)], pods=[pod("train-0", scheduler=scheduler), plugin_pod("gpu-a")], events=None)
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "gpus_all_allocated" and document["state"] == "cause"
+    assert document["not_checked"][0]["what"] == "the events of pod ml/train-0" and "forbidden" in document["not_checked"][0]["cause"]
+
+
+def test_not_insufficient_when_the_scheduler_says_otherwise(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", 4)], pods=[pod("train-0", scheduler="0/1 nodes are available: 1 node(s) didn't match Pod's node affinity."),
+                                                       plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] is None and document["state"] == "undecided"
+    assert "node affinity" in json.dumps(document["evidence"])
+
+
+@pytest.mark.parametrize("reason", ["TopologyAffinityError", "UnexpectedAdmissionError"])
+def test_kubelet_admission_rejection_is_named(lib, cluster, reason):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/gpu": "2"}, node_name="gpu-a", phase="Failed", reason=reason,
+                                                       message="Pod was rejected: Resources cannot be allocated with Topology locality"),
+                                                   plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "admission_rejected"
+    assert document["verdict"]["summary"].startswith("the kubelet on gpu-a rejected the pod at admission: %s" % reason)
+
+
+def test_other_failed_reasons_are_not_admission(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Failed", reason="Evicted", message="low memory"),
+                                                   plugin_pod("gpu-a")])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] != "admission_rejected"
+
+
+def test_gpu_nodes_cordoned_by_gpuharden_or_by_someone_else(lib, cluster):
+    record = json.dumps({"owner": "harden-run-42", "at": "2026-12-06T20:00:00Z", "for": "kubelet_topology"})
+    ours = gpu_node("gpu-a", unschedulable=True, annotations={"gpuharden.io/cordon": record})
+    theirs = gpu_node("gpu-b", taints=[{"key": "maintenance", "value": "true", "effect": "NoSchedule"}])
+    api = cluster(nodes=[ours, theirs], pods=[pod("train-0", scheduler="0/2 nodes are available: 1 node(s) were unschedulable."),
+                                              plugin_pod("gpu-a"), plugin_pod("gpu-b")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "gpu_nodes_unschedulable", document
+    assert "gpu-a cordoned by gpuharden, run harden-run-42" in document["verdict"]["summary"]
+    assert "gpu-b tainted maintenance=true:NoSchedule by someone else" in document["verdict"]["summary"]
+    assert document["verdict"]["finding_id"] == "node_left_cordoned" and any("-l gpu-a" in line for line in document["fix"])
+    alone = cluster(nodes=[gpu_node("gpu-b", unschedulable=True)], pods=[pod("train-0", scheduler="unschedulable"), plugin_pod("gpu-b")])
+    other = run(lib, alone, "pod ml/train-0")
+    assert "cordoned by someone else" in other["verdict"]["summary"] and other["verdict"]["finding_id"] is None
+
+
+def test_a_joining_node_under_gpuharden_s_bootstrap_taint(lib, cluster):
+    joining = gpu_node("gpu-a", unschedulable=True, taints=[{"key": "gpuharden.io/bootstrap", "value": "pending", "effect": "NoSchedule"}])
+    api = cluster(nodes=[joining], pods=[pod("train-0", scheduler="x"), plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert "gpu-a tainted gpuharden.io/bootstrap=pending:NoSchedule by gpuharden's bootstrap" in document["verdict"]["summary"]
+    assert document["fix"][0].startswith("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l gpu-a")
+
+
+def test_a_tolerated_taint_does_not_block(lib, cluster):
+    tainted = gpu_node("gpu-a", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    api = cluster(nodes=[tainted], pods=[pod("train-0", scheduler="x", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+                                         plugin_pod("gpu-a")])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] != "gpu_nodes_unschedulable"
+
+
+def test_healthy_pod_reads_nothing_else(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["state"] == "healthy" and document["verdict"]["cause"] is None and len(api.requests) == 1
+
+
+def test_bound_pod_without_a_cluster_side_cause_names_the_node_check_it_did_not_make(lib, cluster):
+    crashing = {"name": "main", "ready": False, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"message": "Failed to initialize NVML: Unknown Error"}}}
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", container_statuses=[crashing]),
+                                                   plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["state"] == "undecided" and document["not_checked"][0]["fix"].startswith("gpuharden drift -i INVENTORY -l gpu-a")
+    assert "Failed to initialize NVML: Unknown Error" in json.dumps(document["evidence"])
+    assert explain.text(document).startswith("could not decide why ml/train-0 fails: node-side causes on gpu-a")
+
+
+def test_a_pod_without_gpus_is_not_judged(lib, cluster):
+    api = cluster(pods=[pod("web", {}, phase="Pending")])
+    document = run(lib, api, "pod ml/web")
+    assert document["state"] == "undecided" and "explain judges GPU pods only" in document["not_checked"][0]["cause"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# explain node
+
+
+def test_node_rules(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a"), gpu_node("gpu-b", count=0), gpu_node("gpu-c", count=0), gpu_node("gpu-d", unschedulable=True)],
+                  pods=[plugin_pod("gpu-a"), plugin_pod("gpu-c", ready=False, waiting="CrashLoopBackOff", restarts=4, last_message=NVML_MESSAGE),
+                        plugin_pod("gpu-d")])
+    healthy = run(lib, api, "node gpu-a")
+    assert healthy["state"] == "healthy" and "advertises nvidia.com/gpu=2" in healthy["verdict"]["summary"]
+    assert run(lib, api, "node gpu-b")["verdict"]["cause"] == "node_no_device_plugin"
+    failing = run(lib, api, "node gpu-c")
+    assert failing["verdict"]["cause"] == "node_device_plugin_failing" and "container_runtime,runtime_class,device_plugin" in failing["fix"][0]
+    cordoned = run(lib, api, "node gpu-d")
+    assert cordoned["verdict"]["cause"] == "node_unschedulable" and "cordoned by someone else" in cordoned["verdict"]["summary"]
+
+
+def test_node_with_a_ready_plugin_advertising_nothing_is_undecided(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[plugin_pod("gpu-a")])
+    document = run(lib, api, "node gpu-a")
+    assert document["state"] == "undecided" and document["not_checked"][0]["fix"] == "gpuharden drift -i INVENTORY -l gpu-a"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --failing
+
+
+def test_failing_lists_every_failing_gpu_pod_with_three_requests(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a"), gpu_node("gpu-b", count=0)], pods=[
+        pod("typo", {"nvidia.com/gpus": "1"}), pod("ok", node_name="gpu-a", phase="Running", ready=True),
+        pod("web", {}, phase="Pending"), pod("done", phase="Succeeded"),
+        pod("rejected", node_name="gpu-a", phase="Failed", reason="TopologyAffinityError", message="numa"),
+        plugin_pod("gpu-a"), plugin_pod("gpu-b", ready=False, waiting="CrashLoopBackOff", restarts=9, last_message=NVML_MESSAGE),
+        pod("stuck", node_name="gpu-b")])
+    document = run(lib, api, "--failing")
+    causes = {entry["target"]["name"]: entry["verdict"]["cause"] for entry in document["pods"]}
+    assert causes == {"ml/typo": "resource_not_advertised", "ml/rejected": "admission_rejected", "ml/stuck": "device_plugin_failing",
+                      "kube-system/nvidia-device-plugin-gpu-b": "node_device_plugin_failing"}
+    assert [path for path, _ in api.requests] == ["/api/v1/pods", "/api/v1/nodes"] and document["state"] == "cause"
+    assert explain.text(document).splitlines()[0] == "4 failing GPU pod(s)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Three states, schema, exit codes
+
+
+@pytest.mark.parametrize(("status", "kind"), [(401, "credentials"), (403, "forbidden")])
+def test_rejected_credentials_are_not_checked_with_the_fix_first(lib, cluster, status, kind):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s  # noqa: PLC0415
+
+    api = cluster(status=status)
+    document = run(lib, api, "pod ml/train-0")
+    assert document["state"] == "undecided" and document["verdict"]["summary"].startswith("could not check ml/train-0")
+    assert document["not_checked"][0]["fix"] == _k8s.ACCESS_FIXES[kind]
+    lines = explain.text(document).splitlines()
+    assert lines[0].startswith("could not check ml/train-0: gpuharden explain") and lines[2] == "    fix: " + _k8s.ACCESS_FIXES[kind]
+
+
+def test_unreachable_api_server(lib):
+    document = explain.explain(lib, {"kind": "node", "name": "gpu-a"}, {"host": "http://127.0.0.1:9", "api_key": "t", "request_timeout": 2})
+    assert document["state"] == "undecided" and "cannot reach the API server" in document["not_checked"][0]["cause"]
+
+
+def test_json_schema(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"})])
+    document = run(lib, api, "pod ml/train-0")
+    assert set(document) == {"schema", "target", "state", "verdict", "evidence", "fix", "not_checked", "api_requests"}
+    assert document["schema"] == 1 and document["target"] == {"kind": "pod", "name": "ml/train-0"}
+    assert set(document["verdict"]) == {"cause", "finding_id", "stage", "summary"}
+    assert all(set(entry) == {"what", "where", "value"} for entry in document["evidence"]) and document["evidence"]
+    assert all(isinstance(line, str) for line in document["fix"]) and document["fix"]
+    assert json.loads(json.dumps(document)) == document
+
+
+def kubeconfig(tmp_path, url):
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                                "clusters": [{"name": "k", "cluster": {"server": url}}],
+                                "users": [{"name": "u", "user": {"token": "t"}}],
+                                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return str(path)
+
+
+def cli_run(argv, capsys):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_exit_codes_through_the_command(lib, cluster, tmp_path, capsys):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("typo", {"nvidia.com/gpus": "1"}), pod("ok", node_name="gpu-a", phase="Running", ready=True),
+                                                   plugin_pod("gpu-a")])
+    config = kubeconfig(tmp_path, api.url)
+    code, out, _ = cli_run(["explain", "pod", "ml/typo", "-e", "gpuharden_kubeconfig=%s" % config], capsys)
+    assert code == 1 and "did you mean nvidia.com/gpu?" in out.splitlines()[0]
+    code, out, _ = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--json"], capsys)
+    assert code == 0 and json.loads(out)["state"] == "healthy"
+    code, _, err = cli_run(["explain", "pod", "ml/missing", "--kubeconfig", config], capsys)
+    assert code == 2 and "pod ml/missing: no such pod" in err
+    code, _, err = cli_run(["explain", "pod", "no-namespace", "--kubeconfig", config], capsys)
+    assert code == 2 and "NAMESPACE/NAME" in err
+    code, _, err = cli_run(["explain", "--kubeconfig", config], capsys)
+    assert code == 2 and "--failing" in err
+    code, out, _ = cli_run(["explain", "--failing", "--kubeconfig", str(tmp_path / "nope")], capsys)
+    assert code == 4 and out.startswith("could not check the failing GPU pods: k8s auth: option kubeconfig=")
+
+
+def test_explain_is_a_subcommand_with_documented_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out and "4    could not decide" in out
+
+
+def test_text_output_order(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[pod("train-0", node_name="gpu-a"),
+                                                            plugin_pod("gpu-a", ready=False, waiting="CrashLoopBackOff", restarts=1,
+                                                                       last_message=NVML_MESSAGE)])
+    lines = explain.text(run(lib, api, "pod ml/train-0")).splitlines()
+    assert lines[0].startswith("ml/train-0: requests nvidia.com/gpu, but the device plugin on gpu-a is CrashLoopBackOff")
+    assert lines.index("  evidence:") < lines.index("  fix:")
+    assert io.StringIO  # the text goes to the stream main() is given
+
+
+def test_every_rule_is_tested_and_maps_to_the_catalogue(lib):
+    """The rules are data: each has a test here that fires it (its id asserted), and its finding id is the catalogue's."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    rules = lib.rules.POD_RULES + lib.rules.NODE_RULES
+    assert len({rule.id for rule in rules}) == len(rules)
+    for rule in rules:
+        assert '== "%s"' % rule.id in source, "no test fires rule %s" % rule.id
+        assert set(rule.needs) <= set(lib.rules.EVIDENCE) and rule.needs_node_trip is False  # phase 1: cluster-side only
+        if rule.finding_id:
+            assert lib.findings.stage_of(rule.finding_id) is not None or rule.finding_id in lib.findings.CATALOGUE
