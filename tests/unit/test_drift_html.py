@@ -8,7 +8,10 @@ dumps the DOM after a script clicks a cell, to see its findings open and no mark
 
 from __future__ import annotations
 
+import base64
 import collections
+import hashlib
+import html
 import html.parser
 import json
 import os
@@ -173,14 +176,21 @@ def test_a_cell_holds_its_findings_worst_first_with_every_field():
 def test_everything_from_the_report_is_escaped_and_nothing_can_run_or_load():
     page = report_html.render(_report())
     grid = _parse(page)
-    assert "<script" not in page and "<img" not in page
+    # one script, the page's own filter, at the end; the report's <script> and <img> are text
+    assert page.count("<script") == 1 and "<script>%s</script>\n</body>" % report_html.SCRIPT in page and "<img" not in page
     assert "&lt;script&gt;document.documentElement.dataset.pwned=&#x27;script&#x27;&lt;/script&gt;" in page
     assert HOSTILE_NODE in grid.rows  # the name shows as text
     assert set(grid.tags) <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "strong", "span", "dl", "dt",
-                              "dd", "table", "thead", "tbody", "tr", "th", "td", "small", "details", "summary", "div", "i", "wbr"}
+                              "dd", "table", "thead", "tbody", "tr", "th", "td", "small", "details", "summary", "div", "i", "wbr",
+                              "script", "label", "select", "option", "input"}
+    assert grid.tags["script"] == 1
     assert not [attrs for _tag, attrs in grid.attributes if {"src", "href", "onerror", "onclick", "action"} & set(attrs)]
+    assert not [attrs for _tag, attrs in grid.attributes if [name for name in attrs if name.startswith("on")]]
     csp = [attrs["content"] for tag, attrs in grid.attributes if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy"]
-    assert csp == ["default-src 'none'; style-src 'unsafe-inline'"]
+    # the script runs by its hash: the sha256 of the exact text between <script> and </script>
+    digest = base64.b64encode(hashlib.sha256(report_html.SCRIPT.encode()).digest()).decode()
+    assert csp == ["default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-%s'; base-uri 'none'; form-action 'none'" % digest]
+    assert "unsafe-inline" not in csp[0].split("script-src")[1] and "unsafe-eval" not in csp[0]
     assert "url(" not in page and "@import" not in page
 
 
@@ -334,11 +344,21 @@ def colour_counts(png):
     return counts
 
 
-def _screenshot(tmp_path, report, name):
+def _screenshot(tmp_path, report, name, fragment="#status=all"):
+    """The page's pixels; by default with every node shown (#status=all opens the clean nodes)."""
     page, shot = tmp_path / ("%s.html" % name), tmp_path / ("%s.png" % name)
     page.write_text(report_html.render(report), encoding="utf-8")
-    _chromium(tmp_path, "--screenshot=%s" % shot, "--window-size=1280,900", page.as_uri())
+    _chromium(tmp_path, "--screenshot=%s" % shot, "--window-size=1280,1400", page.as_uri() + fragment)
     return colour_counts(shot.read_bytes())
+
+
+def _with_probe(page, probe):
+    """The page with a test's script before </body>, its hash added to the page's CSP (which stays as it is else)."""
+    digest = base64.b64encode(hashlib.sha256(probe.encode()).digest()).decode()
+    csp = html.escape(report_html.CSP, quote=True)
+    assert page.count(csp) == 1
+    allowed = html.escape(report_html.CSP.replace("script-src ", "script-src 'sha256-%s' " % digest), quote=True)
+    return page.replace(csp, allowed).replace("</body>", '<script id="probe">%s</script></body>' % probe)
 
 
 def test_browser_shows_each_state_in_its_colour(tmp_path):
@@ -353,27 +373,32 @@ def test_browser_shows_each_state_in_its_colour(tmp_path):
     without = _screenshot(tmp_path, _report(critical=False), "without-critical")
     assert without["critical"] < cell < counts["critical"] - without["critical"], (counts, without)
     assert without["error"] > counts["error"]
+    # without a fragment the clean nodes (gpu-a and the hostile name: 13 clean cells) are collapsed under their count
+    collapsed = _screenshot(tmp_path, _report(), "collapsed", fragment="")
+    assert counts["clean"] - collapsed["clean"] > 10 * cell, (counts, collapsed)
+    # the clean nodes' skipped (gpu-a's mig) and info (the hostile node's) cells go with them; the problems stay
+    assert collapsed["unchecked"] < cell < counts["unchecked"] and counts["info"] - collapsed["info"] > cell, (counts, collapsed)
+    assert collapsed["critical"] > cell and collapsed["incomplete"] > cell, collapsed
 
 
 def test_browser_opens_a_cells_findings_on_click_and_runs_nothing_from_the_report(tmp_path):
     """The DOM after a click on the critical cell: its <details> open, the findings visible; the report's <script>
-    and <img onerror> stayed text.  The page's CSP would block any script, the test's own click too, so the copy
-    the browser gets has the CSP removed: the escaping alone must hold."""
+    and <img onerror> stayed text.  The page's CSP blocks any script but its own, the test's click too, so the copy
+    the browser gets allows the probe's hash as well: the page's script and the probe run, and nothing else."""
     page = report_html.render(_report())
-    csp = page[page.index('<meta http-equiv="Content-Security-Policy"'):]
-    csp = csp[:csp.index(">") + 1]
-    probe = """<script id="probe">
+    probe = """
 var cell = document.querySelector("td.sev-critical"), details = cell.querySelector("details");
 var panel = details.querySelector(".panel"), result = {before: panel.checkVisibility(), open_before: details.open};
 cell.querySelector("summary").click();
 var box = panel.getBoundingClientRect();
 result.after = panel.checkVisibility(); result.open_after = details.open; result.height = box.height; result.text = panel.innerText;
-result.pwned = document.documentElement.dataset.pwned || null; result.scripts = document.scripts.length;
+result.pwned = document.documentElement.dataset.pwned || null;
+result.scripts = Array.prototype.map.call(document.scripts, function (script) { return script.id; });
 result.images = document.images.length;
 document.body.setAttribute("data-probe", JSON.stringify(result));
-</script></body>"""
+"""
     copy = tmp_path / "probe.html"
-    copy.write_text(page.replace(csp, "").replace("</body>", probe), encoding="utf-8")
+    copy.write_text(_with_probe(page, probe), encoding="utf-8")
     dom = _chromium(tmp_path, "--dump-dom", "--virtual-time-budget=2000", copy.as_uri())
     probe_dom = _parse(dom)
     result = json.loads([attrs for tag, attrs in probe_dom.attributes if tag == "body"][0]["data-probe"])
@@ -382,5 +407,5 @@ document.body.setAttribute("data-probe", JSON.stringify(result));
     for text in ("device_node_permissions", "got-device_node_permissions", "want-device_node_permissions", "/dev/nvidia0",
                  "device_char_link", "device_permissions"):
         assert text in result["text"], text
-    assert result["pwned"] is None and result["scripts"] == 1 and result["images"] == 0, result
+    assert result["pwned"] is None and result["scripts"] == ["", "probe"] and result["images"] == 0, result
     assert HOSTILE_NODE in probe_dom.rows  # still text in the grid, as rendered
