@@ -15,6 +15,7 @@ import html
 import html.parser
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -192,6 +193,63 @@ def test_everything_from_the_report_is_escaped_and_nothing_can_run_or_load():
     assert csp == ["default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-%s'; base-uri 'none'; form-action 'none'" % digest]
     assert "unsafe-inline" not in csp[0].split("script-src")[1] and "unsafe-eval" not in csp[0]
     assert "url(" not in page and "@import" not in page
+
+
+def _rows(page):
+    """The grid's rows in page order: (data-status, data-checks, data-name, hidden) of every node."""
+    return [(status, checks, html.unescape(name), "hidden" in rest) for status, checks, name, rest in re.findall(
+        r'<tr data-status="([^"]*)" data-checks="([^"]*)" data-name="([^"]*)"([^>]*)>', page)]
+
+
+def test_problems_first_then_clean_nodes_collapsed_with_their_count():
+    page = report_html.render(_report())
+    rows = _rows(page)
+    # drifted, then not checked (the node with a blind check, the unreachable and the failed one), each by name; clean last
+    assert [(status, name.split()[0]) for status, _checks, name, _hidden in rows] == [
+        ("drift", "gpu-b"), ("drift", "gpu-e"), ("not_checked", "gpu-c"), ("not_checked", "gpu-d"), ("not_checked", "gpu-f"),
+        ("clean", "<img"), ("clean", "gpu-a")]
+    # a filter by check keeps a node where that check has a finding or could not run; unreachable and failed: every check
+    checks = {name.split()[0]: value.split() for _status, value, name, _hidden in rows}
+    assert checks["gpu-b"] == ["device_nodes", "kubelet", "consistency"] and checks["gpu-e"] == ["cgroup_memory", "containerd"]
+    assert checks["gpu-f"] == ["containerd", "device_nodes"] and checks["gpu-c"] == [*CHECKS, "consistency"]
+    assert checks["gpu-a"] == [] and checks["<img"] == ["device_cgroups"]
+    assert "gpu-b node-b" in [name for _status, _checks, name, _hidden in rows]  # the search sees the node name too
+    clean = page[page.index('<tbody class="clean-toggle">'):]
+    assert '<details id="clean-nodes"><summary>2 clean node(s): nothing at or above the fail severity' in clean
+    assert clean.index("</details>") < clean.index('<tbody class="clean"><tr data-status="clean"')
+    assert ".grid tbody.clean{display:none}" in page and ".grid:has(#clean-nodes[open]) tbody.clean{display:table-row-group}" in page
+    assert not [row for row in rows if row[3]]  # nothing hidden until the script applies a filter
+    # the filter: its controls hidden until the script runs, one option per status group and per check
+    controls = page[page.index('<div class="filter" id="filter" hidden>'):]
+    controls = controls[:controls.index("</div>")]
+    assert re.findall(r'<option value="([^"]*)"', controls) == ["", "drift", "attention", "not_checked", "clean", "all", "",
+                                                                 *CHECKS, "consistency"]
+    assert '<input type="search" id="f-q"' in controls
+    # a fleet of clean nodes only: no problem rows, the clean ones collapsed
+    only_clean = drift.Outcomes()
+    only_clean.feed(_audited("gpu-z", []))
+    page = report_html.render(drift.build_report(only_clean, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0))
+    assert "<summary>1 clean node(s)" in page and [row[0] for row in _rows(page)] == ["clean"]
+
+
+def test_findings_by_id_count_the_nodes_worst_severity_first():
+    report = _report()
+    twice = report["nodes"]["gpu-e"]["findings"]
+    twice.append(_finding("device_node_permissions", "device_nodes", "warning", path="/dev/nvidia1"))
+    twice.append(_finding("device_node_permissions", "device_nodes", "warning", path="/dev/nvidia2"))
+    page = report_html.render(report)
+    table = page[page.index('<table class="list byid">'):]
+    table = table[:table.index("</table>")]
+    rows = [[cell for cell in re.split(r"<[^>]+>", row) if cell] for row in re.findall(r"<tr>(.*?)</tr>", table)][1:]
+    assert rows == [["device_node_permissions", "device_nodes", "critical", "2", "3", "yes"],
+                    ["kubelet_setting", "kubelet", "error", "1", "1", "yes"],
+                    ["containerd_nvidia_runtime", "containerd", "warning", "1", "1", "yes"],
+                    ["device_char_link", "device_nodes", "warning", "1", "1", "yes"],
+                    ["gpu_process_unattributed", "consistency", "warning", "1", "1", "no"],
+                    ["gpu_access", "device_cgroups", "info", "1", "1", "no"],
+                    ["pcie_link_degraded", "device_nodes", "info", "1", "1", "no"]]
+    assert page.index("<h2>Findings by id</h2>") < page.index("<h2>Nodes x checks</h2>")
+    assert "No node findings." in report_html.render(dict(report, nodes={}))
 
 
 def test_run_summary_and_cluster_findings():
