@@ -9,6 +9,7 @@ code drift's for the report's state (drift.exit_code): one renderer and one exit
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from gpuharden import drift, terminal
@@ -50,7 +51,61 @@ def load(path):
     error = drift.report_error(path, report)
     if error:
         raise ReportFileError(str(error))
+    error = check_shape(path, report)
+    if error:
+        raise error
     return report
+
+
+# What the table and the page read of a report, by type: a report edited by hand or cut short is refused naming the
+# field, before anything is rendered.
+NUMBER = (int, float)
+SUMMARY_COUNTS = ("nodes", "clean", "drifted", "unreachable", "failed", "findings")
+NODE_FIELDS = (("status", str), ("findings", list), ("remediable_stages", list))
+FINDING_FIELDS = (("id", str), ("check", str), ("severity", str))
+PART_FIELDS = ("not_checked", "refused")
+
+
+def _type_name(kinds):
+    names = {str: "a string", list: "a list", dict: "an object", int: "a number", float: "a number", bool: "true or false"}
+    return " or ".join(dict.fromkeys(names[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,))))
+
+
+def _field_error(path, where, container, key, kinds):
+    """The ReportFileError for ``container[key]`` missing or not of ``kinds``, else None."""
+    if not isinstance(container, dict) or key not in container:
+        return ReportFileError("%s: %s is missing" % (path, where))
+    value = container[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,))):
+        return ReportFileError("%s: %s is %s, not %s" % (path, where, json.dumps(value)[:80], _type_name(kinds)))
+    return None
+
+
+def _shape_errors(path, report):
+    yield _field_error(path, "fail_severity", report, "fail_severity", str)
+    yield _field_error(path, "duration_seconds", report, "duration_seconds", NUMBER)
+    for key in SUMMARY_COUNTS:
+        yield _field_error(path, "summary.%s" % key, report["summary"], key, int)
+    for host, node in report["nodes"].items():
+        if not isinstance(node, dict):
+            yield ReportFileError("%s: nodes.%s is %s, not an object" % (path, host, json.dumps(node)[:80]))
+            continue
+        for key, kind in NODE_FIELDS:
+            yield _field_error(path, "nodes.%s.%s" % (host, key), node, key, kind)
+        for index, entry in enumerate(node.get("findings") if isinstance(node.get("findings"), list) else []):
+            if not isinstance(entry, dict):
+                yield ReportFileError("%s: nodes.%s.findings[%d] is %s, not an object" % (path, host, index, json.dumps(entry)[:80]))
+                continue
+            for key, kind in FINDING_FIELDS:
+                yield _field_error(path, "nodes.%s.findings[%d].%s" % (host, index, key), entry, key, kind)
+        for key in PART_FIELDS:
+            if key in node:
+                yield _field_error(path, "nodes.%s.%s" % (host, key), node, key, list)
+
+
+def check_shape(path, report):
+    """The first ReportFileError of a report whose fields the table and the page read are missing or of another type."""
+    return next((error for error in _shape_errors(path, report) if error), None)
 
 
 def _malformed(path, error):

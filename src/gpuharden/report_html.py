@@ -1,18 +1,24 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`gpuharden drift --html`: the drift report as one self-contained page (pure: report dict in, HTML string out).
+"""`gpuharden drift --html` and `gpuharden report --html`: the drift report as one self-contained page (pure: report
+dict in, HTML string out).
 
-The page is a grid of nodes x checks.  Each cell is coloured by the worst severity of its findings (info, warning,
-error, critical), green when the check ran and found nothing, light grey when the check was not asked for on the node
-(skipped), dark grey "not checked: <cause>" when it could not run (the node unreachable or failed, a tool prerequisite
-missing, the cluster side blind: never counted as clean), and purple "refused: <why>" where it found something outside
-what gpuharden changes safely.  Above the grid, what could not be checked comes first, each with its cause and fix.  Clicking a
+The page is a grid of nodes x checks, problems first: the drifted nodes, then those needing attention, then those not
+checked (unreachable, failed, or a check that could not run), each group by name; the clean nodes come last, collapsed
+under a <details> with their count (CSS opens them: no script needed).  Each cell is coloured by the worst severity of
+its findings (info, warning, error, critical), green when the check ran and found nothing, light grey when the check
+was not asked for on the node (skipped), dark grey "not checked: <cause>" when it could not run (never counted as
+clean), and purple "refused: <why>" where it found something outside what gpuharden changes safely.  Clicking a
 coloured cell opens its findings (message, observed value, expected value, stage, remediable, GPU/pod/path): native
-<details>, no script.  Above the grid: the exit code and its meaning, and the counts; below it the run (inventory,
-limit, start and end, findings by severity and check), the cluster's findings and the --remediate runs.
+<details>.  Above the grid: the exit code and its meaning, what could not be checked (cause and fix), the counts, and
+the findings by id (worst severity, nodes affected, count): at a thousand nodes, what to fix first.  Below it the run,
+the cluster's findings and the --remediate runs.
 
-Everything from the report (node names, messages, values) is escaped, and the page's Content-Security-Policy allows
-nothing but its own inline style: no script runs and nothing is loaded, not even if an escape were missed.
+A filter by status and by check and a search by node name hide rows (their `hidden` attribute); they live in the URL
+fragment (#status=drift&check=kubelet&q=gpu-0), so a link opens the page filtered.  Everything from the report (node
+names, messages, values) is escaped; the page's Content-Security-Policy loads nothing and runs one script, the filter's,
+by its sha256: no markup from the report could run even if an escape were missed.
 """
+
 
 from __future__ import annotations
 
