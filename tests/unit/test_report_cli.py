@@ -6,6 +6,7 @@ replaced by the events of the tests' fake runners (tests/unit/test_drift_html.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -157,3 +158,10 @@ def test_report_is_a_subcommand_with_its_exit_codes_in_its_help(capsys):
     for line in ("0    the report is clean", "1    a node drifted or needs attention", "4    the run could not check", "2    the file could not be read"):
         assert line in text
     assert report_cli.MALFORMED and "FILE.json" in text
+
+
+def test_every_report_option_has_help():
+    commands = next(action for action in cli.build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    actions = [action for action in commands.choices["report"]._actions if action.dest != "help"]
+    assert {action.dest for action in actions} == {"report", "html", "table", "wide"}
+    assert all(action.help for action in actions)
