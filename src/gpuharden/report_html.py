@@ -98,7 +98,8 @@ dl.run dd{margin:0}
 .grid tbody.clean{display:none}
 .grid:has(#clean-nodes[open]) tbody.clean{display:table-row-group}
 .clean-toggle td{padding:.45em .6em;background:#ebfbee}
-.clean-toggle summary{cursor:pointer}
+.clean-toggle summary,details.more>summary{cursor:pointer}
+details.more{margin:.3em 0 .6em}
 """
 
 
@@ -278,6 +279,8 @@ def _cell(host, check, state, findings, why, flip):
         attrs, _label(state, findings, why), _e(host), _e(check), body)
 
 
+# What could not be checked, listed above the grid: the first ones in view, the others one click away.
+NOT_CHECKED_SHOWN = 10
 # A row's filter group: the node's status, one "not checked" for every node without a usable answer (unreachable,
 # failed, a status this gpuharden does not know: never clean), in the order the grid shows them: problems first.
 GROUPS = ("drift", "attention", "not_checked", "clean")
@@ -391,15 +394,21 @@ def run_summary(report):
 
 
 def not_checked_list(report):
-    """What the run could not check, each with its cause and fix, before anything else: never read as clean."""
+    """What the run could not check, each with its cause and fix, before anything else: never read as clean.  The
+    first NOT_CHECKED_SHOWN are always in view; past them (a fleet with many unreachable nodes), the rest sit in a
+    <details> that says how many they are, so the grid is not pushed a screen away."""
     spots = coverage.blind_spots(report)
     if not spots:
         return ""
-    rows = "".join("<tr><td>%s</td><td>%s</td><td>not checked: %s</td><td>%s</td></tr>" % (
+    rows = ["<tr><td>%s</td><td>%s</td><td>not checked: %s</td><td>%s</td></tr>" % (
         _e("cluster" if spot["scope"] == "cluster" else spot["node"]), _e(spot["what"]), _e(spot["cause"]), _e(spot["fix"]))
-        for spot in spots)
-    return ('<table class="list notchecked"><thead><tr><th>where</th><th>check</th><th>cause</th><th>fix</th></tr></thead>'
-            "<tbody>%s</tbody></table>\n" % rows)
+        for spot in spots]
+    head = "<thead><tr><th>where</th><th>check</th><th>cause</th><th>fix</th></tr></thead>"
+    more = rows[NOT_CHECKED_SHOWN:]
+    rest = ('<details class="more"><summary>%d more not checked, each with its cause and fix (click to show; the grid '
+            'marks them too)</summary><table class="list notchecked">%s<tbody>%s</tbody></table></details>\n'
+            % (len(more), head, "".join(more))) if more else ""
+    return '<table class="list notchecked">%s<tbody>%s</tbody></table>\n%s' % (head, "".join(rows[:NOT_CHECKED_SHOWN]), rest)
 
 
 def run_facts(report):

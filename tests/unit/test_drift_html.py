@@ -232,6 +232,22 @@ def test_problems_first_then_clean_nodes_collapsed_with_their_count():
     assert "<summary>1 clean node(s)" in page and [row[0] for row in _rows(page)] == ["clean"]
 
 
+def test_past_ten_the_not_checked_list_keeps_the_rest_one_click_away():
+    report = _fleet(300)
+    spots = report["not_checked"]
+    assert len(spots) > report_html.NOT_CHECKED_SHOWN + 5
+    page = report_html.render(report)
+    top = page[page.index('<table class="list notchecked">'):page.index("<h2>Findings by id</h2>")]
+    shown, rest = top.split('<details class="more">')
+    assert shown.count("<tr><td>") == report_html.NOT_CHECKED_SHOWN
+    assert rest.startswith("<summary>%d more not checked, each with its cause and fix" % (len(spots) - report_html.NOT_CHECKED_SHOWN))
+    assert rest.count("<tr><td>") == len(spots) - report_html.NOT_CHECKED_SHOWN
+    # every blind spot is there, in coverage's order, each with its cause and fix
+    assert re.findall(r"<tr><td>([^<]*)</td>", top) == [spot["node"] for spot in spots]
+    assert top.count("<td>not checked: ") == len(spots)
+    assert all("<td>not checked: %s</td><td>%s</td>" % (html.escape(spot["cause"]), html.escape(spot["fix"])) in top for spot in spots)
+
+
 def test_findings_by_id_count_the_nodes_worst_severity_first():
     report = _report()
     twice = report["nodes"]["gpu-e"]["findings"]
