@@ -78,6 +78,28 @@ def test_a_slice_report_renders_with_the_exit_code_of_its_run(site, monkeypatch,
     assert site["html"].read_text() == report_html.render(report)
 
 
+def test_the_merge_of_every_slice_and_an_empty_slice_render(site, monkeypatch, capsys):
+    """drift-merge's report (no slice section any more) and a slice that got no host (an empty report, exit 0)."""
+    test_drift_slice._fake(monkeypatch, test_drift_slice.FLEET)
+    paths = []
+    for index in (1, 2, 3):
+        paths.append(site["tmp"] / ("slice-%d.json" % index))
+        _drift(dict(site, report=paths[-1]), "--slice", "%d/3" % index)
+    merged = site["tmp"] / "merged.json"
+    capsys.readouterr()
+    code = cli.main(["drift-merge", *map(str, paths), "--report", str(merged)])
+    printed = capsys.readouterr().out
+    assert code == drift.EXIT_NOT_CHECKED and "slice" not in json.loads(merged.read_text())
+    assert _report(merged, "--html", str(site["html"]), "--table") == code and capsys.readouterr().out == printed
+    assert site["html"].read_text().count("<tr data-status=") == len(test_drift_slice.FLEET)
+    test_drift_slice._fake(monkeypatch, ["gpu-a"])
+    empty = next(index for index in (1, 2) if not drift.slice_hosts(["gpu-a"], index, 2))
+    assert _drift(site, "--slice", "%d/2" % empty) == drift.EXIT_CLEAN
+    assert json.loads(site["report"].read_text())["slice"]["hosts"] == []
+    assert _report(site["report"], "--html", str(site["html"])) == drift.EXIT_CLEAN
+    assert "no hosts in this run" in site["html"].read_text()
+
+
 @pytest.mark.parametrize(("findings", "status", "code"), [
     ([], {}, drift.EXIT_CLEAN),
     ([test_drift_html._finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology")], {"kubelet": "drift"}, drift.EXIT_DRIFT),
