@@ -742,13 +742,22 @@ def _hosts_of(report):
     return set(report["nodes"]) | set(report["unreachable"]) | set(report["failed"])
 
 
-def _check_mergeable(path, report, first):
-    """The MergeError for a report that cannot join ``first`` (the first input's (path, report)), else None."""
+def report_error(path, report):
+    """The MergeError for what is not a drift report of this schema version, else None.  A report written without
+    --slice is one: only drift-merge needs the slice section (to see every slice once), `gpuharden report` does not."""
     if not isinstance(report, dict) or "version" not in report or not all(
             isinstance(report.get(key), dict) for key in ("summary", "nodes", "unreachable", "failed")):
         return MergeError("%s is not a gpuharden drift report (no version, summary, nodes, unreachable and failed)" % path)
     if report["version"] != REPORT_VERSION:
         return MergeError("%s has report schema version %r; this gpuharden reads version %d only" % (path, report["version"], REPORT_VERSION))
+    return None
+
+
+def _check_mergeable(path, report, first):
+    """The MergeError for a report that cannot join ``first`` (the first input's (path, report)), else None."""
+    error = report_error(path, report)
+    if error:
+        return error
     if first is not None and report["version"] != first[1]["version"]:
         return MergeError("%s has report schema version %r, %s version %r" % (path, report["version"], first[0], first[1]["version"]))
     part = report.get("slice")

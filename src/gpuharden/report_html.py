@@ -1,22 +1,30 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`gpuharden drift --html`: the drift report as one self-contained page (pure: report dict in, HTML string out).
+"""`gpuharden drift --html` and `gpuharden report --html`: the drift report as one self-contained page (pure: report
+dict in, HTML string out).
 
-The page is a grid of nodes x checks.  Each cell is coloured by the worst severity of its findings (info, warning,
-error, critical), green when the check ran and found nothing, light grey when the check was not asked for on the node
-(skipped), dark grey "not checked: <cause>" when it could not run (the node unreachable or failed, a tool prerequisite
-missing, the cluster side blind: never counted as clean), and purple "refused: <why>" where it found something outside
-what gpuharden changes safely.  Above the grid, what could not be checked comes first, each with its cause and fix.  Clicking a
+The page is a grid of nodes x checks, problems first: the drifted nodes, then those needing attention, then those not
+checked (unreachable, failed, or a check that could not run), each group by name; the clean nodes come last, collapsed
+under a <details> with their count (CSS opens them: no script needed).  Each cell is coloured by the worst severity of
+its findings (info, warning, error, critical), green when the check ran and found nothing, light grey when the check
+was not asked for on the node (skipped), dark grey "not checked: <cause>" when it could not run (never counted as
+clean), and purple "refused: <why>" where it found something outside what gpuharden changes safely.  Clicking a
 coloured cell opens its findings (message, observed value, expected value, stage, remediable, GPU/pod/path): native
-<details>, no script.  Above the grid: the exit code and its meaning, and the counts; below it the run (inventory,
-limit, start and end, findings by severity and check), the cluster's findings and the --remediate runs.
+<details>.  Above the grid: the exit code and its meaning, what could not be checked (cause and fix), the counts, and
+the findings by id (worst severity, nodes affected, count): at a thousand nodes, what to fix first.  Below it the run,
+the cluster's findings and the --remediate runs.
 
-Everything from the report (node names, messages, values) is escaped, and the page's Content-Security-Policy allows
-nothing but its own inline style: no script runs and nothing is loaded, not even if an escape were missed.
+A filter by status and by check and a search by node name hide rows (their `hidden` attribute); they live in the URL
+fragment (#status=drift&check=kubelet&q=gpu-0), so a link opens the page filtered.  Everything from the report (node
+names, messages, values) is escaped; the page's Content-Security-Policy loads nothing and runs one script, the filter's,
+by its sha256: no markup from the report could run even if an escape were missed.
 """
+
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import html
 import json
 
@@ -85,7 +93,74 @@ dl.fields dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui
 dl.run{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
 dl.run dt{color:#495057}
 dl.run dd{margin:0}
+.filter{margin:.4em 0 .6em}
+.filter label{margin-right:1em}
+.grid tbody.clean{display:none}
+.grid:has(#clean-nodes[open]) tbody.clean{display:table-row-group}
+.clean-toggle td{padding:.45em .6em;background:#ebfbee}
+.clean-toggle summary,details.more>summary{cursor:pointer}
+details.more{margin:.3em 0 .6em}
 """
+
+
+# The page's one script: the filter.  It reads the URL fragment (#status=drift&check=kubelet&q=gpu-0) on load and on
+# every change of it, and the controls only rewrite the fragment (location.replace: no history entry per keystroke),
+# so a link, a reload and a click take the same path.  It reads the rows' data attributes and sets their `hidden`
+# attribute; it never builds markup from the report.  The CSP allows this exact text only (its sha256), nothing else.
+SCRIPT = """
+(function () {
+  "use strict";
+  var grid = document.querySelector("table.grid"), controls = document.getElementById("filter");
+  if (!grid || !controls) { return; }
+  var status = document.getElementById("f-status"), check = document.getElementById("f-check");
+  var search = document.getElementById("f-q"), shown = document.getElementById("f-shown");
+  var clean = document.getElementById("clean-nodes"), rows = grid.querySelectorAll("tr[data-status]");
+  function read() {
+    var state = {status: "", check: "", q: ""};
+    location.hash.replace(/^#/, "").split("&").forEach(function (pair) {
+      var at = pair.indexOf("=");
+      if (at < 0) { return; }
+      try {
+        var key = decodeURIComponent(pair.slice(0, at)), value = decodeURIComponent(pair.slice(at + 1).replace(/[+]/g, " "));
+        if (Object.prototype.hasOwnProperty.call(state, key)) { state[key] = value; }
+      } catch (error) { /* a malformed escape: that part is no filter */ }
+    });
+    return state;
+  }
+  function apply() {
+    var state = read(), words = state.q.toLowerCase(), count = 0;
+    status.value = state.status;
+    check.value = state.check;
+    search.value = state.q;
+    rows.forEach(function (row) {
+      var visible = (state.status === "" || state.status === "all" || row.dataset.status === state.status) &&
+        (state.check === "" || (" " + row.dataset.checks + " ").indexOf(" " + state.check + " ") >= 0) &&
+        (words === "" || row.dataset.name.toLowerCase().indexOf(words) >= 0);
+      row.hidden = !visible;
+      count += visible ? 1 : 0;
+    });
+    if (clean && (state.status === "clean" || state.status === "all" || words !== "")) { clean.open = true; }
+    shown.textContent = count + " of " + rows.length + " node(s) match";
+  }
+  function write() {
+    var parts = [];
+    [["status", status.value], ["check", check.value], ["q", search.value]].forEach(function (pair) {
+      if (pair[1]) { parts.push(pair[0] + "=" + encodeURIComponent(pair[1])); }
+    });
+    location.replace("#" + parts.join("&"));
+  }
+  status.addEventListener("change", write);
+  check.addEventListener("change", write);
+  search.addEventListener("input", write);
+  window.addEventListener("hashchange", apply);
+  controls.hidden = false;
+  apply();
+}());
+"""
+# default-src 'none': nothing is loaded; inline style; the script above and no other (a hash, not 'unsafe-inline');
+# no <base> and no form submission, even if an escape were missed
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src '%s'; base-uri 'none'; form-action 'none'" % (
+    "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii"))
 
 
 def _e(value):
@@ -204,38 +279,104 @@ def _cell(host, check, state, findings, why, flip):
         attrs, _label(state, findings, why), _e(host), _e(check), body)
 
 
+# What could not be checked, listed above the grid: the first ones in view, the others one click away.
+NOT_CHECKED_SHOWN = 10
+# A row's filter group: the node's status, one "not checked" for every node without a usable answer (unreachable,
+# failed, a status this gpuharden does not know: never clean), in the order the grid shows them: problems first.
+GROUPS = ("drift", "attention", "not_checked", "clean")
+GROUP_TEXT = {"drift": "drifted", "attention": "attention", "not_checked": "not checked", "clean": "clean"}
+# cell states that are no problem of the check: a filter by check leaves such rows out
+QUIET_STATES = ("clean", "unchecked")
+
+
+def _group(node):
+    status = (node or {}).get("status")
+    return status if status in GROUPS else "not_checked"
+
+
+def _row(host, node, report, checks, cluster, names):
+    """(group, <tr>) of one host: its cells, and the data the page's filter reads (group, checks with a problem, names)."""
+    name = (node or {}).get("node") or names.get(host, host)
+    header = "<th>%s%s</th>" % (_e(host), " <small>(%s)</small>" % _e(name) if name != host else "")
+    if node is None:
+        status = "unreachable" if host in (report.get("unreachable") or {}) else "failed"
+        message = (report.get("unreachable") or {}).get(host) or (report.get("failed") or {}).get(host)
+        fix = coverage.UNREACHABLE_FIX if status == "unreachable" else coverage.FAILED_FIX
+        data = '<tr data-status="not_checked" data-checks="%s" data-name="%s">' % (_e(" ".join(checks)), _e("%s %s" % (host, name)))
+        return "not_checked", ('%s%s<td class="status">%s</td><td class="cell sev-incomplete" colspan="%d" title="%s"><details><summary>'
+                               'not checked: %s</summary><div class="panel"><strong>%s</strong>: %s Fix: %s</div></details></td></tr>' % (
+                                   data, header, status, max(len(checks), 1), _e("%s: %s" % (host, message)), status, _e(host),
+                                   _e(message), _e(fix)))
+    stages = ", ".join(node.get("remediable_stages") or [])
+    status = '<td class="status" title="%s">%s</td>' % (_e("stages to run: %s" % (stages or "none")),
+                                                        _e((node.get("status") or "").replace("_", " ")))
+    states = [cell_state(node, check, cluster) for check in checks]
+    cells = [_cell(host, check, *state, flip=2 * index >= len(checks)) for index, (check, state) in enumerate(zip(checks, states, strict=True))]
+    loud = [check for check, state in zip(checks, states, strict=True) if state[0] not in QUIET_STATES]
+    group = _group(node)
+    return group, '<tr data-status="%s" data-checks="%s" data-name="%s">%s%s%s</tr>' % (
+        group, _e(" ".join(loud)), _e("%s %s" % (host, name)), header, status, "".join(cells))
+
+
 def grid(report):
+    """The nodes x checks table: drifted nodes first, then attention, then not checked, each sorted by name; the clean
+    nodes after them, collapsed under a <details> with their count (CSS opens them, script or not)."""
     checks = checks_of(report)
     cluster = report.get("cluster") or {}
     names = report.get("node_names") or {}
     # a check's name may break after its underscores (escaping never makes an underscore)
     head = "<tr><th>node</th><th>status</th>%s</tr>" % "".join("<th>%s</th>" % _e(check).replace("_", "_<wbr>") for check in checks)
-    rows = []
     hosts = sorted(set(report["nodes"]) | set(report.get("unreachable") or {}) | set(report.get("failed") or {}))
-    for host in hosts:
-        node = report["nodes"].get(host)
-        name = (node or {}).get("node") or names.get(host, host)
-        header = "<th>%s%s</th>" % (_e(host), " <small>(%s)</small>" % _e(name) if name != host else "")
-        if node is None:
-            status = "unreachable" if host in (report.get("unreachable") or {}) else "failed"
-            message = (report.get("unreachable") or {}).get(host) or (report.get("failed") or {}).get(host)
-            fix = coverage.UNREACHABLE_FIX if status == "unreachable" else coverage.FAILED_FIX
-            rows.append('<tr>%s<td class="status">%s</td><td class="cell sev-incomplete" colspan="%d" title="%s"><details><summary>'
-                        'not checked: %s</summary><div class="panel"><strong>%s</strong>: %s Fix: %s</div></details></td></tr>' % (
-                            header, status, max(len(checks), 1), _e("%s: %s" % (host, message)), status, _e(host), _e(message), _e(fix)))
-            continue
-        stages = ", ".join(node.get("remediable_stages") or [])
-        status = '<td class="status" title="%s">%s</td>' % (_e("stages to run: %s" % (stages or "none")),
-                                                            _e((node.get("status") or "").replace("_", " ")))
-        cells = [_cell(host, check, *cell_state(node, check, cluster), flip=2 * index >= len(checks))
-                 for index, check in enumerate(checks)]
-        rows.append("<tr>%s%s%s</tr>" % (header, status, "".join(cells)))
+    rows = sorted((_row(host, report["nodes"].get(host), report, checks, cluster, names) for host in hosts),
+                  key=lambda row: GROUPS.index(row[0]))  # stable: by name within a group
+    problems = [text for group, text in rows if group != "clean"]
+    clean = [text for group, text in rows if group == "clean"]
+    span = len(checks) + 2
+    body = "<tbody>%s</tbody>" % "".join(problems) if problems else ""
+    if clean:
+        body += ('<tbody class="clean-toggle"><tr><td colspan="%d"><details id="clean-nodes"><summary>%d clean node(s): nothing at or '
+                 'above the fail severity, every check asked for ran (click to show)</summary></details></td></tr></tbody><tbody class="clean">%s</tbody>'
+                 % (span, len(clean), "".join(clean)))
     if not hosts:
-        rows.append('<tr><td colspan="%d">no hosts in this run</td></tr>' % (len(checks) + 2))
+        body = '<tbody><tr><td colspan="%d">no hosts in this run</td></tr></tbody>' % span
     legend = "".join('<span><i class="%s"></i>%s</span>' % (_class(state), _e(state if state in SEVERITIES else STATE_TEXT[state]))
                      for state in [*reversed(SEVERITIES), "clean", "incomplete", "refused", "unchecked"])
-    return ('<table class="grid"><thead>%s</thead><tbody>%s</tbody></table>\n<p class="legend">%s</p><p>Click a cell for its findings.</p>'
-            % (head, "".join(rows), legend))
+    return ('%s<table class="grid"><thead>%s</thead>%s</table>\n<p class="legend">%s</p><p>Click a cell for its findings.</p>'
+            % (filter_controls(checks), head, body, legend))
+
+
+def filter_controls(checks):
+    """The filter by status and check and the search by node name; hidden until the page's script shows them (they do
+    nothing without it).  They write the URL fragment (#status=drift&check=kubelet&q=gpu-0), which the script applies."""
+    statuses = "".join('<option value="%s">%s</option>' % (group, GROUP_TEXT[group]) for group in GROUPS)
+    options = "".join('<option value="%s">%s</option>' % (_e(check), _e(check)) for check in checks)
+    return ('<div class="filter" id="filter" hidden><label>status <select id="f-status"><option value="">problems (clean collapsed)</option>'
+            '%s<option value="all">all (clean expanded)</option></select></label> <label>check with a problem <select id="f-check">'
+            '<option value="">any</option>%s</select></label> <label>node <input type="search" id="f-q" placeholder="name contains">'
+            '</label> <span id="f-shown"></span></div>\n' % (statuses, options))
+
+
+def finding_summary(report):
+    """Every finding id of the nodes, worst severity first, with its check(s), the nodes it affects and its count: at a
+    thousand nodes, what to fix first.  The cluster's findings are under Cluster."""
+    by_id = {}
+    for host, node in (report.get("nodes") or {}).items():
+        for entry in node.get("findings") or []:
+            ident = by_id.setdefault(entry.get("id"), {"checks": set(), "nodes": set(), "findings": 0, "severity": None, "remediable": False})
+            ident["checks"].add(entry.get("check") or "-")
+            ident["nodes"].add(host)
+            ident["findings"] += 1
+            ident["remediable"] = ident["remediable"] or bool(entry.get("remediable"))
+            if ident["severity"] is None or _rank(entry.get("severity")) > _rank(ident["severity"]):
+                ident["severity"] = entry.get("severity")
+    if not by_id:
+        return "<p>No node findings.</p>"
+    order = sorted(by_id.items(), key=lambda item: (-_rank(item[1]["severity"]), -len(item[1]["nodes"]), str(item[0])))
+    rows = "".join("<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td></tr>" % (
+        _e(ident), _e(", ".join(sorted(entry["checks"]))), _badge(entry["severity"]), len(entry["nodes"]), entry["findings"],
+        "yes" if entry["remediable"] else "no") for ident, entry in order)
+    return ('<table class="list byid"><thead><tr><th>finding</th><th>check</th><th>worst severity</th><th>nodes</th><th>findings</th>'
+            "<th>remediable</th></tr></thead><tbody>%s</tbody></table>" % rows)
 
 
 def run_summary(report):
@@ -253,15 +394,21 @@ def run_summary(report):
 
 
 def not_checked_list(report):
-    """What the run could not check, each with its cause and fix, before anything else: never read as clean."""
+    """What the run could not check, each with its cause and fix, before anything else: never read as clean.  The
+    first NOT_CHECKED_SHOWN are always in view; past them (a fleet with many unreachable nodes), the rest sit in a
+    <details> that says how many they are, so the grid is not pushed a screen away."""
     spots = coverage.blind_spots(report)
     if not spots:
         return ""
-    rows = "".join("<tr><td>%s</td><td>%s</td><td>not checked: %s</td><td>%s</td></tr>" % (
+    rows = ["<tr><td>%s</td><td>%s</td><td>not checked: %s</td><td>%s</td></tr>" % (
         _e("cluster" if spot["scope"] == "cluster" else spot["node"]), _e(spot["what"]), _e(spot["cause"]), _e(spot["fix"]))
-        for spot in spots)
-    return ('<table class="list notchecked"><thead><tr><th>where</th><th>check</th><th>cause</th><th>fix</th></tr></thead>'
-            "<tbody>%s</tbody></table>\n" % rows)
+        for spot in spots]
+    head = "<thead><tr><th>where</th><th>check</th><th>cause</th><th>fix</th></tr></thead>"
+    more = rows[NOT_CHECKED_SHOWN:]
+    rest = ('<details class="more"><summary>%d more not checked, each with its cause and fix (click to show; the grid '
+            'marks them too)</summary><table class="list notchecked">%s<tbody>%s</tbody></table></details>\n'
+            % (len(more), head, "".join(more))) if more else ""
+    return '<table class="list notchecked">%s<tbody>%s</tbody></table>\n%s' % (head, "".join(rows[:NOT_CHECKED_SHOWN]), rest)
 
 
 def run_facts(report):
@@ -331,13 +478,15 @@ def render(report):
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" content="%s">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>%s</title>
 <style>%s%s</style>
 </head>
 <body>
 <h1>gpuharden drift</h1>
+%s
+<h2>Findings by id</h2>
 %s
 <h2>Nodes x checks</h2>
 %s
@@ -346,6 +495,8 @@ def render(report):
 <h2>Cluster</h2>
 %s
 %s
+<script>%s</script>
 </body>
 </html>
-""" % (_e(title), STYLE, colours, run_summary(report), grid(report), run_facts(report), cluster_section(report), remediation_section(report))
+""" % (_e(CSP), _e(title), STYLE, colours, run_summary(report), finding_summary(report), grid(report), run_facts(report),
+       cluster_section(report), remediation_section(report), SCRIPT)
