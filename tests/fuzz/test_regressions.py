@@ -212,6 +212,18 @@ def test_traceback_kubelet_dropin_that_is_an_absolute_link_inside_the_root():
     assert_refused("kubelet_config", "k3s", "link_in_abs", "yaml:/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-gpuharden.conf:1")
 
 
+def test_traceback_kubelet_dropin_that_is_a_dangling_link():
+    # found by make fuzz, seed 1343715329: "TypeError: argument of type 'NoneType' is not iterable" in check mode
+    assert_refused("kubelet_config", "k3s", "link_dangling", "yaml:/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-gpuharden.conf:1")
+
+
+def test_unclear_error_a_unit_drop_in_cut_short_is_named():
+    # found by make fuzz, seed 1343715329: a 10-kubeadm.conf cut before its ExecStart= was refused naming only
+    # kubelet.service, not the drop-in that lost the flags
+    assert_refused("kubelet_config", "kubeadm", "truncate", "lines:/etc/systemd/system/kubelet.service.d/10-kubeadm.conf:0", (6,),
+                   needle="10-kubeadm.conf")
+
+
 def test_write_through_link_a_kubelet_config_linked_out_of_the_root_is_not_read():
     # fixed in phase 2: the kubelet planner's NodeReader reads with _files.read_text(path, root=root)
     assert_refused("kubelet_config", "kubeadm", "link_out_abs", "yaml:%s:1" % KUBEADM_CONFIG)

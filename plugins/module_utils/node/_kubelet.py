@@ -1099,7 +1099,7 @@ def discover(reader, service="auto", flavor="auto", versions=None):
     config_dir = dir_flag.value.rstrip("/") if dir_flag and dir_flag.value else None
     if not config_path and not config_dir and not legacy:
         raise GpuhardenError("service %s: the kubelet is started without --config or --config-dir (%s), so it reads "
-                             "no configuration file; add --config first" % (service, unit["path"]))
+                             "no configuration file; add --config first" % (service, ", ".join(unit["fragments"])))
     layers = []
     if config_path:
         text = reader.read(config_path)
@@ -1112,8 +1112,15 @@ def discover(reader, service="auto", flavor="auto", versions=None):
         for rel in reader.files_below(config_dir):
             if rel.endswith(".conf"):
                 path = "%s/%s" % (config_dir, rel)
+                text = reader.read(path)
+                if text is None:
+                    # a link to nothing: the kubelet lists it and then fails to read it (k8s.io/kubernetes v1.36.3
+                    # cmd/kubelet/app/server.go mergeKubeletConfigurations: WalkDir, then os.ReadFile)
+                    raise GpuhardenError("%s: names no file on the node (a link to nothing); the kubelet refuses to "
+                                         "start on its --config-dir %s" % (reader.path(path), config_dir),
+                                         fix="remove the link or point it at a drop-in file inside the node")
                 dropin_names.append(rel)
-                layers.append(KubeletConfigFile(path, reader.read(path), dropin=True))
+                layers.append(KubeletConfigFile(path, text, dropin=True))
     root_flag = last_flag(flags, "root-dir")
     return {
         "service": service, "flavor": flavor, "unit": unit, "env_files": env_files, "flags": flags,
