@@ -18,7 +18,7 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__, ansible_output, drift
+from gpuharden import __version__, ansible_output, drift, kubeconfig
 
 DESCRIPTION = """\
 gpuharden: harden the GPU nodes of a Kubernetes cluster and keep them hardened, with the gpuharden.k8s Ansible
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     facts.set_defaults(handler=_facts)
     drift.add_parser(commands)
     drift.add_merge_parser(commands)
+    kubeconfig.add_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.
     for entry_point in entry_points(group="gpuharden.commands"):
         entry_point.load()(commands)
