@@ -16,11 +16,10 @@ import sys
 import time
 
 import pytest
-from gpuharden_lab import REPO_ROOT, realnode
+from gpuharden_lab import REPO_ROOT
 from kubernetes import client, config
 
 from gpuharden import kubeconfig
-from tests.builds import skip_unbuilt
 from tests.labfixtures import running_lab
 
 pytestmark = pytest.mark.lab
@@ -31,8 +30,7 @@ IDENTITY = "system:serviceaccount:gpuharden-system:gpuharden"
 
 @pytest.fixture(scope="module")
 def lab():
-    if not realnode.available():
-        skip_unbuilt("the real kubelet and containerd are not built: run `make real-lab` (or `make real-components`)")
+    # running_lab skips when the real kubelet and containerd this scenario runs are not built
     with running_lab("fresh-fleet", node_count=1) as state:
         yield state
 
