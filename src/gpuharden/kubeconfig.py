@@ -288,10 +288,13 @@ def request_token(modules, admin_params, namespace, service_account, seconds):
     except error_type as error:
         access = error.result.get("access") or {}
         code = EXIT_USAGE if access.get("kind") in ("kubeconfig", "client", None) else EXIT_CLUSTER
-        fix = (" Fix: %s" % access["fix"]) if access.get("fix") and access.get("kind") != "forbidden" else ""
-        if access.get("kind") == "forbidden":
-            fix = (" The identity is the admin kubeconfig's (--admin-kubeconfig): it needs create on serviceaccounts/token in "
-                   "namespace %s, as cluster-admin has" % namespace)
+        # the collection's fixes speak of the tool's own identity; here the identity is the admin's
+        fix = {"kubeconfig": "name a readable admin kubeconfig with --admin-kubeconfig (default $KUBECONFIG, else ~/.kube/config)",
+               "credentials": "the admin kubeconfig's credentials were refused (HTTP 401): renew them, or name another with --admin-kubeconfig",
+               "forbidden": "the admin kubeconfig's identity needs verb create on serviceaccounts/token in namespace %s (cluster-admin has "
+                            "it); run this with such a kubeconfig (--admin-kubeconfig)" % namespace,
+               }.get(access.get("kind"), access.get("fix"))
+        fix = (" Fix: %s" % fix) if fix else ""
         raise KubeconfigError(" ".join(error.msg.split()) + fix, code) from None
     if status == 404:
         raise KubeconfigError("gpuharden kubeconfig: no ServiceAccount %s in namespace %s (the API server said: %s); apply "

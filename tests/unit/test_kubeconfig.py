@@ -6,10 +6,12 @@ expiry drift exports (JWT exp, client certificate notAfter, none for a static to
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -162,7 +164,7 @@ def test_a_file_that_appears_meanwhile_is_not_overwritten_and_nothing_is_left(tm
 
 
 @pytest.mark.parametrize(("status", "needles"), [
-    (403, ["alice", "create", "serviceaccounts/token", "gpuharden-system", "--admin-kubeconfig"]),
+    (403, ["alice", "create", "serviceaccounts/token", "gpuharden-system", "Fix: the admin kubeconfig's identity needs verb create"]),
     (404, ["no ServiceAccount gpuharden in namespace gpuharden-system", "deploy/rbac/gpuharden-rbac.yaml"]),
 ])
 def test_a_refusal_by_the_api_server_writes_nothing(api, tmp_path, capsys, status, needles):
@@ -194,6 +196,15 @@ def test_bad_options_are_refused_before_any_request(api, tmp_path, capsys, extra
     assert run_cli(tmp_path, server, "-o", str(tmp_path / "out.conf"), *extra) == 2
     assert needle in capsys.readouterr().err and server.requests == []
     assert not (tmp_path / "out.conf").exists()
+
+
+def test_an_unusable_admin_kubeconfig_names_the_option_to_fix(tmp_path, capsys):
+    admin = tmp_path / "admin.conf"
+    admin.write_text("clusters: []\n")
+    assert cli.main(["kubeconfig", "--admin-kubeconfig", str(admin), "-o", str(tmp_path / "out.conf")]) == 2
+    error = capsys.readouterr().err
+    assert str(admin) in error and "Fix: name a readable admin kubeconfig with --admin-kubeconfig" in error and error.count("\n") == 1
+    assert os.listdir(tmp_path) == ["admin.conf"]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("720h", 2592000), ("1h30m", 5400), ("600s", 600), ("10m", 600), ("2.5h", 9000)])
@@ -304,3 +315,15 @@ def test_merged_slices_keep_the_credential_that_expires_first():
     late = dict(early, expires_at=1900000000.0)
     merged = drift.merge_cluster([{"credential": late}, {"credential": early}, {}])
     assert merged["credential"] == early and merged["credential_expires_at"] == kubeconfig.iso(1800000000.0)
+
+
+def test_the_help_explains_every_option_and_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["kubeconfig", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "720h" in text and "0600" in text and "--force" in text and "gpuharden_credential_expiry_timestamp_seconds" in text
+    codes = text.split("exit codes:")[1]
+    assert [int(code) for code in re.findall(r"^  (\d)\s", codes, re.M)] == [0, 2, 4]
+    parser = kubeconfig.add_parser(argparse.ArgumentParser().add_subparsers())
+    assert all(action.help for action in parser._actions)
