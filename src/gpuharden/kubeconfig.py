@@ -294,8 +294,8 @@ def request_token(modules, admin_params, namespace, service_account, seconds):
                "forbidden": "the admin kubeconfig's identity needs verb create on serviceaccounts/token in namespace %s (cluster-admin has "
                             "it); run this with such a kubeconfig (--admin-kubeconfig)" % namespace,
                }.get(access.get("kind"), access.get("fix"))
-        fix = (" Fix: %s" % fix) if fix else ""
-        raise KubeconfigError(" ".join(error.msg.split()) + fix, code) from None
+        fix = (". Fix: %s" % fix) if fix else ""
+        raise KubeconfigError(" ".join(error.msg.split()).rstrip(".") + fix, code) from None
     if status == 404:
         raise KubeconfigError("gpuharden kubeconfig: no ServiceAccount %s in namespace %s (the API server said: %s); apply "
                               "deploy/rbac/gpuharden-rbac.yaml, which creates it, or name yours with --namespace and "
