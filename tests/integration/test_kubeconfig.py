@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+import yaml
 from gpuharden_lab import REPO_ROOT
 from kubernetes import client, config
 
@@ -50,6 +51,11 @@ def test_a_kubeconfig_from_the_real_token_request_api_works_and_drift_exports_it
     # the lab's API server has no --service-account-max-token-expiration: it grants the 48 hours asked
     assert asked + 48 * 3600 - 5 <= expires_at <= time.time() + 48 * 3600 + 5, (asked, expires_at)
     assert kubeconfig.iso(expires_at) in done.stdout and "granted" not in done.stdout
+    # the server and its CA as the admin kubeconfig has them
+    with open(lab["cluster"]["admin_kubeconfig"]) as handle:
+        admin_cluster = yaml.safe_load(handle)["clusters"][0]["cluster"]
+    written = yaml.safe_load(output.read_text())["clusters"][0]["cluster"]
+    assert written == {"server": admin_cluster["server"], "certificate-authority-data": admin_cluster["certificate-authority-data"]}
 
     # the ServiceAccount, TLS verified against the CA the admin kubeconfig had: who it is, and that it reads Nodes
     api = config.new_client_from_config(config_file=str(output))

@@ -131,6 +131,18 @@ def test_it_asks_the_token_request_api_and_writes_a_0600_kubeconfig(api, tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["admin.conf", "gpuharden.conf"]
 
 
+def test_server_and_certificate_authority_options_win_over_the_admin_kubeconfig(api, tmp_path):
+    # (the admin kubeconfig's own CA is embedded where its server is https: the lab test checks that over TLS)
+    server = api()
+    other_ca = b"-----BEGIN CERTIFICATE-----\nother\n-----END CERTIFICATE-----\n"
+    (tmp_path / "other.crt").write_bytes(other_ca)
+    output = tmp_path / "gpuharden.conf"
+    assert run_cli(tmp_path, server, "-o", str(output), "--server", "https://api.example:6443/", "--certificate-authority", str(tmp_path / "other.crt")) == 0
+    (cluster,) = yaml.safe_load(output.read_text())["clusters"]
+    assert cluster["cluster"] == {"server": "https://api.example:6443", "certificate-authority-data": base64.b64encode(other_ca).decode()}
+    assert len(server.requests) == 1  # the token was still asked of the admin kubeconfig's server
+
+
 def test_a_shorter_grant_is_reported(api, tmp_path, capsys):
     server = api(max_seconds=3600)
     output = tmp_path / "gpuharden.conf"
