@@ -357,15 +357,25 @@ def check_output(path, force):
 
 def write_private(path, text, force):
     """``text`` at ``path``, mode 0600 from the start: a new file (O_CREAT|O_EXCL, 0600) in the same directory, synced,
-    then linked into place (without --force: fails if the file appeared meanwhile) or renamed over it (--force).
-    Nothing is left behind on failure."""
+    then linked into place (without --force: fails if the file appeared meanwhile) or renamed over it (--force).  A
+    file replaced keeps its owner and group, so that a renewal stays readable by whoever read it (the drift service's
+    user): a run that cannot give them (not root) writes nothing.  Nothing is left behind on failure."""
     directory = os.path.dirname(os.path.abspath(path))
+    previous = os.stat(path) if force and os.path.isfile(path) else None
     temp = os.path.join(directory, ".%s.%d.%d.tmp" % (os.path.basename(path), os.getpid(), time.monotonic_ns()))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         try:
             os.fchmod(fd, 0o600)  # whatever the umask: 0600 exactly
-            os.write(fd, text.encode("utf-8"))
+            if previous is not None and (previous.st_uid, previous.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(fd, previous.st_uid, previous.st_gid)
+                except PermissionError:
+                    raise KubeconfigError("gpuharden kubeconfig: cannot give the new %s the owner of the one it replaces (uid %d, gid "
+                                          "%d); nothing written: run it as root or as that user" % (path, previous.st_uid, previous.st_gid)) from None
+            data = text.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)

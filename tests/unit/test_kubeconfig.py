@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from gpuharden import cli, drift, kubeconfig
-from tests.unit.conftest import JsonHandler
+from tests.unit.conftest import UNPRIVILEGED_UID, JsonHandler, run_as
 
 NAMESPACE, ACCOUNT = "gpuharden-system", "gpuharden"
 TOKEN_PATH = "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (NAMESPACE, ACCOUNT)
@@ -173,6 +173,34 @@ def test_a_file_that_appears_meanwhile_is_not_overwritten_and_nothing_is_left(tm
     with pytest.raises(kubeconfig.KubeconfigError, match="exists"):
         kubeconfig.write_private(str(output), "token\n", force=False)
     assert output.read_text() == "written by someone else\n" and os.listdir(tmp_path) == ["gpuharden.conf"]
+
+
+def test_a_renewal_keeps_the_owner_of_the_file_it_replaces(tmp_path):
+    output = tmp_path / "gpuharden.conf"
+    output.write_text("old\n")
+    os.chown(output, UNPRIVILEGED_UID, UNPRIVILEGED_UID)  # the tests run as root: the drift service's user, say
+    kubeconfig.write_private(str(output), "new\n", force=True)
+    assert output.read_text() == "new\n" and (output.stat().st_uid, output.stat().st_gid) == (UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    assert stat.S_IMODE(output.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["gpuharden.conf"]
+
+
+def _renew_as_another_user(path):
+    try:
+        kubeconfig.write_private(path, "new\n", force=True)
+    except kubeconfig.KubeconfigError as error:
+        return str(error)
+    return None
+
+
+def test_a_renewal_that_cannot_keep_the_owner_writes_nothing(world_tmp):
+    shared = world_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    output = shared / "gpuharden.conf"
+    output.write_text("old\n")  # root's
+    message = run_as(UNPRIVILEGED_UID, _renew_as_another_user, str(output))
+    assert message and str(output) in message and "uid 0" in message and "nothing written" in message
+    assert output.read_text() == "old\n" and os.listdir(shared) == ["gpuharden.conf"]
 
 
 @pytest.mark.parametrize(("status", "needles"), [
