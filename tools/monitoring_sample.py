@@ -5,7 +5,7 @@ The report is built by the real code path (drift.Outcomes fed with ansible-runne
 drift.prometheus_text), so `make monitoring-check` lints exactly what the CLI writes (promtool check metrics) and
 tests/unit/test_monitoring.py checks deploy/monitoring's alerts and dashboard against it.  The fleet has one node
 in every state: clean, drift, attention with a GPU isolation breach, attention, unreachable and failed, plus a
-cluster (RuntimeClass) finding.
+cluster (RuntimeClass) finding and a token that expires in 20 days.
 
     python tools/monitoring_sample.py | promtool check metrics
 """
@@ -67,8 +67,14 @@ def sample_outcomes():
     return outcomes
 
 
+# The cluster side's kubeconfig holds a token that expires 20 days after the run (its JWT exp).
+CREDENTIAL_EXPIRES_AT = FINISHED + 20 * 86400
+
+
 def sample_report():
-    return drift.build_report(sample_outcomes(), inventory="inventory", limit=None, fail_severity="warning",
+    outcomes = sample_outcomes()
+    outcomes.credential = {"kubeconfig": "/etc/gpuharden/kubeconfig", "kind": "token", "expires_at": CREDENTIAL_EXPIRES_AT, "note": None}
+    return drift.build_report(outcomes, inventory="inventory", limit=None, fail_severity="warning",
                               started=STARTED, finished=FINISHED, node_names=NODE_NAMES)
 
 

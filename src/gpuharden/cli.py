@@ -18,7 +18,7 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__, ansible_output, drift, explain, report_cli
+from gpuharden import __version__, ansible_output, drift, explain, kubeconfig, report_cli
 
 DESCRIPTION = """\
 gpuharden: harden the GPU nodes of a Kubernetes cluster and keep them hardened, with the gpuharden.k8s Ansible
@@ -37,16 +37,19 @@ examples:
   gpuharden explain pod ml/train-0             why a GPU pod fails: the cause, the evidence, the fix
   gpuharden report drift-report.json --html fleet.html
                                                 the page (or --table) of a report already written
+  gpuharden kubeconfig -o /etc/gpuharden/kubeconfig
+                                                the tool's kubeconfig: a bound token of its ServiceAccount (720h)
   ansible-playbook -i inventory/ gpuharden.k8s.harden_gpu_nodes
                                                 harden the fleet (a canary first, within a disruption budget)
 
 exit codes (each command's --help has the details):
   0    done: every host answered, and (drift) nothing differs from the hardened state
-  1    an answer that needs a look: (drift, drift-merge, report) a node drifted, needs attention or could not be checked;
-       (facts) a host failed or was unreachable
+  1    an answer that needs a look: (drift, drift-merge, report) a node drifted or needs attention;
+       (explain) a cause found; (facts) a host failed or was unreachable
   2    usage or environment error, or no host matched the inventory, the playbook's hosts or -l
   3    (drift) incomplete: the check could not finish, so there is no answer; 128+N: stopped by signal N
-  4    (drift, explain, report) not checked: what could not be checked comes first, with its cause and fix
+  4    (drift, explain, report) not checked: what could not be checked comes first, with its cause and fix;
+       (kubeconfig) the API server refused or could not be reached: nothing written
 
 "gpuharden COMMAND --help" describes a command, its options and its exit codes.
 """
@@ -176,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     drift.add_merge_parser(commands)
     explain.add_parser(commands)
     report_cli.add_parser(commands)
+    kubeconfig.add_parser(commands)
     # Further commands (the lab, in a source checkout) plug in here without this module naming them.
     for entry_point in entry_points(group="gpuharden.commands"):
         entry_point.load()(commands)

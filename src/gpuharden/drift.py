@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 
-from gpuharden import ansible_output, coverage, terminal
+from gpuharden import ansible_output, coverage, kubeconfig, terminal
 from gpuharden.severity import SEVERITIES, counted
 
 # The JSON report's schema; drift-merge only combines reports of the version it writes.
@@ -256,6 +256,10 @@ class Outcomes:
         self.node_names = {}
         self.consistency_options = None
         self.node_reports = None
+        # the consistency check's module arguments, where the play ran it (kubeconfig and context: its identity)
+        self.consistency_invocation = None
+        # the cluster side's credential and when it expires (gpuharden.kubeconfig.credential_expiry), where it ran
+        self.credential = None
         self.seen = set()
         self.stats = None  # the playbook_on_stats event's data: the play got to its end
         self.plays = PlayTracker()
@@ -292,6 +296,7 @@ class Outcomes:
         elif kind == "runner_on_ok" and data.get("task_action") in CONSISTENCY_ACTIONS:
             if result.get("skipped"):
                 return True
+            self.consistency_invocation = (result.get("invocation") or {}).get("module_args") or {}
             if result.get("failed_when_result") or "findings" not in result:
                 self.consistency_error = _message(result) or "gpu_consistency failed"
                 self.consistency_access = result.get("access")
@@ -476,7 +481,8 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
     unreachable, failed = dict(sorted(outcomes.unreachable.items())), dict(sorted(outcomes.failed.items()))
     cluster_section = {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
                        "runtime_class_checked": cluster_checks.get("runtime_class", {}).get("state") == coverage.CHECKED,
-                       "checks": cluster_checks, "findings": cluster}
+                       "checks": cluster_checks, "findings": cluster, "credential": outcomes.credential,
+                       "credential_expires_at": kubeconfig.iso((outcomes.credential or {}).get("expires_at"))}
     report = {
         "version": REPORT_VERSION,
         "generated_at": datetime.datetime.fromtimestamp(finished, datetime.UTC).isoformat(),
@@ -544,6 +550,7 @@ def _label(value):
 
 
 LAST_SUCCESS_METRIC = "gpuharden_last_success_timestamp_seconds"
+CREDENTIAL_EXPIRY_METRIC = "gpuharden_credential_expiry_timestamp_seconds"
 
 
 def previous_last_success(text):
@@ -672,7 +679,14 @@ def prometheus_text(report, previous=None):
         "# HELP gpuharden_last_run_duration_seconds How long the last drift run took.",
         "# TYPE gpuharden_last_run_duration_seconds gauge",
         "gpuharden_last_run_duration_seconds %.3f" % report["duration_seconds"],
+        "# HELP %s When the credential of the kubeconfig the drift run's cluster side used expires (Unix time): its "
+        "token's JWT exp, or its client certificate's notAfter. Absent when it has none the client can read (a static "
+        "token, an exec plugin, the in-cluster ServiceAccount the kubelet renews)." % CREDENTIAL_EXPIRY_METRIC,
+        "# TYPE %s gauge" % CREDENTIAL_EXPIRY_METRIC,
     ]
+    expires_at = ((report.get("cluster") or {}).get("credential") or {}).get("expires_at")
+    if expires_at is not None:
+        lines.append("%s %.3f" % (CREDENTIAL_EXPIRY_METRIC, expires_at))
     return "\n".join(lines) + "\n"
 
 
@@ -837,7 +851,12 @@ def merge_cluster(sections):
                 findings.append(entry)
     errors = list(dict.fromkeys(section["consistency_error"] for section in sections if section.get("consistency_error")))
     checks = coverage.merge_cluster_checks(sections)
-    return {"consistency_checked": any(section.get("consistency_checked") for section in sections),
+    # every slice used the same kubeconfig, normally: the credential that expires first is the one to renew
+    expiring = sorted((section for section in sections if (section.get("credential") or {}).get("expires_at") is not None),
+                      key=lambda section: section["credential"]["expires_at"])
+    credential = (expiring or [section for section in sections if section.get("credential")] or [{}])[0].get("credential")
+    return {"credential": credential, "credential_expires_at": kubeconfig.iso((credential or {}).get("expires_at")),
+            "consistency_checked": any(section.get("consistency_checked") for section in sections),
             "consistency_error": "; ".join(errors) or None,
             "runtime_class_checked": checks.get("runtime_class", {}).get("state") == coverage.CHECKED,
             "checks": checks, "findings": findings}
@@ -1183,8 +1202,21 @@ def check(args, extravars, stream, limit, stop=None, deadline=None):
             # the play is complete, but not the cluster-wide checks: no report, as for a play cut short
             raise Incomplete(*interrupted, checked=outcomes.done())
         finished = time.time()
+    outcomes.credential = cluster_credential(outcomes)
     return build_report(outcomes, inventory=args.inventory, limit=limit, fail_severity=args.fail_severity,
                         started=started, finished=finished, node_names=outcomes.node_names)
+
+
+def cluster_credential(outcomes):
+    """The credential the run's cluster side used (its kubeconfig, from the play's hand-over or the module's
+    arguments) and when it expires; None where no cluster side ran."""
+    options = outcomes.consistency_options if outcomes.consistency_options is not None else outcomes.consistency_invocation
+    if not isinstance(options, dict):
+        return None
+    path = options.get("kubeconfig")
+    if path is not None and not isinstance(path, str):
+        return {"kubeconfig": None, "kind": "unknown", "expires_at": None, "note": "a kubeconfig given as a dictionary"}
+    return kubeconfig.credential_expiry(path, options.get("context"))
 
 
 def cluster_side_runner():

@@ -62,7 +62,9 @@ def test_outcomes_and_report():
     assert [(entry["id"], entry["stage"], entry["remediable"]) for entry in consistency] == [
         ("gpu_not_advertised", "device_plugin", True), ("gpu_process_unattributed", "postcheck", False)]
     assert report["cluster"] == {"consistency_checked": True, "consistency_error": None, "runtime_class_checked": False,
-                                 "checks": {"consistency": {"state": "checked"}}, "findings": []}
+                                 "checks": {"consistency": {"state": "checked"}}, "findings": [],
+                                 # no cluster side's kubeconfig known to this report (tests/unit/test_kubeconfig.py reads one)
+                                 "credential": None, "credential_expires_at": None}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
     assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "not_checked": 0, "nodes_not_checked_in_part": 0,

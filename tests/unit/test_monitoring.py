@@ -284,7 +284,9 @@ def test_alert_expressions_over_the_real_textfile(promtool, tmp_path, text):
         "GpuhardenDriftClusterNotChecked": [],
         "GpuhardenDriftNodeCheckNotChecked": [],
     }
-    assert set(expected) | {"GpuhardenDriftNoCompleteRun", "GpuhardenDriftNoCompleteRunCritical"} == set(exprs)
+    shifted = {"GpuhardenDriftNoCompleteRun", "GpuhardenDriftNoCompleteRunCritical", "GpuhardenCredentialExpiresSoon",
+               "GpuhardenCredentialExpiresSoonCritical"}
+    assert set(expected) | shifted == set(exprs)
     tests = [{"expr": exprs[name], "eval_time": "5m", "exp_samples": _samples(rows)} for name, rows in expected.items()]
     # promtool's clock starts at 0: the sample run finished at SAMPLE.FINISHED, so its age at that time plus 3h
     # the sample run could not check two nodes: its success time is the earlier run's, an hour older
@@ -293,6 +295,11 @@ def test_alert_expressions_over_the_real_textfile(promtool, tmp_path, text):
                   "eval_time": "%ds" % age, "exp_samples": _samples([(base, age + SAMPLE.FINISHED - SAMPLE.PREVIOUS_SUCCESS)])})
     tests.append({"expr": exprs["GpuhardenDriftNoCompleteRun"].replace("time()", "(time() + %r)" % SAMPLE.FINISHED),
                   "eval_time": "5m", "exp_samples": []})
+    # the sample's token expires 20 days after the run: no alert then, the warning (and not the critical one) 14 days on
+    for name, eval_days, rows in (("GpuhardenCredentialExpiresSoon", 0, []), ("GpuhardenCredentialExpiresSoonCritical", 14, []),
+                                  ("GpuhardenCredentialExpiresSoon", 14, [(base, SAMPLE.CREDENTIAL_EXPIRES_AT - SAMPLE.FINISHED - 14 * 86400)])):
+        tests.append({"expr": exprs[name].replace("time()", "(time() + %r)" % (SAMPLE.FINISHED + eval_days * 86400 - 300)), "eval_time": "5m",
+                      "exp_samples": _samples(rows)})
     _promtool_test(promtool, tmp_path, tests, _series(text))
 
 
