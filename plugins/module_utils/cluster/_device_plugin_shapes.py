@@ -36,8 +36,8 @@ CONTAINER = {"name": str, "image": str, "command": [str], "args": [str], "env": 
 VOLUME = {"name": str, "configMap": {"name": str, "items": [{"key": str, "path": str}]}, "hostPath": {"path": str, "type": str}}
 POD_SPEC = {"nodeSelector": STRINGS, "tolerations": [TOLERATION], "affinity": AFFINITY, "containers": [CONTAINER],
             "initContainers": [CONTAINER], "volumes": [VOLUME], "runtimeClassName": str, "nodeName": str}
-DAEMON_SET = {"metadata": METADATA, "spec": {"selector": LABEL_SELECTOR,
-                                            "template": {"metadata": {"labels": STRINGS, "annotations": STRINGS}, "spec": POD_SPEC}},
+DAEMON_SET = {"metadata": METADATA,
+              "spec": {"selector": LABEL_SELECTOR, "template": {"metadata": {"labels": STRINGS, "annotations": STRINGS}, "spec": POD_SPEC}},
               "status": {}}
 NODE = {"metadata": METADATA, "spec": {"taints": [{"key": str, "value": str, "effect": str}], "unschedulable": bool},
         "status": {"capacity": STRINGS, "allocatable": STRINGS, "runtimeHandlers": [{"name": str, "features": {}}],

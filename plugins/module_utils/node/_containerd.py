@@ -982,9 +982,9 @@ def _ensure_tables(doc, keys, super_last=False):
     table = doc
     for index, key in enumerate(keys):
         if _dotted(table, key):
+            dotted = ".".join(_quote_key(part) for part in keys[:index + 1])
             raise GpuhardenError("%s is written as dotted keys (%s.… = …), which this module does not edit; write that part under a "
-                                 "[%s] table header" % (".".join(_quote_key(part) for part in keys[:index + 1]), _quote_key(key),
-                                                         ".".join(_quote_key(part) for part in keys[:index + 1])))
+                                 "[%s] table header" % (dotted, _quote_key(key), dotted))
         if key not in table:
             new = tomlkit.table(is_super_table=super_last or index < len(keys) - 1)
             table[key] = new

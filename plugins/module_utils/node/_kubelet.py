@@ -33,7 +33,6 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import ho
 try:
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
-    from ruamel.yaml.error import YAMLError
 
     HAS_RUAMEL = True
     RUAMEL_IMPORT_ERROR = None
@@ -41,7 +40,6 @@ except ImportError as _error:  # pragma: no cover - the module reports missing_r
     HAS_RUAMEL = False
     RUAMEL_IMPORT_ERROR = _error
     CommentedMap = dict
-    YAMLError = ValueError
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -814,40 +812,53 @@ def new_dropin_text(path):
 # everywhere (JSON null leaves a Go value as it is); unknown fields are the lenient decoder's business (it accepts
 # them with a warning).  tests/unit/test_kubelet_types.py pins every kind against the real decoder (kubelet-validate).
 FIELD_TYPES = {
-    "string": ("address", "cgroupDriver", "cgroupRoot", "clusterDomain", "configMapAndSecretChangeDetectionStrategy",
+    "string": (
+        "address", "cgroupDriver", "cgroupRoot", "clusterDomain", "configMapAndSecretChangeDetectionStrategy",
         "containerLogMaxSize", "containerRuntimeEndpoint", "contentType", "cpuManagerPolicy", "hairpinMode",
         "healthzBindAddress", "imagePullCredentialsVerificationPolicy", "imageServiceEndpoint", "kubeReservedCgroup",
         "kubeletCgroups", "memoryManagerPolicy", "memoryReservationPolicy", "podCIDR", "podLogsDir", "providerID",
         "reservedSystemCPUs", "resolvConf", "showHiddenMetricsForVersion", "staticPodPath", "staticPodURL",
         "systemCgroups", "systemReservedCgroup", "tlsCertFile", "tlsMinVersion", "tlsPrivateKeyFile",
         "topologyManagerPolicy", "topologyManagerScope", "volumePluginDir"),
-    "duration": ("containerLogMonitorInterval", "cpuCFSQuotaPeriod", "cpuManagerReconcilePeriod",
+    "duration": (
+        "containerLogMonitorInterval", "cpuCFSQuotaPeriod", "cpuManagerReconcilePeriod",
         "evictionPressureTransitionPeriod", "fileCheckFrequency", "httpCheckFrequency", "imageMaximumGCAge",
         "imageMinimumGCAge", "nodeStatusReportFrequency", "nodeStatusUpdateFrequency", "runtimeRequestTimeout",
         "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "streamingConnectionIdleTimeout", "syncFrequency",
         "volumeStatsAggPeriod"),
-    "bool": ("cgroupsPerQOS", "cpuCFSQuota", "enableContentionProfiling", "enableControllerAttachDetach",
+    "bool": (
+        "cgroupsPerQOS", "cpuCFSQuota", "enableContentionProfiling", "enableControllerAttachDetach",
         "enableDebugFlagsHandler", "enableDebuggingHandlers", "enableProfilingHandler", "enableServer",
         "enableSystemLogHandler", "enableSystemLogQuery", "failCgroupV1", "failSwapOn", "kernelMemcgNotification",
         "localStorageCapacityIsolation", "makeIPTablesUtilChains", "mergeDefaultEvictionSettings",
         "protectKernelDefaults", "registerNode", "rotateCertificates", "runOnce", "seccompDefault",
         "serializeImagePulls", "serverTLSBootstrap", "singleProcessOOMKill"),
-    "int32": ("containerLogMaxFiles", "containerLogMaxWorkers", "eventBurst", "eventRecordQPS",
+    "int32": (
+        "containerLogMaxFiles", "containerLogMaxWorkers", "eventBurst", "eventRecordQPS",
         "evictionMaxPodGracePeriod", "healthzPort", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
         "iptablesDropBit", "iptablesMasqueradeBit", "kubeAPIBurst", "kubeAPIQPS", "maxParallelImagePulls", "maxPods",
         "nodeLeaseDurationSeconds", "nodeStatusMaxImages", "oomScoreAdj", "podsPerCore", "port", "readOnlyPort",
         "registryBurst", "registryPullQPS"),
-    "int64": ("maxOpenFiles", "podPidsLimit"),
-    "number": ("memoryThrottlingFactor",),
-    "map of strings": ("cpuManagerPolicyOptions", "evictionHard", "evictionMinimumReclaim", "evictionSoft",
+    "int64": (
+        "maxOpenFiles", "podPidsLimit"),
+    "number": (
+        "memoryThrottlingFactor",),
+    "map of strings": (
+        "cpuManagerPolicyOptions", "evictionHard", "evictionMinimumReclaim", "evictionSoft",
         "evictionSoftGracePeriod", "kubeReserved", "qosReserved", "systemReserved", "topologyManagerPolicyOptions"),
-    "map of booleans": ("featureGates",),
-    "map of string lists": ("staticPodURLHeader",),
-    "list of strings": ("allowedUnsafeSysctls", "clusterDNS", "enforceNodeAllocatable",
+    "map of booleans": (
+        "featureGates",),
+    "map of string lists": (
+        "staticPodURLHeader",),
+    "list of strings": (
+        "allowedUnsafeSysctls", "clusterDNS", "enforceNodeAllocatable",
         "preloadedImagesVerificationAllowlist", "tlsCipherSuites"),
-    "list of int32": ("tlsCurvePreferences",),
-    "list of mappings": ("registerWithTaints", "reservedMemory", "shutdownGracePeriodByPodPriority"),
-    "mapping": ("authentication", "authorization", "crashLoopBackOff", "logging", "memorySwap", "tracing",
+    "list of int32": (
+        "tlsCurvePreferences",),
+    "list of mappings": (
+        "registerWithTaints", "reservedMemory", "shutdownGracePeriodByPodPriority"),
+    "mapping": (
+        "authentication", "authorization", "crashLoopBackOff", "logging", "memorySwap", "tracing",
         "userNamespaces"),
 }
 KIND_WORDS = {"string": "a string", "duration": "a duration string such as \"10s\" or \"1m30s\"", "bool": "true or false",
