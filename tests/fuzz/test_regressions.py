@@ -217,6 +217,14 @@ def test_traceback_kubelet_dropin_that_is_a_dangling_link():
     assert_refused("kubelet_config", "k3s", "link_dangling", "yaml:/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/50-gpuharden.conf:1")
 
 
+def test_rejected_by_component_a_modprobe_line_kmod_ignores_is_refused_not_kept():
+    # found by make fuzz, seed 3217744106: gpuharden's own modprobe file with a junk line was edited and the line kept;
+    # kmod skips such a line ("ignoring bad line"), so the file does not say what it seems to
+    assert_refused("nvidia_device_nodes", "l4", "edit", "lines:/etc/modprobe.d/zz-gpuharden-nvidia.conf:1",
+                   ("keep", (("set", 5108, ("pool", 28)), ("junk", 10693, ("text", "")), ("append_token", 14119, ("text", "è")))),
+                   needle="zz-gpuharden-nvidia.conf")
+
+
 def test_unclear_error_a_unit_drop_in_cut_short_is_named():
     # found by make fuzz, seed 1343715329: a 10-kubeadm.conf cut before its ExecStart= was refused naming only
     # kubelet.service, not the drop-in that lost the flags

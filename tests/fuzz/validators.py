@@ -100,7 +100,7 @@ def containerd_config(root, main):
     return problems
 
 
-_MODPROBE_LINE = re.compile(r"^(?:options\s+\S+(?:\s+[A-Za-z_][A-Za-z0-9_]*=\S+)+|(?:install|remove|blacklist|alias|softdep)\s.*)$")
+_MODPROBE_LINE = re.compile(r"^(?:options\s+\S+(?:\s+[A-Za-z_][A-Za-z0-9_.-]*(?:=\S+)?)+|(?:install|remove|blacklist|alias|softdep|weakdep)\s.*)$")
 
 
 def modprobe_file(path):

@@ -200,3 +200,29 @@ def test_a_path_option_with_a_newline_is_named_on_one_line(world_tmp):
     # found by make fuzz (seed 3366703918): the value was printed as it is, over two lines
     node = _node(world_tmp)
     _refused(node, "option modprobe_file=a\\x0ab: give an absolute path ending in .conf", modprobe_file="a\nb")
+
+
+POLICY = {"uid": 0, "gid": 44, "mode": 0o660}
+
+
+@pytest.mark.parametrize("text", [
+    "# comment\n\noptions nvidia NVreg_DeviceFileUID=0 NVreg_EnableMSI\n",
+    "blacklist nouveau\nsoftdep nvidia pre: ecdh_generic\ninstall nvidia /sbin/modprobe --ignore-install nvidia \\\n  && true\n",
+    "options nvidia-drm modeset=1\nalias pci:v000010DE* nvidia\n",
+])
+def test_modprobe_lines_kmod_reads_are_kept(text):
+    planned = dn.plan_modprobe("/etc/modprobe.d/x.conf", text, POLICY)
+    assert "NVreg_DeviceFileGID=44" in planned and all(line in planned for line in text.splitlines() if "NVreg" not in line)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("options nvidia NVreg_DeviceFileUID=0\n è\n", "line 2: è is not a modprobe.d command"),
+    ("echo options nvidia NVreg_DeviceFileGID=1\n", "line 1: echo is not a modprobe.d command"),
+    ("options nvidia NVreg_DeviceFileUID=0 =1\n", "line 1: =1 is not a module parameter"),
+])
+def test_a_modprobe_line_kmod_ignores_is_refused_before_the_edit(text, needle):
+    # kmod libkmod-config.c skips an unknown command with "ignoring bad line starting with"; the kernel's
+    # parse_args reads NAME or NAME=VALUE
+    with pytest.raises(GpuhardenError) as refused:
+        dn.plan_modprobe("/etc/modprobe.d/x.conf", text, POLICY)
+    assert needle in refused.value.msg and refused.value.msg.startswith("/etc/modprobe.d/x.conf line")

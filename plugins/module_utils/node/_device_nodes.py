@@ -590,6 +590,35 @@ def desired_nvreg(policy):
             "NVreg_DeviceFileMode": "%04o" % policy["mode"]}
 
 
+# The commands kmod reads in a modprobe.d file; it skips any other line with "ignoring bad line starting with"
+# (kmod libkmod/libkmod-config.c kmod_config_parse).  A parameter is NAME or NAME=VALUE (the kernel's
+# kernel/params.c parse_args and next_arg).
+KMOD_COMMANDS = ("alias", "blacklist", "options", "install", "remove", "softdep", "weakdep")
+_MODULE_PARAMETER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*(=\S*)?$")
+
+
+def refuse_lines_kmod_ignores(path, lines):
+    """Refuse to edit a modprobe.d file with a line kmod ignores or a parameter the kernel cannot read: whoever wrote
+    it meant something the node does not do, and gpuharden's edit would look like it works."""
+    continued = False
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        was_continued, continued = continued, stripped.endswith("\\")
+        if was_continued or not stripped or stripped.startswith("#"):
+            continue
+        words = stripped.split()
+        if words[0] not in KMOD_COMMANDS:
+            raise GpuhardenError("%s line %d: %s is not a modprobe.d command: kmod ignores the line"
+                                 % (_files.shown(path), number, _files.shown(words[0])[:80]),
+                                 fix="fix or remove the line (commands: %s)" % ", ".join(KMOD_COMMANDS))
+        if words[0] == "options":
+            for word in words[2:]:
+                if not continued and not _MODULE_PARAMETER.match(word):
+                    raise GpuhardenError("%s line %d: %s is not a module parameter (NAME or NAME=VALUE) of options %s"
+                                         % (_files.shown(path), number, _files.shown(word)[:80], _files.shown(words[1])[:80]),
+                                         fix="fix or remove it")
+
+
 def plan_modprobe(path, text, policy):
     """The options file with NVreg_DeviceFileUID/GID/Mode set; other lines and parameters kept."""
     desired = desired_nvreg(policy)
@@ -600,6 +629,7 @@ def plan_modprobe(path, text, policy):
                              % (_files.shown(path), text[:text.index("\x00")].count("\n") + 1),
                              fix="remove the NUL bytes from the file")
     lines = text.split("\n")
+    refuse_lines_kmod_ignores(path, lines)
     seen = set()
     first_options = None
     for index, line in enumerate(lines):
