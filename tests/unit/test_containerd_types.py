@@ -35,7 +35,7 @@ CASES = [
     ("bool-cri-v3", 3, V3_RUNTIME + "enable_selinux = {}\n", "1", "enable_selinux must be a boolean, got integer 1", "true"),
     ("string-debug", 2, "[debug]\nlevel = {}\n", "3", "debug.level must be a string, got integer 3", '"info"'),
     ("string-images", 3, V3_IMAGES + "snapshotter = {}\n", "[1]", "snapshotter must be a string, got array", '"overlayfs"'),
-    ("string-runtime-by-name", 2, RUNTIME_FOO + "runtime_type = {}\n", "3", "runtimes.foo.runtime_type must be a string, got integer 3", '"io.containerd.runc.v2"'),
+    ("string-runtime-by-name", 2, RUNTIME_FOO + "runtime_type = {}\n", "3", "runtime_type must be a string, got integer 3", '"io.containerd.runc.v2"'),
     ("table-top-level", 2, "debug = {}\n", '"x"', "debug must be a table, got string 'x'", '{level = "info"}'),
     ("table-images-registry", 3, V3_IMAGES + "registry = {}\n", '""', "registry must be a table, got string ''", '{config_path = ""}'),
     ("table-v1-drop-in", None, V3_IMAGES + "registry = {}\n", '"x"', "registry must be a table, got string", '{config_path = ""}'),
