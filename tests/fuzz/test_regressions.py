@@ -393,3 +393,18 @@ def test_rejected_by_component_a_json_kubelet_config_stays_json():
 def test_rejected_by_component_a_field_of_the_wrong_type_is_refused_before_any_write():
     assert_refused("kubelet_config", "kubeadm", "raw", "yaml:%s:1" % KUBEADM_CONFIG,
                    (b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: [MemoryQoS]\n",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rejected_by_component: a value of a type containerd's decoder refuses, in a field gpuharden does not touch, is
+# refused before any write (make fuzz, seed 3217744106)
+
+
+def test_rejected_by_component_top_level_oom_score_string_is_refused():
+    assert_refused("containerd_nvidia_runtime", "v2-single.toml", "edit", "toml:/etc/containerd/config.toml:1",
+                   ("keep", (("retype", 3, ("text", "x")),)), needle="oom_score must be an integer, got string")
+
+
+def test_rejected_by_component_cri_images_registry_string_in_a_drop_in_is_refused():
+    assert_refused("containerd_nvidia_runtime", "v3-confd", "edit", "toml:/etc/containerd/conf.d/10-registry.toml:0",
+                   ("keep", (("set", 238, ("text", "")), ("delete", 34288, ("text", "")))), needle="registry must be a table, got string")
