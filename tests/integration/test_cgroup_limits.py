@@ -171,7 +171,7 @@ def test_node_without_memory_controller_is_refused(lab):
                                                   cgroup_limits_cgroup_root="/sys/fs/cgroup"))
     [(host, task, msg)] = _failures(events)
     assert host == "seed-dev-perm" and "Preflight" in task
-    assert "/sys/fs/cgroup is cgroup v2 but its cgroup.controllers" in msg and "has no memory controller" in msg
+    assert "/sys/fs/cgroup is cgroup v2 but /sys/fs/cgroup/cgroup.controllers (" in msg and "has no memory controller" in msg
 
 
 def test_gpu_pods_info_one_list_for_several_nodes(lab):
