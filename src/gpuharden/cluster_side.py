@@ -48,6 +48,26 @@ def collection_base(bases):
     return None
 
 
+def import_collection(names):
+    """{key: module} for ``names`` ({key: dotted module name}), imported from the gpuharden.k8s collection the
+    playbooks come from (found where Ansible looks, as gpuharden drift finds it); None when it is not installed there.
+    Any failure of the import is a ClusterSideError naming the module."""
+    from gpuharden import drift  # noqa: PLC0415 (drift imports Ansible: only when a command needs the collection)
+
+    base = collection_base(drift.collection_bases())
+    if base is None:
+        return None
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    modules = {}
+    for key, name in names.items():
+        try:
+            modules[key] = importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 (whatever the import raised, the command cannot run here: say why)
+            raise ClusterSideError("cannot import %s from %s: %s: %s" % (name, base, type(error).__name__, error)) from None
+    return modules
+
+
 def import_module(base):
     """gpu_consistency and the collection's error type, imported from the collection below ``base``."""
     if base not in sys.path:

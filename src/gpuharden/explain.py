@@ -42,7 +42,6 @@ pod or node).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -79,16 +78,17 @@ class UsageError(Exception):
 def load_collection():
     """The collection's k8s layer, findings catalogue and explain's rules (which import the collection's checks), from
     the collection the playbooks come from (as gpuharden drift finds it)."""
-    base = cluster_side.collection_base(drift.collection_bases())
-    if base is None:
-        raise UsageError("the gpuharden.k8s collection is not installed where Ansible looks for collections "
-                         "(ansible-galaxy collection install gpuharden.k8s)")
-    if base not in sys.path:
-        sys.path.insert(0, base)
     prefix = "ansible_collections.gpuharden.k8s.plugins.module_utils."
     names = {"k8s": prefix + "k8s._k8s", "access": prefix + "k8s._k8s_access", "findings": prefix + "core._findings",
              "errors": prefix + "core._errors", "rules": "gpuharden.explain_rules"}
-    return argparse.Namespace(**{key: importlib.import_module(name) for key, name in names.items()})
+    try:
+        modules = cluster_side.import_collection(names)
+    except cluster_side.ClusterSideError as error:
+        raise UsageError(str(error)) from None
+    if modules is None:
+        raise UsageError("the gpuharden.k8s collection is not installed where Ansible looks for collections "
+                         "(ansible-galaxy collection install gpuharden.k8s)")
+    return argparse.Namespace(**modules)
 
 
 def auth_params(args, environ=None):

@@ -26,7 +26,6 @@ import argparse
 import base64
 import binascii
 import datetime
-import importlib
 import json
 import os
 import re
@@ -249,18 +248,16 @@ def user_expiry(user, base):
 
 def collection_modules():
     """(_k8s, _k8s_access, GpuhardenError) from the installed gpuharden.k8s collection, as gpuharden drift finds it."""
-    from gpuharden import cluster_side, drift  # noqa: PLC0415 (drift imports Ansible: only when the command runs)
+    from gpuharden import cluster_side  # noqa: PLC0415 (it imports drift, which imports this module)
 
-    base = cluster_side.collection_base(drift.collection_bases())
-    if base is None:
+    try:
+        modules = cluster_side.import_collection({"k8s": K8S, "access": K8S_ACCESS, "errors": ERRORS})
+    except cluster_side.ClusterSideError as error:
+        raise KubeconfigError("the collection's Kubernetes client code: %s" % error) from None
+    if modules is None:
         raise KubeconfigError("the gpuharden.k8s collection is not installed (its Kubernetes client code is not below "
                               "Ansible's collections paths); install it with ansible-galaxy collection install")
-    if base not in sys.path:
-        sys.path.insert(0, base)
-    try:
-        return importlib.import_module(K8S), importlib.import_module(K8S_ACCESS), importlib.import_module(ERRORS).GpuhardenError
-    except Exception as error:  # noqa: BLE001 (whatever the import raised, the command cannot run here: say why)
-        raise KubeconfigError("cannot import the collection's Kubernetes client code from %s: %s: %s" % (base, type(error).__name__, error)) from None
+    return modules["k8s"], modules["access"], modules["errors"].GpuhardenError
 
 
 def token_request_body(seconds):
