@@ -252,3 +252,12 @@ def test_endless_output_is_bounded():
     rc, out, _err = _command.run(["sh", "-c", "yes | head -c 3000000"], timeout=20)
     assert rc == 0 and len(out) == _command.MAX_OUTPUT
 
+
+
+def test_json_is_bounded_before_json_loads_recurses():
+    with pytest.raises(GpuhardenError, match="c.json: line 1, column 65: nested more than 64 levels deep"):
+        _safe_parse.json_load("[" * 100000 + "]" * 100000, "c.json")
+    with pytest.raises(GpuhardenError, match='key "a" appears twice'):
+        _safe_parse.json_load('{"a": 1, "a": 2}', "c.json")
+    # as Go's encoding/json reads it (the kubelet's checkpoints): the last of two equal keys wins
+    assert _safe_parse.json_load('{"a": 1, "a": 2}', "c.json", duplicate_keys=False) == {"a": 2}

@@ -16,6 +16,8 @@ Errors are one line: ``<file>: line L, column C: <what is wrong>``, never the pa
 
 from __future__ import annotations
 
+import json
+import re
 import traceback
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -247,3 +249,68 @@ def toml_error_message(source, error):
         message = message.split(" at line ", maxsplit=1)[0]
         return "%s: line %s, column %s: %s" % (source, line, (column or 0) + 1, message)
     return "%s: %s" % (source, message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON: json.loads recurses once per nesting level and keeps the last of two equal keys, so the depth is checked
+# on the text first and duplicates are refused while decoding.
+
+JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def json_position(text, offset):
+    line = text.count("\n", 0, offset) + 1
+    return "line %d, column %d" % (line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _refuse_constant(name):
+    raise ValueError("%s is not a JSON value" % name)
+
+
+def _unique_keys(source):
+    def build(pairs):
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise GpuhardenError("%s: key %s appears twice in one object" % (source, json.dumps(key[:80])),
+                                     fix="keep one of them: decoders disagree on which one wins")
+            seen[key] = value
+        return seen
+    return build
+
+
+def json_load(text, source, what="document", not_json=None, not_json_fix=None,
+              max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_NODES, duplicate_keys=True):
+    """The JSON document ``text`` (object order kept), bounded in size, depth and values like the YAML above; NaN and
+    Infinity refused; a key twice in one object refused unless ``duplicate_keys`` is false (then the last wins, as in
+    Go's encoding/json); every error one line naming ``source`` (``what`` names the kind of file in the fixes)."""
+    if len(text) > max_bytes:
+        raise GpuhardenError("%s: %d characters, more than the %d gpuharden parses in one config: refusing it"
+                             % (source, len(text), max_bytes), fix="check what this file is; a %s is a few KiB" % what)
+    depth = 0
+    for match in re.finditer(r"[\[\]{}]", JSON_STRING.sub(lambda found: " " * len(found.group(0)), text)):
+        depth += 1 if match.group(0) in "[{" else -1
+        if depth > max_depth:
+            raise GpuhardenError("%s: %s: nested more than %d levels deep" % (source, json_position(text, match.start()), max_depth),
+                                 fix="flatten the document: no %s nests this deep" % what)
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_keys(source) if duplicate_keys else None, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as error:
+        raise GpuhardenError("%s: %s: not JSON: %s%s" % (source, json_position(text, error.pos), error.msg,
+                                                          " (%s)" % not_json if not_json else ""),
+                             fix=not_json_fix or "write the %s as JSON" % what) from None
+    except ValueError as error:
+        raise GpuhardenError("%s: not JSON: %s" % (source, error), fix="write numbers as numbers") from None
+    pending, count = [doc], 0
+    while pending:
+        value = pending.pop()
+        count += 1
+        if count > max_nodes:
+            raise GpuhardenError("%s: more than %d values: refusing it" % (source, max_nodes),
+                                 fix="check what this file is; a %s holds a few hundred values" % what)
+        if isinstance(value, dict):
+            pending.extend(value.values())
+            count += len(value)
+        elif isinstance(value, list):
+            pending.extend(value)
+    return doc

@@ -583,77 +583,17 @@ def _short(value, limit=80):
 # pkg/util/yaml/decoder.go IsJSONBuffer: bytes.TrimLeftFunc(unicode.IsSpace) then the prefix "{").  Such a file is
 # parsed, checked and written back as JSON; a YAML flow mapping that starts with "{" and is not JSON is refused by
 # the kubelet already ("couldn't get version/kind; json parse error"), so it is refused here too.
-JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def looks_like_json(text):
     return (text or "").lstrip().startswith("{")
 
 
-def _json_position(text, offset):
-    line = text.count("\n", 0, offset) + 1
-    return "line %d, column %d" % (line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
-
-
-def _check_json_bounds(text, path):
-    """Refuse a JSON document nested deeper than _safe_parse.MAX_DEPTH (before json.loads recurses into it)."""
-    depth = 0
-    bare = JSON_STRING_RE.sub(lambda match: " " * len(match.group(0)), text)
-    for match in re.finditer(r"[\[\]{}]", bare):
-        depth += 1 if match.group(0) in "[{" else -1
-        if depth > _safe_parse.MAX_DEPTH:
-            raise GpuhardenError("%s: %s: nested more than %d levels deep" % (path, _json_position(text, match.start()), _safe_parse.MAX_DEPTH),
-                                 fix="flatten the document: no kubelet config nests this deep")
-
-
-def _refuse_constant(name):
-    raise ValueError("%s is not a JSON value" % name)
-
-
-def _json_object(path):
-    def build(pairs):
-        seen = {}
-        for key, value in pairs:
-            if key in seen:
-                raise GpuhardenError("%s: key %s appears twice in one object" % (path, json.dumps(key[:80])),
-                                     fix="keep one of them: decoders disagree on which one wins")
-            seen[key] = value
-        return seen
-    return build
-
-
 def load_json(text, path):
-    """The JSON document ``text`` (object order kept), bounded like _safe_parse's YAML; errors in one line."""
-    if len(text) > _safe_parse.MAX_BYTES:
-        raise GpuhardenError("%s: %d characters, more than the %d gpuharden parses in one config: refusing it"
-                             % (path, len(text), _safe_parse.MAX_BYTES), fix="check what this file is; a kubelet config is a few KiB")
-    _check_json_bounds(text, path)
-    try:
-        doc = json.loads(text, object_pairs_hook=_json_object(path), parse_constant=_refuse_constant)
-    except json.JSONDecodeError as error:
-        raise GpuhardenError("%s: %s: not JSON: %s (the file starts with \"{\", so the kubelet reads it as JSON)"
-                             % (path, _json_position(text, error.pos), error.msg),
-                             fix="write the file as JSON, or as YAML that does not start with \"{\"") from None
-    except ValueError as error:
-        raise GpuhardenError("%s: not JSON: %s" % (path, error), fix="write numbers as numbers") from None
-    _check_json_nodes(doc, path)
-    return doc
-
-
-def _check_json_nodes(doc, path):
-    """Refuse more values than _safe_parse.MAX_NODES (its bound for YAML): a real KubeletConfiguration has ~100."""
-    pending, count = [doc], 0
-    while pending:
-        value = pending.pop()
-        count += 1
-        if count > _safe_parse.MAX_NODES:
-            raise GpuhardenError("%s: more than %d values: refusing it" % (path, _safe_parse.MAX_NODES),
-                                 fix="check what this file is; a kubelet config holds a few hundred values")
-        if isinstance(value, dict):
-            pending.extend(value.values())
-            count += len(value)
-        elif isinstance(value, list):
-            pending.extend(value)
+    """The JSON document ``text`` (object order kept), bounded as _safe_parse bounds every config; errors in one line."""
+    return _safe_parse.json_load(text, path, what="kubelet config",
+                                 not_json="the file starts with \"{\", so the kubelet reads it as JSON",
+                                 not_json_fix="write the file as JSON, or as YAML that does not start with \"{\"")
 
 
 def _json_style(text):
@@ -662,7 +602,7 @@ def _json_style(text):
     key_separator = ": " if key_sep is None or key_sep.group(1) else ":"
     body = text.strip()
     if "\n" not in body:
-        item_sep = re.search(r",(\s?)", JSON_STRING_RE.sub('""', body))
+        item_sep = re.search(r",(\s?)", _safe_parse.JSON_STRING.sub('""', body))
         return None, ", " if item_sep is None or item_sep.group(1) else ",", key_separator, text.endswith("\n")
     inner = body.split("\n")[1]
     indent = inner[:len(inner) - len(inner.lstrip())] or "  "
@@ -2099,9 +2039,10 @@ class Planner:
             policy = effective(after_view, (field,))["value"] or DEFAULTS[field]
             policy_before = getattr(self, "policies_before", {}).get(field, policy)
             try:
-                checkpoint = json.loads(text)
+                # the kubelet reads its checkpoint with Go's encoding/json: the last of two equal keys wins
+                checkpoint = _safe_parse.json_load(text, path, what="checkpoint", duplicate_keys=False)
                 have = checkpoint.get("policyName", "") if isinstance(checkpoint, dict) else None
-            except ValueError:
+            except GpuhardenError:
                 have = None
             if have != policy:
                 stale.append({"path": path, "policy": have, "configured_policy": policy, "stale_before": have != policy_before,
