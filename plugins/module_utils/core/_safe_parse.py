@@ -296,8 +296,8 @@ def json_load(text, source, what="document", not_json=None, not_json_fix=None,
     try:
         doc = json.loads(text, object_pairs_hook=_unique_keys(source) if duplicate_keys else None, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
-        raise GpuhardenError("%s: %s: not JSON: %s%s" % (source, json_position(text, error.pos), error.msg,
-                                                          " (%s)" % not_json if not_json else ""),
+        note = " (%s)" % not_json if not_json else ""
+        raise GpuhardenError("%s: %s: not JSON: %s%s" % (source, json_position(text, error.pos), error.msg, note),
                              fix=not_json_fix or "write the %s as JSON" % what) from None
     except ValueError as error:
         raise GpuhardenError("%s: not JSON: %s" % (source, error), fix="write numbers as numbers") from None
