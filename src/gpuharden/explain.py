@@ -42,9 +42,12 @@ pod or node).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import socket
 import sys
+import time
 
 from gpuharden import cluster_side, drift
 
@@ -105,8 +108,8 @@ def auth_params(args, environ=None):
 class Reader:
     """The API reads of one explain run, each through the collection's request path; ``count`` requests made."""
 
-    def __init__(self, lib, api):
-        self.lib, self.api, self.count = lib, api, 0
+    def __init__(self, lib, api, trip=None):
+        self.lib, self.api, self.count, self.trip = lib, api, 0, trip
 
     def get(self, path, target):
         self.count += 1
@@ -160,6 +163,75 @@ class Reader:
         return found
 
 
+NODE_TIMEOUT = 120.0
+# the node findings whose subject is one pod: a pod they name is "flagged by the audit" for --failing
+POD_FINDINGS = ("isolation_breach", "broken_allocation", "privileged_container", "gpu_access", "visible_devices_without_request",
+                "device_used_by_other_container", "gpu_process_on_unallocated_device", "gpu_process_without_allocation",
+                "gpu_process_exceeds_allocation")
+
+
+def node_audit_of(report, node, source):
+    """The evidence "node_audit" for ``node`` from a drift report (the node's findings, checks, not_checked, as drift
+    reports them): {"state": "checked", "node", "host", "findings", "checks", "not_checked", "source"}, or
+    {"state": "not_checked", "node", "cause", "fix"} where the report has no audit of the node."""
+    for host, entry in (report.get("nodes") or {}).items():
+        if entry.get("node", host) == node:
+            return {"state": "checked", "node": node, "host": host, "findings": entry.get("findings") or [], "checks": entry.get("checks") or {},
+                    "not_checked": entry.get("not_checked") or [], "source": source}
+    names = report.get("node_names") or {}
+    for kind in ("unreachable", "failed"):
+        for host, why in (report.get(kind) or {}).items():
+            if names.get(host, host) == node:
+                return {"state": "not_checked", "node": node, "host": host, "cause": "%s: host %s %s: %s" % (source, host, kind, str(why)[:300]),
+                        "fix": "make the host reachable for Ansible (ansible -i INVENTORY -m ping %s), then run again" % host}
+    return {"state": "not_checked", "node": node, "cause": "%s has no host whose node is %s" % (source, node),
+            "fix": "name the node's inventory host: gpuharden explain ... -i INVENTORY --host HOST (its gpuharden_k8s_node_name is %s)" % node}
+
+
+class NodeTrip:
+    """The node side of an explanation: one drift check limited to the pod's node (its node_audit run, under the node's run
+    lock, and the consistency check's findings for it), as `gpuharden drift -l HOST` makes it; ``trips`` counts them.
+    ``host``: the node's inventory host where it is not named as the node."""
+
+    def __init__(self, inventory, extra_vars=(), host=None, timeout=NODE_TIMEOUT):
+        self.inventory, self.extra_vars, self.host, self.timeout, self.trips, self.seconds = inventory, list(extra_vars), host, timeout, 0, 0.0
+
+    def run(self, limit):
+        """The drift report of the hosts ``limit`` names (drift.check, quietly), or a DriftError/Incomplete."""
+        args = argparse.Namespace(playbook=drift.resolve_playbook(drift.DRIFT_PLAYBOOK), inventory=os.path.abspath(self.inventory), forks=16,
+                                  quiet=True, fail_severity="warning", timeout=self.timeout)
+        extravars = drift.parse_extra_vars(self.extra_vars)
+        extravars.update(gpuharden_drift_fail=False, gpuharden_drift_run_data=False,
+                         gpuharden_run_owner="explain@%s:%d" % (socket.gethostname(), os.getpid()))
+        self.trips += 1
+        started = time.monotonic()
+        try:
+            with drift.StopRequest() as stop:
+                return drift.check(args, extravars, io.StringIO(), limit, stop, started + self.timeout)
+        finally:
+            self.seconds += time.monotonic() - started
+
+    def audit(self, node):
+        """The evidence "node_audit" of ``node`` (node_audit_of's), from one trip."""
+        host = self.host or node
+        source = "gpuharden drift -i %s -l %s" % (self.inventory, host)
+        if not os.path.exists(self.inventory):
+            return {"state": "not_checked", "node": node, "cause": "inventory %s does not exist" % self.inventory, "fix": "give -i INVENTORY"}
+        try:
+            report = self.run(host)
+        except drift.DriftError as error:
+            return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, " ".join(str(error).split())[:500]),
+                    "fix": "name the node's inventory host with --host HOST, or check the inventory (gpuharden drift -i %s -l %s)" % (self.inventory, host)}
+        except drift.Incomplete as error:
+            return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, error.reason),
+                    "fix": "run again (a longer --node-timeout if the node is slow)"}
+        return node_audit_of(report, node, source)
+
+
+NO_TRIP = {"state": "not_checked", "cause": "no inventory given: gpuharden explain reads the node only through one drift check of it",
+           "fix": "run again with -i INVENTORY (the inventory gpuharden drift uses; --host HOST where the node's inventory host has another name)"}
+
+
 class Facts:
     """The evidence of one explanation, read the first time a rule needs it (EVIDENCE's names), then kept."""
 
@@ -194,6 +266,14 @@ class Facts:
     def _read_plugin_pods(self):
         return self._reader.plugin_pods(self._bound_node())
 
+    def _read_node_audit(self):
+        """One drift check of the pod's node (the only trip to a node an explanation makes), or why there is none."""
+        node = self._bound_node()
+        trip = self._reader.trip
+        if trip is None:
+            return dict(NO_TRIP, node=node)
+        return trip.audit(node)
+
     def _read_events(self):
         """The pod's events; where they cannot be read (an identity without `list events`), none, and the read is
         named in not_checked: the scheduler's last word is in the pod's PodScheduled condition too."""
@@ -205,6 +285,10 @@ class Facts:
             self._have.setdefault("unread", []).append({"what": "the events of pod %s/%s" % (meta.get("namespace"), meta.get("name")),
                                                         "cause": error.msg, "fix": access.get("fix") or "run again"})
             return []
+
+    def have_trip(self):
+        """Whether the node side can be read: a trip to make, or a node audit given (from a drift report)."""
+        return "node_audit" in self._have or self._reader.trip is not None
 
     def unread(self):
         """What could not be read but was not needed for the verdict: {what, cause, fix} each."""
@@ -265,25 +349,33 @@ def healthy(pod):
 
 
 def explain_pod(lib, facts, with_events=True):
-    """One pod's document (no schema/target/api_requests yet)."""
+    """One pod's document (no schema/target/api_requests yet).  The cluster-side rules first (a GPU pod that is not
+    Running and Ready); then, for a pod bound to a node, the node-side rules over one drift check of that node (the
+    trip is made only here, so that a cause the cluster shows costs no trip); a pod Running and Ready is weighed by the
+    node-side rules too, for what it can open that it was not given."""
     rules, pod = lib.rules, facts.pod
     ref = rules.pod_ref(pod)
     status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    gpu_pod = rules.is_gpu_pod(pod)
     if healthy(pod):
         phase = "Succeeded" if status.get("phase") == "Succeeded" else "Running and Ready"
-        return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None,
-                                                "summary": "%s is %s: no failure to explain" % (ref, phase)},
-                "evidence": [rules.item("pod phase", "pod %s status.phase, status.conditions[Ready]" % ref, status.get("phase"))],
-                "fix": [], "not_checked": []}
-    if not rules.is_gpu_pod(pod):
-        return _undecided(ref, [rules.item("GPU resources requested", "pod %s spec.containers[].resources, spec.runtimeClassName" % ref, {})],
-                          [{"what": "why %s fails" % ref, "cause": "the pod requests no GPU and runs no nvidia RuntimeClass: explain judges GPU pods only",
-                            "fix": "kubectl describe pod -n %s %s" % tuple(ref.split("/", 1))}])
-    found = apply_rules(lib, rules.POD_RULES, facts)
-    if found:
-        return found
-    # No cluster-side rule explains it.  Phase 2 adds the node-side rules (needs_node_trip: one node_audit run on the
-    # pod's node); until then the node-side check is named, never taken for done.
+        evidence = [rules.item("pod phase", "pod %s status.phase, status.conditions[Ready]" % ref, status.get("phase"))]
+        if not node or status.get("phase") == "Succeeded":
+            return _healthy("%s is %s: no failure to explain" % (ref, phase), evidence)
+        found = apply_rules(lib, rules.NODE_SIDE_POD_RULES, facts)
+        if found:
+            return found
+        audit = facts.node_audit
+        if audit["state"] != "checked":
+            return _undecided(ref, evidence, [_node_missing(node, audit)],
+                              summary="%s is %s, but what its containers can open on %s was not checked: %s" % (ref, phase, node, audit["cause"]))
+        return _healthy("%s is %s, and the audit of node %s finds nothing against it" % (ref, phase, node),
+                        evidence + [_audit_item(rules, audit)])
+    if gpu_pod:
+        found = apply_rules(lib, rules.POD_RULES, facts)
+        if found:
+            return found
     evidence = [rules.requested_item(pod), rules.item("pod status", "pod %s status.phase/reason, status.conditions[PodScheduled]" % ref,
                                                        {"phase": status.get("phase"), "reason": status.get("reason"),
                                                         "scheduler": (rules.scheduled_condition(pod) or {}).get("message")})]
@@ -293,21 +385,48 @@ def explain_pod(lib, facts, with_events=True):
         if warnings:
             evidence.append(rules.item("warning events", "events of pod %s (involvedObject)" % ref,
                                        ["%s: %s" % (event.get("reason"), (event.get("message") or "").strip()[:200]) for event in warnings[-5:]]))
-    node = (pod.get("spec") or {}).get("nodeName")
     if node:
-        missing = [{"what": "node-side causes on %s (the containers' device access, GPU health through NVML, kubelet checkpoints, device "
-                            "permissions)" % node,
-                    "cause": "no cluster-side cause found, and gpuharden explain does not audit the node itself",
-                    "fix": "gpuharden drift -i INVENTORY -l %s (the node's audit: its findings name the cause)" % node}]
-    else:
-        missing = [{"what": "why the scheduler leaves %s Pending" % ref, "cause": "no GPU cause found in the pod, the Nodes and the device plugin",
-                    "fix": "read the scheduler's message above (kubectl describe pod -n %s %s)" % tuple(ref.split("/", 1))}]
-    return _undecided(ref, evidence, missing)
+        found = apply_rules(lib, rules.NODE_SIDE_POD_RULES, facts)
+        if found:
+            return found
+        audit = facts.node_audit
+        if audit["state"] != "checked":
+            return _undecided(ref, evidence, [_node_missing(node, audit)])
+        return _undecided(ref, evidence + [_audit_item(rules, audit)], summary="could not decide why %s fails: neither the cluster nor "
+                          "the audit of node %s shows a cause" % (ref, node), missing=[{
+            "what": "a cause of %s's failure" % ref,
+            "cause": "neither the cluster (the pod, the Nodes, the device plugin) nor the audit of node %s shows one" % node,
+            "fix": "read the containers' state and the events above (kubectl describe pod -n %s %s; kubectl logs)" % tuple(ref.split("/", 1))}])
+    if not gpu_pod:
+        return _undecided(ref, [rules.item("GPU resources requested", "pod %s spec.containers[].resources, spec.runtimeClassName" % ref, {})],
+                          [{"what": "why %s fails" % ref, "cause": "the pod requests no GPU, runs no nvidia RuntimeClass and is on no node yet: "
+                            "explain judges GPU pods, and what a bound pod can open on its node",
+                            "fix": "kubectl describe pod -n %s %s" % tuple(ref.split("/", 1))}])
+    return _undecided(ref, evidence, [{"what": "why the scheduler leaves %s Pending" % ref,
+                                       "cause": "no GPU cause found in the pod, the Nodes and the device plugin",
+                                       "fix": "read the scheduler's message above (kubectl describe pod -n %s %s)" % tuple(ref.split("/", 1))}])
 
 
-def _undecided(ref, evidence, missing):
-    return {"state": "undecided", "verdict": {"cause": None, "finding_id": None, "stage": None,
-                                              "summary": "could not decide why %s fails: %s not checked" % (ref, missing[0]["what"])},
+def _healthy(summary, evidence):
+    return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None, "summary": summary},
+            "evidence": evidence, "fix": [], "not_checked": []}
+
+
+def _node_missing(node, audit):
+    return {"what": "node-side causes on %s (the containers' device access, GPU health through NVML, kubelet checkpoints, device "
+                    "permissions)" % node, "cause": audit["cause"], "fix": audit["fix"]}
+
+
+def _audit_item(rules, audit):
+    findings = audit["findings"]
+    return rules.item("audit of node %s" % audit["node"], audit.get("source") or "gpuharden drift",
+                      {"findings": sorted({"%s (%s)" % (entry.get("id"), entry.get("severity")) for entry in findings}) or "none",
+                       "not_checked": [entry.get("what") for entry in audit.get("not_checked") or []] or "none"})
+
+
+def _undecided(ref, evidence, missing, summary=None):
+    summary = summary or "could not decide why %s fails: %s not checked" % (ref, missing[0]["what"])
+    return {"state": "undecided", "verdict": {"cause": None, "finding_id": None, "stage": None, "summary": summary},
             "evidence": evidence, "fix": [], "not_checked": missing}
 
 
@@ -317,6 +436,10 @@ def explain_node(lib, facts):
     found = apply_rules(lib, rules.NODE_RULES, facts)
     if found:
         return found
+    if facts.have_trip():
+        found = apply_rules(lib, rules.NODE_SIDE_NODE_RULES, facts)
+        if found:
+            return found
     have = rules.advertised([node])
     evidence = [rules.item("GPU resources advertised", "node %s status.allocatable" % name, have)]
     evidence += [rules.item("device plugin pod", "pod %s status" % rules.pod_ref(pod), "Ready") for pod in rules.plugin_pods_on(facts, name)]
@@ -328,33 +451,75 @@ def explain_node(lib, facts):
             "fix": "gpuharden drift -i INVENTORY -l %s" % name}])
     summary = ("node %s serves its GPUs: schedulable, device plugin Ready, advertises %s" % (name, ", ".join("%s=%d" % i for i in sorted(have.items())))
                if gpu_node else "node %s is schedulable and has no GPU to serve" % name)
-    return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None, "summary": summary},
-            "evidence": evidence, "fix": [], "not_checked": []}
+    if facts.have_trip():
+        audit = facts.node_audit
+        if audit["state"] != "checked":
+            return _undecided("node %s" % name, evidence, [_node_missing(name, audit)],
+                              summary="%s; its own audit was not checked: %s" % (summary, audit["cause"]))
+        evidence.append(_audit_item(rules, audit))
+        summary += ", and its audit finds nothing above info"
+    return _healthy(summary, evidence)
 
 
-def explain_failing(lib, reader):
-    """Every failing GPU pod with its verdict: one LIST of pods, one of Nodes (the plugin pods come from the pod LIST)."""
+def flagged_pods(audits):
+    """{(namespace, name) or uid: True} of the pods the node audits name in a finding about one pod (POD_FINDINGS)."""
+    flagged = set()
+    for audit in audits.values():
+        for entry in audit.get("findings") or [] if audit.get("state") == "checked" else []:
+            if entry.get("id") not in POD_FINDINGS:
+                continue
+            about = entry.get("pod")
+            if isinstance(about, dict):
+                flagged.add(str(about.get("uid") or "").lower() or (about.get("namespace"), about.get("name")))
+            elif isinstance(about, str) and about:
+                flagged.add(about.lower())
+    return flagged
+
+
+def explain_failing(lib, reader, audits=None, audit_source=None):
+    """Every failing GPU pod with its verdict: one LIST of pods, one of Nodes (the plugin pods come from the pod LIST).
+    With ``audits`` ({node: node_audit evidence}, from one drift run over the inventory or from a drift report), the
+    pods those audits flag (a finding about one pod: it can open a GPU it was not given, or lost the one it was) too,
+    and the node-side rules weigh each bound pod with its node's audit; without, no node is read (one trip per pod
+    would not scale), and a bound pod no cluster-side rule explains is undecided, with the run that reads its node."""
     rules = lib.rules
     pods = reader.list("/api/v1/pods", lib.access.Target("list", "pods"), field_selector="status.phase!=Succeeded")
     nodes = reader.nodes()
     plugin_pods = [pod for pod in pods if rules._device_plugin.plugin_container(pod.get("spec") or {})]
+    flagged = flagged_pods(audits or {})
     documents = []
     by_name = {rules.node_name(node): node for node in nodes}
     for pod in pods:
-        if not rules.is_gpu_pod(pod) or healthy(pod):
+        meta = pod.get("metadata") or {}
+        named = rules.pod_uid(pod) in flagged or (meta.get("namespace"), meta.get("name")) in flagged
+        if not named and (not rules.is_gpu_pod(pod) or healthy(pod)):
             continue
-        node, document = by_name.get((pod.get("spec") or {}).get("nodeName")), None
-        if node is not None and any(pod is plugin for plugin in plugin_pods):
+        bound = (pod.get("spec") or {}).get("nodeName")
+        node, document = by_name.get(bound), None
+        if node is not None and any(pod is plugin for plugin in plugin_pods) and not named:
             # a device plugin pod (it runs the nvidia RuntimeClass): what fails is its node's GPUs, as explain node says
             document = apply_rules(lib, rules.NODE_RULES, Facts(reader, node=node, plugin_pods=plugin_pods))
         if document is None:
+            if audits is None:
+                audit = dict(NO_TRIP, node=bound)
+            else:
+                audit = audits.get(bound) or {"state": "not_checked", "node": bound, "cause": "%s did not audit node %s" % (audit_source, bound),
+                                              "fix": "include the node in the run (-l)"}
             # no per-pod events: the PodScheduled condition carries the scheduler's last word
-            document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[]), with_events=False)
+            document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[], node_audit=audit),
+                                   with_events=False)
         document["target"] = {"kind": "pod", "name": rules.pod_ref(pod)}
         documents.append(document)
     states = {document["state"] for document in documents}
     state = "undecided" if "undecided" in states else ("cause" if "cause" in states else "healthy")
     return {"state": state, "pods": documents, "not_checked": []}
+
+
+def audits_of_report(report, source):
+    """{node: node_audit evidence} of every node a drift report audited (or could not)."""
+    names = dict(report.get("node_names") or {})
+    names.update({host: entry.get("node", host) for host, entry in (report.get("nodes") or {}).items()})
+    return {node: node_audit_of(report, node, source) for node in set(names.values())}
 
 
 def blind(error, target):
@@ -386,27 +551,51 @@ def parse_target(args):
     return {"kind": "node", "name": args.name}
 
 
-def explain(lib, target, params):
-    """The document for ``target`` (parse_target's), with schema and the count of API requests."""
+def explain(lib, target, params, trip=None, report=None, report_source=None):
+    """The document for ``target`` (parse_target's), with schema, the count of API requests and of node trips.
+    ``trip``: a NodeTrip (the node side is read with one drift check); ``report``: a drift report the node side is
+    read from instead (no trip)."""
+    trips = {"node_trips": 0, "node_seconds": 0.0}
     try:
-        reader = Reader(lib, lib.k8s.api_client(params))
+        reader = Reader(lib, lib.k8s.api_client(params), trip=None if report is not None else trip)
     except lib.errors.GpuhardenError as error:
-        return dict(blind(error, target.get("name") or "the failing GPU pods"), schema=SCHEMA, target=_public(target), api_requests=0)
+        return dict(blind(error, target.get("name") or "the failing GPU pods"), schema=SCHEMA, target=_public(target), api_requests=0, **trips)
+    given = {}
+    if report is not None:
+        audits = audits_of_report(report, report_source or "the drift report")
     try:
         if target["kind"] == "failing":
-            document = explain_failing(lib, reader)
+            if report is None and trip is not None:
+                report_source = "gpuharden drift -i %s%s" % (trip.inventory, " -l %s" % trip.host if trip.host else "")
+                try:
+                    report = trip.run(trip.host)
+                    audits = audits_of_report(report, report_source)
+                except (drift.DriftError, drift.Incomplete) as error:
+                    audits = {}
+                    given["not_checked"] = [{"what": "the nodes (their audits)", "cause": "%s: %s" % (report_source, getattr(error, "reason", None) or
+                                                                                                     " ".join(str(error).split())[:500]),
+                                             "fix": "run gpuharden drift -i %s and read its errors" % trip.inventory}]
+            document = explain_failing(lib, reader, audits if report is not None else None, report_source)
+            document["not_checked"] = given.get("not_checked", [])
         elif target["kind"] == "node":
-            document = explain_node(lib, Facts(reader, node_name=target["name"]))
+            if report is not None:
+                given["node_audit"] = audits.get(target["name"]) or node_audit_of(report, target["name"], report_source)
+            document = explain_node(lib, Facts(reader, node_name=target["name"], **given))
         else:
             pod = reader.pod(target["namespace"], target["pod"])
             if pod is None:
                 raise UsageError("pod %s: no such pod" % target["name"])
-            facts = Facts(reader, pod=pod)
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if report is not None and bound:
+                given["node_audit"] = node_audit_of(report, bound, report_source)
+            facts = Facts(reader, pod=pod, **given)
             document = explain_pod(lib, facts)
             document["not_checked"] = document["not_checked"] + facts.unread()
     except lib.errors.GpuhardenError as error:
         document = blind(error, target.get("name") or "the failing GPU pods")
-    return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count)
+    if trip is not None:
+        trips = {"node_trips": trip.trips, "node_seconds": round(trip.seconds, 3)}
+    return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count, **trips)
 
 
 def _public(target):
@@ -457,9 +646,37 @@ def add_parser(commands):
                         "K8S_AUTH_KUBECONFIG, in-cluster, then the default kubeconfig)")
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context")
     parser.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS", help="per API request (default 30)")
+    parser.add_argument("-i", "--inventory", metavar="INVENTORY", help="read the pod's node too: one drift check of that node (its "
+                        "node_audit run) with this inventory; with --failing, one drift run over the inventory")
+    parser.add_argument("--host", metavar="HOST", help="the node's inventory host, where it is not named as the node (with --failing: "
+                        "a -l pattern of the drift run)")
+    parser.add_argument("--node-timeout", type=float, default=NODE_TIMEOUT, metavar="SECONDS",
+                        help="for the drift check of the node (default %d)" % NODE_TIMEOUT)
+    parser.add_argument("--from-report", metavar="REPORT.json", help="read the nodes from this gpuharden drift --report instead of "
+                        "running a drift check (no trip to any node)")
     parser.add_argument("--json", action="store_true", help="print the explanation as JSON (schema 1, see gpuharden/explain.py)")
     parser.set_defaults(handler=main)
     return parser
+
+
+def node_side(args):
+    """(NodeTrip or None, drift report or None) from -i/--host/--node-timeout/--from-report."""
+    if args.inventory and args.from_report:
+        raise UsageError("give -i INVENTORY (read the node now) or --from-report REPORT.json (read it from a drift report), not both")
+    if args.node_timeout <= 0:
+        raise UsageError("--node-timeout must be a positive number of seconds")
+    if args.from_report:
+        report = drift.read_report(args.from_report)
+        if not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
+            raise UsageError("%s is not a gpuharden drift report (no nodes)" % args.from_report)
+        return None, report
+    if args.inventory:
+        if not os.path.exists(args.inventory):
+            raise UsageError("inventory %s does not exist" % args.inventory)
+        return NodeTrip(args.inventory, args.extra_vars, args.host, args.node_timeout), None
+    if args.host:
+        raise UsageError("--host names the node's inventory host: give -i INVENTORY too")
+    return None, None
 
 
 def main(args, out=None):
@@ -469,9 +686,10 @@ def main(args, out=None):
         if args.request_timeout <= 0:
             raise UsageError("--request-timeout must be a positive number of seconds")
         params = auth_params(args)
+        trip, report = node_side(args)
         lib = load_collection()
-        document = explain(lib, target, params)
-    except (UsageError, drift.DriftError) as error:
+        document = explain(lib, target, params, trip=trip, report=report, report_source=args.from_report and "drift report %s" % args.from_report)
+    except (UsageError, drift.DriftError, drift.MergeError) as error:
         print("gpuharden explain: %s" % error, file=sys.stderr)
         return EXIT_USAGE
     out.write(json.dumps(document, indent=2, sort_keys=True) + "\n" if args.json else text(document))

@@ -28,10 +28,11 @@ import difflib
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import SEVERITIES
 
 HARDEN = "ansible-playbook -i INVENTORY gpuharden.k8s.harden_gpu_nodes"
 # what explain can read, each at most once per run
-EVIDENCE = ("pod", "nodes", "plugin_pods", "events", "node")
+EVIDENCE = ("pod", "nodes", "plugin_pods", "events", "node", "node_audit")
 # Reasons the kubelet sets on a pod it rejects at admission (k8s.io/kubernetes v1.36.3: pkg/kubelet/cm/topologymanager
 # scope_container.go/scope_pod.go TopologyAffinityError; pkg/kubelet/lifecycle/predicate.go UnexpectedAdmissionError,
 # a device plugin's Allocate that failed among others); the pod ends in phase Failed with that status.reason.
@@ -455,3 +456,278 @@ NODE_RULES = (
          "the device plugin on %(node)s is %(state)s (%(restarts)d restarts)%(because)s", PLUGIN_FIX, node_plugin_failing),
 )
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Node-side causes: what one drift check limited to the pod's node found (the evidence "node_audit": the node's
+# node_audit checks and the consistency check's findings for that node, as `gpuharden drift` reports a node).  These
+# rules weigh the findings drift reports; they add the cause (which finding is this pod's trouble) and never audit
+# again.  Their evidence names the check and the node, as the finding was read there.
+
+# A pod's own findings: the device cgroup audit names the pod by its uid (bpf/_device_audit.py), the consistency check
+# by {namespace, name, uid} (cluster/_consistency.py _pod_label).
+ACCESS_WITHOUT_REQUEST = ("isolation_breach", "gpu_access", "visible_devices_without_request", "gpu_process_without_allocation",
+                          "privileged_container")
+OTHER_PODS_GPU = ("device_used_by_other_container", "isolation_breach", "gpu_process_on_unallocated_device", "privileged_container")
+# an allocated GPU that is not healthy (nvml/_nvml_health.py); XIDs show as the plugin marking the device unhealthy
+UNHEALTHY = ("gpu_lost", "ecc_uncorrectable", "remapped_rows_failure", "remapped_rows_pending", "gpu_health_unreadable")
+DEVICE_PERMISSIONS = ("device_node_permissions", "device_node_missing", "device_node_wrong_type", "nvml_unprivileged_init_failed",
+                      "nvml_unprivileged_gpu_denied")
+NVML_DOWN = ("nvml_init_failed", "nvml_root_gpu_denied")
+
+
+def node_checked(facts):
+    """The node audit's part of the facts, or None where it could not be run (its not_checked says why)."""
+    audit = facts.node_audit
+    return audit if audit.get("state") == "checked" else None
+
+
+def pod_uid(pod):
+    return str((pod.get("metadata") or {}).get("uid") or "").lower()
+
+
+def finding_of_pod(entry, pod):
+    """Whether ``entry`` (a finding of the pod's node) is about ``pod``."""
+    about = entry.get("pod")
+    meta = pod.get("metadata") or {}
+    if isinstance(about, dict):
+        if about.get("uid") and pod_uid(pod):
+            return str(about["uid"]).lower() == pod_uid(pod)
+        return (about.get("namespace"), about.get("name")) == (meta.get("namespace"), meta.get("name"))
+    if isinstance(about, str) and about:
+        return about.lower() == pod_uid(pod)
+    return entry.get("pod_name") == meta.get("name") and bool(meta.get("name"))
+
+
+def pod_findings(facts, ids):
+    audit = node_checked(facts)
+    if audit is None:
+        return []
+    return [entry for entry in audit["findings"] if entry.get("id") in ids and finding_of_pod(entry, facts.pod)]
+
+
+def node_findings(facts, ids):
+    audit = node_checked(facts)
+    return [] if audit is None else [entry for entry in audit["findings"] if entry.get("id") in ids]
+
+
+def finding_item(facts, entry):
+    audit = facts.node_audit
+    what = "%s (%s, %s)" % (entry["id"], entry.get("check"), entry.get("severity"))
+    where = "node %s: the %s check of gpuharden drift -l %s" % (audit.get("node"), entry.get("check"), audit.get("host"))
+    value = {key: entry.get(key) for key in ("expected", "found", "hint", "container", "gpu", "device", "path", "subject") if entry.get(key) is not None}
+    return item(what, where, value)
+
+
+def _gpu_text(entry):
+    gpu = entry.get("gpu")
+    if isinstance(gpu, dict):
+        return "GPU %s (%s)" % (gpu.get("index"), gpu.get("uuid"))
+    if gpu is not None:
+        return "GPU %s%s" % (gpu, " (%s)" % entry["gpu_uuid"] if entry.get("gpu_uuid") else "")
+    return entry.get("device") or "the node's GPUs"
+
+
+def _env_sets_visible_devices(pod):
+    return any(env.get("name") == "NVIDIA_VISIBLE_DEVICES" for container in (pod.get("spec") or {}).get("containers") or []
+               for env in container.get("env") or [])
+
+
+def _default_runtime_is_nvidia(facts):
+    details = ((node_checked(facts) or {}).get("checks") or {}).get("containerd", {}).get("details") or {}
+    return bool(details.get("runtime_name")) and details.get("default_runtime_name") == details.get("runtime_name")
+
+
+def access_without_request(facts):
+    if requested(facts.pod):
+        return None
+    found = pod_findings(facts, ACCESS_WITHOUT_REQUEST)
+    if not found:
+        return None
+    entry = sorted(found, key=lambda e: ACCESS_WITHOUT_REQUEST.index(e["id"]))[0]
+    runtime_class = (facts.pod.get("spec") or {}).get("runtimeClassName")
+    if entry["id"] == "privileged_container":
+        how = "the container is privileged: its device cgroup allows every device"
+        change = "drop privileged: true (a GPU pod requests nvidia.com/gpu instead)"
+    elif _env_sets_visible_devices(facts.pod):
+        how = "the pod sets NVIDIA_VISIBLE_DEVICES itself and runs the NVIDIA runtime (%s)" % (
+            "RuntimeClass %s" % runtime_class if runtime_class else "containerd's default runtime")
+        change = "remove NVIDIA_VISIBLE_DEVICES from the pod (or set it to void) and request nvidia.com/gpu where it needs a GPU"
+    elif _default_runtime_is_nvidia(facts) and not runtime_class:
+        how = "the NVIDIA runtime is containerd's default runtime, and the image's NVIDIA_VISIBLE_DEVICES (all in CUDA images) gives it every GPU"
+        change = ("make runc containerd's default runtime on %s again (default_runtime_name; gpuharden's container_runtime stage adds "
+                  "the nvidia runtime without making it the default), so that only pods of RuntimeClass nvidia get the NVIDIA hook"
+                  % facts.node_audit.get("node"))
+    else:
+        how = "the image's NVIDIA_VISIBLE_DEVICES (all in CUDA images) under the NVIDIA runtime%s" % (
+            " (RuntimeClass %s)" % runtime_class if runtime_class else "")
+        change = "set NVIDIA_VISIBLE_DEVICES=void in the pod, or run it without the NVIDIA runtime, and request nvidia.com/gpu where it needs one"
+    visible = ((entry.get("found") or {}).get("containers") or {}) if isinstance(entry.get("found"), dict) else {}
+    return ({"container": entry.get("container") or ", ".join(sorted(visible)) or "a container",
+             "what": "GPUs (NVIDIA_VISIBLE_DEVICES=%s)" % ", ".join(sorted(set(map(str, visible.values())))) if visible else _gpu_text(entry),
+             "how": how, "change": change, "_finding": entry["id"]},
+            [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
+
+
+def other_pods_gpu(facts):
+    if not requested(facts.pod):
+        return None
+    found = pod_findings(facts, OTHER_PODS_GPU)
+    if not found:
+        return None
+    entry = sorted(found, key=lambda e: OTHER_PODS_GPU.index(e["id"]))[0]
+    owners = (entry.get("found") or {}).get("allocated_to") if isinstance(entry.get("found"), dict) else None
+    whose = " allocated to %s" % ", ".join(owners[:3]) if owners else " it was not allocated"
+    if entry["id"] == "privileged_container":
+        whose, change = " (every GPU: the container is privileged)", "drop privileged: true; the device plugin's allocation then bounds its GPUs"
+    else:
+        change = ("remove NVIDIA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES=all and host /dev mounts from the pod: the device plugin's "
+                  "allocation must be its only source of GPUs")
+    return ({"container": entry.get("container") or "a container", "gpu": _gpu_text(entry), "whose": whose, "change": change,
+             "_finding": entry["id"]},
+            [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
+
+
+def allocation_revoked(facts):
+    found = pod_findings(facts, ("broken_allocation",))
+    if not found:
+        return None
+    entry = found[0]
+    return ({"container": entry.get("container") or "a container", "gpu": _gpu_text(entry), "node": facts.node_audit.get("node")},
+            [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
+
+
+def allocated_devices(facts):
+    """The device IDs the kubelet allocated to the pod (the pod-resources answer the node's audit read), or None."""
+    details = ((node_checked(facts) or {}).get("checks") or {}).get("device_cgroups", {}).get("details") or {}
+    answer = details.get("node_report_pod_resources")
+    if answer is None:
+        return None
+    meta = facts.pod.get("metadata") or {}
+    ids = set()
+    for pod in answer:
+        if (pod.get("namespace"), pod.get("name")) == (meta.get("namespace"), meta.get("name")):
+            for container in pod.get("containers") or []:
+                for device in container.get("devices") or []:
+                    ids.update(str(i).split("::", 1)[0] for i in device.get("device_ids") or [])
+    return ids
+
+
+def unhealthy_allocated(facts):
+    found = node_findings(facts, UNHEALTHY)
+    if not found or not requested(facts.pod):
+        return None
+    allocated = allocated_devices(facts)
+    if allocated is not None:
+        found = [e for e in found if isinstance(e.get("gpu"), dict) and e["gpu"].get("uuid") in allocated]
+        scope = "its allocated"
+    else:
+        scope = "a"  # the allocation was not read: the node's unhealthy GPU may be the pod's
+    if not found:
+        return None
+    entry = found[0]
+    return ({"scope": scope, "gpu": _gpu_text(entry), "health": entry["id"], "node": facts.node_audit.get("node"),
+             "hint": entry.get("hint") or "", "_finding": entry["id"]},
+            [requested_item(facts.pod), item("GPUs allocated to the pod", "node %s: the kubelet's pod-resources API (device_cgroups check)"
+                                             % facts.node_audit.get("node"), sorted(allocated) if allocated is not None else "not read")]
+            + [finding_item(facts, e) for e in found[:4]])
+
+
+def device_permissions(facts):
+    # a GPU pod Running and Ready can still be the one whose CUDA calls fail: the kubelet sees the container, not them
+    if healthy_pod(facts.pod) and not requested(facts.pod):
+        return None
+    found = node_findings(facts, DEVICE_PERMISSIONS)
+    if not found:
+        return None
+    entry = found[0]
+    return ({"node": facts.node_audit.get("node"), "what": entry.get("path") or entry.get("device") or _gpu_text(entry),
+             "found": entry.get("found"), "_finding": entry["id"]},
+            [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
+
+
+def stale_checkpoint(facts):
+    if healthy_pod(facts.pod):
+        return None
+    found = node_findings(facts, ("kubelet_stale_checkpoint",))
+    if not found:
+        return None
+    entry = found[0]
+    return ({"node": facts.node_audit.get("node"), "path": entry.get("path"), "found": entry.get("found")},
+            [item("pod status", "pod %s status.phase/conditions" % pod_ref(facts.pod), (facts.pod.get("status") or {}).get("phase"))]
+            + [finding_item(facts, e) for e in found[:2]])
+
+
+def nvml_down(facts):
+    if healthy_pod(facts.pod) and not requested(facts.pod):
+        return None
+    found = node_findings(facts, NVML_DOWN)
+    if not found:
+        return None
+    entry = found[0]
+    return ({"node": facts.node_audit.get("node"), "found": entry.get("found"), "hint": entry.get("hint") or "", "_finding": entry["id"]},
+            [finding_item(facts, e) for e in found[:2]])
+
+
+def healthy_pod(pod):
+    status = pod.get("status") or {}
+    return status.get("phase") == "Succeeded" or (status.get("phase") == "Running" and ready(pod))
+
+
+NODE_TRIP = ("pod", "node_audit")
+NODE_SIDE_POD_RULES = (
+    Rule("gpu_access_without_request", "pod", NODE_TRIP, True, "gpu_access",
+         "requests no GPU, yet its container %(container)s can open %(what)s: %(how)s",
+         ("change the workload: %(change)s",), access_without_request),
+    Rule("another_pods_gpu", "pod", NODE_TRIP, True, "isolation_breach",
+         "its container %(container)s can open %(gpu)s%(whose)s: GPU memory and compute are shared",
+         ("change the workload: %(change)s", "then: gpuharden drift -i INVENTORY -l NODE shows the node's isolation findings cleared"),
+         other_pods_gpu),
+    Rule("device_program_revoked", "pod", NODE_TRIP, True, "broken_allocation",
+         "its container %(container)s can no longer open %(gpu)s, which the kubelet allocated to it: the container's device "
+         "program was replaced (a systemd daemon-reload on cgroup v2 without /dev/char links gives \"Failed to initialize NVML: "
+         "Unknown Error\")",
+         ("recreate the pod (kubectl delete pod; its controller makes a new one whose device program grants the GPU)",
+          "prevent it: %s --tags device_permissions -l %%(node)s   (the /dev/char links systemd resolves the GPUs' rules with)" % HARDEN),
+         allocation_revoked),
+    Rule("allocated_gpu_unhealthy", "pod", NODE_TRIP, True, "gpu_lost",
+         "%(scope)s GPU %(gpu)s on %(node)s is unhealthy: %(health)s",
+         ("%(hint)s", "meanwhile: recreate the pod elsewhere (kubectl cordon %(node)s, then delete the pod)"),
+         unhealthy_allocated),
+    Rule("device_permissions", "pod", NODE_TRIP, True, "device_node_permissions",
+         "the GPU device nodes on %(node)s do not let the container open them (%(what)s: %(found)s)",
+         ("%s --tags device_permissions -l %%(node)s" % HARDEN, "then recreate the pod"),
+         device_permissions),
+    Rule("stale_checkpoint", "pod", NODE_TRIP, True, "kubelet_stale_checkpoint",
+         "the kubelet on %(node)s refuses to start: its checkpoint %(path)s is from another policy (%(found)s)",
+         ("%s --tags kubelet_topology -l %%(node)s   (removes the checkpoint with the kubelet stopped, then starts it)" % HARDEN,),
+         stale_checkpoint),
+    Rule("nvml_unusable", "pod", NODE_TRIP, True, "nvml_init_failed",
+         "NVML does not work on %(node)s (%(found)s)",
+         ("%(hint)s",),
+         nvml_down),
+)
+
+
+def node_audit_findings(facts):
+    """explain node NAME with the node read: its audit's findings above info, the worst first."""
+    audit = node_checked(facts)
+    if audit is None:
+        return None
+    ranked = sorted((entry for entry in audit["findings"] if entry.get("severity") in SEVERITIES[1:]),
+                    key=lambda entry: -SEVERITIES.index(entry["severity"]))
+    if not ranked:
+        return None
+    stages = sorted({entry.get("stage") for entry in ranked if entry.get("remediable") and entry.get("stage")})
+    fix = ("%s --tags %s -l %s" % (HARDEN, ",".join(stages), audit["host"]) if stages else
+           "no harden stage fixes these: %s" % (ranked[0].get("hint") or "read the findings"))
+    return ({"node": audit["node"], "count": len(ranked), "ids": ", ".join(sorted({entry["id"] for entry in ranked})[:6]),
+             "first": ranked[0].get("hint") or ranked[0]["id"], "fix": fix, "_finding": ranked[0]["id"]},
+            [finding_item(facts, entry) for entry in ranked[:6]])
+
+
+NODE_SIDE_NODE_RULES = (
+    Rule("node_audit_findings", "node", ("node", "node_audit"), True, None,
+         "the audit of node %(node)s has %(count)d finding(s): %(ids)s; the worst: %(first)s",
+         ("%(fix)s",), node_audit_findings),
+)

@@ -150,14 +150,14 @@ def cluster():
         api.close()
 
 
-def run(lib, api, target):
+def run(lib, api, target, report=None, trip=None):
     kind, _, name = target.partition(" ")
     if kind == "--failing":
         parsed = {"kind": "failing"}
     else:
         args = cli.build_parser().parse_args(["explain", kind, name])
         parsed = explain.parse_target(args)
-    return explain.explain(lib, parsed, {"host": api.url, "api_key": "t"})
+    return explain.explain(lib, parsed, {"host": api.url, "api_key": "t"}, trip=trip, report=report, report_source="drift report r.json")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -320,10 +320,20 @@ def test_a_tolerated_taint_does_not_block(lib, cluster):
     assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] != "gpu_nodes_unschedulable"
 
 
-def test_healthy_pod_reads_nothing_else(lib, cluster):
+def test_a_running_pod_is_not_called_healthy_without_its_node_read(lib, cluster):
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
     document = run(lib, api, "pod ml/train-0")
-    assert document["state"] == "healthy" and document["verdict"]["cause"] is None and len(api.requests) == 1
+    assert document["state"] == "undecided" and len(api.requests) == 1 and document["node_trips"] == 0
+    assert document["verdict"]["summary"].startswith("ml/train-0 is Running and Ready, but what its containers can open on gpu-a was not checked")
+    assert "-i INVENTORY" in document["not_checked"][0]["fix"]
+
+
+def test_a_running_pod_whose_node_audit_finds_nothing_against_it_is_healthy(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
+    other = finding("isolation_breach", pod="uid-someone-else", container="x", gpu=1)
+    document = run(lib, api, "pod ml/train-0", report=drift_report({"gpu-a": [other]}))
+    assert document["state"] == "healthy" and "the audit of node gpu-a finds nothing against it" in document["verdict"]["summary"]
+    assert len(api.requests) == 1
 
 
 def test_bound_pod_without_a_cluster_side_cause_names_the_node_check_it_did_not_make(lib, cluster):
@@ -332,7 +342,7 @@ def test_bound_pod_without_a_cluster_side_cause_names_the_node_check_it_did_not_
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", container_statuses=[crashing]),
                                                    plugin_pod("gpu-a")])
     document = run(lib, api, "pod ml/train-0")
-    assert document["state"] == "undecided" and document["not_checked"][0]["fix"].startswith("gpuharden drift -i INVENTORY -l gpu-a")
+    assert document["state"] == "undecided" and document["not_checked"][0]["fix"].startswith("run again with -i INVENTORY")
     assert "Failed to initialize NVML: Unknown Error" in json.dumps(document["evidence"])
     assert explain.text(document).startswith("could not decide why ml/train-0 fails: node-side causes on gpu-a")
 
@@ -340,7 +350,7 @@ def test_bound_pod_without_a_cluster_side_cause_names_the_node_check_it_did_not_
 def test_a_pod_without_gpus_is_not_judged(lib, cluster):
     api = cluster(pods=[pod("web", {}, phase="Pending")])
     document = run(lib, api, "pod ml/web")
-    assert document["state"] == "undecided" and "explain judges GPU pods only" in document["not_checked"][0]["cause"]
+    assert document["state"] == "undecided" and "explain judges GPU pods" in document["not_checked"][0]["cause"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -409,7 +419,7 @@ def test_unreachable_api_server(lib):
 def test_json_schema(lib, cluster):
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"})])
     document = run(lib, api, "pod ml/train-0")
-    assert set(document) == {"schema", "target", "state", "verdict", "evidence", "fix", "not_checked", "api_requests"}
+    assert set(document) == {"schema", "target", "state", "verdict", "evidence", "fix", "not_checked", "api_requests", "node_trips", "node_seconds"}
     assert document["schema"] == 1 and document["target"] == {"kind": "pod", "name": "ml/train-0"}
     assert set(document["verdict"]) == {"cause", "finding_id", "stage", "summary"}
     assert all(set(entry) == {"what", "where", "value"} for entry in document["evidence"]) and document["evidence"]
@@ -439,7 +449,15 @@ def test_exit_codes_through_the_command(lib, cluster, tmp_path, capsys):
     code, out, _ = cli_run(["explain", "pod", "ml/typo", "-e", "gpuharden_kubeconfig=%s" % config], capsys)
     assert code == 1 and "did you mean nvidia.com/gpu?" in out.splitlines()[0]
     code, out, _ = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--json"], capsys)
+    assert code == 4 and json.loads(out)["state"] == "undecided"  # its node was not read
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(drift_report({"gpu-a": []})))
+    code, out, _ = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--json", "--from-report", str(report)], capsys)
     assert code == 0 and json.loads(out)["state"] == "healthy"
+    code, _, err = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--from-report", str(report), "-i", str(report)], capsys)
+    assert code == 2 and "not both" in err
+    code, _, err = cli_run(["explain", "pod", "ml/ok", "--kubeconfig", config, "--host", "h"], capsys)
+    assert code == 2 and "give -i INVENTORY too" in err
     code, _, err = cli_run(["explain", "pod", "ml/missing", "--kubeconfig", config], capsys)
     assert code == 2 and "pod ml/missing: no such pod" in err
     code, _, err = cli_run(["explain", "pod", "no-namespace", "--kubeconfig", config], capsys)
@@ -470,10 +488,170 @@ def test_text_output_order(lib, cluster):
 def test_every_rule_is_tested_and_maps_to_the_catalogue(lib):
     """The rules are data: each has a test here that fires it (its id asserted), and its finding id is the catalogue's."""
     source = Path(__file__).read_text(encoding="utf-8")
-    rules = lib.rules.POD_RULES + lib.rules.NODE_RULES
+    rules = lib.rules.POD_RULES + lib.rules.NODE_RULES + lib.rules.NODE_SIDE_POD_RULES + lib.rules.NODE_SIDE_NODE_RULES
     assert len({rule.id for rule in rules}) == len(rules)
+    node_side = set(lib.rules.NODE_SIDE_POD_RULES + lib.rules.NODE_SIDE_NODE_RULES)
     for rule in rules:
         assert '== "%s"' % rule.id in source, "no test fires rule %s" % rule.id
-        assert set(rule.needs) <= set(lib.rules.EVIDENCE) and rule.needs_node_trip is False  # phase 1: cluster-side only
+        assert set(rule.needs) <= set(lib.rules.EVIDENCE)
+        # the cluster-side tables never read the node: a cause the cluster shows costs no trip
+        assert rule.needs_node_trip is (rule in node_side) and ("node_audit" in rule.needs) is (rule in node_side)
         if rule.finding_id:
             assert lib.findings.stage_of(rule.finding_id) is not None or rule.finding_id in lib.findings.CATALOGUE
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Node-side causes: the node's audit (one drift check of it, or a drift report) weighed for the pod
+
+
+def finding(ident, severity="error", **context):
+    return dict({"id": ident, "check": "device_cgroups", "severity": severity, "expected": "e", "found": "f", "hint": "h", "remediable": False},
+                **context)
+
+
+def drift_report(findings_by_node, checks=None, unreachable=None):
+    nodes = {name: {"node": name, "status": "attention" if found else "clean", "findings": found, "not_checked": [], "refused": [],
+                    "checks": (checks or {}).get(name, {})} for name, found in findings_by_node.items()}
+    return {"version": 1, "nodes": nodes, "unreachable": unreachable or {}, "failed": {},
+            "node_names": {name: name for name in list(findings_by_node) + list(unreachable or {})}}
+
+
+class FakeTrip:
+    """A NodeTrip that answers from a drift report and counts its trips (no Ansible)."""
+
+    def __init__(self, report):
+        self.report, self.trips, self.seconds, self.inventory, self.host = report, 0, 0.0, "inv.yml", None
+
+    def audit(self, node):
+        self.trips += 1
+        return explain.node_audit_of(self.report, node, "gpuharden drift -i inv.yml -l %s" % node)
+
+    def run(self, limit):
+        self.trips += 1
+        return self.report
+
+
+def sneaky_pod(name="sneaky", env=True, runtime_class="nvidia"):
+    sneaky = pod(name, {}, node_name="gpu-a", phase="Running", ready=True, runtime_class=runtime_class)
+    if env:
+        sneaky["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    return sneaky
+
+
+def test_a_pod_without_a_gpu_request_that_can_open_gpus(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[sneaky_pod()])
+    seen = finding("visible_devices_without_request", check="consistency", pod={"namespace": "ml", "name": "sneaky", "uid": "uid-sneaky"},
+                   found={"containers": {"main": "all"}})
+    document = run(lib, api, "pod ml/sneaky", trip=FakeTrip(drift_report({"gpu-a": [seen]})))
+    assert document["verdict"]["cause"] == "gpu_access_without_request" and document["verdict"]["finding_id"] == "visible_devices_without_request"
+    assert "requests no GPU, yet its container main can open GPUs (NVIDIA_VISIBLE_DEVICES=all)" in document["verdict"]["summary"]
+    assert "the pod sets NVIDIA_VISIBLE_DEVICES itself" in document["verdict"]["summary"] and document["node_trips"] == 1
+    assert "remove NVIDIA_VISIBLE_DEVICES" in document["fix"][0]
+    # the same pod on a node whose audit names another pod: nothing against it
+    other = dict(seen, pod={"namespace": "ml", "name": "other", "uid": "uid-other"})
+    assert run(lib, api, "pod ml/sneaky", report=drift_report({"gpu-a": [other]}))["state"] == "healthy"
+
+
+def test_a_pod_without_a_request_on_a_node_whose_default_runtime_is_nvidia(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[sneaky_pod("web", env=False, runtime_class=None)])
+    breach = finding("gpu_access", severity="info", pod="UID-WEB", container="main", gpu=0, gpu_uuid="GPU-0")
+    checks = {"gpu-a": {"containerd": {"status": "ok", "details": {"runtime_name": "nvidia", "default_runtime_name": "nvidia"}}}}
+    document = run(lib, api, "pod ml/web", report=drift_report({"gpu-a": [breach]}, checks))
+    assert document["verdict"]["cause"] == "gpu_access_without_request" and "containerd's default runtime" in document["verdict"]["summary"]
+    assert "default_runtime_name" in document["fix"][0]
+
+
+def test_a_pod_that_can_open_another_pods_gpu(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("greedy", node_name="gpu-a", phase="Running", ready=True)])
+    shared = finding("device_used_by_other_container", severity="critical", check="consistency", container="main", gpu=1,
+                     pod={"namespace": "ml", "name": "greedy", "uid": "uid-greedy"}, found={"device": "GPU-1", "allocated_to": ["ml/train-1/main"]})
+    document = run(lib, api, "pod ml/greedy", report=drift_report({"gpu-a": [shared]}))
+    assert document["verdict"]["cause"] == "another_pods_gpu" and "allocated to ml/train-1/main" in document["verdict"]["summary"]
+    assert document["state"] == "cause"
+    # a pod without a GPU request is the other rule's
+    assert lib.rules.other_pods_gpu(explain.Facts(None, pod=pod("x", {}), node_audit={"state": "checked", "findings": [shared]})) is None
+
+
+def test_a_container_whose_device_program_no_longer_grants_its_gpu(lib, cluster):
+    crashing = {"name": "main", "ready": False, "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"message": "Failed to initialize NVML: Unknown Error"}}}
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", container_statuses=[crashing]),
+                                                   plugin_pod("gpu-a")])
+    lost = finding("broken_allocation", pod="uid-train-0", container="main", gpu=0, gpu_uuid="GPU-0", device="/dev/nvidia0")
+    document = run(lib, api, "pod ml/train-0", report=drift_report({"gpu-a": [lost]}))
+    assert document["verdict"]["cause"] == "device_program_revoked" and "can no longer open GPU 0 (GPU-0)" in document["verdict"]["summary"]
+    assert any("--tags device_permissions -l gpu-a" in line for line in document["fix"])
+
+
+def test_an_unhealthy_gpu_allocated_to_the_pod(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
+    ecc = finding("ecc_uncorrectable", check="nvml", gpu={"index": 1, "uuid": "GPU-1"}, hint="drain the node and reset the GPU")
+
+    def report(allocated):
+        answer = [{"namespace": "ml", "name": "train-0", "containers": [{"name": "main", "devices": [
+            {"resource_name": "nvidia.com/gpu", "device_ids": [allocated]}]}]}]
+        return drift_report({"gpu-a": [ecc]}, {"gpu-a": {"device_cgroups": {"details": {"node_report_pod_resources": answer}}}})
+
+    document = run(lib, api, "pod ml/train-0", report=report("GPU-1"))
+    assert document["verdict"]["cause"] == "allocated_gpu_unhealthy" and document["verdict"]["finding_id"] == "ecc_uncorrectable"
+    assert "its allocated GPU GPU 1 (GPU-1) on gpu-a is unhealthy: ecc_uncorrectable" in document["verdict"]["summary"]
+    assert run(lib, api, "pod ml/train-0", report=report("GPU-0"))["state"] == "healthy"
+
+
+def test_device_node_permissions_and_nvml_and_stale_checkpoints_on_a_failing_pod(lib, cluster):
+    crashing = {"name": "main", "ready": False, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    failing = pod("train-0", node_name="gpu-a", phase="Running", container_statuses=[crashing])
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[failing, plugin_pod("gpu-a"), pod("ok", node_name="gpu-a", phase="Running", ready=True)])
+    perms = finding("device_node_permissions", check="device_nodes", path="/dev/nvidia0", found="0600 root:root", remediable=True)
+    assert run(lib, api, "pod ml/train-0", report=drift_report({"gpu-a": [perms]}))["verdict"]["cause"] == "device_permissions"
+    # a GPU pod Running and Ready is affected too (its CUDA calls fail, not its container); a pod without GPUs is not
+    assert run(lib, api, "pod ml/ok", report=drift_report({"gpu-a": [perms]}))["verdict"]["cause"] == "device_permissions"
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[sneaky_pod("web", env=False, runtime_class="nvidia")])
+    assert run(lib, api, "pod ml/web", report=drift_report({"gpu-a": [perms]}))["state"] == "healthy"
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[failing, plugin_pod("gpu-a")])
+    nvml = finding("nvml_init_failed", check="nvml", found="Driver Not Loaded", hint="load the driver")
+    assert run(lib, api, "pod ml/train-0", report=drift_report({"gpu-a": [nvml]}))["verdict"]["cause"] == "nvml_unusable"
+    stale = finding("kubelet_stale_checkpoint", check="kubelet", path="/var/lib/kubelet/cpu_manager_state", found="policy none")
+    pending = pod("waiting", node_name="gpu-a")
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pending, plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/waiting", report=drift_report({"gpu-a": [stale]}))
+    assert document["verdict"]["cause"] == "stale_checkpoint" and "/var/lib/kubelet/cpu_manager_state" in document["verdict"]["summary"]
+    assert "--tags kubelet_topology -l gpu-a" in document["fix"][0]
+
+
+def test_a_cause_the_cluster_shows_costs_no_trip_and_a_node_side_one_costs_one(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("typo", {"nvidia.com/gpus": "1"}), pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
+    trip = FakeTrip(drift_report({"gpu-a": []}))
+    assert run(lib, api, "pod ml/typo", trip=trip)["node_trips"] == 0
+    assert run(lib, api, "pod ml/train-0", trip=trip)["node_trips"] == 1
+
+
+def test_a_node_the_run_could_not_audit_is_not_checked(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True)])
+    document = run(lib, api, "pod ml/train-0", report=drift_report({}, unreachable={"gpu-a": "ssh: connect refused"}))
+    assert document["state"] == "undecided" and "host gpu-a unreachable: ssh: connect refused" in document["not_checked"][0]["cause"]
+    document = run(lib, api, "pod ml/train-0", report=drift_report({"gpu-b": []}))
+    assert document["state"] == "undecided" and "--host HOST" in document["not_checked"][0]["fix"]
+
+
+def test_explain_node_with_its_audit(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[plugin_pod("gpu-a")])
+    drifted = finding("kubelet_setting", check="kubelet", stage="kubelet_topology", remediable=True, hint="the kubelet reads x")
+    document = run(lib, api, "node gpu-a", report=drift_report({"gpu-a": [drifted, finding("gpu_access", severity="info")]}))
+    assert document["verdict"]["cause"] == "node_audit_findings" and "--tags kubelet_topology -l gpu-a" in document["fix"][0]
+    assert "1 finding(s): kubelet_setting" in document["verdict"]["summary"]
+    clean = run(lib, api, "node gpu-a", report=drift_report({"gpu-a": [finding("gpu_access", severity="info")]}))
+    assert clean["state"] == "healthy" and "its audit finds nothing above info" in clean["verdict"]["summary"]
+
+
+def test_failing_with_the_nodes_audits_lists_the_pods_they_flag(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[sneaky_pod(), pod("ok", node_name="gpu-a", phase="Running", ready=True), plugin_pod("gpu-a"),
+                                                   pod("typo", {"nvidia.com/gpus": "1"})])
+    seen = finding("visible_devices_without_request", check="consistency", pod={"namespace": "ml", "name": "sneaky", "uid": "uid-sneaky"},
+                   found={"containers": {"main": "all"}})
+    trip = FakeTrip(drift_report({"gpu-a": [seen]}))
+    document = run(lib, api, "--failing", trip=trip)
+    causes = {entry["target"]["name"]: entry["verdict"]["cause"] for entry in document["pods"]}
+    assert causes == {"ml/sneaky": "gpu_access_without_request", "ml/typo": "resource_not_advertised"} and document["node_trips"] == 1
+    # without the nodes' audits, the Running pod is not listed (nothing flags it) and no node is read
+    assert {entry["target"]["name"] for entry in run(lib, api, "--failing")["pods"]} == {"ml/typo"}

@@ -117,7 +117,10 @@ def audit_device_nodes(params):
 
 def audit_containerd(params):
     plan = _containerd.decide(params)
-    details = _operator_parts({"config_version": plan["config_version"], "files": plan["files"]}, plan)
+    # the runtime containerd gives a pod without a RuntimeClass: gpuharden explain's answer to "how can a pod that
+    # requests no GPU open one" where it is the NVIDIA runtime
+    details = _operator_parts({"config_version": plan["config_version"], "files": plan["files"], "runtime_name": plan["runtime_name"],
+                               "default_runtime_name": plan["current"]["default_runtime_name"]}, plan)
     findings = []
     if plan["changes"]:
         findings.append(finding(
