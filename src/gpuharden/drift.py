@@ -471,6 +471,9 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
             coverage.REFUSED: coverage.node_parts(audit["checks"], coverage.REFUSED),
             "remediable_stages": stages,
             "checks": audit["checks"],
+            # the GPUs the kubelet allocated to each pod's containers (its pod-resources API, as node_audit read it),
+            # or None where it was not read: gpuharden explain --from-report matches a GPU's health to its pods with it
+            "pod_resources": ((outcomes.node_reports or {}).get(node_name) or {}).get("pod_resources"),
             "audit_seconds": audit["seconds"],
             # the audit module's whole process on the node (interpreter, imports, checks): its CPU cost there
             "audit_cpu_seconds": audit.get("cpu_seconds"),
@@ -1448,6 +1451,11 @@ def _run(args, stream, out, stop):
     # signal from here on changes nothing (each file is replaced whole, by rename).
     if stop.requested():
         raise Incomplete("interrupted by %s" % stop.name(), stop.exit_code(), checked=report.get("node_names", {}))
+    if (args.report or getattr(args, "html", None)) and not getattr(args, "no_explain", False):
+        # the failing GPU pods, each with its cause, from this run's node audits: for the people who read the files
+        from gpuharden import explain  # noqa: PLC0415 (explain imports this module)
+
+        report["explanations"] = explain.for_drift_report(report, extravars)
     if args.report:
         write_atomically(args.report, json.dumps(report, indent=2, sort_keys=True) + "\n")
     if args.prometheus:
@@ -1525,6 +1533,8 @@ def add_parser(commands):
                              "is K-1, so N runs (N controllers, or the pods of an Indexed Job) share a fleet and never contact "
                              "each other's hosts; combine their --report files with gpuharden drift-merge")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("--no-explain", action="store_true", help="leave out of --report and --html the failing GPU pods' explanations "
+                        "(gpuharden explain --failing over this run's node audits: one LIST of pods and one of Nodes more)")
     parser.add_argument("--wide", action="store_true", help="do not wrap the table to the terminal's width (COLUMNS): one line per field")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--playbook", default=DRIFT_PLAYBOOK, help=argparse.SUPPRESS)

@@ -12,7 +12,7 @@ events (one LIST with a field selector).  A Pending pod with a misspelled resour
 
 The cluster identity is the one gpuharden drift gives the playbooks: ``-e gpuharden_kubeconfig=FILE`` (or
 ``--kubeconfig``, ``--context``), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT, else in-cluster credentials or the
-default kubeconfig, as the collection's modules decide (_k8s.auth_settings).
+default kubeconfig, as the collection's modules decide (_k8s.auth_settings).  The node's drift check uses the same.
 
 Output: the verdict first (the cause, one line), then the evidence, each with where it was read, then the fix.  With
 --json, schema 1::
@@ -95,13 +95,13 @@ def load_collection():
 
 
 def auth_params(args, environ=None):
-    """The collection's auth options for the cluster identity: --kubeconfig/--context, else -e gpuharden_kubeconfig /
-    gpuharden_k8s_context (as the roles take them), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT (the modules'
-    fallbacks); None leaves the choice to _k8s.auth_settings (in-cluster, then the default kubeconfig)."""
+    """The collection's auth options for the cluster identity: --kubeconfig/--context, else -e gpuharden_kubeconfig
+    (as the roles take it), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT (the modules' fallbacks); None leaves the
+    choice to _k8s.auth_settings (in-cluster, then the default kubeconfig)."""
     environ = os.environ if environ is None else environ
     extra = drift.parse_extra_vars(args.extra_vars)
     kubeconfig = args.kubeconfig or extra.get("gpuharden_kubeconfig") or environ.get("K8S_AUTH_KUBECONFIG") or None
-    context = args.context or extra.get("gpuharden_k8s_context") or environ.get("K8S_AUTH_CONTEXT") or None
+    context = args.context or environ.get("K8S_AUTH_CONTEXT") or None
     return {"kubeconfig": kubeconfig, "context": context, "request_timeout": args.request_timeout}
 
 
@@ -177,7 +177,7 @@ def node_audit_of(report, node, source):
     for host, entry in (report.get("nodes") or {}).items():
         if entry.get("node", host) == node:
             return {"state": "checked", "node": node, "host": host, "findings": entry.get("findings") or [], "checks": entry.get("checks") or {},
-                    "not_checked": entry.get("not_checked") or [], "source": source}
+                    "not_checked": entry.get("not_checked") or [], "pod_resources": entry.get("pod_resources"), "source": source}
     names = report.get("node_names") or {}
     for kind in ("unreachable", "failed"):
         for host, why in (report.get(kind) or {}).items():
@@ -193,16 +193,50 @@ class NodeTrip:
     lock, and the consistency check's findings for it), as `gpuharden drift -l HOST` makes it; ``trips`` counts them.
     ``host``: the node's inventory host where it is not named as the node."""
 
-    def __init__(self, inventory, extra_vars=(), host=None, timeout=NODE_TIMEOUT):
+    def __init__(self, inventory, extra_vars=(), host=None, timeout=NODE_TIMEOUT, auth=None):
         self.inventory, self.extra_vars, self.host, self.timeout, self.trips, self.seconds = inventory, list(extra_vars), host, timeout, 0, 0.0
+        self.auth = dict(auth or {})
 
-    def run(self, limit):
-        """The drift report of the hosts ``limit`` names (drift.check, quietly), or a DriftError/Incomplete."""
+    def pods_reading(self, node):
+        """gpu_pods_info's result for ``node`` (its GPU pods, the pods snapshot the consistency check takes, the GPU
+        Operator's reading), made here with the module's own code and handed to the play (gpuharden_gpu_pods_given in
+        playbooks/tasks/node_plan.yml): one local module run less.  The module's default resource prefixes
+        (nvidia.com/): they only choose the pods whose memory the cgroup check reads, a check no explain rule weighs.
+        None where it cannot be made here: the play then makes it itself."""
+        from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415
+
+        try:
+            module = cluster_side.import_collection({"m": "ansible_collections.gpuharden.k8s.plugins.modules.gpu_pods_info"})
+        except cluster_side.ClusterSideError:
+            return None
+        if module is None:
+            return None
+        given = {key: value for key, value in dict(self.auth, nodes=[node], pods_snapshot=True, gpu_operator=True).items() if value is not None}
+        checked = ArgumentSpecValidator(module["m"].argument_spec()).validate(given)
+        if checked.error_messages:
+            return None
+        try:
+            return module["m"].gather(checked.validated_parameters)
+        except Exception:  # noqa: BLE001 (any failure: the play's own module run makes the reading, and reports it)
+            return None
+
+    def run(self, limit, node=None):
+        """The drift report of the hosts ``limit`` names (drift.check, quietly), or a DriftError/Incomplete; with
+        ``node``, the play is given that node's pods reading (pods_reading)."""
         args = argparse.Namespace(playbook=drift.resolve_playbook(drift.DRIFT_PLAYBOOK), inventory=os.path.abspath(self.inventory), forks=16,
                                   quiet=True, fail_severity="warning", timeout=self.timeout)
         extravars = drift.parse_extra_vars(self.extra_vars)
         extravars.update(gpuharden_drift_fail=False, gpuharden_drift_run_data=False,
                          gpuharden_run_owner="explain@%s:%d" % (socket.gethostname(), os.getpid()))
+        # the cluster identity explain reads with is the play's too: the roles take gpuharden_kubeconfig, and the
+        # collection's modules K8S_AUTH_CONTEXT from their environment (ansible-playbook's, this process's)
+        if self.auth.get("kubeconfig"):
+            extravars.setdefault("gpuharden_kubeconfig", self.auth["kubeconfig"])
+        if self.auth.get("context"):
+            os.environ["K8S_AUTH_CONTEXT"] = self.auth["context"]
+        reading = self.pods_reading(node) if node else None
+        if reading is not None:
+            extravars["gpuharden_gpu_pods_given"] = reading
         self.trips += 1
         started = time.monotonic()
         try:
@@ -218,7 +252,7 @@ class NodeTrip:
         if not os.path.exists(self.inventory):
             return {"state": "not_checked", "node": node, "cause": "inventory %s does not exist" % self.inventory, "fix": "give -i INVENTORY"}
         try:
-            report = self.run(host)
+            report = self.run(host, node)
         except drift.DriftError as error:
             return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, " ".join(str(error).split())[:500]),
                     "fix": "name the node's inventory host with --host HOST, or check the inventory (gpuharden drift -i %s -l %s)" % (self.inventory, host)}
@@ -476,7 +510,7 @@ def flagged_pods(audits):
     return flagged
 
 
-def explain_failing(lib, reader, audits=None, audit_source=None):
+def explain_failing(lib, reader, audits=None, audit_source=None, nodes_only=None):
     """Every failing GPU pod with its verdict: one LIST of pods, one of Nodes (the plugin pods come from the pod LIST).
     With ``audits`` ({node: node_audit evidence}, from one drift run over the inventory or from a drift report), the
     pods those audits flag (a finding about one pod: it can open a GPU it was not given, or lost the one it was) too,
@@ -495,6 +529,8 @@ def explain_failing(lib, reader, audits=None, audit_source=None):
         if not named and (not rules.is_gpu_pod(pod) or healthy(pod)):
             continue
         bound = (pod.get("spec") or {}).get("nodeName")
+        if nodes_only is not None and bound and bound not in nodes_only:
+            continue
         node, document = by_name.get(bound), None
         if node is not None and any(pod is plugin for plugin in plugin_pods) and not named:
             # a device plugin pod (it runs the nvidia RuntimeClass): what fails is its node's GPUs, as explain node says
@@ -508,11 +544,40 @@ def explain_failing(lib, reader, audits=None, audit_source=None):
             # no per-pod events: the PodScheduled condition carries the scheduler's last word
             document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[], node_audit=audit),
                                    with_events=False)
-        document["target"] = {"kind": "pod", "name": rules.pod_ref(pod)}
+        document["target"] = {"kind": "pod", "name": rules.pod_ref(pod), "node": bound}
         documents.append(document)
     states = {document["state"] for document in documents}
     state = "undecided" if "undecided" in states else ("cause" if "cause" in states else "healthy")
     return {"state": state, "pods": documents, "not_checked": []}
+
+
+def for_drift_report(report, extra_vars):
+    """The explanations a drift report carries (``explanations``): explain --failing over the report's own node
+    audits, with no trip, limited to the pods bound to the run's nodes and those not bound yet: one LIST of pods and
+    one of Nodes, with the run's cluster identity (-e gpuharden_kubeconfig, else the environment's).  Never raises: a
+    cluster that cannot be read, or a collection that cannot be imported, is the document's not_checked."""
+    args = argparse.Namespace(kubeconfig=None, context=None, extra_vars=[json.dumps(extra_vars)], request_timeout=30.0)
+    target = {"kind": "failing"}
+    try:
+        lib = load_collection()
+        params = auth_params(args)
+        names = set((report.get("node_names") or {}).values()) | {entry.get("node", host) for host, entry in (report.get("nodes") or {}).items()}
+        reader = Reader(lib, lib.k8s.api_client(params))
+        document = explain_failing(lib, reader, audits_of_report(report, "this drift run"), "this drift run", nodes_only=names)
+        count = reader.count
+    except (UsageError, drift.DriftError) as error:
+        document, count = _cannot(str(error)), 0
+    except Exception as error:  # noqa: BLE001 (the report is written either way; why the explanations are missing is in it)
+        message = getattr(error, "msg", None) or str(error)
+        access = ((getattr(error, "result", None) or {}).get("access") or {})
+        document, count = _cannot(" ".join(str(message).split())[:500], access.get("fix")), 0
+    return dict(document, schema=SCHEMA, target=target, api_requests=count)
+
+
+def _cannot(cause, fix=None):
+    return {"state": "undecided", "pods": [], "not_checked": [{
+        "what": "the failing GPU pods' explanations", "cause": cause,
+        "fix": fix or "gpuharden explain --failing --from-report REPORT.json (the report's node audits, read again from the cluster)"}]}
 
 
 def audits_of_report(report, source):
@@ -641,7 +706,8 @@ def add_parser(commands):
     parser.add_argument("name", nargs="?", help="NAMESPACE/NAME of the pod, or the node's NAME")
     parser.add_argument("--failing", action="store_true", help="every GPU pod of the cluster that is not Running and Ready, each with its cause")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
-                        help="KEY=VALUE, JSON or @FILE as for gpuharden drift: gpuharden_kubeconfig, gpuharden_k8s_context (repeatable)")
+                        help="KEY=VALUE, JSON or @FILE as for gpuharden drift: gpuharden_kubeconfig, and the inventory's variables for the "
+                        "node's drift check (repeatable)")
     parser.add_argument("--kubeconfig", metavar="FILE", help="the kubeconfig to read the cluster with (default: gpuharden_kubeconfig, "
                         "K8S_AUTH_KUBECONFIG, in-cluster, then the default kubeconfig)")
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context")
@@ -673,7 +739,7 @@ def node_side(args):
     if args.inventory:
         if not os.path.exists(args.inventory):
             raise UsageError("inventory %s does not exist" % args.inventory)
-        return NodeTrip(args.inventory, args.extra_vars, args.host, args.node_timeout), None
+        return NodeTrip(args.inventory, args.extra_vars, args.host, args.node_timeout, auth=auth_params(args)), None
     if args.host:
         raise UsageError("--host names the node's inventory host: give -i INVENTORY too")
     return None, None

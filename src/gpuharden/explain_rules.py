@@ -577,7 +577,10 @@ def other_pods_gpu(facts):
         return None
     entry = sorted(found, key=lambda e: OTHER_PODS_GPU.index(e["id"]))[0]
     owners = (entry.get("found") or {}).get("allocated_to") if isinstance(entry.get("found"), dict) else None
+    others = len({e.get("gpu_uuid") or e.get("gpu") for e in found if e["id"] == entry["id"]})
     whose = " allocated to %s" % ", ".join(owners[:3]) if owners else " it was not allocated"
+    if others > 1:
+        whose += " (and %d more GPU%s)" % (others - 1, "s" if others > 2 else "")
     if entry["id"] == "privileged_container":
         whose, change = " (every GPU: the container is privileged)", "drop privileged: true; the device plugin's allocation then bounds its GPUs"
     else:
@@ -592,6 +595,8 @@ def allocation_revoked(facts):
     found = pod_findings(facts, ("broken_allocation",))
     if not found:
         return None
+    # the GPU first: nvidiactl and nvidia-uvm go with it
+    found.sort(key=lambda e: e.get("gpu") is None)
     entry = found[0]
     return ({"container": entry.get("container") or "a container", "gpu": _gpu_text(entry), "node": facts.node_audit.get("node")},
             [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
@@ -599,8 +604,7 @@ def allocation_revoked(facts):
 
 def allocated_devices(facts):
     """The device IDs the kubelet allocated to the pod (the pod-resources answer the node's audit read), or None."""
-    details = ((node_checked(facts) or {}).get("checks") or {}).get("device_cgroups", {}).get("details") or {}
-    answer = details.get("node_report_pod_resources")
+    answer = (node_checked(facts) or {}).get("pod_resources")
     if answer is None:
         return None
     meta = facts.pod.get("metadata") or {}
@@ -620,9 +624,9 @@ def unhealthy_allocated(facts):
     allocated = allocated_devices(facts)
     if allocated is not None:
         found = [e for e in found if isinstance(e.get("gpu"), dict) and e["gpu"].get("uuid") in allocated]
-        scope = "its allocated"
+        scope = "allocated to the pod"
     else:
-        scope = "a"  # the allocation was not read: the node's unhealthy GPU may be the pod's
+        scope = "one of the node's GPUs (the pod's allocation was not read)"
     if not found:
         return None
     entry = found[0]
@@ -691,7 +695,7 @@ NODE_SIDE_POD_RULES = (
           "prevent it: %s --tags device_permissions -l %%(node)s   (the /dev/char links systemd resolves the GPUs' rules with)" % HARDEN),
          allocation_revoked),
     Rule("allocated_gpu_unhealthy", "pod", NODE_TRIP, True, "gpu_lost",
-         "%(scope)s GPU %(gpu)s on %(node)s is unhealthy: %(health)s",
+         "%(gpu)s on %(node)s, %(scope)s, is unhealthy: %(health)s",
          ("%(hint)s", "meanwhile: recreate the pod elsewhere (kubectl cordon %(node)s, then delete the pod)"),
          unhealthy_allocated),
     Rule("device_permissions", "pod", NODE_TRIP, True, "device_node_permissions",

@@ -297,7 +297,10 @@ def _group(node):
 def _row(host, node, report, checks, cluster, names):
     """(group, <tr>) of one host: its cells, and the data the page's filter reads (group, checks with a problem, names)."""
     name = (node or {}).get("node") or names.get(host, host)
-    header = "<th>%s%s</th>" % (_e(host), " <small>(%s)</small>" % _e(name) if name != host else "")
+    failing = [pod for pod in ((report.get("explanations") or {}).get("pods") or []) if (pod.get("target") or {}).get("node") == name]
+    pods_link = ' <small><a href="#%s">%d failing GPU pod%s</a></small>' % (
+        _pod_anchor(failing[0]), len(failing), "" if len(failing) == 1 else "s") if failing else ""
+    header = "<th>%s%s%s</th>" % (_e(host), " <small>(%s)</small>" % _e(name) if name != host else "", pods_link)
     if node is None:
         status = "unreachable" if host in (report.get("unreachable") or {}) else "failed"
         message = (report.get("unreachable") or {}).get(host) or (report.get("failed") or {}).get(host)
@@ -456,6 +459,48 @@ def cluster_section(report):
             "<th>subject</th><th>finding</th></tr></thead><tbody>%s</tbody></table>" % (_e(notes), len(findings), failing, rows))
 
 
+def _pod_anchor(document):
+    """The id of a pod's explanation in the page: letters, digits and dashes only (a Kubernetes name and namespace are
+    DNS labels already; anything else is replaced, so that the id never needs escaping)."""
+    name = (document.get("target") or {}).get("name") or ""
+    return "pod-" + "".join(char if char.isalnum() or char == "-" else "-" for char in name.replace("/", "--"))
+
+
+EXPLANATION_STATES = {"cause": "error", "undecided": "incomplete", "healthy": "clean"}
+
+
+def explanations_section(report):
+    """The failing GPU pods, each with its explanation (gpuharden explain --failing over this run's node audits): the
+    verdict, then the evidence and the fix under a <details>; each pod has an id the grid's node rows link to."""
+    document = report.get("explanations")
+    if not document:
+        return ""
+    lines = ['<h2 id="failing-pods">Failing GPU pods</h2>']
+    for entry in document.get("not_checked") or []:
+        lines.append('<p class="verdict">not checked: %s: %s. Fix: %s</p>' % (_e(entry.get("what")), _e(entry.get("cause")), _e(entry.get("fix"))))
+    pods = document.get("pods") or []
+    if not pods and not document.get("not_checked"):
+        return "\n".join(lines + ["<p>No failing GPU pod on the run's nodes, and none the node audits flag.</p>"])
+    rows = []
+    for pod in pods:
+        verdict = pod.get("verdict") or {}
+        evidence = "".join("<dt>%s</dt><dd>%s <small>[%s]</small></dd>" % (
+            _e(item.get("what")), _e(item.get("value") if isinstance(item.get("value"), str) else json.dumps(item.get("value"), sort_keys=True)),
+            _e(item.get("where"))) for item in pod.get("evidence") or [])
+        missing = "".join("<dt>not checked</dt><dd>%s: %s. Fix: %s</dd>" % (_e(item.get("what")), _e(item.get("cause")), _e(item.get("fix")))
+                          for item in pod.get("not_checked") or [])
+        fix = "".join("<dd>%s</dd>" % _e(line) for line in pod.get("fix") or [])
+        state = EXPLANATION_STATES.get(pod.get("state"), "incomplete")
+        rows.append('<tr id="%s"><td><span class="badge sev-%s">%s</span></td><td>%s<br><small>%s</small></td><td>%s'
+                    '<details class="more"><summary>evidence and fix</summary><dl class="fields">%s%s%s</dl></details></td></tr>' % (
+                        _pod_anchor(pod), state, _e(pod.get("state")), _e((pod.get("target") or {}).get("name")),
+                        _e((pod.get("target") or {}).get("node") or "not bound"), _e(verdict.get("summary")), evidence, missing,
+                        ("<dt>fix</dt>" + fix) if fix else ""))
+    lines.append('<table class="list"><thead><tr><th>state</th><th>pod (node)</th><th>cause</th></tr></thead><tbody>%s</tbody></table>'
+                 % "".join(rows))
+    return "\n".join(lines)
+
+
 def remediation_section(report):
     remediation = report.get("remediation")
     if not remediation:
@@ -495,8 +540,9 @@ def render(report):
 <h2>Cluster</h2>
 %s
 %s
+%s
 <script>%s</script>
 </body>
 </html>
 """ % (_e(CSP), _e(title), STYLE, colours, run_summary(report), finding_summary(report), grid(report), run_facts(report),
-       cluster_section(report), remediation_section(report), SCRIPT)
+       cluster_section(report), explanations_section(report), remediation_section(report), SCRIPT)

@@ -643,3 +643,26 @@ window.addEventListener("load", function () {
     assert steps[3]["hash"] == "#status=clean&q=gpu-node-000" and steps[3]["clean_open"]
     assert steps[3]["visible"] == sorted(host for host, group in groups.items() if group == "clean" and host.startswith("gpu-node-000"))
     assert steps[3]["visible"]
+
+
+def test_the_failing_gpu_pods_are_embedded_with_their_explanation_and_the_node_rows_link_to_them():
+    report = _report()
+    hostile = "<script>document.documentElement.dataset.pwned='pod'</script>"
+    report["explanations"] = {"schema": 1, "state": "cause", "not_checked": [], "pods": [
+        {"target": {"kind": "pod", "name": "ml/train-0", "node": "node-b"}, "state": "cause",
+         "verdict": {"cause": "device_permissions", "summary": "the GPU device nodes on gpu-b do not let the container open them %s" % hostile},
+         "evidence": [{"what": "device_node_permissions", "where": "node gpu-b", "value": {"found": "0600"}}],
+         "fix": ["ansible-playbook -i INVENTORY gpuharden.k8s.harden_gpu_nodes --tags device_permissions -l gpu-b"], "not_checked": []},
+        {"target": {"kind": "pod", "name": "ml/typo", "node": None}, "state": "undecided",
+         "verdict": {"summary": "could not decide"}, "evidence": [], "fix": [],
+         "not_checked": [{"what": "node side", "cause": "no audit", "fix": "run drift"}]}]}
+    page = report_html.render(report)
+    grid = _parse(page)
+    assert 'id="failing-pods"' in page and 'id="pod-ml--train-0"' in page and 'id="pod-ml--typo"' in page
+    # gpu-b's row links to its pod's explanation; the only links of the page are such anchors
+    assert '<a href="#pod-ml--train-0">1 failing GPU pod</a>' in page
+    assert {attrs["href"] for tag, attrs in grid.attributes if "href" in attrs} == {"#pod-ml--train-0"}
+    assert "--tags device_permissions -l gpu-b" in page and "not bound" in page
+    assert hostile not in page and html.escape(hostile) in page
+    # a report without explanations (--no-explain, drift-merge) has no such section
+    assert 'id="failing-pods"' not in report_html.render(_report())

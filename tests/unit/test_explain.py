@@ -590,11 +590,13 @@ def test_an_unhealthy_gpu_allocated_to_the_pod(lib, cluster):
     def report(allocated):
         answer = [{"namespace": "ml", "name": "train-0", "containers": [{"name": "main", "devices": [
             {"resource_name": "nvidia.com/gpu", "device_ids": [allocated]}]}]}]
-        return drift_report({"gpu-a": [ecc]}, {"gpu-a": {"device_cgroups": {"details": {"node_report_pod_resources": answer}}}})
+        report = drift_report({"gpu-a": [ecc]})
+        report["nodes"]["gpu-a"]["pod_resources"] = answer
+        return report
 
     document = run(lib, api, "pod ml/train-0", report=report("GPU-1"))
     assert document["verdict"]["cause"] == "allocated_gpu_unhealthy" and document["verdict"]["finding_id"] == "ecc_uncorrectable"
-    assert "its allocated GPU GPU 1 (GPU-1) on gpu-a is unhealthy: ecc_uncorrectable" in document["verdict"]["summary"]
+    assert "GPU 1 (GPU-1) on gpu-a, allocated to the pod, is unhealthy: ecc_uncorrectable" in document["verdict"]["summary"]
     assert run(lib, api, "pod ml/train-0", report=report("GPU-0"))["state"] == "healthy"
 
 
@@ -655,3 +657,18 @@ def test_failing_with_the_nodes_audits_lists_the_pods_they_flag(lib, cluster):
     assert causes == {"ml/sneaky": "gpu_access_without_request", "ml/typo": "resource_not_advertised"} and document["node_trips"] == 1
     # without the nodes' audits, the Running pod is not listed (nothing flags it) and no node is read
     assert {entry["target"]["name"] for entry in run(lib, api, "--failing")["pods"]} == {"ml/typo"}
+
+
+def test_a_drift_report_carries_the_failing_pods_of_its_nodes_and_never_fails_the_run(lib, cluster, tmp_path):
+    api = cluster(nodes=[gpu_node("gpu-a"), gpu_node("gpu-b")],
+                  pods=[sneaky_pod(), pod("elsewhere", {"nvidia.com/gpus": "1"}, node_name="gpu-b", phase="Pending"), pod("typo", {"nvidia.com/gpus": "1"})])
+    seen = finding("visible_devices_without_request", check="consistency", pod={"namespace": "ml", "name": "sneaky", "uid": "uid-sneaky"},
+                   found={"containers": {"main": "all"}})
+    report = drift_report({"gpu-a": [seen]})
+    document = explain.for_drift_report(report, {"gpuharden_kubeconfig": kubeconfig(tmp_path, api.url), "gpuharden_run_owner": "x"})
+    # gpu-b was not in the run: its pod is left out; the pending pod is in
+    assert {entry["target"]["name"]: entry["verdict"]["cause"] for entry in document["pods"]} == {
+        "ml/sneaky": "gpu_access_without_request", "ml/typo": "resource_not_advertised"}
+    assert document["target"] == {"kind": "failing"} and document["api_requests"] == 2
+    blind = explain.for_drift_report(report, {"gpuharden_kubeconfig": str(tmp_path / "missing")})
+    assert blind["state"] == "undecided" and blind["pods"] == [] and "kubeconfig" in blind["not_checked"][0]["cause"]
