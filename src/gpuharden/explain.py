@@ -404,6 +404,11 @@ def explain_pod(lib, facts, with_events=True):
         if audit["state"] != "checked":
             return _undecided(ref, evidence, [_node_missing(node, audit)],
                               summary="%s is %s, but what its containers can open on %s was not checked: %s" % (ref, phase, node, audit["cause"]))
+        unread = rules.allocation_unread(facts) if rules.requested(pod) else None
+        if unread:
+            return _undecided(ref, evidence + [_audit_item(rules, audit)], [_allocation_missing(ref, node, unread)],
+                              summary="%s is %s, but whether its containers can open only the GPUs allocated to them was not checked on "
+                                      "%s: %s" % (ref, phase, node, unread))
         return _healthy("%s is %s, and the audit of node %s finds nothing against it" % (ref, phase, node),
                         evidence + [_audit_item(rules, audit)])
     if gpu_pod:
@@ -444,6 +449,12 @@ def explain_pod(lib, facts, with_events=True):
 def _healthy(summary, evidence):
     return {"state": "healthy", "verdict": {"cause": None, "finding_id": None, "stage": None, "summary": summary},
             "evidence": evidence, "fix": [], "not_checked": []}
+
+
+def _allocation_missing(ref, node, cause):
+    return {"what": "whether %s's containers can open only the GPUs the kubelet allocated to them" % ref, "cause": cause,
+            "fix": "let node %s's audit read the kubelet's pod-resources API (/var/lib/kubelet/pod-resources/kubelet.sock, which "
+                   "the kubelet serves), or give it the allocation (postcheck_audit_allocations), then run again" % node}
 
 
 def _node_missing(node, audit):
@@ -523,32 +534,52 @@ def explain_failing(lib, reader, audits=None, audit_source=None, nodes_only=None
     flagged = flagged_pods(audits or {})
     documents = []
     by_name = {rules.node_name(node): node for node in nodes}
+    unread = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         named = rules.pod_uid(pod) in flagged or (meta.get("namespace"), meta.get("name")) in flagged
-        if not named and (not rules.is_gpu_pod(pod) or healthy(pod)):
-            continue
+        plugin = any(pod is entry for entry in plugin_pods)
         bound = (pod.get("spec") or {}).get("nodeName")
         if nodes_only is not None and bound and bound not in nodes_only:
             continue
+        if audits is None:
+            audit = dict(NO_TRIP, node=bound)
+        else:
+            audit = audits.get(bound) or {"state": "not_checked", "node": bound, "cause": "%s did not audit node %s" % (audit_source, bound),
+                                          "fix": "include the node in the run (-l)"}
+        if healthy(pod) and not named:
+            if bound and audit["state"] == "checked" and rules.requested(pod):
+                why = rules.allocation_unread(Facts(reader, pod=pod, node_audit=audit))
+                if why:
+                    unread.setdefault((bound, why), []).append(rules.pod_ref(pod))
+            continue
+        if not named and not plugin and not rules.is_gpu_pod(pod):
+            continue
         node, document = by_name.get(bound), None
-        if node is not None and any(pod is plugin for plugin in plugin_pods) and not named:
-            # a device plugin pod (it runs the nvidia RuntimeClass): what fails is its node's GPUs, as explain node says
-            document = apply_rules(lib, rules.NODE_RULES, Facts(reader, node=node, plugin_pods=plugin_pods))
+        if node is not None and plugin and not named:
+            # a device plugin pod: what fails is its node's GPUs, as explain node says; a node whose kubelet, NVML or
+            # device nodes stop it first (only its audit shows that)
+            facts = Facts(reader, node=node, plugin_pods=plugin_pods, pod=pod, node_audit=audit)
+            document = apply_rules(lib, [rule for rule in rules.NODE_SIDE_POD_RULES if rule.id in rules.PLUGIN_NODE_SIDE_CAUSES], facts) \
+                or apply_rules(lib, rules.NODE_RULES, facts)
         if document is None:
-            if audits is None:
-                audit = dict(NO_TRIP, node=bound)
-            else:
-                audit = audits.get(bound) or {"state": "not_checked", "node": bound, "cause": "%s did not audit node %s" % (audit_source, bound),
-                                              "fix": "include the node in the run (-l)"}
             # no per-pod events: the PodScheduled condition carries the scheduler's last word
             document = explain_pod(lib, Facts(reader, pod=pod, nodes=nodes, plugin_pods=plugin_pods, events=[], node_audit=audit),
                                    with_events=False)
+            if named and healthy(pod) and document["state"] != "cause":
+                # a finding about the pod that names no trouble (the GPUs it was given): not a failing pod
+                why = rules.allocation_unread(Facts(reader, pod=pod, node_audit=audit)) if rules.requested(pod) else None
+                if why:
+                    unread.setdefault((bound, why), []).append(rules.pod_ref(pod))
+                continue
         document["target"] = {"kind": "pod", "name": rules.pod_ref(pod), "node": bound}
         documents.append(document)
     states = {document["state"] for document in documents}
     state = "undecided" if "undecided" in states else ("cause" if "cause" in states else "healthy")
-    return {"state": state, "pods": documents, "not_checked": []}
+    not_checked = [{"what": "whether the GPU pods Running on %s (%s) can open only the GPUs allocated to them" % (node, ", ".join(sorted(refs)[:5])
+                                                                                                               + (", ..." if len(refs) > 5 else "")),
+                    "cause": why, "fix": _allocation_missing("", node, why)["fix"]} for (node, why), refs in sorted(unread.items())]
+    return {"state": "undecided" if not_checked and state == "healthy" else state, "pods": documents, "not_checked": not_checked}
 
 
 def for_drift_report(report, extra_vars):
@@ -641,7 +672,7 @@ def explain(lib, target, params, trip=None, report=None, report_source=None):
                                                                                                      " ".join(str(error).split())[:500]),
                                              "fix": "run gpuharden drift -i %s and read its errors" % trip.inventory}]
             document = explain_failing(lib, reader, audits if report is not None else None, report_source)
-            document["not_checked"] = given.get("not_checked", [])
+            document["not_checked"] = given.get("not_checked", []) + document["not_checked"]
         elif target["kind"] == "node":
             if report is not None:
                 given["node_audit"] = audits.get(target["name"]) or node_audit_of(report, target["name"], report_source)
@@ -674,9 +705,10 @@ def _value_text(value):
 def text(document):
     """The document for people: the verdict first, then the evidence (with where), the fix, what was not checked."""
     if document["target"]["kind"] == "failing" and "pods" in document:
-        if not document["pods"]:
-            return "no failing GPU pod\n"
-        parts = ["%d failing GPU pod(s)" % len(document["pods"])]
+        parts = ["%d failing GPU pod(s)" % len(document["pods"]) if document["pods"] else "no failing GPU pod"]
+        for entry in document.get("not_checked") or []:
+            parts.append("  not checked: %s: %s" % (entry["what"], entry["cause"]))
+            parts.append("    fix: %s" % entry["fix"])
         for pod in document["pods"]:
             parts.append("")
             parts.append(text(pod).rstrip("\n"))

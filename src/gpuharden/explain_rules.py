@@ -519,6 +519,14 @@ def finding_item(facts, entry):
     return item(what, where, value)
 
 
+def container_name(entry):
+    """The container a finding names: its name, else its ID cut as crictl shows it."""
+    name = entry.get("container")
+    if isinstance(name, str) and len(name) == 64 and all(char in "0123456789abcdef" for char in name):
+        return name[:13]
+    return name
+
+
 def _gpu_text(entry):
     gpu = entry.get("gpu")
     if isinstance(gpu, dict):
@@ -563,7 +571,7 @@ def access_without_request(facts):
             " (RuntimeClass %s)" % runtime_class if runtime_class else "")
         change = "set NVIDIA_VISIBLE_DEVICES=void in the pod, or run it without the NVIDIA runtime, and request nvidia.com/gpu where it needs one"
     visible = ((entry.get("found") or {}).get("containers") or {}) if isinstance(entry.get("found"), dict) else {}
-    return ({"container": entry.get("container") or ", ".join(sorted(visible)) or "a container",
+    return ({"container": container_name(entry) or ", ".join(sorted(visible)) or "a container",
              "what": "GPUs (NVIDIA_VISIBLE_DEVICES=%s)" % ", ".join(sorted(set(map(str, visible.values())))) if visible else _gpu_text(entry),
              "how": how, "change": change, "_finding": entry["id"]},
             [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
@@ -586,7 +594,7 @@ def other_pods_gpu(facts):
     else:
         change = ("remove NVIDIA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES=all and host /dev mounts from the pod: the device plugin's "
                   "allocation must be its only source of GPUs")
-    return ({"container": entry.get("container") or "a container", "gpu": _gpu_text(entry), "whose": whose, "change": change,
+    return ({"container": container_name(entry) or "a container", "gpu": _gpu_text(entry), "whose": whose, "change": change,
              "_finding": entry["id"]},
             [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
 
@@ -598,7 +606,7 @@ def allocation_revoked(facts):
     # the GPU first: nvidiactl and nvidia-uvm go with it
     found.sort(key=lambda e: e.get("gpu") is None)
     entry = found[0]
-    return ({"container": entry.get("container") or "a container", "gpu": _gpu_text(entry), "node": facts.node_audit.get("node")},
+    return ({"container": container_name(entry) or "a container", "gpu": _gpu_text(entry), "node": facts.node_audit.get("node")},
             [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
 
 
@@ -673,6 +681,21 @@ def nvml_down(facts):
             [finding_item(facts, e) for e in found[:2]])
 
 
+def allocation_unread(facts):
+    """Why the node's device audit could not compare what the pod's containers can open with what the kubelet
+    allocated (no pod-resources answer, and no allocation given), or None where it could (or the node was not read)."""
+    audit = node_checked(facts)
+    if audit is None:
+        return None
+    details = (audit.get("checks") or {}).get("device_cgroups", {}).get("details")
+    if details is None:
+        status = (audit.get("checks") or {}).get("device_cgroups", {}).get("status")
+        return "the node's device_cgroups check did not run (%s)" % (status or "not asked for")
+    if details.get("allocation_source") in (None, "none"):
+        return (details.get("pod_resources") or {}).get("reason") or "no allocation to compare with"
+    return None
+
+
 def healthy_pod(pod):
     status = pod.get("status") or {}
     return status.get("phase") == "Succeeded" or (status.get("phase") == "Running" and ready(pod))
@@ -729,6 +752,9 @@ def node_audit_findings(facts):
              "first": ranked[0].get("hint") or ranked[0]["id"], "fix": fix, "_finding": ranked[0]["id"]},
             [finding_item(facts, entry) for entry in ranked[:6]])
 
+
+# What stops a node's device plugin pod that only the node shows: the node-side pod rules about the node itself
+PLUGIN_NODE_SIDE_CAUSES = ("stale_checkpoint", "nvml_unusable")
 
 NODE_SIDE_NODE_RULES = (
     Rule("node_audit_findings", "node", ("node", "node_audit"), True, None,

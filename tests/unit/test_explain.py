@@ -510,8 +510,9 @@ def finding(ident, severity="error", **context):
 
 
 def drift_report(findings_by_node, checks=None, unreachable=None):
+    read = {"device_cgroups": {"status": "ok", "details": {"allocation_source": "pod-resources", "pod_resources": {"reason": None}}}}
     nodes = {name: {"node": name, "status": "attention" if found else "clean", "findings": found, "not_checked": [], "refused": [],
-                    "checks": (checks or {}).get(name, {})} for name, found in findings_by_node.items()}
+                    "checks": dict(read, **(checks or {}).get(name, {}))} for name, found in findings_by_node.items()}
     return {"version": 1, "nodes": nodes, "unreachable": unreachable or {}, "failed": {},
             "node_names": {name: name for name in list(findings_by_node) + list(unreachable or {})}}
 
@@ -672,3 +673,25 @@ def test_a_drift_report_carries_the_failing_pods_of_its_nodes_and_never_fails_th
     assert document["target"] == {"kind": "failing"} and document["api_requests"] == 2
     blind = explain.for_drift_report(report, {"gpuharden_kubeconfig": str(tmp_path / "missing")})
     assert blind["state"] == "undecided" and blind["pods"] == [] and "kubeconfig" in blind["not_checked"][0]["cause"]
+
+
+def test_a_running_gpu_pod_whose_allocation_the_audit_could_not_read_is_not_called_healthy(lib, cluster):
+    api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", node_name="gpu-a", phase="Running", ready=True), plugin_pod("gpu-a")])
+    blind = {"gpu-a": {"device_cgroups": {"status": "ok", "details": {
+        "allocation_source": "none", "pod_resources": {"reason": "pod-resources API not available: kubelet.sock: No such file or directory"}}}}}
+    document = run(lib, api, "pod ml/train-0", report=drift_report({"gpu-a": []}, blind))
+    assert document["state"] == "undecided" and "pod-resources API not available" in document["verdict"]["summary"]
+    assert "can open only the GPUs" in document["not_checked"][0]["what"]
+    # --failing does not list it (it is not failing, and nothing flags it), but says what was not checked
+    failing = run(lib, api, "--failing", report=drift_report({"gpu-a": []}, blind))
+    assert failing["pods"] == [] and failing["state"] == "undecided" and "ml/train-0" in failing["not_checked"][0]["what"]
+
+
+def test_failing_lists_a_plugin_pod_stopped_by_its_nodes_kubelet(lib, cluster):
+    pending = plugin_pod("gpu-a", ready=False)
+    pending["status"] = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": []}
+    api = cluster(nodes=[gpu_node("gpu-a", count=0)], pods=[pending])
+    stale = finding("kubelet_stale_checkpoint", check="kubelet", path="/var/lib/kubelet/cpu_manager_state", found="policy none")
+    document = run(lib, api, "--failing", report=drift_report({"gpu-a": [stale]}))
+    assert [entry["verdict"]["cause"] for entry in document["pods"]] == ["stale_checkpoint"]
+    assert document["pods"][0]["target"] == {"kind": "pod", "name": "kube-system/nvidia-device-plugin-gpu-a", "node": "gpu-a"}
