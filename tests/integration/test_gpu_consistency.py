@@ -92,3 +92,34 @@ def test_clean_nodes_report_nothing(result):
     for node in CLEAN:
         assert _findings(result, node) == [], node
         assert result["nodes"][node]["declared"]["nvidia.com/gpu"] == result["nodes"][node]["physical"]["gpus"]
+
+
+def test_explain_failing_lists_every_failing_gpu_pod_of_the_fleet_with_its_cause(lab):
+    """gpuharden explain --failing with the lab inventory: one drift run over the fleet (the nodes' audits), then each
+    GPU pod that is not Running and Ready, or that an audit flags, with its cause.  The seeds' failing pods: the device
+    plugins that MIG (v0.15.0 under migStrategy none), deviceListStrategy none and a stale CPU Manager checkpoint (the
+    real kubelet does not start) stop, and the two seed-isolation pods that can open GPUs they did not request.  The
+    stand-in nodes serve no pod-resources API: what their Running GPU pods can open against their allocation is named
+    as not checked, never as clean."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gpuharden.cli", "explain", "--failing", "-i", lab["inventory"], "--json",
+                           "-e", "gpuharden_kubeconfig=%s" % lab["cluster"]["tool_kubeconfig"]],
+                          cwd=cs.REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(cs.REPO_ROOT / "ansible.cfg")))
+    document = json.loads(done.stdout)
+    print(json.dumps([(p["target"], p["verdict"]["summary"]) for p in document["pods"]], indent=1))
+    causes = {}
+    for entry in document["pods"]:
+        namespace, name = entry["target"]["name"].split("/", 1)
+        key = ("plugin", entry["target"]["node"]) if namespace == "kube-system" else name
+        causes[key] = entry["verdict"]["cause"]
+    assert causes == {("plugin", "seed-mig-strategy"): "node_device_plugin_failing", ("plugin", "seed-list-none"): "node_device_plugin_failing",
+                      ("plugin", "seed-stale-cpu-state"): "stale_checkpoint",
+                      "privileged-debug": "gpu_access_without_request", "sneaky-all-gpus": "gpu_access_without_request"}, causes
+    # every failing pod decided: 1, with what could not be checked beside it
+    assert done.returncode == 1 and document["node_trips"] == 1, (done.returncode, done.stderr[-2000:])
+    unread = " ".join(entry["what"] for entry in document["not_checked"])
+    assert "seed-isolation (ml/lost-access, ml/train-ok)" in unread and "seed-memory-high (ml/infer-0, ml/infer-1, ml/notebook)" in unread
