@@ -2,7 +2,8 @@
 """`make bench`: every benchmark goal of the operations issue in one run, printed side by side as ratios.
 
 (a)-(c) bench/drift.py (scale lab, 32 nodes), (d) bench/consistency.py (5,000 kwok nodes), (e) bench/ebpf_audit.py
-(10,000 cgroups).  Each script's own output is shown as it runs; the table at the end is also written to
+(10,000 cgroups), (f) bench/explain.py (gpuharden explain for one pod, healthy lab).  Each script's own output is
+shown as it runs; the table at the end is also written to
 build/bench/results.md (the README's performance table is copied from it) and the figures to build/bench/*.json.
 Root only; the labs are taken one after the other under the shared lab lock.
 """
@@ -45,7 +46,7 @@ def row(goal, measured, target, ratio, verdict):
     return "| %s | %s | %s | %s | %s |" % (goal, measured, target, ratio, verdict)
 
 
-def table(drift, consistency, ebpf):
+def table(drift, consistency, ebpf, explain=None):
     lines = ["| goal | measured | target | ratio | met |", "| --- | --- | --- | --- | --- |"]
     if drift:
         a, b, c = drift["a"], drift["b"], drift["c"]
@@ -85,6 +86,17 @@ def table(drift, consistency, ebpf):
                          "%.2fx of goal" % ebpf["best_audit_s"], "yes" if ebpf["best_audit_s"] <= 1 else "no"))
     else:
         lines.append(row("(e) eBPF audit", "did not run", "<= 1 s", "", "no"))
+    if explain:
+        typo, node_side = explain["typo"], explain["node_side"]
+        lines.append(row("(f) explain pod, misspelt resource (Pending)", "%.2f s, %d node trips" % (typo["median_s"], typo["node_trips"]),
+                         "<= 5 s, no trip", "%.2fx of goal" % (typo["median_s"] / 5.0),
+                         "yes" if typo["median_s"] <= 5 and typo["node_trips"] == 0 else "no"))
+        lines.append(row("(f) explain pod, a cause on the node (one drift check of it)",
+                         "%.2f s, %d node trip" % (node_side["median_s"], node_side["node_trips"]), "<= 5 s, <= 1 trip",
+                         "%.2fx of goal" % (node_side["median_s"] / 5.0),
+                         "yes" if node_side["median_s"] <= 5 and node_side["node_trips"] <= 1 else "no"))
+    else:
+        lines.append(row("(f) explain", "did not run", "<= 5 s", "", "no"))
     return "\n".join(lines)
 
 
@@ -93,10 +105,11 @@ def main():
     drift = run("bench/drift.py")
     consistency = run("bench/consistency.py")
     ebpf = run("bench/ebpf_audit.py")
-    text = table(drift, consistency, ebpf)
+    explain = run("bench/explain.py")
+    text = table(drift, consistency, ebpf, explain)
     (OUT / "results.md").write_text(text + "\n")
     print("\n" + text)
-    return 0 if drift and consistency and ebpf else 1
+    return 0 if drift and consistency and ebpf and explain else 1
 
 
 if __name__ == "__main__":
