@@ -28,9 +28,14 @@ Output: the verdict first (the cause, one line), then the evidence, each with wh
 
 Three states, never silence: a cause found ("cause"), nothing wrong ("healthy"), or could not decide ("undecided":
 ``not_checked`` says what was not checked, why, and how to check it; a blind cluster side, an API server that
-refused or could not be reached, comes first with its fix).  Node-side causes (the device program, NVML health,
-kubelet checkpoints, device permissions) need a node_audit trip that explain does not make yet: a bound pod no
-cluster-side rule explains is "undecided", with the drift run that checks its node.
+refused or could not be reached, comes first with its fix).
+
+The node side: where no cluster-side rule explains a pod bound to a node (or the pod is Running and Ready, for what
+its containers can open), the node-side rules weigh that node's audit.  With ``-i INVENTORY`` it is read with one
+drift check of the node (NodeTrip: drift_check.yml limited to the node's host, the node's run lock held while it
+reads; the only trip to a node an explanation makes); with ``--from-report`` it is taken from a drift report (no
+trip); without either, the node side is not checked and said so.  ``node_trips`` and ``node_seconds`` in the JSON
+count it.  ``--failing -i INVENTORY`` makes one drift run over the inventory for every pod.
 
 Exit codes: 0 explained and healthy (no cause: the pod is Running and Ready or Succeeded, the node serves its GPUs,
 --failing found no failing GPU pod); 1 a cause found (--failing: for some pod, and every failing pod decided);
@@ -57,19 +62,20 @@ MODULE = "gpuharden explain"
 DESCRIPTION = """\
 Explain why a GPU pod fails (Pending, rejected, crash-looping) or why a node does not serve its GPUs: the cause in one
 line, the evidence with where it was read, and the fix (a harden stage to run, or the change to the workload).
-Read-only: it reads the cluster through the API server, each object at most once, and nothing on the nodes.
+Read-only: it reads the cluster through the API server, each object at most once; with -i INVENTORY, the pod's node
+too, with one drift check of that node, only where the cluster shows no cause.
 """
 EPILOG = """\
 examples:
-  gpuharden explain pod ml/train-0 -e gpuharden_kubeconfig=~/.kube/gpuharden
-  gpuharden explain node gpu-node-07
+  gpuharden explain pod ml/train-0 -e gpuharden_kubeconfig=~/.kube/gpuharden -i inventory.yml
+  gpuharden explain node gpu-node-07 --from-report /var/lib/gpuharden/drift-report.json
   gpuharden explain --failing --json
 
 exit codes:
   0    explained, healthy: no cause (the pod is Running and Ready, the node serves its GPUs, no failing GPU pod)
   1    a cause found: the first line names it, the output ends with the fix
   4    could not decide: what was not checked and why come first (an API server that refused or could not be reached,
-       or a symptom no cluster-side rule explains: the node-side check to run is named); never a guess
+       a node not read: give -i INVENTORY, or a symptom no rule explains); never a guess
   2    usage or environment error (bad arguments, the collection not installed, no such pod or node)
 """
 
@@ -347,11 +353,8 @@ def _verdict(lib, rule, values, evidence):
 
 def apply_rules(lib, rules, facts):
     """The first rule of ``rules`` that fires, as a document part, or None; each rule's evidence read as it needs it.
-
-    Phase 2 (node-side causes) plugs in here: a rule with ``needs_node_trip`` needs the evidence "node_audit", which
-    Facts reads once, the first time such a rule is weighed, with one node_audit run on the pod's node (through
-    ansible-runner, as gpuharden drift runs it, limited to that host and to the checks the rule names); the rules
-    before it, cluster-side, decide without that trip.  No phase-1 rule has needs_node_trip (a unit test pins it)."""
+    A rule with ``needs_node_trip`` needs the evidence "node_audit", which Facts reads once, the first time such a
+    rule is weighed (NodeTrip.audit); the cluster-side rules, weighed before, decide without it."""
     for rule in rules:
         for name in rule.needs:
             facts.need(name)

@@ -6,10 +6,10 @@ A rule is ``Rule(id, target, needs, needs_node_trip, finding_id, verdict, fix, p
 - ``needs``: the evidence it reads (EVIDENCE's names); explain gathers each one the first time a rule needs it, so a
   rule early in the table that fires saves every read a later rule would make (a Pending pod with a misspelled
   resource costs the pod and one LIST of Nodes, and no node trip);
-- ``needs_node_trip``: the rule reads the node itself (one node_audit run on the pod's node).  Every phase-1 rule
-  is cluster-side (False); the node-side causes of issue 44 (stale checkpoints, the device program, NVML health,
-  device permissions, another pod's GPU) are phase 2 and not in the table yet: explain reports such a pod as
-  "could not decide" with the node-side check to run, never as checked;
+- ``needs_node_trip``: the rule reads the node itself (the evidence "node_audit": one drift check of the pod's node,
+  or a drift report's audit of it).  POD_RULES and NODE_RULES are cluster-side (False) and are weighed first;
+  NODE_SIDE_POD_RULES and NODE_SIDE_NODE_RULES (the device program, another pod's GPU, a pod without a request that
+  can open GPUs, GPU health, device permissions, NVML, stale checkpoints) only once they have found nothing;
 - ``finding_id``: the findings catalogue's id the cause is (plugins/module_utils/core/_findings.py), or None where
   the cause is not a finding of any check (a full cluster, a workload's own choice);
 - ``verdict``: the one-line cause, a %-template over the predicate's values; ``fix``: the fix lines, templates too;
@@ -18,7 +18,7 @@ A rule is ``Rule(id, target, needs, needs_node_trip, finding_id, verdict, fix, p
 
 The predicates judge with the collection's own code (gpu_consistency's resource names, the device plugin's pod
 finder, node_maintenance's cordon record): explain adds causes on top of the checks drift runs, never a second
-audit.  Each rule has a unit test that fires it and one that must not (tests/unit/test_explain_rules.py).
+audit.  Each rule has a unit test that fires it and one that must not (tests/unit/test_explain.py).
 """
 
 from __future__ import annotations
