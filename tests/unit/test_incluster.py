@@ -14,7 +14,6 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -170,36 +169,7 @@ def test_recipe_parser_joins_continuations_and_drops_comment_lines():
 
 
 # ---------------------------------------------------------------------------------------------------
-# The CronJobs' shell against a real Pushgateway
-
-
-@pytest.fixture(scope="module")
-def pushgateway(tmp_path_factory):
-    binary = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")
-    if not binary:
-        pytest.fail("prometheus-pushgateway not found: install the Debian package prometheus-pushgateway (make system-deps)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp_path_factory.mktemp("pushgateway") / "log").open("w")
-    process = subprocess.Popen([binary, "--web.listen-address=127.0.0.1:%d" % port], stdout=log, stderr=subprocess.STDOUT)
-    url = "http://127.0.0.1:%d" % port
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the Pushgateway did not start"
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+# The CronJobs' shell against a real Pushgateway (the `pushgateway` fixture of tests/unit/conftest.py)
 
 
 def _pushed(url):
