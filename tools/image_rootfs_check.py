@@ -46,10 +46,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuharden" / "image-rootfs"
 MIRROR = "http://deb.debian.org/debian"
-# The base images this check can make: the official debian:<release>-slim images are debootstrap's minbase
-# variant of that release with documentation trimmed (docker-library/debian, debuerreotype).
+# The base images this check can make: the official debian:<release>-slim images are debootstrap's minbase variant
+# of that release, then documentation and locales trimmed (debuerreotype/debuerreotype: scripts/debuerreotype-init,
+# scripts/debuerreotype-slimify; its Dockerfile names `debootstrap --variant=minbase` as the stand-in base).
 BASES = {"docker.io/library/debian:bookworm-slim": ("bookworm", "minbase"), "debian:bookworm-slim": ("bookworm", "minbase")}
-# The PATH a container engine gives a RUN step when no ENV sets one (moby's and buildah's default for Linux).
+# The PATH a container engine gives a RUN step when no ENV sets one (moby/moby pkg/system: DefaultPathEnvUnix).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Predefined build arguments engines pass from the build host without an ARG line.
 PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "FTP_PROXY", "ftp_proxy")
@@ -253,7 +254,7 @@ class Build:
         return hashlib.sha256((previous + "\0" + keyword + "\0" + arguments).encode()).hexdigest()[:24]
 
     def build(self, root):
-        """Run the recipe into ``root``; returns the image's (env, user) for the checks."""
+        """Run the recipe into ``root``; self.env, self.user and self.workdir are then the image's, for the checks."""
         started = time.monotonic()
         _, keyword, reference = self.instructions[0]
         release, variant = base_of(reference, self.containerfile.name)
@@ -322,7 +323,7 @@ class Build:
         env.update(extra)
         return env, user
 
-    def check(self, root, command, extra_env, expect_rc=0, expect_text=None):
+    def check(self, root, command, extra_env, expect_rc=0, expect_text=None, label=None):
         """``command`` as the pod runs the image: read-only root, fresh /tmp, the image's user and WORKDIR."""
         env, user = self.pod_env(root, extra_env)
         argv = chroot_command(root, command, env, user, self.workdir, read_only=True)
@@ -330,10 +331,10 @@ class Build:
         completed = subprocess.run(argv, capture_output=True, text=True, check=False)
         output = completed.stdout + completed.stderr
         if completed.returncode != expect_rc or (expect_text and expect_text not in output):
-            raise StepFailed("check `%s`: exit %d (wanted %d%s)\n%s" % (
-                command[:120], completed.returncode, expect_rc, ", and %r in the output" % expect_text if expect_text else "",
+            raise StepFailed("check %s: exit %d (wanted %d%s)\n%s" % (
+                label or "`%s`" % command, completed.returncode, expect_rc, ", and %r in the output" % expect_text if expect_text else "",
                 output[-6000:]))
-        self.say("check `%s`: exit %d as wanted (%.1f s)" % (command.splitlines()[0][:100], completed.returncode, time.monotonic() - started))
+        self.say("check %s: exit %d as wanted (%.1f s)" % (label or "`%s`" % command, completed.returncode, time.monotonic() - started))
         return completed.stdout
 
 
@@ -359,7 +360,8 @@ def checks(build, root):
     if command[:2] != ["/bin/sh", "-c"]:
         raise StepFailed("%s: the container's command is not `/bin/sh -c SCRIPT`" % CRONJOB.name)
     # No inventory volume here: the real gpuharden refuses with its usage exit before the run, so nothing is pushed.
-    build.check(root, command[2], env, expect_rc=2, expect_text="inventory /etc/gpuharden/inventory does not exist")
+    build.check(root, command[2], env, expect_rc=2, expect_text="inventory /etc/gpuharden/inventory does not exist",
+                label="the command of %s's container" % CRONJOB.name)
     return versions["gpuharden.k8s"]
 
 

@@ -299,15 +299,21 @@ def test_readme_table_names_every_code():
 
 
 def test_push_replaces_the_group(tmp_path, pushgateway, sample_metrics):
-    """PUT: a node missing from the next run's metrics has no series left (a POST would keep it)."""
+    """PUT replaces the cluster's whole group (handler/push.go, replace=true): a node missing from the next run has no
+    series left, nor has a metric family the next run no longer writes (a release that drops or renames one). A POST
+    would keep that family's old series."""
     _forget(pushgateway)
     assert _pod(CRONJOB, tmp_path, pushgateway, 1, sample_metrics).returncode == 0
-    assert any('node="node-b"' in line for line in _pushed(pushgateway))
+    pushed = _pushed(pushgateway)
+    assert any('node="node-b"' in line for line in pushed)
+    assert any(line.startswith("gpuharden_drift_node_attention{") for line in pushed)
     fewer = tmp_path / "fewer.prom"
-    fewer.write_text("".join(line + "\n" for line in sample_metrics.read_text().splitlines() if 'node="node-b"' not in line))
+    fewer.write_text("".join(line + "\n" for line in sample_metrics.read_text().splitlines()
+                             if 'node="node-b"' not in line and "gpuharden_drift_node_attention" not in line))
     assert _pod(CRONJOB, tmp_path, pushgateway, 0, fewer).returncode == 0
     pushed = _pushed(pushgateway)
     assert pushed and not any('node="node-b"' in line for line in pushed)
+    assert not any(line.startswith("gpuharden_drift_node_attention{") for line in pushed)
 
 
 @pytest.mark.parametrize("path", [CRONJOB, SLICED], ids=["cronjob", "sliced"])
