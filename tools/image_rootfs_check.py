@@ -258,6 +258,11 @@ class Build:
         started = time.monotonic()
         _, keyword, reference = self.instructions[0]
         release, variant = base_of(reference, self.containerfile.name)
+        for _, keyword, arguments in self.instructions:  # a context without the artifacts fails now, not after the base
+            if keyword == "COPY":
+                for source in arguments.split()[:-1]:
+                    if not glob.glob(str(self.context / source)):
+                        raise RecipeError("build context %s: no file matches %s (run `make dist`)" % (self.context, source))
         key = "%s-%s" % (release, variant)
         cacheable = []  # the steps before the first COPY: their keys only depend on the base and the recipe
         for _, keyword, arguments in self.instructions[1:]:
@@ -379,6 +384,8 @@ def main(argv=None):
         args.cache.mkdir(parents=True, exist_ok=True)
         build = Build(args.containerfile, args.context, args.cache)
         if args.keep:
+            if args.keep.exists():
+                raise RecipeError("--keep %s: exists already (a new directory is wanted)" % args.keep)
             args.keep.mkdir(parents=True)
         root = args.keep or Path(tempfile.mkdtemp(prefix="rootfs-", dir=args.cache))
         try:
