@@ -189,7 +189,7 @@ dist-install-check: nvml-double
 # The drift CronJob's image (deploy/kubernetes/Containerfile) from dist/ without a container engine: its root file
 # system built in a chroot from a debootstrap of the base's Debian release, then gpuharden, ansible-galaxy and the
 # CronJob's own command run in it as the pod runs them (tools/image_rootfs_check.py).  Root, the Debian mirror and
-# the package index; not part of `make test` (about 75 s warm on the 2-core machine, most of it pip).
+# the package index; not part of `make test` (warm 62-79 s on the shared 2-core machine, most of it pip).
 image-check: dist
 	$(BIN)/python tools/image_rootfs_check.py --context $(DIST)
 
