@@ -12,14 +12,14 @@ DIST := dist
 COLLECTION_LINK := $(BUILD)/collections/ansible_collections/gpuharden/k8s
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 # Debian packages the checks need (installed only when missing; needs root).
-DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux chromium prometheus
+DEBIAN_PACKAGES := gcc make git openssh-server openssh-client runc iproute2 openssl curl util-linux chromium prometheus prometheus-pushgateway debootstrap zstd
 PY_SOURCES := src lab/src tests plugins tools bench
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit fuzz \
-        integration sandbox molecule test-checks test-lab dist-install-check monitoring-check dist python-dist collection-build collection-install-check demo bench lab-down clean
+        integration sandbox molecule test-checks test-lab dist-install-check monitoring-check image-check dist python-dist collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -31,6 +31,10 @@ system-deps:
 	  case " $$missing " in *" prometheus "*) \
 	    : "only promtool is wanted: on a systemd host the package starts a Prometheus server on :9090, stop it"; \
 	    if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi;; \
+	  esac; \
+	  case " $$missing " in *" prometheus-pushgateway "*) \
+	    : "the tests start their own on a free port: stop the package's service on :9091"; \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now prometheus-pushgateway >/dev/null 2>&1 || true; fi;; \
 	  esac; \
 	fi
 
@@ -181,6 +185,13 @@ collection-install-check: collection-build
 # installs those archives too (test_installed_artifacts.py), so the checks stream must not remove them meanwhile.
 dist-install-check: nvml-double
 	$(BIN)/python tools/install_check.py $(DIST)/gpuharden-k8s-*.tar.gz
+
+# The drift CronJob's image (deploy/kubernetes/Containerfile) from dist/ without a container engine: its root file
+# system built in a chroot from a debootstrap of the base's Debian release, then gpuharden, ansible-galaxy and the
+# CronJob's own command run in it as the pod runs them (tools/image_rootfs_check.py).  Root, the Debian mirror and
+# the package index; not part of `make test` (warm 62-79 s on the shared 2-core machine, most of it pip).
+image-check: dist
+	$(BIN)/python tools/image_rootfs_check.py --context $(DIST)
 
 demo: setup
 	$(BIN)/python -m gpuharden_lab.demo

@@ -7,10 +7,13 @@ import ctypes
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -148,3 +151,34 @@ def tree_snapshot(root):
                 data = os.readlink(path)
             snap[path] = (st.st_mode, st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns, data)
     return snap
+
+
+@pytest.fixture(scope="session")
+def pushgateway(tmp_path_factory):
+    """The URL of a real Prometheus Pushgateway (Debian's prometheus-pushgateway) on a free loopback port, for the
+    drift CronJobs' push (tests/unit/test_incluster.py, test_drift_slice.py)."""
+    binary = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")
+    if not binary:
+        pytest.fail("prometheus-pushgateway not found: install the Debian package prometheus-pushgateway (make system-deps)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path_factory.mktemp("pushgateway") / "log").open("w")
+    process = subprocess.Popen([binary, "--web.listen-address=127.0.0.1:%d" % port], stdout=log, stderr=subprocess.STDOUT)
+    url = "http://127.0.0.1:%d" % port
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "the Pushgateway did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()

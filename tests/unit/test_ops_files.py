@@ -515,7 +515,11 @@ def test_cronjob_command_volumes_and_secret(manifests):
     job = kinds["CronJob"]["spec"]["jobTemplate"]["spec"]
     pod = job["template"]["spec"]
     (container,) = pod["containers"]
-    argv = container.get("command", []) + container.get("args", [])
+    # The command is a shell that pushes the metrics and counts drift as systemd does (tests/unit/test_incluster.py).
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    line = re.search(r"^gpuharden drift .*?(?<!\\)$", container["command"][2], re.M | re.S).group(0).replace("\\\n", " ")
+    argv = [word.replace("$REPORTS", env["REPORTS"]) for word in shlex.split(line)]
     assert argv[:2] == ["gpuharden", "drift"]
     parsed = parse_cli(argv)
     assert not parsed.remediate
@@ -561,12 +565,12 @@ def test_cronjob_command_volumes_and_secret(manifests):
     # In the cluster the API steps use the pod's token.
     assert inventory["all"]["vars"]["gpuharden_kubeconfig"] == ""
 
-    # Drift (1) and usage errors (2) are final; podFailurePolicy needs restartPolicy Never.
+    # Usage errors (2) and blind runs (4) are final; drift (1) leaves the pod with 0; podFailurePolicy needs restartPolicy Never.
     assert pod["restartPolicy"] == "Never"
     rules = job["podFailurePolicy"]["rules"]
     exit_rule = next(rule for rule in rules if "onExitCodes" in rule)
     assert exit_rule["onExitCodes"]["containerName"] == container["name"]
-    assert set(exit_rule["onExitCodes"]["values"]) == {1, 2, 4}
+    assert set(exit_rule["onExitCodes"]["values"]) == {2, 4}
 
 
 def test_cronjob_inventory_parses(manifests, tmp_path):
