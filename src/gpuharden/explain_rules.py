@@ -302,9 +302,9 @@ def mig_mismatch(facts):
                 why = "the MIG layout there has other profiles (%s)" % ", ".join(mig_have)
                 change = "request %s, or give the node a layout with this profile (the mig stage, mig_layout)" % close[0]
             else:
-                why = "it advertises %s only: its device plugin runs migStrategy single or none, not mixed" % _consistency.GPU
-                change = "request %s (what migStrategy single advertises a MIG device as), or set device_plugin_mig_strategy: mixed" \
-                         % _consistency.GPU
+                why = "%s advertise%s %s only: the device plugin runs migStrategy none or single, not mixed" % (
+                    ("they", "") if not (facts.pod.get("spec") or {}).get("nodeName") else ("it", "s"), _consistency.GPU)
+                change = "request %s (what migStrategy none and single advertise a GPU, or a MIG device under single, as)" % _consistency.GPU
             return ({"resource": name, "scope": scope_text(facts), "why": why, "change": change},
                     [requested_item(facts.pod), advertised_item(facts)])
         if base == _consistency.GPU and mig_have and not (set(have) & {_consistency.GPU, _consistency.SHARED}):

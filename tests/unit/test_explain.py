@@ -227,7 +227,7 @@ def test_mig_name_on_a_node_of_the_single_strategy(lib, cluster):
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/mig-1g.10gb": "1"})])
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
-    assert "migStrategy single or none" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
+    assert "migStrategy none or single, not mixed" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
     assert document["verdict"]["stage"] is None and "(no harden stage fixes it)" in explain.text(document)  # the catalogue: never
 
 
