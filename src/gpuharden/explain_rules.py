@@ -299,11 +299,11 @@ def mig_mismatch(facts):
         if base.startswith(_consistency.MIG_PREFIX) and (mig_have or _consistency.GPU in have):
             if mig_have:
                 close = difflib.get_close_matches(base, mig_have, n=1, cutoff=0.0)
-                why = "the MIG layout there has other profiles (%s)" % ", ".join(mig_have)
-                change = "request %s, or give the node a layout with this profile (the mig stage, mig_layout)" % close[0]
+                why = "the profile is not in the MIG layout, which has %s" % ", ".join(mig_have)
+                change = "request %s, the closest profile the layout has" % close[0]
             else:
-                why = "%s advertise%s %s only: the device plugin runs migStrategy none or single, not mixed" % (
-                    ("they", "") if not (facts.pod.get("spec") or {}).get("nodeName") else ("it", "s"), _consistency.GPU)
+                they = "it advertises" if (facts.pod.get("spec") or {}).get("nodeName") else "they advertise"
+                why = "%s %s only: the device plugin runs migStrategy none or single, not mixed" % (they, _consistency.GPU)
                 change = "request %s (what migStrategy none and single advertise a GPU, or a MIG device under single, as)" % _consistency.GPU
             return ({"resource": name, "scope": scope_text(facts), "why": why, "change": change},
                     [requested_item(facts.pod), advertised_item(facts)])
