@@ -467,13 +467,13 @@ def _block_values(blocked):
     ours = [node for node, block in blocked if block[0] == "cordon" and block[1]]
     joining = [node for node, block in blocked if block[0] == "bootstrap"]
     text = "; ".join("%s %s" % (node_name(node), describe_block(node, block)) for node, block in blocked[:3])
+    fixes = []
     if joining:
-        fix = "ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node " \
-              "passes its checks)" % ",".join(node_name(n) for n in joining)
-    elif ours:
-        fix = "%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours))
-    else:
-        fix = "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
+        fixes.append("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node "
+                     "passes its checks)" % ",".join(node_name(n) for n in joining))
+    if ours:
+        fixes.append("%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours)))
+    fix = "; ".join(fixes) or "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
     # the catalogue's finding only for a cordon gpuharden's own record names; another's cordon or taint is no finding
     return {"blocked": text, "fix": fix, "_finding": "node_left_cordoned" if ours else None}
 

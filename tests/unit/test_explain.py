@@ -313,6 +313,15 @@ def test_a_joining_node_under_gpuharden_s_bootstrap_taint(lib, cluster):
     assert document["fix"][0].startswith("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l gpu-a")
 
 
+def test_a_harden_run_s_cordon_and_a_joining_node_each_get_their_command(lib, cluster):
+    record = json.dumps({"owner": "harden-run-7", "at": "2026-12-07T00:00:00Z", "for": "kubelet_topology"})
+    ours = gpu_node("gpu-a", unschedulable=True, annotations={"gpuharden.io/cordon": record})
+    joining = gpu_node("gpu-b", taints=[{"key": "gpuharden.io/bootstrap", "value": "pending", "effect": "NoSchedule"}])
+    api = cluster(nodes=[ours, joining], pods=[pod("train-0", scheduler="x"), plugin_pod("gpu-a"), plugin_pod("gpu-b")])
+    fix = run(lib, api, "pod ml/train-0")["fix"][0]
+    assert "gpuharden.k8s.bootstrap_gpu_node -l gpu-b" in fix and "gpuharden.k8s.harden_gpu_nodes -l gpu-a" in fix, fix
+
+
 def test_a_tolerated_taint_does_not_block(lib, cluster):
     tainted = gpu_node("gpu-a", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
     api = cluster(nodes=[tainted], pods=[pod("train-0", scheduler="x", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
