@@ -182,7 +182,7 @@ def plugin_trouble(pod, advertising=True):
     if ready(pod) and not waiting and (advertising or not restarts or not last.get("exitCode")):
         return None
     if not waiting and last.get("exitCode"):
-        waiting = {"reason": "restarting (last exit code %s)" % last["exitCode"]}
+        waiting = {"reason": "restarting after exit code %s" % last["exitCode"]}
     state = waiting.get("reason") or (pod.get("status") or {}).get("phase") or "not ready"
     message = last.get("message") or waiting.get("message") or last.get("reason")
     return {"state": state, "restarts": restarts, "message": (message or "").strip() or None}

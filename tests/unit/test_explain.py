@@ -411,7 +411,7 @@ def test_the_plugin_caught_running_between_two_restarts_is_still_failing(lib, cl
     api = cluster(nodes=[with_hostname(runc_node("gpu-runc"))], pods=[pinned("train-0", "gpu-runc"), crashing_plugin("gpu-runc", running=True)])
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "device_plugin_failing", document
-    assert "is restarting (last exit code 1) (4 restarts)" in document["verdict"]["summary"]
+    assert "is restarting after exit code 1 (4 restarts)" in document["verdict"]["summary"]
 
 
 def test_the_plugin_s_own_words_name_the_runtime_and_a_failure_with_the_nvidia_runtime_does_not(lib, cluster):
