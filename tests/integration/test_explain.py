@@ -10,6 +10,7 @@ then the plugin under migStrategy none, then under mixed.  Another class of caus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -87,6 +88,18 @@ def _delete(core, name):
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
+@contextlib.contextmanager
+def _pending_and_explained(state, name, limits, node=None):
+    """A pod the scheduler leaves Pending (``node``: pinned there), explained: (first line, text, --json document);
+    the pod is deleted after the block."""
+    core = _core(state)
+    try:
+        _pending_pod(core, name, limits, node)
+        yield _explained(state, name)
+    finally:
+        _delete(core, name)
+
+
 def _gpu_resources(core, node):
     return {key: value for key, value in core.read_node(node).status.allocatable.items() if key.startswith("nvidia.com/")}
 
@@ -160,15 +173,10 @@ class TestClusterSideCauses:
     """One test per cluster-side cause of issue 44, on the real components; the pods are deleted after each."""
 
     def test_a_gpu_pod_on_a_fleet_without_a_device_plugin(self, lab):
-        core, name = _core(lab), "explain-no-plugin"
-        try:
-            _pending_pod(core, name, {"nvidia.com/gpu": "1"})
-            first, output, document = _explained(lab, name)
+        with _pending_and_explained(lab, "explain-no-plugin", {"nvidia.com/gpu": "1"}) as (first, output, document):
             assert "requests nvidia.com/gpu, but no device plugin runs on any node: nothing advertises it" in first, output
             assert document["verdict"]["cause"] == "no_device_plugin" and document["verdict"]["stage"] == "device_plugin", document
             assert "--tags device_plugin" in output
-        finally:
-            _delete(core, name)
 
     def test_a_pod_asking_for_nvidia_com_gpus_stays_pending_and_explain_names_the_advertised_name(self, lab):
         core, name = _core(lab), "explain-typo"
@@ -196,29 +204,19 @@ class TestClusterSideCauses:
         plugin pod names no RuntimeClass; the real plugin exits ("Incompatible strategy detected auto") and the
         kubelet restarts it."""
         _plugin(lab, "none")
-        core, name = _core(lab), "explain-plugin-restarting"
-        try:
-            _pending_pod(core, name, {"nvidia.com/gpu": "1"}, node=RUNC)
-            first, output, document = _explained(lab, name)
+        with _pending_and_explained(lab, "explain-plugin-restarting", {"nvidia.com/gpu": "1"}, node=RUNC) as (first, output, document):
             assert "requests nvidia.com/gpu, but the device plugin on %s is " % RUNC in first, output
             assert "%s's containerd has no nvidia runtime (runtime handlers '', 'runc') and the plugin pod names no RuntimeClass" % RUNC in first
             assert document["verdict"]["cause"] == "device_plugin_failing", document
             assert "--tags container_runtime,runtime_class,device_plugin -l %s" % RUNC in output
-        finally:
-            _delete(core, name)
 
     def test_a_pod_asking_for_a_mig_device_while_the_mig_node_s_plugin_advertises_whole_gpus(self, lab):
         _plugin(lab, "none")
-        core, name = _core(lab), "explain-mig-name"
-        try:
-            _pending_pod(core, name, {"nvidia.com/mig-1g.10gb": "1"})
-            first, output, document = _explained(lab, name)
+        with _pending_and_explained(lab, "explain-mig-name", {"nvidia.com/mig-1g.10gb": "1"}) as (first, output, document):
             assert ("requests nvidia.com/mig-1g.10gb, not advertised on any node: they advertise nvidia.com/gpu only: the device plugin "
                     "runs migStrategy none or single, not mixed") in first, output
             assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
             assert "-e gpuharden_mig_strategy=mixed" in output and "request nvidia.com/gpu" in output
-        finally:
-            _delete(core, name)
 
     def test_a_five_gpu_pod_on_a_dgx_whose_kubelet_runs_single_numa_node(self, lab):
         """The real kubelet rejects it at admission: 4 GPUs per NUMA node, the plugin's NUMA hints, single-numa-node."""
@@ -238,16 +236,11 @@ class TestClusterSideCauses:
 
     def test_a_pod_asking_for_a_mig_profile_the_mig_node_s_layout_does_not_have(self, lab):
         _plugin(lab, "mixed")
-        core, name = _core(lab), "explain-mig-profile"
-        try:
-            _pending_pod(core, name, {"nvidia.com/mig-7g.80gb": "1"})
-            first, output, document = _explained(lab, name)
+        with _pending_and_explained(lab, "explain-mig-profile", {"nvidia.com/mig-7g.80gb": "1"}) as (first, output, document):
             assert ("requests nvidia.com/mig-7g.80gb, not advertised on any node: the profile is not in the MIG layout, which has "
                     "nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb") in first, output
             assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
             assert "--tags mig" in output
-        finally:
-            _delete(core, name)
 
     def test_a_gpu_pod_while_one_gpu_node_is_cordoned_by_a_harden_run_and_the_other_joins(self, lab):
         """The DGX cordoned by node_maintenance as a harden run does (its gpuharden.io/cordon record), the MIG node
