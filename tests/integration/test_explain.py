@@ -84,7 +84,7 @@ def _gpu_pod(state, core, name, limits, node):
                                  "resources": {"limits": limits}}]}})
 
 
-def _delete(core, name):
+def _delete_pod(core, name):
     core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
@@ -97,7 +97,7 @@ def _pending_and_explained(state, name, limits, node=None):
         _pending_pod(core, name, limits, node)
         yield _explained(state, name)
     finally:
-        _delete(core, name)
+        _delete_pod(core, name)
 
 
 def _gpu_resources(core, node):
@@ -197,7 +197,7 @@ class TestClusterSideCauses:
             print(failing.stdout)
             assert failing.returncode == 1 and "%s/%s: requests nvidia.com/gpus" % (NAMESPACE, name) in failing.stdout, failing.stdout
         finally:
-            _delete(core, name)
+            _delete_pod(core, name)
 
     def test_a_gpu_pod_pinned_to_a_node_whose_plugin_keeps_restarting(self, lab):
         """The real plugin without the NVIDIA runtime: containerd's default runtime on the node is runc, and the
@@ -232,7 +232,7 @@ class TestClusterSideCauses:
             assert document["verdict"]["cause"] == "admission_rejected", document
             assert "--tags kubelet_topology -l %s -e kubelet_topology_topology_manager_policy=restricted" % DGX in output
         finally:
-            _delete(core, name)
+            _delete_pod(core, name)
 
     def test_a_pod_asking_for_a_mig_profile_the_mig_node_s_layout_does_not_have(self, lab):
         _plugin(lab, "mixed")
@@ -262,7 +262,7 @@ class TestClusterSideCauses:
             assert document["verdict"]["cause"] == "gpu_nodes_unschedulable", document
             assert "gpuharden.k8s.bootstrap_gpu_node -l %s" % MIG in output and "gpuharden.k8s.harden_gpu_nodes -l %s" % DGX in output
         finally:
-            _delete(core, name)
+            _delete_pod(core, name)
             core.patch_node(MIG, {"spec": {"taints": None}})
             run(lab, module="gpuharden.k8s.node_maintenance", args=module_args(kubeconfig=kubeconfig, nodes=[DGX], state="uncordoned",
                                                                                  owner="harden-run-7"))
