@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import difflib
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import SEVERITIES
 
@@ -104,17 +104,37 @@ def offered(nodes):
     return {name for name, count in advertised(nodes).items() if count > 0}
 
 
+def _selector_terms(pod):
+    """The pod's nodeSelector and required node affinity, as _topology.can_land weighs a workload's (no taints: a node
+    that taints the pod away is gpu_nodes_unschedulable's question)."""
+    spec = pod.get("spec") or {}
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return {"node_name": None, "node_selector": {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            "node_affinity": [term for term in required.get("nodeSelectorTerms") or [] if isinstance(term, dict)], "tolerations": []}
+
+
+def selected(pod):
+    return bool(_selector_terms(pod)["node_selector"] or _selector_terms(pod)["node_affinity"])
+
+
 def scope_nodes(facts):
-    """The nodes the pod can use: its own once bound, else every node."""
+    """The nodes the pod can use: its own once bound, else those its nodeSelector and required node affinity select
+    (every node where it has none): a pod pinned to one node asks that node's plugin, not the fleet's."""
     bound = (facts.pod.get("spec") or {}).get("nodeName")
     if bound:
         return [node for node in facts.nodes if node_name(node) == bound]
-    return list(facts.nodes)
+    terms = _selector_terms(facts.pod)
+    return [node for node in facts.nodes if _topology.can_land(terms, node_name(node), (node.get("metadata") or {}).get("labels") or {}, ())]
 
 
 def scope_text(facts):
     bound = (facts.pod.get("spec") or {}).get("nodeName")
-    return "node %s" % bound if bound else "any node"
+    if bound:
+        return "node %s" % bound
+    if selected(facts.pod):
+        names = sorted(node_name(node) for node in scope_nodes(facts))
+        return "the node(s) its selector picks (%s)" % (", ".join(names[:3]) + (", ..." if len(names) > 3 else "") if names else "none")
+    return "any node"
 
 
 def advertised_item(facts, nodes=None):
@@ -151,14 +171,19 @@ def plugin_status(pod):
     return {}
 
 
-def plugin_trouble(pod):
-    """Why a plugin pod does not serve (None when it is Ready): {state, restarts, message}."""
+def plugin_trouble(pod, advertising=True):
+    """Why a plugin pod does not serve (None when it is Ready): {state, restarts, message}.  ``advertising`` False: its
+    node advertises none of the plugin's names, so a plugin that last exited with an error and runs again is caught
+    between two restarts (the real plugin has no readiness probe: the kubelet reports it Ready for the second it runs
+    before it exits again, k8s-device-plugin v0.18.2 cmd/nvidia-device-plugin/main.go)."""
     status = plugin_status(pod)
     waiting = (status.get("state") or {}).get("waiting") or {}
     last = (status.get("lastState") or {}).get("terminated") or {}
     restarts = int(status.get("restartCount") or 0)
-    if ready(pod) and not waiting:
+    if ready(pod) and not waiting and (advertising or not restarts or not last.get("exitCode")):
         return None
+    if not waiting and last.get("exitCode"):
+        waiting = {"reason": "restarting after exit code %s" % last["exitCode"]}
     state = waiting.get("reason") or (pod.get("status") or {}).get("phase") or "not ready"
     message = last.get("message") or waiting.get("message") or last.get("reason")
     return {"state": state, "restarts": restarts, "message": (message or "").strip() or None}
@@ -205,21 +230,59 @@ def no_plugin(facts):
     return {"resource": names[0], "scope": scope_text(facts), "limit": limit}, evidence
 
 
+# What the real plugin says when it got no NVML (k8s-device-plugin v0.18.2 internal/rm/factory.go: "Incompatible
+# strategy detected auto", "did you configure the NVIDIA Container Toolkit?"; NVML's own "failed to initialize NVML").
+NO_NVML_WORDS = ("nvml", "incompatible strategy", "nvidia container toolkit")
+NVIDIA_HANDLER = "nvidia"
+
+
+def runtime_handlers(node):
+    """The runtime handlers the node's containerd reports (containerd 2.x: every configured runtime, the default one
+    also as "", internal/cri/server/service.go introspectRuntimeHandler), or None where it reports none (1.7)."""
+    handlers = (node.get("status") or {}).get("runtimeHandlers")
+    return None if not handlers else sorted(str(entry.get("name") or "") for entry in handlers)
+
+
+def no_nvml(pod, node, trouble):
+    """Why the plugin pod on ``node`` gets no NVML, read from the cluster, or None: its own words, else a pod that
+    names no RuntimeClass (the NVIDIA runtime only where it is containerd's default) on a node whose containerd reports
+    no nvidia runtime.  The real plugin's termination message is empty (terminationMessagePolicy File): its words
+    are in its log, which explain does not read."""
+    message = (trouble["message"] or "").lower()
+    if any(word in message for word in NO_NVML_WORDS):
+        return trouble["message"].splitlines()[-1][:200]
+    handlers = runtime_handlers(node)
+    container = _device_plugin.plugin_container(pod.get("spec") or {}) or {}
+    privileged = (container.get("securityContext") or {}).get("privileged")
+    runtime_class = (pod.get("spec") or {}).get("runtimeClassName")
+    if handlers is not None and NVIDIA_HANDLER not in handlers and not privileged:
+        return "%s's containerd has no nvidia runtime (runtime handlers %s)%s: the plugin gets no NVML" % (
+            node_name(node), ", ".join(repr(h) for h in handlers), "" if runtime_class else " and the plugin pod names no RuntimeClass")
+    return None
+
+
+def _plugin_failure(facts, node, pod, trouble):
+    """The values a failing plugin's verdict and fix share (pod and node rules)."""
+    nvml = no_nvml(pod, node, trouble)
+    because = nvml or (trouble["message"].splitlines()[-1][:200] if trouble["message"] else "")
+    return {"plugin": pod_ref(pod), "node": node_name(node), "state": trouble["state"], "restarts": trouble["restarts"],
+            "because": (" (%s)" % because) if because else "",
+            "stages": "container_runtime,runtime_class,device_plugin" if nvml else "device_plugin"}
+
+
 def plugin_failing(facts):
     names = missing_plugin_names(facts)
     if not names:
         return None
-    failing = [(node, pod, plugin_trouble(pod)) for node in plugin_nodes(facts) for pod in plugin_pods_on(facts, node_name(node))]
+    failing = [(node, pod, plugin_trouble(pod, advertising=False)) for node in plugin_nodes(facts) for pod in plugin_pods_on(facts, node_name(node))]
     failing = [entry for entry in failing if entry[2]]
     if not failing:
         return None
     node, pod, trouble = failing[0]
-    nvml = "nvml" in (trouble["message"] or "").lower()
-    because = (" (%s)" % trouble["message"].splitlines()[-1][:200]) if trouble["message"] else ""
-    return ({"resource": names[0], "plugin": pod_ref(pod), "node": node_name(node), "state": trouble["state"],
-             "restarts": trouble["restarts"], "because": because,
-             "stages": "container_runtime,runtime_class,device_plugin" if nvml else "device_plugin"},
-            _plugin_evidence(facts, [node]))
+    evidence = _plugin_evidence(facts, [node])
+    evidence.append(item("runtime handlers of %s" % node_name(node), "node %s status.runtimeHandlers" % node_name(node), runtime_handlers(node)))
+    evidence.append(item("plugin pod RuntimeClass", "pod %s spec.runtimeClassName" % pod_ref(pod), (pod.get("spec") or {}).get("runtimeClassName")))
+    return dict(_plugin_failure(facts, node, pod, trouble), resource=names[0]), evidence
 
 
 def _mig_names(names):
@@ -237,12 +300,12 @@ def mig_mismatch(facts):
         if base.startswith(_consistency.MIG_PREFIX) and (mig_have or _consistency.GPU in have):
             if mig_have:
                 close = difflib.get_close_matches(base, mig_have, n=1, cutoff=0.0)
-                why = "the MIG layout there has other profiles (%s)" % ", ".join(mig_have)
-                change = "request %s, or give the node a layout with this profile (the mig stage, mig_layout)" % close[0]
+                why = "the profile is not in the MIG layout, which has %s" % ", ".join(mig_have)
+                change = "request %s, the closest profile the layout has" % close[0]
             else:
-                why = "it advertises %s only: its device plugin runs migStrategy single or none, not mixed" % _consistency.GPU
-                change = "request %s (what migStrategy single advertises a MIG device as), or set device_plugin_mig_strategy: mixed" \
-                         % _consistency.GPU
+                they = "it advertises" if (facts.pod.get("spec") or {}).get("nodeName") else "they advertise"
+                why = "%s %s only: the device plugin runs migStrategy none or single, not mixed" % (they, _consistency.GPU)
+                change = "request %s (what migStrategy none and single advertise a GPU, or a MIG device under single, as)" % _consistency.GPU
             return ({"resource": name, "scope": scope_text(facts), "why": why, "change": change},
                     [requested_item(facts.pod), advertised_item(facts)])
         if base == _consistency.GPU and mig_have and not (set(have) & {_consistency.GPU, _consistency.SHARED}):
@@ -272,6 +335,63 @@ def not_advertised(facts):
                                              sorted(advertised(facts.nodes)))])
 
 
+def container_gpus(pod):
+    """_topology's workload of the pod: {containers, init_containers} with each container's GPUs (the GPU-like names it
+    limits or requests, summed; an extended resource's request equals its limit) and whether it is a sidecar."""
+    spec = pod.get("spec") or {}
+    names = _consistency._requested_gpu_names(pod)
+
+    def count(container):
+        resources = (container or {}).get("resources") or {}
+        asked = dict(resources.get("requests") or {}, **(resources.get("limits") or {}))
+        total = 0
+        for name in names & set(asked):
+            try:
+                total += int(_gpu_pods.parse_quantity(asked[name], "pod %s container %s" % (pod_ref(pod), container.get("name"))))
+            except GpuhardenError:  # the API server validated it; an unreadable quantity counts as none
+                pass
+        return total
+
+    return {"containers": [{"name": c.get("name"), "gpus": count(c), "sidecar": False} for c in spec.get("containers") or []],
+            "init_containers": [{"name": c.get("name"), "gpus": count(c), "sidecar": c.get("restartPolicy") == "Always"}
+                                for c in spec.get("initContainers") or []]}
+
+
+# The kubelet_topology stage's settings (roles/kubelet_topology/defaults/main.yml)
+POLICY_VAR, SCOPE_VAR = "kubelet_topology_topology_manager_policy", "kubelet_topology_topology_manager_scope"
+
+
+def admitting_settings(pod):
+    """What the cluster side can tell of a TopologyAffinityError, from the pod alone (no Node carries its GPUs' NUMA
+    layout: neither gpuharden nor the device plugin labels it, and the kubelet's policy is read only on the node):
+    (why, [(setting, when it admits the pod, -e assignment)]), the settings that admit the pod, the surest last.
+
+    The kubelet v1.36.3 (pkg/kubelet/cm/topologymanager) rejects with TopologyAffinityError only under restricted and
+    single-numa-node (policy_restricted.go, policy_single_numa_node.go: canAdmitPodResult is the merged hint's
+    Preferred; policy_best_effort.go and policy_none.go admit every pod).  single-numa-node keeps only hints of one
+    NUMA node; restricted also takes the fewest NUMA nodes that hold the request (devicemanager/topology_hints.go marks
+    those hints preferred).  The unit it aligns is each container alone under scope container (scope_container.go
+    Admit) and the whole pod under scope pod (scope_pod.go)."""
+    workload = container_gpus(pod)
+    units = _topology.aligned_units(workload, "container")
+    largest_name, largest = max(units, key=lambda unit: unit[1]) if units else (None, 0)
+    total = _topology.pod_gpus(workload)
+    settings = []
+    if total > largest:
+        why = "its containers ask for %d GPUs together (%s %d at most)" % (total, largest_name, largest)
+        settings.append(("topologyManagerScope: container", "where the kubelet runs scope pod: each container's GPUs then need to fit one "
+                         "NUMA node alone, not the pod's %d" % total, "%s=container" % SCOPE_VAR))
+    else:
+        why = "container %s asks for %d GPU%s" % (largest_name, largest, "" if largest == 1 else "s")
+    if largest > 1:
+        settings.append(("topologyManagerPolicy: restricted", "where the kubelet runs single-numa-node: it admits %d GPUs from the fewest "
+                         "NUMA nodes that hold them, single-numa-node only from one" % largest, "%s=restricted" % POLICY_VAR))
+    else:
+        why += ", which one NUMA node holds: the exclusive CPUs or memory it asks for, or the free GPUs, are on another NUMA node"
+    settings.append(("topologyManagerPolicy: best-effort", "it admits every pod and aligns where it can", "%s=best-effort" % POLICY_VAR))
+    return why, settings
+
+
 def admission_rejected(facts):
     status = facts.pod.get("status") or {}
     reason = status.get("reason")
@@ -279,14 +399,21 @@ def admission_rejected(facts):
         return None
     node = (facts.pod.get("spec") or {}).get("nodeName") or "its node"
     message = (status.get("message") or "").strip()
+    evidence = [item("pod status", "pod %s status.phase/reason/message" % pod_ref(facts.pod),
+                     {"phase": status.get("phase"), "reason": reason, "message": message or None}), requested_item(facts.pod)]
     if reason == "TopologyAffinityError":
-        change = ("ask for GPUs (and CPUs) that fit one NUMA node of %s, or run the kubelet_topology stage with a policy that admits "
-                  "the pod (kubelet_topology_policy: best-effort, or scope pod)" % node)
+        why, settings = admitting_settings(facts.pod)
+        why = "; %s, which its Topology Manager (restricted or single-numa-node, the policies that refuse) could not align: %s admits it" % (
+            why, " or ".join(setting for setting, _when, _assignment in settings))
+        change = "run the kubelet_topology stage with a setting that admits it, or ask for GPUs that fit one NUMA node of %s: %s" % (
+            node, "; ".join("%s, %s: %s --tags kubelet_topology -l %s -e %s" % (setting, when, HARDEN, node, assignment)
+                            for setting, when, assignment in settings))
+        evidence.append(item("GPUs per container", "pod %s spec.containers[].resources, spec.initContainers[].resources" % pod_ref(facts.pod),
+                             {unit: count for unit, count in _topology.aligned_units(container_gpus(facts.pod), "container") if count}))
     else:
+        why = ""
         change = "read the message: a device plugin Allocate that failed points at the device_plugin stage on %s" % node
-    return ({"reason": reason, "node": node, "message": (": %s" % message[:200]) if message else "", "change": change},
-            [item("pod status", "pod %s status.phase/reason/message" % pod_ref(facts.pod),
-                  {"phase": status.get("phase"), "reason": reason, "message": message or None}), requested_item(facts.pod)])
+    return ({"reason": reason, "node": node, "message": (" (%s)" % message[:200]) if message else "", "why": why, "change": change}, evidence)
 
 
 def all_allocated(facts):
@@ -295,10 +422,13 @@ def all_allocated(facts):
     condition = scheduled_condition(facts.pod) or {}
     words = " ".join([condition.get("message") or ""] + [event.get("message") or "" for event in facts.events
                                                            if event.get("reason") == "FailedScheduling"])
-    have = advertised(facts.nodes)
+    # the nodes the pod may land on: where every node that offers its GPUs refuses it, the "Insufficient" the
+    # scheduler reports is other nodes' (gpu_nodes_unschedulable's case)
+    open_nodes = [node for node in facts.nodes if not blocked_by(facts.pod, node)]
+    have = advertised(open_nodes)
     for name in sorted(requested(facts.pod)):
-        if name in have and INSUFFICIENT % name in words:
-            return ({"resource": name, "total": have[name], "count": sum(1 for node in facts.nodes if advertised([node]).get(name))},
+        if have.get(name) and INSUFFICIENT % name in words:
+            return ({"resource": name, "total": have[name], "count": sum(1 for node in open_nodes if advertised([node]).get(name))},
                     [requested_item(facts.pod), item("scheduler", "pod %s status.conditions[PodScheduled] and FailedScheduling events"
                                                      % pod_ref(facts.pod), (condition.get("message") or "").strip() or None),
                      item("GPU resources advertised", "every node's status.allocatable", {name: have[name]})])
@@ -338,13 +468,13 @@ def _block_values(blocked):
     ours = [node for node, block in blocked if block[0] == "cordon" and block[1]]
     joining = [node for node, block in blocked if block[0] == "bootstrap"]
     text = "; ".join("%s %s" % (node_name(node), describe_block(node, block)) for node, block in blocked[:3])
+    fixes = []
     if joining:
-        fix = "ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node " \
-              "passes its checks)" % ",".join(node_name(n) for n in joining)
-    elif ours:
-        fix = "%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours))
-    else:
-        fix = "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
+        fixes.append("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l %s (the bootstrap removes its taint once the node "
+                     "passes its checks)" % ",".join(node_name(n) for n in joining))
+    if ours:
+        fixes.append("%s -l %s (a harden run resumes or releases the cordon an ended run left)" % (HARDEN, ",".join(node_name(n) for n in ours)))
+    fix = "; ".join(fixes) or "ask whoever cordoned or tainted the node (kubectl uncordon, kubectl taint), or add a toleration to the workload"
     # the catalogue's finding only for a cordon gpuharden's own record names; another's cordon or taint is no finding
     return {"blocked": text, "fix": fix, "_finding": "node_left_cordoned" if ours else None}
 
@@ -397,17 +527,16 @@ def node_no_plugin(facts):
 
 
 def node_plugin_failing(facts):
-    _have, gpu_node = _node_plugin_question(facts)
-    troubled = [(pod, plugin_trouble(pod)) for pod in plugin_pods_on(facts, node_name(facts.node))]
+    have, gpu_node = _node_plugin_question(facts)
+    troubled = [(pod, plugin_trouble(pod, advertising=any(have.values()))) for pod in plugin_pods_on(facts, node_name(facts.node))]
     troubled = [entry for entry in troubled if entry[1]]
     if not gpu_node or not troubled:
         return None
     pod, trouble = troubled[0]
-    nvml = "nvml" in (trouble["message"] or "").lower()
-    return ({"node": node_name(facts.node), "plugin": pod_ref(pod), "state": trouble["state"], "restarts": trouble["restarts"],
-             "because": (" (%s)" % trouble["message"].splitlines()[-1][:200]) if trouble["message"] else "",
-             "stages": "container_runtime,runtime_class,device_plugin" if nvml else "device_plugin"},
-            [item("device plugin pod on %s" % node_name(facts.node), "pod %s status.containerStatuses" % pod_ref(pod), trouble)])
+    return (_plugin_failure(facts, facts.node, pod, trouble),
+            [item("device plugin pod on %s" % node_name(facts.node), "pod %s status.containerStatuses" % pod_ref(pod), trouble),
+             item("runtime handlers of %s" % node_name(facts.node), "node %s status.runtimeHandlers" % node_name(facts.node),
+                  runtime_handlers(facts.node))])
 
 
 PLUGIN_FIX = ("%s --tags %%(stages)s -l %%(node)s   (the NVIDIA runtime in containerd, the RuntimeClass, then the plugin)" % HARDEN,
@@ -415,8 +544,10 @@ PLUGIN_FIX = ("%s --tags %%(stages)s -l %%(node)s   (the NVIDIA runtime in conta
 
 POD_RULES = (
     Rule("mig_strategy_mismatch", "pod", ("pod", "nodes"), False, "mig_not_advertised",
-         "requests %(resource)s, which %(scope)s does not advertise: %(why)s",
-         ("change the workload: %(change)s", "the device_plugin stage applies device_plugin_mig_strategy: %s --tags device_plugin" % HARDEN),
+         "requests %(resource)s, not advertised on %(scope)s: %(why)s",
+         ("change the workload: %(change)s",
+          "or the node: %s --tags device_plugin -e gpuharden_mig_strategy=mixed (the device_plugin stage applies "
+          "device_plugin_mig_strategy), or --tags mig with gpuharden_mig_layout for another MIG layout" % HARDEN),
          mig_mismatch),
     Rule("resource_not_advertised", "pod", ("pod", "nodes"), False, "requested_resource_not_advertised",
          "requests %(resource)s, which no node advertises%(closest)s",
@@ -432,7 +563,7 @@ POD_RULES = (
           "then: gpuharden explain pod again"),
          plugin_failing),
     Rule("admission_rejected", "pod", ("pod",), False, None,
-         "the kubelet on %(node)s rejected the pod at admission: %(reason)s%(message)s",
+         "the kubelet on %(node)s rejected the pod at admission: %(reason)s%(message)s%(why)s",
          ("%(change)s", "then recreate the pod (a pod the kubelet rejected stays Failed)"),
          admission_rejected),
     Rule("gpus_all_allocated", "pod", ("pod", "nodes", "events"), False, None,

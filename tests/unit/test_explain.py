@@ -227,7 +227,7 @@ def test_mig_name_on_a_node_of_the_single_strategy(lib, cluster):
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/mig-1g.10gb": "1"})])
     document = run(lib, api, "pod ml/train-0")
     assert document["verdict"]["cause"] == "mig_strategy_mismatch", document
-    assert "migStrategy single or none" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
+    assert "migStrategy none or single, not mixed" in document["verdict"]["summary"] and document["verdict"]["finding_id"] == "mig_not_advertised"
     assert document["verdict"]["stage"] is None and "(no harden stage fixes it)" in explain.text(document)  # the catalogue: never
 
 
@@ -313,6 +313,15 @@ def test_a_joining_node_under_gpuharden_s_bootstrap_taint(lib, cluster):
     assert document["fix"][0].startswith("ansible-playbook -i INVENTORY gpuharden.k8s.bootstrap_gpu_node -l gpu-a")
 
 
+def test_a_harden_run_s_cordon_and_a_joining_node_each_get_their_command(lib, cluster):
+    record = json.dumps({"owner": "harden-run-7", "at": "2026-12-07T00:00:00Z", "for": "kubelet_topology"})
+    ours = gpu_node("gpu-a", unschedulable=True, annotations={"gpuharden.io/cordon": record})
+    joining = gpu_node("gpu-b", taints=[{"key": "gpuharden.io/bootstrap", "value": "pending", "effect": "NoSchedule"}])
+    api = cluster(nodes=[ours, joining], pods=[pod("train-0", scheduler="x"), plugin_pod("gpu-a"), plugin_pod("gpu-b")])
+    fix = run(lib, api, "pod ml/train-0")["fix"][0]
+    assert "gpuharden.k8s.bootstrap_gpu_node -l gpu-b" in fix and "gpuharden.k8s.harden_gpu_nodes -l gpu-a" in fix, fix
+
+
 def test_a_tolerated_taint_does_not_block(lib, cluster):
     tainted = gpu_node("gpu-a", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
     api = cluster(nodes=[tainted], pods=[pod("train-0", scheduler="x", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
@@ -351,6 +360,129 @@ def test_a_pod_without_gpus_is_not_judged(lib, cluster):
     api = cluster(pods=[pod("web", {}, phase="Pending")])
     document = run(lib, api, "pod ml/web")
     assert document["state"] == "undecided" and "explain judges GPU pods" in document["not_checked"][0]["cause"]
+
+
+# The cluster-side causes as the real components show them (tests/integration/test_explain.py reproduces each)
+
+INCOMPATIBLE = "Incompatible strategy detected auto"
+
+
+def runc_node(name, handlers=("", "runc")):
+    """A GPU node that advertises nothing, whose containerd 2.x reports ``handlers`` (no nvidia: runc is its default)."""
+    found = gpu_node(name, count=0)
+    found["status"]["runtimeHandlers"] = [{"name": handler, "features": {}} for handler in handlers]
+    return found
+
+
+def crashing_plugin(node_name, runtime_class=None, running=False, message=None):
+    """The real plugin as the kubelet reports it between two restarts: no termination message (terminationMessagePolicy
+    File), exit code 1; ``running``: in the second it runs before it exits again (no readiness probe: Ready)."""
+    found = plugin_pod(node_name, ready=running, waiting=None if running else "CrashLoopBackOff", restarts=4, last_message=message)
+    found["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error", **({"message": message} if message else {})}}
+    if runtime_class:
+        found["spec"]["runtimeClassName"] = runtime_class
+    else:
+        found["spec"].pop("runtimeClassName")
+    return found
+
+
+def pinned(name, node_name, limits=None):
+    found = pod(name, limits, scheduler="0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector.")
+    found["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    return found
+
+
+def with_hostname(found):
+    found["metadata"]["labels"]["kubernetes.io/hostname"] = found["metadata"]["name"]
+    return found
+
+
+def test_plugin_without_the_nvidia_runtime_on_the_node_a_pod_selects_names_the_container_runtime_stage(lib, cluster):
+    api = cluster(nodes=[with_hostname(gpu_node("gpu-a", 8)), with_hostname(runc_node("gpu-runc"))],
+                  pods=[pinned("train-0", "gpu-runc"), plugin_pod("gpu-a"), crashing_plugin("gpu-runc")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "device_plugin_failing", document
+    summary = document["verdict"]["summary"]
+    assert "the device plugin on gpu-runc is CrashLoopBackOff (4 restarts)" in summary, summary
+    assert "gpu-runc's containerd has no nvidia runtime (runtime handlers '', 'runc') and the plugin pod names no RuntimeClass" in summary
+    assert any("--tags container_runtime,runtime_class,device_plugin -l gpu-runc" in line for line in document["fix"])
+    assert {"what": "runtime handlers of gpu-runc", "where": "node gpu-runc status.runtimeHandlers", "value": ["", "runc"]} in document["evidence"]
+
+
+def test_the_same_pod_without_its_selector_is_no_plugin_failure(lib, cluster):
+    # gpu-a advertises nvidia.com/gpu: an unpinned pod is no question for gpu-runc's plugin
+    api = cluster(nodes=[with_hostname(gpu_node("gpu-a", 8)), with_hostname(runc_node("gpu-runc"))],
+                  pods=[pod("train-0", scheduler="0/2 nodes are available: 2 Insufficient nvidia.com/gpu."), plugin_pod("gpu-a"),
+                        crashing_plugin("gpu-runc")])
+    assert run(lib, api, "pod ml/train-0")["verdict"]["cause"] == "gpus_all_allocated"
+
+
+def test_the_plugin_caught_running_between_two_restarts_is_still_failing(lib, cluster):
+    api = cluster(nodes=[with_hostname(runc_node("gpu-runc"))], pods=[pinned("train-0", "gpu-runc"), crashing_plugin("gpu-runc", running=True)])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "device_plugin_failing", document
+    assert "is restarting after exit code 1 (4 restarts)" in document["verdict"]["summary"]
+
+
+def test_the_plugin_s_own_words_name_the_runtime_and_a_failure_with_the_nvidia_runtime_does_not(lib, cluster):
+    words = cluster(nodes=[runc_node("gpu-a", handlers=("", "nvidia", "runc"))],
+                    pods=[pod("train-0", node_name="gpu-a"), crashing_plugin("gpu-a", runtime_class="nvidia", message=INCOMPATIBLE)])
+    document = run(lib, words, "pod ml/train-0")
+    assert "(%s)" % INCOMPATIBLE in document["verdict"]["summary"] and "container_runtime,runtime_class,device_plugin" in document["fix"][0]
+    other = cluster(nodes=[runc_node("gpu-a", handlers=("", "nvidia", "runc"))],
+                    pods=[pod("train-0", node_name="gpu-a"), crashing_plugin("gpu-a", runtime_class="nvidia", message="invalid --device-list-strategy option")])
+    document = run(lib, other, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "device_plugin_failing" and "--tags device_plugin -l gpu-a" in document["fix"][0]
+
+
+def test_node_rule_names_the_runtime_stage_for_a_runc_node(lib, cluster):
+    api = cluster(nodes=[runc_node("gpu-runc")], pods=[crashing_plugin("gpu-runc")])
+    document = run(lib, api, "node gpu-runc")
+    assert document["verdict"]["cause"] == "node_device_plugin_failing" and "container_runtime,runtime_class,device_plugin" in document["fix"][0]
+
+
+def rejected(limits_by_container, init=None):
+    found = pod("train-0", node_name="gpu-a", phase="Failed", reason="TopologyAffinityError",
+                message="Pod was rejected: Resources cannot be allocated with Topology locality")
+    found["spec"]["containers"] = [{"name": name, "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": str(count)}}}
+                                   for name, count in limits_by_container]
+    if init:
+        found["spec"]["initContainers"] = [{"name": name, "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": str(count)}}}
+                                           for name, count in init]
+    return found
+
+
+@pytest.mark.parametrize(("containers", "init", "admits", "why"), [
+    # one container over one NUMA node: restricted takes the fewest NUMA nodes, best-effort admits every pod
+    ([("main", 5)], None, ["topologyManagerPolicy: restricted", "topologyManagerPolicy: best-effort"], "container main asks for 5 GPUs"),
+    # two containers that fit alone: scope container first (scope_container.go aligns each alone)
+    ([("a", 4), ("b", 4)], None, ["topologyManagerScope: container", "topologyManagerPolicy: restricted", "topologyManagerPolicy: best-effort"],
+     "its containers ask for 8 GPUs together (a 4 at most)"),
+    # an init container's GPUs are not added to the app containers' (pod_gpus: the larger of the two)
+    ([("main", 4)], [("warmup", 4)], ["topologyManagerPolicy: restricted", "topologyManagerPolicy: best-effort"], "asks for 4 GPUs"),
+    # one GPU always fits one NUMA node: what did not align is the CPUs, memory or the free GPUs
+    ([("main", 1)], None, ["topologyManagerPolicy: best-effort"], "which one NUMA node holds"),
+])
+def test_topology_affinity_error_names_the_settings_that_admit_the_pod(lib, cluster, containers, init, admits, why):
+    api = cluster(nodes=[gpu_node("gpu-a", 8)], pods=[rejected(containers, init), plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "admission_rejected", document
+    summary = document["verdict"]["summary"]
+    assert why in summary and summary.endswith(": %s admits it" % " or ".join(admits)), summary
+    assert summary.startswith("the kubelet on gpu-a rejected the pod at admission: TopologyAffinityError (Pod was rejected:")
+    for setting in admits:
+        assert setting in document["fix"][0]
+    assert "-e kubelet_topology_topology_manager_policy=best-effort" in document["fix"][0]
+
+
+def test_all_allocated_does_not_hide_gpu_nodes_that_all_refuse_the_pod(lib, cluster):
+    record = json.dumps({"owner": "harden@ctl", "at": "2026-12-07T00:00:00Z", "for": "kubelet_topology"})
+    api = cluster(nodes=[gpu_node("gpu-a", unschedulable=True, annotations={"gpuharden.io/cordon": record}), runc_node("gpu-runc")],
+                  pods=[pod("train-0", scheduler="0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."),
+                        plugin_pod("gpu-a")])
+    document = run(lib, api, "pod ml/train-0")
+    assert document["verdict"]["cause"] == "gpu_nodes_unschedulable", document
+    assert document["fix"][0].startswith("ansible-playbook -i INVENTORY gpuharden.k8s.harden_gpu_nodes -l gpu-a")
 
 
 # ---------------------------------------------------------------------------------------------------------------
