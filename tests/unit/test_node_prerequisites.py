@@ -142,3 +142,49 @@ def test_read_script_in_a_real_venv():
     argv[0] = sys.executable
     with pytest.raises(GpuhardenError, match="is not a pip requirement"):
         _node_venv.parse_read(subprocess.run(argv, capture_output=True, text=True, check=True).stdout, sys.prefix)
+
+
+# Tasks that run no module on the target (an action plugin alone): the interpreter does not matter to them.
+ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "debug", "fail", "set_stats", "meta", "pause", "include_tasks",
+                                                     "import_tasks", "include_role", "import_role")} | {"gpuharden.k8s.check_variables"}
+
+
+def _delegated_module_tasks(tasks, inherited, where):
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        scope = dict(inherited, **(task.get("vars") or {}))
+        for key in ("block", "rescue", "always"):
+            yield from _delegated_module_tasks(task.get(key), scope, where)
+        action = next((key for key in task if "." in key), None)
+        if "block" not in task and task.get("delegate_to") in ("localhost", "127.0.0.1") and action not in ACTION_ONLY:
+            yield where, task.get("name"), action, "ansible_python_interpreter" in scope
+
+
+def test_every_delegated_module_task_names_its_interpreter():
+    """bootstrap_gpu_node.yml runs its node tasks with the venv's Python through a play var (ansible_python_interpreter):
+    a task delegated to the controller without a task var of its own would take that path there (ansible-core 2.19,
+    measured), so each one keeps the controller's (ansible_playbook_python, *_controller_python)."""
+    found = []
+    for path in sorted([*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("roles/*/handlers/*.yml"), *REPO.glob("playbooks/*.yml"),
+                        *REPO.glob("playbooks/tasks/*.yml")]):
+        data = yaml.safe_load(path.read_text()) or []
+        where = str(path.relative_to(REPO))
+        plays = data if data and isinstance(data[0], dict) and "hosts" in data[0] else None
+        for play in plays or [{"tasks": data}]:
+            for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                found += _delegated_module_tasks(play.get(key), {}, where)
+    assert len(found) > 20
+    assert [entry[:3] for entry in found if not entry[3]] == []
+
+
+def test_bootstrap_runs_the_role_with_the_hosts_python_and_the_rest_with_the_venvs():
+    plays = yaml.safe_load((REPO / "playbooks" / "bootstrap_gpu_node.yml").read_text())
+    play = plays[0]
+    assert play["vars"]["ansible_python_interpreter"].startswith("{{ node_prerequisites_venv_python | default(gpuharden_node_python")
+    names = [task["name"] for task in play["pre_tasks"]]
+    step = next(task for task in play["pre_tasks"] if task.get("ansible.builtin.include_role", {}).get("name") == "gpuharden.k8s.node_prerequisites")
+    assert step["vars"]["ansible_python_interpreter"] == "{{ __bootstrap_host_python }}"
+    # after SSH is up, before the first task that needs the node packages (the Python facts, pynvml, gpu_facts)
+    assert names.index("Bootstrap | wait for SSH on the new node") < names.index(step["name"])
+    assert names.index(step["name"]) < names.index("Bootstrap | find the Python that runs the modules on the node")
