@@ -179,12 +179,29 @@ def test_every_delegated_module_task_names_its_interpreter():
 
 
 def test_bootstrap_runs_the_role_with_the_hosts_python_and_the_rest_with_the_venvs():
-    plays = yaml.safe_load((REPO / "playbooks" / "bootstrap_gpu_node.yml").read_text())
-    play = plays[0]
-    assert play["vars"]["ansible_python_interpreter"].startswith("{{ node_prerequisites_venv_python | default(gpuharden_node_python")
+    play = yaml.safe_load((REPO / "playbooks" / "bootstrap_gpu_node.yml").read_text())[0]
     names = [task["name"] for task in play["pre_tasks"]]
     step = next(task for task in play["pre_tasks"] if task.get("ansible.builtin.include_role", {}).get("name") == "gpuharden.k8s.node_prerequisites")
-    assert step["vars"]["ansible_python_interpreter"] == "{{ __bootstrap_host_python }}"
+    assert step["vars"]["ansible_python_interpreter"] == "{{ __gpuharden_host_python }}"
     # after SSH is up, before the first task that needs the node packages (the Python facts, pynvml, gpu_facts)
     assert names.index("Bootstrap | wait for SSH on the new node") < names.index(step["name"])
     assert names.index(step["name"]) < names.index("Bootstrap | find the Python that runs the modules on the node")
+
+
+def test_every_node_play_takes_the_node_python_and_no_host_wide_interpreter():
+    """The interpreter is the node tasks' (vars/node_python.yml in every play on the nodes), never set host-wide by the
+    collection (a set_fact of ansible_python_interpreter would outlive the play, for other playbooks of the run)."""
+    node_python = yaml.safe_load((REPO / "playbooks" / "vars" / "node_python.yml").read_text())
+    assert node_python["ansible_python_interpreter"] == (
+        "{{ node_prerequisites_venv_python | default(gpuharden_node_python | default(__gpuharden_host_python)) }}")
+    assert "hostvars[inventory_hostname]['ansible_python_interpreter']" in node_python["__gpuharden_host_python"]
+    plays = {}
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()):
+            if "hosts" in play and play["hosts"] != "localhost:all":
+                plays["%s: %s" % (path.name, play["name"])] = play.get("vars_files")
+    assert len(plays) >= 10
+    assert {name: files for name, files in plays.items() if files != ["vars/node_python.yml"]} == {}
+    setters = [path for path in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/**/*.yml")]
+               if re.search(r"set_fact:\s*\n\s+ansible_python_interpreter:", path.read_text())]
+    assert setters == []
