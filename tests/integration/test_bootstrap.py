@@ -2,9 +2,12 @@
 """playbooks/bootstrap_gpu_node.yml on the bare lab: new nodes joined cordoned with the bootstrap taint, nothing
 configured, their Python without nvidia-ml-py.
 
-bare-l4-0 (2 L4s): the bootstrap ships pynvml.py to the node's Python, hardens every stage, the post-check passes,
-and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable from the real plugin; a
-second run changes nothing.
+bare-l4-0 (2 L4s): reached with the node's system Python, which is externally managed (PEP 668, this Debian 12
+host's), the bootstrap gives the node a venv with the node packages from wheels copied in (role node_prerequisites,
+under /var/lib: /opt is the host's in the lab) and runs the node tasks with it, hardens every stage, the post-check
+passes, and the Node ends Ready, schedulable, untainted, labelled, with 2 nvidia.com/gpu allocatable from the real
+plugin; a second run changes nothing.  bare-dgx-lost-0 is bootstrapped without the venv step: pynvml.py is shipped to
+the node's Python instead.
 
 bare-dgx-lost-0 (GPU6 fallen off the bus, which no remediation fixes): the real NVIDIA container toolkit cannot create
 the plugin's container there (its jit-cdi mode builds the CDI edits for every GPU, and NVML answers GPU_IS_LOST for
@@ -18,12 +21,14 @@ toolkit stops it first.)
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
 
 import ansible_runner
 import pytest
+import yaml
 from gpuharden_lab import REPO_ROOT, manager
 from gpuharden_lab.node import node_site_packages
 from kubernetes import client
@@ -39,6 +44,19 @@ GOOD, LOST = "bare-l4-0", "bare-dgx-lost-0"
 TAINT = "gpuharden.io/bootstrap"
 LABELS = {"gpuharden.io/hardened": "true", "nvidia.com/gpu.present": "true"}
 NODE_PYTHON = str(REPO_ROOT / "build" / "node-python" / "bin" / "python")
+SYSTEM_PYTHON = "/usr/bin/python3"  # GOOD's Python in the run's inventory: externally managed
+VENV = "/var/lib/gpuharden/venv"
+
+
+def _inventory(state, private):
+    """The lab's inventory, GOOD reached with the node's system Python."""
+    with open(state["inventory"]) as handle:
+        inventory = yaml.safe_load(handle)
+    inventory["all"]["children"]["gpu_nodes"]["hosts"][GOOD]["ansible_python_interpreter"] = SYSTEM_PYTHON
+    path = os.path.join(private, "hosts.yml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(inventory, handle)
+    return path
 
 
 def bootstrap(state, limit, **extravars):
@@ -50,7 +68,7 @@ def bootstrap(state, limit, **extravars):
     with tempfile.TemporaryDirectory(prefix="gpuharden-bootstrap-test-") as private:
         started = time.monotonic()
         runner = ansible_runner.run(
-            private_data_dir=private, project_dir=str(REPO_ROOT), inventory=state["inventory"], envvars=envvars,
+            private_data_dir=private, project_dir=str(REPO_ROOT), inventory=_inventory(state, private), envvars=envvars,
             playbook=str(PLAYBOOK), limit=limit, extravars=extravars, quiet=True,
         )
         seconds = time.monotonic() - started
@@ -81,15 +99,24 @@ def lab():
 
 
 @pytest.fixture(scope="module")
-def first(lab):
-    run = bootstrap(lab, GOOD)
+def venv_options():
+    """The node packages as wheels for the node's Python (pip download, as for an air-gapped node)."""
+    with tempfile.TemporaryDirectory(prefix="gpuharden-bootstrap-wheels-") as wheels:
+        subprocess.run([SYSTEM_PYTHON, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "-d", wheels, "-r",
+                        str(REPO_ROOT / "requirements-node.txt")], check=True)
+        yield {"node_prerequisites_venv": VENV, "node_prerequisites_wheels": wheels, "node_prerequisites_wheels_dest": "/var/lib/gpuharden/wheels"}
+
+
+@pytest.fixture(scope="module")
+def first(lab, venv_options):
+    run = bootstrap(lab, GOOD, **venv_options)
     print("bootstrap of %s: %.1fs" % (GOOD, run["seconds"]))
     return run
 
 
 @pytest.fixture(scope="module")
-def second(lab, first):
-    run = bootstrap(lab, GOOD)
+def second(lab, first, venv_options):
+    run = bootstrap(lab, GOOD, **venv_options)
     print("second bootstrap of %s: %.1fs" % (GOOD, run["seconds"]))
     return run
 
@@ -97,7 +124,7 @@ def second(lab, first):
 @pytest.fixture(scope="module")
 def failed(lab, second):
     # The plugin's rollout wait is stated shorter than its default 300 s: the real toolkit refuses its container at once.
-    run = bootstrap(lab, LOST, device_plugin_wait_timeout=60)
+    run = bootstrap(lab, LOST, device_plugin_wait_timeout=60, gpuharden_bootstrap_node_venv=False)
     print("bootstrap of %s (GPU lost): %.1fs" % (LOST, run["seconds"]))
     return run
 
@@ -136,12 +163,17 @@ def test_bootstrap_succeeds(first):
     assert "gpuharden_bootstrap_failed" not in first["custom"]
 
 
-def test_pynvml_was_shipped_to_the_node_only(lab, first):
-    shipped = [r for r in first["results"] if r["_task"] == "Bootstrap | copy pynvml.py into the node Python's site-packages"]
-    assert [(r["_host"], r["_event"], r["changed"]) for r in shipped] == [(GOOD, "runner_on_ok", True)]
-    assert shipped[0]["dest"] == str(node_site_packages() / "pynvml.py")
-    assert _ssh(lab, GOOD, "%s -c 'import pynvml'" % NODE_PYTHON).returncode == 0
-    assert _ssh(lab, LOST, "%s -c 'import pynvml'" % NODE_PYTHON).returncode != 0  # not in the bootstrap yet
+SHIP_TASK = "Bootstrap | copy pynvml.py into the node Python's site-packages"
+
+
+def test_the_node_packages_went_into_a_venv_not_the_system_python(lab, first):
+    """The PEP 668 node: the venv holds the packages, the node tasks ran with it, pynvml.py was not shipped."""
+    [venv] = [r for r in first["results"] if r["_task"] == "Node prerequisites | create the venv with the node packages"]
+    assert venv["_host"] == GOOD and venv["changed"] and venv["created"] and venv["python"] == VENV + "/bin/python3"
+    assert [r["_event"] for r in first["results"] if r["_task"] == SHIP_TASK] == ["runner_on_skipped"]
+    assert _ssh(lab, GOOD, "%s/bin/python3 -c 'import pynvml, ruamel.yaml, tomlkit, yaml'" % VENV).returncode == 0
+    assert _ssh(lab, GOOD, "%s -c 'import tomlkit'" % SYSTEM_PYTHON).returncode != 0
+    assert _ssh(lab, GOOD, "%s -c 'import pynvml'" % NODE_PYTHON).returncode != 0
 
 
 def test_the_node_is_in_service(lab, first):
@@ -187,5 +219,10 @@ def test_a_node_whose_lost_gpu_stops_the_plugins_container_stays_out_of_service(
     assert node.spec.unschedulable is True
     assert _bootstrap_taints(node) == [(TAINT, "NoSchedule")]
     assert "gpuharden.io/hardened" not in node.metadata.labels
+    # without the venv step, pynvml.py went to the node's Python
+    shipped = [r for r in failed["results"] if r["_task"] == SHIP_TASK]
+    assert [(r["_host"], r["_event"], r["changed"]) for r in shipped] == [(LOST, "runner_on_ok", True)]
+    assert shipped[0]["dest"] == str(node_site_packages() / "pynvml.py")
+    assert _ssh(lab, LOST, "%s -c 'import pynvml'" % NODE_PYTHON).returncode == 0
     # the node before it is untouched by the other node's failure
     assert not lab["_core"].read_node(GOOD).spec.unschedulable

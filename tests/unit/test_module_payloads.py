@@ -33,6 +33,7 @@ NODE_SIDE = {
     "node_audit": "drift_check and harden's plan on each node (every node-side check in one run; harden's also takes "
                   "the run lock and the GPU facts), roles/postcheck's one read of a node (NVML, device cgroups, kubelet)",
     "node_lock": "harden/bootstrap/unharden/drift on each node (the lock file lives on the node)",
+    "node_venv": "roles/node_prerequisites (bootstrap's first step) on each node, with the node's system Python",
     "nvidia_device_nodes": "roles/device_permissions on each node",
     "nvml_check": "roles/postcheck on each node",
     "process_cgroup_info": "roles/postcheck on each node (/proc/<pid>/cgroup of the GPU processes)",
