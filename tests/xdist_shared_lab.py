@@ -40,7 +40,7 @@ SHARED_LAB_ORDER = {
 UNIT_SECONDS = {
     "shared-lab:seed-failures": 715, "shared-lab:seed-failures/node-roles": 498, "shared-lab:healthy": 398,
     "tests/integration/test_unharden.py": 227, "tests/integration/test_disruption.py": 226,
-    "tests/integration/test_device_plugin.py": 201, "tests/integration/test_bootstrap.py": 198,
+    "tests/integration/test_device_plugin.py": 201, "tests/integration/test_bootstrap.py": 300,
     "tests/integration/test_mig.py": 168, "tests/integration/test_real_nodes.py": 156,
     "tests/integration/test_admission_and_restarts.py": 147, "tests/integration/test_real_nodes_harden.py": 138,
     "tests/integration/test_unharden_seeded.py": 94, "tests/integration/test_numa_limit.py": 90, "tests/integration/test_kubelet_json.py": 25,
