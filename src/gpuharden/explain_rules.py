@@ -776,38 +776,38 @@ def unhealthy_allocated(facts):
             + [finding_item(facts, e) for e in found[:4]])
 
 
+def _node_level(facts, ids, running_gpu_pods):
+    """(the first finding of ``ids`` on the pod's node, all of them) for a pod that is not Running and Ready, or, with
+    ``running_gpu_pods``, one that requests GPUs: a GPU pod Running and Ready can still be the one whose CUDA calls fail
+    (the kubelet sees the container, not them); (None, []) otherwise."""
+    if healthy_pod(facts.pod) and not (running_gpu_pods and requested(facts.pod)):
+        return None, []
+    found = node_findings(facts, ids)
+    return (found[0] if found else None), found
+
+
 def device_permissions(facts):
-    # a GPU pod Running and Ready can still be the one whose CUDA calls fail: the kubelet sees the container, not them
-    if healthy_pod(facts.pod) and not requested(facts.pod):
+    entry, found = _node_level(facts, DEVICE_PERMISSIONS, running_gpu_pods=True)
+    if entry is None:
         return None
-    found = node_findings(facts, DEVICE_PERMISSIONS)
-    if not found:
-        return None
-    entry = found[0]
     return ({"node": facts.node_audit.get("node"), "what": entry.get("path") or entry.get("device") or _gpu_text(entry),
              "found": entry.get("found"), "_finding": entry["id"]},
             [requested_item(facts.pod)] + [finding_item(facts, e) for e in found[:4]])
 
 
 def stale_checkpoint(facts):
-    if healthy_pod(facts.pod):
+    entry, found = _node_level(facts, ("kubelet_stale_checkpoint",), running_gpu_pods=False)
+    if entry is None:
         return None
-    found = node_findings(facts, ("kubelet_stale_checkpoint",))
-    if not found:
-        return None
-    entry = found[0]
     return ({"node": facts.node_audit.get("node"), "path": entry.get("path"), "found": entry.get("found")},
             [item("pod status", "pod %s status.phase/conditions" % pod_ref(facts.pod), (facts.pod.get("status") or {}).get("phase"))]
             + [finding_item(facts, e) for e in found[:2]])
 
 
 def nvml_down(facts):
-    if healthy_pod(facts.pod) and not requested(facts.pod):
+    entry, found = _node_level(facts, NVML_DOWN, running_gpu_pods=True)
+    if entry is None:
         return None
-    found = node_findings(facts, NVML_DOWN)
-    if not found:
-        return None
-    entry = found[0]
     return ({"node": facts.node_audit.get("node"), "found": entry.get("found"), "hint": entry.get("hint") or "", "_finding": entry["id"]},
             [finding_item(facts, e) for e in found[:2]])
 
