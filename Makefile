@@ -64,7 +64,7 @@ control-plane:
 
 # dist and real-components first: the lab test of the installed artifacts (tests/integration/test_installed_artifacts.py)
 # uses dist/, and the real-node scenarios (healthy, fresh-fleet, bare, real-nodes) need the real kubelet, containerd,
-# toolkit and plugin (cold: minutes, README "Build and test times"; warm: about a second).  Then two streams side by
+# toolkit and plugin (cold: minutes, docs/benchmarks.md "Build and test times"; warm: about a second).  Then two streams side by
 # side.  The lab stream, the longer: `integration`, every lab test, stand-in and real-node scenarios alike, on
 # LAB_WORKERS labs at once.  The side stream: every check that needs no lab, niced so that the labs keep their cores,
 # then molecule, not niced, on a lab instance of its own (SIDE_LAB_INSTANCE).  The side stream writes
@@ -254,6 +254,6 @@ real-pod-support:
 	bash lab/realcomponents/build-pod-support.sh >/dev/null
 
 # The NVIDIA container toolkit's runtime side (nvidia-container-runtime, nvidia-cdi-hook, nvidia-ctk), which prepares
-# the device plugin's container on the real nodes (cold, empty caches: see the README's build table; warm: instant).
+# the device plugin's container on the real nodes (cold, empty caches: see docs/benchmarks.md, "Build and test times"; warm: instant).
 real-container-toolkit:
 	bash lab/realcomponents/build-container-toolkit.sh >/dev/null
