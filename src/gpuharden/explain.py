@@ -52,6 +52,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 from gpuharden import cluster_side, drift
@@ -202,6 +203,16 @@ class NodeTrip:
     def __init__(self, inventory, extra_vars=(), host=None, timeout=NODE_TIMEOUT, auth=None):
         self.inventory, self.extra_vars, self.host, self.timeout, self.trips, self.seconds = inventory, list(extra_vars), host, timeout, 0, 0.0
         self.auth = dict(auth or {})
+        self._module = {}
+        # gpu_pods_info's import (Ansible's module layer) overlaps the API reads that decide whether a trip is needed
+        self._importing = threading.Thread(target=self._import_module, name="gpuharden-explain-import", daemon=True)
+        self._importing.start()
+
+    def _import_module(self):
+        try:
+            self._module.update(cluster_side.import_collection({"m": "ansible_collections.gpuharden.k8s.plugins.modules.gpu_pods_info"}) or {})
+        except cluster_side.ClusterSideError:
+            pass
 
     def pods_reading(self, node):
         """gpu_pods_info's result for ``node`` (its GPU pods, the pods snapshot the consistency check takes, the GPU
@@ -211,11 +222,9 @@ class NodeTrip:
         None where it cannot be made here: the play then makes it itself."""
         from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415
 
-        try:
-            module = cluster_side.import_collection({"m": "ansible_collections.gpuharden.k8s.plugins.modules.gpu_pods_info"})
-        except cluster_side.ClusterSideError:
-            return None
-        if module is None:
+        self._importing.join()
+        module = self._module
+        if not module:
             return None
         given = {key: value for key, value in dict(self.auth, nodes=[node], pods_snapshot=True, gpu_operator=True).items() if value is not None}
         checked = ArgumentSpecValidator(module["m"].argument_spec()).validate(given)

@@ -827,3 +827,14 @@ def test_failing_lists_a_plugin_pod_stopped_by_its_nodes_kubelet(lib, cluster):
     document = run(lib, api, "--failing", report=drift_report({"gpu-a": [stale]}))
     assert [entry["verdict"]["cause"] for entry in document["pods"]] == ["stale_checkpoint"]
     assert document["pods"][0]["target"] == {"kind": "pod", "name": "kube-system/nvidia-device-plugin-gpu-a", "node": "gpu-a"}
+
+
+def test_a_trip_to_a_node_the_inventory_cannot_reach_is_not_checked_with_its_fix(tmp_path):
+    trip = explain.NodeTrip(str(tmp_path / "missing.yml"))
+    audit = trip.audit("gpu-a")
+    assert audit["state"] == "not_checked" and "does not exist" in audit["cause"] and trip.trips == 0
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        other-node: {ansible_connection: local}\n")
+    audit = explain.NodeTrip(str(inventory), timeout=60).audit("gpu-a")
+    # no host of the inventory is gpu-a: the drift check ran on no host, and says so
+    assert audit["state"] == "not_checked" and "--host HOST" in audit["fix"], audit
