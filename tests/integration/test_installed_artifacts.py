@@ -141,3 +141,42 @@ def test_gpuharden_drift_finds_the_installed_collection(adopter, lab):
     assert set(data["nodes"]) == _lab_hosts(lab), sorted(data["nodes"])
     assert data["summary"]["clean"] == len(_lab_hosts(lab)), data["summary"]
     assert data["summary"]["unreachable"] == 0 and data["summary"]["failed"] == 0, data["summary"]
+
+
+def test_the_readme_steps_from_the_adopters_venv(adopter, lab):
+    """Issue 46's walk: README steps 1 to 5 with the installed artifacts only.  Step 1's node packages go into a venv
+    on a node whose system Python refuses pip (PEP 668: the lab's nodes run this host's Debian Python), air-gapped
+    from wheels `pip download` made; step 2 writes the tool's kubeconfig with `gpuharden kubeconfig`; step 4's drift
+    with it exports the credential's expiry; step 5's harden, in check mode, changes nothing
+    (test_harden_check_mode_by_fqcn)."""
+    import re
+    import time
+
+    node = "gpu-l4-0"
+    venv, wheels = "/var/lib/gpuharden/adopter-venv", adopter["home"] / "wheels"
+    # the node's system Python is externally managed: pip into it is refused there
+    pip = _run(adopter, "ansible", "gpu_nodes", "-i", lab["inventory"], "-l", node, "-m", "ansible.builtin.command",
+               "-a", "/usr/bin/python3 -m pip install --dry-run --no-index tomlkit")
+    assert pip.returncode != 0 and "externally-managed-environment" in pip.stdout, pip.stdout[-2000:]
+    downloaded = _run(adopter, "pip", "download", "-q", "-d", str(wheels), "-r", str(REPO / "requirements-node.txt"))
+    assert downloaded.returncode == 0, downloaded.stderr[-2000:]
+    # README step 1, for nodes already in service (the lab's /opt is the host's: the venv goes under /var/lib)
+    made = _run(adopter, "ansible", "gpu_nodes", "-i", lab["inventory"], "-l", node, "-b", "-m", "ansible.builtin.include_role",
+                "-a", "name=gpuharden.k8s.node_prerequisites", "-e", "ansible_python_interpreter=/usr/bin/python3",
+                "-e", "node_prerequisites_venv=%s" % venv, "-e", "node_prerequisites_wheels=%s" % wheels,
+                "-e", "node_prerequisites_wheels_dest=/var/lib/gpuharden/wheels")
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-2000:]
+    imports = _run(adopter, "ansible", "gpu_nodes", "-i", lab["inventory"], "-l", node, "-m", "ansible.builtin.command",
+                   "-a", "%s/bin/python3 -c 'import pynvml, ruamel.yaml, tomlkit, yaml'" % venv)
+    assert imports.returncode == 0, imports.stdout[-2000:]
+    # README step 2: the tool's identity, from the admin kubeconfig
+    tool = adopter["home"] / "gpuharden.kubeconfig"
+    asked = time.time()
+    made = _run(adopter, "gpuharden", "kubeconfig", "--admin-kubeconfig", lab["cluster"]["admin_kubeconfig"], "-o", str(tool), "--duration", "24h")
+    assert made.returncode == 0, made.stdout + made.stderr
+    # README step 4: drift with it, its expiry in the metrics
+    metrics = adopter["home"] / "gpuharden.prom"
+    drift = _run(adopter, "gpuharden", "drift", "-q", "-i", lab["inventory"], "-e", "gpuharden_kubeconfig=%s" % tool, "--prometheus", str(metrics))
+    assert drift.returncode == 0, drift.stdout[-3000:] + drift.stderr[-3000:]
+    match = re.search(r"^gpuharden_credential_expiry_timestamp_seconds (\S+)$", metrics.read_text(), re.M)
+    assert match and asked + 24 * 3600 - 5 <= float(match.group(1)) <= time.time() + 24 * 3600 + 5, metrics.read_text()[-2000:]
