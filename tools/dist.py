@@ -3,7 +3,7 @@
 
     python tools/dist.py requirements
         the dist venv's packages, with the pins pyproject.toml gives them (its build-system requires, the dev extra's
-        `build`, the dependencies' ansible-core), one a line: no second copy of a pin to drift.
+        `build`, the dependencies' ansible-core and cryptography), one a line: no second copy of a pin to drift.
     python tools/dist.py check-url [--test-build]
         refuses (exit 2) what `collection` would refuse for $GPUHARDEN_URL, before anything is built.
     python tools/dist.py collection --output-path dist [--url URL] [--test-build]
@@ -60,6 +60,8 @@ def requirements(pyproject=REPO / "pyproject.toml"):
     return list(data["build-system"]["requires"]) + [
         named(data["project"]["optional-dependencies"]["dev"], "build"),
         named(data["project"]["dependencies"], "ansible-core"),
+        # the pin that keeps ansible-galaxy quiet (pyproject.toml says why)
+        named(data["project"]["dependencies"], "cryptography"),
     ]
 
 
