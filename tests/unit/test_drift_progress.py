@@ -11,6 +11,7 @@ import io
 import pytest
 
 from gpuharden import cli, drift
+from tests.unit.test_drift_interrupt import _audited, _event, _stats, site  # noqa: F401 (site: the fixture)
 
 CLEAR = "\r\x1b[K"
 
@@ -20,24 +21,14 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def _event(kind, host=None, action="gpuharden.k8s.node_audit", **res):
-    data = {"host": host, "task_action": action, "task": "Audit the node", "res": res} if host else dict(res)
-    return {"event": kind, "event_data": data}
-
-
 def _events(hosts):
-    events = [_event("runner_on_start", host) for host in hosts]
-    events += [_event("runner_on_ok", host, findings=[], summary={"findings": 0}, checks={}, seconds=0.1) for host in hosts]
-    return events + [_event("playbook_on_stats", processed=dict.fromkeys(hosts, 1), ok=dict.fromkeys(hosts, 1), dark={}, failures={})]
+    return [_event("runner_on_start", host) for host in hosts] + [_audited(host) for host in hosts] + [_stats(*hosts)]
 
 
 @pytest.fixture
-def run_drift(tmp_path, monkeypatch):
+def run_drift(site, monkeypatch):  # noqa: F811 (the imported fixture)
     """drift run over two hosts with ``stream`` as stderr; the stream's text as the first event came in, and stdout."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all: {}\n")
-    playbook = tmp_path / "drift_check.yml"
-    playbook.write_text("---\n")
+    inventory, playbook = site["inventory"], site["playbook"]
     seen_first = []
 
     def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
@@ -53,7 +44,8 @@ def run_drift(tmp_path, monkeypatch):
     def run(stream, *extra):
         stream_of[:] = [stream]
         out = io.StringIO()
-        args = cli.build_parser().parse_args(["drift", "-i", str(inventory), "--playbook", str(playbook), *extra])
+        args = cli.build_parser().parse_args(["drift", "-i", str(inventory), "--playbook", str(playbook), "--report", str(site["report"]),
+                                              *extra])
         code = drift.run(args, stream=stream, out=out)
         return code, seen_first[-1], stream.getvalue(), out.getvalue()
 
