@@ -209,7 +209,7 @@ def test_make_dist_needs_the_build_tools_only():
     # never the development venv (pytest, molecule, ansible-lint, ansible-builder)
     assert not {"venv", ".venv/.installed", "setup"} & needed, sorted(needed)
     wanted = {re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0].lower() for requirement in dist.requirements()}
-    assert wanted == {"setuptools", "wheel", "build", "ansible-core"}, wanted
+    assert wanted == {"setuptools", "wheel", "build", "ansible-core", "cryptography"}, wanted
 
 
 def test_the_documented_runbook_sed_keeps_the_rule_tests_green(tmp_path):
@@ -225,3 +225,14 @@ def test_the_documented_runbook_sed_keeps_the_rule_tests_green(tmp_path):
     result = subprocess.run(["promtool", "test", "rules", "alerts-test.yml"], cwd=tmp_path / "monitoring" / "tests",
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_the_dist_venv_holds_no_test_tools():
+    """What `make dist` builds with (build/dist-venv; warm, instant; cold, seconds from pip's cache or PyPI): the
+    build tools and ansible-core only."""
+    subprocess.run(["make", "-s", "-C", str(REPO), "dist-venv"], check=True, capture_output=True, timeout=600)
+    listed = subprocess.run([str(REPO / "build" / "dist-venv" / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+                            check=True, capture_output=True, text=True, timeout=120)
+    installed = {package["name"].lower() for package in json.loads(listed.stdout)}
+    assert {"build", "setuptools", "wheel", "ansible-core"} <= installed, sorted(installed)
+    assert not {"pytest", "molecule", "ansible-lint", "ansible-builder", "ruff", "hypothesis", "gpuharden"} & installed, sorted(installed)
