@@ -91,14 +91,14 @@ def _ignored(relative, patterns):
     return any(fnmatch.fnmatch(relative, pattern) for pattern in patterns)
 
 
-def _relink(text, shipped, source_url):
-    """``text`` (a Markdown file at the collection's root) with each relative link to a file the tarball leaves out
-    pointing at that file in the project's sources instead."""
+def _relink(text, source_url):
+    """``text`` (the README, at the collection's root) with each relative link pointing at that file in the project's
+    sources: Galaxy renders the README on a page of its own, away from the tarball's files, where a relative link is
+    dead (and the developer docs it links to are not in the tarball at all).  In-page links (#section) stay."""
 
     def replace(match):
         target = match.group(1)
-        path = target.split("#", 1)[0]
-        if not path or urlsplit(target).scheme or path in shipped:
+        if target.startswith("#") or urlsplit(target).scheme:
             return match.group(0)
         return "](%s/%s)" % (source_url, target)
 
@@ -107,7 +107,7 @@ def _relink(text, shipped, source_url):
 
 def stage(target, url, source_url, test_build=False, source=REPO):
     """Copy ``source`` into ``target``, leaving out what build_ignore leaves out, with the placeholder replaced by
-    ``url`` and the README's links to left-out files made absolute; DistError for a .invalid URL left anywhere."""
+    ``url`` and the README's relative links made absolute; DistError for a .invalid URL left anywhere."""
     source, target = Path(source), Path(target)
     patterns = build_ignore(source)
     copied = []
@@ -121,7 +121,6 @@ def stage(target, url, source_url, test_build=False, source=REPO):
             if not _ignored(relative, patterns):
                 shutil.copy2(source / relative, target / relative, follow_symlinks=True)
                 copied.append(relative)
-    shipped = set(copied)
     left = []
     for relative in copied:
         path = target / relative
@@ -131,7 +130,7 @@ def stage(target, url, source_url, test_build=False, source=REPO):
             continue
         new = text.replace(PLACEHOLDER, url)
         if relative in READMES:
-            new = _relink(new, shipped, source_url)
+            new = _relink(new, source_url)
         if new != text:
             path.write_text(new)
         left += ["%s: %s" % (relative, found) for found in INVALID_URL.findall(new) if not (test_build and found.startswith(url))]
@@ -158,7 +157,8 @@ def build_collection(output, url, source_url=None, test_build=False, ansible_gal
 
 def tarball_problems(tarball):
     """What must not ship in the collection tarball, one line each: the URL placeholder, a developer doc (what
-    build_ignore leaves out of docs/), a relative Markdown link to a file the tarball does not hold."""
+    build_ignore leaves out of docs/), a relative link in the README (Galaxy's page), a relative Markdown link of
+    another document to a file the tarball does not hold."""
     import posixpath  # noqa: PLC0415
     import tarfile  # noqa: PLC0415
 
@@ -180,7 +180,11 @@ def tarball_problems(tarball):
             continue
         for target in MARKDOWN_LINK.findall(text):
             path = target.split("#", 1)[0]
-            if path and not urlsplit(target).scheme and posixpath.normpath(posixpath.join(posixpath.dirname(name), path)) not in texts:
+            if not path or urlsplit(target).scheme:
+                continue
+            if name in READMES:
+                problems.append("%s: its relative link %s is dead where Galaxy renders it" % (name, target))
+            elif posixpath.normpath(posixpath.join(posixpath.dirname(name), path)) not in texts:
                 problems.append("%s: its link %s names no file of the tarball" % (name, target))
     return problems
 

@@ -133,8 +133,10 @@ def test_collection_ships_no_developer_docs_and_no_dead_links(archives, collecti
         readme = archive.extractfile("README.md").read().decode()
         units = archive.extractfile("deploy/systemd/gpuharden-drift.service").read().decode()
         rules = archive.extractfile("deploy/monitoring/gpuharden-alerts.yml").read().decode()
-    # the README's links to the developer docs now point at the project's sources
+    # the README's relative links point at the project's sources: the developer docs are not shipped, and Galaxy
+    # renders the README away from the files
     assert "](%s/blob/main/docs/development.md)" % dist.TEST_URL in readme
+    assert "](%s/blob/main/docs/collection.md)" % dist.TEST_URL in readme
     assert "Documentation=%s\n" % dist.TEST_URL in units
     runbooks = set(re.findall(r'runbook_url: "([^"]*)"', rules))
     assert runbooks == {dist.TEST_URL + "#troubleshooting"}, runbooks
@@ -143,7 +145,8 @@ def test_collection_ships_no_developer_docs_and_no_dead_links(archives, collecti
 def test_tarball_check_finds_the_placeholder_a_developer_doc_and_a_dead_link(tmp_path):
     tarball = tmp_path / "bad.tar.gz"
     with tarfile.open(tarball, "w:gz") as archive:
-        for name, text in {"README.md": "see [dev](docs/development.md) and [x](docs/collection.md#a)",
+        for name, text in {"README.md": "see [dev](docs/development.md) and [up](#top)",
+                           "docs/upgrading.md": "[x](uninstall.md#a) [y](../README.md) [z](https://example.org/)",
                            "docs/development.md": "", "galaxy.yml": "repository: %s\n" % dist.PLACEHOLDER}.items():
             info = tarfile.TarInfo(name)
             info.size = len(text.encode())
@@ -151,7 +154,8 @@ def test_tarball_check_finds_the_placeholder_a_developer_doc_and_a_dead_link(tmp
     problems = dist.tarball_problems(tarball)
     assert problems == ["galaxy.yml: the placeholder https://gpuharden.invalid (make dist GPUHARDEN_URL=...)",
                         "docs/development.md: a developer doc (galaxy.yml build_ignore)",
-                        "README.md: its link docs/collection.md#a names no file of the tarball"], problems
+                        "README.md: its relative link docs/development.md is dead where Galaxy renders it",
+                        "docs/upgrading.md: its link uninstall.md#a names no file of the tarball"], problems
 
 
 @pytest.mark.parametrize(("url", "test_build", "message"), [
