@@ -164,8 +164,10 @@ molecule: setup
 # own (DIST_VENV: build, setuptools, wheel and ansible-core, pinned as pyproject.toml pins them: tools/dist.py
 # requirements), never the development venv: no test tools, and the Python build runs without isolation, offline.
 # GPUHARDEN_URL, the project's public URL, replaces the placeholder https://gpuharden.invalid in galaxy.yml, the
-# systemd units and the alert rules' runbook_url: without it (or with a .invalid one) make dist refuses and builds
-# nothing (tools/dist.py).  `make test` builds a test tarball (DIST_TEST=1: a .invalid URL, never for release).
+# systemd units and the alert rules' runbook_url (unset: the web URL of the clone's origin remote, where that is an
+# https or ssh one): without one (or with a .invalid one) make dist refuses and builds nothing (tools/dist.py).
+# GPUHARDEN_SOURCE_URL (default GPUHARDEN_URL/blob/main; for a release, its tag) is where the shipped README's
+# relative links point.  `make test` builds a test tarball (DIST_TEST=1: a .invalid URL, never for release).
 GPUHARDEN_URL ?=
 GPUHARDEN_SOURCE_URL ?=
 DIST_TEST ?=

@@ -9,9 +9,10 @@
     python tools/dist.py collection --output-path dist [--url URL] [--test-build]
         the collection tarball, built from a staged copy of this checkout in which the project URL placeholder
         (PLACEHOLDER: galaxy.yml's repository/documentation/homepage, the systemd units' Documentation=, the alert
-        rules' runbook_url) is the project's public URL (--url, else $GPUHARDEN_URL), and in which the README's links
-        to the developer docs the tarball leaves out point at the project's sources (--source-url, else
-        $GPUHARDEN_SOURCE_URL, else URL/blob/main).
+        rules' runbook_url) is the project's public URL (--url, else $GPUHARDEN_URL, else the web URL of the clone's
+        origin remote), and in which the README's relative links point at the project's sources (--source-url, else
+        $GPUHARDEN_SOURCE_URL, else URL/blob/main; for a release, URL/blob/<its tag>): Galaxy renders the README away
+        from the files, and the developer docs are not shipped.
 
 Refused, nothing built: no URL, a URL that is not http(s), or one whose host is below the reserved .invalid domain
 (RFC 2606: it can never resolve), or any .invalid URL left in a staged file.  --test-build (make test, the unit tests)
@@ -65,9 +66,29 @@ def requirements(pyproject=REPO / "pyproject.toml"):
     ]
 
 
+def origin_url(remote=None):
+    """The web URL of a clone's origin remote (``remote``: its URL, else `git remote get-url origin` of this checkout):
+    https://host/path for an https, ssh:// or scp-like (git@host:path) remote, without .git; None for anything else
+    (no remote, a local path), where make dist then needs GPUHARDEN_URL."""
+    if remote is None:
+        found = subprocess.run(["git", "-C", str(REPO), "remote", "get-url", "origin"], capture_output=True, text=True, check=False)
+        remote = found.stdout.strip() if found.returncode == 0 else ""
+    scp = re.match(r"^[\w.-]+@([\w.-]+):(?!/)(.+)$", remote)
+    if scp:
+        host, path = scp.groups()
+    else:
+        parts = urlsplit(remote)
+        if parts.scheme not in ("https", "http", "ssh", "git+ssh") or not parts.hostname:
+            return None
+        host, path = parts.hostname, parts.path.lstrip("/")
+    path = path[:-4] if path.endswith(".git") else path
+    return "https://%s/%s" % (host, path.rstrip("/")) if path else None
+
+
 def check_url(url, test_build=False):
     """The project URL without a trailing slash, or DistError."""
-    setting = "set GPUHARDEN_URL to the project's public URL (where its README renders): make dist GPUHARDEN_URL=https://..."
+    setting = ("set GPUHARDEN_URL to the project's public URL (where its README renders): make dist GPUHARDEN_URL=https://... "
+               "(a clone whose origin is an https or ssh remote gets that one)")
     if not url:
         raise DistError("galaxy.yml (repository, documentation, homepage), deploy/systemd/*.service|*.timer (Documentation=) and "
                         "deploy/monitoring/gpuharden-alerts.yml (runbook_url) hold the placeholder %s: %s" % (PLACEHOLDER, setting))
@@ -205,9 +226,9 @@ def main(argv=None):
         if args.command == "requirements":
             print("\n".join(requirements()))
         elif args.command == "check-url":
-            check_url(os.environ.get("GPUHARDEN_URL", ""), args.test_build)
+            check_url(os.environ.get("GPUHARDEN_URL", "") or origin_url(), args.test_build)
         else:
-            print(build_collection(args.output_path, args.url, args.source_url, args.test_build))
+            print(build_collection(args.output_path, args.url or origin_url(), args.source_url, args.test_build))
     except DistError as error:
         print("make dist: %s" % error, file=sys.stderr)
         return 2

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """`gpuharden drift`'s cluster side, in its own Python: the collection's consistency check (gpu_consistency, with the
 RuntimeClass dry run folded into it) run from the options drift_check.yml hands over and the node reports node_audit
 returned, once the play is over.

@@ -174,6 +174,18 @@ def test_dist_accepts_a_real_url_and_a_test_url_only_for_a_test_build():
     assert dist.check_url(dist.TEST_URL, True) == dist.TEST_URL
 
 
+@pytest.mark.parametrize(("remote", "url"), [
+    ("https://github.com/org/gpuharden.git", "https://github.com/org/gpuharden"),
+    ("git@github.com:org/gpuharden.git", "https://github.com/org/gpuharden"),
+    ("ssh://git@gitlab.example.com/infra/gpuharden", "https://gitlab.example.com/infra/gpuharden"),
+    ("/srv/git/gpuharden", None),
+    ("file:///srv/git/gpuharden", None),
+    ("", None),
+])
+def test_a_clone_of_a_public_remote_gets_its_url(remote, url):
+    assert dist.origin_url(remote) == url
+
+
 def test_staging_refuses_an_invalid_url_left_in_a_file(tmp_path):
     source = tmp_path / "source"
     (source / "deploy").mkdir(parents=True)
