@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps venv collection-link nvml-double control-plane test lint ruff ansible-lint sanity unit fuzz \
-        integration sandbox molecule test-checks test-lab dist-install-check monitoring-check image-check dist python-dist collection-build collection-install-check demo bench lab-down clean
+        integration sandbox molecule test-checks test-lab dist-install-check monitoring-check image-check dist dist-venv dist-url-check python-dist collection-build collection-install-check demo bench lab-down clean
 
 setup: system-deps venv collection-link nvml-double control-plane
 
@@ -164,18 +164,46 @@ molecule: setup
 
 # What an adopter installs, in dist/: the CLI's wheel and sdist (`pip install`; never the lab, which is its own
 # distribution in lab/) and the collection tarball (`ansible-galaxy collection install`; galaxy.yml's build_ignore
-# leaves out tests, lab and tool configs).  The Python build fetches setuptools from PyPI into an isolated env.
+# leaves out tests, lab, tool configs and the developer docs).  Built with the build tools only, in a venv of their
+# own (DIST_VENV: build, setuptools, wheel and ansible-core, pinned as pyproject.toml pins them: tools/dist.py
+# requirements), never the development venv: no test tools, and the Python build runs without isolation, offline.
+# GPUHARDEN_URL, the project's public URL, replaces the placeholder https://gpuharden.invalid in galaxy.yml, the
+# systemd units and the alert rules' runbook_url (unset: the web URL of the clone's origin remote, where that is an
+# https or ssh one): without one (or with a .invalid one) make dist refuses and builds nothing (tools/dist.py).
+# GPUHARDEN_SOURCE_URL (default GPUHARDEN_URL/blob/main; for a release, its tag) is where the shipped README's
+# relative links point.  `make test` builds a test tarball (DIST_TEST=1: a .invalid URL, never for release).
+GPUHARDEN_URL ?=
+GPUHARDEN_SOURCE_URL ?=
+DIST_TEST ?=
+DIST_VENV := $(BUILD)/dist-venv
+test: DIST_TEST = 1
+test: GPUHARDEN_URL := $(or $(GPUHARDEN_URL),https://test-build.gpuharden.invalid)
+
 dist: python-dist collection-build
 
-python-dist: venv
+$(DIST_VENV)/.installed: pyproject.toml tools/dist.py
+	rm -rf $(DIST_VENV)
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/pip install -q --upgrade pip
+	$(DIST_VENV)/bin/pip install -q $$($(PYTHON) tools/dist.py requirements | tr '\n' ' ')
+	touch $@
+
+dist-venv: $(DIST_VENV)/.installed
+
+# Before anything is built: no archive at all rather than one of three.
+dist-url-check: dist-venv
+	@GPUHARDEN_URL='$(GPUHARDEN_URL)' $(DIST_VENV)/bin/python tools/dist.py check-url $(if $(DIST_TEST),--test-build)
+
+python-dist: dist-venv dist-url-check
 	@mkdir -p $(DIST)
 	rm -f $(DIST)/gpuharden-*.whl $(DIST)/gpuharden-[0-9]*.tar.gz
-	$(BIN)/python -m build --quiet --outdir $(DIST) .
+	$(DIST_VENV)/bin/python -m build --no-isolation --quiet --outdir $(DIST) .
 
-collection-build: venv
+collection-build: dist-venv dist-url-check
 	@mkdir -p $(DIST)
 	rm -f $(DIST)/gpuharden-k8s-*.tar.gz
-	$(BIN)/ansible-galaxy collection build --force --output-path $(DIST) .
+	GPUHARDEN_URL='$(GPUHARDEN_URL)' GPUHARDEN_SOURCE_URL='$(GPUHARDEN_SOURCE_URL)' \
+	  $(DIST_VENV)/bin/python tools/dist.py collection --output-path $(DIST) $(if $(DIST_TEST),--test-build)
 
 # Install the built tarball into a scratch path and run its module there, away from this checkout.
 collection-install-check: collection-build

@@ -42,14 +42,14 @@ def expected(directory: Path) -> Archives:
 
 def build(directory: Path) -> Archives:
     """What `make dist` does, into ``directory``: `python -m build` (setuptools from PyPI into an isolated env) and
-    `ansible-galaxy collection build`."""
+    the collection built as `make test` builds it (tools/dist.py, a test build: dist.TEST_URL for the project URL)."""
+    from tools import dist  # noqa: PLC0415 (the same staging and checks as make dist)
+
     directory.mkdir(parents=True, exist_ok=True)
     built = subprocess.run([sys.executable, "-m", "build", "--quiet", "--outdir", str(directory), str(REPO)],
                            capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    galaxy = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path", str(directory), str(REPO)],
-                            capture_output=True, text=True, check=False)
-    assert galaxy.returncode == 0, galaxy.stdout[-3000:] + galaxy.stderr[-3000:]
+    dist.build_collection(directory, dist.TEST_URL, test_build=True, ansible_galaxy=str(VENV_BIN / "ansible-galaxy"))
     archives = expected(directory)
     for path in vars(archives).values():
         assert path.is_file(), "%s not built (%s)" % (path.name, sorted(item.name for item in directory.iterdir()))

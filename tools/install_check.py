@@ -3,7 +3,8 @@
 
 Proves the tarball is complete: `ansible-galaxy collection install` into a scratch collections
 path, then `ansible-doc` and an ad-hoc gpu_facts run against a simulated H100 node, from a working
-directory outside this checkout and without its ansible.cfg.
+directory outside this checkout and without its ansible.cfg.  First, that it ships nothing it must not
+(dist.tarball_problems: the URL placeholder, developer docs, a Markdown link to a file it lacks).
 """
 
 from __future__ import annotations
@@ -17,10 +18,16 @@ from pathlib import Path
 
 from gpuharden_lab.noderoot import build_node_root
 
+from dist import tarball_problems  # tools/dist.py, beside this file
+
 VENV_BIN = Path(sys.executable).parent
 
 
 def main(tarball: str) -> int:
+    problems = tarball_problems(tarball)
+    if problems:
+        print("%s must not ship:\n  %s" % (tarball, "\n  ".join(problems)), file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="gpuharden-install-") as scratch:
         scratch_path = Path(scratch)
         scratch_path.chmod(0o755)

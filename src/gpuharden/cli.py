@@ -18,7 +18,7 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__, ansible_output, drift, explain, kubeconfig, report_cli
+from gpuharden import __version__, ansible_output, cluster_side, drift, explain, kubeconfig, report_cli
 
 DESCRIPTION = """\
 gpuharden: harden the GPU nodes of a Kubernetes cluster and keep them hardened, with the gpuharden.k8s Ansible
@@ -186,8 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands that run the gpuharden.k8s collection's modules or playbooks: each checks first that it is installed and
+# of this CLI's release (cluster_side.require_collection), so each fails the same way, exit 2, when it is not.
+# drift-merge and report read reports only; the lab's commands bring their own checkout.
+NEEDS_COLLECTION = ("facts", "drift", "explain", "kubeconfig")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in NEEDS_COLLECTION:
+        try:
+            _base, warning = cluster_side.require_collection()
+        except cluster_side.CollectionError as error:
+            print("gpuharden: %s" % error, file=sys.stderr)
+            return 2
+        if warning:
+            print("gpuharden: warning: %s" % warning, file=sys.stderr)
     return args.handler(args)
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """`gpuharden drift`'s cluster side, in its own Python: the collection's consistency check (gpu_consistency, with the
 RuntimeClass dry run folded into it) run from the options drift_check.yml hands over and the node reports node_audit
 returned, once the play is over.
@@ -19,10 +20,13 @@ play, so the import overlaps the node audits.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import threading
 import traceback
+
+from gpuharden import __version__
 
 MODULE = "ansible_collections.gpuharden.k8s.plugins.modules.gpu_consistency"
 MODULE_FILE = os.path.join("ansible_collections", "gpuharden", "k8s", "plugins", "modules", "gpu_consistency.py")
@@ -37,6 +41,85 @@ class ClusterSideError(Exception):
     def __init__(self, message, access=None):
         super().__init__(message)
         self.access = access
+
+
+class CollectionError(Exception):
+    """A command that needs the gpuharden.k8s collection cannot run: it is not installed where Ansible looks, or its
+    version does not go with this CLI's.  The message says which to install or upgrade, with the command (exit 2)."""
+
+
+MISSING = ("the gpuharden.k8s collection is not installed where Ansible looks for collections (searched: %s); install the "
+           "release of this CLI, %s: ansible-galaxy collection install gpuharden-k8s-%s.tar.gz (from make dist), or "
+           "ansible-galaxy collection install 'gpuharden.k8s:==%s'")
+
+
+def collection_version(base):
+    """The version of the collection below ``base``: its MANIFEST.json's (an installed collection) or galaxy.yml's (a
+    source checkout linked in, as `make setup` links this one); None where neither says."""
+    root = os.path.join(base, "ansible_collections", "gpuharden", "k8s")
+    try:
+        with open(os.path.join(root, "MANIFEST.json")) as manifest:
+            return str(json.load(manifest)["collection_info"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        import yaml  # noqa: PLC0415 (only where there is no MANIFEST.json)
+
+        with open(os.path.join(root, "galaxy.yml")) as galaxy:
+            return str(yaml.safe_load(galaxy)["version"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def version_mismatch(cli_version, collection, base):
+    """(refuse, message) when ``cli_version`` (this wheel's) and ``collection`` (the installed collection's) differ,
+    else None.  They are released together from one source, and the CLI reads what the collection's playbooks and
+    modules return (facts, node reports, findings): a different major or minor release is refused (in 0.x a minor
+    release may change those), a different patch release only warned about.  The fix names the older of the two."""
+    from packaging.version import InvalidVersion, Version  # noqa: PLC0415 (packaging comes with ansible-core)
+
+    where = os.path.join(base, "ansible_collections", "gpuharden", "k8s")
+    try:
+        cli, installed = Version(cli_version), Version(collection)
+    except InvalidVersion:
+        return True, "the gpuharden.k8s collection at %s has version %r, which is no version: reinstall it, ansible-galaxy " \
+                     "collection install --force 'gpuharden.k8s:==%s'" % (where, collection, cli_version)
+    if cli == installed:
+        return None
+    if cli < installed:
+        fix = "upgrade the CLI to the collection's release: pip install --upgrade 'gpuharden==%s'" % installed
+    else:
+        fix = ("upgrade the collection to the CLI's release: ansible-galaxy collection install --force gpuharden-k8s-%s.tar.gz "
+               "(from make dist), or ansible-galaxy collection install --force 'gpuharden.k8s:==%s'" % (cli, cli))
+    refuse = cli.release[:2] != installed.release[:2]
+    return refuse, "gpuharden %s and the gpuharden.k8s collection %s at %s are %s: %s" % (
+        cli, installed, where, "different releases" if refuse else "different patch releases", fix)
+
+
+def require_collection(bases=None, cli_version=__version__):
+    """The base of the gpuharden.k8s collection a command uses (as collection_base finds it among Ansible's
+    collections paths) and a warning (None, or a patch-release mismatch); CollectionError when it is missing, its
+    version unknown, or another major or minor release than this CLI's.  The one check every command that needs the
+    collection makes (cli.NEEDS_COLLECTION), so each says the same."""
+    if bases is None:
+        from gpuharden import drift  # noqa: PLC0415 (drift imports Ansible: only when a command needs the collection)
+
+        bases = drift.collection_bases()
+    base = collection_base(bases)
+    if base is None:
+        # Ansible's collections paths, where an install goes (sys.path, searched after them, only where nothing else is)
+        searched = list(dict.fromkeys(base for base in bases if base and base not in sys.path)) or list(dict.fromkeys(filter(None, bases)))
+        shown = ", ".join(searched[:3]) + (" and %d more" % (len(searched) - 3) if len(searched) > 3 else "")
+        raise CollectionError(MISSING % (shown or "nowhere", cli_version, cli_version, cli_version))
+    version = collection_version(base)
+    if version is None:
+        raise CollectionError("the gpuharden.k8s collection at %s has no MANIFEST.json or galaxy.yml that gives its version; "
+                              "reinstall it: ansible-galaxy collection install --force 'gpuharden.k8s:==%s'" % (
+                                  os.path.join(base, "ansible_collections", "gpuharden", "k8s"), cli_version))
+    mismatch = version_mismatch(cli_version, version, base)
+    if mismatch and mismatch[0]:
+        raise CollectionError(mismatch[1])
+    return base, mismatch[1] if mismatch else None
 
 
 def collection_base(bases):

@@ -1137,12 +1137,53 @@ def parse_extra_vars(values):
     return result
 
 
-def _progress(stream):
-    def show(done, seen, host, text):
-        stream.write("[%d/%d] %s: %s\n" % (done, seen, host, text))
-        stream.flush()
+class _Progress:
+    """The run's progress on ``stream`` (stderr), a line per host as it finishes ("[done/seen] host: result").  On a
+    terminal, also a status line at once, before any host has finished (a slow fleet can take many seconds to the
+    first result), kept below the host lines and rewritten as hosts finish, and cleared by end() before the report is
+    printed.  Not in a log or a pipe (not a TTY, or TERM=dumb): there carriage returns and escape codes would be noise,
+    so only the host lines go there, as before."""
 
-    return show
+    CLEAR_LINE = "\r\x1b[K"
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
+        self.started = time.monotonic()
+        self.done = self.seen = 0
+        if self.live:
+            self._write(self._status())
+
+    def __call__(self, done, seen, host, text):
+        line = "[%d/%d] %s: %s\n" % (done, seen, host, text)
+        if self.live:
+            self.done, self.seen = done, seen
+            self._write(self.CLEAR_LINE + line + self._status())
+        else:
+            self._write(line)
+
+    def _status(self):
+        seconds = int(time.monotonic() - self.started)
+        if not self.seen:
+            text = "gpuharden drift: checking, no host finished yet (%d s)" % seconds
+        else:
+            text = "gpuharden drift: %d of %d host(s) started so far finished (%d s)" % (self.done, self.seen, seconds)
+        # one terminal row, or the carriage return would rewrite only its last row
+        return text[:max(1, shutil.get_terminal_size((80, 24)).columns - 1)]
+
+    def end(self):
+        """Clear the status line (the report comes next); later host lines are plain ones."""
+        if self.live:
+            self._write(self.CLEAR_LINE)
+            self.live = False
+
+    def _write(self, text):
+        self.stream.write(text)
+        self.stream.flush()
+
+
+def _progress(stream):
+    return _Progress(stream)
 
 
 def stopped(args, stop, deadline, status=None):
@@ -1173,7 +1214,16 @@ def incomplete(args, extravars, limit, outcomes, stop, reason, code):
 
 
 def check(args, extravars, stream, limit, stop=None, deadline=None):
-    outcomes = Outcomes(progress=None if args.quiet else _progress(stream))
+    progress = None if args.quiet else _progress(stream)
+    outcomes = Outcomes(progress=progress)
+    try:
+        return _check(args, extravars, stream, limit, stop, deadline, outcomes)
+    finally:
+        if progress is not None:
+            progress.end()
+
+
+def _check(args, extravars, stream, limit, stop, deadline, outcomes):
     before = stopped(args, stop, deadline)
     if before:
         raise incomplete(args, extravars, limit, outcomes, stop, *before)

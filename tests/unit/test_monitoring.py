@@ -27,8 +27,8 @@ MONITORING = REPO / "deploy" / "monitoring"
 RULES = MONITORING / "gpuharden-alerts.yml"
 RULES_TESTS = MONITORING / "tests" / "alerts-test.yml"
 DASHBOARD = MONITORING / "gpuharden-dashboard.json"
-# The README's Troubleshooting section; relative while the project has no public URL (see deploy/monitoring/README.md).
-RUNBOOK = re.compile(r"^(\S+/)?README\.md#troubleshooting$")
+# The placeholder make dist replaces with the project URL (tools/dist.py), where the README renders.
+RUNBOOK = re.compile(r"^https://gpuharden\.invalid#troubleshooting$")
 # Labels every scraped series gets besides its own, and node_exporter's own textfile-collector metrics.
 TARGET_LABELS = {"job", "instance"}
 NODE_EXPORTER_METRICS = {"node_textfile_mtime_seconds": {"file"}, "node_textfile_scrape_error": set()}
