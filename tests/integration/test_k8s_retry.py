@@ -120,6 +120,7 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab):
     finally:
         once.close()
     failed = [error for error in failures if error is not None]
+    print("without retries: %d of %d LISTs throttled" % (len(failed), BURST))
     assert failed, "no LIST of the burst was throttled: the priority level admits %d concurrent LISTs" % BURST
     # every failure is the API server's flow control rejecting the request: 429, from the FlowSchema, with Retry-After
     assert {error.result.get("status") for error in failed} == {429}, [str(error) for error in failed]
@@ -134,6 +135,7 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab):
         retries = _k8s.retries_made(retrying)
     finally:
         retrying.close()
+    print("with the retry policy: %d of %d LISTs failed, %d retries" % (sum(error is not None for error in failures), BURST, retries))
     # the policy retries inside the request: no LIST fails, and no 429 reaches the caller; the retries were made
     assert [str(error) for error in failures if error is not None] == [] and unanswered == []
     assert retries > 0
