@@ -23,6 +23,11 @@ urllib3 pool with the configuration's credentials, the body as JSON and the answ
 API classes (``CoreV1Api``...) are never imported: in kubernetes 37 (the first client that requires pydantic) each
 builds hundreds of pydantic model classes at import, about 0.9 CPU-s of every module run here, while this collection
 only ever wants a URL and the raw JSON.
+
+``request`` (under ``endpoint``, so under every call, LIST and object write of ``_k8s_access`` and ``_k8s_objects``) is
+also the one place a request is repeated: ``RetryPolicy`` retries a throttled (429), failed (5xx) or broken request
+with backoff and jitter, honouring ``Retry-After``, within the request timeout, and only where repeating it is safe;
+urllib3's own retries are off.  ``retries_made(api)`` counts the retries.
 """
 
 from __future__ import annotations
