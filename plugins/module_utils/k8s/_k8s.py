@@ -23,6 +23,11 @@ urllib3 pool with the configuration's credentials, the body as JSON and the answ
 API classes (``CoreV1Api``...) are never imported: in kubernetes 37 (the first client that requires pydantic) each
 builds hundreds of pydantic model classes at import, about 0.9 CPU-s of every module run here, while this collection
 only ever wants a URL and the raw JSON.
+
+``request`` (under ``endpoint``, so under every call, LIST and object write of ``_k8s_access`` and ``_k8s_objects``) is
+also the one place a request is repeated: ``RetryPolicy`` retries a throttled (429), failed (5xx) or broken request
+with backoff and jitter, honouring ``Retry-After``, within the request timeout, and only where repeating it is safe;
+urllib3's own retries are off.  ``retries_made(api)`` counts the retries.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ import copy
 import gc
 import json
 import os
+import random
 import re
 import threading
+import time
 import traceback
 from urllib.parse import quote, urlencode
 
@@ -243,6 +250,7 @@ def api_client(params):
     if settings["overrides"].get("impersonate_user"):
         api.set_default_header("Impersonate-User", settings["overrides"]["impersonate_user"])
     api.gpuharden_request_timeout = settings["request_timeout"]
+    api.gpuharden_retry = RetryPolicy()
     return api
 
 
@@ -281,7 +289,10 @@ def endpoint(api, http_method, template, *path_keys):
 
 def request(api, http_method, path, body=None, _content_type=None, _request_timeout=None, _preload_content=False, **query):
     """One request through the ApiClient's urllib3 pool (TLS, client certificate and proxy as the configuration
-    decided), with its credentials and default headers (impersonation, user agent); see ``endpoint``."""
+    decided), with its credentials and default headers (impersonation, user agent); see ``endpoint``.
+
+    A throttled (429), failed (500, 502, 503, 504) or broken (connection refused or reset) attempt is repeated as
+    ``RetryPolicy`` decides, within the request timeout; the last failure is raised as it came."""
     conf = api.configuration
     headers = dict(api.default_headers)
     headers["Accept"] = "application/json"
@@ -304,15 +315,145 @@ def request(api, http_method, path, body=None, _content_type=None, _request_time
     params = [(_query_name(option), _query_value(value)) for option, value in query.items() if value is not None]
     if params:
         url += "?" + urlencode(params)
+    repeatable = repeatable_request(http_method, headers.get("Content-Type"), query.get("dry_run"))
+    policy = retry_policy(api)
+    started = policy.clock()
     timeout = _request_timeout or getattr(api, "gpuharden_request_timeout", None)
-    extra = {"timeout": urllib3.Timeout(total=timeout)} if timeout else {}
-    response = api.rest_client.pool_manager.request(http_method, url, body=payload, headers=headers, **extra)
+    deadline = started + (timeout or policy.max_seconds)
+    attempt = 1
+    while True:
+        extra = {"timeout": urllib3.Timeout(total=max(deadline - policy.clock(), 0.001))} if timeout else {}
+        try:
+            return _send(api, http_method, url, payload, headers, extra)
+        except Exception as error:  # ApiException, and urllib3's connection, TLS and read errors
+            delay = policy.delay(error, repeatable, attempt, deadline)
+            if delay is None:
+                raise
+        policy.wait(delay)
+        attempt += 1
+
+
+def _send(api, http_method, url, payload, headers, extra):
+    """One attempt: urllib3's own retries off (``NO_URLLIB3_RETRIES``), so that ``RetryPolicy`` is the only one."""
+    response = api.rest_client.pool_manager.request(http_method, url, body=payload, headers=headers, retries=NO_URLLIB3_RETRIES, **extra)
     if not 200 <= response.status < 300:
         error = ApiException(status=response.status, reason=response.reason)
         error.body = response.data.decode("utf-8", "replace") if response.data else None
         error.headers = response.headers
         raise error
     return response
+
+
+# urllib3's pools retry a failed connection three times at once by default (urllib3 2.x util/retry.py Retry.DEFAULT):
+# off here (no attempt repeated, redirects still followed), so that every repetition is RetryPolicy's, with its
+# backoff, its deadline and its count.  An exhausted Retry raises MaxRetryError around the cause, as the default one
+# did: a final failure reads as it read before.
+NO_URLLIB3_RETRIES = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=3) if urllib3 else None
+
+RETRY_STATUSES = frozenset((429, 500, 502, 503, 504))
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+def repeatable_request(http_method, content_type, dry_run):
+    """True when sending the request twice has the effect of sending it once, so that any failure may be retried:
+    a read (GET, HEAD), a dry run (nothing persists), or a server-side apply (the same declared fields applied again
+    give the same object).  Everything else (a create, an eviction, a token, a replace with a resourceVersion, a
+    merge patch, a delete) may have happened before its answer was lost: it is repeated only when the failure shows
+    that it never ran (``never_ran``)."""
+    return http_method in ("GET", "HEAD") or bool(dry_run) or (http_method == "PATCH" and content_type == APPLY_PATCH)
+
+
+def _cause(error):
+    """The error under urllib3's MaxRetryError (the connection or read error), or the error itself."""
+    return getattr(error, "reason", None) if urllib3 and isinstance(error, urllib3.exceptions.MaxRetryError) else error
+
+
+def never_ran(error):
+    """True when the failure shows that the API server never ran the request:
+
+    - the connection was never made (refused, DNS, connect timeout: urllib3's NewConnectionError, ConnectTimeoutError);
+    - a 429 without a Status body: the API server's flow control rejected it before any handler (APF, k8s.io/apiserver
+      v0.36.3 pkg/server/filters/priority-and-fairness.go tooManyRequests, and the max-in-flight filter in maxinflight.go,
+      answer with net/http's http.Error: text/plain "Too many requests, please try again later.").  A 429 with a JSON
+      Status is a handler's answer, such as an eviction a PodDisruptionBudget refuses (k8s.io/kubernetes v1.36.3
+      pkg/registry/core/pod/storage/eviction.go): that is the caller's to handle, never repeated here.
+    """
+    cause = _cause(error)
+    if urllib3 and isinstance(cause, urllib3.exceptions.ConnectTimeoutError):  # NewConnectionError is one
+        return True
+    return _status(error) == 429 and not _is_status_body(getattr(error, "body", None))
+
+
+def _is_status_body(body):
+    try:
+        return isinstance(json.loads(body), dict)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _transient(error):
+    """A failure that may pass: a retryable status, or a connection refused, reset or timed out."""
+    if _status(error) is not None:
+        return _status(error) in RETRY_STATUSES
+    cause = _cause(error)
+    return bool(urllib3) and isinstance(cause, (urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError))
+
+
+def retry_after(error):
+    """The seconds of an answer's ``Retry-After`` header (the delta-seconds form the API server sends: APF's
+    tooManyRequests, responsewriters/writers.go ErrorNegotiated from a Status's retryAfterSeconds), or None."""
+    headers = getattr(error, "headers", None) if _status(error) is not None else None
+    try:
+        seconds = float((headers or {}).get("Retry-After"))
+    except (TypeError, ValueError):  # absent, or the HTTP-date form: the backoff alone decides
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
+class RetryPolicy:
+    """When a failed request is sent again, and after how long: at most ``attempts`` attempts, never past the
+    request's deadline (its timeout, else ``max_seconds``, counted from the first attempt).
+
+    A repeatable request (``repeatable_request``) is retried after a 429, 500, 502, 503, 504 or a connection refused,
+    reset or timed out; any other request only when the failure shows it never ran (``never_ran``).  The wait before
+    retry n (1, 2, ...) is full jitter, uniform in [0, min(cap, base * 2 ** (n - 1))], added to the answer's
+    ``Retry-After`` where it has one: the server's delay is honoured, and clients throttled together do not come back
+    together.  A wait that would end past the deadline is not made: the last failure is raised, unchanged.
+
+    ``retries`` counts the retries made through this policy (all threads), for the results to report.  ``clock``,
+    ``sleep`` and ``random`` are injectable for tests."""
+
+    def __init__(self, attempts=5, base=0.25, cap=4.0, max_seconds=60.0, clock=time.monotonic, sleep=time.sleep, random=random.random):
+        self.attempts, self.base, self.cap, self.max_seconds = attempts, base, cap, max_seconds
+        self.clock, self.sleep, self.random = clock, sleep, random
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def delay(self, error, repeatable, attempt, deadline):
+        """Seconds to wait before attempt ``attempt + 1`` after ``error``, or None: raise it."""
+        if attempt >= self.attempts or not (_transient(error) and (repeatable or never_ran(error))):
+            return None
+        wait = (retry_after(error) or 0.0) + self.random() * min(self.cap, self.base * 2 ** (attempt - 1))
+        return wait if self.clock() + wait < deadline else None
+
+    def wait(self, seconds):
+        with self._lock:
+            self.retries += 1
+        self.sleep(seconds)
+
+
+def retry_policy(api):
+    """The ApiClient's RetryPolicy (``api_client`` gives each its own); one is attached where there is none."""
+    policy = getattr(api, "gpuharden_retry", None)
+    if policy is None:
+        policy = api.gpuharden_retry = RetryPolicy()
+    return policy
+
+
+def retries_made(api):
+    """How many requests made through ``api`` were retried so far (``RetryPolicy.retries``)."""
+    policy = getattr(api, "gpuharden_retry", None)
+    return policy.retries if policy is not None else 0
 
 
 def api_error(error, action):

@@ -112,6 +112,11 @@ class Client:
         self.who = who
         self.requests = 0
 
+    @property
+    def retries(self):
+        """How many of the requests were retried (throttled, failed or broken, then sent again: ``_k8s.RetryPolicy``)."""
+        return _k8s.retries_made(self.api)
+
     def _method(self, kind, verb):
         """The request of ``verb`` (read, list, patch, replace, delete) on one object of ``kind`` (``list``: in one
         namespace, or of a cluster-scoped kind), called with the object's name and namespace, as in KINDS."""
