@@ -192,8 +192,8 @@ def test_item3_every_gpuharden_name_the_tools_pass_is_known(collection):
     _prefixes, known = collection
     used = {}
     for path in yaml_files("src/gpuharden/**/*.py", "lab/src/gpuharden_lab/**/*.py", "bench/*.py", "tools/*.py", "tests/integration/*.py", "tests/lab/*.py"):
-        # "gpuharden_x": value / gpuharden_x=value: a variable handed to a playbook
-        for name in re.findall(r"""\b(gpuharden_[a-z0-9_]+)["']?\s*(?::\s|=[^=])""", path.read_text()):
+        # "gpuharden_x": value / gpuharden_x=value: a variable handed to a playbook (not an attribute: obj.gpuharden_x = ...)
+        for name in re.findall(r"""(?<![.\w])(gpuharden_[a-z0-9_]+)["']?\s*(?::\s|=[^=])""", path.read_text()):
             used.setdefault(name, path.relative_to(REPO))
     for path in yaml_files("deploy/**/*.yaml", "deploy/**/*.yml", "inventories/**/*.yml", "molecule/**/*.yml"):
         for name in re.findall(r"^\s*(gpuharden_[a-z0-9_]+):", path.read_text(), re.M):
