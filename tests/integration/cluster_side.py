@@ -220,3 +220,26 @@ def kubelet_configz(state, node, timeout=60):
     answer = wait_for(lambda: manager.ssh(state["nodes"][node]["address"], command).stdout, timeout=timeout, interval=2,
                       what="%s's kubelet to answer /configz" % node)
     return json.loads(answer)["kubeletconfig"]
+
+
+def plugin_sees_the_node_s_pci_devices(state, namespace, daemonset):
+    """The lab's one departure from a real node, for the device plugin's NUMA hints: a real node's sysfs shows every
+    container its PCI devices, where the real plugin reads each GPU's numa_node (k8s-device-plugin v0.18.2
+    internal/rm/nvml_devices.go; no file, no topology, and the kubelet aligns nothing).  A lab node's fixture devices
+    are bound over /sys/bus/pci/devices in the node's mount namespace only (lab/src/gpuharden_lab/node.py), so the
+    plugin's pods get that directory as a hostPath.  Returns whether the DaemonSet was patched (False: it had it)."""
+    from kubernetes import client  # noqa: PLC0415
+
+    api = admin(state)
+    try:
+        apps = client.AppsV1Api(api)
+        volumes = apps.read_namespaced_daemon_set(daemonset, namespace).spec.template.spec.volumes or []
+        if any(volume.name == "lab-pci-devices" for volume in volumes):
+            return False  # the role's update keeps a volume it does not own
+        apps.patch_namespaced_daemon_set(daemonset, namespace, [
+            {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "lab-pci-devices", "hostPath": {"path": "/sys/bus/pci/devices"}}},
+            {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+             "value": {"name": "lab-pci-devices", "mountPath": "/sys/bus/pci/devices", "readOnly": True}}])
+        return True
+    finally:
+        api.close()

@@ -26,6 +26,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _bpf_sysc
 from gpuharden_lab import REPO_ROOT, cluster, manager, pods, realnode, workloads
 from kubernetes import client
 
+from tests.integration import cluster_side
 from tests.integration import devcg_shapes as shapes
 from tests.integration.cluster_side import failures, module_args, run, wait_for
 from tests.integration.test_real_nodes import in_node
@@ -108,28 +109,6 @@ def _gpu_resources(core, node):
     return {key: value for key, value in core.read_node(node).status.allocatable.items() if key.startswith("nvidia.com/")}
 
 
-def _see_the_node_s_pci_devices(state):
-    """The lab's one departure from a real node, for the plugin's NUMA hints: a real node's sysfs shows every
-    container its PCI devices, where the real plugin reads each GPU's numa_node (k8s-device-plugin v0.18.2
-    internal/rm/nvml_devices.go; no file, no topology, and the kubelet aligns nothing).  A lab node's fixture devices
-    are bound over /sys/bus/pci/devices in the node's mount namespace only (lab/src/gpuharden_lab/node.py), so the
-    plugin's pods get that directory as a hostPath."""
-    from tests.integration.cluster_side import admin  # noqa: PLC0415
-
-    api = admin(state)
-    try:
-        apps = client.AppsV1Api(api)
-        volumes = apps.read_namespaced_daemon_set(PLUGIN_DAEMONSET, PLUGIN_NAMESPACE).spec.template.spec.volumes or []
-        if any(volume.name == "lab-pci-devices" for volume in volumes):
-            return  # the role's update keeps a volume it does not own
-        apps.patch_namespaced_daemon_set(PLUGIN_DAEMONSET, PLUGIN_NAMESPACE, [
-            {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "lab-pci-devices", "hostPath": {"path": "/sys/bus/pci/devices"}}},
-            {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
-             "value": {"name": "lab-pci-devices", "mountPath": "/sys/bus/pci/devices", "readOnly": True}}])
-    finally:
-        api.close()
-
-
 def _deploy_plugin(state, strategy):
     """The real plugin v0.18.2 on every GPU node, by the product's device_plugin role, with no RuntimeClass (nvidia is
     containerd's default runtime on the DGX and the MIG node, runc on the third) and ``strategy`` as migStrategy."""
@@ -141,7 +120,7 @@ def _deploy_plugin(state, strategy):
         with open(os.path.join(results, "result.json")) as handle:
             result = json.load(handle)
     assert result["ok"] and not failures(found), result
-    _see_the_node_s_pci_devices(state)
+    cluster_side.plugin_sees_the_node_s_pci_devices(state, PLUGIN_NAMESPACE, PLUGIN_DAEMONSET)
     core = _core(state)
     wait_for(lambda: _rolled_out(core), timeout=180, what="the plugin pods of %s and %s replaced" % (DGX, MIG))
     wait_for(lambda: _gpu_resources(core, DGX) == {"nvidia.com/gpu": "8"}, timeout=120, what="the real plugin on %s" % DGX)

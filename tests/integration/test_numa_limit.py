@@ -11,6 +11,7 @@ policy (the kubelet's hints do not enumerate the 2^34 NUMA sets)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -18,7 +19,17 @@ from gpuharden_lab import manager, realnode
 from kubernetes import client
 
 from tests.builds import skip_unbuilt
-from tests.integration.cluster_side import GPUHARDEN_DROPIN, KUBEADM_CONFIG, admin, failures, kubelet_config, kubelet_configz, run, wait_for
+from tests.integration.cluster_side import (
+    GPUHARDEN_DROPIN,
+    KUBEADM_CONFIG,
+    admin,
+    failures,
+    kubelet_config,
+    kubelet_configz,
+    plugin_sees_the_node_s_pci_devices,
+    run,
+    wait_for,
+)
 from tests.integration.test_real_nodes import in_node, node_objects
 from tests.labfixtures import running_lab
 
@@ -107,12 +118,27 @@ def test_a_default_harden_raises_the_limit_and_leaves_the_kubelet_running_and_th
     assert "topologyPolicyName=\"single-numa-node\"" in log or "single-numa-node" in log
 
 
+def _plugin_reports_numa(core):
+    """The plugin pod on NODE is one of the patched template (the node's PCI devices in its sysfs), Ready, and the
+    node advertises its GPUs again."""
+    pods = [pod for pod in core.list_namespaced_pod("kube-system").items if pod.spec.node_name == NODE and not pod.metadata.deletion_timestamp
+            and any(container.name == "nvidia-device-plugin-ctr" for container in pod.spec.containers)]
+    ready = [pod for pod in pods if any(volume.name == "lab-pci-devices" for volume in pod.spec.volumes or [])
+             and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])]
+    node = core.read_node(NODE)
+    return len(pods) == 1 and len(ready) == 1 and int((node.status.allocatable or {}).get("nvidia.com/gpu", "0")) > 0
+
+
 def test_a_gpu_pod_is_admitted_under_single_numa_node_on_34_numa_nodes(lab):
     """The kubelet v1.36.3 computes device hints over the NUMA nodes the devices are on (devicemanager/topology_hints.go),
-    so raising the limit to 34 does not make admission enumerate 2^34 NUMA sets: the pod is admitted at once."""
+    so raising the limit to 34 does not make admission enumerate 2^34 NUMA sets: the pod is admitted at once.  The
+    plugin sees the node's PCI devices (a real node's sysfs; cluster_side.plugin_sees_the_node_s_pci_devices), so the
+    GPUs carry their NUMA node and the kubelet really aligns: its checkpoint files the device under that NUMA node."""
     api = admin(lab)
     core = client.CoreV1Api(api)
     image = realnode.sandbox_image_name(in_node(lab, NODE, ["cat", "/etc/containerd/config.toml"]).stdout)
+    plugin_sees_the_node_s_pci_devices(lab, "kube-system", "nvidia-device-plugin-daemonset")
+    wait_for(lambda: _plugin_reports_numa(core), timeout=180, what="the plugin with the node's PCI devices, advertising the GPUs")
     try:
         core.create_namespaced_pod("default", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "numa-probe"},
@@ -130,6 +156,11 @@ def test_a_gpu_pod_is_admitted_under_single_numa_node_on_34_numa_nodes(lab):
         wait_for(admitted, timeout=120, what="the GPU pod admitted and running")
         assert time.monotonic() - started < 120
         assert healthy(lab)
+        # the allocation the device manager checkpointed: under the GPU's NUMA node, not "-1" (no topology)
+        uid = core.read_namespaced_pod("numa-probe", "default").metadata.uid
+        checkpoint = json.loads(in_node(lab, NODE, ["cat", "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"]).stdout)
+        entries = [entry for entry in checkpoint["Data"]["PodDeviceEntries"] if entry["PodUID"] == uid and entry["ResourceName"] == "nvidia.com/gpu"]
+        assert entries and all(int(numa) >= 0 for entry in entries for numa in entry["DeviceIDs"]), entries
     finally:
         core.delete_namespaced_pod("numa-probe", "default", grace_period_seconds=0)
         api.close()
