@@ -96,8 +96,11 @@ def load_collection():
     except cluster_side.ClusterSideError as error:
         raise UsageError(str(error)) from None
     if modules is None:
-        raise UsageError("the gpuharden.k8s collection is not installed where Ansible looks for collections "
-                         "(ansible-galaxy collection install gpuharden.k8s)")
+        try:  # the one check and message every command gives for a missing collection
+            cluster_side.require_collection()
+        except cluster_side.CollectionError as error:
+            raise UsageError(str(error)) from None
+        raise UsageError("the gpuharden.k8s collection could not be imported")
     return argparse.Namespace(**modules)
 
 
