@@ -54,7 +54,7 @@ def harden(root, path, after, name="gpuharden.k8s.containerd_nvidia_runtime", ba
 
 
 def unharden(root, check=False, **params):
-    options = {"writers": list(unharden_files.WRITERS), "force": False, "keep_backups": False, "checkpoints": False}
+    options = {name: spec.get("default") for name, spec in unharden_files.argument_spec().items() if name != "root"}
     options.update(params)
     module = FakeModule(root, "gpuharden.k8s.unharden_files", check_mode=check, **options)
     return unharden_files.run(module)

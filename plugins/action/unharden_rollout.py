@@ -1,0 +1,63 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.unharden_rollout: plan the drained pass of the uninstall, once for the play.
+
+It reads each play host's first-pass result (the variable ``first_pass`` names: unharden_files, registered), runs
+gpuharden.k8s.disruption_budget once when a host's kubelet files wait for a drain, and returns the rollout
+(module_utils/cluster/_unharden_run.py decides) as the fact ``__unharden_rollout`` of the host it runs for:
+delegated to localhost with ``delegate_facts``, the next play's ``hosts`` and ``serial`` read it there (a play keyword
+sees no play host's variables: ansible-core 2.19 executor/playbook_executor.py templates it with
+``VariableManager.get_vars(play=play)``, where ``hostvars`` is available).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
+
+FACT = "__unharden_rollout"
+NODE_NAME = "gpuharden_k8s_node_name"
+
+
+def play_hosts(hostvars, names, first_pass):
+    """[{host, node, first_pass}] of ``names``: the Node name is the host's gpuharden_k8s_node_name, else its inventory
+    name; ``first_pass`` the host's registered result of that name (None where it has none)."""
+    hosts = []
+    for name in names:
+        variables = hostvars[name]
+        hosts.append({"host": name, "node": variables.get(NODE_NAME) or name, "first_pass": variables.get(first_pass)})
+    return hosts
+
+
+class ActionModule(ActionBase):
+    """Thin shell: gather the hosts' first-pass results, read the budget when needed, let the planner decide."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        unknown = sorted(set(args) - {"first_pass", "kubeconfig", "max_unavailable"})
+        if unknown or not args.get("first_pass"):
+            raise AnsibleActionFail("unharden_rollout: options are first_pass (required), kubeconfig, max_unavailable; got %s"
+                                    % ", ".join(sorted(args)))
+        hostvars = task_vars["hostvars"]
+        hosts = play_hosts(hostvars, task_vars["ansible_play_hosts"], args["first_pass"])
+        fleet = [entry["node"] for entry in play_hosts(hostvars, task_vars["ansible_play_hosts_all"], args["first_pass"])]
+        budget = None
+        if _unharden_run.plan(hosts)["budget_needed"]:
+            module_args = {"max_unavailable": str(args.get("max_unavailable", 1)), "fleet": fleet}
+            if args.get("kubeconfig"):
+                module_args["kubeconfig"] = args["kubeconfig"]
+            budget = self._execute_module(module_name="gpuharden.k8s.disruption_budget", module_args=module_args,
+                                          task_vars=task_vars)
+            if budget.get("failed"):
+                raise AnsibleActionFail("unharden_rollout: the disruption budget could not be read: %s" % budget.get("msg"),
+                                        result=budget)
+        rollout = _unharden_run.plan(hosts, budget)
+        rollout["fleet"] = fleet
+        result.update(changed=False, rollout=rollout, budget=budget, ansible_facts={FACT: rollout})
+        return result

@@ -1,0 +1,79 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Documentation only: the action plugin plugins/action/unharden_report.py does the work, on the controller.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: unharden_report
+short_description: One node's verdict at the end of the uninstall - what was left in conflict, and why it fails
+version_added: 0.3.0
+description:
+  - Reads this host's results by the variable names its options give, on the controller (no connection to the node).
+  - A node whose drained pass failed (O(failed) set) gets that step's message in RV(failure), and nothing else.
+  - Otherwise what was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints
+    in the O(cluster) result - goes to the run's stats as C(gpuharden_unharden_conflicts) (per inventory host,
+    aggregated), and RV(failure) says why the node fails - its drained pass was not started (O(deferred)), or
+    something was left in conflict. V(null) when it does not.
+  - It never fails itself (Ansible records stats only from a successful result); the next task fails the node on
+    RV(failure).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.INFO_MODULE
+attributes:
+  action:
+    support: full
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+options:
+  passes:
+    description: The names of the variables holding this host's M(gpuharden.k8s.unharden_files) results (one that is undefined is skipped).
+    type: list
+    elements: str
+    default: []
+  cluster:
+    description: The name of the variable holding the M(gpuharden.k8s.unharden_cluster) result (its conflicts of this node count).
+    type: str
+  failed:
+    description: The name of the variable that holds why this node's drained pass failed, where it did.
+    type: str
+  deferred:
+    description: The name of the variable that holds why this node's drained pass was not started, where it was not.
+    type: str
+seealso:
+  - module: gpuharden.k8s.unharden_files
+  - module: gpuharden.k8s.unharden_cluster
+"""
+
+EXAMPLES = r"""
+- name: Report what was left in conflict, and why the node fails if it does
+  gpuharden.k8s.unharden_report:
+    passes: [first_pass, drained_pass]
+    cluster: cluster_pass
+  register: report
+
+- name: Fail the node with something left in conflict
+  ansible.builtin.fail:
+    msg: "{{ report.failure }}"
+  when: report.failure is not none
+"""
+
+RETURN = r"""
+node:
+  description: The Node name (C(gpuharden_k8s_node_name), else the inventory name).
+  returned: always
+  type: str
+conflicts:
+  description: What was left in conflict on this node, each with C(path) (a file) or C(node) and C(label) or C(taint), and C(reason).
+  returned: always
+  type: list
+  elements: dict
+failure:
+  description: Why the node fails, or V(null).
+  returned: always
+  type: str
+"""
