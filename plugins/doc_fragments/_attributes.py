@@ -25,6 +25,14 @@ attributes:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
 """
 
+    ACTION = r"""
+options: {}
+attributes:
+  action:
+    support: full
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+"""
+
     INFO_MODULE = r"""
 options: {}
 attributes:

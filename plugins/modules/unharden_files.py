@@ -56,7 +56,7 @@ options:
   kubelet:
     description:
       - V(false) leaves every kubelet file as gpuharden wrote it (the C(kubelet_config) writer is not undone, whatever
-        O(writers) says): no kubelet restart, no drain.
+        O(writers) says) - no kubelet restart, no drain.
     type: bool
     default: true
   force:

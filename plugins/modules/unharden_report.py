@@ -25,10 +25,7 @@ author:
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.INFO_MODULE
-attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+  - gpuharden.k8s._attributes.ACTION
 options:
   passes:
     description: The names of the variables holding this host's M(gpuharden.k8s.unharden_files) results (one that is undefined is skipped).

@@ -16,10 +16,10 @@ description:
     uninstall (M(gpuharden.k8s.unharden_files) with C(defer_disruptive)), reads each play host's first-pass result,
     registered under the name O(first_pass).
   - The hosts whose kubelet files were deferred (C(deferred)) need a drain. When there are any, it reads the fleet's
-    disruption budget once with M(gpuharden.k8s.disruption_budget) (the fleet is every host of the play, by Node name:
+    disruption budget once with M(gpuharden.k8s.disruption_budget) (the fleet is every host of the play, by Node name -
     C(gpuharden_k8s_node_name), else the inventory name).
   - Returns the rollout as the fact C(__unharden_rollout) of localhost - C(hosts) in rollout order (those whose Node
-    is unavailable already first, then the others in the play's order), C(serial) (V([1, batch]): a canary, then
+    is unavailable already first, then the others in the play's order), C(serial) (V([1, batch]), a canary, then
     batches of the budget less the fleet's nodes unavailable outside the rollout, at least 1) and C(fleet), for the
     next play's C(hosts) and C(serial).
 author:
@@ -28,10 +28,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.FACTS
   - gpuharden.k8s._attributes.INFO_MODULE
-attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+  - gpuharden.k8s._attributes.ACTION
 options:
   first_pass:
     description: The name of the variable under which each host registered its first-pass M(gpuharden.k8s.unharden_files) result.
