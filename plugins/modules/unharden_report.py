@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: unharden_report
 short_description: One node's verdict at the end of the uninstall - what was left in conflict, and why it fails
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Reads this host's results by the variable names its options give, on the controller (no connection to the node).
   - A node whose drained pass failed (O(failed) set) gets that step's message in RV(failure), and nothing else.

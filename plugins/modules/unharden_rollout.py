@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: unharden_rollout
 short_description: Plan the uninstall's drained pass, the kubelets that need a drain, in budgeted batches
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Once for the play (C(run_once), delegated to localhost with C(delegate_facts)), after the first pass of the
     uninstall (M(gpuharden.k8s.unharden_files) with C(defer_disruptive)), reads each play host's first-pass result,
