@@ -12,10 +12,12 @@ from unittest.mock import MagicMock
 
 import pytest
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 from ansible_collections.gpuharden.k8s.plugins.action import postcheck_step
+from ansible_collections.gpuharden.k8s.plugins.action.check_variables import _trusted  # role files are trusted templates
+from ansible_collections.gpuharden.k8s.plugins.lookup import postcheck_audit_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
 
@@ -196,29 +198,25 @@ def test_the_verdict_uses_the_one_severity_scale():
                                   "a real run verifies the node after its changes")
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    return value
-
-
 @pytest.mark.parametrize("changes", [{}, {"postcheck_nvml": False, "postcheck_device_audit": "false"},
                                      {"postcheck_expected_gpus": 8, "postcheck_audit_devices": ["/dev/nvidia0"], "postcheck_audit_allocations": []}])
 def test_the_plans_audit_options_are_the_roles(changes):
-    """playbooks/tasks/node_plan.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml); the role's own
-    read takes audit_options(): the two say the same for the same variables."""
-    role_vars = yaml.safe_load((REPO / "roles/postcheck/vars/main.yml").read_text()) or {}
-    variables = _trusted(dict(DEFAULTS, **role_vars, **changes, inventory_hostname="gpu-a"))
+    """playbooks/tasks/node_plan.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml), which the lookup
+    postcheck_audit_options makes with audit_options(), from the role's variables as the task sees them."""
+    role_vars = yaml.safe_load((REPO / "roles/postcheck/vars/main.yml").read_text())
+    assert role_vars == {"postcheck_audit_nvml_options": "{{ query('gpuharden.k8s.postcheck_audit_options', 'nvml') | first }}",
+                         "postcheck_audit_device_cgroup_options": "{{ query('gpuharden.k8s.postcheck_audit_options', 'device_cgroups') | first }}"}
+    variables = _trusted(dict(DEFAULTS, **changes, inventory_hostname="gpu-a"))
     templar = Templar(loader=DataLoader(), variables=variables)
-    resolved = {name: templar.template(variables[name]) for name in plan.NODE_SETTINGS}
-    nvml, device_cgroups = plan.audit_options(resolved)
-    assert templar.template(variables["postcheck_audit_nvml_options"]) == nvml
-    assert templar.template(variables["postcheck_audit_device_cgroup_options"]) == device_cgroups
-    assert bool(nvml) == plan.as_bool(resolved["postcheck_nvml"])
+    lookup = postcheck_audit_options.LookupModule(loader=DataLoader(), templar=templar)
+    nvml, device_cgroups = lookup.run(["nvml", "device_cgroups"], variables)
+    resolved = {name: templar.template(variables[name]) for name in plan.AUDIT_SETTINGS}
+    assert (nvml, device_cgroups) == plan.audit_options(resolved)
+    assert bool(nvml) == plan.as_bool(resolved["postcheck_nvml"]) and bool(device_cgroups) == plan.as_bool(resolved["postcheck_device_audit"])
+    if nvml:
+        assert nvml["node_name"] == "gpu-a" and nvml["expected_gpus"] == changes.get("postcheck_expected_gpus")
+    with pytest.raises(AnsibleError, match="name one or more of nvml, device_cgroups"):
+        lookup.run(["kubelet"], variables)
 
 
 class _Variables:

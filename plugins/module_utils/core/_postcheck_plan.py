@@ -38,6 +38,10 @@ NODE_SETTINGS = PREFLIGHT_SETTINGS + (
     "postcheck_topology_manager_scope", "postcheck_cpu_manager_policy", "postcheck_device_audit", "postcheck_cgroup_root",
     "postcheck_audit_devices", "postcheck_audit_accesses", "postcheck_audit_allocations", "postcheck_node_audit", "postcheck_lock",
     "postcheck_advertise_settle_this_node", "postcheck_kubelet_restarted_at")
+# What audit_options() reads.
+AUDIT_SETTINGS = ("postcheck_nvml", "postcheck_node_name", "postcheck_unprivileged_user", "postcheck_unprivileged_groups",
+                  "postcheck_expected_gpus", "postcheck_expected_mig_devices", "postcheck_device_audit", "postcheck_cgroup_root",
+                  "postcheck_audit_devices", "postcheck_audit_accesses", "postcheck_audit_allocations")
 CLUSTER_SETTINGS = ("postcheck_consistency", "postcheck_topology", "postcheck_collect_workloads", "postcheck_kubeconfig",
                     "postcheck_kube_context", "postcheck_advertise_settle_seconds", "postcheck_gpu_resources")
 VERDICT_SETTINGS = ("postcheck_node_name", "postcheck_nvml", "postcheck_topology", "postcheck_fail_severity",
@@ -79,8 +83,8 @@ def preflight_problems(settings):
 
 def audit_options(settings):
     """(nvml, device_cgroups): the node-side post-checks as node_audit takes them, {} for a check that is off; the same
-    values the role passes to nvml_check and device_cgroup_audit (roles/postcheck/vars/main.yml says them for the plan's
-    audit, playbooks/tasks/node_plan.yml)."""
+    values the role passes to nvml_check and device_cgroup_audit (the lookup gpuharden.k8s.postcheck_audit_options gives
+    them to the plan's audit, playbooks/tasks/node_plan.yml, through roles/postcheck/vars/main.yml)."""
     nvml = {} if not as_bool(settings["postcheck_nvml"]) else {
         "node_name": settings["postcheck_node_name"], "unprivileged_user": settings["postcheck_unprivileged_user"],
         "unprivileged_groups": settings["postcheck_unprivileged_groups"], "expected_gpus": settings["postcheck_expected_gpus"],
