@@ -128,4 +128,4 @@ class ActionModule(ActionBase):
         return dict(decided, changed=False, findings=findings, nvml=(node_read or {}).get("nvml"), topology=topology,
                     workloads_error=(cluster or {}).get("workloads_error"),
                     # the run's statistics (what ansible.builtin.set_stats with aggregate does): every host's findings
-                    ansible_stats={"data": {"gpuharden_postcheck_findings": findings}, "per_host": False, "aggregate": True})
+                    ansible_stats={"data": {plan.FINDINGS_STAT: findings}, "per_host": False, "aggregate": True})

@@ -52,6 +52,8 @@ VERDICT_SETTINGS = ("postcheck_node_name", "postcheck_nvml", "postcheck_topology
 KUBELET_READ_SETTINGS = {"topologyManagerPolicy": "none", "topologyManagerScope": "container", "cpuManagerPolicy": "none"}
 # The kubelet's own default scope (k8s.io/kubelet/config/v1beta1 types.go: TopologyManagerScope "container").
 DEFAULT_TOPOLOGY_SCOPE = "container"
+# The run's custom statistic that gathers every host's findings (what set_stats with aggregate made before).
+FINDINGS_STAT = "gpuharden_postcheck_findings"
 # A finding's found/expected in the failure message, at most this many characters each.
 SHOWN_VALUE_CHARS = 200
 WHOLE_NUMBER = re.compile(r"^[0-9]+$")
