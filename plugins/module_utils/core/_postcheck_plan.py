@@ -59,7 +59,6 @@ SHOWN_VALUE_CHARS = 200
 WHOLE_NUMBER = re.compile(r"^[0-9]+$")
 
 
-
 def as_bool(value):
     """A variable read as the role's ``| bool`` read it (ansible-core's lenient boolean: yes/on/1/true, any case)."""
     return boolean(value, strict=False)
