@@ -41,6 +41,8 @@ NODE_SIDE = {
 }
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
+    "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
+                      "delegated to localhost; the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check, delegate_to localhost",
@@ -57,6 +59,8 @@ CONTROLLER_SIDE = {
     "unharden_rollout": "action plugin on the controller (unharden_gpu_nodes, run_once, runs disruption_budget); the module "
                         "file is documentation only",
 }
+# The module files of action plugins that run no module of their own name.
+DOCUMENTATION_ONLY = {"check_variables", "postcheck_step", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).
@@ -132,9 +136,6 @@ def test_the_payload_reader_sees_controller_code(payloads):
     assert any(hit.startswith("ansible_collections/gpuharden/k8s/plugins/module_utils/k8s/_k8s.py:")
                for hit in consistency["kubernetes_imports"])
     assert all(payloads[name]["zip_bytes"] == 0 for name in DOCUMENTATION_ONLY)
-
-
-DOCUMENTATION_ONLY = {"check_variables", "unharden_report", "unharden_rollout"}  # action plugins: no payload
 
 
 @pytest.mark.parametrize("module", sorted(set(NODE_SIDE) | set(CONTROLLER_SIDE) - DOCUMENTATION_ONLY))

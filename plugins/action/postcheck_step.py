@@ -1,0 +1,131 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpuharden.k8s.postcheck_step: one step of the post-check role (roles/postcheck/tasks/main.yml).
+
+A thin shell over the pure planner plugins/module_utils/core/_postcheck_plan.py: it reads the role's ``postcheck_*``
+variables as the role's tasks see them, runs the modules the planner names through ``_execute_module`` (over the
+task's connection: the node for ``step=node``, the controller for the other steps, which the role delegates to
+localhost), and returns what the planner makes of their results.  Check mode passes to every module as the task has it,
+except kubelet_config, which only reads here and always runs in check mode.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+
+# Keys of a module's result that are Ansible's bookkeeping, not the module's data.
+BOOKKEEPING = ("invocation", "changed", "warnings", "deprecations", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
+ARGUMENT_SPEC = {
+    "step": {"type": "str", "required": True, "choices": ["preflight", "node", "cluster", "verdict"]},
+    "node_reads": {"type": "list", "elements": "raw", "default": []},
+    "node_read": {"type": "dict"},
+    "cluster": {"type": "dict"},
+}
+
+
+def _data(result):
+    return {key: value for key, value in (result or {}).items() if key not in BOOKKEEPING}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def _settings(self, names):
+        """The role's variables, templated as a task of the role templates them."""
+        return {name: self._templar.resolve_variable_expression(name) for name in names}
+
+    def _module(self, name, args, task_vars, check_mode=None):
+        """One module run over the task's connection; check_mode overrides the task's (kubelet_config only reads)."""
+        saved = self._task.check_mode
+        if check_mode is not None:
+            self._task.check_mode = check_mode
+        try:
+            result = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        finally:
+            self._task.check_mode = saved
+        self._warnings.extend(result.get("warnings") or [])
+        return result
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        self._warnings = []
+        step = args["step"]
+        if step == "preflight":
+            problems = plan.preflight_problems(self._settings(plan.PREFLIGHT_SETTINGS))
+            if problems:
+                raise AnsibleActionFail(" ".join(" ".join(problems).split()))
+            result.update(changed=False, msg="the post-check's variables are consistent")
+        elif step == "node":
+            result.update(self._node(task_vars))
+        elif step == "cluster":
+            result.update(self._cluster(args["node_reads"], task_vars))
+        else:
+            result.update(self._verdict(args["node_read"], args["cluster"], task_vars))
+        if self._warnings:
+            result["warnings"] = result.get("warnings", []) + self._warnings
+        return result
+
+    def _node(self, task_vars):
+        settings = self._settings(plan.NODE_SETTINGS)  # step=preflight checked them first (tasks/preflight.yml)
+        read, ran, lock = settings["postcheck_node_audit"] or {}, [], None
+        audit_args = plan.node_audit_args(settings)
+        if audit_args is not None:
+            audited = self._module("gpuharden.k8s.node_audit", audit_args, task_vars)
+            ran.append("gpuharden.k8s.node_audit")
+            lock = audited.get("lock")
+            if audited.get("failed"):
+                return dict(_data(audited), failed=True, lock=lock, modules=ran)
+            read = _data(audited)
+        reuse = plan.reused(read)
+        reads = {}
+        for name, options in plan.remaining_reads(settings, reuse).items():
+            if name == "gpuharden.k8s.process_cgroup_info":
+                options = plan.process_cgroup_args(reads.get("gpuharden.k8s.nvml_check"))
+            kubelet = name == "gpuharden.k8s.kubelet_config"
+            done = self._module(name, options, task_vars, check_mode=True if kubelet else None)
+            ran.append(name)
+            if done.get("failed") and not kubelet:  # a kubelet that cannot be read leaves the policies to the kubelet's defaults
+                return {"failed": True, "msg": "%s: %s" % (name, done.get("msg", "failed")), "lock": lock, "modules": ran}
+            reads[name] = {} if done.get("failed") else _data(done)
+        part = plan.node_part(settings, read, reuse, reads)
+        outcome = dict(part, changed=False, modules=ran)
+        if lock is not None:
+            outcome["lock"] = lock
+        if not ran:
+            # the run's audit read everything: no trip to the node
+            outcome.update(skipped=True, skip_reason="this run's node audit (postcheck_node_audit) already read the node")
+        return outcome
+
+    def _cluster(self, node_reads, task_vars):
+        settings = self._settings(plan.CLUSTER_SETTINGS)
+        module, options = plan.cluster_call(settings, node_reads)
+        if module is None:
+            return dict(plan.weighed(None, None), changed=False, ran=None)
+        done = self._module(module, options, task_vars)
+        if done.get("failed") and module == "gpuharden.k8s.gpu_consistency":
+            raise AnsibleActionFail("%s: %s" % (module, done.get("msg", "failed")))
+        return dict(plan.weighed(module, done), changed=False, ran=module)
+
+    def _verdict(self, node_read, cluster, task_vars):
+        settings = self._settings(plan.VERDICT_SETTINGS)
+        alone = None
+        options = plan.topology_alone_args(settings, node_read, cluster)
+        if options is not None:
+            done = self._module("gpuharden.k8s.topology_check", options, task_vars)
+            if done.get("failed"):
+                raise AnsibleActionFail("gpuharden.k8s.topology_check: %s" % done.get("msg", "failed"))
+            alone = _data(done)
+        topology = plan.node_topology(settings, cluster, alone)
+        findings = plan.node_findings(settings, node_read, cluster, topology)
+        decided = plan.verdict(settings, findings, self._task.check_mode)
+        return dict(decided, changed=False, findings=findings, nvml=(node_read or {}).get("nvml"), topology=topology,
+                    workloads_error=(cluster or {}).get("workloads_error"),
+                    # the run's statistics (what ansible.builtin.set_stats with aggregate does): every host's findings
+                    ansible_stats={"data": {plan.FINDINGS_STAT: findings}, "per_host": False, "aggregate": True})

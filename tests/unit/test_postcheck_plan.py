@@ -1,0 +1,315 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The post-check's decisions (plugins/module_utils/core/_postcheck_plan.py), which roles/postcheck made in Jinja
+before: which reads run, the reuse of the run's audit, the topology entry and consistency report of a node, the one
+cluster-side run for the batch, the node's findings (workload_list_failed through the catalogue) and the verdict on
+the one severity scale."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+import yaml
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+from ansible_collections.gpuharden.k8s.plugins.action import postcheck_step
+from ansible_collections.gpuharden.k8s.plugins.action.check_variables import _trusted  # role files are trusted templates
+from ansible_collections.gpuharden.k8s.plugins.lookup import postcheck_audit_options
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULTS = yaml.safe_load((REPO / "roles/postcheck/defaults/main.yml").read_text())
+# the role's defaults as a host sees them (the few templated ones given their usual value)
+SETTINGS = dict(DEFAULTS, postcheck_fail_severity="error", postcheck_node_name="gpu-a", postcheck_kubeconfig="",
+                postcheck_device_audit=True, postcheck_consistency=True)
+NVML_REPORT = {"gpus": [{"index": 0, "numa_node": 0}], "processes": [{"pid": 42}],
+               "findings": [_findings.finding("pcie_link_degraded", "warning", {}, {}, node="gpu-a", gpu={"index": 0}, pod=None)]}
+DEVICE_FINDING = _findings.finding("isolation_breach", "critical", [], [], node="gpu-a", pod="p")
+AUDIT = {
+    "node_report": dict(NVML_REPORT, process_cgroups={"42": "/kubepods/x"}),
+    "findings": NVML_REPORT["findings"] + [DEVICE_FINDING],
+    "checks": {"nvml": {"status": "findings"}, "device_cgroups": {"status": "findings"},
+               "kubelet": {"status": "drift", "details": {"policies": {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": None,
+                                                                       "cpuManagerPolicy": "static"}}}},
+}
+
+
+def settings(**changes):
+    return dict(copy.deepcopy(SETTINGS), **changes)
+
+
+def test_the_settings_each_step_reads_are_the_roles_variables():
+    names = set(plan.NODE_SETTINGS) | set(plan.CLUSTER_SETTINGS) | set(plan.VERDICT_SETTINGS) | set(plan.PREFLIGHT_SETTINGS)
+    assert names <= set(DEFAULTS), sorted(names - set(DEFAULTS))
+
+
+@pytest.mark.parametrize(("changes", "pieces"), [
+    ({}, []),
+    ({"postcheck_nvml": False, "postcheck_consistency": False}, ["set postcheck_nvml=true"]),
+    ({"postcheck_nvml": "no", "postcheck_topology": False, "postcheck_consistency": False}, []),
+    ({"postcheck_expected_gpus": 8, "postcheck_expected_mig_devices": "0"}, []),
+    ({"postcheck_expected_gpus": -1}, ["postcheck_expected_gpus=-1", "whole numbers"]),
+    ({"postcheck_expected_gpus": True}, ["postcheck_expected_gpus=True"]),
+    ({"postcheck_expected_mig_devices": "1.5", "postcheck_nvml": False}, ["set postcheck_nvml=true", "postcheck_expected_mig_devices=1.5"]),
+])
+def test_preflight_names_every_rule_broken(changes, pieces):
+    text = " ".join(plan.preflight_problems(settings(**changes)))
+    assert all(piece in text for piece in pieces), text
+    assert bool(text) == bool(pieces)
+
+
+def test_one_node_audit_run_reads_what_the_checks_need_and_gives_the_lock_back():
+    lock = {"owner": "run-1", "path": "/run/gpuharden/run.lock"}
+    args = plan.node_audit_args(settings(postcheck_lock=lock, postcheck_expected_gpus=8))
+    assert args["node_name"] == "gpu-a" and args["lock"] == lock
+    assert args["nvml"]["expected_gpus"] == 8 and args["nvml"]["unprivileged_user"] == "nobody"
+    assert args["device_cgroups"]["devices"] is None and args["device_cgroups"]["accesses"] == ["r", "w", "m"]
+    assert args["kubelet"] == {"settings": plan.KUBELET_READ_SETTINGS}
+    # the three policies given: no kubelet read
+    given = settings(postcheck_topology_manager_policy="restricted", postcheck_topology_manager_scope="pod", postcheck_cpu_manager_policy="static")
+    assert "kubelet" not in plan.node_audit_args(given)
+
+
+def test_no_trip_where_the_runs_audit_is_handed_over_or_nothing_is_read():
+    assert plan.node_audit_args(settings(postcheck_node_audit=AUDIT)) is None
+    nothing = settings(postcheck_nvml=False, postcheck_topology=False, postcheck_consistency=False, postcheck_device_audit=False)
+    assert plan.node_audit_args(nothing) is None
+    # a lock to give back is a reason for the trip on its own
+    assert plan.node_audit_args(dict(nothing, postcheck_lock={"owner": "x", "path": "/l"})) == {"node_name": "gpu-a", "lock": {"owner": "x", "path": "/l"}}
+
+
+def test_reuse_takes_only_what_the_audit_could_read():
+    assert plan.reused(AUDIT) == {"nvml": True, "device_cgroups": True, "kubelet": True}
+    assert plan.reused({}) == {"nvml": False, "device_cgroups": False, "kubelet": False}
+    blind = {"node_report": None, "checks": {"device_cgroups": {"status": "not_checked"}, "kubelet": {"status": "ok", "details": {"policies": {}}}}}
+    assert plan.reused(blind) == {"nvml": False, "device_cgroups": False, "kubelet": False}
+
+
+def test_the_reads_the_audit_did_not_make_run_each_by_its_module():
+    everything = plan.remaining_reads(settings(), plan.reused({}))
+    assert list(everything) == ["gpuharden.k8s.nvml_check", "gpuharden.k8s.kubelet_config", "gpuharden.k8s.device_cgroup_audit",
+                                "gpuharden.k8s.process_cgroup_info"]
+    assert "expected_gpus" not in everything["gpuharden.k8s.nvml_check"]  # null: left to the module's default
+    assert "devices" not in everything["gpuharden.k8s.device_cgroup_audit"]
+    assert plan.remaining_reads(settings(), plan.reused(AUDIT)) == {}
+    assert plan.process_cgroup_args({"processes": [{"pid": 7}, {"pid": 9}]}) == {"pids": [7, 9]}
+
+
+def test_node_part_from_the_audit():
+    part = plan.node_part(settings(), AUDIT, plan.reused(AUDIT), {})
+    assert part["nvml"] is AUDIT["node_report"] and part["node_report"] is AUDIT["node_report"]
+    assert part["nvml_findings"] == NVML_REPORT["findings"] and part["device_cgroup_findings"] == [DEVICE_FINDING]
+    assert part["topology_input"] == {"gpus": NVML_REPORT["gpus"], "topology_manager_policy": "single-numa-node",
+                                      "topology_manager_scope": "container", "cpu_manager_policy": "static"}
+    assert part["settle"] is True and part["restarted_at"] is None
+
+
+def test_node_part_from_the_modules_and_the_given_policies():
+    reads = {"gpuharden.k8s.nvml_check": NVML_REPORT, "gpuharden.k8s.process_cgroup_info": {"cgroups": {"42": "/kubepods/y"}},
+             "gpuharden.k8s.device_cgroup_audit": {"findings": [DEVICE_FINDING]}, "gpuharden.k8s.kubelet_config": {}}
+    given = settings(postcheck_topology_manager_policy="restricted", postcheck_kubelet_restarted_at="1700000000.5",
+                     postcheck_advertise_settle_this_node=False)
+    part = plan.node_part(given, {}, plan.reused({}), reads)
+    assert part["node_report"] == dict(NVML_REPORT, process_cgroups={"42": "/kubepods/y"})
+    assert part["topology_input"]["topology_manager_policy"] == "restricted" and part["topology_input"]["cpu_manager_policy"] is None
+    assert part["restarted_at"] == 1700000000.5 and part["settle"] is False
+    off = plan.node_part(settings(postcheck_topology=False, postcheck_consistency=False), {}, plan.reused({}), reads)
+    assert off["topology_input"] is None and off["node_report"] is None
+
+
+def _parts():
+    first = plan.node_part(settings(), AUDIT, plan.reused(AUDIT), {})
+    second = plan.node_part(settings(postcheck_node_name="gpu-b", postcheck_advertise_settle_this_node=False,
+                                     postcheck_kubelet_restarted_at=12.0), AUDIT, plan.reused(AUDIT), {})
+    return [first, second]
+
+
+def test_one_consistency_run_for_the_batch_weighs_the_workloads():
+    module, options = plan.cluster_call(settings(postcheck_kubeconfig="/k", postcheck_advertise_settle_seconds=60), _parts())
+    assert module == "gpuharden.k8s.gpu_consistency"
+    assert options["nodes"] == ["gpu-a", "gpu-b"] and options["kubeconfig"] == "/k" and "context" not in options
+    assert options["settle_nodes"] == ["gpu-a"] and options["restarted_at"] == {"gpu-b": 12.0} and options["settle_seconds"] == 60
+    assert set(options["topology"]) == {"gpu-a", "gpu-b"} and set(options["node_reports"]) == {"gpu-a", "gpu-b"}
+    _module, unweighed = plan.cluster_call(settings(postcheck_collect_workloads=False), _parts())
+    assert unweighed["topology"] == {}
+
+
+def test_without_the_consistency_check_gpu_workloads_info_weighs_them_or_nothing_runs():
+    module, options = plan.cluster_call(settings(postcheck_consistency=False), _parts())
+    assert module == "gpuharden.k8s.gpu_workloads_info" and set(options["topology"]) == {"gpu-a", "gpu-b"}
+    assert plan.cluster_call(settings(postcheck_consistency=False, postcheck_collect_workloads=False), _parts()) == (None, None)
+
+
+def test_weighed_says_why_the_workloads_were_not_listed():
+    assert plan.weighed("gpuharden.k8s.gpu_workloads_info", {"failed": True, "msg": "forbidden"})["workloads_error"] == "forbidden"
+    assert plan.weighed("gpuharden.k8s.gpu_workloads_info", {"workloads": [], "topology": {"gpu-a": {}}}) == {
+        "findings": [], "topology": {"gpu-a": {}}, "workloads_error": None}
+    assert plan.weighed("gpuharden.k8s.gpu_consistency", {"findings": [1], "topology": {}, "workloads_error": "boom"})["workloads_error"] == "boom"
+    assert plan.weighed(None, None) == {"findings": [], "topology": {}, "workloads_error": None}
+
+
+def test_a_node_the_cluster_step_did_not_weigh_gets_topology_check_alone():
+    part = _parts()[0]
+    assert plan.topology_alone_args(settings(), part, {"topology": {"gpu-a": {"findings": []}}}) is None
+    args = plan.topology_alone_args(settings(), part, {"topology": {}})
+    assert args == {"node_name": "gpu-a", "gpus": NVML_REPORT["gpus"], "topology_manager_scope": "container",
+                    "topology_manager_policy": "single-numa-node", "cpu_manager_policy": "static"}
+    assert plan.topology_alone_args(settings(postcheck_topology=False), part, {}) is None
+
+
+def test_the_nodes_findings_in_order_with_the_list_failure_from_the_catalogue():
+    part = _parts()[0]
+    other = _findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-b", gpu=None, pod=None)
+    mine = _findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-a", gpu=None, pod=None)
+    topology = {"findings": [_findings.finding("topology_policy_no_alignment", "warning", {}, {}, node="gpu-a", gpu=None, pod=None)]}
+    cluster = {"findings": [other, mine], "topology": {}, "workloads_error": "403 Forbidden"}
+    found = plan.node_findings(settings(), part, cluster, topology)
+    assert [entry["id"] for entry in found] == ["pcie_link_degraded", "topology_policy_no_alignment", "isolation_breach",
+                                                "gpu_not_advertised", "workload_list_failed"]
+    failed = found[-1]
+    assert failed == {"id": "workload_list_failed", "check": "topology", "stage": "postcheck", "severity": "error",
+                      "expected": "the cluster GPU workloads are listed", "found": "403 Forbidden", "remediable": False,
+                      "hint": "the topology check ran without workloads: give postcheck_kubeconfig an identity that may list them",
+                      "node": "gpu-a", "gpu": None, "pod": None}
+    assert plan.node_topology(settings(), {"topology": {"gpu-a": topology}}, None) is topology
+    assert plan.node_topology(settings(), {"topology": {}}, {"alone": 1}) == {"alone": 1}
+    assert plan.node_topology(settings(postcheck_topology=False), {}, {"alone": 1}) is None
+
+
+def test_the_verdict_uses_the_one_severity_scale():
+    findings = [_findings.finding("pcie_link_degraded", "warning", {"gen": 4}, {"gen": 3}, node="gpu-a", gpu={"index": 3}, pod=None),
+                _findings.finding("gpu_not_advertised", "error", 1, "x" * 300, node="gpu-a", gpu=None, pod=None)]
+    failing = plan.verdict(settings(), findings, check_mode=False)
+    assert failing["failing"] == ["gpu_not_advertised"] and failing["report"] is None
+    assert failing["failure"].startswith("1 finding(s) at or above error on gpu-a: gpu_not_advertised found \"xxx")
+    assert failing["failure"].endswith("..., expected 1 (all of them in postcheck_findings)")
+    warned = plan.verdict(settings(postcheck_fail_severity="warning"), findings, check_mode=False)
+    assert warned["failing"] == ["pcie_link_degraded", "gpu_not_advertised"] and "pcie_link_degraded (gpu 3) found {\"gen\": 3}" in warned["failure"]
+    assert plan.verdict(settings(postcheck_fail_severity="never"), findings, check_mode=False)["failure"] is None
+    # check mode fails as a real run, unless the run (harden --check) only reports
+    assert plan.verdict(settings(), findings, check_mode=True)["failure"]
+    reported = plan.verdict(settings(postcheck_fail_in_check_mode=False), findings, check_mode=True)
+    assert reported["failure"] is None
+    assert reported["report"] == ("check mode: 1 finding(s) at or above error on the node as it is now (gpu_not_advertised); "
+                                  "a real run verifies the node after its changes")
+
+
+@pytest.mark.parametrize("changes", [{}, {"postcheck_nvml": False, "postcheck_device_audit": "false"},
+                                     {"postcheck_expected_gpus": 8, "postcheck_audit_devices": ["/dev/nvidia0"], "postcheck_audit_allocations": []}])
+def test_the_plans_audit_options_are_the_roles(changes):
+    """playbooks/tasks/node_plan.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml), which the lookup
+    postcheck_audit_options makes with audit_options(), from the role's variables as the task sees them."""
+    role_vars = yaml.safe_load((REPO / "roles/postcheck/vars/main.yml").read_text())
+    assert role_vars == {"postcheck_audit_nvml_options": "{{ query('gpuharden.k8s.postcheck_audit_options', 'nvml') | first }}",
+                         "postcheck_audit_device_cgroup_options": "{{ query('gpuharden.k8s.postcheck_audit_options', 'device_cgroups') | first }}"}
+    variables = _trusted(dict(DEFAULTS, **changes, inventory_hostname="gpu-a"))
+    templar = Templar(loader=DataLoader(), variables=variables)
+    lookup = postcheck_audit_options.LookupModule(loader=DataLoader(), templar=templar)
+    nvml, device_cgroups = lookup.run(["nvml", "device_cgroups"], variables)
+    resolved = {name: templar.template(variables[name]) for name in plan.AUDIT_SETTINGS}
+    assert (nvml, device_cgroups) == plan.audit_options(resolved)
+    assert bool(nvml) == plan.as_bool(resolved["postcheck_nvml"]) and bool(device_cgroups) == plan.as_bool(resolved["postcheck_device_audit"])
+    if nvml:
+        assert nvml["node_name"] == "gpu-a" and nvml["expected_gpus"] == changes.get("postcheck_expected_gpus")
+    with pytest.raises(AnsibleError, match="name one or more of nvml, device_cgroups"):
+        lookup.run(["kubelet"], variables)
+
+
+class _Variables:
+    """The action's templar, for the variables it resolves by name."""
+
+    def __init__(self, variables):
+        self.variables = variables
+
+    def resolve_variable_expression(self, name):
+        return self.variables[name]
+
+
+def _action(args, variables, modules, check_mode=False):
+    """The action with a task of ``args`` and the role's ``variables``; ``modules`` {name: result or callable(args)}.
+    Returns (action, calls) where calls lists (module, options, check mode) of each module run."""
+    task = MagicMock(args=args, check_mode=check_mode, async_val=0)
+    action = postcheck_step.ActionModule(task, MagicMock(), MagicMock(), loader=None, templar=_Variables(variables), shared_loader_obj=None)
+    calls = []
+
+    def execute(module_name, module_args, task_vars):
+        calls.append((module_name, module_args, action._task.check_mode))
+        answer = modules[module_name]
+        return copy.deepcopy(answer(module_args) if callable(answer) else answer)
+
+    action._execute_module = execute
+    return action, calls
+
+
+def test_the_node_step_reads_in_one_audit_and_gives_the_lock_back():
+    lock = {"owner": "run-1", "path": "/run/gpuharden/run.lock"}
+    audit = dict(copy.deepcopy(AUDIT), lock={"held": False, "taken_over": False}, changed=False, invocation={})
+    action, calls = _action({"step": "node"}, settings(postcheck_lock=lock), {"gpuharden.k8s.node_audit": audit})
+    result = action.run(task_vars={})
+    assert [call[0] for call in calls] == ["gpuharden.k8s.node_audit"] and calls[0][1]["lock"] == lock
+    assert result["lock"] == {"held": False, "taken_over": False} and not result.get("skipped") and not result.get("failed")
+    assert result["nvml"]["gpus"] == NVML_REPORT["gpus"] and result["device_cgroup_findings"] == [DEVICE_FINDING]
+
+
+def test_the_node_step_reads_again_what_the_audit_could_not_with_the_kubelet_in_check_mode():
+    blind = {"node_report": None, "findings": [], "checks": {"nvml": {"status": "not_checked"}, "device_cgroups": {"status": "not_checked"},
+                                                             "kubelet": {"status": "not_checked"}}}
+    modules = {"gpuharden.k8s.node_audit": blind, "gpuharden.k8s.nvml_check": dict(NVML_REPORT, changed=False),
+               "gpuharden.k8s.kubelet_config": {"failed": True, "msg": "no kubelet configuration"},
+               "gpuharden.k8s.device_cgroup_audit": {"findings": [DEVICE_FINDING]}, "gpuharden.k8s.process_cgroup_info": lambda args: {"cgroups": {"42": args}}}
+    action, calls = _action({"step": "node"}, settings(), modules)
+    result = action.run(task_vars={})
+    assert [(name, check) for name, _args, check in calls] == [
+        ("gpuharden.k8s.node_audit", False), ("gpuharden.k8s.nvml_check", False), ("gpuharden.k8s.kubelet_config", True),
+        ("gpuharden.k8s.device_cgroup_audit", False), ("gpuharden.k8s.process_cgroup_info", False)]
+    assert result["node_report"]["process_cgroups"] == {"42": {"pids": [42]}} and "changed" not in result["nvml"]
+    assert result["topology_input"]["topology_manager_policy"] is None  # the kubelet could not be read: its defaults
+
+
+def test_the_node_step_fails_with_the_read_that_failed_and_says_the_lock():
+    audit = {"node_report": None, "checks": {}, "lock": {"held": False, "taken_over": False}}
+    modules = {"gpuharden.k8s.node_audit": audit, "gpuharden.k8s.nvml_check": {"failed": True, "msg": "NVML: driver not loaded"}}
+    action, _calls = _action({"step": "node"}, settings(postcheck_lock={"owner": "o", "path": "/l"}), modules)
+    result = action.run(task_vars={})
+    assert result["failed"] and result["msg"] == "gpuharden.k8s.nvml_check: NVML: driver not loaded" and result["lock"]["held"] is False
+
+
+def test_the_node_step_is_skipped_where_the_runs_audit_read_everything():
+    action, calls = _action({"step": "node"}, settings(postcheck_node_audit=AUDIT), {})
+    result = action.run(task_vars={})
+    assert calls == [] and result["skipped"] and result["nvml"] == AUDIT["node_report"]
+
+
+def test_the_cluster_and_verdict_steps():
+    parts = _parts()
+    consistency = {"findings": [_findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-a", gpu=None, pod=None)],
+                   "topology": {"gpu-a": {"findings": []}}, "workloads_error": None}
+    action, calls = _action({"step": "cluster", "node_reads": parts}, settings(), {"gpuharden.k8s.gpu_consistency": consistency})
+    cluster = action.run(task_vars={})
+    assert [call[0] for call in calls] == ["gpuharden.k8s.gpu_consistency"] and cluster["ran"] == "gpuharden.k8s.gpu_consistency"
+    # gpu-b was not weighed: its topology check runs alone, on the controller
+    modules = {"gpuharden.k8s.topology_check": {"findings": [], "changed": False}}
+    action, calls = _action({"step": "verdict", "node_read": parts[1], "cluster": cluster}, settings(postcheck_node_name="gpu-b"), modules)
+    verdict = action.run(task_vars={})
+    assert [call[0] for call in calls] == ["gpuharden.k8s.topology_check"] and verdict["failing"] == ["isolation_breach"]
+    action, calls = _action({"step": "verdict", "node_read": parts[0], "cluster": cluster}, settings(), {})
+    verdict = action.run(task_vars={})
+    assert calls == [] and verdict["failing"] == ["isolation_breach", "gpu_not_advertised"]
+    assert verdict["failure"].startswith("2 finding(s) at or above error on gpu-a: isolation_breach found [], expected []; gpu_not_advertised")
+    assert verdict["ansible_stats"] == {"data": {"gpuharden_postcheck_findings": verdict["findings"]}, "per_host": False, "aggregate": True}
+
+
+def test_the_consistency_checks_failure_fails_the_step():
+    action, _calls = _action({"step": "cluster", "node_reads": _parts()}, settings(), {"gpuharden.k8s.gpu_consistency": {"failed": True, "msg": "401"}})
+    with pytest.raises(AnsibleActionFail, match="gpu_consistency: 401"):
+        action.run(task_vars={})
+
+
+def test_the_preflight_step_fails_naming_every_rule():
+    action, _calls = _action({"step": "preflight"}, settings(postcheck_nvml=False, postcheck_expected_gpus=-1), {})
+    with pytest.raises(AnsibleActionFail, match="set postcheck_nvml=true or turn them off. postcheck_expected_gpus=-1"):
+        action.run(task_vars={})
