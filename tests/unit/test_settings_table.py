@@ -20,13 +20,15 @@ import shutil
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.action import check_variables as cv
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _device_plugin_reconcile, _runtime_class
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults, _findings, _vocabulary
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import (
     _cgroup_memory,
     _containerd,
     _containerd_restart,
     _device_nodes,
+    _gpu_operator,
     _kubelet,
     _kubelet_restart,
 )
@@ -52,7 +54,7 @@ MODULE_SPECS = {
 
 def copy_of_the_checkout(tmp_path):
     """The files the table generates and the table itself, in a scratch checkout a test may break."""
-    for path in list(settings.rendered()) + [settings.TABLE, "plugins/module_utils/core/_defaults.py"]:
+    for path in list(settings.rendered()) + [settings.TABLE] + ["plugins/module_utils/core/%s.py" % name for name in settings.SHARED]:
         target = tmp_path / path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / path, target)
@@ -246,3 +248,30 @@ def test_no_yaml_outside_the_generated_files_spells_the_plugin_release():
     spelt = [str(path.relative_to(REPO)) for path in sorted(list((REPO / "playbooks").rglob("*.yml")) + list((REPO / "roles").rglob("*.yml")))
              if _defaults.DEVICE_PLUGIN_VERSION in path.read_text() and str(path.relative_to(REPO)) not in generated]
     assert spelt == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stage list and the severity scale, written once (core/_vocabulary.py)
+
+
+def test_every_stage_list_is_the_vocabularys():
+    stages = _vocabulary.STAGES
+    assert len(set(stages)) == len(stages) == 7
+    catalogue = {stage for _check, stage, _remediable in _findings.CATALOGUE.values()} - {None}
+    assert catalogue <= set(stages) | {_vocabulary.POSTCHECK}, catalogue - set(stages)
+    node_stages = [stage for stage, _check in _node_audit.NODE_STAGES]
+    assert node_stages == [stage for stage in stages if stage in node_stages], "node_audit's NODE_STAGES leave the stage order"
+    assert set(_gpu_operator.STAGES) <= set(stages)
+    by_stage = {entry["stage"] for entry in TABLE.role_settings()}
+    assert set(stages) | {_vocabulary.POSTCHECK} <= by_stage == set(TABLE.ROLES)
+
+
+def test_the_cli_reads_the_collections_own_vocabulary():
+    """src/gpuharden/vocabulary.py is a link to the collection's file, not a copy; the CLI's scale is that one."""
+    from gpuharden import severity, vocabulary  # noqa: PLC0415 (the CLI's side)
+
+    link = REPO / "src" / "gpuharden" / "vocabulary.py"
+    assert link.is_symlink() and link.resolve() == (REPO / "plugins/module_utils/core/_vocabulary.py").resolve()
+    assert severity.SEVERITIES == vocabulary.SEVERITIES == _findings.SEVERITIES
+    assert _findings.SEVERITIES is _vocabulary.SEVERITIES
+    assert [entry["id"] for entry in severity.counted([{"id": "a", "severity": "info"}, {"id": "b", "severity": "error"}], "warning")] == ["b"]

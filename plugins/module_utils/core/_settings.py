@@ -34,6 +34,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults impor
     NVIDIA_RUNTIME_NAME,
     RUNTIME_CLASS_NAME,
 )
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
 
 
 class _Unset:
@@ -44,6 +45,8 @@ class _Unset:
 
 
 UNSET = _Unset()
+# A fail-severity option's choices: a severity, or never (only report).
+FAIL_CHOICES = ("never",) + SEVERITIES
 TYPES = ("str", "bool", "int", "float", "list", "dict", "raw", "path")
 FORMATS = ("count_or_percent", "serial", "percentage")
 
@@ -1201,7 +1204,7 @@ ROLES = {
                         'Fail the host on a finding of this severity or higher; V(never) only reports.',
                         'Default C(gpuharden_postcheck_fail_severity), else V(error).',
                     ],
-                    choices=['never', 'info', 'warning', 'error', 'critical'],
+                    choices=FAIL_CHOICES,
                     follows=('gpuharden_postcheck_fail_severity',),
                     default='error',
                     ),
@@ -1552,7 +1555,7 @@ PLAYBOOK_VARIABLES = (
              ),
     variable('gpuharden_postcheck_fail_severity', 'str',
              "Lowest finding severity that fails a host's post-check (error; never only reports).",
-             choices=['never', 'info', 'warning', 'error', 'critical'],
+             choices=FAIL_CHOICES,
              ),
     variable('gpuharden_postcheck_device_audit', 'bool',
              'Run the eBPF device-cgroup isolation audit in the post-check (true).',
@@ -1591,7 +1594,7 @@ PLAYBOOK_VARIABLES = (
              ),
     variable('gpuharden_drift_fail_severity', 'str',
              'Lowest finding severity that counts as drift (warning).',
-             choices=['info', 'warning', 'error', 'critical'],
+             choices=SEVERITIES,
              ),
     variable('gpuharden_drift_cluster_objects', 'bool',
              'Also dry-run the RuntimeClass once for the play (true).',
@@ -1680,3 +1683,9 @@ PLAYBOOK_VARIABLES = (
              "The lab cluster's admin kubeconfig (tests use it for set-up the tool may not do).",
              ),
 )
+
+
+def role_settings():
+    """Each role setting with its ``stage``: the role it belongs to (a harden stage where core/_vocabulary.STAGES has
+    it; node_maintenance and node_prerequisites serve the stages, postcheck checks them)."""
+    return [dict(entry, stage=name) for name, role in ROLES.items() for entry in role["settings"]]
