@@ -201,7 +201,7 @@ def flow_value(value):
         return json.dumps(value)
     if isinstance(value, list) and any(isinstance(item, str) and "{{" in item for item in value):
         return "[%s]" % ", ".join(json.dumps(item) for item in value)
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True).strip()
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False).strip()
     return text[: -len("...")].strip() if text.endswith("...") else text
 
 

@@ -45,6 +45,8 @@ class _Unset:
 
 
 UNSET = _Unset()
+# The device plugin's deviceListStrategy, which role container_runtime reads too (CDI strategies need CDI in containerd).
+DEVICE_LIST_STRATEGY = ["envvar"]
 # A fail-severity option's choices: a severity, or never (only report).
 FAIL_CHOICES = ("never",) + SEVERITIES
 TYPES = ("str", "bool", "int", "float", "list", "dict", "raw", "path")
@@ -239,7 +241,8 @@ ROLES = {
                             '1.7 drops CDI devices silently without it; V(false) with such a strategy is refused.'
                         ),
                     ],
-                    template="{{ device_plugin_device_list_strategy | default(['envvar']) | select('match', '^cdi-') | list | length > 0 }}",
+                    template="{{ device_plugin_device_list_strategy | default(%r) | select('match', '^cdi-') | list | length > 0 }}" % (
+                        DEVICE_LIST_STRATEGY,),
                     feeds=('containerd_nvidia_runtime', 'enable_cdi'),
                     ),
             setting('container_runtime_drop_in', 'path',
@@ -488,7 +491,7 @@ ROLES = {
             setting('device_plugin_device_list_strategy', 'list',
                     'One or more of envvar, volume-mounts, cdi-annotations, cdi-cri.',
                     elements='str',
-                    default=['envvar'],
+                    default=DEVICE_LIST_STRATEGY,
                     feeds=('device_plugin', 'device_list_strategy'),
                     ),
             setting('device_plugin_device_id_strategy', 'str',
