@@ -84,17 +84,17 @@ ROLES = {
         header='',
         entry_points={
             'main': entry('Memory limits that hold on GPU nodes (kubelet MemoryQoS, memory.high on GPU pods)',
-                      [
-                          'Refuses nodes without cgroup v2 and its memory controller (MemoryQoS and memory.high exist only there).',
-                          (
-                              'Durable fix, through role C(gpuharden.k8s.kubelet_topology) - kubelet C(featureGates.MemoryQoS), an explicit '
-                              'C(memoryThrottlingFactor), and optionally C(kubeReserved), C(systemReserved) and C(enforceNodeAllocatable).'
-                          ),
-                          (
-                              "Immediate fix - lists the play's GPU pods with one API call on the controller, then sets C(memory.high) on their "
-                              'cgroups on each node with module C(gpuharden.k8s.cgroup_memory), and reports pods without any memory limit.'
-                          ),
-                      ]),
+                          [
+                              'Refuses nodes without cgroup v2 and its memory controller (MemoryQoS and memory.high exist only there).',
+                              (
+                                  'Durable fix, through role C(gpuharden.k8s.kubelet_topology) - kubelet C(featureGates.MemoryQoS), an explicit '
+                                  'C(memoryThrottlingFactor), and optionally C(kubeReserved), C(systemReserved) and C(enforceNodeAllocatable).'
+                              ),
+                              (
+                                  "Immediate fix - lists the play's GPU pods with one API call on the controller, then sets C(memory.high) on their "
+                                  'cgroups on each node with module C(gpuharden.k8s.cgroup_memory), and reports pods without any memory limit.'
+                              ),
+                          ]),
         },
         settings=(
             setting('cgroup_limits_cgroup_root', 'str',
@@ -187,21 +187,21 @@ ROLES = {
         header='',
         entry_points={
             'main': entry('Ensure containerd has the NVIDIA container runtime.',
-                      [
-                          (
-                              "Adds or corrects containerd's C(nvidia) runtime with gpuharden.k8s.containerd_nvidia_runtime (config version 2 or 3, "
-                              'single file or the conf.d drop-in layout), then restarts containerd and waits until it is active and serving again, '
-                              'in the same module run; a containerd that does not come back gets its files back as they were, is restarted with '
-                              'them, and the host fails.'
-                          ),
-                          'Sets the fact C(container_runtime_handler) to the runtime name, for the RuntimeClass check.',
-                          (
-                              "Where the NVIDIA GPU Operator's container toolkit owns the runtime (its ClusterPolicy, as the plan of "
-                              'C(harden_gpu_nodes.yml) and C(drift_check.yml) reads it, or its layout on the node, C(/usr/local/nvidia/toolkit) and '
-                              "its drop-in), the role changes nothing and reports why (the module's C(refused), and a warning), unless the "
-                              'collection variable C(gpuharden_operator_takeover) (a list of stages, default C([])) names C(container_runtime).'
-                          ),
-                      ]),
+                          [
+                              (
+                                  "Adds or corrects containerd's C(nvidia) runtime with gpuharden.k8s.containerd_nvidia_runtime (config version 2 or 3, "
+                                  'single file or the conf.d drop-in layout), then restarts containerd and waits until it is active and serving again, '
+                                  'in the same module run; a containerd that does not come back gets its files back as they were, is restarted with '
+                                  'them, and the host fails.'
+                              ),
+                              'Sets the fact C(container_runtime_handler) to the runtime name, for the RuntimeClass check.',
+                              (
+                                  "Where the NVIDIA GPU Operator's container toolkit owns the runtime (its ClusterPolicy, as the plan of "
+                                  'C(harden_gpu_nodes.yml) and C(drift_check.yml) reads it, or its layout on the node, C(/usr/local/nvidia/toolkit) and '
+                                  "its drop-in), the role changes nothing and reports why (the module's C(refused), and a warning), unless the "
+                                  'collection variable C(gpuharden_operator_takeover) (a list of stages, default C([])) names C(container_runtime).'
+                              ),
+                          ]),
         },
         settings=(
             setting('container_runtime_config', 'path',
@@ -286,23 +286,23 @@ ROLES = {
         header='',
         entry_points={
             'main': entry('Repair NVIDIA device nodes and make their permissions stick',
-                      [
-                          (
-                              'Runs M(gpuharden.k8s.nvidia_device_nodes) on the node and records which hosts still run the driver with other '
-                              'NVreg_DeviceFile* values (they need a driver reload or a reboot).'
-                          ),
-                          (
-                              'The policy sticks on /dev/nvidia<N>, /dev/nvidiactl and /dev/nvidia-modeset (NVreg_DeviceFile* options). '
-                              "/dev/nvidia-uvm* stay root:root 0666 and /dev/nvidia-caps/* root:root with the driver's mode under every policy, "
-                              'because nvidia-modprobe resets them to that; a policy asking for more is reported, not applied.'
-                          ),
-                          (
-                              "Where the NVIDIA GPU Operator's driver container serves the driver (its ClusterPolicy, as the plan of "
-                              'C(harden_gpu_nodes.yml) and C(drift_check.yml) reads it, or a non-empty C(/run/nvidia/driver) on the node), the role '
-                              "changes nothing and reports why (the module's C(refused), and a warning), unless the collection variable "
-                              'C(gpuharden_operator_takeover) (a list of stages, default C([])) names C(device_permissions).'
-                          ),
-                      ]),
+                          [
+                              (
+                                  'Runs M(gpuharden.k8s.nvidia_device_nodes) on the node and records which hosts still run the driver with other '
+                                  'NVreg_DeviceFile* values (they need a driver reload or a reboot).'
+                              ),
+                              (
+                                  'The policy sticks on /dev/nvidia<N>, /dev/nvidiactl and /dev/nvidia-modeset (NVreg_DeviceFile* options). '
+                                  "/dev/nvidia-uvm* stay root:root 0666 and /dev/nvidia-caps/* root:root with the driver's mode under every policy, "
+                                  'because nvidia-modprobe resets them to that; a policy asking for more is reported, not applied.'
+                              ),
+                              (
+                                  "Where the NVIDIA GPU Operator's driver container serves the driver (its ClusterPolicy, as the plan of "
+                                  'C(harden_gpu_nodes.yml) and C(drift_check.yml) reads it, or a non-empty C(/run/nvidia/driver) on the node), the role '
+                                  "changes nothing and reports why (the module's C(refused), and a warning), unless the collection variable "
+                                  'C(gpuharden_operator_takeover) (a list of stages, default C([])) names C(device_permissions).'
+                              ),
+                          ]),
         },
         settings=(
             setting('device_permissions_policy', 'str',
@@ -372,18 +372,18 @@ ROLES = {
         ),
         entry_points={
             'main': entry('Install or repair the NVIDIA device plugin on the GPU nodes only.',
-                      [
-                          (
-                              "Labels the play's GPU hosts (a host is one when C(/proc/driver/nvidia/gpus) exists on it, or as C(gpuharden_gpu_node) "
-                              'says) with the GPU label and removes it from its CPU-only hosts, then installs or repairs the device plugin - '
-                              'selecting that label - and waits for its rollout. Both steps are one gpuharden.k8s.device_plugin call (its '
-                              'node_labels option, the options of gpuharden.k8s.gpu_node_labels), with one LIST of Nodes.'
-                          ),
-                          (
-                              'It runs once for the play on the controller. Registers C(device_plugin_result) (findings, repairs, objects, rollout, '
-                              'refused, and the labelling in C(device_plugin_result.node_labels)).'
-                          ),
-                      ]),
+                          [
+                              (
+                                  "Labels the play's GPU hosts (a host is one when C(/proc/driver/nvidia/gpus) exists on it, or as C(gpuharden_gpu_node) "
+                                  'says) with the GPU label and removes it from its CPU-only hosts, then installs or repairs the device plugin - '
+                                  'selecting that label - and waits for its rollout. Both steps are one gpuharden.k8s.device_plugin call (its '
+                                  'node_labels option, the options of gpuharden.k8s.gpu_node_labels), with one LIST of Nodes.'
+                              ),
+                              (
+                                  'It runs once for the play on the controller. Registers C(device_plugin_result) (findings, repairs, objects, rollout, '
+                                  'refused, and the labelling in C(device_plugin_result.node_labels)).'
+                              ),
+                          ]),
         },
         settings=(
             setting('device_plugin_kubeconfig', 'str',
@@ -590,53 +590,53 @@ ROLES = {
         header='',
         entry_points={
             'main': entry('Kubelet Topology, CPU and Memory Manager settings with safe restarts',
-                      [
-                          (
-                              "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
-                              'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
-                          ),
-                          (
-                              'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
-                              'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
-                              'configuration and restarts the kubelet.'
-                          ),
-                          (
-                              'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
-                              "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
-                          ),
-                      ]),
+                          [
+                              (
+                                  "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
+                                  'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
+                              ),
+                              (
+                                  'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
+                                  'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
+                                  'configuration and restarts the kubelet.'
+                              ),
+                              (
+                                  'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
+                                  "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
+                              ),
+                          ]),
             'plan': entry('Kubelet Topology, CPU and Memory Manager settings with safe restarts',
-                      [
-                          (
-                              "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
-                              'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
-                          ),
-                          (
-                              'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
-                              'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
-                              'configuration and restarts the kubelet.'
-                          ),
-                          (
-                              'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
-                              "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
-                          ),
-                      ]),
+                          [
+                              (
+                                  "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
+                                  'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
+                              ),
+                              (
+                                  'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
+                                  'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
+                                  'configuration and restarts the kubelet.'
+                              ),
+                              (
+                                  'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
+                                  "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
+                              ),
+                          ]),
             'apply': entry('Kubelet Topology, CPU and Memory Manager settings with safe restarts',
-                      [
-                          (
-                              "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
-                              'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
-                          ),
-                          (
-                              'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
-                              'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
-                              'configuration and restarts the kubelet.'
-                          ),
-                          (
-                              'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
-                              "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
-                          ),
-                      ]),
+                           [
+                               (
+                                   "Sets the kubelet's Topology, CPU and Memory Manager settings (and any further fields) through "
+                                   'M(gpuharden.k8s.kubelet_config), wherever the kubelet really reads them, fixing overriding flags where they live.'
+                               ),
+                               (
+                                   'When a CPU or Memory Manager policy changes, or a checkpoint is already stale, it runs the drain hook, stops the '
+                                   'kubelet, removes the stale checkpoints, writes the configuration and starts the kubelet; otherwise it writes the '
+                                   'configuration and restarts the kubelet.'
+                               ),
+                               (
+                                   'After any restart it waits for healthz (and Node Ready with a kubeconfig). If the kubelet does not come back it '
+                                   "restores the backups, restarts the kubelet again, waits for it and fails the host with the kubelet's reason."
+                               ),
+                           ]),
         },
         settings=(
             setting('kubelet_topology_topology_manager_policy', 'str',
@@ -827,53 +827,53 @@ ROLES = {
         header='',
         entry_points={
             'main': entry("Apply a MIG layout to this host's GPUs, with drain, reset and re-apply",
-                      [
-                          (
-                              'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
-                              '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
-                              'again, and uncordons.'
-                          ),
-                          'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
-                          (
-                              "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
-                              'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
-                              "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
-                              'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
-                              'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
-                          ),
-                      ]),
+                          [
+                              (
+                                  'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
+                                  '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
+                                  'again, and uncordons.'
+                              ),
+                              'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
+                              (
+                                  "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
+                                  'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
+                                  "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
+                                  'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
+                                  'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
+                              ),
+                          ]),
             'plan': entry("Apply a MIG layout to this host's GPUs, with drain, reset and re-apply",
-                      [
-                          (
-                              'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
-                              '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
-                              'again, and uncordons.'
-                          ),
-                          'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
-                          (
-                              "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
-                              'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
-                              "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
-                              'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
-                              'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
-                          ),
-                      ]),
+                          [
+                              (
+                                  'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
+                                  '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
+                                  'again, and uncordons.'
+                              ),
+                              'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
+                              (
+                                  "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
+                                  'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
+                                  "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
+                                  'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
+                                  'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
+                              ),
+                          ]),
             'apply': entry("Apply a MIG layout to this host's GPUs, with drain, reset and re-apply",
-                      [
-                          (
-                              'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
-                              '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
-                              'again, and uncordons.'
-                          ),
-                          'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
-                          (
-                              "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
-                              'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
-                              "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
-                              'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
-                              'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
-                          ),
-                      ]),
+                           [
+                               (
+                                   'Plans with module C(gpuharden.k8s.mig_layout) in check mode; when something must change, cordons and drains the node '
+                                   '(role C(gpuharden.k8s.node_maintenance)), applies, resets the GPUs whose mode change is pending (or reboots), applies '
+                                   'again, and uncordons.'
+                               ),
+                               'Sets C(mig_result) (the last module result, with C(advertised_resources) and C(findings)).',
+                               (
+                                   "Where the NVIDIA GPU Operator's MIG manager owns the node's layout (its ClusterPolicy's C(spec.migManager) and the "
+                                   'node label C(nvidia.com/gpu.deploy.mig-manager), as the plan of C(harden_gpu_nodes.yml) reads them, so that the '
+                                   "plan's C(node_audit) refuses its mig check), nothing is planned, drained or applied, and C(mig_result) holds the "
+                                   'C(refused) entries, unless the collection variable C(gpuharden_operator_takeover) names C(mig). Run alone, without '
+                                   'that plan, the role cannot see the MIG manager, which leaves nothing on the node.'
+                               ),
+                           ]),
         },
         settings=(
             setting('mig_layout', 'dict',
@@ -945,41 +945,41 @@ ROLES = {
         header='',
         entry_points={
             'main': entry("Cordon and drain, or uncordon, this host's Kubernetes node",
-                      [
-                          (
-                              "Runs on the controller (delegate_to localhost) with module C(gpuharden.k8s.node_maintenance); honours the play's "
-                              'C(serial) batches, one node per host.'
-                          ),
-                          (
-                              'Evictions go through the Eviction API, so PodDisruptionBudgets hold; a blocked eviction fails the host after '
-                              'C(node_maintenance_timeout) and is never forced. DaemonSet and mirror pods stay.'
-                          ),
-                      ]),
+                          [
+                              (
+                                  "Runs on the controller (delegate_to localhost) with module C(gpuharden.k8s.node_maintenance); honours the play's "
+                                  'C(serial) batches, one node per host.'
+                              ),
+                              (
+                                  'Evictions go through the Eviction API, so PodDisruptionBudgets hold; a blocked eviction fails the host after '
+                                  'C(node_maintenance_timeout) and is never forced. DaemonSet and mirror pods stay.'
+                              ),
+                          ]),
             'cordon_drain': entry("Cordon and drain this host's node before a disruptive change",
-                      [
-                          (
-                              'Include with C(tasks_from=cordon_drain) before restarting the kubelet or changing MIG; remembers whether the node was '
-                              'already cordoned, for C(uncordon).'
-                          ),
-                      ]),
+                                  [
+                                      (
+                                          'Include with C(tasks_from=cordon_drain) before restarting the kubelet or changing MIG; remembers '
+                                          'whether the node was already cordoned, for C(uncordon).'
+                                      ),
+                                  ]),
             'uncordon': entry("Make this host's node schedulable again after the change",
-                      ['Include with C(tasks_from=uncordon); leaves a node cordoned that was cordoned before C(cordon_drain) ran.']),
+                              ['Include with C(tasks_from=uncordon); leaves a node cordoned that was cordoned before C(cordon_drain) ran.']),
             'restart_device_plugin': entry("Restart the NVIDIA device plugin's pods of this host's node (after a MIG layout change)",
-                      [
-                          (
-                              "Include with C(tasks_from=restart_device_plugin); evicts the device plugin's pods of the node (any installer's) so "
-                              'that their DaemonSets start them again and the plugin enumerates the GPUs anew, and waits until they are gone. Leaves '
-                              "the node's cordon as it is."
-                          ),
-                      ]),
+                                           [
+                                               (
+                                                   "Include with C(tasks_from=restart_device_plugin); evicts the device plugin's pods of the node "
+                                                   "(any installer's) so that their DaemonSets start them again and the plugin enumerates the GPUs "
+                                                   "anew, and waits until they are gone. Leaves the node's cordon as it is."
+                                               ),
+                                           ]),
             'budget': entry('The fleet-wide disruption budget, checked at the start of a batch of disruptive steps',
-                      [
-                          (
-                              'Include with C(tasks_from=budget) in a play whose C(serial) batches run disruptive steps; the hosts of the batch that '
-                              'may not start theirs fail with the reason before anything is cordoned.'
-                          ),
-                          'Runs M(gpuharden.k8s.disruption_budget) once per batch on the controller.',
-                      ]),
+                            [
+                                (
+                                    'Include with C(tasks_from=budget) in a play whose C(serial) batches run disruptive steps; the hosts of the batch that '
+                                    'may not start theirs fail with the reason before anything is cordoned.'
+                                ),
+                                'Runs M(gpuharden.k8s.disruption_budget) once per batch on the controller.',
+                            ]),
         },
         settings=(
             setting('node_maintenance_state', 'str',
@@ -1129,18 +1129,18 @@ ROLES = {
         header="Runs on each node: a venv for gpuharden's node-side modules, outside the distribution's Python (PEP 668).",
         entry_points={
             'main': entry("Give each node a Python venv with the packages gpuharden's node-side modules import.",
-                      [
-                          (
-                              'Creates the venv C(node_prerequisites_venv) on the node and installs C(node_prerequisites_packages) into it with '
-                              'gpuharden.k8s.node_venv, from the index or from wheels copied from the controller (C(node_prerequisites_wheels)). A '
-                              "venv is outside PEP 668, so this works where C(pip install) into the distribution's Python fails with "
-                              'C(externally-managed-environment).'
-                          ),
-                          (
-                              "Sets the fact C(node_prerequisites_venv_python) to the venv's Python once the venv holds every package (not in check "
-                              'mode before the venv exists); the playbooks run their node tasks with it. Registers C(node_prerequisites_result).'
-                          ),
-                      ]),
+                          [
+                              (
+                                  'Creates the venv C(node_prerequisites_venv) on the node and installs C(node_prerequisites_packages) into it with '
+                                  'gpuharden.k8s.node_venv, from the index or from wheels copied from the controller (C(node_prerequisites_wheels)). A '
+                                  "venv is outside PEP 668, so this works where C(pip install) into the distribution's Python fails with "
+                                  'C(externally-managed-environment).'
+                              ),
+                              (
+                                  "Sets the fact C(node_prerequisites_venv_python) to the venv's Python once the venv holds every package (not in check "
+                                  'mode before the venv exists); the playbooks run their node tasks with it. Registers C(node_prerequisites_result).'
+                              ),
+                          ]),
         },
         settings=(
             setting('node_prerequisites_venv', 'str',
@@ -1182,24 +1182,24 @@ ROLES = {
         ),
         entry_points={
             'main': entry('Prove a GPU node is fixed, with structured findings',
-                      [
-                          (
-                              'Read-only. Runs M(gpuharden.k8s.nvml_check) on the node (NVML as root and as an unprivileged user, GPU and MIG '
-                              "counts, ECC, row remapping, lost GPUs, PCIe link training, NVLink, GPU processes), reads the kubelet's effective "
-                              "topology and CPU policies, lists the cluster's GPU workloads once on the controller and weighs them against every "
-                              'node of the batch in the same module run (the check M(gpuharden.k8s.topology_check) makes for one node); optionally '
-                              'the eBPF device-cgroup audit (M(gpuharden.k8s.device_cgroup_audit)) and the three-state consistency check '
-                              '(M(gpuharden.k8s.gpu_consistency)). With the consistency check, that one run (M(gpuharden.k8s.gpu_consistency) with '
-                              'its C(topology) option) does both from one LIST of Nodes and pods; without it, M(gpuharden.k8s.gpu_workloads_info) '
-                              'with its C(topology) option weighs the workloads.'
-                          ),
-                          (
-                              'Every finding (C(id), C(severity), C(node), C(gpu), C(pod), C(expected), C(found), C(hint)) goes into the fact '
-                              'C(postcheck_findings) and, for the whole run, into the custom stat C(gpuharden_postcheck_findings). The host fails '
-                              'when a finding is at or above O(postcheck_fail_severity).'
-                          ),
-                          'Run as root on the nodes.',
-                      ]),
+                          [
+                              (
+                                  'Read-only. Runs M(gpuharden.k8s.nvml_check) on the node (NVML as root and as an unprivileged user, GPU and MIG '
+                                  "counts, ECC, row remapping, lost GPUs, PCIe link training, NVLink, GPU processes), reads the kubelet's effective "
+                                  "topology and CPU policies, lists the cluster's GPU workloads once on the controller and weighs them against every "
+                                  'node of the batch in the same module run (the check M(gpuharden.k8s.topology_check) makes for one node); optionally '
+                                  'the eBPF device-cgroup audit (M(gpuharden.k8s.device_cgroup_audit)) and the three-state consistency check '
+                                  '(M(gpuharden.k8s.gpu_consistency)). With the consistency check, that one run (M(gpuharden.k8s.gpu_consistency) with '
+                                  'its C(topology) option) does both from one LIST of Nodes and pods; without it, M(gpuharden.k8s.gpu_workloads_info) '
+                                  'with its C(topology) option weighs the workloads.'
+                              ),
+                              (
+                                  'Every finding (C(id), C(severity), C(node), C(gpu), C(pod), C(expected), C(found), C(hint)) goes into the fact '
+                                  'C(postcheck_findings) and, for the whole run, into the custom stat C(gpuharden_postcheck_findings). The host fails '
+                                  'when a finding is at or above O(postcheck_fail_severity).'
+                              ),
+                              'Run as root on the nodes.',
+                          ]),
         },
         settings=(
             setting('postcheck_fail_severity', 'str',
@@ -1395,14 +1395,14 @@ ROLES = {
         header='Runs once for the play on the controller.',
         entry_points={
             'main': entry("Ensure the NVIDIA RuntimeClass matches containerd's runtime.",
-                      [
-                          (
-                              'Applies the RuntimeClass with gpuharden.k8s.runtime_class once for the play, on the controller. Its handler is the '
-                              'C(container_runtime_handler) fact of role container_runtime (every host of the play must report the same), else '
-                              'C(nvidia). Reports RuntimeClasses with C(nvidia.com/*) in C(overhead.podFixed), and target Nodes whose '
-                              'C(status.runtimeHandlers) lacks the handler. Registers C(runtime_class_result).'
-                          ),
-                      ]),
+                          [
+                              (
+                                  'Applies the RuntimeClass with gpuharden.k8s.runtime_class once for the play, on the controller. Its handler is the '
+                                  'C(container_runtime_handler) fact of role container_runtime (every host of the play must report the same), else '
+                                  'C(nvidia). Reports RuntimeClasses with C(nvidia.com/*) in C(overhead.podFixed), and target Nodes whose '
+                                  'C(status.runtimeHandlers) lacks the handler. Registers C(runtime_class_result).'
+                              ),
+                          ]),
         },
         settings=(
             setting('runtime_class_kubeconfig', 'str',
