@@ -74,6 +74,31 @@ def variable(name, type, doc, elements=None, choices=None, format=None, play_key
     return {"name": name, "type": type, "doc": doc, "elements": elements, "choices": choices, "format": format, "play_keyword": play_keyword}
 
 
+def node_name(role):
+    """The host's Node name, which every role that names the node has."""
+    return setting(role + "_node_name", "str", "This host's Kubernetes node name; default C(gpuharden_k8s_node_name), else the inventory name.",
+                   follows=("gpuharden_k8s_node_name", "inventory_hostname"))
+
+
+def controller_python(role):
+    """The controller's Python for a role's API steps."""
+    return setting(role + "_controller_python", "str",
+                   "Python on the controller with the kubernetes client; default the one running ansible-playbook.",
+                   follows=("ansible_playbook_python",))
+
+
+def api_access(role):
+    """The settings every role that calls the Kubernetes API from the controller has, in this order."""
+    return (
+        setting(role + "_kubeconfig", "str",
+                "kubeconfig on the controller; default C(gpuharden_kubeconfig). Empty uses the default kubeconfig or the in-cluster "
+                "service account.",
+                follows=("gpuharden_kubeconfig",), default=""),
+        setting(role + "_kube_context", "str", "kubeconfig context; empty uses the current one.", default=""),
+        controller_python(role),
+    )
+
+
 def section(title):
     """A heading of meta/variables.yml: the variables after it, up to the next one, belong to it."""
     return {"section": title}
@@ -145,24 +170,8 @@ ROLES = {
                     'Set memory.high on the cgroups of the GPU pods running now.',
                     default=True,
                     ),
-            setting('cgroup_limits_node_name', 'str',
-                    "This host's Kubernetes node name; default C(gpuharden_k8s_node_name), else the inventory name.",
-                    follows=('gpuharden_k8s_node_name', 'inventory_hostname'),
-                    ),
-            setting('cgroup_limits_kubeconfig', 'str',
-                    [
-                        (
-                            'kubeconfig on the controller for listing pods (needs list on pods in all namespaces); default C(gpuharden_kubeconfig). '
-                            'Empty uses the default kubeconfig or the in-cluster service account.'
-                        ),
-                    ],
-                    follows=('gpuharden_kubeconfig',),
-                    default='',
-                    ),
-            setting('cgroup_limits_kube_context', 'str',
-                    'kubeconfig context; empty uses the current-context.',
-                    default='',
-                    ),
+            node_name('cgroup_limits'),
+            *api_access('cgroup_limits'),
             setting('cgroup_limits_gpu_pods', 'dict',
                     [
                         (
@@ -176,10 +185,6 @@ ROLES = {
                     'A pod is a GPU pod when it requests a resource whose name starts with one of these.',
                     elements='str',
                     default=['nvidia.com/'],
-                    ),
-            setting('cgroup_limits_controller_python', 'str',
-                    'Python on the controller with the kubernetes client; default the one running ansible-playbook.',
-                    follows=('ansible_playbook_python',),
                     ),
         ),
     ),
@@ -386,23 +391,8 @@ ROLES = {
                           ]),
         },
         settings=(
-            setting('device_plugin_kubeconfig', 'str',
-                    'kubeconfig on the controller; default C(gpuharden_kubeconfig); empty uses the default kubeconfig or the in-cluster account.',
-                    follows=('gpuharden_kubeconfig',),
-                    default='',
-                    ),
-            setting('device_plugin_kube_context', 'str',
-                    'kubeconfig context; empty uses the current one.',
-                    default='',
-                    ),
-            setting('device_plugin_controller_python', 'str',
-                    "The controller's Python for the API steps (it needs the kubernetes client).",
-                    follows=('ansible_playbook_python',),
-                    ),
-            setting('device_plugin_node_name', 'str',
-                    "This host's Kubernetes node name; default C(gpuharden_k8s_node_name), else the inventory name.",
-                    follows=('gpuharden_k8s_node_name', 'inventory_hostname'),
-                    ),
+            *api_access('device_plugin'),
+            node_name('device_plugin'),
             setting('device_plugin_gpu_node', 'raw',
                     'Whether this host is a GPU node; null looks for C(/proc/driver/nvidia/gpus) on it.',
                     follows=('gpuharden_gpu_node',),
@@ -817,10 +807,7 @@ ROLES = {
                     follows=('gpuharden_kubeconfig',),
                     default='',
                     ),
-            setting('kubelet_topology_controller_python', 'str',
-                    'Python on the controller that has the kubernetes client.',
-                    follows=('ansible_playbook_python',),
-                    ),
+            controller_python('kubelet_topology'),
         ),
     ),
     "mig": role(
@@ -916,10 +903,7 @@ ROLES = {
                     ],
                     default=True,
                     ),
-            setting('mig_node_name', 'str',
-                    "The node's Kubernetes name; default C(gpuharden_k8s_node_name), else the inventory name.",
-                    follows=('gpuharden_k8s_node_name', 'inventory_hostname'),
-                    ),
+            node_name('mig'),
             setting('mig_reset_method', 'str',
                     'How a pending mode change is completed.',
                     choices=['command', 'reboot', 'none'],
@@ -988,24 +972,8 @@ ROLES = {
                     default='drained',
                     entry_points=('main',),
                     ),
-            setting('node_maintenance_node_name', 'str',
-                    "This host's Kubernetes node name; default C(gpuharden_k8s_node_name), else the inventory name.",
-                    follows=('gpuharden_k8s_node_name', 'inventory_hostname'),
-                    ),
-            setting('node_maintenance_kubeconfig', 'str',
-                    [
-                        (
-                            'kubeconfig on the controller; default C(gpuharden_kubeconfig). Empty uses the default kubeconfig or the in-cluster '
-                            'service account.'
-                        ),
-                    ],
-                    follows=('gpuharden_kubeconfig',),
-                    default='',
-                    ),
-            setting('node_maintenance_kube_context', 'str',
-                    'kubeconfig context; empty uses the current-context.',
-                    default='',
-                    ),
+            node_name('node_maintenance'),
+            *api_access('node_maintenance'),
             setting('node_maintenance_force', 'bool',
                     'Also evict pods without a controller. Never overrides a PodDisruptionBudget.',
                     default=False,
@@ -1050,10 +1018,6 @@ ROLES = {
                     ],
                     default=120,
                     entry_points=('main', 'uncordon'),
-                    ),
-            setting('node_maintenance_controller_python', 'str',
-                    'Python on the controller with the kubernetes client; default the one running ansible-playbook.',
-                    follows=('ansible_playbook_python',),
                     ),
             setting('node_maintenance_max_unavailable', 'raw',
                     [
@@ -1271,24 +1235,7 @@ ROLES = {
                     elements='str',
                     default=['nvidia.com/gpu'],
                     ),
-            setting('postcheck_kubeconfig', 'str',
-                    [
-                        (
-                            'kubeconfig on the controller for the API steps (list on pods, nodes, deployments, statefulsets, daemonsets, jobs, '
-                            'cronjobs). Default C(gpuharden_kubeconfig); empty uses the default kubeconfig or the in-cluster account.'
-                        ),
-                    ],
-                    follows=('gpuharden_kubeconfig',),
-                    default='',
-                    ),
-            setting('postcheck_kube_context', 'str',
-                    'kubeconfig context; empty uses the current-context.',
-                    default='',
-                    ),
-            setting('postcheck_controller_python', 'str',
-                    'Python on the controller with the kubernetes client (default C(ansible_playbook_python)).',
-                    follows=('ansible_playbook_python',),
-                    ),
+            *api_access('postcheck'),
             setting('postcheck_device_audit', 'bool',
                     ['Run the eBPF device-cgroup isolation audit on the node. Default C(gpuharden_postcheck_device_audit), else true.'],
                     follows=('gpuharden_postcheck_device_audit',),
@@ -1405,19 +1352,7 @@ ROLES = {
                           ]),
         },
         settings=(
-            setting('runtime_class_kubeconfig', 'str',
-                    'kubeconfig on the controller; default C(gpuharden_kubeconfig); empty uses the default kubeconfig or the in-cluster account.',
-                    follows=('gpuharden_kubeconfig',),
-                    default='',
-                    ),
-            setting('runtime_class_kube_context', 'str',
-                    'kubeconfig context; empty uses the current one.',
-                    default='',
-                    ),
-            setting('runtime_class_controller_python', 'str',
-                    "The controller's Python for the API step.",
-                    follows=('ansible_playbook_python',),
-                    ),
+            *api_access('runtime_class'),
             setting('runtime_class_name', 'str',
                     'Name of the RuntimeClass.',
                     default=RUNTIME_CLASS_NAME,
