@@ -27,6 +27,7 @@ import collections
 import difflib
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _device_plugin, _drain, _gpu_pods, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import NVIDIA_RUNTIME_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import SEVERITIES
 
@@ -233,7 +234,7 @@ def no_plugin(facts):
 # What the real plugin says when it got no NVML (k8s-device-plugin v0.18.2 internal/rm/factory.go: "Incompatible
 # strategy detected auto", "did you configure the NVIDIA Container Toolkit?"; NVML's own "failed to initialize NVML").
 NO_NVML_WORDS = ("nvml", "incompatible strategy", "nvidia container toolkit")
-NVIDIA_HANDLER = "nvidia"
+NVIDIA_HANDLER = NVIDIA_RUNTIME_NAME  # containerd's runtime the collection writes (core/_defaults.py)
 
 
 def runtime_handlers(node):

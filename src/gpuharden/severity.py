@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The one severity scale of the CLI: the collection's (plugins/module_utils/core/_findings.py; a unit test pins the
-two equal), since the CLI does not import the collection's code."""
+"""The CLI's use of the one severity scale, the collection's: gpuharden.vocabulary is a link to the collection's
+plugins/module_utils/core/_vocabulary.py (the CLI reads reports without the collection installed)."""
 
 from __future__ import annotations
 
-SEVERITIES = ("info", "warning", "error", "critical")
+from gpuharden.vocabulary import SEVERITIES
+
+__all__ = ["SEVERITIES", "counted"]
 
 
 def counted(findings, threshold):

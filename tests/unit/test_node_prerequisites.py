@@ -37,13 +37,6 @@ def test_one_package_list_for_nodes():
     assert {re.split("[<>=]", line)[0] for line in extra} == {"nvidia-ml-py", "ruamel.yaml", "tomlkit", "PyYAML"}
 
 
-def test_role_defaults_and_spec_agree():
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(spec)
-    assert {name: spec[name]["default"] for name in spec} == defaults
-
-
 class Recorder:
     """A node: which commands ran, with answers by the command's 4th argument (pip's subcommand) or its kind."""
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
-STAGE_ROLES = ("device_permissions", "container_runtime", "runtime_class", "kubelet_topology", "mig",
-               "cgroup_limits", "device_plugin")
+STAGE_ROLES = _vocabulary.STAGES  # the one stage list (issue 45 item 3)
 
 
 def _tasks(tasks):

@@ -36,6 +36,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config as _config
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_labels
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _safe_parse
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import RUNTIME_CLASS_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 
@@ -1107,7 +1108,7 @@ def _loads_nvml_itself(container, parsed, configs, override):
     return all(root.rstrip("/") in mounts for root in roots)
 
 
-def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class="nvidia"):
+def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, runtime_class=RUNTIME_CLASS_NAME):
     """Findings about one plugin DaemonSet (its release, config, runtime, MIG access, init containers, placement)."""
     meta = ds.get("metadata") or {}
     obj = "DaemonSet %s/%s" % (meta.get("namespace"), meta.get("name"))
@@ -1192,7 +1193,7 @@ def inspect_daemonset(ds, config_maps, nodes, gpu_selector, expected_resources, 
                                 "failOnInitError true, the plugin crash-loops%s" % (
                                     obj, "" if visible is None else " (its NVIDIA_VISIBLE_DEVICES=%s asks the nvidia runtime for "
                                     "the GPUs, but does nothing under another runtime)" % visible),
-                                expected={"runtimeClassName": runtime_class or "nvidia"}, found=None, subject=obj))
+                                expected={"runtimeClassName": runtime_class or RUNTIME_CLASS_NAME}, found=None, subject=obj))
     # initContainers gating on nvidia-smi, without a readiness probe to show the plugin's own state.
     gates = [c.get("name") for c in spec.get("initContainers") or [] if "nvidia-smi" in " ".join(_words(c))]
     if gates and not container.get("readinessProbe"):

@@ -15,6 +15,7 @@ import time
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _node_labels, _runtime_class
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_shapes as _shapes
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import DEVICE_PLUGIN_VERSION, RUNTIME_CLASS_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
@@ -28,7 +29,7 @@ HANDLER_POLL_SECONDS = 2.0
 # The module's options but the cluster identity's (_k8s.auth_argument_spec), in one place: the module's argument_spec
 # and the plan's dry_run validate against the same.
 OPTIONS = {
-    "version": {"type": "str", "default": "v0.20.0"},
+    "version": {"type": "str", "default": DEVICE_PLUGIN_VERSION},
     "image_registry": {"type": "str", "default": "nvcr.io/nvidia"},
     "image_repository": {"type": "str", "default": "k8s-device-plugin"},
     "pull_policy": {"type": "str", "default": "IfNotPresent", "choices": ["Always", "IfNotPresent", "Never"]},
@@ -53,7 +54,7 @@ OPTIONS = {
     "gpu_feature_discovery": {"type": "bool", "default": False},
     "expected_resource_names": {"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
     "remove_competing": {"type": "bool", "default": False},
-    "runtime_class_name": {"type": "str", "default": "nvidia"},
+    "runtime_class_name": {"type": "str", "default": RUNTIME_CLASS_NAME},
     "adopt_installers": {"type": "list", "elements": "str", "default": []},
     "force": {"type": "bool", "default": False},
     "force_conflicts": {"type": "bool", "default": True},

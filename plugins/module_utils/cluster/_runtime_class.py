@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _disruption, _gpu_pods, _node_labels
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import NVIDIA_RUNTIME_NAME, RUNTIME_CLASS_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
@@ -74,8 +75,8 @@ def check_params(params):
 # The options that describe the desired RuntimeClass, as modules runtime_class and gpu_consistency (its runtime_class
 # option, the drift check's dry run) take them: one spec, so the two cannot drift apart.
 OBJECT_OPTIONS = {
-    "name": {"type": "str", "default": "nvidia"},
-    "handler": {"type": "str", "default": "nvidia"},
+    "name": {"type": "str", "default": RUNTIME_CLASS_NAME},
+    "handler": {"type": "str", "default": NVIDIA_RUNTIME_NAME},
     "node_selector": {"type": "dict", "default": {}},
     "tolerations": {"type": "list", "elements": "dict", "default": []},
     "overhead_pod_fixed": {"type": "dict", "default": {}},

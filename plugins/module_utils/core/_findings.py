@@ -17,14 +17,15 @@ names (``node``, ``gpu``, ``pod``, ``subject``, ``path``, ...; a context key giv
   (a MIG layout the planner can reach, a device node the options allow creating) says PLANNED; its producer
   then passes ``planned=`` with what its planner decided.
 
-Node side and controller side both import this file: it imports nothing but the error type.
+Node side and controller side both import this file: it imports nothing but the error type and the severity scale
+(core/_vocabulary.py, which the CLI shares).
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
 
-SEVERITIES = ("info", "warning", "error", "critical")
 FAIL_CHOICES = ("never",) + SEVERITIES
 
 # remediable: the stage fixes it whenever it is found

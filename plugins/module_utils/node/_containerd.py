@@ -37,6 +37,7 @@ import os
 import re
 import stat
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import NVIDIA_RUNTIME_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._files import FileChange, read_text, resolve_in_root
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._safe_parse import check_toml
@@ -1631,7 +1632,7 @@ def argument_spec():
     return {
         "root": {"type": "path", "default": "/"},
         "path": {"type": "path", "default": "/etc/containerd/config.toml"},
-        "runtime_name": {"type": "str", "default": "nvidia"},
+        "runtime_name": {"type": "str", "default": NVIDIA_RUNTIME_NAME},
         "binary_name": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
         "runtime_type": {"type": "str", "default": "io.containerd.runc.v2"},
         "base_runtime": {"type": "str", "default": "runc"},
