@@ -15,7 +15,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _devi
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
-from gpuharden import drift
+from gpuharden import drift_report, severity
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_FILES = sorted((REPO / "plugins").rglob("*.py"))
@@ -95,11 +95,11 @@ def test_one_severity_scale():
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SEVERITIES" for t in node.targets):
                 owners.append(path.relative_to(REPO).as_posix())
     assert sorted(owners) == ["plugins/module_utils/core/_findings.py", "src/gpuharden/severity.py"]
-    assert drift.SEVERITIES == _findings.SEVERITIES
+    assert severity.SEVERITIES == _findings.SEVERITIES
 
 
 def test_drifts_own_runtime_class_findings_match_the_catalogue():
-    for ident, fields in (("runtime_class_differs", drift.RUNTIME_CLASS_DIFFERS),):
+    for ident, fields in (("runtime_class_differs", drift_report.RUNTIME_CLASS_DIFFERS),):
         check, stage, remediable = _findings.CATALOGUE[ident]
         assert fields == {"check": check, "stage": stage, "remediable": remediable == _findings.ALWAYS}
 
