@@ -21,8 +21,8 @@ DRIVER_DEFAULTS = {"DeviceFileUID": 0, "DeviceFileGID": 0, "DeviceFileMode": 438
 def nvml_line(facts):
     nvml = facts["nvml"]
     if nvml.get("available"):
-        return "NVML %s, driver %s, CUDA %s, %s GPUs" % (nvml.get("version"), facts.get("driver_version"),
-                                                       facts.get("cuda_driver_version"), facts.get("gpu_count"))
+        return "NVML %s, driver %s, CUDA %s, %s GPUs" % (
+            nvml.get("version"), facts.get("driver_version"), facts.get("cuda_driver_version"), facts.get("gpu_count"))
     reason = nvml.get("reason") or {}
     return "NVML unusable: %s - %s" % (reason.get("code"), reason.get("hint"))
 
@@ -55,8 +55,8 @@ def pcie_line(facts):
         if gpu.get("error") or not pcie.get("gen_max"):
             continue
         if pcie.get("gen_current") < pcie["gen_max"] or pcie.get("width_current") < pcie.get("width_max"):
-            slow.append("GPU%s %s: gen%sx%s of gen%sx%s" % (gpu["index"], gpu.get("pci_bus_id"), pcie.get("gen_current"),
-                                                           pcie.get("width_current"), pcie["gen_max"], pcie.get("width_max")))
+            slow.append("GPU%s %s: gen%sx%s of gen%sx%s" % (
+                gpu["index"], gpu.get("pci_bus_id"), pcie.get("gen_current"), pcie.get("width_current"), pcie["gen_max"], pcie.get("width_max")))
     return "; ".join(slow) if slow else "all PCIe links at their maximum"
 
 

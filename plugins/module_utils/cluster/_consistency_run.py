@@ -55,7 +55,6 @@ def argument_spec():
     return spec
 
 
-
 def read_cluster(api, page_limit, workload_kinds=(), pods=None):
     """The LISTs, made at the same time: (nodes, pods, controllers, {resource: pages}); ``pods`` given (a snapshot),
     no LIST of pods.
