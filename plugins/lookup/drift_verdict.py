@@ -15,7 +15,7 @@ description:
     C(run_data), the host's entry of the C(gpuharden_drift) run data, and C(failure), why the host fails or an empty
     string.
   - A check that could not run (a part of a node check, or the cluster side's consistency check) fails the host with its
-    cause; else findings of the node or of its Node in the consistency check at or above O(fail_severity) fail it,
+    cause; else findings of the node or of its Node in the consistency check at or above the fail severity (the fourth term) fail it,
     naming their ids and the stages to run.
   - Runs on the controller only; contacts no host.
 options:
