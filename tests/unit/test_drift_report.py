@@ -48,7 +48,7 @@ def _outcomes():
 
 def _report(outcomes=None, fail_severity="warning"):
     return drift_report.build_report(outcomes or _outcomes(), inventory="inv", limit=None, fail_severity=fail_severity,
-                              started=1000.0, finished=1012.5, node_names={"gpu-b": "node-b"})
+                                     started=1000.0, finished=1012.5, node_names={"gpu-b": "node-b"})
 
 
 def test_outcomes_and_report():
@@ -64,7 +64,9 @@ def test_outcomes_and_report():
     assert report["cluster"] == {"consistency_checked": True, "consistency_error": None, "runtime_class_checked": False,
                                  "checks": {"consistency": {"state": "checked"}}, "findings": [],
                                  # no cluster side's kubeconfig known to this report (tests/unit/test_kubeconfig.py reads one)
-                                 "credential": None, "credential_expires_at": None}
+                                 "credential": None, "credential_expires_at": None,
+                                 # the play ran gpu_consistency (its runner event): where the check ran
+                                 "ran_in": "module"}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
     assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "not_checked": 0, "nodes_not_checked_in_part": 0,
