@@ -195,11 +195,11 @@ def time_phases(kubeconfig, page_limit):
             findings, summary = _consistency.check(nodes, pods, {})
             check_s = time.perf_counter() - checked
         del nodes, pods
-        from ansible_collections.gpuharden.k8s.plugins.modules import gpu_consistency
+        from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency_run
 
         concurrent = time.perf_counter()
         with _k8s.gc_paused():
-            nodes, pods, _controllers, requests = gpu_consistency.read_cluster(api, page_limit)
+            nodes, pods, _controllers, requests = _consistency_run.read_cluster(api, page_limit)
         concurrent_s = time.perf_counter() - concurrent
     finally:
         api.close()
@@ -315,9 +315,9 @@ def measure(args, state):
 
 
 def _module_default_page_limit():
-    from ansible_collections.gpuharden.k8s.plugins.modules import gpu_consistency
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency_run
 
-    return gpu_consistency.argument_spec()["page_limit"]["default"]
+    return _consistency_run.argument_spec()["page_limit"]["default"]
 
 
 def summary_line(report):

@@ -46,7 +46,7 @@ UNIT_SECONDS = {
     "tests/integration/test_unharden_seeded.py": 94, "tests/integration/test_numa_limit.py": 90, "tests/integration/test_kubelet_json.py": 25,
     "tests/integration/test_explain.py": 420, "tests/integration/test_node_prerequisites.py": 47,
     "tests/integration/test_gpu_operator.py": 60, "tests/lab/test_scenarios.py": 45, "tests/lab/test_lab_cluster.py": 28,
-    "tests/integration/test_k8s_retry.py": 33,
+    "tests/integration/test_k8s_retry.py": 33, "tests/integration/test_drift_parity.py": 460,
     "tests/lab/test_lab_lifecycle.py": 22, "tests/lab/test_scenarios_mixed.py": 9,
 }
 

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Print the Prometheus textfile `gpuharden drift --prometheus` writes, for a sample fleet.
 
-The report is built by the real code path (drift.Outcomes fed with ansible-runner events, drift.build_report,
-drift.prometheus_text), so `make monitoring-check` lints exactly what the CLI writes (promtool check metrics) and
+The report is built by the real code path (drift_report.Outcomes fed with ansible-runner events, drift_report.build_report,
+drift_metrics.prometheus_text), so `make monitoring-check` lints exactly what the CLI writes (promtool check metrics) and
 tests/unit/test_monitoring.py checks deploy/monitoring's alerts and dashboard against it.  The fleet has one node
 in every state: clean, drift, attention with a GPU isolation breach, attention, unreachable and failed, plus a
 cluster (RuntimeClass) finding and a token that expires in 20 days.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuharden import drift
+from gpuharden import drift_metrics, drift_report
 
 STARTED, FINISHED = 1_700_000_000.0, 1_700_000_754.25
 NODE_NAMES = {"gpu-b": "node-b"}
@@ -34,7 +34,7 @@ def _audit(host, findings):
 
 
 def sample_outcomes():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     hosts = ("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f")
     for host in hosts:
         outcomes.feed(_event("runner_on_start", host))
@@ -74,7 +74,7 @@ CREDENTIAL_EXPIRES_AT = FINISHED + 20 * 86400
 def sample_report():
     outcomes = sample_outcomes()
     outcomes.credential = {"kubeconfig": "/etc/gpuharden/kubeconfig", "kind": "token", "expires_at": CREDENTIAL_EXPIRES_AT, "note": None}
-    return drift.build_report(outcomes, inventory="inventory", limit=None, fail_severity="warning",
+    return drift_report.build_report(outcomes, inventory="inventory", limit=None, fail_severity="warning",
                               started=STARTED, finished=FINISHED, node_names=NODE_NAMES)
 
 
@@ -84,7 +84,7 @@ PREVIOUS_SUCCESS = FINISHED - 3600
 
 
 def sample_text():
-    return drift.prometheus_text(sample_report(), "gpuharden_last_success_timestamp_seconds %.3f\n" % PREVIOUS_SUCCESS)
+    return drift_metrics.prometheus_text(sample_report(), "gpuharden_last_success_timestamp_seconds %.3f\n" % PREVIOUS_SUCCESS)
 
 
 def main():

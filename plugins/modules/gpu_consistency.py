@@ -275,179 +275,25 @@ api_requests:
   returned: always
   type: dict
   sample: {"nodes": 1, "pods": 1}
+ran_in:
+  description:
+    - Where the check ran - V(module) in this module run; C(gpuharden drift) runs the same function in its own process
+      and reports V(controller process) (its report's C(cluster.ran_in)).
+  returned: always
+  type: str
+  sample: module
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 
-MODULE = "gpu_consistency"
-SETTLE_INTERVAL = 3
-
-
-def argument_spec():
-    spec = _k8s.auth_argument_spec()
-    spec.update(
-        nodes={"type": "list", "elements": "str", "default": []},
-        node_reports={"type": "dict", "default": {}},
-        pod_resources={"type": "dict", "default": {}},
-        gpu_node_label={"type": "str", "default": "nvidia.com/gpu.present"},
-        sharing_replicas={"type": "int", "default": 1},
-        page_limit={"type": "int", "default": 500},
-        settle_seconds={"type": "int", "default": 0},
-        settle_nodes={"type": "list", "elements": "str"},
-        restarted_at={"type": "dict", "default": {}},
-        fail_on={"type": "str", "choices": list(_findings.FAIL_CHOICES), "default": "never"},
-        topology={"type": "dict", "default": {}},
-        admission={"type": "dict", "default": {}},
-        workload_resources={"type": "list", "elements": "str", "default": ["nvidia.com/gpu"]},
-        pods_snapshot={"type": "path"},
-        runtime_class={"type": "dict"},
-    )
-    return spec
+MODULE = _consistency_run.MODULE
 
 
 def build_module():
-    return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-
-
-def read_cluster(api, page_limit, workload_kinds=(), pods=None):
-    """The LISTs, made at the same time: (nodes, pods, controllers, {resource: pages}); ``pods`` given (a snapshot),
-    no LIST of pods.
-
-    ``controllers`` maps each of ``workload_kinds`` to its objects, or to the GpuhardenError its LIST failed with:
-    the workloads only feed the topology check, which must not take the consistency check down with it.
-    """
-    def soft(kind):
-        def read():
-            try:
-                return list_kind(MODULE, api, kind, page_limit)
-            except GpuhardenError as error:
-                return error, 0
-        return read
-
-    lists = {"Node": lambda: list_kind(MODULE, api, "Node", page_limit)}
-    if pods is None:
-        lists["Pod"] = lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=_consistency.POD_SELECTOR)
-    lists.update((kind, soft(kind)) for kind in workload_kinds)
-    read = _k8s.list_concurrently(lists)
-    pages = {CLUSTER_LISTS[kind][1]: count for kind, (_items, count) in read.items()}
-    pages.setdefault("pods", 0)
-    controllers = {kind: read[kind][0] for kind in workload_kinds}
-    return read["Node"][0], read["Pod"][0] if pods is None else pods, controllers, pages
-
-
-def _workloads(pods, controllers, resources):
-    """(GPU workloads, None), or (None, why not) when a LIST failed or a workload's request is malformed."""
-    failed = [str(objects) for objects in controllers.values() if isinstance(objects, GpuhardenError)]
-    if failed:
-        return None, "; ".join(failed)
-    try:
-        return _gpu_workloads.collect(dict(controllers, Pod=pods), resources), None
-    except GpuhardenError as error:
-        return None, "%s: %s" % (MODULE, error)
-
-
-def gather(params):
-    # taken (read and removed) first, so that a run that fails below leaves no snapshot behind
-    snapshot = _k8s_snapshot.take(MODULE, "pods_snapshot", params["pods_snapshot"], "pods") if params["pods_snapshot"] else None
-    if not params["page_limit"] or params["page_limit"] < 1:
-        raise GpuhardenError("%s: option page_limit=%r must be a positive number of objects" % (MODULE, params["page_limit"]))
-    for position, node in enumerate(params["nodes"]):
-        if not node or not node.strip():
-            raise GpuhardenError("%s: option nodes[%d]=%r is not a node name" % (MODULE, position, node))
-    if params["settle_seconds"] is None or params["settle_seconds"] < 0:
-        raise GpuhardenError("%s: option settle_seconds=%r must be 0 or more seconds" % (MODULE, params["settle_seconds"]))
-    # Validate the reports before any request: bad input fails fast and clearly.
-    _consistency.validate(params["node_reports"], params["pod_resources"], params["sharing_replicas"])
-    topology = _gpu_workloads.topology_entries(MODULE, params["topology"] or {})
-    admission = admission_entries(params["admission"] or {}, params["node_reports"])
-    resources = [resource for resource in params["workload_resources"] or [] if resource]
-    if (topology or admission) and not resources:
-        raise GpuhardenError("%s: option workload_resources is empty: name at least one resource such as nvidia.com/gpu" % MODULE)
-    restarted_at = _consistency.check_restarted_at(params["restarted_at"] or {}, "option restarted_at")
-    runtime_class = None if params["runtime_class"] is None else _runtime_class.check_option(
-        params["runtime_class"], "%s: option runtime_class" % MODULE)
-    api = _k8s.api_client(params)
-    started = time.monotonic()
-    requests = {}
-    reads = 0
-    controllers = None
-    try:
-        while True:
-            # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again.
-            with _k8s.gc_paused():
-                # the workload controllers are listed once: only the Nodes and pods change while the run settles
-                nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
-                                                          _gpu_workloads.CONTROLLER_KINDS if (topology or admission) and controllers is None else (),
-                                                          snapshot)
-                snapshot = None  # a read while settling lists the pods again
-                controllers = listed if controllers is None else controllers
-                findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
-                                                       wanted=params["nodes"] or None, label=params["gpu_node_label"],
-                                                       replicas=params["sharing_replicas"])
-                if topology or admission:
-                    workloads, workloads_error = _workloads(pods, controllers, resources)
-                    node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
-                                      for node in nodes if node["metadata"].get("name") in topology or node["metadata"].get("name") in admission}
-                stale = _consistency.stale_statuses(nodes, restarted_at)
-                last_nodes = nodes if runtime_class else None
-                # Freed while the collector is still off: switched back on over them, it would walk them all once more.
-                del nodes, pods
-            reads += 1
-            for kind, count in pages.items():
-                requests[kind] = requests.get(kind, 0) + count
-            awaiting = _consistency.awaiting_advertisement(findings)
-            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]] + sorted(stale)
-            left = params["settle_seconds"] - (time.monotonic() - started)
-            if not waited_for or left <= 0:
-                break
-            time.sleep(min(SETTLE_INTERVAL, left))
-        runtime_class_check = None if runtime_class is None else _runtime_class.dry_run(
-            _k8s_objects.Client(api, MODULE), runtime_class, last_nodes, params["page_limit"])
-        del last_nodes
-    finally:
-        api.close()
-    if stale:
-        findings = sorted(findings + _consistency.stale_status_findings(stale),
-                          key=lambda item: (item["node"] or "", -_findings.severity_rank(item["severity"]), item["id"]))
-    weighed = {} if not topology else {
-        name: _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)) for name, entry in topology.items()}
-    kept = {}
-    for name, (switch, entry) in sorted(admission.items()):
-        # without the workloads (a LIST refused), harden's admission check keeps the node: so does the prediction
-        reason = _topology.kept_by_admission(
-            switch, None if workloads_error else _gpu_workloads.weigh(MODULE, name, entry, workloads or (), node_summaries.get(name)),
-            workloads_error)
-        if reason:
-            kept[name] = reason
-    return {"findings": findings, "max_severity": _findings.max_severity(findings), "nodes": summary, "api_requests": requests,
-            "settle": {"seconds": round(time.monotonic() - started, 1) if reads > 1 else 0, "reads": reads, "awaiting": awaiting,
-                       "stale_status": sorted(stale)},
-            "topology": weighed, "workloads_error": workloads_error if topology or admission else None, "kept": kept,
-            "runtime_class_check": runtime_class_check}
-
-
-def admission_entries(admission, reports):
-    """{node: (the policy switch, its topology entry)} of the nodes of the admission option whose kubelet plan switches
-    them to a policy that can refuse GPU pods, weighed with the GPUs of their node report; a node without one is left
-    out (nothing to weigh).  Malformed input fails before any request."""
-    entries = {}
-    for name, plan in admission.items():
-        if plan is not None and not isinstance(plan, dict):
-            raise GpuhardenError("%s: option admission.%s=%r must be a kubelet plan (node_audit's checks.kubelet.details.plan)" % (MODULE, name, plan))
-        switch = _topology.admission_switch(plan)
-        gpus = ((reports or {}).get(name) or {}).get("gpus")
-        if switch and gpus:
-            entry = _gpu_workloads.topology_entries(MODULE, {name: {"gpus": gpus, "topology_manager_policy": switch["policy"],
-                                                                    "topology_manager_scope": switch["scope"]}})[name]
-            entries[name] = (switch, entry)
-    return entries
+    return AnsibleModule(argument_spec=_consistency_run.argument_spec(), supports_check_mode=True)
 
 
 def fail_on_message(params, result):
@@ -457,8 +303,8 @@ def fail_on_message(params, result):
 
 
 def main():
-    _module_shell.run_module(build_module(), lambda module: gather(module.params), requires=[_k8s.REQUIREMENT], never_changed=True,
-                             fail_when=fail_on_message)
+    _module_shell.run_module(build_module(), lambda module: _consistency_run.consistency_check(module.params, _consistency_run.RAN_IN_MODULE),
+                             requires=[_k8s.REQUIREMENT], never_changed=True, fail_when=fail_on_message)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 
-from gpuharden import __version__, ansible_output, cluster_side, drift, explain, kubeconfig, report_cli
+from gpuharden import __version__, ansible_output, cluster_side, drift, drift_run, drift_slices, explain, kubeconfig, report_cli
 
 DESCRIPTION = """\
 gpuharden: harden the GPU nodes of a Kubernetes cluster and keep them hardened, with the gpuharden.k8s Ansible
@@ -89,7 +89,7 @@ def _facts(args: argparse.Namespace) -> int:
     # of the directory the user ran us from, no colour (as for gpuharden drift)
     with tempfile.TemporaryDirectory(prefix="gpuharden-runner-") as private_data_dir:
         runner = ansible_runner.run(
-            envvars=drift._runner_env(),
+            envvars=drift_run.runner_env(),
             private_data_dir=private_data_dir,
             inventory=inventory,
             host_pattern=args.limit,
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--json", action="store_true", help="print the facts of every host as JSON, with the failed hosts, instead of a table")
     facts.set_defaults(handler=_facts)
     drift.add_parser(commands)
-    drift.add_merge_parser(commands)
+    drift_slices.add_merge_parser(commands)
     explain.add_parser(commands)
     report_cli.add_parser(commands)
     kubeconfig.add_parser(commands)

@@ -1,20 +1,23 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""`gpuharden drift`'s cluster side, in its own Python: the collection's consistency check (gpu_consistency, with the
-RuntimeClass dry run folded into it) run from the options drift_check.yml hands over and the node reports node_audit
-returned, once the play is over.
+"""`gpuharden drift`'s cluster side, in its own Python: the collection's consistency check (with the RuntimeClass dry
+run folded into it) run from the options drift_check.yml hands over and the node reports node_audit returned, once
+the play is over.
 
 drift_check.yml, given gpuharden_drift_cluster_in_process=true, runs no gpu_consistency module: it records the
 module's options (gpuharden_drift_consistency_options, a run_once set_fact: the one place they are mapped from the
 roles' variables) and the node reports (__drift_node_reports) as facts, which reach this process in the runner's
-events.  The check itself is the module's own code: its argument_spec validates the options (Ansible's
-ArgumentSpecValidator, as AnsibleModule does) and its gather() runs the LISTs and the pure check.  That saves the
-module's run through Ansible: a worker process, a payload and a Python that imports Ansible and the kubernetes client
-again (measured on the lab machine: about 0.6 s of wall time and 0.5 CPU-s per drift run, docs/benchmarks.md).  The pods are
-the play's one LIST (the snapshot gpu_pods_info left), as in the module run.
+events.  The check itself is the one function the module runs too, in the collection's module_utils
+(plugins/module_utils/cluster/_consistency_run.py, consistency_check_of_options: the module's argument_spec
+validates the options, as AnsibleModule does); its result says where it ran (ran_in, "controller process" here,
+"module" in the module run), and the report carries it as cluster.ran_in.  `gpuharden drift --cluster-check module`
+runs the module instead (tests/integration/test_drift_parity.py compares the two).  This path saves the module's run
+through Ansible: a worker process, a payload and a Python that imports Ansible and the kubernetes client again
+(measured on the lab machine: about 0.6 s of wall time and 0.5 CPU-s per drift run, docs/benchmarks.md).  The pods
+are the play's one LIST (the snapshot gpu_pods_info left), as in the module run.
 
-The module is imported from the installed collection the playbooks come from (the first gpuharden.k8s below
-Ansible's collections paths, then sys.path, as drift.resolve_playbook finds them), in a thread that starts with the
-play, so the import overlaps the node audits.
+The module_utils are imported from the installed collection the playbooks come from (the first gpuharden.k8s below
+Ansible's collections paths, then sys.path, as drift_run.resolve_playbook finds them), in a thread that starts with
+the play, so the import overlaps the node audits.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import sys
 import threading
 import traceback
 
-from gpuharden import __version__
+from gpuharden import __version__, drift_run
 
-MODULE = "ansible_collections.gpuharden.k8s.plugins.modules.gpu_consistency"
+# the collection is where its gpu_consistency module is; the check itself is its module_utils' (the module's too)
 MODULE_FILE = os.path.join("ansible_collections", "gpuharden", "k8s", "plugins", "modules", "gpu_consistency.py")
+CHECK = "ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._consistency_run"
+CHECK_FILE = os.path.join("ansible_collections", "gpuharden", "k8s", "plugins", "module_utils", "cluster", "_consistency_run.py")
 ERRORS = "ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors"
 
 
@@ -102,9 +107,7 @@ def require_collection(bases=None, cli_version=__version__):
     version unknown, or another major or minor release than this CLI's.  The one check every command that needs the
     collection makes (cli.NEEDS_COLLECTION), so each says the same."""
     if bases is None:
-        from gpuharden import drift  # noqa: PLC0415 (drift imports Ansible: only when a command needs the collection)
-
-        bases = drift.collection_bases()
+        bases = drift_run.collection_bases()
     base = collection_base(bases)
     if base is None:
         # Ansible's collections paths, where an install goes (sys.path, searched after them, only where nothing else is)
@@ -135,9 +138,7 @@ def import_collection(names):
     """{key: module} for ``names`` ({key: dotted module name}), imported from the gpuharden.k8s collection the
     playbooks come from (found where Ansible looks, as gpuharden drift finds it); None when it is not installed there.
     Any failure of the import is a ClusterSideError naming the module."""
-    from gpuharden import drift  # noqa: PLC0415 (drift imports Ansible: only when a command needs the collection)
-
-    base = collection_base(drift.collection_bases())
+    base = collection_base(drift_run.collection_bases())
     if base is None:
         return None
     if base not in sys.path:
@@ -151,36 +152,29 @@ def import_collection(names):
     return modules
 
 
-def import_module(base):
-    """gpu_consistency and the collection's error type, imported from the collection below ``base``."""
+def import_check(base):
+    """The collection's consistency check (module_utils/cluster/_consistency_run) and its error type, imported from the
+    collection below ``base``."""
     if base not in sys.path:
         sys.path.insert(0, base)
     try:
-        module, errors = importlib.import_module(MODULE), importlib.import_module(ERRORS)
+        check_module, errors = importlib.import_module(CHECK), importlib.import_module(ERRORS)
     except Exception as error:  # noqa: BLE001 (whatever the import raised, the check cannot run here: say why)
-        raise ClusterSideError("cannot import %s from %s: %s: %s" % (MODULE, base, type(error).__name__, error)) from None
-    expected = os.path.realpath(os.path.join(base, MODULE_FILE))
-    if os.path.realpath(module.__file__) != expected:
+        raise ClusterSideError("cannot import %s from %s: %s: %s" % (CHECK, base, type(error).__name__, error)) from None
+    expected = os.path.realpath(os.path.join(base, CHECK_FILE))
+    if os.path.realpath(check_module.__file__) != expected:
         # another copy of the collection was imported first: it need not be the code the playbook runs
         raise ClusterSideError("%s was imported from %s, not from %s, the collection the playbooks come from" % (
-            MODULE, module.__file__, expected))
-    return module, errors.GpuhardenError
+            CHECK, check_module.__file__, expected))
+    return check_module, errors.GpuhardenError
 
 
-def check(module, error_type, options, node_reports):
-    """gpu_consistency's result for ``options`` (the module's options but node_reports; a None value is an omitted
-    option, as the playbook's ``omit``) and ``node_reports``: what the module run would return, or ClusterSideError."""
-    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 (only when the check runs)
-
-    if not isinstance(options, dict):
-        raise ClusterSideError("gpuharden_drift_consistency_options is %r, not a dictionary of gpu_consistency's options" % (options,))
-    params = {name: value for name, value in options.items() if value is not None}
-    params["node_reports"] = node_reports or {}
-    validated = ArgumentSpecValidator(module.argument_spec()).validate(params)
-    if validated.error_messages:
-        raise ClusterSideError("gpu_consistency: %s" % "; ".join(validated.error_messages))
+def check(check_module, error_type, options, node_reports):
+    """The consistency check's result for ``options`` (the module's options but node_reports; a None value is an
+    omitted option, as the playbook's ``omit``) and ``node_reports``, run here (ran_in "controller process"): what the
+    module run would return but for ran_in, or ClusterSideError."""
     try:
-        return module.gather(validated.validated_parameters)
+        return check_module.consistency_check_of_options(options, node_reports, check_module.RAN_IN_CONTROLLER)
     except error_type as error:
         raise ClusterSideError(error.msg, access=error.result.get("access")) from None
     except Exception as error:  # noqa: BLE001 (as a module crash would be: reported, the rest of the report kept)
@@ -188,7 +182,7 @@ def check(module, error_type, options, node_reports):
 
 
 class Runner:
-    """Imports the module in a thread as soon as it is made (the play runs meanwhile); ``run`` waits for it."""
+    """Imports the check in a thread as soon as it is made (the play runs meanwhile); ``run`` waits for it."""
 
     def __init__(self, base):
         self.base = base
@@ -198,7 +192,7 @@ class Runner:
 
     def _load(self):
         try:
-            self._loaded = import_module(self.base)
+            self._loaded = import_check(self.base)
         except ClusterSideError as error:
             self._loaded = error
 
@@ -206,5 +200,5 @@ class Runner:
         self._thread.join()
         if isinstance(self._loaded, ClusterSideError):
             raise self._loaded
-        module, error_type = self._loaded
-        return check(module, error_type, options, node_reports)
+        check_module, error_type = self._loaded
+        return check(check_module, error_type, options, node_reports)

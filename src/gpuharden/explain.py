@@ -55,7 +55,7 @@ import sys
 import threading
 import time
 
-from gpuharden import cluster_side, drift
+from gpuharden import cluster_side, drift_check, drift_run, drift_slices
 
 EXIT_HEALTHY, EXIT_CAUSE, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 4
 SCHEMA = 1
@@ -109,7 +109,7 @@ def auth_params(args, environ=None):
     (as the roles take it), else K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT (the modules' fallbacks); None leaves the
     choice to _k8s.auth_settings (in-cluster, then the default kubeconfig)."""
     environ = os.environ if environ is None else environ
-    extra = drift.parse_extra_vars(args.extra_vars)
+    extra = drift_run.parse_extra_vars(args.extra_vars)
     kubeconfig = args.kubeconfig or extra.get("gpuharden_kubeconfig") or environ.get("K8S_AUTH_KUBECONFIG") or None
     context = args.context or environ.get("K8S_AUTH_CONTEXT") or None
     return {"kubeconfig": kubeconfig, "context": context, "request_timeout": args.request_timeout}
@@ -239,11 +239,11 @@ class NodeTrip:
             return None
 
     def run(self, limit, node=None):
-        """The drift report of the hosts ``limit`` names (drift.check, quietly), or a DriftError/Incomplete; with
+        """The drift report of the hosts ``limit`` names (drift_check.check, quietly), or a DriftError/Incomplete; with
         ``node``, the play is given that node's pods reading (pods_reading)."""
-        args = argparse.Namespace(playbook=drift.resolve_playbook(drift.DRIFT_PLAYBOOK), inventory=os.path.abspath(self.inventory), forks=16,
+        args = argparse.Namespace(playbook=drift_run.resolve_playbook(drift_run.DRIFT_PLAYBOOK), inventory=os.path.abspath(self.inventory), forks=16,
                                   quiet=True, fail_severity="warning", timeout=self.timeout)
-        extravars = drift.parse_extra_vars(self.extra_vars)
+        extravars = drift_run.parse_extra_vars(self.extra_vars)
         extravars.update(gpuharden_drift_fail=False, gpuharden_drift_run_data=False,
                          gpuharden_run_owner="explain@%s:%d" % (socket.gethostname(), os.getpid()))
         # the cluster identity explain reads with is the play's too: the roles take gpuharden_kubeconfig, and the
@@ -258,8 +258,8 @@ class NodeTrip:
         self.trips += 1
         started = time.monotonic()
         try:
-            with drift.StopRequest() as stop:
-                return drift.check(args, extravars, io.StringIO(), limit, stop, started + self.timeout)
+            with drift_check.StopRequest() as stop:
+                return drift_check.check(args, extravars, io.StringIO(), limit, stop, started + self.timeout)
         finally:
             self.seconds += time.monotonic() - started
 
@@ -271,10 +271,10 @@ class NodeTrip:
             return {"state": "not_checked", "node": node, "cause": "inventory %s does not exist" % self.inventory, "fix": "give -i INVENTORY"}
         try:
             report = self.run(host, node)
-        except drift.DriftError as error:
+        except drift_run.DriftError as error:
             return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, " ".join(str(error).split())[:500]),
                     "fix": "name the node's inventory host with --host HOST, or check the inventory (gpuharden drift -i %s -l %s)" % (self.inventory, host)}
-        except drift.Incomplete as error:
+        except drift_check.Incomplete as error:
             return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, error.reason),
                     "fix": "run again (a longer --node-timeout if the node is slow)"}
         return node_audit_of(report, node, source)
@@ -611,7 +611,7 @@ def for_drift_report(report, extra_vars):
         reader = Reader(lib, lib.k8s.api_client(params))
         document = explain_failing(lib, reader, audits_of_report(report, "this drift run"), "this drift run", nodes_only=names)
         count = reader.count
-    except (UsageError, drift.DriftError) as error:
+    except (UsageError, drift_run.DriftError) as error:
         document, count = _cannot(str(error)), 0
     except Exception as error:  # noqa: BLE001 (the report is written either way; why the explanations are missing is in it)
         message = getattr(error, "msg", None) or str(error)
@@ -681,7 +681,7 @@ def explain(lib, target, params, trip=None, report=None, report_source=None):
                 try:
                     report = trip.run(trip.host)
                     audits = audits_of_report(report, report_source)
-                except (drift.DriftError, drift.Incomplete) as error:
+                except (drift_run.DriftError, drift_check.Incomplete) as error:
                     audits = {}
                     given["not_checked"] = [{"what": "the nodes (their audits)", "cause": "%s: %s" % (report_source, getattr(error, "reason", None) or
                                                                                                      " ".join(str(error).split())[:500]),
@@ -779,7 +779,7 @@ def node_side(args):
     if args.node_timeout <= 0:
         raise UsageError("--node-timeout must be a positive number of seconds")
     if args.from_report:
-        report = drift.read_report(args.from_report)
+        report = drift_slices.read_report(args.from_report)
         if not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
             raise UsageError("%s is not a gpuharden drift report (no nodes)" % args.from_report)
         return None, report
@@ -802,7 +802,7 @@ def main(args, out=None):
         trip, report = node_side(args)
         lib = load_collection()
         document = explain(lib, target, params, trip=trip, report=report, report_source=args.from_report and "drift report %s" % args.from_report)
-    except (UsageError, drift.DriftError, drift.MergeError) as error:
+    except (UsageError, drift_run.DriftError, drift_slices.MergeError) as error:
         print("gpuharden explain: %s" % error, file=sys.stderr)
         return EXIT_USAGE
     out.write(json.dumps(document, indent=2, sort_keys=True) + "\n" if args.json else text(document))

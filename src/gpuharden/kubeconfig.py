@@ -34,6 +34,8 @@ import time
 
 import yaml
 
+from gpuharden import cluster_side
+
 DEFAULT_NAMESPACE = "gpuharden-system"  # deploy/rbac/gpuharden-rbac.yaml
 DEFAULT_SERVICE_ACCOUNT = "gpuharden"
 # 30 days: a monthly rotation, with GpuhardenCredentialExpiresSoon (deploy/monitoring) a week before the end.  The
@@ -248,8 +250,6 @@ def user_expiry(user, base):
 
 def collection_modules():
     """(_k8s, _k8s_access, GpuhardenError) from the installed gpuharden.k8s collection, as gpuharden drift finds it."""
-    from gpuharden import cluster_side  # noqa: PLC0415 (it imports drift, which imports this module)
-
     try:
         modules = cluster_side.import_collection({"k8s": K8S, "access": K8S_ACCESS, "errors": ERRORS})
     except cluster_side.ClusterSideError as error:

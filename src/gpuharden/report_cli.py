@@ -2,8 +2,8 @@
 """`gpuharden report FILE.json`: the table or the HTML page of a drift report already written (by `gpuharden drift
 --report`, with or without --slice, or `gpuharden drift-merge --report`), with no run and no host contacted.
 
-The table is drift's (terminal.render through drift.table), the page drift --html's (report_html.render), and the exit
-code drift's for the report's state (drift.exit_code): one renderer and one exit decision for a run and for its file.
+The table is drift's (terminal.render through drift_terminal.table), the page drift --html's (report_html.render), and the exit
+code drift's for the report's state (drift_report.exit_code): one renderer and one exit decision for a run and for its file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from gpuharden import drift, terminal
+from gpuharden import drift_report, drift_slices, drift_terminal, terminal
 
 DESCRIPTION = """\
 Render a JSON report that gpuharden drift (with or without --slice) or gpuharden drift-merge wrote: the terminal
@@ -45,10 +45,10 @@ class ReportFileError(Exception):
 def load(path):
     """The drift report in ``path``, or the ReportFileError naming the file and why."""
     try:
-        report = drift.read_report(path)
-    except drift.MergeError as error:
+        report = drift_slices.read_report(path)
+    except drift_slices.MergeError as error:
         raise ReportFileError(str(error)) from None
-    error = drift.report_error(path, report)
+    error = drift_slices.report_error(path, report)
     if error:
         raise ReportFileError(str(error))
     error = check_shape(path, report)
@@ -117,13 +117,13 @@ def render(path, report, *, html=False, table=False, width=terminal.DEFAULT_WIDT
     """(exit code, page or None, table or None) of a loaded report; a field missing or of the wrong type is the
     ReportFileError naming the file, before anything is written."""
     try:
-        code = drift.exit_code(report)
+        code = drift_report.exit_code(report)
         page = None
         if html:
             from gpuharden import report_html  # noqa: PLC0415 (only --html needs it)
 
             page = report_html.render(report)
-        text = drift.table(report, width) if table else None
+        text = drift_terminal.table(report, width) if table else None
     except MALFORMED as error:
         raise _malformed(path, error) from None
     return code, page, text
@@ -137,13 +137,13 @@ def main(args, out=None):
         code, page, text = render(args.report, report, html=bool(args.html), table=show_table,
                                   width=None if args.wide else terminal.terminal_width())
         if page is not None:
-            drift.write_atomically(args.html, page)
+            drift_report.write_atomically(args.html, page)
     except ReportFileError as error:
         print("gpuharden report: %s; nothing written" % error, file=sys.stderr)
-        return drift.EXIT_USAGE
+        return drift_report.EXIT_USAGE
     except OSError as error:
         print("gpuharden report: %s" % error, file=sys.stderr)
-        return drift.EXIT_USAGE
+        return drift_report.EXIT_USAGE
     if text is not None:
         out.write(text + "\n")
     return code

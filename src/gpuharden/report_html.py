@@ -29,7 +29,7 @@ import html
 import json
 
 from gpuharden import coverage
-from gpuharden.drift import EXIT_CLEAN, EXIT_DRIFT, EXIT_NOT_CHECKED, exit_code
+from gpuharden.drift_report import EXIT_CLEAN, EXIT_DRIFT, EXIT_NOT_CHECKED, exit_code
 from gpuharden.severity import SEVERITIES, counted
 
 # state -> (background, text colour); the severities' colours grow from blue to red

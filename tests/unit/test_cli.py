@@ -26,7 +26,7 @@ import ansible_runner
 import pytest
 import yaml
 
-from gpuharden import ansible_output, cli, drift
+from gpuharden import ansible_output, cli, drift_report, drift_run
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "ansible_output"
@@ -75,9 +75,9 @@ def test_item6_drift_help_has_description_examples_and_exit_codes(capsys):
     assert "--report /" in cron and "--prometheus /" in cron
     assert any(line.startswith("gpuharden drift") and "-l " in line and "--remediate" in line for line in lines)
     codes = text.split("exit codes:")[1]
-    for code in (drift.EXIT_CLEAN, drift.EXIT_DRIFT, drift.EXIT_USAGE, drift.EXIT_INCOMPLETE):
+    for code in (drift_report.EXIT_CLEAN, drift_report.EXIT_DRIFT, drift_report.EXIT_USAGE, drift_report.EXIT_INCOMPLETE):
         assert re.search(r"^  %d\s+\S" % code, codes, re.M), code
-    assert "%d+N" % drift.EXIT_SIGNAL_BASE in codes and "130 SIGINT" in codes and "143 SIGTERM" in codes
+    assert "%d+N" % drift_report.EXIT_SIGNAL_BASE in codes and "130 SIGINT" in codes and "143 SIGTERM" in codes
 
 
 def test_item6_drift_help_separates_drift_from_incomplete(capsys):
@@ -99,7 +99,7 @@ def test_drift_help_explains_slices_and_their_merge(capsys):
     merge = help_text(capsys, "drift-merge")
     assert "--slice 1/N" in merge and "examples:" in merge
     codes = merge.split("exit codes:")[1]
-    for code in (drift.EXIT_CLEAN, drift.EXIT_DRIFT, drift.EXIT_USAGE):
+    for code in (drift_report.EXIT_CLEAN, drift_report.EXIT_DRIFT, drift_report.EXIT_USAGE):
         assert re.search(r"^  %d\s+\S" % code, codes, re.M), code
     assert "gpuharden drift -i inventory/ --slice 2/3" in help_text(capsys)
 
@@ -196,7 +196,7 @@ def test_item5_exit_status_wording_is_truthful(status, rc, expected):
 ])
 def test_item5_no_hosts_names_the_pattern_or_the_limit(name, limit, unmatched, kind, reason):
     assert ansible_output.no_hosts(sample(name), inventory="hosts.yml", limit=limit, unmatched_plays=unmatched,
-                                   pattern_variable=drift.TARGET_VARIABLE) == (kind, reason)
+                                   pattern_variable=drift_run.TARGET_VARIABLE) == (kind, reason)
 
 
 @pytest.mark.parametrize("name", ["yaml", "undef"])
@@ -231,8 +231,8 @@ def fake_runs(monkeypatch, *runs):
             event_handler(event)
         return status, rc, {}, stdout
 
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
-    monkeypatch.setattr(drift, "play_hosts", lambda *args, **kwargs: set())
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_run, "play_hosts", lambda *args, **kwargs: set())
     return calls
 
 
@@ -264,7 +264,7 @@ def untouched(site):
 
 def test_item5_drift_with_no_host_in_the_group_exits_2_naming_the_group(site, monkeypatch, capsys):
     fake_runs(monkeypatch, (play("gpu_nodes", matched=False) + [STATS], "successful", 0, sample("limit_other")))
-    assert run_drift(site, "-l", "cp1") == drift.EXIT_USAGE
+    assert run_drift(site, "-l", "cp1") == drift_report.EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == ""
     untouched(site)
@@ -276,7 +276,7 @@ def test_item5_drift_with_no_host_in_the_group_exits_2_naming_the_group(site, mo
 
 def test_item5_drift_with_a_limit_matching_nothing_exits_2_naming_the_limit(site, monkeypatch, capsys):
     fake_runs(monkeypatch, ([], "failed", 1, sample("nolimit")))
-    assert run_drift(site, "-l", "nosuch") == drift.EXIT_USAGE
+    assert run_drift(site, "-l", "nosuch") == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     untouched(site)
     assert "no host to run the drift check on: -l nosuch matches no host of the inventory" in err
@@ -285,7 +285,7 @@ def test_item5_drift_with_a_limit_matching_nothing_exits_2_naming_the_limit(site
 
 def test_item5_drift_on_a_playbook_that_does_not_parse_shows_the_yaml_error(site, monkeypatch, capsys):
     fake_runs(monkeypatch, ([], "failed", 4, sample("yaml")))
-    assert run_drift(site) == drift.EXIT_USAGE
+    assert run_drift(site) == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     untouched(site)
     assert "\x1b" not in err
@@ -297,7 +297,7 @@ def test_item5_drift_on_a_playbook_that_does_not_parse_shows_the_yaml_error(site
 
 def test_item5_drift_that_ran_nothing_with_rc_0_does_not_say_successful(site, monkeypatch, capsys):
     fake_runs(monkeypatch, ([STATS], "successful", 0, ""))
-    assert run_drift(site) == drift.EXIT_USAGE
+    assert run_drift(site) == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     assert "ran the drift check on no host (exit code 0, success), and printed nothing" in err
     assert "(successful, rc 0)" not in err
@@ -306,7 +306,7 @@ def test_item5_drift_that_ran_nothing_with_rc_0_does_not_say_successful(site, mo
 def test_item5_drift_cut_short_shows_ansible_playbooks_error(site, monkeypatch, capsys):
     fake_runs(monkeypatch, (audited("gpu-a"), "failed", 250, "PLAY [Drift]\n\x1b[0;31m[ERROR]: Unexpected Exception: boom\x1b[0m\n"
                                                                "the full traceback was:\n  File x\n"))
-    assert run_drift(site) == drift.EXIT_INCOMPLETE
+    assert run_drift(site) == drift_report.EXIT_INCOMPLETE
     err = capsys.readouterr().err
     untouched(site)
     assert "INCOMPLETE, ansible-playbook stopped before the end of the play (exit code 250, an unexpected error)" in err
@@ -315,7 +315,7 @@ def test_item5_drift_cut_short_shows_ansible_playbooks_error(site, monkeypatch, 
 
 def test_item5_remediate_with_no_host_exits_2_before_any_harden_run(site, monkeypatch, capsys):
     calls = fake_runs(monkeypatch, (play("gpu_nodes", matched=False) + [STATS], "successful", 0, sample("limit_other")))
-    assert run_drift(site, "-l", "cp1", "--remediate", "--harden-playbook", str(site["playbook"])) == drift.EXIT_USAGE
+    assert run_drift(site, "-l", "cp1", "--remediate", "--harden-playbook", str(site["playbook"])) == drift_report.EXIT_USAGE
     assert len(calls) == 1  # the check only
     assert "no host to run the drift check on" in capsys.readouterr().err
     untouched(site)
@@ -329,7 +329,7 @@ def test_item5_remediate_whose_harden_matches_no_host_exits_2(site, monkeypatch,
                      "fatal: [gpu-a]: FAILED! => \n    msg: 'No GPU node to harden: ...'\n")
     fake_runs(monkeypatch, (audited("gpu-a", DRIFTED) + [STATS], "successful", 0, ""),
               (play("gpu_nodes", matched=False) + play("[]", matched=False), "failed", 2, harden_output))
-    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"])) == drift.EXIT_USAGE
+    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"])) == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     untouched(site)
     assert ("no host to run harden_gpu_nodes.yml (--remediate) on: the play's hosts pattern gpu_nodes (gpuharden_target_hosts, "
@@ -342,7 +342,7 @@ def test_item5_remediate_harden_failure_is_shown_and_reported(site, monkeypatch,
     fake_runs(monkeypatch, (audited("gpu-a", DRIFTED) + [STATS], "successful", 0, ""),
               (play("gpu_nodes") + [STATS], "failed", 2, harden_output),
               (audited("gpu-a", DRIFTED) + [STATS], "successful", 0, ""))
-    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"]), "--json") == drift.EXIT_DRIFT
+    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"]), "--json") == drift_report.EXIT_DRIFT
     out, err = capsys.readouterr()
     assert ("gpuharden drift: harden_gpu_nodes.yml on gpu-a failed (exit code 2, a host failed):\n"
             "  fatal: [gpu-a]: FAILED! =>\n      changed: false\n      msg: lock held by drift@other\n") in err
@@ -358,7 +358,7 @@ def test_remediate_is_one_harden_run_over_the_drifted_hosts_with_the_stages_any_
     calls = fake_runs(monkeypatch, (audited("gpu-a", runtime) + audited("gpu-b", kubelet) + audited("gpu-c") + [STATS], "successful", 0, ""),
                       (play("gpu_nodes") + [STATS], "successful", 0, ""),
                       (audited("gpu-a") + audited("gpu-b") + [STATS], "successful", 0, ""))
-    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"]), "--json") == drift.EXIT_CLEAN
+    assert run_drift(site, "--remediate", "--harden-playbook", str(site["playbook"]), "--json") == drift_report.EXIT_CLEAN
     check, harden, recheck = calls  # the drift check, one harden run, the drift check of the remediated hosts
     assert (harden["limit"], harden["tags"]) == ("gpu-a,gpu-b", ["container_runtime", "device_plugin", "kubelet_topology"])
     assert check["tags"] is None and recheck["limit"] == "gpu-a,gpu-b"
@@ -372,7 +372,7 @@ def test_remediate_is_one_harden_run_over_the_drifted_hosts_with_the_stages_any_
 
 def test_item5_runner_env_turns_colour_off_even_when_forced(monkeypatch):
     monkeypatch.setenv("ANSIBLE_FORCE_COLOR", "1")
-    env = drift._runner_env()
+    env = drift_run.runner_env()
     assert env["ANSIBLE_NOCOLOR"] == "1" and env["ANSIBLE_FORCE_COLOR"] == "0"
 
 
@@ -390,9 +390,9 @@ def test_item5_run_playbook_hands_the_no_colour_env_to_ansible_runner(monkeypatc
         return FakeRunner([])
 
     monkeypatch.setattr(ansible_runner, "run", run)
-    drift.run_playbook(str(tmp_path / "p.yml"), str(tmp_path / "hosts.yml"), limit=None, forks=1, extravars={})
+    drift_run.run_playbook(str(tmp_path / "p.yml"), str(tmp_path / "hosts.yml"), limit=None, forks=1, extravars={})
     assert seen["envvars"]["ANSIBLE_NOCOLOR"] == "1" and seen["envvars"]["ANSIBLE_FORCE_COLOR"] == "0"
-    assert drift.RUN_MARKER in seen["envvars"]
+    assert drift_run.RUN_MARKER in seen["envvars"]
 
 
 def gpu(index, numa):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpuharden drift runs the consistency check in its own Python (gpuharden/cluster_side.py): the play's hand-over
-(gpu_consistency's options and the node reports, as facts) reaches the report, the module's own code runs against
-an API (the pods from the play's snapshot, not listed again), and a check that cannot run is said so."""
+(gpu_consistency's options and the node reports, as facts) reaches the report, the collection's one check function
+(module_utils/cluster/_consistency_run.py, the module's too) runs against an API (the pods from the play's snapshot,
+not listed again) and says it ran in the controller process, and a check that cannot run is said so."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_snapshot
 
-from gpuharden import cluster_side, drift
+from gpuharden import cluster_side, drift_check, drift_report
 from tests.unit.conftest import COLLECTIONS, JsonHandler
 
 
@@ -51,7 +52,7 @@ class FakeRunner:
 
 
 def _handed_over(options):
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     for host in ("gpu-a", "gpu-b"):
         outcomes.feed(_audit(host))
     outcomes.feed(_set_fact("gpu-a", __drift_node_reports={"gpu-a": _report_of(1)}))
@@ -66,10 +67,11 @@ def test_the_hand_over_reaches_the_check_and_its_findings_the_report():
                "remediable": True, "expected": 1, "found": 0, "hint": "h", "node": "gpu-b"}
     runner = FakeRunner({"findings": [finding], "runtime_class_check": {"changed": True, "findings": [], "action": "create",
                                                                         "runtime_class": {"metadata": {"name": "nvidia"}}}})
-    drift.run_cluster_side(runner, outcomes)
+    drift_check.run_cluster_side(runner, outcomes)
     assert runner.calls == [(options, {"gpu-a": _report_of(1)})]
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert report["cluster"]["consistency_checked"] and report["cluster"]["runtime_class_checked"]
+    assert report["cluster"]["ran_in"] == "controller process"
     assert [entry["id"] for entry in report["nodes"]["gpu-b"]["findings"]] == ["gpu_not_advertised"]
     assert [entry["id"] for entry in report["cluster"]["findings"]] == ["runtime_class_differs"]
 
@@ -77,8 +79,8 @@ def test_the_hand_over_reaches_the_check_and_its_findings_the_report():
 def test_a_check_that_cannot_run_is_not_checked_with_its_cause_and_fix_and_no_finding():
     outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": {"name": "nvidia"}})
     access = {"kind": "kubeconfig", "fix": "give the controller a readable kubeconfig"}
-    drift.run_cluster_side(FakeRunner(error="k8s auth: cannot load kubeconfig /nope", access=access), outcomes)
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    drift_check.run_cluster_side(FakeRunner(error="k8s auth: cannot load kubeconfig /nope", access=access), outcomes)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert report["cluster"]["consistency_error"] == "k8s auth: cannot load kubeconfig /nope"
     assert not report["cluster"]["consistency_checked"]
     # could not check: never a finding (neither drift nor clean), the cause and the fix for both checks
@@ -86,12 +88,12 @@ def test_a_check_that_cannot_run_is_not_checked_with_its_cause_and_fix_and_no_fi
     blind = {"state": "not_checked", "cause": "k8s auth: cannot load kubeconfig /nope", "fix": access["fix"]}
     assert report["cluster"]["checks"] == {"consistency": blind, "runtime_class": blind}
     assert report["summary"]["cluster_not_checked"] == ["consistency", "runtime_class"]
-    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED
+    assert drift_report.exit_code(report) == drift_report.EXIT_NOT_CHECKED
 
 
 def test_without_a_runtime_class_option_a_failure_adds_no_runtime_class_finding():
     outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": None})
-    drift.run_cluster_side(FakeRunner(error="boom"), outcomes)
+    drift_check.run_cluster_side(FakeRunner(error="boom"), outcomes)
     assert outcomes.runtime_class is None and outcomes.consistency_error == "boom"
 
 
@@ -105,7 +107,7 @@ def test_a_signal_or_the_timeout_during_the_check_leaves_the_outcomes_untouched(
 
     outcomes = _handed_over({"nodes": ["gpu-a"], "runtime_class": {"name": "nvidia"}})
     asked = []
-    drift.run_cluster_side(Hanging(), outcomes, interrupted=lambda: asked.append(1) or len(asked) > 2, poll=0.01)
+    drift_check.run_cluster_side(Hanging(), outcomes, interrupted=lambda: asked.append(1) or len(asked) > 2, poll=0.01)
     release.set()
     assert len(asked) == 3 and outcomes.consistency is None and outcomes.consistency_error is None and outcomes.runtime_class is None
 
@@ -134,7 +136,7 @@ class NodesApi:
 
 @pytest.fixture
 def collection():
-    module, error_type = cluster_side.import_module(str(COLLECTIONS))
+    module, error_type = cluster_side.import_check(str(COLLECTIONS))
     return module, error_type
 
 
@@ -156,6 +158,7 @@ def test_the_module_s_own_code_runs_here_with_the_play_s_pods(collection):
     assert api.requests == ["/api/v1/nodes"] and result["api_requests"]["pods"] == 0
     assert not os.path.exists(os.path.dirname(snapshot))
     assert json.loads(json.dumps(result)) == result
+    assert result["ran_in"] == "controller process"
 
 
 @pytest.mark.parametrize(("options", "named"), [
@@ -175,12 +178,12 @@ def test_the_collection_is_found_where_ansible_looks_and_only_there(tmp_path):
     assert cluster_side.collection_base([str(tmp_path)]) is None
 
 
-def test_a_module_imported_from_another_copy_is_refused(tmp_path):
-    copy = tmp_path / cluster_side.MODULE_FILE
+def test_a_check_imported_from_another_copy_is_refused(tmp_path):
+    copy = tmp_path / cluster_side.CHECK_FILE
     copy.parent.mkdir(parents=True)
     copy.write_text("")
-    # the module is already imported from the checkout: a second collection below tmp_path would not be the one run
-    cluster_side.import_module(str(COLLECTIONS))
+    # the check is already imported from the checkout: a second collection below tmp_path would not be the one run
+    cluster_side.import_check(str(COLLECTIONS))
     with pytest.raises(cluster_side.ClusterSideError) as caught:
-        cluster_side.import_module(str(tmp_path))
+        cluster_side.import_check(str(tmp_path))
     assert "not from" in str(caught.value)

@@ -14,7 +14,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 
-from gpuharden import coverage, drift, report_html, terminal
+from gpuharden import coverage, drift_metrics, drift_report, drift_terminal, report_html, terminal
 
 LONG_HINT = ("the kubelet reads topologyManagerPolicy from the file /var/lib/kubelet/config.yaml, where kubeadm upgrade "
              "rewrites it; the stage sets it in a drop-in of --config-dir that outlives the upgrade, and the last words")
@@ -33,7 +33,7 @@ def _drifted_finding():
 
 
 def _outcomes(pods_failed=False, consistency=None):
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, seconds=0.1,
                          checks=_checks(kubelet="ok", cgroup_memory="skipped",
                                         nvml={"status": "not_checked", "not_checked": [
@@ -51,7 +51,7 @@ def _outcomes(pods_failed=False, consistency=None):
 
 
 def _report(outcomes):
-    return drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=10.0)
+    return drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=10.0)
 
 
 def test_a_node_check_that_could_not_run_is_not_checked_never_clean():
@@ -64,8 +64,8 @@ def test_a_node_check_that_could_not_run_is_not_checked_never_clean():
     assert report["nodes"]["gpu-b"]["status"] == "drift" and report["nodes"]["gpu-b"]["not_checked"] == []
     summary = report["summary"]
     assert (summary["clean"], summary["drifted"], summary["not_checked"], summary["nodes_not_checked_in_part"]) == (0, 1, 1, 1)
-    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED == 4
-    text = drift.prometheus_text(report, "gpuharden_last_success_timestamp_seconds 5.000\n").splitlines()
+    assert drift_report.exit_code(report) == drift_report.EXIT_NOT_CHECKED == 4
+    text = drift_metrics.prometheus_text(report, "gpuharden_last_success_timestamp_seconds 5.000\n").splitlines()
     assert 'gpuharden_drift_checked{scope="node",check="nvml"} 0' in text
     assert 'gpuharden_drift_checked{scope="node",check="kubelet"} 1' in text
     assert 'gpuharden_drift_checked{scope="cluster",check="consistency"} 1' in text
@@ -78,11 +78,11 @@ def test_a_node_check_that_could_not_run_is_not_checked_never_clean():
 
 
 def test_a_complete_run_that_checked_everything_advances_the_success_time():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, checks=_checks(kubelet="ok"), seconds=0.1))
     report = _report(outcomes)
-    assert drift.exit_code(report) == drift.EXIT_CLEAN and report["not_checked"] == []
-    text = drift.prometheus_text(report, "gpuharden_last_success_timestamp_seconds 5.000\n").splitlines()
+    assert drift_report.exit_code(report) == drift_report.EXIT_CLEAN and report["not_checked"] == []
+    text = drift_metrics.prometheus_text(report, "gpuharden_last_success_timestamp_seconds 5.000\n").splitlines()
     assert "gpuharden_last_success_timestamp_seconds 10.000" in text and "gpuharden_drift_not_checked 0" in text
 
 
@@ -95,7 +95,7 @@ def test_the_pods_list_failing_blinds_every_node_s_memory_check_and_names_the_fi
         parts = {part["check"]: part for part in report["nodes"][host]["not_checked"]}
         assert parts["cgroup_memory"]["cause"] == gpu_pods["cause"] and "LIST of GPU pods failed" in parts["cgroup_memory"]["what"]
     assert report["nodes"]["gpu-b"]["status"] == "drift"  # drift stays drift; the blind part is named beside it
-    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED
+    assert drift_report.exit_code(report) == drift_report.EXIT_NOT_CHECKED
 
 
 def test_a_blind_consistency_module_run_is_not_checked_with_no_cluster_finding():
@@ -114,7 +114,7 @@ def test_a_blind_consistency_module_run_is_not_checked_with_no_cluster_finding()
     line = coverage.headline(report["not_checked"])
     assert line.startswith("NOT CHECKED: the cluster side (consistency, runtime_class): k8s auth: option "
                            "kubeconfig=/nonexistent/kubeconfig: no such file on the controller. Fix: give the controller a readable kubeconfig")
-    text = drift.prometheus_text(report)
+    text = drift_metrics.prometheus_text(report)
     assert "gpuharden_drift_cluster_findings{" not in text
     assert 'gpuharden_drift_checked{scope="cluster",check="consistency"} 0' in text.splitlines()
     assert 'gpuharden_drift_checked{scope="cluster",check="runtime_class"} 0' in text.splitlines()
@@ -155,7 +155,7 @@ def _blind_report():
                "system:serviceaccount:gpuharden-system:gpuharden may not list pods", "access": _k8s.access("forbidden")}
     report = _report(_outcomes(consistency=failure))
     report["unreachable"]["gpu-z"] = "Failed to connect to the host via ssh: " + "x" * 150
-    report["summary"] = drift.summarize(report["nodes"], report["unreachable"], report["failed"], report["cluster"], "warning")
+    report["summary"] = drift_report.summarize(report["nodes"], report["unreachable"], report["failed"], report["cluster"], "warning")
     report["not_checked"] = coverage.blind_spots(report)
     return report
 
@@ -163,7 +163,7 @@ def _blind_report():
 @pytest.mark.parametrize("width", [80, 250])
 def test_the_table_shows_every_reason_wrapped_to_the_width(width):
     report = _blind_report()
-    text = drift.table(report, width)
+    text = drift_terminal.table(report, width)
     lines = text.splitlines()
     # the first line names the cause and the fix, whole (a log reader or `head -1` gets all of it)
     assert lines[0] == coverage.headline(report["not_checked"])
@@ -180,7 +180,7 @@ def test_the_table_shows_every_reason_wrapped_to_the_width(width):
 
 
 def test_wide_writes_each_field_on_one_line():
-    text = drift.table(_blind_report(), None)
+    text = drift_terminal.table(_blind_report(), None)
     assert re.search(r"^ +why: +" + re.escape(LONG_HINT) + "$", text, re.M)
 
 
@@ -196,9 +196,9 @@ def test_the_width_comes_from_columns(monkeypatch):
 def test_json_output_puts_the_headline_on_stderr():
     report = _blind_report()
     out, err = io.StringIO(), io.StringIO()
-    drift.show(report, types.SimpleNamespace(json=True, wide=False), out, err)
+    drift_terminal.show(report, types.SimpleNamespace(json=True, wide=False), out, err)
     assert json.loads(out.getvalue())["not_checked"] == report["not_checked"]
     assert err.getvalue().startswith("gpuharden drift: NOT CHECKED: the cluster side (consistency)")
     out, err = io.StringIO(), io.StringIO()
-    drift.show(report, types.SimpleNamespace(json=False, wide=True), out, err)
+    drift_terminal.show(report, types.SimpleNamespace(json=False, wide=True), out, err)
     assert out.getvalue().startswith("NOT CHECKED: ") and err.getvalue() == ""

@@ -26,7 +26,7 @@ import zlib
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 
-from gpuharden import cli, drift, report_html
+from gpuharden import cli, drift_report, drift_run, report_html
 
 CHECKS = ("cgroup_memory", "containerd", "device_cgroups", "device_nodes", "kubelet", "mig", "nvml")  # as the grid sorts them
 HOSTILE_NODE = '<img src=x onerror="document.documentElement.dataset.pwned=1">'
@@ -54,7 +54,7 @@ def _audited(host, findings, **status):
 def _report(critical=True):
     """Five audited nodes with every severity, a skipped and a failed check, one unreachable and one failed host, a
     hostile node name and message, and a cluster finding.  ``critical=False``: the same without the critical finding."""
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_audited("gpu-a", [], mig="skipped"))
     outcomes.feed(_audited("gpu-b", [
         _finding("device_node_permissions", "device_nodes", "critical" if critical else "error", path="/dev/nvidia0"),
@@ -76,7 +76,7 @@ def _report(critical=True):
                       node="node-b", gpu={"index": 0}, pod=None),
         model_finding("requested_resource_not_advertised", "error", 1, 0, "pods wait for a resource no node advertises",
                       node=None, resource="nvidia.com/gpu")]))
-    return drift.build_report(outcomes, inventory="inventories/prod.yml", limit="gpu_nodes", fail_severity="warning",
+    return drift_report.build_report(outcomes, inventory="inventories/prod.yml", limit="gpu_nodes", fail_severity="warning",
                               started=1_790_000_000.0, finished=1_790_000_042.5,
                               node_names={"gpu-b": "node-b"})
 
@@ -226,9 +226,9 @@ def test_problems_first_then_clean_nodes_collapsed_with_their_count():
                                                                  *CHECKS, "consistency"]
     assert '<input type="search" id="f-q"' in controls
     # a fleet of clean nodes only: no problem rows, the clean ones collapsed
-    only_clean = drift.Outcomes()
+    only_clean = drift_report.Outcomes()
     only_clean.feed(_audited("gpu-z", []))
-    page = report_html.render(drift.build_report(only_clean, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0))
+    page = report_html.render(drift_report.build_report(only_clean, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0))
     assert "<summary>1 clean node(s)" in page and [row[0] for row in _rows(page)] == ["clean"]
 
 
@@ -285,7 +285,7 @@ def test_run_summary_and_cluster_findings():
     cluster = page[page.index("<h2>Cluster</h2>"):]
     assert "GPU consistency (device plugin, pods, processes): checked; RuntimeClass: not asked for. 1 finding(s)" in cluster
     assert "requested_resource_not_advertised" in cluster and "nvidia.com/gpu" in cluster and "pods wait for a resource no node advertises" in cluster
-    clean = drift.build_report(drift.Outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    clean = drift_report.build_report(drift_report.Outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     page = report_html.render(clean)
     assert "<strong>exit 0</strong>: the run finished: every node answered and is clean" in page
     assert "no hosts in this run" in page and "No cluster findings." in page and "none (the playbook&#x27;s hosts)" in page
@@ -308,7 +308,7 @@ def test_the_json_report_renders_the_same_and_unknown_states_never_look_clean():
 
 
 def _fake_run(monkeypatch, events, signum=None):
-    monkeypatch.setattr(drift, "play_hosts", lambda *args, **kwargs: {"gpu-a", "gpu-b"})
+    monkeypatch.setattr(drift_run, "play_hosts", lambda *args, **kwargs: {"gpu-a", "gpu-b"})
 
     def run_playbook(playbook, inventory, *, limit, forks, extravars, tags=None, event_handler=None, cancel=None, timeout=None):
         for event in events:
@@ -318,7 +318,7 @@ def _fake_run(monkeypatch, events, signum=None):
             return "canceled", 254, {}, ""
         return "successful", 0, {}, "PLAY RECAP"
 
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
 
 
 def test_drift_html_option_writes_the_page_and_an_incomplete_run_leaves_it(tmp_path, monkeypatch, capsys):
@@ -330,7 +330,7 @@ def test_drift_html_option_writes_the_page_and_an_incomplete_run_leaves_it(tmp_p
               {"event": "playbook_on_stats", "event_data": {"processed": {"gpu-a": 1, "gpu-b": 1}}}]
     _fake_run(monkeypatch, events)
     argv = ["drift", "-i", str(inventory), "--playbook", str(playbook), "--html", str(page), "-q"]
-    assert cli.main(argv) == drift.EXIT_DRIFT
+    assert cli.main(argv) == drift_report.EXIT_DRIFT
     written = page.read_text()
     assert 'class="cell sev-critical"' in written and oct(os.stat(page).st_mode & 0o777) == "0o644"
     assert os.listdir(page.parent) == ["fleet.html"]
@@ -498,7 +498,7 @@ def _fleet(size=FLEET):
     """``size`` nodes as a run reports them: about 10% drifted (a critical and an error finding), 7% needing attention
     (a warning no playbook fixes), 3% with a check that could not run, 2% unreachable, 1% failed, the rest clean (a
     third with a skipped check)."""
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     for index in range(size):
         host = "gpu-node-%04d" % index
         if index % 50 == 7:
@@ -517,7 +517,7 @@ def _fleet(size=FLEET):
             outcomes.feed(_audited(host, [], containerd="not_checked"))
         else:
             outcomes.feed(_audited(host, [], mig="skipped") if index % 3 == 0 else _audited(host, []))
-    return drift.build_report(outcomes, inventory="inventories/prod.yml", limit=None, fail_severity="warning",
+    return drift_report.build_report(outcomes, inventory="inventories/prod.yml", limit=None, fail_severity="warning",
                               started=1_790_000_000.0, finished=1_790_000_300.0)
 
 

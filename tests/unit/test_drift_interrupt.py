@@ -19,7 +19,7 @@ import types
 
 import pytest
 
-from gpuharden import cli, drift
+from gpuharden import cli, drift, drift_check, drift_report, drift_run
 
 PREVIOUS_REPORT = '{"previous": "report", "summary": {"nodes": 3}}\n'
 PREVIOUS_METRICS = 'gpuharden_drift_node_drifted{node="gpu-b"} 1\ngpuharden_last_success_timestamp_seconds 1000.000\n'
@@ -66,7 +66,7 @@ def site(tmp_path, monkeypatch):
         listed.append(limit)
         return set(limit.split(",")) & PLAY_HOSTS if limit else set(PLAY_HOSTS)
 
-    monkeypatch.setattr(drift, "play_hosts", play_hosts)
+    monkeypatch.setattr(drift_run, "play_hosts", play_hosts)
     state = {"inventory": inventory, "playbook": playbook, "report": report, "metrics": metrics, "listed": listed}
     state["stat"] = {path: (path.read_bytes(), os.stat(path).st_mtime_ns) for path in (report, metrics)}
     return state
@@ -97,7 +97,7 @@ def _fake_runner(monkeypatch, events, status, rc, *, signum=None, signal_after=N
             event_handler(event)
         return status, rc, {}, "PLAY RECAP"
 
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
 
 
 def _drift(site, *extra):
@@ -112,7 +112,7 @@ def _no_clean_summary(out):
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_item05_signal_mid_run_exits_128_plus_signal_and_writes_nothing(site, monkeypatch, capsys, signum, code):
-    previous = {number: signal.getsignal(number) for number in drift.STOP_SIGNALS}
+    previous = {number: signal.getsignal(number) for number in drift_check.STOP_SIGNALS}
     events = _started("gpu-a", "gpu-b") + [_audited("gpu-a"), _audited("gpu-b"), _stats("gpu-a", "gpu-b")]
     _fake_runner(monkeypatch, events, "successful", 0, signum=signum, signal_after=5)
     assert _drift(site) == code
@@ -126,7 +126,7 @@ def test_item05_signal_mid_run_exits_128_plus_signal_and_writes_nothing(site, mo
     assert str(site["report"]) in err and str(site["metrics"]) in err
     assert site["listed"] == [None]
     # the handlers are put back: a later Ctrl-C is a Ctrl-C again
-    assert {number: signal.getsignal(number) for number in drift.STOP_SIGNALS} == previous
+    assert {number: signal.getsignal(number) for number in drift_check.STOP_SIGNALS} == previous
 
 
 def test_item05_sigint_while_the_cluster_side_runs_in_process_writes_nothing(site, monkeypatch, capsys):
@@ -140,7 +140,7 @@ def test_item05_sigint_while_the_cluster_side_runs_in_process_writes_nothing(sit
             hung.wait(30)
             return {"findings": []}
 
-    monkeypatch.setattr(drift, "cluster_side_runner", Hanging)
+    monkeypatch.setattr(drift_check, "cluster_side_runner", Hanging)
     handover = _event("runner_on_ok", "gpu-a", action="ansible.builtin.set_fact",
                       ansible_facts={"gpuharden_drift_consistency_options": {"nodes": ["node-a"]}})
     events = _started("gpu-a") + [_audited("gpu-a"), handover, _stats("gpu-a")]
@@ -170,13 +170,13 @@ def test_item05_sigint_before_any_event_names_every_play_host(site, monkeypatch,
 def test_item05_signal_before_the_playbook_starts(site, monkeypatch, capsys):
     calls = []
     _fake_runner(monkeypatch, [], "successful", 0, calls=calls)
-    resolve = drift.resolve_playbook
+    resolve = drift_run.resolve_playbook
 
     def resolve_then_ctrl_c(name):
         os.kill(os.getpid(), signal.SIGINT)
         return resolve(name)
 
-    monkeypatch.setattr(drift, "resolve_playbook", resolve_then_ctrl_c)
+    monkeypatch.setattr(drift_run, "resolve_playbook", resolve_then_ctrl_c)
     assert _drift(site) == 130
     out, err = capsys.readouterr()
     assert calls == []  # no playbook started after the signal
@@ -190,7 +190,7 @@ def test_item05_runner_status_other_than_finished_is_incomplete(site, monkeypatc
     # even with every host audited and the closing stats: ansible-runner says the run did not end by itself
     events = _started("gpu-a", "gpu-b", "gpu-c") + [_audited("gpu-a"), _audited("gpu-b"), _audited("gpu-c")]
     _fake_runner(monkeypatch, events + [_stats("gpu-a", "gpu-b", "gpu-c")], status, 254)
-    assert _drift(site) == drift.EXIT_INCOMPLETE == 3
+    assert _drift(site) == drift_report.EXIT_INCOMPLETE == 3
     out, err = capsys.readouterr()
     _untouched(site)
     _no_clean_summary(out)
@@ -215,14 +215,16 @@ def test_item05_timeout_used_up_before_the_recheck_of_remediate(site, monkeypatc
     drifted = [{"id": "x", "check": "device_nodes", "stage": "device_permissions", "severity": "error", "remediable": True}]
     _fake_runner(monkeypatch, _started("gpu-a") + [_audited("gpu-a", drifted), _stats("gpu-a")], "successful", 0, calls=calls)
     clock = [1000.0]
-    monkeypatch.setattr(drift, "time", types.SimpleNamespace(time=time.time, monotonic=lambda: clock[0]))
-    real = drift.run_playbook
+    fake_time = types.SimpleNamespace(time=time.time, monotonic=lambda: clock[0])
+    for module in (drift, drift_check):  # the command sets the deadline, the check reads it
+        monkeypatch.setattr(module, "time", fake_time)
+    real = drift_run.run_playbook
 
     def slow(*args, **kwargs):
         clock[0] += 20  # each playbook takes 20 s of the 30
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(drift, "run_playbook", slow)
+    monkeypatch.setattr(drift_run, "run_playbook", slow)
     assert _drift(site, "--timeout", "30", "--remediate", "--harden-playbook", str(site["playbook"])) == 3
     out, err = capsys.readouterr()
     assert [call["timeout"] for call in calls] == [30, 10]  # the check, then harden with what was left; no re-check
@@ -250,7 +252,7 @@ def test_item05_failed_run_with_host_results_is_a_report_not_clean(site, monkeyp
         _stats("gpu-a", "gpu-b", "gpu-c", dark=["gpu-b"], failures=["gpu-c"])]
     _fake_runner(monkeypatch, events, "failed", 2)
     # an unreachable and a failed host: a report, and not checked (exit 4), never clean
-    assert _drift(site) == drift.EXIT_NOT_CHECKED == 4
+    assert _drift(site) == drift_report.EXIT_NOT_CHECKED == 4
     out, _err = capsys.readouterr()
     report = json.loads(site["report"].read_text())
     assert list(report["nodes"]) == ["gpu-a"] and list(report["unreachable"]) == ["gpu-b"] and list(report["failed"]) == ["gpu-c"]
@@ -269,7 +271,7 @@ def test_item05_host_without_result_in_a_finished_play_is_failed(site, monkeypat
     # the play ended (stats) and rc 0, yet gpu-b has no node_audit result: failed, never dropped or clean
     events = _started("gpu-a", "gpu-b") + [_audited("gpu-a"), _event("runner_on_skipped", "gpu-b"), _stats("gpu-a", "gpu-b")]
     _fake_runner(monkeypatch, events, "successful", 0)
-    assert _drift(site) == drift.EXIT_NOT_CHECKED
+    assert _drift(site) == drift_report.EXIT_NOT_CHECKED
     report = json.loads(site["report"].read_text())
     assert "no result" in report["failed"]["gpu-b"]
     assert report["summary"]["failed"] == 1 and report["summary"]["clean"] == 1
@@ -282,7 +284,7 @@ def test_item05_sigint_during_remediate(site, monkeypatch, capsys):
     check = _started("gpu-a", "gpu-b") + [_audited("gpu-a", drifted), _audited("gpu-b"), _stats("gpu-a", "gpu-b")]
     calls = []
     _fake_runner(monkeypatch, check, "successful", 0, calls=calls)
-    real = drift.run_playbook
+    real = drift_run.run_playbook
 
     def harden_interrupted(playbook, inventory, **kwargs):
         if kwargs.get("tags"):
@@ -291,7 +293,7 @@ def test_item05_sigint_during_remediate(site, monkeypatch, capsys):
             return "canceled", 254, {}, ""
         return real(playbook, inventory, **kwargs)
 
-    monkeypatch.setattr(drift, "run_playbook", harden_interrupted)
+    monkeypatch.setattr(drift_run, "run_playbook", harden_interrupted)
     assert _drift(site, "--remediate", "--harden-playbook", str(site["playbook"])) == 130
     out, err = capsys.readouterr()
     _untouched(site)
@@ -331,8 +333,8 @@ def test_item05_parse_list_hosts():
             hosts (1):
               localhost
         """)
-    assert drift.parse_list_hosts(text) == {"gpu-a", "gpu-b", "localhost"}
-    assert drift.parse_list_hosts("ERROR! the playbook could not be found") == set()
+    assert drift_run.parse_list_hosts(text) == {"gpu-a", "gpu-b", "localhost"}
+    assert drift_run.parse_list_hosts("ERROR! the playbook could not be found") == set()
 
 
 def _processes_of(path):
@@ -450,16 +452,16 @@ def test_item05_abandoned_host_listing_leaves_no_process(tmp_path, monkeypatch, 
         time.sleep(60)
         """ % (sys.executable, str(tmp_path))))
     fake.chmod(0o755)
-    monkeypatch.setattr(drift, "_runner_env", lambda: {"PATH": str(tmp_path)})
-    monkeypatch.setattr(drift, "TERMINATE_GRACE", 0.5, raising=False)  # absent before the fix: the test fails there, not errors
-    stop = drift.StopRequest()
+    monkeypatch.setattr(drift_run, "runner_env", lambda: {"PATH": str(tmp_path)})
+    monkeypatch.setattr(drift_run, "TERMINATE_GRACE", 0.5, raising=False)  # absent before the fix: the test fails there, not errors
+    stop = drift_check.StopRequest()
     timer = threading.Timer(1.5, stop, (signal.SIGINT,))
     started = time.monotonic()
     if how == "second_signal":
         stop(signal.SIGINT)  # the first Ctrl-C, which ended the run; the timer's is the second
         timer.start()
     try:
-        assert drift.play_hosts("slow.yml", "hosts.yml", limit=None, extravars={}, stop=stop,
+        assert drift_run.play_hosts("slow.yml", "hosts.yml", limit=None, extravars={}, stop=stop,
                                 timeout=1 if how == "timeout" else 30) is None
     finally:
         timer.cancel()

@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from gpuharden import cli, drift
+from gpuharden import cli, drift, drift_check, drift_run, drift_terminal
 from tests.unit.test_drift_interrupt import _audited, _event, _stats, site  # noqa: F401 (site: the fixture)
 
 CLEAR = "\r\x1b[K"
@@ -37,8 +37,8 @@ def run_drift(site, monkeypatch):  # noqa: F811 (the imported fixture)
             event_handler(event)
         return "successful", 0, {}, "PLAY RECAP"
 
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
-    monkeypatch.setattr(drift, "cluster_side_runner", lambda: None)
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_check, "cluster_side_runner", lambda: None)
     stream_of = []
 
     def run(stream, *extra):
@@ -91,7 +91,7 @@ def test_the_status_line_fits_one_row(monkeypatch):
     monkeypatch.setenv("TERM", "xterm")
     monkeypatch.setenv("COLUMNS", "30")
     stream = FakeTerminal()
-    progress = drift._progress(stream)
+    progress = drift_terminal.progress(stream)
     progress(1, 2, "gpu-a", "0 finding(s)")
     progress.end()
     progress(2, 2, "gpu-b", "0 finding(s)")

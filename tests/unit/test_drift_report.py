@@ -11,7 +11,7 @@ import stat
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 
-from gpuharden import cli, drift
+from gpuharden import cli, drift_metrics, drift_report, drift_run, drift_terminal
 
 
 def _finding(ident, check, severity, stage="device_permissions", remediable=True, **extra):
@@ -24,7 +24,7 @@ def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
 
 
 def _outcomes():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     for host in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
         outcomes.feed(_event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": host}))
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.1))
@@ -47,8 +47,8 @@ def _outcomes():
 
 
 def _report(outcomes=None, fail_severity="warning"):
-    return drift.build_report(outcomes or _outcomes(), inventory="inv", limit=None, fail_severity=fail_severity,
-                              started=1000.0, finished=1012.5, node_names={"gpu-b": "node-b"})
+    return drift_report.build_report(outcomes or _outcomes(), inventory="inv", limit=None, fail_severity=fail_severity,
+                                     started=1000.0, finished=1012.5, node_names={"gpu-b": "node-b"})
 
 
 def test_outcomes_and_report():
@@ -64,7 +64,9 @@ def test_outcomes_and_report():
     assert report["cluster"] == {"consistency_checked": True, "consistency_error": None, "runtime_class_checked": False,
                                  "checks": {"consistency": {"state": "checked"}}, "findings": [],
                                  # no cluster side's kubeconfig known to this report (tests/unit/test_kubeconfig.py reads one)
-                                 "credential": None, "credential_expires_at": None}
+                                 "credential": None, "credential_expires_at": None,
+                                 # the play ran gpu_consistency (its runner event): where the check ran
+                                 "ran_in": "module"}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
     assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "not_checked": 0, "nodes_not_checked_in_part": 0,
@@ -75,30 +77,30 @@ def test_outcomes_and_report():
     assert report["duration_seconds"] == 12.5
     # an unreachable and a failed node were not checked: the answer is partial, whatever the others show
     assert [(spot["node"], spot["check"]) for spot in report["not_checked"]] == [("gpu-c", "unreachable"), ("gpu-d", "failed")]
-    assert drift.exit_code(report) == drift.EXIT_NOT_CHECKED
+    assert drift_report.exit_code(report) == drift_report.EXIT_NOT_CHECKED
 
 
 def test_exit_codes():
-    clean = drift.Outcomes()
+    clean = drift_report.Outcomes()
     clean.feed(_event("runner_on_ok", "gpu-a", findings=[_finding("gpu_access", "device_cgroups", "info")], summary={}, checks={}))
-    assert drift.exit_code(_report(clean)) == drift.EXIT_CLEAN
+    assert drift_report.exit_code(_report(clean)) == drift_report.EXIT_CLEAN
     # an info finding counts once the threshold is lowered to info
-    assert drift.exit_code(_report(clean, fail_severity="info")) == drift.EXIT_DRIFT
-    hardware = drift.Outcomes()
+    assert drift_report.exit_code(_report(clean, fail_severity="info")) == drift_report.EXIT_DRIFT
+    hardware = drift_report.Outcomes()
     hardware.feed(_event("runner_on_ok", "gpu-a", findings=[_finding("pcie_link_degraded", "nvml", "warning", stage="postcheck",
                                                                      remediable=False)], summary={}, checks={}))
     report = _report(hardware)
     assert report["nodes"]["gpu-a"]["status"] == "attention" and report["summary"]["attention"] == 1
     assert report["nodes"]["gpu-a"]["remediable_stages"] == []
-    assert drift.exit_code(report) == drift.EXIT_DRIFT
-    assert 'gpuharden_drift_node_attention{node="gpu-a"} 1' in drift.prometheus_text(report)
-    unreachable_only = drift.Outcomes()
+    assert drift_report.exit_code(report) == drift_report.EXIT_DRIFT
+    assert 'gpuharden_drift_node_attention{node="gpu-a"} 1' in drift_metrics.prometheus_text(report)
+    unreachable_only = drift_report.Outcomes()
     unreachable_only.feed(_event("runner_on_unreachable", "gpu-a", msg="x"))
-    assert drift.exit_code(_report(unreachable_only)) == drift.EXIT_NOT_CHECKED
+    assert drift_report.exit_code(_report(unreachable_only)) == drift_report.EXIT_NOT_CHECKED
 
 
 def test_prometheus_text_is_valid_exposition():
-    text = drift.prometheus_text(_report())
+    text = drift_metrics.prometheus_text(_report())
     sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*",?)*\})? -?[0-9.e+]+$')
     names = set()
     for line in text.splitlines():
@@ -125,7 +127,7 @@ def test_item05_unreachable_and_failed_nodes_keep_per_node_series():
     report = _report()
     # gpu-c and gpu-d were named by set_fact (on the controller) before they failed: the same label as when they answer
     assert report["node_names"] == {"gpu-a": "gpu-a", "gpu-b": "node-b", "gpu-c": "gpu-c", "gpu-d": "gpu-d"}
-    text = drift.prometheus_text(report)
+    text = drift_metrics.prometheus_text(report)
     for node, unreachable, failed in (("gpu-a", 0, 0), ("node-b", 0, 0), ("gpu-c", 1, 0), ("gpu-d", 0, 1)):
         assert 'gpuharden_drift_node_unreachable{node="%s"} %d' % (node, unreachable) in text.splitlines()
         assert 'gpuharden_drift_node_failed{node="%s"} %d' % (node, failed) in text.splitlines()
@@ -135,32 +137,32 @@ def test_item05_unreachable_and_failed_nodes_keep_per_node_series():
     assert "gpuharden_drift_not_checked 1" in text.splitlines()
     assert not [line for line in text.splitlines() if line.startswith("gpuharden_last_success_timestamp_seconds")]
     earlier = "gpuharden_last_success_timestamp_seconds 900.250\n"
-    assert "gpuharden_last_success_timestamp_seconds 900.250" in drift.prometheus_text(report, earlier).splitlines()
-    named = drift.build_report(_outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0,
+    assert "gpuharden_last_success_timestamp_seconds 900.250" in drift_metrics.prometheus_text(report, earlier).splitlines()
+    named = drift_report.build_report(_outcomes(), inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0,
                                node_names={"gpu-b": "node-b", "gpu-c": "node-c"})
-    assert 'gpuharden_drift_node_unreachable{node="node-c"} 1' in drift.prometheus_text(named)
+    assert 'gpuharden_drift_node_unreachable{node="node-c"} 1' in drift_metrics.prometheus_text(named)
     # after --remediate the re-checked hosts' names join the first check's
-    after = drift.build_report(drift.Outcomes(), inventory="inv", limit="gpu-c", fail_severity="warning", started=3.0, finished=4.0)
+    after = drift_report.build_report(drift_report.Outcomes(), inventory="inv", limit="gpu-c", fail_severity="warning", started=3.0, finished=4.0)
     after["unreachable"], after["node_names"] = {"gpu-c": "still down"}, {"gpu-c": "node-c"}
-    merged = drift.merge_after_remediation(report, after)
+    merged = drift_report.merge_after_remediation(report, after)
     assert merged["node_names"]["gpu-c"] == "node-c" and merged["node_names"]["gpu-b"] == "node-b"
 
 
 def test_label_escaping():
-    assert drift._label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    assert drift_metrics._label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 
 
 def test_write_atomically_replaces_whole_file(tmp_path):
     target = tmp_path / "textfile" / "gpuharden.prom"
-    drift.write_atomically(str(target), "one\n")
-    drift.write_atomically(str(target), "two\n")
+    drift_report.write_atomically(str(target), "one\n")
+    drift_report.write_atomically(str(target), "two\n")
     assert target.read_text() == "two\n"
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
     assert os.listdir(target.parent) == ["gpuharden.prom"]
 
 
 def test_table_lists_nodes_findings_and_summary():
-    text = drift.table(_report())
+    text = drift_terminal.table(_report())
     assert re.search(r"gpu-b\s+drift\s+3 error, 2 warning, 1 info\s+device_permissions, device_plugin, kubelet_topology", text)
     assert re.search(r"gpu-c\s+unreachable", text) and re.search(r"gpu-d\s+failed", text)
     assert "device_node_permissions /dev/nvidia0" in text
@@ -174,19 +176,19 @@ def test_table_lists_nodes_findings_and_summary():
 def test_extra_vars_forms(tmp_path):
     varsfile = tmp_path / "vars.yml"
     varsfile.write_text("a: 1\nb: [x]\n")
-    assert drift.parse_extra_vars(["k=v other=2", '{"j": true}', "@%s" % varsfile]) == {"k": "v", "other": "2", "j": True, "a": 1, "b": ["x"]}
-    with pytest.raises(drift.DriftError, match="KEY=VALUE"):
-        drift.parse_extra_vars(["novalue"])
-    with pytest.raises(drift.DriftError, match="No such file"):
-        drift.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")])
+    assert drift_run.parse_extra_vars(["k=v other=2", '{"j": true}', "@%s" % varsfile]) == {"k": "v", "other": "2", "j": True, "a": 1, "b": ["x"]}
+    with pytest.raises(drift_run.DriftError, match="KEY=VALUE"):
+        drift_run.parse_extra_vars(["novalue"])
+    with pytest.raises(drift_run.DriftError, match="No such file"):
+        drift_run.parse_extra_vars(["@%s" % (tmp_path / "missing.yml")])
 
 
 def test_merge_after_remediation_replaces_rechecked_hosts():
     before = _report()
-    fixed = drift.Outcomes()
+    fixed = drift_report.Outcomes()
     fixed.feed(_event("runner_on_ok", "gpu-b", findings=[], summary={}, checks={}))
-    after = drift.build_report(fixed, inventory="inv", limit="gpu-b", fail_severity="warning", started=2000.0, finished=2003.0)
-    merged = drift.merge_after_remediation(before, after)
+    after = drift_report.build_report(fixed, inventory="inv", limit="gpu-b", fail_severity="warning", started=2000.0, finished=2003.0)
+    merged = drift_report.merge_after_remediation(before, after)
     assert merged["nodes"]["gpu-b"]["status"] == "clean"
     assert merged["summary"]["drifted"] == 0 and merged["summary"]["unreachable"] == 1
     assert merged["timestamp"] == 2003.0
@@ -206,7 +208,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 
 def test_runtime_class_dry_run_becomes_cluster_findings():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, checks={}))
     outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.runtime_class", changed=False, failed_when_result=False,
                          msg="handler is immutable: run with force=true", findings=[
@@ -221,35 +223,35 @@ def test_runtime_class_dry_run_becomes_cluster_findings():
     assert report["nodes"]["gpu-a"]["status"] == "clean" and report["summary"]["cluster_findings"] == 2
     # a refusal with its findings is an answer: checked
     assert report["cluster"]["checks"]["runtime_class"] == {"state": "checked"}
-    assert drift.exit_code(report) == drift.EXIT_DRIFT
-    assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 2' in drift.prometheus_text(report)
-    assert "(cluster)" in drift.table(report)
-    missing = drift.runtime_class_findings({"changed": True, "action": "create", "findings": [], "runtime_class": {"metadata": {"name": "nvidia"}}})
+    assert drift_report.exit_code(report) == drift_report.EXIT_DRIFT
+    assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 2' in drift_metrics.prometheus_text(report)
+    assert "(cluster)" in drift_terminal.table(report)
+    missing = drift_report.runtime_class_findings({"changed": True, "action": "create", "findings": [], "runtime_class": {"metadata": {"name": "nvidia"}}})
     assert [(entry["id"], entry["remediable"]) for entry in missing] == [("runtime_class_differs", True)]
-    assert drift.runtime_class_findings({"changed": False, "findings": []}) == []
+    assert drift_report.runtime_class_findings({"changed": False, "findings": []}) == []
 
 
 def test_item05_consistency_findings_of_no_node_are_cluster_findings():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.audited["gpu-a"] = {"findings": [], "summary": {}, "checks": {}, "seconds": 0.1}
     outcomes.consistency = [
         model_finding("requested_resource_not_advertised", "error", "a resource some node advertises", {"pods": ["ml/train-0"]}, "nvidia.com/gpu?",
                       node=None, resource="nvidia.com/gpus"),
         model_finding("gpu_not_advertised", "error", 2, 0, "", node="gpu-a"),
     ]
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
     [cluster] = report["cluster"]["findings"]
     assert cluster["id"] == "requested_resource_not_advertised" and cluster["subject"] == "nvidia.com/gpus"
     assert cluster["remediable"] is False and cluster["check"] == "consistency"
     assert [entry["id"] for entry in report["nodes"]["gpu-a"]["findings"]] == ["gpu_not_advertised"]
-    assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
+    assert report["summary"]["cluster_findings"] == 1 and drift_report.exit_code(report) == drift_report.EXIT_DRIFT
 
 
 def test_each_node_s_audit_time_and_cpu_come_from_its_node_audit_result():
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.02, cpu_seconds=0.31))
     outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[], summary={"findings": 0}, checks={}, seconds=0.05))  # an older collection
-    nodes = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)["nodes"]
+    nodes = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)["nodes"]
     assert (nodes["gpu-a"]["audit_seconds"], nodes["gpu-a"]["audit_cpu_seconds"]) == (0.02, 0.31)
     assert (nodes["gpu-b"]["audit_seconds"], nodes["gpu-b"]["audit_cpu_seconds"]) == (0.05, None)
 
@@ -259,7 +261,7 @@ def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_rem
     fields the check leaves as they are are kept (not remediable, with the reason); the node's other drift stays."""
     kept = {"policy": "single-numa-node", "scope": "container", "fields": ["topologyManagerPolicy", "cpuManagerPolicy"],
             "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "dgx", action="ansible.builtin.set_fact", ansible_facts={"__drift_node": "dgx"}))
     outcomes.feed(_event("runner_on_ok", "dgx", findings=[
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="topologyManagerPolicy"),
@@ -267,14 +269,14 @@ def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_rem
         _finding("kubelet_stale_checkpoint", "kubelet", "error", stage="kubelet_topology"),
     ], summary={"findings": 3, "max_severity": "error"}, checks={"kubelet": {"status": "drift"}}, seconds=0.2))
     outcomes.feed(_event("runner_on_ok", "dgx", action="gpuharden.k8s.gpu_consistency", findings=[], kept={"dgx": kept}))
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     node = report["nodes"]["dgx"]
     assert node["status"] == "attention" and node["remediable_stages"] == [], node
     assert all(finding["remediable"] is False and finding["kept"] == kept["reason"] for finding in node["findings"])
     # another field of the same stage is still drift that harden fixes
     outcomes.audited["dgx"]["findings"].append(
         _finding("kubelet_setting", "kubelet", "error", stage="cgroup_limits", subject="memoryThrottlingFactor"))
-    again = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    again = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert again["nodes"]["dgx"]["status"] == "drift" and again["nodes"]["dgx"]["remediable_stages"] == ["cgroup_limits"]
 
 
@@ -287,13 +289,13 @@ def test_a_kubeadm_revert_of_only_the_kept_fields_is_kept_one_of_a_field_harden_
             "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
 
     def report(subject):
-        outcomes = drift.Outcomes()
+        outcomes = drift_report.Outcomes()
         outcomes.feed(_event("runner_on_ok", "dgx", findings=[
             _finding("kubelet_reverts_on_kubeadm_upgrade", "kubelet", "warning", stage="kubelet_topology", subject=subject,
                      path="/var/lib/kubelet/config.yaml"),
         ], summary={"findings": 1, "max_severity": "warning"}, checks={"kubelet": {"status": "drift"}}, seconds=0.2))
         outcomes.feed(_event("runner_on_ok", "dgx", action="gpuharden.k8s.gpu_consistency", findings=[], kept={"dgx": kept}))
-        return drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)["nodes"]["dgx"]
+        return drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)["nodes"]["dgx"]
 
     node = report("cpuManagerPolicy, topologyManagerPolicy, topologyManagerScope")
     [revert] = node["findings"]

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding as model_finding
 
-from gpuharden import cli, drift
+from gpuharden import cli, drift, drift_metrics, drift_report, drift_run, drift_slices
 
 REPO = Path(__file__).resolve().parents[2]
 SLICED_CRONJOB = REPO / "deploy" / "kubernetes" / "drift-cronjob-sliced.yaml"
@@ -95,7 +95,7 @@ def _events(hosts):
 
 
 def _report(hosts, started=1_700_000_000.0, finished=1_700_000_100.0):
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     names = {}
     for event in _events(hosts):
         outcomes.feed(event)
@@ -103,7 +103,7 @@ def _report(hosts, started=1_700_000_000.0, finished=1_700_000_100.0):
         if "__drift_node" in facts:
             names[event["event_data"]["host"]] = facts["__drift_node"]
     outcomes.close()
-    return drift.build_report(outcomes, inventory="/inv/hosts.yml", limit=None, fail_severity="warning", started=started,
+    return drift_report.build_report(outcomes, inventory="/inv/hosts.yml", limit=None, fail_severity="warning", started=started,
                               finished=finished, node_names=names)
 
 
@@ -111,9 +111,9 @@ def _slice_reports(count, fleet=FLEET):
     """The reports of --slice 1/count .. count/count over ``fleet``, as check_slice builds them."""
     reports = []
     for index in range(1, count + 1):
-        hosts = drift.slice_hosts(fleet, index, count)
+        hosts = drift_slices.slice_hosts(fleet, index, count)
         report = _report(hosts, started=1_700_000_000.0 + index, finished=1_700_000_050.0 + 10 * index)
-        reports.append(dict(report, slice=drift.slice_section(index, count, fleet, hosts)))
+        reports.append(dict(report, slice=drift_slices.slice_section(index, count, fleet, hosts)))
     return reports
 
 
@@ -136,27 +136,27 @@ def _write(directory, reports):
 
 @pytest.mark.parametrize("count", range(1, 9))
 def test_every_host_is_in_exactly_one_slice(count):
-    slices = [drift.slice_hosts(HOSTS, index, count) for index in range(1, count + 1)]
+    slices = [drift_slices.slice_hosts(HOSTS, index, count) for index in range(1, count + 1)]
     assert sorted(host for part in slices for host in part) == sorted(HOSTS)
     for index, part in enumerate(slices, start=1):
         assert part == sorted(part)
-        assert all(drift.slice_of(host, count) == index - 1 for host in part)
+        assert all(drift_slices.slice_of(host, count) == index - 1 for host in part)
 
 
 def test_slice_is_sha256_of_the_name_mod_n_and_fixed():
     """Not hash(): the same slices in every process, on every controller, in every later version."""
     for host in HOSTS:
         for count in range(1, 9):
-            assert drift.slice_of(host, count) == int(hashlib.sha256(host.encode()).hexdigest(), 16) % count
+            assert drift_slices.slice_of(host, count) == int(hashlib.sha256(host.encode()).hexdigest(), 16) % count
     # pinned, so a change of the function (which would move hosts between the pods of a running Job) fails here
-    assert [drift.slice_of("gpu-node-%02d" % number, 4) for number in range(1, 9)] == [
+    assert [drift_slices.slice_of("gpu-node-%02d" % number, 4) for number in range(1, 9)] == [
         int(hashlib.sha256(("gpu-node-%02d" % number).encode()).hexdigest(), 16) % 4 for number in range(1, 9)]
-    assert drift.slice_of("gpu-node-01", 1) == 0
+    assert drift_slices.slice_of("gpu-node-01", 1) == 0
 
 
 def test_slices_are_the_same_in_another_process_with_another_hash_seed():
-    code = "import json; from gpuharden import drift; print(json.dumps([drift.slice_of(h, 7) for h in %r]))" % (HOSTS,)
-    mine = [drift.slice_of(host, 7) for host in HOSTS]
+    code = "import json; from gpuharden import drift_slices; print(json.dumps([drift_slices.slice_of(h, 7) for h in %r]))" % (HOSTS,)
+    mine = [drift_slices.slice_of(host, 7) for host in HOSTS]
     for seed in ("1", "4242"):
         out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONHASHSEED=seed), capture_output=True,
                              text=True, check=True).stdout
@@ -164,8 +164,8 @@ def test_slices_are_the_same_in_another_process_with_another_hash_seed():
 
 
 def test_a_host_keeps_its_slice_when_others_join_or_leave():
-    before = {host: drift.slice_of(host, 5) for host in HOSTS[:20]}
-    after = {host: drift.slice_of(host, 5) for host in HOSTS[5:]}
+    before = {host: drift_slices.slice_of(host, 5) for host in HOSTS[:20]}
+    after = {host: drift_slices.slice_of(host, 5) for host in HOSTS[5:]}
     assert all(before[host] == after[host] for host in set(before) & set(after))
 
 
@@ -175,7 +175,7 @@ def test_a_host_keeps_its_slice_when_others_join_or_leave():
 
 @pytest.mark.parametrize("text, expected", [("1/1", (1, 1)), ("3/8", (3, 8)), ("8/8", (8, 8)), (" 2/4 ", (2, 4))])
 def test_slice_argument_accepts_k_of_n(text, expected):
-    assert drift.parse_slice(text) == expected
+    assert drift_slices.parse_slice(text) == expected
 
 
 @pytest.fixture
@@ -183,8 +183,8 @@ def nothing_runs(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("nothing may run after a refused --slice")
 
-    monkeypatch.setattr(drift, "run_playbook", refuse)
-    monkeypatch.setattr(drift, "list_hosts", refuse)
+    monkeypatch.setattr(drift_run, "run_playbook", refuse)
+    monkeypatch.setattr(drift_run, "list_hosts", refuse)
     monkeypatch.setattr(drift, "run", refuse)
 
 
@@ -192,7 +192,7 @@ def nothing_runs(monkeypatch):
 def test_slice_argument_refused_with_exit_2_naming_option_and_value(value, tmp_path, nothing_runs, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["drift", "-i", str(tmp_path), "--slice=" + value])
-    assert exit_info.value.code == drift.EXIT_USAGE
+    assert exit_info.value.code == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     assert "argument --slice: %r" % value in err, err
 
@@ -231,8 +231,8 @@ def _fake(monkeypatch, fleet, listed_rc=0, stderr=""):
             event_handler(event)
         return "failed", 2, {}, ""
 
-    monkeypatch.setattr(drift, "list_hosts", list_hosts)
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_run, "list_hosts", list_hosts)
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
     return calls
 
 
@@ -243,25 +243,25 @@ def _run_slice(site, value, *extra):
 
 def test_slice_runs_only_its_hosts_and_records_the_slice(site, monkeypatch, capsys):
     calls = _fake(monkeypatch, FLEET)
-    index = drift.slice_of("gpu-b", 3) + 1
-    mine = drift.slice_hosts(FLEET, index, 3)
+    index = drift_slices.slice_of("gpu-b", 3) + 1
+    mine = drift_slices.slice_hosts(FLEET, index, 3)
     # its hosts include unreachable and failed ones: not checked
-    assert _run_slice(site, "%d/3" % index, "-l", "gpu_nodes") == drift.EXIT_NOT_CHECKED
+    assert _run_slice(site, "%d/3" % index, "-l", "gpu_nodes") == drift_report.EXIT_NOT_CHECKED
     assert calls["listed"] == ["gpu_nodes"]
     assert calls["limits"] == [mine]
     report = json.loads(site["report"].read_text())
     assert set(report["nodes"]) | set(report["unreachable"]) | set(report["failed"]) == set(mine)
     assert report["limit"] == "gpu_nodes"
     assert report["slice"] == {"index": index, "count": 3, "hosts": mine, "fleet_hosts": len(FLEET),
-                               "fleet_sha256": drift.fleet_digest(FLEET)}
+                               "fleet_sha256": drift_slices.fleet_digest(FLEET)}
     assert "slice %d/3: %d of %d host(s)" % (index, len(mine), len(FLEET)) in capsys.readouterr().err
 
 
 def test_empty_slice_is_an_empty_valid_report_exit_0(site, monkeypatch, capsys):
     fleet = ["gpu-a"]
-    empty = next(index for index in (1, 2) if not drift.slice_hosts(fleet, index, 2))
+    empty = next(index for index in (1, 2) if not drift_slices.slice_hosts(fleet, index, 2))
     calls = _fake(monkeypatch, fleet)
-    assert _run_slice(site, "%d/2" % empty) == drift.EXIT_CLEAN
+    assert _run_slice(site, "%d/2" % empty) == drift_report.EXIT_CLEAN
     assert calls["limits"] == []
     err = capsys.readouterr().err
     assert "slice %d/2 has no host (the fleet has 1): an empty report, nothing checked" % empty in err
@@ -273,16 +273,16 @@ def test_empty_slice_is_an_empty_valid_report_exit_0(site, monkeypatch, capsys):
 @pytest.mark.parametrize("listed", [(0, _listing([]), ""),
                                     (1, "", "[ERROR]: Specified inventory, host pattern and/or --limit leaves us with no hosts to target.\n")])
 def test_slice_of_an_empty_fleet_is_the_usual_no_host_error(site, monkeypatch, capsys, listed):
-    monkeypatch.setattr(drift, "list_hosts", lambda *args, **kwargs: listed)
+    monkeypatch.setattr(drift_run, "list_hosts", lambda *args, **kwargs: listed)
     ran = []
 
     def run_playbook(playbook, inventory, *, limit, **_kwargs):
         ran.append(limit)
         return "failed", 1, {}, (Path(__file__).parent / "fixtures" / "ansible_output" / "nolimit.txt").read_text()
 
-    monkeypatch.setattr(drift, "run_playbook", run_playbook)
-    monkeypatch.setattr(drift, "play_hosts", lambda *args, **kwargs: set())
-    assert _run_slice(site, "1/2", "-l", "nosuch") == drift.EXIT_USAGE
+    monkeypatch.setattr(drift_run, "run_playbook", run_playbook)
+    monkeypatch.setattr(drift_run, "play_hosts", lambda *args, **kwargs: set())
+    assert _run_slice(site, "1/2", "-l", "nosuch") == drift_report.EXIT_USAGE
     assert ran == ["nosuch"]
     assert "no host to run the drift check on" in capsys.readouterr().err
     assert not site["report"].exists()
@@ -290,7 +290,7 @@ def test_slice_of_an_empty_fleet_is_the_usual_no_host_error(site, monkeypatch, c
 
 def test_slice_whose_host_list_fails_exits_2_with_ansibles_error(site, monkeypatch, capsys):
     _fake(monkeypatch, [], listed_rc=1, stderr="ERROR! the playbook: drift_check.yml could not be found\n")
-    assert _run_slice(site, "1/2") == drift.EXIT_USAGE
+    assert _run_slice(site, "1/2") == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     assert "--slice 1/2: ansible-playbook --list-hosts could not list the hosts to slice (exit 1)" in err
     assert "could not be found" in err
@@ -305,9 +305,9 @@ def test_slice_whose_host_list_fails_exits_2_with_ansibles_error(site, monkeypat
 def test_merged_slices_equal_the_unsliced_report_but_for_timings(count):
     whole = _report(FLEET)
     slices = _slice_reports(count)
-    merged = drift.merge_reports([("slice-%d.json" % report["slice"]["index"], report) for report in reversed(slices)])
+    merged = drift_slices.merge_reports([("slice-%d.json" % report["slice"]["index"], report) for report in reversed(slices)])
     assert _without_timings(merged) == _without_timings(whole)
-    assert drift.exit_code(merged) == drift.exit_code(whole)
+    assert drift_report.exit_code(merged) == drift_report.exit_code(whole)
     assert merged["timestamp"] == max(report["timestamp"] for report in slices)
     assert merged["duration_seconds"] == round(merged["timestamp"] - 1_700_000_001.0, 3)
 
@@ -315,7 +315,7 @@ def test_merged_slices_equal_the_unsliced_report_but_for_timings(count):
 def test_cluster_findings_every_slice_carries_appear_once():
     slices = _slice_reports(3)
     assert all(report["cluster"]["findings"] for report in slices if report["slice"]["hosts"])
-    merged = drift.merge_reports([(str(index), report) for index, report in enumerate(slices)])
+    merged = drift_slices.merge_reports([(str(index), report) for index, report in enumerate(slices)])
     ids = [entry["id"] for entry in merged["cluster"]["findings"]]
     assert sorted(ids) == ["requested_resource_not_advertised", "runtime_class_handler_mismatch"]
     assert merged["summary"]["cluster_findings"] == 2
@@ -324,13 +324,13 @@ def test_cluster_findings_every_slice_carries_appear_once():
 def test_cluster_findings_that_differ_between_slices_are_all_kept():
     slices = _slice_reports(2)
     slices[1]["cluster"]["findings"].append(dict(slices[1]["cluster"]["findings"][0], found="changed meanwhile"))
-    merged = drift.merge_reports([("a", slices[0]), ("b", slices[1])])
+    merged = drift_slices.merge_reports([("a", slices[0]), ("b", slices[1])])
     assert len(merged["cluster"]["findings"]) == 3
 
 
 def test_merge_prometheus_is_the_unsliced_one_and_passes_promtool(tmp_path):
-    whole = drift.prometheus_text(_report(FLEET))
-    merged = drift.prometheus_text(drift.merge_reports([(str(index), report) for index, report in enumerate(_slice_reports(3))]))
+    whole = drift_metrics.prometheus_text(_report(FLEET))
+    merged = drift_metrics.prometheus_text(drift_slices.merge_reports([(str(index), report) for index, report in enumerate(_slice_reports(3))]))
 
     def timeless(text):
         return [line for line in text.splitlines() if not re.match(r"gpuharden_last_\w+ ", line)]
@@ -348,10 +348,10 @@ def test_drift_merge_command_writes_report_metrics_and_html(tmp_path, capsys):
     out = {name: tmp_path / "out" / name for name in ("merged.json", "merged.prom", "merged.html")}
     code = cli.main(["drift-merge", *paths, "--report", str(out["merged.json"]), "--prometheus", str(out["merged.prom"]),
                      "--html", str(out["merged.html"])])
-    assert code == drift.EXIT_NOT_CHECKED  # the fleet has unreachable and failed hosts
+    assert code == drift_report.EXIT_NOT_CHECKED  # the fleet has unreachable and failed hosts
     merged = json.loads(out["merged.json"].read_text())
     assert _without_timings(merged) == _without_timings(_report(FLEET))
-    assert out["merged.prom"].read_text() == drift.prometheus_text(merged)
+    assert out["merged.prom"].read_text() == drift_metrics.prometheus_text(merged)
     assert "<!DOCTYPE html>" in out["merged.html"].read_text()
     assert re.search(r"^%d node\(s\): " % len(FLEET), capsys.readouterr().out, re.M)
 
@@ -360,15 +360,15 @@ def test_drift_merge_of_a_clean_fleet_exits_0(tmp_path, capsys):
     clean = ["gpu-a", "gpu-h", "gpu-i", "gpu-j"]
     reports = []
     for index in (1, 2):
-        hosts = drift.slice_hosts(clean, index, 2)
-        outcomes = drift.Outcomes()
+        hosts = drift_slices.slice_hosts(clean, index, 2)
+        outcomes = drift_report.Outcomes()
         for event in _events(hosts):
-            if event["event_data"].get("task_action") in drift.AUDIT_ACTIONS or event["event"] in ("runner_on_start", "playbook_on_stats"):
+            if event["event_data"].get("task_action") in drift_report.AUDIT_ACTIONS or event["event"] in ("runner_on_start", "playbook_on_stats"):
                 outcomes.feed(event)
         outcomes.close()
-        report = drift.build_report(outcomes, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0)
-        reports.append(dict(report, slice=drift.slice_section(index, 2, clean, hosts)))
-    assert cli.main(["drift-merge", *_write(tmp_path, reports), "--json"]) == drift.EXIT_CLEAN
+        report = drift_report.build_report(outcomes, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+        reports.append(dict(report, slice=drift_slices.slice_section(index, 2, clean, hosts)))
+    assert cli.main(["drift-merge", *_write(tmp_path, reports), "--json"]) == drift_report.EXIT_CLEAN
     assert json.loads(capsys.readouterr().out)["summary"]["clean"] == len(clean)
 
 
@@ -376,14 +376,14 @@ def test_merge_includes_an_empty_slice():
     fleet = ["gpu-a", "gpu-b"]
     reports = _slice_reports(6, fleet)
     assert any(not report["slice"]["hosts"] for report in reports)
-    merged = drift.merge_reports([(str(index), report) for index, report in enumerate(reports)])
+    merged = drift_slices.merge_reports([(str(index), report) for index, report in enumerate(reports)])
     assert _without_timings(merged) == _without_timings(_report(fleet))
 
 
 def _refused(tmp_path, capsys, paths, *expected):
     target = tmp_path / "out.json"
     target.write_text("previous\n")
-    assert cli.main(["drift-merge", *paths, "--report", str(target), "--prometheus", str(tmp_path / "out.prom")]) == drift.EXIT_USAGE
+    assert cli.main(["drift-merge", *paths, "--report", str(target), "--prometheus", str(tmp_path / "out.prom")]) == drift_report.EXIT_USAGE
     err = capsys.readouterr().err
     for text in expected:
         assert text in err, err
@@ -451,7 +451,7 @@ def test_merge_combines_remediation_runs():
     for report in reports:
         report["remediation"] = {"runs": [{"hosts": report["slice"]["hosts"][:1], "stages": ["x"], "rc": 0}],
                                  "before": dict(report["summary"])}
-    merged = drift.merge_reports([("a", reports[0]), ("b", reports[1])])
+    merged = drift_slices.merge_reports([("a", reports[0]), ("b", reports[1])])
     assert [run["hosts"] for run in merged["remediation"]["runs"]] == [report["slice"]["hosts"][:1] for report in reports]
     before = merged["remediation"]["before"]
     assert before["nodes"] == len(FLEET) and before["cluster_findings"] == reports[0]["summary"]["cluster_findings"]
@@ -536,10 +536,10 @@ exit 1
     for index in range(1, count):
         assert _pod(script, env, index).returncode == 0
     leader = _pod(script, env, 0)
-    assert leader.returncode == drift.EXIT_NOT_CHECKED, leader.stderr  # unreachable and failed hosts
+    assert leader.returncode == drift_report.EXIT_NOT_CHECKED, leader.stderr  # unreachable and failed hosts
     merged = json.loads((tmp_path / "reports" / "drift-report.json").read_text())
     assert _without_timings(merged) == _without_timings(_report(FLEET))
-    assert (tmp_path / "reports" / "gpuharden.prom").read_text() == drift.prometheus_text(merged)
+    assert (tmp_path / "reports" / "gpuharden.prom").read_text() == drift_metrics.prometheus_text(merged)
     assert sorted(os.listdir(tmp_path / "reports" / "slices")) == ["drift-123"]
     with urllib.request.urlopen(pushgateway + "/metrics", timeout=10) as answer:
         exposed = answer.read().decode()
@@ -561,10 +561,10 @@ def test_real_slices_contact_only_their_hosts(tmp_path, monkeypatch, capsys):
         paths.append(str(tmp_path / ("slice-%d.json" % index)))
         code = cli.main(["drift", "-i", str(inventory), "--playbook", str(REPO / "playbooks" / "drift_check.yml"), "-q",
                          "--slice", "%d/2" % index, "--report", paths[-1]])
-        assert code == drift.EXIT_NOT_CHECKED, capsys.readouterr().err  # every host it tried is unreachable
+        assert code == drift_report.EXIT_NOT_CHECKED, capsys.readouterr().err  # every host it tried is unreachable
         report = json.loads(Path(paths[-1]).read_text())
-        assert sorted(report["unreachable"]) == drift.slice_hosts(fleet, index, 2) == report["slice"]["hosts"]
+        assert sorted(report["unreachable"]) == drift_slices.slice_hosts(fleet, index, 2) == report["slice"]["hosts"]
         assert report["limit"] is None and report["slice"]["fleet_hosts"] == len(fleet)
     capsys.readouterr()
-    assert cli.main(["drift-merge", *paths, "--json"]) == drift.EXIT_NOT_CHECKED
+    assert cli.main(["drift-merge", *paths, "--json"]) == drift_report.EXIT_NOT_CHECKED
     assert sorted(json.loads(capsys.readouterr().out)["unreachable"]) == fleet

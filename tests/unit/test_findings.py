@@ -15,7 +15,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _devi
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
-from gpuharden import drift
+from gpuharden import drift_report, severity
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_FILES = sorted((REPO / "plugins").rglob("*.py"))
@@ -99,11 +99,11 @@ def test_one_severity_scale():
                 owners.append(path.relative_to(REPO).as_posix())
     assert owners == ["plugins/module_utils/core/_vocabulary.py"]
     assert (REPO / "src/gpuharden/vocabulary.py").resolve() == (REPO / "plugins/module_utils/core/_vocabulary.py").resolve()
-    assert drift.SEVERITIES is _findings.SEVERITIES or drift.SEVERITIES == _findings.SEVERITIES
+    assert severity.SEVERITIES == _findings.SEVERITIES
 
 
 def test_drifts_own_runtime_class_findings_match_the_catalogue():
-    for ident, fields in (("runtime_class_differs", drift.RUNTIME_CLASS_DIFFERS),):
+    for ident, fields in (("runtime_class_differs", drift_report.RUNTIME_CLASS_DIFFERS),):
         check, stage, remediable = _findings.CATALOGUE[ident]
         assert fields == {"check": check, "stage": stage, "remediable": remediable == _findings.ALWAYS}
 

@@ -20,7 +20,7 @@ from http.server import ThreadingHTTPServer
 import pytest
 import yaml
 
-from gpuharden import cli, drift, kubeconfig
+from gpuharden import cli, drift_check, drift_metrics, drift_report, drift_slices, kubeconfig
 from tests.unit.conftest import UNPRIVILEGED_UID, JsonHandler, run_as
 
 NAMESPACE, ACCOUNT = "gpuharden-system", "gpuharden"
@@ -318,42 +318,42 @@ def test_the_default_kubeconfig_merges_kubeconfig_paths_and_in_cluster_has_no_ex
 
 
 def _report(credential):
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.credential = credential
     outcomes.feed({"event": "playbook_on_stats", "event_data": {}})
-    return drift.build_report(outcomes, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    return drift_report.build_report(outcomes, inventory="i", limit=None, fail_severity="warning", started=1.0, finished=2.0)
 
 
 def test_drift_reports_and_exports_the_credential_expiry():
     report = _report({"kubeconfig": "/etc/gpuharden/kubeconfig", "kind": "token", "expires_at": 1900000000.0, "note": None})
     assert report["cluster"]["credential_expires_at"] == "2030-03-17T17:46:40+00:00"
-    lines = drift.prometheus_text(report).splitlines()
+    lines = drift_metrics.prometheus_text(report).splitlines()
     assert "gpuharden_credential_expiry_timestamp_seconds 1900000000.000" in lines
     assert "# TYPE gpuharden_credential_expiry_timestamp_seconds gauge" in lines
     # no expiry known (a static token, an exec plugin, no cluster side): no sample, nothing for the alert to fire on
     for credential in ({"kubeconfig": "k", "kind": "token", "expires_at": None, "note": "static"}, None):
         report = _report(credential)
         assert report["cluster"]["credential_expires_at"] is None
-        assert not [line for line in drift.prometheus_text(report).splitlines() if line.startswith("gpuharden_credential_expiry")]
+        assert not [line for line in drift_metrics.prometheus_text(report).splitlines() if line.startswith("gpuharden_credential_expiry")]
 
 
 def test_drift_reads_the_kubeconfig_the_cluster_side_used(tmp_path):
     exp = 1900000000
     path = _kubeconfig_with(tmp_path / "k", {"token": make_jwt({"exp": exp})})
-    handed_over = drift.Outcomes()
+    handed_over = drift_report.Outcomes()
     handed_over.consistency_options = {"kubeconfig": path, "context": None}
-    assert drift.cluster_credential(handed_over)["expires_at"] == exp
-    module_run = drift.Outcomes()
+    assert drift_check.cluster_credential(handed_over)["expires_at"] == exp
+    module_run = drift_report.Outcomes()
     module_run.feed({"event": "runner_on_ok", "event_data": {"host": "a", "task_action": "gpuharden.k8s.gpu_consistency", "task": "t",
                                                              "res": {"findings": [], "invocation": {"module_args": {"kubeconfig": path}}}}})
-    assert drift.cluster_credential(module_run)["kubeconfig"] == path
-    assert drift.cluster_credential(drift.Outcomes()) is None
+    assert drift_check.cluster_credential(module_run)["kubeconfig"] == path
+    assert drift_check.cluster_credential(drift_report.Outcomes()) is None
 
 
 def test_merged_slices_keep_the_credential_that_expires_first():
     early = {"kubeconfig": "k", "kind": "token", "expires_at": 1800000000.0, "note": None}
     late = dict(early, expires_at=1900000000.0)
-    merged = drift.merge_cluster([{"credential": late}, {"credential": early}, {}])
+    merged = drift_slices.merge_cluster([{"credential": late}, {"credential": early}, {}])
     assert merged["credential"] == early and merged["credential_expires_at"] == kubeconfig.iso(1800000000.0)
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 
-from gpuharden import drift
+from gpuharden import severity
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -178,7 +178,7 @@ def _check_names(where, expr, emitted):
         for label, _op, value in re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', matchers):
             assert label in allowed, (where, name, label)
             if label == "severity" and not value.startswith("$"):
-                assert set(value.split("|")) <= set(drift.SEVERITIES), (where, value)
+                assert set(value.split("|")) <= set(severity.SEVERITIES), (where, value)
             if label == "check" and not value.startswith("$"):
                 assert set(value.split("|")) <= CHECKS, (where, value)
     for group in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", stripped):

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
 
-from gpuharden import drift
+from gpuharden import drift_report
 from gpuharden.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -393,7 +393,7 @@ def test_service_exit_status(service):
     success = " ".join(unit["SuccessExitStatus"]).split()
     assert "1" in success, "drift (exit 1) must not fail the unit"
     assert "2" not in success, "a usage or environment error (exit 2) must fail the unit"
-    assert str(drift.EXIT_NOT_CHECKED) not in success, "a run that could not check something (exit 4) must fail the unit"
+    assert str(drift_report.EXIT_NOT_CHECKED) not in success, "a run that could not check something (exit 4) must fail the unit"
 
 
 def test_service_hardening_leaves_the_outputs_writable(service):

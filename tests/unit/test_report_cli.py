@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from gpuharden import cli, drift, report_cli, report_html
+from gpuharden import cli, drift_report, drift_slices, drift_terminal, report_cli, report_html
 from tests.unit import test_drift_html, test_drift_slice
 
 WIDTH = 100
@@ -51,9 +51,9 @@ def test_a_report_drift_wrote_without_slice_renders_as_drift_showed_it(site, mon
     test_drift_html._fake_run(monkeypatch, events)
     code = _drift(site, "--html", str(site["html"]))
     printed = capsys.readouterr().out
-    assert code == drift.EXIT_DRIFT
-    with pytest.raises(drift.MergeError, match="is not a slice report"):
-        drift.merge_reports([(str(site["report"]), drift.read_report(site["report"]))])
+    assert code == drift_report.EXIT_DRIFT
+    with pytest.raises(drift_slices.MergeError, match="is not a slice report"):
+        drift_slices.merge_reports([(str(site["report"]), drift_slices.read_report(site["report"]))])
     page = site["tmp"] / "out" / "again.html"
     assert _report(site["report"], "--html", str(page), "--table") == code
     assert capsys.readouterr().out == printed
@@ -62,15 +62,15 @@ def test_a_report_drift_wrote_without_slice_renders_as_drift_showed_it(site, mon
     assert _report(site["report"], "--html", str(page)) == code and capsys.readouterr().out == ""
     assert _report(site["report"]) == code and capsys.readouterr().out == printed
     assert _report(site["report"], "--wide") == code
-    assert capsys.readouterr().out == drift.table(drift.read_report(site["report"]), None) + "\n"
+    assert capsys.readouterr().out == drift_terminal.table(drift_slices.read_report(site["report"]), None) + "\n"
 
 
 def test_a_slice_report_renders_with_the_exit_code_of_its_run(site, monkeypatch, capsys):
     test_drift_slice._fake(monkeypatch, test_drift_slice.FLEET)
-    index = drift.slice_of("gpu-b", 3) + 1
+    index = drift_slices.slice_of("gpu-b", 3) + 1
     code = _drift(site, "--slice", "%d/3" % index, "--prometheus", str(site["metrics"]))
     printed = capsys.readouterr().out
-    assert code == drift.EXIT_NOT_CHECKED  # its hosts include unreachable and failed ones
+    assert code == drift_report.EXIT_NOT_CHECKED  # its hosts include unreachable and failed ones
     report = json.loads(site["report"].read_text())
     assert report["slice"]["index"] == index
     assert _report(site["report"], "--table", "--html", str(site["html"])) == code
@@ -89,30 +89,30 @@ def test_the_merge_of_every_slice_and_an_empty_slice_render(site, monkeypatch, c
     capsys.readouterr()
     code = cli.main(["drift-merge", *map(str, paths), "--report", str(merged)])
     printed = capsys.readouterr().out
-    assert code == drift.EXIT_NOT_CHECKED and "slice" not in json.loads(merged.read_text())
+    assert code == drift_report.EXIT_NOT_CHECKED and "slice" not in json.loads(merged.read_text())
     assert _report(merged, "--html", str(site["html"]), "--table") == code and capsys.readouterr().out == printed
     assert site["html"].read_text().count("<tr data-status=") == len(test_drift_slice.FLEET)
     test_drift_slice._fake(monkeypatch, ["gpu-a"])
-    empty = next(index for index in (1, 2) if not drift.slice_hosts(["gpu-a"], index, 2))
-    assert _drift(site, "--slice", "%d/2" % empty) == drift.EXIT_CLEAN
+    empty = next(index for index in (1, 2) if not drift_slices.slice_hosts(["gpu-a"], index, 2))
+    assert _drift(site, "--slice", "%d/2" % empty) == drift_report.EXIT_CLEAN
     assert json.loads(site["report"].read_text())["slice"]["hosts"] == []
-    assert _report(site["report"], "--html", str(site["html"])) == drift.EXIT_CLEAN
+    assert _report(site["report"], "--html", str(site["html"])) == drift_report.EXIT_CLEAN
     assert "no hosts in this run" in site["html"].read_text()
 
 
 @pytest.mark.parametrize(("findings", "status", "code"), [
-    ([], {}, drift.EXIT_CLEAN),
-    ([test_drift_html._finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology")], {"kubelet": "drift"}, drift.EXIT_DRIFT),
-    ([test_drift_html._finding("pcie_link_degraded", "device_nodes", "warning", stage="postcheck", remediable=False)], {}, drift.EXIT_DRIFT),
-    ([], {"containerd": "not_checked"}, drift.EXIT_NOT_CHECKED),
+    ([], {}, drift_report.EXIT_CLEAN),
+    ([test_drift_html._finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology")], {"kubelet": "drift"}, drift_report.EXIT_DRIFT),
+    ([test_drift_html._finding("pcie_link_degraded", "device_nodes", "warning", stage="postcheck", remediable=False)], {}, drift_report.EXIT_DRIFT),
+    ([], {"containerd": "not_checked"}, drift_report.EXIT_NOT_CHECKED),
 ], ids=["clean", "drift", "attention", "not-checked"])
 def test_the_exit_code_is_drifts_for_the_reports_state(tmp_path, capsys, findings, status, code):
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed(test_drift_html._audited("gpu-a", findings, **status))
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report, indent=2, sort_keys=True))
-    assert drift.exit_code(report) == code
+    assert drift_report.exit_code(report) == code
     assert _report(path, "--html", str(tmp_path / "page.html")) == code
     assert capsys.readouterr().err == ""
 
@@ -121,7 +121,7 @@ def test_a_thousand_node_report_renders(tmp_path, capsys):
     report = test_drift_html._fleet()
     path, page = tmp_path / "fleet.json", tmp_path / "fleet.html"
     path.write_text(json.dumps(report, indent=2, sort_keys=True))
-    assert _report(path, "--html", str(page)) == drift.EXIT_NOT_CHECKED
+    assert _report(path, "--html", str(page)) == drift_report.EXIT_NOT_CHECKED
     written = page.read_text()
     assert len(written.encode()) < test_drift_html.MAX_PAGE_BYTES
     assert written.count("<tr data-status=") == test_drift_html.FLEET and capsys.readouterr().out == ""
@@ -156,7 +156,7 @@ def test_a_file_that_is_no_report_is_exit_2_with_one_line_naming_it_and_nothing_
         path.write_text(json.dumps(broken[content]) if content in broken else content)
     page.write_text("the last page")
     for extra in ([], ["--html", str(page)], ["--html", str(page), "--table"]):
-        assert _report(path, *extra) == drift.EXIT_USAGE
+        assert _report(path, *extra) == drift_report.EXIT_USAGE
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.count("\n") == 1, captured
         assert captured.err.startswith("gpuharden report: %s" % tmp_path) and message in captured.err, captured.err
@@ -168,7 +168,7 @@ def test_an_html_path_that_cannot_be_written_is_exit_2(tmp_path, capsys):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(test_drift_html._report()))
     (tmp_path / "file").write_text("")
-    assert _report(path, "--html", str(tmp_path / "file" / "page.html")) == drift.EXIT_USAGE
+    assert _report(path, "--html", str(tmp_path / "file" / "page.html")) == drift_report.EXIT_USAGE
     error = capsys.readouterr().err
     assert error.startswith("gpuharden report: [Errno 17] File exists: ") and str(tmp_path / "file") in error and error.count("\n") == 1
 

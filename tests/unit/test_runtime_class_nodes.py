@@ -12,7 +12,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _runt
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.modules import runtime_class as module
 
-from gpuharden import drift
+from gpuharden import drift_metrics, drift_report
 from tests.unit.test_device_plugin import FakeCluster
 
 DEFAULTS = {name: spec.get("default") for name, spec in module.argument_spec().items()}
@@ -169,19 +169,19 @@ def test_module_refusal_still_carries_the_node_findings(monkeypatch):
 
 def test_drift_reports_the_missing_handler_as_a_container_runtime_cluster_finding(monkeypatch):
     result = run_fake(monkeypatch, FakeCluster(RUNTIME_CLASS, *NODES), check_mode=True)
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.node_audit",
                                                            "res": {"findings": [], "summary": {}, "checks": {}}}})
     outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.runtime_class",
                                                            "res": dict(result, failed_when_result=False)}})
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
     [entry] = report["cluster"]["findings"]
     assert (entry["id"], entry["stage"], entry["severity"], entry["remediable"]) == (
         "runtime_class_handler_missing_on_node", "container_runtime", "error", True)
     assert entry["subject"] == "Node gpu-1" and entry["found"] == ["", "runc"] and entry["expected"] == "nvidia"
     assert entry["repair"] == "container_runtime" and "role container_runtime" in entry["hint"]
-    assert report["summary"]["cluster_findings"] == 1 and drift.exit_code(report) == drift.EXIT_DRIFT
-    assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 1' in drift.prometheus_text(report)
+    assert report["summary"]["cluster_findings"] == 1 and drift_report.exit_code(report) == drift_report.EXIT_DRIFT
+    assert 'gpuharden_drift_cluster_findings{check="runtime_class",severity="error"} 1' in drift_metrics.prometheus_text(report)
 
 
 # ------------------------------------------------------------------------------------------------ in the consistency run
@@ -212,7 +212,7 @@ def test_the_folded_check_reports_a_refusal_instead_of_raising(monkeypatch):
     assert inside["failed"] is True and "handler is immutable" in inside["msg"]
     assert {f["id"] for f in inside["findings"]} == {"runtime_class_handler_mismatch", "runtime_class_handler_missing_on_node"}
     # the drift report reads it as it read the separate task's failure: the findings, no check_failed entry
-    assert {f["id"] for f in drift.runtime_class_findings(inside)} == {"runtime_class_handler_mismatch",
+    assert {f["id"] for f in drift_report.runtime_class_findings(inside)} == {"runtime_class_handler_mismatch",
                                                                        "runtime_class_handler_missing_on_node"}
 
 
@@ -236,12 +236,12 @@ def test_the_folded_option_takes_the_module_defaults():
 
 def test_drift_takes_the_runtime_class_check_from_the_consistency_run(monkeypatch):
     inside = folded(monkeypatch, FakeCluster(RUNTIME_CLASS, *NODES), {})
-    outcomes = drift.Outcomes()
+    outcomes = drift_report.Outcomes()
     outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.node_audit",
                                                            "res": {"findings": [], "summary": {}, "checks": {}}}})
     outcomes.feed({"event": "runner_on_ok", "event_data": {"host": "gpu-0", "task_action": "gpuharden.k8s.gpu_consistency",
                                                            "res": {"findings": [], "runtime_class_check": inside}}})
-    report = drift.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
+    report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=0.0, finished=1.0)
     assert report["cluster"]["runtime_class_checked"] is True
     assert [(f["id"], f["subject"]) for f in report["cluster"]["findings"]] == [("runtime_class_handler_missing_on_node", "Node gpu-1")]
 
