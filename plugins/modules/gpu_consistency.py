@@ -275,6 +275,13 @@ api_requests:
   returned: always
   type: dict
   sample: {"nodes": 1, "pods": 1}
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 import time
@@ -283,8 +290,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _module_shell
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot, _resources
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
 
 MODULE = "gpu_consistency"
 SETTLE_INTERVAL = 3
@@ -336,7 +343,7 @@ def read_cluster(api, page_limit, workload_kinds=(), pods=None):
         lists["Pod"] = lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=_consistency.POD_SELECTOR)
     lists.update((kind, soft(kind)) for kind in workload_kinds)
     read = _k8s.list_concurrently(lists)
-    pages = {CLUSTER_LISTS[kind][1]: count for kind, (_items, count) in read.items()}
+    pages = {_resources.rbac(kind)[0]: count for kind, (_items, count) in read.items()}
     pages.setdefault("pods", 0)
     controllers = {kind: read[kind][0] for kind in workload_kinds}
     return read["Node"][0], read["Pod"][0] if pods is None else pods, controllers, pages
@@ -458,6 +465,7 @@ def fail_on_message(params, result):
 
 def main():
     _module_shell.run_module(build_module(), lambda module: gather(module.params), requires=[_k8s.REQUIREMENT], never_changed=True,
+                             counters=_k8s.RESULT_COUNTERS,
                              fail_when=fail_on_message)
 
 
