@@ -96,7 +96,6 @@ def test_bad_interval_or_backoff_is_refused(interval, backoff):
 # A loop that sleeps between looks is a wait: it belongs in _waiter.  Named here: the loops not (yet) routed through it.
 NOT_YET = {
     "plugins/modules/gpu_consistency.py": "the settle loop of the cluster check, which h45-drift moves into module_utils (issue 45 item 2)",
-    "plugins/module_utils/core/_node_lock.py": "the run lock's wait, with its immediate retry after a lost race",
 }
 
 
