@@ -109,3 +109,30 @@ def test_no_other_wait_loop_sleeps():
             if re.search(r"^\s*(?:time\.)?sleep\(", path.read_text(encoding="utf-8"), re.MULTILINE):
                 found.append(relative)
     assert found == [], "a wait loop outside _waiter.wait_until: %s" % found
+
+
+class Reads:
+    """A Client whose reads of one object answer ``answers`` in turn (the last one forever)."""
+
+    who = "runtime_class"
+
+    def __init__(self, *answers):
+        self.answers, self.reads = list(answers), 0
+
+    def read(self, _kind, _name, _namespace=None):
+        self.reads += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_an_object_deleted_is_waited_for_until_gone_and_a_timeout_names_what_holds_it():
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects  # noqa: PLC0415 (controller side)
+
+    held = {"metadata": {"name": "nvidia", "finalizers": ["example.com/hold"], "deletionTimestamp": "2026-12-07T03:00:00Z"}}
+    clock, client = Clock(), Reads(held, held, None)
+    _k8s_objects.wait_gone(client, "RuntimeClass", "nvidia", None, timeout=60, clock=clock, sleep=clock.sleep)
+    assert client.reads == 3 and clock.sleeps == [0.5, 0.5]
+    clock = Clock()
+    with pytest.raises(GpuhardenError) as raised:
+        _k8s_objects.wait_gone(Reads(held), "RuntimeClass", "nvidia", None, timeout=2, clock=clock, sleep=clock.sleep)
+    assert raised.value.msg == ("runtime_class: timed out after 2.0 s (5 looks) waiting for RuntimeClass nvidia gone after its deletion "
+                                "(finalizers?); last seen: {'finalizers': ['example.com/hold'], 'deletionTimestamp': '2026-12-07T03:00:00Z'}")
