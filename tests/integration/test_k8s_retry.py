@@ -23,7 +23,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 
 from tests.labfixtures import running_lab
-from tests.unit.conftest import run_module
+from tests.unit import conftest
 
 pytestmark = pytest.mark.lab
 
@@ -152,28 +152,43 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab, thr
     assert retries > 0
 
 
-def test_modules_run_at_once_under_throttling_succeed_and_report_their_retries(lab, throttled):
-    """Module runs in parallel, each its own process as under ansible-playbook: gpu_workloads_info LISTs seven kinds at
-    once (more than the priority level's seats), the others add their LISTs, reads and a dry-run apply."""
+def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttled, monkeypatch):
+    """Module runs, each its own process as under ansible-playbook, while the test keeps the tool's priority level full
+    with bursts of concurrent LISTs (not retried: they only take the seats): the modules' requests meet the server's
+    429s, each module still succeeds, and its result's ``api_retries`` counts the requests it sent again."""
+    monkeypatch.setattr(conftest, "MODULE_RUN_TIMEOUT", 480)  # a loaded lab machine: the imports alone take long
     auth = {"kubeconfig": lab["cluster"]["tool_kubeconfig"], "request_timeout": 60}
-    probe = client(lab["cluster"]["tool_kubeconfig"])
+    saturating = client(lab["cluster"]["tool_kubeconfig"], _k8s.RetryPolicy(attempts=1))
     try:
-        wait_classified(probe, throttled)
-        node = _k8s_access.list_kind("test", probe, "Node")[0][0]["metadata"]["name"]
+        wait_classified(saturating, throttled)
+        node = _k8s_access.list_kind("test", saturating, "Node")[0][0]["metadata"]["name"]
+        runs = [
+            ("gpu_workloads_info", {}),  # seven LISTs, one per kind
+            ("gpu_pods_info", {"nodes": [node]}),
+            ("disruption_budget", {"fleet": [node], "batch": [node], "settle_seconds": 0}),
+            ("runtime_class", {"_ansible_check_mode": True}),  # reads and a server-side dry run: nothing is written
+        ]
+        done, bursts = threading.Event(), [0]
+
+        def saturate():
+            while not done.is_set():
+                burst(saturating)
+                bursts[0] += 1
+
+        saturator = threading.Thread(target=saturate, daemon=True)
+        saturator.start()
+        try:
+            with ThreadPoolExecutor(len(runs)) as pool:
+                results = list(pool.map(lambda run: conftest.run_module(run[0], dict(run[1], **auth), {}), runs))
+        finally:
+            done.set()
+            saturator.join(300)
     finally:
-        probe.close()
-    runs = [("gpu_workloads_info", {})] * 4 + [
-        ("gpu_pods_info", {"nodes": [node]}),
-        ("disruption_budget", {"fleet": [node], "batch": [node], "settle_seconds": 0}),
-        ("runtime_class", {"_ansible_check_mode": True}),  # a server-side dry run: nothing is written
-        ("node_maintenance", {"nodes": [node], "state": "cordoned", "_ansible_check_mode": True}),
-    ]
-    with ThreadPoolExecutor(len(runs)) as pool:
-        results = list(pool.map(lambda run: run_module(run[0], dict(run[1], **auth), {}), runs))
+        saturating.close()
     summary = [(name, result.get("failed", False), result.get("api_retries"), result.get("api_requests"))
                for (name, _args), result in zip(runs, results, strict=True)]
-    print("module runs (module, failed, api_retries, api_requests): %s" % summary)
+    print("%d saturating bursts; module runs (module, failed, api_retries, api_requests): %s" % (bursts[0], summary))
     assert [name for name, failed, _retries, _requests in summary if failed] == [], results
     assert all(isinstance(retries, int) and retries >= 0 for _name, _failed, retries, _requests in summary), summary
-    # the priority level admits about three requests at once: the parallel LISTs were throttled, and retried
+    # the level was full while they ran: some of their requests were throttled, and retried
     assert sum(retries for _name, _failed, retries, _requests in summary) > 0, summary
