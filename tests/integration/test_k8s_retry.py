@@ -168,11 +168,11 @@ def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttle
             ("disruption_budget", {"fleet": [node], "batch": [node], "settle_seconds": 0}),
             ("runtime_class", {"_ansible_check_mode": True}),  # reads and a server-side dry run: nothing is written
         ]
-        done, bursts = threading.Event(), [0]
+        done, bursts, rejected = threading.Event(), [0], [0]
 
         def saturate():
             while not done.is_set():
-                burst(saturating)
+                rejected[0] += len(burst(saturating)[1])
                 bursts[0] += 1
 
         saturator = threading.Thread(target=saturate, daemon=True)
@@ -187,8 +187,11 @@ def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttle
         saturating.close()
     summary = [(name, result.get("failed", False), result.get("api_retries"), result.get("api_requests"))
                for (name, _args), result in zip(runs, results, strict=True)]
-    print("%d saturating bursts; module runs (module, failed, api_retries, api_requests): %s" % (bursts[0], summary))
+    print("%d saturating bursts, %d of their LISTs rejected; module runs (module, failed, api_retries, api_requests): %s"
+          % (bursts[0], rejected[0], summary))
     assert [name for name, failed, _retries, _requests in summary if failed] == [], results
     assert all(isinstance(retries, int) and retries >= 0 for _name, _failed, retries, _requests in summary), summary
+    # the premise, as in the burst test: this machine filled the priority level (a starved client cannot)
+    assert rejected[0] > 0, "the saturating bursts were never throttled: the priority level was not full while the modules ran"
     # the level was full while they ran: some of their requests were throttled, and retried
     assert sum(retries for _name, _failed, retries, _requests in summary) > 0, summary
