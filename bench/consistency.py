@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO / "build/collections"))
 sys.path.insert(0, str(REPO / "src"))
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency  # noqa: E402
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access  # noqa: E402
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access, _resources  # noqa: E402
 from gpuharden_lab import manager  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
@@ -184,12 +184,12 @@ def time_phases(kubeconfig, page_limit):
     api = _k8s.api_client(params)
     client_s = time.perf_counter() - started
     try:
-        # the module's own requests (_k8s_access.CLUSTER_LISTS), each phase timed
-        list_nodes = _k8s.endpoint(api, "GET", _k8s_access.CLUSTER_LISTS["Node"][0])
-        list_pods = _k8s.endpoint(api, "GET", _k8s_access.CLUSTER_LISTS["Pod"][0])
+        # the module's own requests (_resources.template, as _k8s_access.list_kind makes them), each phase timed
+        list_nodes = _k8s.endpoint(api, "GET", *_resources.template("Node", all_namespaces=True))
+        list_pods = _k8s.endpoint(api, "GET", *_resources.template("Pod", all_namespaces=True))
         with _k8s.gc_paused():
-            nodes, node_phase = _list_phase(api, list_nodes, _k8s_access.Target("list", "nodes"), page_limit)
-            pods, pod_phase = _list_phase(api, list_pods, _k8s_access.Target("list", "pods"), page_limit,
+            nodes, node_phase = _list_phase(api, list_nodes, _k8s_access.Target.of("list", "Node"), page_limit)
+            pods, pod_phase = _list_phase(api, list_pods, _k8s_access.Target.of("list", "Pod"), page_limit,
                                           field_selector=POD_SELECTOR)
             checked = time.perf_counter()
             findings, summary = _consistency.check(nodes, pods, {})

@@ -184,6 +184,13 @@ left_cordoned:
   type: list
   elements: dict
   sample: [{"node": "gpu-3", "record": {"owner": "harden@20260701T120000-7", "at": "2026-07-01T12:00:03Z", "for": "mig"}}]
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 import time
@@ -194,6 +201,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, call, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._resources import template
 
 
 def argument_spec():
@@ -242,10 +250,10 @@ def decide(params, clock=time.monotonic, sleep=time.sleep):
                              % (params["settle_seconds"], params["poll_interval"]))
     api = _k8s.api_client(params)
     try:
-        nodes, _pages = list_all("disruption_budget", api, _k8s.endpoint(api, "GET", "/api/v1/nodes"), Target("list", "nodes"))
-        read = _k8s.endpoint(api, "GET", "/api/v1/nodes/{name}", "name")
+        nodes, _pages = list_all("disruption_budget", api, _k8s.endpoint(api, "GET", *template("Node")), Target.of("list", "Node"))
+        read = _k8s.endpoint(api, "GET", *template("Node", named=True))
         settled = settle(nodes, params["settle_nodes"],
-                         lambda name: call("disruption_budget", api, read, Target("get", "nodes", name=name), name)[1],
+                         lambda name: call("disruption_budget", api, read, Target.of("get", "Node", name=name), name)[1],
                          clock, sleep, params["settle_seconds"], params["poll_interval"])
     finally:
         api.close()
@@ -276,7 +284,8 @@ def stop_reason(params, settled):
 
 
 def main():
-    _module_shell.run_module(build_module(), lambda module: decide(module.params), requires=[_k8s.REQUIREMENT], never_changed=True)
+    _module_shell.run_module(build_module(), lambda module: decide(module.params), requires=[_k8s.REQUIREMENT], never_changed=True,
+                             counters=_k8s.RESULT_COUNTERS)
 
 
 if __name__ == "__main__":

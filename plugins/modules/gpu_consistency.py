@@ -282,6 +282,13 @@ ran_in:
   returned: always
   type: str
   sample: module
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -304,7 +311,8 @@ def fail_on_message(params, result):
 
 def main():
     _module_shell.run_module(build_module(), lambda module: _consistency_run.consistency_check(module.params, _consistency_run.RAN_IN_MODULE),
-                             requires=[_k8s.REQUIREMENT], never_changed=True, fail_when=fail_on_message)
+                             requires=[_k8s.REQUIREMENT], never_changed=True,
+                             counters=_k8s.RESULT_COUNTERS, fail_when=fail_on_message)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,13 @@ api_requests:
   description: LIST requests (pages) made, all kinds together.
   returned: always
   type: int
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -136,7 +143,8 @@ def gather(params):
 
 
 def main():
-    _module_shell.run_module(build_module(), lambda module: gather(module.params), requires=[_k8s.REQUIREMENT], never_changed=True)
+    _module_shell.run_module(build_module(), lambda module: gather(module.params), requires=[_k8s.REQUIREMENT], never_changed=True,
+                             counters=_k8s.RESULT_COUNTERS)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,13 @@ api_requests:
   description: API requests the call made.
   returned: always
   type: int
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 import socket
@@ -253,6 +260,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _module_
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target, call, list_all
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._resources import template
 
 MODULE = "node_maintenance"
 
@@ -286,16 +294,16 @@ class Cluster:
 
     def __init__(self, api, page_limit):
         self.api, self.page_limit, self.requests = api, page_limit, 0
-        self.read_node = _k8s.endpoint(api, "GET", "/api/v1/nodes/{name}", "name")
-        self.patch_node = _k8s.endpoint(api, "PATCH", "/api/v1/nodes/{name}", "name")
-        self.list_pods = _k8s.endpoint(api, "GET", "/api/v1/pods")
-        self.list_pdbs = _k8s.endpoint(api, "GET", "/apis/policy/v1/poddisruptionbudgets")
-        self.evict_pod = _k8s.endpoint(api, "POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction", "name", "namespace")
-        self.delete_pod = _k8s.endpoint(api, "DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace")
+        self.read_node = _k8s.endpoint(api, "GET", *template("Node", named=True))
+        self.patch_node = _k8s.endpoint(api, "PATCH", *template("Node", named=True))
+        self.list_pods = _k8s.endpoint(api, "GET", *template("Pod", all_namespaces=True))
+        self.list_pdbs = _k8s.endpoint(api, "GET", *template("PodDisruptionBudget", all_namespaces=True))
+        self.evict_pod = _k8s.endpoint(api, "POST", *template("Eviction"))
+        self.delete_pod = _k8s.endpoint(api, "DELETE", *template("Pod", named=True))
 
     def node(self, name):
         self.requests += 1
-        _status, body = call(MODULE, self.api, self.read_node, Target("get", "nodes", name=name), name)
+        _status, body = call(MODULE, self.api, self.read_node, Target.of("get", "Node", name=name), name)
         return body
 
     def cordon_state(self, node):
@@ -307,23 +315,23 @@ class Cluster:
 
     def set_unschedulable(self, node, value, record=False):
         self.requests += 1
-        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.cordon_patch(value, record))
+        call(MODULE, self.api, self.patch_node, Target.of("patch", "Node", name=node), node, _drain.cordon_patch(value, record))
 
     def set_record(self, node, record):
         self.requests += 1
-        call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node,
+        call(MODULE, self.api, self.patch_node, Target.of("patch", "Node", name=node), node,
              {"metadata": {"annotations": {_drain.CORDON_ANNOTATION: _drain.record_value(record)}}})
 
     def release(self, node, value):
         """Uncordon a node whose cordon record is still ``value``; False when it changed since it was read."""
         self.requests += 1
-        status, _body = call(MODULE, self.api, self.patch_node, Target("patch", "nodes", name=node), node, _drain.release_patch(value),
+        status, _body = call(MODULE, self.api, self.patch_node, Target.of("patch", "Node", name=node), node, _drain.release_patch(value),
                              _content_type="application/json-patch+json", accept=(409, 422))
         return status not in (409, 422)
 
     def pods(self, nodes):
         selector = "spec.nodeName=%s" % nodes[0] if len(nodes) == 1 else "spec.nodeName!="
-        items, pages = list_all(MODULE, self.api, self.list_pods, Target("list", "pods"),
+        items, pages = list_all(MODULE, self.api, self.list_pods, Target.of("list", "Pod"),
                                 self.page_limit, field_selector=selector)
         self.requests += pages
         wanted = set(nodes)
@@ -331,13 +339,13 @@ class Cluster:
 
     def pdbs(self):
         items, pages = list_all(MODULE, self.api, self.list_pdbs,
-                                Target("list", "poddisruptionbudgets", "policy"), self.page_limit)
+                                Target.of("list", "PodDisruptionBudget"), self.page_limit)
         self.requests += pages
         return items
 
     def evict(self, ref, grace_period):
         self.requests += 1
-        target = Target("create", "pods/eviction", namespace=ref["namespace"], name=ref["name"])
+        target = Target.of("create", "Eviction", ref["namespace"], ref["name"])
         status, body = call(MODULE, self.api, self.evict_pod, target, ref["name"], ref["namespace"],
                             _drain.eviction_body(ref, grace_period), accept=(404, 409, 429, 500))
         outcome, message = _drain.eviction_outcome(status, body)
@@ -350,7 +358,7 @@ class Cluster:
         options = {"preconditions": {"uid": ref["uid"]}}
         if grace_period is not None:
             options["gracePeriodSeconds"] = grace_period
-        target = Target("delete", "pods", namespace=ref["namespace"], name=ref["name"])
+        target = Target.of("delete", "Pod", ref["namespace"], ref["name"])
         status, body = call(MODULE, self.api, self.delete_pod, target, ref["name"], ref["namespace"],
                             body=options, accept=(404, 409))
         return ("gone", "") if status in (404, 409) else ("evicted", (body or {}).get("message") or "")
@@ -532,7 +540,7 @@ def execute(module):
 
 
 def main():
-    _module_shell.run_module(build_module(), execute, requires=[_k8s.REQUIREMENT])
+    _module_shell.run_module(build_module(), execute, requires=[_k8s.REQUIREMENT], counters=_k8s.RESULT_COUNTERS)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,13 @@ api_requests:
   description: Requests made to the API server.
   returned: always
   type: int
+api_retries:
+  description:
+    - Requests to the API server that were sent again after a throttled (429), failed (5xx) or broken attempt, with backoff
+      and jitter, honouring C(Retry-After). Counted on failure too; a growing count tells of an overloaded API server.
+  returned: always
+  type: int
+  sample: 0
 """
 
 import copy
@@ -204,7 +211,7 @@ def run(module):
 
 
 def main():
-    _module_shell.run_module(build_module(), run, requires=[_k8s.REQUIREMENT])
+    _module_shell.run_module(build_module(), run, requires=[_k8s.REQUIREMENT], counters=_k8s.RESULT_COUNTERS)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ Output: the verdict first (the cause, one line), then the evidence, each with wh
      "verdict": {"cause": <rule id or null>, "finding_id": <catalogue id or null>, "stage": <harden tag or null>,
                  "summary": <the one line>},
      "evidence": [{"what", "where", "value"}], "fix": [<line>], "not_checked": [{"what", "cause", "fix"}],
-     "api_requests": <requests made>}
+     "api_requests": <requests made>, "api_retries": <of which sent again: throttled, failed or broken>}
 
 ``--failing`` prints ``{"schema": 1, "target": {"kind": "failing"}, "state", "pods": [<one pod's document>],
-"not_checked", "api_requests"}``.
+"not_checked", "api_requests", "api_retries"}``.
 
 Three states, never silence: a cause found ("cause"), nothing wrong ("healthy"), or could not decide ("undecided":
 ``not_checked`` says what was not checked, why, and how to check it; a blind cluster side, an API server that
@@ -89,7 +89,7 @@ def load_collection():
     """The collection's k8s layer, findings catalogue and explain's rules (which import the collection's checks), from
     the collection the playbooks come from (as gpuharden drift finds it)."""
     prefix = "ansible_collections.gpuharden.k8s.plugins.module_utils."
-    names = {"k8s": prefix + "k8s._k8s", "access": prefix + "k8s._k8s_access", "findings": prefix + "core._findings",
+    names = {"k8s": prefix + "k8s._k8s", "access": prefix + "k8s._k8s_access", "resources": prefix + "k8s._resources", "findings": prefix + "core._findings",
              "errors": prefix + "core._errors", "rules": "gpuharden.explain_rules"}
     try:
         modules = cluster_side.import_collection(names)
@@ -121,37 +121,44 @@ class Reader:
     def __init__(self, lib, api, trip=None):
         self.lib, self.api, self.count, self.trip = lib, api, 0, trip
 
-    def get(self, path, target):
+    @property
+    def retries(self):
+        """How many of the requests were sent again (the collection's retry policy: _k8s.retries_made)."""
+        return self.lib.k8s.retries_made(self.api)
+
+    def get(self, kind, name):
+        """One object of a cluster-scoped ``kind`` (its path from the collection's resource table), or None."""
         self.count += 1
-        status, body = self.lib.access.call(MODULE, self.api, self.lib.k8s.endpoint(self.api, "GET", path), target, accept=(404,))
+        send = self.lib.k8s.endpoint(self.api, "GET", *self.lib.resources.template(kind, named=True))
+        status, body = self.lib.access.call(MODULE, self.api, send, self.lib.access.Target.of("get", kind, name=name), name, accept=(404,))
         return None if status == 404 else body
 
-    def list(self, path, target, **selectors):
-        items, pages = self.lib.access.list_all(MODULE, self.api, self.lib.k8s.endpoint(self.api, "GET", path), target, **selectors)
+    def list(self, kind, namespace=None, **selectors):
+        """Every ``kind`` in ``namespace`` (None: across all namespaces), one paginated LIST."""
+        send = self.lib.k8s.endpoint(self.api, "GET", self.lib.resources.path(kind, namespace=namespace))
+        items, pages = self.lib.access.list_all(MODULE, self.api, send, self.lib.access.Target.of("list", kind, namespace), **selectors)
         self.count += pages
         return items
 
     def pod(self, namespace, name):
         # a LIST by name, not a GET: the tool's identity may list pods and never get one (deploy/rbac/gpuharden-rbac.yaml)
-        pods = self.list("/api/v1/namespaces/%s/pods" % namespace, self.lib.access.Target("list", "pods", namespace=namespace),
-                         field_selector="metadata.name=%s" % name)
+        pods = self.list("Pod", namespace, field_selector="metadata.name=%s" % name)
         return pods[0] if pods else None
 
     def node(self, name):
-        return self.get("/api/v1/nodes/%s" % name, self.lib.access.Target("get", "nodes", name=name))
+        return self.get("Node", name)
 
     def nodes(self):
-        return self.list("/api/v1/nodes", self.lib.access.Target("list", "nodes"))
+        return self.list("Node")
 
     def pods(self, node=None):
         selector = {"field_selector": "spec.nodeName=%s" % node} if node else {}
-        return self.list("/api/v1/pods", self.lib.access.Target("list", "pods"), **selector)
+        return self.list("Pod", **selector)
 
     def events(self, namespace, name):
         # the events the API server holds for the pod (field selectors of k8s.io/kubernetes v1.36.3
         # pkg/registry/core/event/strategy.go ToSelectableFields)
-        return self.list("/api/v1/namespaces/%s/events" % namespace, self.lib.access.Target("list", "events", namespace=namespace),
-                         field_selector="involvedObject.kind=Pod,involvedObject.name=%s" % name)
+        return self.list("Event", namespace, field_selector="involvedObject.kind=Pod,involvedObject.name=%s" % name)
 
     def plugin_pods(self, node=None):
         """The NVIDIA device plugin's pods (the pods whose spec has the plugin container, as _device_plugin finds the
@@ -161,14 +168,13 @@ class Reader:
         if node:
             return [pod for pod in self.pods(node) if plugin.plugin_container(pod.get("spec") or {})]
         found = []
-        for ds in self.list("/apis/apps/v1/daemonsets", self.lib.access.Target("list", "daemonsets", "apps")):
+        for ds in self.list("DaemonSet"):
             if not plugin.is_plugin_daemonset(ds):
                 continue
             labels = ((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             namespace = (ds.get("metadata") or {}).get("namespace")
             selector = ",".join("%s=%s" % pair for pair in sorted(labels.items()))
-            pods = self.list("/api/v1/namespaces/%s/pods" % namespace, self.lib.access.Target("list", "pods", namespace=namespace),
-                             **({"label_selector": selector} if selector else {}))
+            pods = self.list("Pod", namespace, **({"label_selector": selector} if selector else {}))
             found.extend(pod for pod in pods if plugin.plugin_container(pod.get("spec") or {}))
         return found
 
@@ -543,7 +549,7 @@ def explain_failing(lib, reader, audits=None, audit_source=None, nodes_only=None
     and the node-side rules weigh each bound pod with its node's audit; without, no node is read (one trip per pod
     would not scale), and a bound pod no cluster-side rule explains is undecided, with the run that reads its node."""
     rules = lib.rules
-    pods = reader.list("/api/v1/pods", lib.access.Target("list", "pods"), field_selector="status.phase!=Succeeded")
+    pods = reader.list("Pod", field_selector="status.phase!=Succeeded")
     nodes = reader.nodes()
     plugin_pods = [pod for pod in pods if rules._device_plugin.plugin_container(pod.get("spec") or {})]
     flagged = flagged_pods(audits or {})
@@ -610,14 +616,14 @@ def for_drift_report(report, extra_vars):
         names = set((report.get("node_names") or {}).values()) | {entry.get("node", host) for host, entry in (report.get("nodes") or {}).items()}
         reader = Reader(lib, lib.k8s.api_client(params))
         document = explain_failing(lib, reader, audits_of_report(report, "this drift run"), "this drift run", nodes_only=names)
-        count = reader.count
+        count, retries = reader.count, reader.retries
     except (UsageError, drift_run.DriftError) as error:
-        document, count = _cannot(str(error)), 0
+        document, count, retries = _cannot(str(error)), 0, 0
     except Exception as error:  # noqa: BLE001 (the report is written either way; why the explanations are missing is in it)
         message = getattr(error, "msg", None) or str(error)
         access = ((getattr(error, "result", None) or {}).get("access") or {})
-        document, count = _cannot(" ".join(str(message).split())[:500], access.get("fix")), 0
-    return dict(document, schema=SCHEMA, target=target, api_requests=count)
+        document, count, retries = _cannot(" ".join(str(message).split())[:500], access.get("fix")), 0, 0
+    return dict(document, schema=SCHEMA, target=target, api_requests=count, api_retries=retries)
 
 
 def _cannot(cause, fix=None):
@@ -670,7 +676,7 @@ def explain(lib, target, params, trip=None, report=None, report_source=None):
     try:
         reader = Reader(lib, lib.k8s.api_client(params), trip=None if report is not None else trip)
     except lib.errors.GpuhardenError as error:
-        return dict(blind(error, target.get("name") or "the failing GPU pods"), schema=SCHEMA, target=_public(target), api_requests=0, **trips)
+        return dict(blind(error, target.get("name") or "the failing GPU pods"), schema=SCHEMA, target=_public(target), api_requests=0, api_retries=0, **trips)
     given = {}
     if report is not None:
         audits = audits_of_report(report, report_source or "the drift report")
@@ -706,7 +712,7 @@ def explain(lib, target, params, trip=None, report=None, report_source=None):
         document = blind(error, target.get("name") or "the failing GPU pods")
     if trip is not None:
         trips = {"node_trips": trip.trips, "node_seconds": round(trip.seconds, 3)}
-    return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count, **trips)
+    return dict(document, schema=SCHEMA, target=_public(target), api_requests=reader.count, api_retries=reader.retries, **trips)
 
 
 def _public(target):

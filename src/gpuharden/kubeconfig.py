@@ -49,9 +49,9 @@ EXIT_WRITTEN = 0
 EXIT_USAGE = 2  # a bad option, no admin kubeconfig, the output file exists without --force: nothing asked, nothing written
 EXIT_CLUSTER = 4  # the API server refused or could not be reached: no token, nothing written
 
-TOKEN_PATH = "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
 K8S = "ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s"
 K8S_ACCESS = "ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access"
+K8S_RESOURCES = "ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._resources"
 ERRORS = "ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors"
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
@@ -249,20 +249,21 @@ def user_expiry(user, base):
 
 
 def collection_modules():
-    """(_k8s, _k8s_access, GpuhardenError) from the installed gpuharden.k8s collection, as gpuharden drift finds it."""
+    """(_k8s, _k8s_access, _resources, GpuhardenError) from the installed gpuharden.k8s collection, as gpuharden drift
+    finds it."""
     try:
-        modules = cluster_side.import_collection({"k8s": K8S, "access": K8S_ACCESS, "errors": ERRORS})
+        modules = cluster_side.import_collection({"k8s": K8S, "access": K8S_ACCESS, "resources": K8S_RESOURCES, "errors": ERRORS})
     except cluster_side.ClusterSideError as error:
         raise KubeconfigError("the collection's Kubernetes client code: %s" % error) from None
     if modules is None:
         raise KubeconfigError("the gpuharden.k8s collection is not installed (its Kubernetes client code is not below "
                               "Ansible's collections paths); install it with ansible-galaxy collection install")
-    return modules["k8s"], modules["access"], modules["errors"].GpuhardenError
+    return modules["k8s"], modules["access"], modules["resources"], modules["errors"].GpuhardenError
 
 
-def token_request_body(seconds):
+def token_request_body(resources, seconds):
     """The TokenRequest this command sends: the duration only (no audiences: the API server's own; no bound object)."""
-    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
+    return {"apiVersion": resources.api_version("TokenRequest"), "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
 
 
 def _parse_time(text):
@@ -275,13 +276,13 @@ def _parse_time(text):
 def request_token(modules, admin_params, namespace, service_account, seconds):
     """(token, cluster) for the ServiceAccount: ``cluster`` = {server, ca_pem, insecure, tls_server_name, expires_at,
     granted_seconds} from the admin kubeconfig's configuration and the server's answer; KubeconfigError otherwise."""
-    k8s, k8s_access, error_type = modules
-    target = k8s_access.Target("create", "serviceaccounts/token", "", namespace, service_account)
+    k8s, k8s_access, resources, error_type = modules
+    target = k8s_access.Target.of("create", "TokenRequest", namespace, service_account)
     try:
         api = k8s.api_client(admin_params)
-        send = k8s.endpoint(api, "POST", TOKEN_PATH, "namespace", "name")
-        status, answer = k8s_access.call("gpuharden kubeconfig", api, send, target, namespace, service_account,
-                                         token_request_body(seconds), accept=(404,))
+        send = k8s.endpoint(api, "POST", *resources.template("TokenRequest"))  # the keys: name, then namespace
+        status, answer = k8s_access.call("gpuharden kubeconfig", api, send, target, service_account, namespace,
+                                         token_request_body(resources, seconds), accept=(404,))
     except error_type as error:
         access = error.result.get("access") or {}
         code = EXIT_USAGE if access.get("kind") in ("kubeconfig", "client", None) else EXIT_CLUSTER

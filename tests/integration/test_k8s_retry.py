@@ -6,6 +6,9 @@ nominalConcurrencyShares 1, nothing lent or borrowed, limitResponse Reject).  A 
 collection's path (_k8s_access.list_all) then gets the server's own 429s without retries, and succeeds whole with the
 retry policy (_k8s.RetryPolicy), which counts its retries.
 
+Then the collection's modules, each run as Ansible runs it (its own Python process), several at once through the same
+throttled priority level: every one succeeds, and their results' ``api_retries`` tell the retries they needed.
+
 The test reads only the API server: one stand-in node is the smallest lab manager.up brings the control plane up with."""
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 
 from tests.labfixtures import running_lab
+from tests.unit import conftest
 
 pytestmark = pytest.mark.lab
 
@@ -34,6 +39,16 @@ APF_REJECTION_TEXT = "Too many requests, please try again later."
 def lab():
     with running_lab("fresh-fleet", node_count=1, stand_ins=True) as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def throttled(lab):
+    """The UID of the FlowSchema that puts the tool's identity into its tiny priority level."""
+    admin = client(lab["cluster"]["admin_kubeconfig"])
+    try:
+        return throttle_the_tool(admin, lab["cluster"]["tool_identity"])
+    finally:
+        admin.close()
 
 
 def client(kubeconfig, policy=None):
@@ -107,12 +122,8 @@ def burst(api):
     return outcomes, throttled
 
 
-def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab):
-    admin = client(lab["cluster"]["admin_kubeconfig"])
-    try:
-        uid = throttle_the_tool(admin, lab["cluster"]["tool_identity"])
-    finally:
-        admin.close()
+def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab, throttled):
+    uid = throttled
     once = client(lab["cluster"]["tool_kubeconfig"], _k8s.RetryPolicy(attempts=1))
     try:
         wait_classified(once, uid)
@@ -139,3 +150,48 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab):
     # the policy retries inside the request: no LIST fails, and no 429 reaches the caller; the retries were made
     assert [str(error) for error in failures if error is not None] == [] and unanswered == []
     assert retries > 0
+
+
+def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttled, monkeypatch):
+    """Module runs, each its own process as under ansible-playbook, while the test keeps the tool's priority level full
+    with bursts of concurrent LISTs (not retried: they only take the seats): the modules' requests meet the server's
+    429s, each module still succeeds, and its result's ``api_retries`` counts the requests it sent again."""
+    monkeypatch.setattr(conftest, "MODULE_RUN_TIMEOUT", 480)  # a loaded lab machine: the imports alone take long
+    auth = {"kubeconfig": lab["cluster"]["tool_kubeconfig"], "request_timeout": 60}
+    saturating = client(lab["cluster"]["tool_kubeconfig"], _k8s.RetryPolicy(attempts=1))
+    try:
+        wait_classified(saturating, throttled)
+        node = _k8s_access.list_kind("test", saturating, "Node")[0][0]["metadata"]["name"]
+        runs = [
+            ("gpu_workloads_info", {}),  # seven LISTs, one per kind
+            ("gpu_pods_info", {"nodes": [node]}),
+            ("disruption_budget", {"fleet": [node], "batch": [node], "settle_seconds": 0}),
+            ("runtime_class", {"_ansible_check_mode": True}),  # reads and a server-side dry run: nothing is written
+        ]
+        done, bursts, rejected = threading.Event(), [0], [0]
+
+        def saturate():
+            while not done.is_set():
+                rejected[0] += len(burst(saturating)[1])
+                bursts[0] += 1
+
+        saturator = threading.Thread(target=saturate, daemon=True)
+        saturator.start()
+        try:
+            with ThreadPoolExecutor(len(runs)) as pool:
+                results = list(pool.map(lambda run: conftest.run_module(run[0], dict(run[1], **auth), {}), runs))
+        finally:
+            done.set()
+            saturator.join(300)
+    finally:
+        saturating.close()
+    summary = [(name, result.get("failed", False), result.get("api_retries"), result.get("api_requests"))
+               for (name, _args), result in zip(runs, results, strict=True)]
+    print("%d saturating bursts, %d of their LISTs rejected; module runs (module, failed, api_retries, api_requests): %s"
+          % (bursts[0], rejected[0], summary))
+    assert [name for name, failed, _retries, _requests in summary if failed] == [], results
+    assert all(isinstance(retries, int) and retries >= 0 for _name, _failed, retries, _requests in summary), summary
+    # the premise, as in the burst test: this machine filled the priority level (a starved client cannot)
+    assert rejected[0] > 0, "the saturating bursts were never throttled: the priority level was not full while the modules ran"
+    # the level was full while they ran: some of their requests were throttled, and retried
+    assert sum(retries for _name, _failed, retries, _requests in summary) > 0, summary

@@ -551,7 +551,8 @@ def test_unreachable_api_server(lib):
 def test_json_schema(lib, cluster):
     api = cluster(nodes=[gpu_node("gpu-a")], pods=[pod("train-0", {"nvidia.com/gpus": "1"})])
     document = run(lib, api, "pod ml/train-0")
-    assert set(document) == {"schema", "target", "state", "verdict", "evidence", "fix", "not_checked", "api_requests", "node_trips", "node_seconds"}
+    assert set(document) == {"schema", "target", "state", "verdict", "evidence", "fix", "not_checked", "api_requests", "api_retries", "node_trips",
+                             "node_seconds"}
     assert document["schema"] == 1 and document["target"] == {"kind": "pod", "name": "ml/train-0"}
     assert set(document["verdict"]) == {"cause", "finding_id", "stage", "summary"}
     assert all(set(entry) == {"what", "where", "value"} for entry in document["evidence"]) and document["evidence"]

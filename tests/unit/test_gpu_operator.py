@@ -263,18 +263,17 @@ def test_views_follow_the_specs_default_and_the_deploy_labels():
 
 
 class _Client:
-    """Client's list_with and list over canned answers; records each request."""
+    """Client's list over canned answers (the ClusterPolicies, then Nodes by label); records each request."""
 
     def __init__(self, policies=None, nodes=(), error=None):
         self.api, self.policies, self.nodes, self.error, self.requests = object(), policies, list(nodes), error, []
 
-    def list_with(self, _method, target, _page_limit, **_params):
-        self.requests.append(("list", target.resource))
-        if self.error is not None:
-            raise self.error
-        return self.policies
-
     def list(self, kind, _page_limit, label_selector=None):
+        if kind == "ClusterPolicy":
+            self.requests.append(("list", "clusterpolicies"))
+            if self.error is not None:
+                raise self.error
+            return self.policies
         self.requests.append((kind, label_selector))
         return [node for node in self.nodes if label_selector in node["metadata"]["labels"]]
 

@@ -21,8 +21,8 @@ import time
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import CLUSTER_LISTS, list_kind
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot, _resources
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
 
 MODULE = "gpu_consistency"
 SETTLE_INTERVAL = 3
@@ -75,7 +75,7 @@ def read_cluster(api, page_limit, workload_kinds=(), pods=None):
         lists["Pod"] = lambda: list_kind(MODULE, api, "Pod", page_limit, field_selector=_consistency.POD_SELECTOR)
     lists.update((kind, soft(kind)) for kind in workload_kinds)
     read = _k8s.list_concurrently(lists)
-    pages = {CLUSTER_LISTS[kind][1]: count for kind, (_items, count) in read.items()}
+    pages = {_resources.rbac(kind)[0]: count for kind, (_items, count) in read.items()}
     pages.setdefault("pods", 0)
     controllers = {kind: read[kind][0] for kind in workload_kinds}
     return read["Node"][0], read["Pod"][0] if pods is None else pods, controllers, pages

@@ -18,8 +18,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _devi
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import DEVICE_PLUGIN_VERSION, RUNTIME_CLASS_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import Target
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._waiter import wait_until
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
 
 POLL_SECONDS = 1.0
 # How long a target Node may take to report the handler a runtime added in the same run (runtime_class_findings).
@@ -77,32 +77,32 @@ def check_params(params):
     return _device_plugin.check_params(params), expected, labelling
 
 
-def wait_rollout(client, ds, targets, timeout, page_limit):
+def wait_rollout(client, ds, targets, timeout, page_limit, clock=time.monotonic, sleep=time.sleep):
     meta = ds["metadata"]
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def rolled_out():
         live = _shapes.check("DaemonSet", client.read("DaemonSet", meta["name"], meta["namespace"]) or ds, name=meta["name"],
                              namespace=meta["namespace"])
         state = _device_plugin.rollout(live)
-        if state["done"]:
-            return state
-        if time.monotonic() > deadline:
-            selector = ",".join("%s=%s" % kv for kv in sorted(live["spec"]["selector"].get("matchLabels", {}).items()))
-            pods = client.list("Pod", page_limit, namespace=meta["namespace"], label_selector=selector)
-            state = _device_plugin.rollout(live, pods, targets)
-            raise GpuhardenError(_device_plugin.rollout_message(_k8s_objects.describe(live), state, timeout), rollout=state)
-        time.sleep(POLL_SECONDS)
+        return state["done"], (live, state)
 
-
-CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")  # the GPU Operator's CRD (NVIDIA/gpu-operator api/nvidia/v1)
+    waited = wait_until("DaemonSet %s/%s rolled out" % (meta["namespace"], meta["name"]), rolled_out, clock() + timeout, POLL_SECONDS,
+                        final_look=True, clock=clock, sleep=sleep)
+    live, state = waited.detail
+    if waited.done:
+        return state
+    # timed out: the pods tell which nodes lack a ready plugin pod, and why
+    selector = ",".join("%s=%s" % kv for kv in sorted(live["spec"]["selector"].get("matchLabels", {}).items()))
+    pods = client.list("Pod", page_limit, namespace=meta["namespace"], label_selector=selector)
+    state = _device_plugin.rollout(live, pods, targets)
+    raise GpuhardenError(_device_plugin.rollout_message(_k8s_objects.describe(live), state, timeout), rollout=state)
 
 
 def read_cluster_policies(client, page_limit):
     """The GPU Operator's ClusterPolicies: ([policies], None); ([], None) without its CRD (404: no operator);
     ([], finding) when this identity may not list them (403): reported, the ownerReferences still tell."""
-    method = _k8s.endpoint(client.api, "GET", "/apis/%s/%s/%s" % CLUSTER_POLICY)
-    try:
-        return _shapes.check_all("ClusterPolicy", client.list_with(method, Target("list", CLUSTER_POLICY[2], CLUSTER_POLICY[0]), page_limit)), None
+    try:  # the GPU Operator's CRD, cluster-scoped (_resources.RESOURCES)
+        return _shapes.check_all("ClusterPolicy", client.list("ClusterPolicy", page_limit)), None
     except GpuhardenError as error:
         if error.result.get("status") == 404:
             return [], None
@@ -114,7 +114,7 @@ def read_cluster_policies(client, page_limit):
                            subject="ClusterPolicies (nvidia.com/v1)", repair="manual")
 
 
-def runtime_class_findings(client, name, nodes, targets, wait_seconds):
+def runtime_class_findings(client, name, nodes, targets, wait_seconds, clock=time.monotonic, sleep=time.sleep):
     """What keeps the plugin's pods from starting through the RuntimeClass they name: the class missing (the API server
     rejects such pods: ``plugin_runtime_class_missing``), or target Nodes that report runtime handlers without the
     class's handler (``runtime_class_handler_missing_on_node``: the sandbox is never created, FailedCreatePodSandBox).
@@ -132,15 +132,19 @@ def runtime_class_findings(client, name, nodes, targets, wait_seconds):
                         "RuntimeClass %s does not exist: the API server rejects the plugin's pods until it does; apply it "
                         "first (role gpuharden.k8s.runtime_class), or set runtime_class_name to \"\" where nvidia is "
                         "containerd's default runtime" % name, subject="RuntimeClass %s" % name, repair="manual")], None
-    gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
-    deadline = time.monotonic() + wait_seconds
-    while gaps and time.monotonic() < deadline:
-        time.sleep(HANDLER_POLL_SECONDS)
-        lacking = set(_node_names(gaps))
-        nodes = [_shapes.check("Node", client.read("Node", node["metadata"]["name"]) or node, name=node["metadata"]["name"])
-                 if node["metadata"]["name"] in lacking else node for node in nodes]
-        gaps = _runtime_class.node_handler_audit(nodes, live, targets)["findings"]
-    return gaps, live.get("handler")
+    state = {"nodes": nodes, "gaps": None}
+
+    def handlers_reported():
+        if state["gaps"] is not None:  # a look after the first: read again the Nodes that lacked the handler
+            lacking = set(_node_names(state["gaps"]))
+            state["nodes"] = [_shapes.check("Node", client.read("Node", node["metadata"]["name"]) or node, name=node["metadata"]["name"])
+                              if node["metadata"]["name"] in lacking else node for node in state["nodes"]]
+        state["gaps"] = _runtime_class.node_handler_audit(state["nodes"], live, targets)["findings"]
+        return not state["gaps"], state["gaps"]
+
+    waited = wait_until("Nodes reporting RuntimeClass %s's handler" % name, handlers_reported, clock() + wait_seconds, HANDLER_POLL_SECONDS,
+                        final_look=True, clock=clock, sleep=sleep)
+    return waited.detail, live.get("handler")
 
 
 def _node_names(gaps):

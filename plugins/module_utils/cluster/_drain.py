@@ -20,6 +20,8 @@ import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._device_plugin import plugin_container
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._waiter import wait_until
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._resources import api_version
 
 RESTART_PLUGIN = "device_plugin_restarted"
 RELEASED = "released"
@@ -309,7 +311,7 @@ def predict_blocks(evict, pdbs):
 
 
 def eviction_body(ref, grace_period=None, dry_run=False):
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": ref["name"], "namespace": ref["namespace"]}}
+    body = {"apiVersion": api_version("Eviction"), "kind": "Eviction", "metadata": {"name": ref["name"], "namespace": ref["namespace"]}}
     options = {}
     if grace_period is not None:
         options["gracePeriodSeconds"] = grace_period
@@ -351,10 +353,11 @@ def run_evictions(pending, evict, clock, sleep, deadline, retry_interval):
     blocked entries carry the last ``message``.  Never deletes: a pod a budget protects stays.
     """
     evicted, gone, blocked = [], [], []
-    pending = list(pending)
-    while pending:
+    state = {"pending": list(pending)}
+
+    def evict_pending():
         retry = []
-        for ref in pending:
+        for ref in state["pending"]:
             outcome, message = evict(ref)
             if outcome == "evicted":
                 evicted.append(ref)
@@ -364,39 +367,41 @@ def run_evictions(pending, evict, clock, sleep, deadline, retry_interval):
                 blocked.append(dict(ref, message=message))
             else:
                 retry.append(dict(ref, message=message))
-        pending = retry
-        if not pending:
-            break
-        if clock() + retry_interval > deadline:
-            blocked.extend(pending)
-            break
-        sleep(retry_interval)
+        state["pending"] = retry
+        return not retry, retry
+
+    if state["pending"] and not wait_until("evictions a PodDisruptionBudget refused (429)", evict_pending, deadline, retry_interval,
+                                           clock=clock, sleep=sleep).done:
+        blocked.extend(state["pending"])
     return evicted, gone, blocked
 
 
 def wait_gone(refs, present_uids, clock, sleep, deadline, poll_interval):
     """Poll until no ref's UID is present any more or ``deadline``: the refs still there (a pod that came
     back under the same name with a new UID counts as gone).  ``present_uids()`` returns a set."""
-    remaining = list(refs)
-    while remaining:
+    if not refs:
+        return []
+
+    def still_there():
         present = present_uids()
-        remaining = [ref for ref in remaining if ref["uid"] in present]
-        if not remaining or clock() + poll_interval > deadline:
-            break
-        sleep(poll_interval)
-    return remaining
+        remaining = [ref for ref in refs if ref["uid"] in present]
+        return not remaining, remaining
+
+    return wait_until("evicted pods gone", still_there, deadline, poll_interval, clock=clock, sleep=sleep).detail
 
 
 def wait_ready(nodes, not_ready, clock, sleep, deadline, poll_interval):
     """Poll until every node's Ready condition is True or ``deadline``: {node: reasons} of those still not Ready.
     ``not_ready(node)`` returns the reasons, [] once Ready; a node found Ready is not asked again."""
-    remaining = {node: None for node in nodes}
-    while remaining:
-        remaining = {node: reasons for node, reasons in ((node, not_ready(node)) for node in remaining) if reasons}
-        if not remaining or clock() + poll_interval > deadline:
-            break
-        sleep(poll_interval)
-    return remaining
+    state = {"remaining": {node: None for node in nodes}}
+    if not state["remaining"]:
+        return {}
+
+    def still_not_ready():
+        state["remaining"] = {node: reasons for node, reasons in ((node, not_ready(node)) for node in state["remaining"]) if reasons}
+        return not state["remaining"], state["remaining"]
+
+    return wait_until("Nodes Ready", still_not_ready, deadline, poll_interval, clock=clock, sleep=sleep).detail
 
 
 def public(ref, *extra):

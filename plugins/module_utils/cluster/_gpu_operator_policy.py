@@ -29,9 +29,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
 
-CLUSTER_POLICIES = ("nvidia.com", "v1", "clusterpolicies")
 # (the node option's key, the ClusterPolicy's spec field, the component's deploy label, what it is called)
 COMPONENTS = (
     ("toolkit", "toolkit", "nvidia.com/gpu.deploy.container-toolkit", "container toolkit"),
@@ -87,10 +85,9 @@ def read(client, names, page_limit):
     of ClusterPolicies and, where one exists, one LIST per component's deploy label that it enables.  No CRD (404): no
     operator.  Any other failure (RBAC, the API) is the reading's ``error`` (cause and what to grant), never a raise:
     the node stages then still read the node's own layout."""
-    method = _k8s.endpoint(client.api, "GET", "/apis/%s/%s/%s" % CLUSTER_POLICIES)
     try:
         try:
-            policies = client.list_with(method, _k8s_access.Target("list", CLUSTER_POLICIES[2], CLUSTER_POLICIES[0]), page_limit)
+            policies = client.list("ClusterPolicy", page_limit)
         except GpuhardenError as error:
             if error.result.get("status") == 404:
                 return {"nodes": {}, "policies": [], "error": None}

@@ -24,7 +24,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _devi
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import NVIDIA_RUNTIME_NAME, RUNTIME_CLASS_NAME
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._findings import finding
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s_objects, _resources
 
 GPU_DOMAIN = "nvidia.com/"
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -59,7 +59,7 @@ def check_params(params):
         quantities[key] = str(value)
     node_selector = _node_labels.check_labels(params.get("node_selector"), "runtime_class: option node_selector")
     tolerations = _node_labels.check_tolerations(params.get("tolerations"), "runtime_class: option tolerations")
-    obj = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+    obj = {"apiVersion": _resources.api_version("RuntimeClass"), "kind": "RuntimeClass",
            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpuharden"}}, "handler": handler}
     if quantities:
         obj["overhead"] = {"podFixed": quantities}

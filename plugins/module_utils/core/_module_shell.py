@@ -21,7 +21,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 
-def run_module(module, action, requires=(), never_changed=False, fail_when=None):
+def run_module(module, action, requires=(), never_changed=False, fail_when=None, counters=None):
     """End ``module`` with ``action(module)``'s result dict, or with its failure.
 
     ``requires``: ``(library, present, import_error)`` triples, checked in order before ``action`` runs.
@@ -29,14 +29,22 @@ def run_module(module, action, requires=(), never_changed=False, fail_when=None)
     bookkeeping the same run removes again).
     ``fail_when(params, result)``: a message when a result that was read without error should still fail the task
     (a ``fail_on`` threshold), else None; the failure carries the whole result.
+    ``counters``: {result key: a callable returning a running total} (``_k8s.RESULT_COUNTERS``: ``api_retries``); the
+    result, and a failure too, carries how much each total grew while ``action`` ran.
     """
     for library, present, import_error in requires:
         if not present:
             module.fail_json(msg=missing_required_lib(library), exception=import_error)
+    counters = counters or {}
+    started = {key: count() for key, count in counters.items()}
+
+    def counted(result):
+        return dict(result, **{key: count() - started[key] for key, count in counters.items()})
+
     try:
-        result = action(module)
+        result = counted(action(module))
     except GpuhardenError as error:
-        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **error.result)
+        module.fail_json(msg=error.msg, exception=traceback.format_exc(), **counted(error.result))
     if never_changed:
         result = dict(result, changed=False)
     message = fail_when(module.params, result) if fail_when else None

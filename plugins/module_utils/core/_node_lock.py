@@ -32,6 +32,7 @@ import time
 from ansible.module_utils.common.warnings import warn
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._waiter import wait_until
 
 DEFAULT_PATH = "/run/gpuharden/run.lock"
 DEFAULT_STALE_AFTER = 7200
@@ -190,40 +191,44 @@ def run(params):
     if params["timeout"] < 0 or params["stale_after"] < 1:
         raise GpuhardenError("node_lock: timeout must be >= 0 and stale_after >= 1 (got %d, %d)" % (params["timeout"], params["stale_after"]))
     controller = check_controller(params.get("controller"))
-    deadline = time.monotonic() + params["timeout"]
-    while True:
-        current = read(path)
-        now = time.time()
-        gone = holder_gone(current, controller) if current else None
-        action = decide(current, owner, now, state, gone)
-        content = {"owner": owner, "acquired_at": now, "stale_after": params["stale_after"]}
-        if controller:
-            content["run"] = {key: controller[key] for key in RUN_KEYS}
-        holder = current or None
-        if action == "create" and not create(path, content):
-            continue  # another run created it between our read and our create: decide again
-        if action == "take_over":
-            take_over(path, content)
-            if (read(path) or {}).get("owner") != owner:
-                continue  # another run took it over at the same moment and won
-        if action == "remove":
-            remove(path)
-        if action != "wait":
-            result = {"action": action, "holder": holder, "taken_over": None}
+
+    def attempt():
+        """One try at the lock: (True, the result) when it is decided, (False, the holder) while another run holds it."""
+        while True:  # a race lost (another run created or took the lock over between our read and our write): decide again
+            current = read(path)
+            now = time.time()
+            gone = holder_gone(current, controller) if current else None
+            action = decide(current, owner, now, state, gone)
+            content = {"owner": owner, "acquired_at": now, "stale_after": params["stale_after"]}
+            if controller:
+                content["run"] = {key: controller[key] for key in RUN_KEYS}
+            if action == "create" and not create(path, content):
+                continue
+            if action == "take_over":
+                take_over(path, content)
+                if (read(path) or {}).get("owner") != owner:
+                    continue
+            if action == "remove":
+                remove(path)
+            if action == "wait":
+                return False, current
+            result = {"action": action, "holder": current or None, "taken_over": None}
             if action == "take_over":
                 reason = takeover_reason(current, now, gone)
                 result["taken_over"] = reason
                 warn("node_lock: took over the run lock %s from %s: %s" % (
                     path, describe_holder(current) if current else "an unknown run", reason))
-            return result
-        if time.monotonic() >= deadline:
-            raise GpuhardenError(
-                "node_lock: the node is locked by %s (another gpuharden run); waited %d s. It is taken over once that run "
-                "is provably gone (same controller, its ansible-playbook process ended) or after stale_after (%d s); remove %s "
-                "if that run is gone" % (describe_holder(current), params["timeout"], current.get("stale_after", 0), path),
-                holder=current)
-        time.sleep(POLL_SECONDS)
+            return True, result
 
+    waited = wait_until("the run lock %s" % path, attempt, time.monotonic() + params["timeout"], POLL_SECONDS, final_look=True)
+    if waited.done:
+        return waited.detail
+    current = waited.detail
+    raise GpuhardenError(
+        "node_lock: the node is locked by %s (another gpuharden run); waited %d s. It is taken over once that run "
+        "is provably gone (same controller, its ansible-playbook process ended) or after stale_after (%d s); remove %s "
+        "if that run is gone" % (describe_holder(current), params["timeout"], current.get("stale_after", 0), path),
+        holder=current)
 
 # ---------------------------------------------------------------------------------------------
 # The controller's side: which run this is, and which runs are alive on this controller (the lookup

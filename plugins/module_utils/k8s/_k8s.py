@@ -27,7 +27,9 @@ only ever wants a URL and the raw JSON.
 ``request`` (under ``endpoint``, so under every call, LIST and object write of ``_k8s_access`` and ``_k8s_objects``) is
 also the one place a request is repeated: ``RetryPolicy`` retries a throttled (429), failed (5xx) or broken request
 with backoff and jitter, honouring ``Retry-After``, within the request timeout, and only where repeating it is safe;
-urllib3's own retries are off.  ``retries_made(api)`` counts the retries.
+urllib3's own retries are off.  ``retries_made(api)`` counts the retries of one ApiClient, ``retries_total()`` those of
+the whole process: every module that talks to the API server reports the latter of its run as ``api_retries``
+(``RESULT_COUNTERS``, handed to ``_module_shell.run_module``).
 """
 
 from __future__ import annotations
@@ -439,7 +441,24 @@ class RetryPolicy:
     def wait(self, seconds):
         with self._lock:
             self.retries += 1
+        with _TOTAL_LOCK:
+            _TOTAL["retries"] += 1
         self.sleep(seconds)
+
+
+_TOTAL_LOCK = threading.Lock()
+_TOTAL = {"retries": 0}
+
+
+def retries_total():
+    """How many requests this process retried so far, through any ApiClient (all ``RetryPolicy`` instances)."""
+    with _TOTAL_LOCK:
+        return _TOTAL["retries"]
+
+
+# What every module that talks to the API server adds to its result, success or failure (_module_shell.run_module
+# reports each counter's growth over the module's run): api_retries, the requests it had to send again.
+RESULT_COUNTERS = {"api_retries": retries_total}
 
 
 def retry_policy(api):

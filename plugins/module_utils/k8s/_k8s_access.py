@@ -17,7 +17,7 @@ import json
 import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _resources
 
 RBAC_FILE = "deploy/rbac/gpuharden-rbac.yaml"
 _USER_RE = re.compile(r'User "([^"]*)"')
@@ -30,6 +30,12 @@ class Target:
 
     def __init__(self, verb, resource, group="", namespace=None, name=None):
         self.verb, self.resource, self.group, self.namespace, self.name = verb, resource, group, namespace, name
+
+    @classmethod
+    def of(cls, verb, kind, namespace=None, name=None):
+        """The call ``verb`` on ``kind`` (a kind of ``_resources.RESOURCES``: its resource and group from the table)."""
+        resource, group = _resources.rbac(kind)
+        return cls(verb, resource, group, namespace, name)
 
     def describe(self):
         what = "%s %s" % (self.verb, self.resource)
@@ -112,20 +118,8 @@ def list_all(module, api, method, target, page_limit=500, **kwargs):
                          page_limit, **kwargs)
 
 
-# kind -> (its cluster-wide LIST path, resource, API group): the kinds the read-only modules LIST across all namespaces
-# (the resource and group are the RBAC rule a 403 names).
-CLUSTER_LISTS = {
-    "Node": ("/api/v1/nodes", "nodes", ""),
-    "Pod": ("/api/v1/pods", "pods", ""),
-    "Deployment": ("/apis/apps/v1/deployments", "deployments", "apps"),
-    "StatefulSet": ("/apis/apps/v1/statefulsets", "statefulsets", "apps"),
-    "DaemonSet": ("/apis/apps/v1/daemonsets", "daemonsets", "apps"),
-    "Job": ("/apis/batch/v1/jobs", "jobs", "batch"),
-    "CronJob": ("/apis/batch/v1/cronjobs", "cronjobs", "batch"),
-}
-
-
 def list_kind(module, api, kind, page_limit=500, **selectors):
-    """Every object of ``kind`` (a key of CLUSTER_LISTS) in the cluster, one paginated LIST: (items, pages)."""
-    path, resource, group = CLUSTER_LISTS[kind]
-    return list_all(module, api, _k8s.endpoint(api, "GET", path), Target("list", resource, group), page_limit, **selectors)
+    """Every object of ``kind`` (a kind of ``_resources.RESOURCES``) in the cluster, one paginated LIST across all
+    namespaces: (items, pages)."""
+    return list_all(module, api, _k8s.endpoint(api, "GET", *_resources.template(kind, all_namespaces=True)), Target.of("list", kind),
+                    page_limit, **selectors)

@@ -14,8 +14,8 @@ An existing object that this collection never applied (no ``gpuharden`` Apply en
 *adopted*: replaced (PUT) by the desired object, so that fields left by the previous installer cannot survive
 (server-side apply would keep them: they are not ours), then applied, so that gpuharden owns the fields.
 
-Every request goes through ``_k8s.endpoint`` with plain dicts; nothing here knows about a particular kind beyond
-the ``KINDS`` table.
+Every request goes through ``_k8s.endpoint`` with plain dicts; nothing here knows about a particular kind: its path,
+scope and RBAC names come from the one table, ``_resources.RESOURCES``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import json
 import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._waiter import wait_until
+from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_access, _resources
 
 try:
     import yaml
@@ -39,14 +40,6 @@ FIELD_MANAGER = "gpuharden"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
 
-# kind: (API path prefix, namespaced, resource, API group): the last two name the RBAC rule a 403 lacks
-KINDS = {
-    "ConfigMap": ("/api/v1", True, "configmaps", ""),
-    "DaemonSet": ("/apis/apps/v1", True, "daemonsets", "apps"),
-    "RuntimeClass": ("/apis/node.k8s.io/v1", False, "runtimeclasses", "node.k8s.io"),
-    "Node": ("/api/v1", False, "nodes", ""),
-    "Pod": ("/api/v1", True, "pods", ""),
-}
 # the HTTP method of each verb Client uses
 HTTP_METHODS = {"read": "GET", "list": "GET", "patch": "PATCH", "replace": "PUT", "delete": "DELETE"}
 
@@ -119,25 +112,19 @@ class Client:
 
     def _method(self, kind, verb):
         """The request of ``verb`` (read, list, patch, replace, delete) on one object of ``kind`` (``list``: in one
-        namespace, or of a cluster-scoped kind), called with the object's name and namespace, as in KINDS."""
-        prefix, namespaced, resource = KINDS[kind][:3]
-        path = prefix + ("/namespaces/{namespace}" if namespaced else "") + "/" + resource
-        keys = ("namespace",) if namespaced else ()
-        if verb != "list":
-            path, keys = path + "/{name}", ("name",) + keys
-        return _k8s.endpoint(self.api, HTTP_METHODS[verb], path, *keys)
+        namespace, or of a cluster-scoped kind), called with the object's name and namespace (``_resources.template``)."""
+        return _k8s.endpoint(self.api, HTTP_METHODS[verb], *_resources.template(kind, named=verb != "list"))
 
     def _call(self, verb, kind, name, namespace, method, *args, accept=(), **kwargs):
         """(status, body) of one request; ``verb`` is the RBAC verb it needs."""
-        _prefix, namespaced, resource, group = KINDS[kind]
-        target = _k8s_access.Target(verb, resource, group, namespace if namespaced else None, name)
+        target = _k8s_access.Target.of(verb, kind, namespace if _resources.RESOURCES[kind].namespaced else None, name)
         self.requests += 1
         status, body = _k8s_access.call(self.who, self.api, method, target, *args, accept=accept, **kwargs)
         return status, body or {}
 
     @staticmethod
     def _args(kind, name, namespace):
-        return (name, namespace) if KINDS[kind][1] else (name,)
+        return (name, namespace) if _resources.RESOURCES[kind].namespaced else (name,)
 
     def read(self, kind, name, namespace=None):
         """The live object, or None when it does not exist."""
@@ -178,14 +165,10 @@ class Client:
 
     def list(self, kind, page_limit, namespace=None, **selectors):
         """Every object of the kind (one namespace, or all), following ``continue``: one paginated LIST."""
-        prefix, namespaced, resource, group = KINDS[kind]
-        if namespace is None and namespaced:
-            method = _k8s.endpoint(self.api, "GET", "%s/%s" % (prefix, resource))
-            args = ()
-        else:
-            method = self._method(kind, "list")
-            args = (namespace,) if namespaced else ()
-        return self.list_with(method, _k8s_access.Target("list", resource, group, namespace), page_limit, args=args, **selectors)
+        across = namespace is None
+        method = _k8s.endpoint(self.api, "GET", *_resources.template(kind, all_namespaces=across))
+        args = () if across or not _resources.RESOURCES[kind].namespaced else (namespace,)
+        return self.list_with(method, _k8s_access.Target.of("list", kind, namespace), page_limit, args=args, **selectors)
 
     def list_with(self, method, target, page_limit, **params):
         """One paginated LIST through any LIST request (``_k8s.endpoint``; custom resources too), its pages counted."""
@@ -247,12 +230,22 @@ def execute(client, desired, decision, force_conflicts=True, recreate=False):
     return client.apply(desired, dry_run=False, force=force_conflicts)
 
 
-def wait_gone(client, kind, name, namespace, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while client.read(kind, name, namespace) is not None:
-        if time.monotonic() > deadline:
-            raise GpuhardenError("%s: %s %s still exists %d s after its deletion (finalizers?)" % (client.who, kind, name, timeout))
-        time.sleep(0.5)
+GONE_POLL_SECONDS = 0.5
+
+
+def wait_gone(client, kind, name, namespace, timeout=60.0, clock=time.monotonic, sleep=time.sleep):
+    """Until the deleted object is gone; a timeout names it and what still holds it (its finalizers)."""
+
+    def gone():
+        live = client.read(kind, name, namespace)
+        meta = (live or {}).get("metadata") or {}
+        return live is None, {"finalizers": meta.get("finalizers") or [], "deletionTimestamp": meta.get("deletionTimestamp")}
+
+    try:
+        wait_until("%s %s gone after its deletion (finalizers?)" % (kind, name), gone, clock() + timeout, GONE_POLL_SECONDS,
+                   final_look=True, must=True, clock=clock, sleep=sleep)
+    except GpuhardenError as error:
+        raise GpuhardenError("%s: %s" % (client.who, error.msg)) from None
 
 
 def diff_entry(decision, desired):

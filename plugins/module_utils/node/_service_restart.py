@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._waiter import wait_until
+
 POLL_SECONDS = 0.25
 
 
@@ -39,13 +41,12 @@ def restart_and_wait(run_command, service, probe, timeout, clock=time.monotonic,
         return {"ready": False, "status": None, "seconds": round(clock() - started, 3), "attempts": 0, "timed_out": False,
                 "restarted_at": restarted_at, "error": "systemctl restart %s failed (rc %d): %s" % (service, rc, (err or out).strip())}
     deadline = started + timeout
-    attempts = 0
-    while True:
-        attempts += 1
-        ready, status, error, final = probe(deadline)
-        timed_out = not ready and not final and clock() + POLL_SECONDS > deadline
-        if ready or final or timed_out:
-            break
-        sleep(POLL_SECONDS)
-    return {"ready": ready, "status": status, "seconds": round(clock() - started, 3), "attempts": attempts,
-            "error": None if ready else error, "timed_out": timed_out, "restarted_at": restarted_at}
+
+    def serving():
+        answer = probe(deadline)  # (ready, status, error, final)
+        return answer[0] or answer[3], answer
+
+    waited = wait_until("%s serving after its restart" % service, serving, deadline, POLL_SECONDS, clock=clock, sleep=sleep)
+    ready, status, error, _final = waited.detail
+    return {"ready": ready, "status": status, "seconds": round(clock() - started, 3), "attempts": waited.looks,
+            "error": None if ready else error, "timed_out": not waited.done, "restarted_at": restarted_at}
