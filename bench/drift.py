@@ -209,24 +209,23 @@ def report(results, nodes):
     lines = ["strategy: %s" % results.get("strategy", "linear")]
     if a:
         lines += [
-        "(a) drift vs builtin-module baseline, 8 nodes: drift %.2fs, baseline %.2fs: %.1fx faster (goal >= 10x)"
-        % (a["drift"]["wall_s"], a["baseline"]["wall_s"], a["ratio"]),
-        "    drift:    " + where(a["drift_tasks"]) + "; slowest node_audit %.2fs" % a["drift"]["slowest_audit_s"],
-        "    baseline: " + where(a["baseline"])]
+            "(a) drift vs builtin-module baseline, 8 nodes: drift %.2fs, baseline %.2fs: %.1fx faster (goal >= 10x)"
+            % (a["drift"]["wall_s"], a["baseline"]["wall_s"], a["ratio"]),
+            "    drift:    " + where(a["drift_tasks"]) + "; slowest node_audit %.2fs" % a["drift"]["slowest_audit_s"],
+            "    baseline: " + where(a["baseline"])]
     if b:
         lines += [
-        "(b) drift on 1 / 8 / %d nodes: %s s: %d nodes take %.2fx one node (goal <= 2x)"
-        % (nodes, " / ".join("%.2f" % b[key]["wall_s"] for key in ("1", "8", str(nodes)) if key in b), nodes, b["ratio"]),
-        "    %d nodes: %s; slowest node_audit %.2fs" % (nodes, where(b["tasks_%d" % nodes]), b[str(nodes)]["slowest_audit_s"]),
-        "    %d nodes, CPU: %s" % (nodes, cpu_line(b[str(nodes)]["cpu"])),
-        "    1 node, CPU:   " + cpu_line(b["1"]["cpu"])]
+            "(b) drift on 1 / 8 / %d nodes: %s s: %d nodes take %.2fx one node (goal <= 2x)"
+            % (nodes, " / ".join("%.2f" % b[key]["wall_s"] for key in ("1", "8", str(nodes)) if key in b), nodes, b["ratio"]),
+            "    %d nodes: %s; slowest node_audit %.2fs" % (nodes, where(b["tasks_%d" % nodes]), b[str(nodes)]["slowest_audit_s"]),
+            "    %d nodes, CPU: %s" % (nodes, cpu_line(b[str(nodes)]["cpu"])),
+            "    1 node, CPU:   " + cpu_line(b["1"]["cpu"])]
     if c:
         lines += [
-        "(c) no-op harden vs drift, one compliant node: harden %.2fs (%d changed), drift %.2fs: %.1fx (goal <= 1.5x)"
-        % (c["harden_noop"]["wall_s"], c["harden_noop"]["changed"], c["drift"]["wall_s"], c["ratio"]),
-        "    harden: " + where(c["harden_noop"]),
-        "    drift:  " + where(c["drift_tasks"]),
-    ]
+            "(c) no-op harden vs drift, one compliant node: harden %.2fs (%d changed), drift %.2fs: %.1fx (goal <= 1.5x)"
+            % (c["harden_noop"]["wall_s"], c["harden_noop"]["changed"], c["drift"]["wall_s"], c["ratio"]),
+            "    harden: " + where(c["harden_noop"]),
+            "    drift:  " + where(c["drift_tasks"])]
     return "\n".join(lines)
 
 
