@@ -118,9 +118,9 @@ def test_section_validation_names_the_section_and_field():
     with pytest.raises(GpuhardenError, match=r"option kubelet: .*cpu_manager_policy"):
         _node_audit.section_params("kubelet", _node_audit._kubelet.argument_spec(), {"cpu_manager_policy": "dynamic"}, "/")
     with pytest.raises(GpuhardenError, match=r"option mig must be a dict"):
-        _node_audit.section_params("mig", _node_audit._mig_nvml.argument_spec(), ["2g.20gb"], "/")
+        _node_audit.section_params("mig", _node_audit._mig_spec(), ["2g.20gb"], "/")
     with pytest.raises(GpuhardenError, match=r"option mig: .*(config|layout)"):
-        _node_audit.section_params("mig", _node_audit._mig_nvml.argument_spec(), {}, "/", _node_audit._mig_nvml.OPTION_RULES)
+        _node_audit.section_params("mig", _node_audit._mig_spec(), {}, "/", _node_audit._mig_rules())
     # None means "not given": the module default applies, as with omit
     params = _node_audit.section_params("device_nodes", _node_audit._device_nodes.argument_spec(), {"owner": None}, "/r")
     assert params["owner"] is None and params["policy"] == "default" and params["root"] == "/r"

@@ -29,10 +29,14 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.node import (
     _device_nodes,
     _gpu_operator,
     _kubelet,
-    _mig,
     _process_cgroups,
 )
-from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts, _mig_nvml, _nvml, _nvml_node
+from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _nvml, _nvml_node
+
+# Imported where they are used, not here: the MIG planners (_mig, _mig_nvml) only by a run that asks for a layout, the
+# GPU facts (_gpu_facts) only by one that asks for facts.  Ansible ships them in the payload either way (its
+# module_utils finder reads every import of the file), but the node compiles a module's source, from the zip, only when
+# it is imported: at 66 KB the MIG planners cost each drift audit, which asks for no layout, about 30 ms of node CPU.
 
 
 def section_params(name, spec, given, root, rules=None):
@@ -241,7 +245,22 @@ def _need_pynvml(check):
                              % (check, sys.executable), fix=PYNVML_FIX)
 
 
+def _mig_spec():
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml
+
+    return _mig_nvml.argument_spec()
+
+
+def _mig_rules():
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml
+
+    return _mig_nvml.OPTION_RULES
+
+
 def audit_mig(params):
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _mig
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _mig_nvml
+
     _need_pynvml("mig")
     entries = _mig_nvml.entries_from_params(params)
     with _mig_nvml.Session():
@@ -299,12 +318,13 @@ def not_checked_entry(what, error):
     return {"what": what, "cause": " ".join(str(message).split()), "fix": fix or GENERIC_FIX}
 
 
-# name -> (spec, option rules, audit function); the order is the order of harden_gpu_nodes.yml
+# name -> (spec, option rules or None, audit function), the spec and rules as functions (read only for a check that
+# runs); the order is the order of harden_gpu_nodes.yml
 CHECKS = (
     ("device_nodes", _device_nodes.argument_spec, None, audit_device_nodes),
     ("containerd", _containerd.argument_spec, None, audit_containerd),
     ("kubelet", _kubelet.argument_spec, None, audit_kubelet),
-    ("mig", _mig_nvml.argument_spec, _mig_nvml.OPTION_RULES, audit_mig),
+    ("mig", _mig_spec, _mig_rules, audit_mig),
     ("cgroup_memory", _cgroup_memory.argument_spec, None, audit_cgroup_memory),
     ("nvml", _nvml_node.argument_spec, None, audit_nvml),
     ("device_cgroups", _device_audit_node.argument_spec, None, audit_device_cgroups),
@@ -421,7 +441,7 @@ def _audit(params, clock):
             section = spec()
             if operator is not None and "gpu_operator" in section:
                 given = dict(given, gpu_operator=operator)
-            options = section_params(name, section, given, root, rules)
+            options = section_params(name, section, given, root, rules and rules())
             if node and "node_name" in options and not options.get("node_name"):
                 options["node_name"] = node
             would_change, found, details = function(options)
@@ -450,7 +470,11 @@ def _audit(params, clock):
     if node_report is not None and pod_resources is not None:
         node_report["pod_resources"] = pod_resources
     by_severity = _findings.by_severity(findings)
-    extra = {"ansible_facts": {"gpuharden": _gpu_facts.gather(root)}} if params.get("facts") else {}
+    extra = {}
+    if params.get("facts"):
+        from ansible_collections.gpuharden.k8s.plugins.module_utils.nvml import _gpu_facts
+
+        extra = {"ansible_facts": {"gpuharden": _gpu_facts.gather(root)}}
     return dict(extra, **{
         "findings": findings,
         "checks": checks,

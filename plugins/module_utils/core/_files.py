@@ -30,8 +30,10 @@ import stat
 import sys
 import tempfile
 
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _originals
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+# _originals (the record of what a write replaced) is imported by the two functions that write, not here: a read-only
+# run (every audit) never compiles it, nor hashlib and shutil that it brings.
 
 # The most a config read reads: real kubelet, containerd and mig-parted files are a few KiB; 4 MiB leaves room for
 # generated ones and stops a file that is an endless device, or a 20 MB scalar, before it costs memory and time.
@@ -402,6 +404,8 @@ def write_checked(module, target, content, mode):
 
 def _record_state(root, change):
     """The bytes of the originals record ``before_write`` will update (None: none yet), to put back on failure."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _originals
+
     record = _originals.record_file(root, _originals.node_path(root, change.path))
     try:
         with open(record, "rb") as handle:
@@ -438,6 +442,8 @@ def _missing_dirs(path):
 
 def _apply_checked(module, target, backup):
     """Make one checked change; returns (backup file or None, undo) where ``undo()`` puts the file and its record back."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _originals
+
     change = target.change
     root = _module_root(module)
     record_path, record_data = _record_state(root, change)
