@@ -30,6 +30,7 @@ author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.FACTS
 options:
   node_name:
     description: The node's Kubernetes name (node_audit's O(gpuharden.k8s.node_audit#module:node_name)).
@@ -71,9 +72,6 @@ attributes:
   diff_mode:
     support: full
     description: Each stage's diff, one after the other.
-  platform:
-    platforms: posix
-    description: Target OS/families that can be operated against.
 """
 
 EXAMPLES = r"""

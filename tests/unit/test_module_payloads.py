@@ -42,6 +42,7 @@ NODE_SIDE = {
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
+    "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check, delegate_to localhost",
@@ -131,9 +132,10 @@ def test_the_payload_reader_sees_controller_code(payloads):
                for hit in consistency["kubernetes_imports"])
     assert payloads["check_variables"]["zip_bytes"] == 0
     assert payloads["node_stages"]["zip_bytes"] == 0
+    assert payloads["cluster_stage_gate"]["zip_bytes"] == 0
 
 
-@pytest.mark.parametrize("module", sorted(set(NODE_SIDE) | set(CONTROLLER_SIDE) - {"check_variables", "node_stages"}))
+@pytest.mark.parametrize("module", sorted(set(NODE_SIDE) | set(CONTROLLER_SIDE) - {"check_variables", "node_stages", "cluster_stage_gate"}))
 def test_payload_ships_the_module_shell(payloads, module):
     """Every module ends through _module_shell.run_module; on the node side the tests below keep it free of controller
     code."""
