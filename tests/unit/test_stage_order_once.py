@@ -95,8 +95,8 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
     stages_run = imports[0]["vars"]["__stages_run"]
     registered = re.fullmatch(r"\{\{ (\w+)\.plan\.runs \}\}", stages_run).group(1)
     engines = [task for task in _play_tasks(first) if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
-    if playbook == "harden_gpu_nodes.yml":  # through tasks/node_plan.yml, shared with the drift check
-        engines = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan.yml").read_text())
+    if playbook == "harden_gpu_nodes.yml":  # through tasks/node_stages.yml (the drift check's inputs and audit)
+        engines = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())
                    if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
     assert len(engines) == 1, (playbook, registered)
     assert tuple(stage for stage, _check in _node_audit.NODE_STAGES) == _stage_plan.NODE_STAGE_NAMES
@@ -149,3 +149,14 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     assert decision["gpuharden.k8s.cluster_stage_gate"] == {"stage": "device_plugin"}
     assert decision["run_once"] is True and decision["tags"] == stage["tags"]
     assert stage["when"] == "%s.run" % decision["register"]
+
+
+def test_the_engine_audits_as_the_drift_check_does():
+    """harden's engine task (tasks/node_stages.yml) gives node_audit the options the drift check's node_audit task
+    (tasks/node_plan.yml) takes: the audit that plans harden is the one drift reports."""
+    [engine] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text()) if "gpuharden.k8s.node_stages" in task]
+    [audit] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan.yml").read_text()) if "gpuharden.k8s.node_audit" in task]
+    options = dict(audit["gpuharden.k8s.node_audit"])
+    assert options.pop("node_name") == engine["gpuharden.k8s.node_stages"]["node_name"]
+    assert engine["gpuharden.k8s.node_stages"]["audit"] == options
+    assert engine["register"] == audit["register"] == "gpuharden_node_plan"
