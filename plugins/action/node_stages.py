@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible import context
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
@@ -28,13 +29,20 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_p
 display = Display()
 
 ARGUMENT_SPEC = {
-    "node_name": {"type": "str", "required": True},
+    # each None: the play's variable below
+    "node_name": {"type": "str"},
     "audit": {"type": "dict", "required": True},
     "stages": {"type": "dict", "default": {}},
-    "skip_compliant": {"type": "bool", "default": True},
-    "allow_non_gpu_nodes": {"type": "bool", "default": False},
+    "skip_compliant": {"type": "bool"},
+    "allow_non_gpu_nodes": {"type": "bool"},
     # false: plan only (drift_check.yml, audit_node.yml: the same audit and plan, no stage runs)
     "run_stages": {"type": "bool", "default": True},
+}
+# option: (the play's variable it defaults to, that variable's default)
+PLAY_DEFAULTS = {
+    "node_name": ("gpuharden_k8s_node_name", None),
+    "skip_compliant": ("gpuharden_skip_compliant_stages", True),
+    "allow_non_gpu_nodes": ("gpuharden_allow_non_gpu_nodes", False),
 }
 # each engine stage's result keys kept in the task's result (the whole module result stays under result)
 STAGE_KEYS = ("changed", "failed", "msg", "refused", "not_checked", "warnings")
@@ -78,11 +86,31 @@ class ActionModule(ActionBase):
         finally:
             self._task.check_mode = saved
 
+    def _play_variable(self, task_vars, name, default):
+        if name not in task_vars:
+            return default
+        value = self._templar.template(task_vars[name])
+        return boolean(value, strict=False) if isinstance(default, bool) else value
+
+    def _role_options(self, task_vars, role):
+        """A stage's module options from its role's variables: <role>_audit_options (the options node_audit's check of
+        the stage takes, vars/main.yml) and the role's backup option."""
+        options = dict(self._templar.template(task_vars["%s_audit_options" % role]))
+        if "%s_backup" % role in task_vars:
+            options["backup"] = boolean(self._templar.template(task_vars["%s_backup" % role]), strict=False)
+        return options
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        host = task_vars.get("inventory_hostname", args["node_name"])
+        host = task_vars.get("inventory_hostname")
+        for option, (variable, default) in PLAY_DEFAULTS.items():
+            if args[option] is None:
+                args[option] = self._play_variable(task_vars, variable, host if option == "node_name" else default)
+        for stage in _stage_plan.STAGES:
+            if stage.engine and stage.name not in args["stages"] and "%s_audit_options" % stage.role in task_vars:
+                args["stages"][stage.name] = self._role_options(task_vars, stage.role)
 
         audit = self._module("gpuharden.k8s.node_audit", dict(args["audit"], node_name=args["node_name"]), task_vars, check_mode=False)
         if audit.get("failed"):

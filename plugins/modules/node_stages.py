@@ -33,9 +33,10 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.FACTS
 options:
   node_name:
-    description: The node's Kubernetes name (node_audit's O(gpuharden.k8s.node_audit#module:node_name)).
+    description:
+      - The node's Kubernetes name (node_audit's O(gpuharden.k8s.node_audit#module:node_name)).
+      - Default the host's C(gpuharden_k8s_node_name), else its inventory name.
     type: str
-    required: true
   audit:
     description:
       - The options of M(gpuharden.k8s.node_audit) but O(gpuharden.k8s.node_audit#module:node_name) (the desired state of each check, C(facts),
@@ -47,16 +48,18 @@ options:
       - Per stage the engine runs, the options of its module, keyed by stage name (C(device_permissions) takes those
         of M(gpuharden.k8s.nvidia_device_nodes)). Its C(gpu_operator) option gets the reading the audit took, with
         its own C(takeover) list.
+      - A stage left out here takes its role's options from the play, C(<role>_audit_options) with C(<role>_backup)
+        (C(device_permissions_audit_options), the role's C(vars/main.yml)).
     type: dict
     default: {}
   skip_compliant:
-    description: Leave out a node-side stage whose check is C(ok). V(false) runs every stage (MIG only where a layout is asked for).
+    description:
+      - Leave out a node-side stage whose check is C(ok). V(false) runs every stage (MIG only where a layout is asked for).
+      - Default the play's C(gpuharden_skip_compliant_stages), else V(true).
     type: bool
-    default: true
   allow_non_gpu_nodes:
-    description: Run on a node that shows no NVIDIA GPU.
+    description: Run on a node that shows no NVIDIA GPU. Default the play's C(gpuharden_allow_non_gpu_nodes), else V(false).
     type: bool
-    default: false
   run_stages:
     description:
       - V(false) plans only (the drift check's reading of the node); no stage runs, no node is refused.
@@ -75,15 +78,12 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Plan and run the node's stages
+- name: Plan and run the node's stages (the device permissions stage with the role's options)
   gpuharden.k8s.node_stages:
-    node_name: "{{ inventory_hostname }}"
     audit:
       facts: true
       device_nodes: "{{ device_permissions_audit_options }}"
       containerd: "{{ container_runtime_audit_options }}"
-    stages:
-      device_permissions: "{{ device_permissions_audit_options | combine({'backup': device_permissions_backup}) }}"
   register: gpuharden_node_plan
   tags: [always]
 """

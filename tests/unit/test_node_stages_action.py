@@ -43,14 +43,22 @@ def cliargs(monkeypatch):
     return set_tags
 
 
-def _run(monkeypatch, results, args, check_mode=False):
+class Templar:
+    """The play's variables are plain values here: templating returns them as they are."""
+
+    @staticmethod
+    def template(value):
+        return value
+
+
+def _run(monkeypatch, results, args, check_mode=False, task_vars=None):
     recorder = Recorder(results)
     monkeypatch.setattr(node_stages.ActionModule, "_execute_module",
                         lambda self, module_name, module_args, task_vars: recorder(self, module_name, module_args, task_vars))
     task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=True, action="gpuharden.k8s.node_stages")
     connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x"))
-    action = node_stages.ActionModule(task, connection, None, None, None, None)
-    return action.run(task_vars={"inventory_hostname": "gpu-a"}), recorder.calls, task
+    action = node_stages.ActionModule(task, connection, None, None, Templar(), None)
+    return action.run(task_vars=dict({"inventory_hostname": "gpu-a"}, **(task_vars or {}))), recorder.calls, task
 
 
 ARGS = {"node_name": "gpu-a", "audit": {"facts": True, "device_nodes": {"policy": "default"}},
@@ -129,3 +137,17 @@ def test_plan_only_runs_the_audit_and_refuses_no_node(monkeypatch, cliargs):
     assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit"]
     assert not result.get("failed") and result["changed"] is False
     assert result["plan"]["stages"][0]["action"] == "run" and "stages" not in result
+
+
+def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs):
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift"), "gpuharden.k8s.nvidia_device_nodes": PERMISSIONS}
+    play = {"gpuharden_k8s_node_name": "node-a", "gpuharden_skip_compliant_stages": "false",
+            "device_permissions_audit_options": {"policy": "restricted", "group": "video"}, "device_permissions_backup": "yes"}
+    result, calls, _task = _run(monkeypatch, results, {"audit": {"device_nodes": {}}}, task_vars=play)
+    assert calls[0][1]["node_name"] == "node-a"
+    assert calls[1][1] == {"policy": "restricted", "group": "video", "backup": True}
+    # gpuharden_skip_compliant_stages=false: every stage
+    assert result["plan"]["runs"]["container_runtime"] is True
+    result, calls, _task = _run(monkeypatch, results, {"audit": {}})
+    assert calls[0][1]["node_name"] == "gpu-a"
+    assert result["plan"]["runs"]["container_runtime"] is False
