@@ -12,7 +12,7 @@ import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.bpf import _device_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_config
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 from gpuharden import drift_report, severity
@@ -118,6 +118,8 @@ def _harden_tags():
     def walk(tasks, directory):
         for task in tasks or []:
             tags.update(task.get("tags") or [])
+            if "gpuharden.k8s.node_stages" in task:  # the stage engine selects its own stages by the run's tags
+                tags.update(tag for stage in _stage_plan.STAGES if stage.engine for tag in stage.tags)
             walk(task.get("block"), directory)
             imported = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
             imported = imported.get("file") if isinstance(imported, dict) else imported

@@ -22,7 +22,7 @@ import yaml
 from ansible_collections.gpuharden.k8s.plugins.action import check_variables as cv
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _device_plugin_reconcile, _runtime_class
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults, _findings, _vocabulary
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults, _findings, _stage_plan, _vocabulary
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import (
     _cgroup_memory,
     _containerd,
@@ -280,6 +280,7 @@ def test_every_stage_list_is_the_vocabularys():
     node_stages = [stage for stage, _check in _node_audit.NODE_STAGES]
     assert node_stages == [stage for stage in stages if stage in node_stages], "node_audit's NODE_STAGES leave the stage order"
     assert set(_gpu_operator.STAGES) <= set(stages)
+    assert _stage_plan.STAGE_NAMES == stages, "the stage engine's registry leaves the stage order"
     by_stage = {entry["stage"] for entry in TABLE.role_settings()}
     assert set(stages) | {_vocabulary.POSTCHECK} <= by_stage == set(TABLE.ROLES)
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Issue 15, item 5: the stage order is written once (playbooks/tasks/stages.yml).
+"""Issue 15, item 5: the stage order is written once (the stage registry, module_utils/core/_stage_plan.py STAGES;
+playbooks/tasks/stages.yml runs the stages the play owns in that order, after the stage engine ran its own).
 
 harden_gpu_nodes.yml and bootstrap_gpu_node.yml import that file instead of naming the stages themselves; only
 harden's budgeted rollout play names the two steps that drain a node, and it keeps the file's order between them, and
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _vocabulary
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan, _vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
@@ -65,8 +66,11 @@ def _stage_steps():
 
 
 def test_the_order_is_the_documented_one():
+    # the stage engine runs device_permissions, the first stage, itself (node_stages); the play runs the others
+    assert [stage.name for stage in _stage_plan.STAGES if stage.engine] == ["device_permissions"]
+    assert _stage_plan.STAGE_NAMES[0] == "device_permissions"
     assert _stage_steps() == [
-        ("device_permissions", "main"), ("container_runtime", "main"),
+        ("container_runtime", "main"),
         # the RuntimeClass's handler comes from the container_runtime stage, and the plugin runs with that class
         ("runtime_class", "main"),
         # both plans before the budget, so that the budget knows whether this node drains
@@ -85,16 +89,16 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
     first = plays[0]
     imports = [task for task in _play_tasks(first) if task.get("ansible.builtin.import_tasks") == "tasks/stages.yml"]
     assert len(imports) == 1, "%s: its first play imports tasks/stages.yml %d times" % (playbook, len(imports))
+    # the stage engine's plan (node_stages: node_audit's stage table, or every stage with skip_compliant false), the
+    # task before it registers; the planner's node stages are the audit's
     stages_run = imports[0]["vars"]["__stages_run"]
-    if isinstance(stages_run, str):  # one reference to a fact the play sets from its plan
-        fact = stages_run.strip("{} ")
-        [stages_run] = [task["ansible.builtin.set_fact"][fact] for task in _play_tasks(first)
-                        if fact in (task.get("ansible.builtin.set_fact") or {})]
-    if isinstance(stages_run, str):  # harden: node_audit's stage table, or every stage (gpuharden_skip_compliant_stages=false)
-        assert "gpuharden_node_plan.summary.node_stages" in stages_run, stages_run
-        assert set(re.findall(r"'(\w+)': ", stages_run)) == {stage for stage, _check in _node_audit.NODE_STAGES}, stages_run
-        stages_run = dict(_node_audit.NODE_STAGES)
-    assert set(stages_run) == {"device_permissions", "container_runtime", "kubelet_topology", "mig", "cgroup_limits"}
+    registered = re.fullmatch(r"\{\{ (\w+)\.plan\.runs \}\}", stages_run).group(1)
+    engines = [task for task in _play_tasks(first) if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
+    if playbook == "harden_gpu_nodes.yml":  # through tasks/node_stages.yml (the drift check's inputs and audit)
+        engines = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())
+                   if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
+    assert len(engines) == 1, (playbook, registered)
+    assert tuple(stage for stage, _check in _node_audit.NODE_STAGES) == _stage_plan.NODE_STAGE_NAMES
     named = [(play["name"], step) for play in plays for step in map(_role_step, _play_tasks(play)) if step]
     rollout = [(name, step) for name, step in named if "disruptive stages" in name]
     assert [step for _name, step in rollout] == ([("kubelet_topology", "main"), ("mig", "main")]
@@ -139,10 +143,19 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     play_tasks = list(_play_tasks(plays[plugin]))
     [position] = [index for index, task in enumerate(play_tasks) if _tasks_file(task) == "tasks/stage_device_plugin.yml"]
     stage, decision = play_tasks[position], play_tasks[position - 1]
-    assert stage["when"] == "__harden_device_plugin_stage | bool"
+    # the gate (plugins/action/cluster_stage_gate.py): no plugin update after a failed rollout step, nor where the
+    # plan's dry run of it found nothing to do and no node-side stage ran (tests/unit/test_cluster_stage_gate.py)
+    assert decision["gpuharden.k8s.cluster_stage_gate"] == {"stage": "device_plugin"}
     assert decision["run_once"] is True and decision["tags"] == stage["tags"]
-    rule = decision["ansible.builtin.set_fact"]["__harden_device_plugin_stage"]
-    assert "selectattr('__harden_failed', 'defined') | list | length == 0" in rule
-    # nor where the plan's dry run of it found nothing to do (and no node-side stage ran)
-    assert "and __harden_device_plugin_needed | bool" in rule
-    assert "device_plugin_check" in decision["vars"]["__harden_device_plugin_checks"]
+    assert stage["when"] == "%s.run" % decision["register"]
+
+
+def test_the_engine_audits_as_the_drift_check_does():
+    """harden's engine task (tasks/node_stages.yml) gives node_audit the options the drift check's node_audit task
+    (tasks/node_plan.yml) takes: the audit that plans harden is the one drift reports."""
+    [engine] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text()) if "gpuharden.k8s.node_stages" in task]
+    [audit] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan.yml").read_text()) if "gpuharden.k8s.node_audit" in task]
+    options = dict(audit["gpuharden.k8s.node_audit"])
+    assert options.pop("node_name") == engine["gpuharden.k8s.node_stages"]["node_name"]
+    assert engine["gpuharden.k8s.node_stages"]["audit"] == options
+    assert engine["register"] == audit["register"] == "gpuharden_node_plan"

@@ -1,0 +1,84 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.cluster_stage_gate: whether harden runs a cluster-side stage, decided once for
+the play from every host's plan (module_utils/core/_stage_plan.py runtime_class_needed, device_plugin_needed).
+
+It reads the play's hosts' variables (hostvars: each node's plan, gpuharden_node_plan; the plan's one LIST,
+__node_plan_gpu_pods, with its dry runs of the two stages; a failed rollout step, __harden_failed) and returns ``run``
+with ``why``; it contacts no host.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+
+ARGUMENT_SPEC = {"stage": {"type": "str", "required": True, "choices": ["runtime_class", "device_plugin"]}}
+
+
+def _get(value, *path, default=None):
+    for key in path:
+        if not hasattr(value, "get"):
+            return default
+        value = value.get(key)
+        if value is None:
+            return default
+    return value
+
+
+def runtime_class_gate(batch_vars):
+    """batch_vars: each host of the serial batch's variables ({name: value}, only those read here)."""
+    dry_run = _get(batch_vars[0], "__node_plan_gpu_pods", "runtime_class_check") if batch_vars else None
+    restarts = [bool(_get(variables, "gpuharden_node_plan", "plan", "runs", "container_runtime")) for variables in batch_vars]
+    run = _stage_plan.runtime_class_needed(dry_run, restarts)
+    why = ("the plan's dry run of it would change or report something, or did not run, or a node's containerd changes" if run
+           else "the plan's dry run of it would change and report nothing, and no node's containerd changes")
+    return run, why
+
+
+def device_plugin_gate(play_vars, failed_hosts):
+    """play_vars: each host of the play's variables; failed_hosts: the hosts whose rollout step failed."""
+    if failed_hosts:
+        return False, "the rollout stopped at a failed node (%s): a plugin update would wait on it" % ", ".join(sorted(failed_hosts))
+    run = _stage_plan.device_plugin_needed(
+        skip_compliant=all(_stage_plan_bool(variables.get("gpuharden_skip_compliant_stages", True)) for variables in play_vars),
+        dry_runs=[_get(variables, "__node_plan_gpu_pods", "device_plugin_check") for variables in play_vars],
+        node_runs=[_get(variables, "gpuharden_node_plan", "plan", "runs") for variables in play_vars],
+        gpu_node_set=["gpuharden_gpu_node" in variables for variables in play_vars],
+        driver_gpus=[_get(variables, "ansible_facts", "gpuharden", "driver_gpus") for variables in play_vars])
+    why = ("a node-side stage ran, the plan's dry run of it would change or report something (or did not run), a host "
+           "sets gpuharden_gpu_node, or a node's facts show no GPU" if run
+           else "the plan's dry run of it would change and report nothing, and no node-side stage ran")
+    return run, why
+
+
+def _stage_plan_bool(value):
+    return str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+READ = ("gpuharden_node_plan", "__node_plan_gpu_pods", "ansible_facts", "gpuharden_skip_compliant_stages", "gpuharden_gpu_node",
+        "__harden_failed")
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars.get("hostvars") or {}
+
+        def variables(host):
+            host_vars = hostvars[host]
+            return {name: host_vars[name] for name in READ if name in host_vars}
+
+        if args["stage"] == "runtime_class":
+            run, why = runtime_class_gate([variables(host) for host in task_vars.get("ansible_play_batch", [])])
+        else:
+            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if "__harden_failed" in hostvars[host]]
+            run, why = device_plugin_gate([variables(host) for host in task_vars.get("ansible_play_hosts", [])], failed)
+        result.update(changed=False, run=run, why=why)
+        return result

@@ -1,0 +1,158 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.node_stages: the stage engine, one task per node.
+
+In one task it runs node_audit on the node (one module run: every node-side check, the GPU facts, the node's run
+lock), plans the node's stages (module_utils/core/_stage_plan.py: which run, in which order, which are left out and
+why), and runs the stages the engine owns through their node modules, in the stages' order, with the task's check mode
+and diff.  The stages the play still runs (the containerd restarts' waves across the hosts, the kubelet's and MIG's
+plans and drains, the cluster-side stages once for the play) are returned in the plan for the play's includes.
+
+Stage selection by tag: the task carries the tag "always" and the plan leaves out each stage the run's --tags and
+--skip-tags would leave out (ansible.context.CLIARGS, Ansible's own rule: _stage_plan.tag_selected), so --tags
+device_permissions still runs only that stage.
+
+The result is node_audit's (what playbooks read as gpuharden_node_plan: checks, summary, lock, gpu_operator and the
+GPU facts) with the plan, each stage's result, the aggregated diff and ``changed`` when a stage changed something.
+"""
+
+from __future__ import annotations
+
+from ansible import context
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+
+display = Display()
+
+ARGUMENT_SPEC = {
+    # each None: the play's variable below
+    "node_name": {"type": "str"},
+    "audit": {"type": "dict", "required": True},
+    "stages": {"type": "dict", "default": {}},
+    "skip_compliant": {"type": "bool"},
+    "allow_non_gpu_nodes": {"type": "bool"},
+    # false: plan only (drift_check.yml, audit_node.yml: the same audit and plan, no stage runs)
+    "run_stages": {"type": "bool", "default": True},
+}
+# option: (the play's variable it defaults to, that variable's default)
+PLAY_DEFAULTS = {
+    "node_name": ("gpuharden_k8s_node_name", None),
+    "skip_compliant": ("gpuharden_skip_compliant_stages", True),
+    "allow_non_gpu_nodes": ("gpuharden_allow_non_gpu_nodes", False),
+}
+# each engine stage's result keys kept in the task's result (the whole module result stays under result)
+STAGE_KEYS = ("changed", "failed", "msg", "refused", "not_checked", "warnings")
+
+
+def run_tags(task_vars):
+    """The run's --tags and --skip-tags: ansible-playbook's CLI arguments, else the play's magic variables."""
+    only = context.CLIARGS.get("tags") or task_vars.get("ansible_run_tags") or ("all",)
+    skip = context.CLIARGS.get("skip_tags") or task_vars.get("ansible_skip_tags") or ()
+    return tuple(only), tuple(skip)
+
+
+def stage_options(stage, options, audit):
+    """A stage module's options: the role's, with the GPU Operator reading the audit took for this node (the role
+    templates its options before the plan exists, so only its takeover list is its own)."""
+    options = dict(options)
+    if "gpu_operator" in options and audit.get("gpu_operator") is not None:
+        takeover = (options.get("gpu_operator") or {}).get("takeover", [])
+        options["gpu_operator"] = dict(audit["gpu_operator"], takeover=takeover)
+    return options
+
+
+def diffs(result):
+    diff = result.get("diff")
+    if not diff:
+        return []
+    return list(diff) if isinstance(diff, list) else [diff]
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    TRANSFERS_FILES = False
+
+    def _module(self, name, args, task_vars, check_mode=None):
+        """One node module run; check_mode overrides the task's (the audit reads in check mode too, and takes the lock)."""
+        saved = self._task.check_mode
+        if check_mode is not None:
+            self._task.check_mode = check_mode
+        try:
+            return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        finally:
+            self._task.check_mode = saved
+
+    def _play_variable(self, task_vars, name, default):
+        if name not in task_vars:
+            return default
+        value = self._templar.template(task_vars[name])
+        return boolean(value, strict=False) if isinstance(default, bool) else value
+
+    def _role_options(self, task_vars, role):
+        """A stage's module options from its role's variables: <role>_audit_options (the options node_audit's check of
+        the stage takes, vars/main.yml) and the role's backup option."""
+        options = dict(self._templar.template(task_vars["%s_audit_options" % role]))
+        if "%s_backup" % role in task_vars:
+            options["backup"] = boolean(self._templar.template(task_vars["%s_backup" % role]), strict=False)
+        return options
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname")
+        for option, (variable, default) in PLAY_DEFAULTS.items():
+            if args[option] is None:
+                args[option] = self._play_variable(task_vars, variable, host if option == "node_name" else default)
+        for stage in _stage_plan.STAGES:
+            if stage.engine and stage.name not in args["stages"] and "%s_audit_options" % stage.role in task_vars:
+                args["stages"][stage.name] = self._role_options(task_vars, stage.role)
+
+        audit = self._module("gpuharden.k8s.node_audit", dict(args["audit"], node_name=args["node_name"]), task_vars, check_mode=False)
+        if audit.get("failed"):
+            return dict(audit, msg="node_audit failed: %s" % audit.get("msg", "failed"))
+        result.update(audit)
+        facts = audit.get("ansible_facts", {}).get("gpuharden")
+        if not args["run_stages"]:
+            only, skip = run_tags(task_vars)
+            result["plan"] = _stage_plan.plan_node(audit, only_tags=only, skip_tags=skip, skip_compliant=args["skip_compliant"])
+            return result
+        if args["audit"].get("facts") and not args["allow_non_gpu_nodes"] and not _stage_plan.is_gpu_node(facts):
+            result.update(failed=True, msg=_stage_plan.not_a_gpu_node_message(host, facts))
+            return result
+
+        only, skip = run_tags(task_vars)
+        plan = _stage_plan.plan_node(audit, only_tags=only, skip_tags=skip, skip_compliant=args["skip_compliant"])
+        stages, diff = {}, []
+        for entry in plan["stages"]:
+            if entry["action"] == _stage_plan.RUN:
+                stage = _stage_plan.by_name(entry["stage"])
+                if stage.name not in args["stages"]:
+                    raise AnsibleActionFail("node_stages: stages.%s is missing: the options of %s for the stage it runs" % (stage.name, stage.module))
+                ran = self._module(stage.module, stage_options(stage, args["stages"][stage.name], audit), task_vars)
+                stages[stage.name] = dict({key: ran[key] for key in STAGE_KEYS if key in ran}, result=ran)
+                diff.extend(diffs(ran))
+                for warning in ran.get("warnings") or ():
+                    display.warning("%s: %s: %s" % (host, stage.name, warning))
+                if ran.get("failed"):
+                    result.update(plan=plan, stages=stages, failed=True, msg="%s failed: %s" % (stage.name, ran.get("msg", "failed")))
+                    return result
+                entry["changed"] = bool(ran.get("changed"))
+        for line, entry in zip(_stage_plan.stage_summary(plan), plan["stages"], strict=True):
+            if entry["action"] == _stage_plan.LEFT_OUT:
+                display.vv("%s | %s" % (host, line))
+            else:
+                display.display("%s | %s%s" % (host, line, " -> changed" if entry.get("changed") else ""))
+        result.update(plan=plan, stages=stages, changed=any(stage.get("changed") for stage in stages.values()))
+        if diff:
+            result["diff"] = diff
+        # the engine stages' reports, as their roles recorded them (set_stats): a host whose running driver still
+        # uses other NVreg_DeviceFile* values
+        permissions = stages.get("device_permissions", {}).get("result", {})
+        if permissions.get("reboot_or_reload_required"):
+            result["ansible_stats"] = {"data": {"device_permissions_reload_required": [host]}, "per_host": False, "aggregate": True}
+        return result

@@ -1,0 +1,197 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""The stage engine's registry and its per-node decision (controller side: the action gpuharden.k8s.node_stages).
+
+The stage registry says, once, for every stage of harden_gpu_nodes.yml and bootstrap_gpu_node.yml: its tags, whether
+it works on a node or on the cluster, whether one of its steps drains the node, the node_audit check that plans it, the
+module that applies it and the role whose options it takes, in the one order of the stages.  ``plan_node`` turns one
+node_audit result, the run's tag selection and the play's switches into the node's ordered plan: each stage runs now
+in the engine, runs in the play (its role: the containerd restarts' waves, the kubelet's and MIG's plans and drains,
+the cluster-side stages once for the play), or is left out, each with why.
+
+The decisions across the play's hosts (the budget's batch, the rollout's groups, whether the cluster-side stages run)
+are the pure functions below ``plan_node``; they take plain values and return plain values, for the unit tests.
+
+Everything here is pure: no Ansible import, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+# One stage.  tags: the tags a play gives the stage's tasks (--tags kubelet_topology or cgroup_limits both select the
+# kubelet stage: it writes cgroup_limits' MemoryQoS setting); side: "node" or "cluster"; drains: one of its steps may
+# drain the node (planned in the first play, applied in harden's budgeted rollout); check: the node_audit check that
+# plans it (None for a cluster-side stage); module: the module that applies it; engine: the engine runs that module
+# itself (else the play runs the stage's role).
+Stage = namedtuple("Stage", "name tags side drains check module role engine")
+
+STAGES = (
+    Stage("device_permissions", ("device_permissions",), "node", False, "device_nodes", "gpuharden.k8s.nvidia_device_nodes",
+          "device_permissions", True),
+    # the play runs it: its containerd restarts go a canary first, then in waves within the budget, across the hosts
+    Stage("container_runtime", ("container_runtime",), "node", False, "containerd", "gpuharden.k8s.containerd_nvidia_runtime",
+          "container_runtime", False),
+    # before the device plugin, which runs with that class
+    Stage("runtime_class", ("cluster", "runtime_class"), "cluster", False, None, "gpuharden.k8s.runtime_class", "runtime_class", False),
+    Stage("kubelet_topology", ("kubelet_topology", "cgroup_limits"), "node", True, "kubelet", "gpuharden.k8s.kubelet_config",
+          "kubelet_topology", False),
+    Stage("mig", ("mig",), "node", True, "mig", "gpuharden.k8s.mig_layout", "mig", False),
+    Stage("cgroup_limits", ("cgroup_limits",), "node", False, "cgroup_memory", "gpuharden.k8s.cgroup_memory", "cgroup_limits", False),
+    # last: it advertises what the node ended up with
+    Stage("device_plugin", ("cluster", "device_plugin"), "cluster", False, None, "gpuharden.k8s.device_plugin", "device_plugin", False),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+NODE_STAGE_NAMES = tuple(stage.name for stage in STAGES if stage.side == "node")
+DRAINING_STAGES = tuple(stage.name for stage in STAGES if stage.drains)
+# Every tag that selects a stage: the engine task carries them (besides "always"), so --tags <stage> reaches it.
+STAGE_TAGS = tuple(sorted({tag for stage in STAGES for tag in stage.tags}))
+
+# what the engine does with a stage on this node
+RUN = "run"          # the engine runs the stage's module now
+PLAY = "play"        # the play runs the stage (its role), as the plan says
+LEFT_OUT = "left_out"
+
+
+def by_name(name):
+    return next(stage for stage in STAGES if stage.name == name)
+
+
+def tag_selected(tags, only_tags=("all",), skip_tags=()):
+    """Whether a task with these tags runs under --tags only_tags --skip-tags skip_tags.
+
+    The rule of ansible-core 2.19 lib/ansible/playbook/taggable.py (Taggable.evaluate_tags), for a task that has tags:
+    "always" runs unless skipped by name (or by "all" with it), "never" only when named, "all" and "tagged" select
+    every tagged task."""
+    tags, only_tags, skip_tags = set(tags), set(only_tags or ()), set(skip_tags or ())
+    run = True
+    if only_tags:
+        run = ("always" in tags or ("all" in only_tags and "never" not in tags) or not tags.isdisjoint(only_tags)
+               or ("tagged" in only_tags and "never" not in tags))
+    if run and skip_tags:
+        if "all" in skip_tags:
+            run = "always" in tags and "always" not in skip_tags
+        elif not tags.isdisjoint(skip_tags) or "tagged" in skip_tags:
+            run = False
+    return run
+
+
+def node_stage_runs(audit, skip_compliant=True):
+    """{node stage: whether this node needs it}: node_audit's stage table (summary.node_stages: a check that is not ok,
+    could not run or was not asked runs its stage), or every stage when gpuharden_skip_compliant_stages is false (MIG
+    only where a layout is asked for: its check is left out exactly when none is)."""
+    if skip_compliant:
+        table = audit.get("summary", {}).get("node_stages", {})
+        return {name: bool(table.get(name, True)) for name in NODE_STAGE_NAMES}
+    checks = audit.get("checks", {})
+    return {name: name != "mig" or checks.get("mig", {}).get("status", "skipped") != "skipped" for name in NODE_STAGE_NAMES}
+
+
+def _why_left_out(stage, audit, skip_compliant):
+    status = audit.get("checks", {}).get(stage.check, {}).get("status", "skipped")
+    if stage.name == "mig" and status == "skipped":
+        return "no MIG layout is asked for (mig_config, mig_config_file or gpuharden_mig_layout)"
+    return "compliant: its check (%s) is ok" % stage.check if skip_compliant else "not needed"
+
+
+def is_gpu_node(facts):
+    """A node shows an NVIDIA GPU: the driver lists one (/proc/driver/nvidia/gpus) or NVML counts one."""
+    facts = facts or {}
+    return bool(facts.get("driver_gpus")) or int(facts.get("gpu_count") or 0) > 0
+
+
+def not_a_gpu_node_message(host, facts):
+    reason = ((facts or {}).get("nvml") or {}).get("reason") or {}
+    return ("%s shows no NVIDIA GPU (no /proc/driver/nvidia/gpus, NVML: %s). Set gpuharden_allow_non_gpu_nodes=true "
+            "to run anyway." % (host, reason.get("code") or "no GPUs"))
+
+
+def plan_node(audit, *, only_tags=("all",), skip_tags=(), skip_compliant=True):
+    """The node's ordered plan: [{stage, action, why, side, drains}] in the stages' order, and runs: the node stages
+    this node needs ({stage: bool}, what the play's stage includes test)."""
+    runs = node_stage_runs(audit, skip_compliant)
+    stages = []
+    for stage in STAGES:
+        entry = {"stage": stage.name, "side": stage.side, "drains": stage.drains}
+        if not tag_selected(stage.tags, only_tags, skip_tags):
+            entry.update(action=LEFT_OUT, why="left out by --tags/--skip-tags (its tags: %s)" % ", ".join(stage.tags))
+        elif stage.side == "cluster":
+            entry.update(action=PLAY, why="cluster side: once for the play")
+        elif not runs[stage.name]:
+            entry.update(action=LEFT_OUT, why=_why_left_out(stage, audit, skip_compliant))
+        elif stage.engine:
+            entry.update(action=RUN, why=_why_runs(stage, audit, skip_compliant))
+        else:
+            entry.update(action=PLAY, why=_why_runs(stage, audit, skip_compliant) + "; " + _why_in_play(stage))
+        stages.append(entry)
+    return {"stages": stages, "runs": runs}
+
+
+def _why_runs(stage, audit, skip_compliant):
+    if not skip_compliant:
+        return "every stage runs (gpuharden_skip_compliant_stages=false)"
+    check = audit.get("checks", {}).get(stage.check)
+    if check is None:
+        return "its check (%s) was not asked: the stage decides" % stage.check
+    if check.get("status") == "error":
+        return "its check (%s) could not run: the stage decides" % stage.check
+    return "its check (%s) is %s" % (stage.check, check.get("status"))
+
+
+def _why_in_play(stage):
+    if stage.drains:
+        return "the play plans it (a step that drains the node waits for the budgeted rollout)"
+    if stage.name == "container_runtime":
+        return "the play restarts containerd a canary first, then in waves within the budget"
+    return "the play runs its role"
+
+
+def stage_summary(plan):
+    """One readable line per stage: 'device_permissions: run (its check (device_nodes) is drift)'."""
+    return ["%s: %s (%s)" % (entry["stage"], entry["action"].replace("_", " "), entry["why"]) for entry in plan["stages"]]
+
+
+# --- decisions across the play's hosts ------------------------------------------------------------------------------
+
+def unplanned_draining_steps(runs, planned):
+    """The draining stages this node needs (its check is not ok) that this run did not plan (left out by --tags): a
+    cordon an ended run left for such a step is not released.  planned: the draining stages whose plan ran here."""
+    return [name for name in DRAINING_STAGES if runs.get(name) and name not in planned]
+
+
+def rollout_group(disruptive, node, unavailable):
+    """The group of harden's budgeted rollout a node goes to: the unavailable nodes first (repairing them takes
+    nothing more away from the fleet), then the others; a node with no draining step stays out of it."""
+    if not disruptive:
+        return "gpuharden_no_rollout"
+    return "gpuharden_rollout_first" if node in unavailable else "gpuharden_rollout_then"
+
+
+def rollout_batch(budget, unavailable, rollout_nodes):
+    """How many nodes of the rollout drain at a time: the budget less the nodes already unavailable for another
+    reason (a node of the rollout that is unavailable takes no more from the fleet), at least one."""
+    return max(budget - len(set(unavailable) - set(rollout_nodes)), 1)
+
+
+def runtime_class_needed(dry_run, container_runtime_runs):
+    """The RuntimeClass stage runs unless the plan's dry run of it (the same code, in the plan's LIST) would change and
+    report nothing, and no node's containerd is about to change.  dry_run: that result (a mapping), None where it did
+    not run; one that failed has no "changed"."""
+    quiet = isinstance(dry_run, dict) and dry_run.get("changed", True) is False and dry_run.get("findings") == []
+    return not quiet or any(container_runtime_runs)
+
+
+def device_plugin_needed(*, skip_compliant, dry_runs, node_runs, gpu_node_set, driver_gpus):
+    """Whether harden's device plugin stage runs: not where every batch's plan dry-ran it and it would change and
+    report nothing (each dry run "clean"), no node-side stage runs on any node, no host sets gpuharden_gpu_node and
+    every node's facts show its GPUs (the dry run labelled them all as GPU nodes).  dry_runs: each host's dry run (None
+    where it did not run); node_runs: each host's {stage: bool} (None where it has no plan); driver_gpus: each host's
+    driver_gpus fact (None where it has none)."""
+    return (not skip_compliant
+            or any(not (dry_run or {}).get("clean", False) for dry_run in dry_runs)
+            or any(runs is None or any(runs.values()) for runs in node_runs)
+            or any(gpu_node_set)
+            or any(gpus is None for gpus in driver_gpus))

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Issue 45 item 1: the stage engine's action (plugins/action/node_stages.py): one task audits the node once, plans,
+and runs the stages it owns with the task's check mode and diff.  The node modules are replaced by a recorder of the
+_execute_module calls (module name, arguments, check mode); the plan is the real planner's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from ansible import context
+from ansible.errors import AnsibleActionFail
+from ansible.utils.context_objects import CLIArgs
+from ansible_collections.gpuharden.k8s.plugins.action import node_stages
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+
+GPU_FACTS = {"gpuharden": {"driver_gpus": {"0000:01:00.0": {}}, "gpu_count": 1}}
+
+
+def _audit_result(facts=GPU_FACTS, operator=None, **statuses):
+    checks = {"device_nodes": {"status": "ok"}, "containerd": {"status": "ok"}, "kubelet": {"status": "ok"},
+              "mig": {"status": "skipped"}, "cgroup_memory": {"status": "ok"}}
+    checks.update({name: {"status": status} for name, status in statuses.items()})
+    return {"changed": False, "checks": checks, "summary": {"node_stages": _node_audit.node_stages(checks)},
+            "ansible_facts": facts, "lock": {"held": True}, "gpu_operator": operator}
+
+
+class Recorder:
+    def __init__(self, results):
+        self.results = results
+        self.calls = []
+
+    def __call__(self, action, module_name, module_args, task_vars):
+        self.calls.append((module_name, module_args, action._task.check_mode))
+        return dict(self.results[module_name])
+
+
+@pytest.fixture
+def cliargs(monkeypatch):
+    def set_tags(tags=("all",), skip_tags=()):
+        monkeypatch.setattr(context, "CLIARGS", CLIArgs({"tags": tuple(tags), "skip_tags": tuple(skip_tags)}))
+    set_tags()
+    return set_tags
+
+
+class Templar:
+    """The play's variables are plain values here: templating returns them as they are."""
+
+    @staticmethod
+    def template(value):
+        return value
+
+
+def _run(monkeypatch, results, args, check_mode=False, task_vars=None):
+    recorder = Recorder(results)
+    monkeypatch.setattr(node_stages.ActionModule, "_execute_module",
+                        lambda self, module_name, module_args, task_vars: recorder(self, module_name, module_args, task_vars))
+    task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=True, action="gpuharden.k8s.node_stages")
+    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x"))
+    action = node_stages.ActionModule(task, connection, None, None, Templar(), None)
+    return action.run(task_vars=dict({"inventory_hostname": "gpu-a"}, **(task_vars or {}))), recorder.calls, task
+
+
+ARGS = {"node_name": "gpu-a", "audit": {"facts": True, "device_nodes": {"policy": "default"}},
+        "stages": {"device_permissions": {"policy": "default", "backup": False, "gpu_operator": {"takeover": ["device_nodes"]}}}}
+PERMISSIONS = {"changed": True, "diff": {"before": "a", "after": "b"}, "reboot_or_reload_required": True}
+
+
+def test_a_drifted_node_runs_its_stage_once_after_one_audit_in_check_mode_with_diff(monkeypatch, cliargs):
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift", operator={"device_nodes": "absent"}),
+               "gpuharden.k8s.nvidia_device_nodes": PERMISSIONS}
+    result, calls, task = _run(monkeypatch, results, ARGS, check_mode=True)
+    # the audit runs outside check mode (it takes the lock), the stage in the task's check mode
+    assert [(name, check) for name, _args, check in calls] == [("gpuharden.k8s.node_audit", False),
+                                                               ("gpuharden.k8s.nvidia_device_nodes", True)]
+    assert task.check_mode is True
+    assert calls[0][1] == {"facts": True, "device_nodes": {"policy": "default"}, "node_name": "gpu-a"}
+    # the audit's GPU Operator reading, with the role's own takeover list
+    assert calls[1][1]["gpu_operator"] == {"device_nodes": "absent", "takeover": ["device_nodes"]}
+    assert result["changed"] is True and result["diff"] == [{"before": "a", "after": "b"}]
+    assert result["stages"]["device_permissions"]["changed"] is True
+    assert result["plan"]["stages"][0] == {"stage": "device_permissions", "side": "node", "drains": False, "action": "run",
+                                           "why": "its check (device_nodes) is drift", "changed": True}
+    # what gpuharden_node_plan was: node_audit's result
+    assert result["checks"]["device_nodes"]["status"] == "drift" and result["lock"] == {"held": True}
+    assert result["ansible_facts"] == GPU_FACTS
+    assert result["ansible_stats"]["data"] == {"device_permissions_reload_required": ["gpu-a"]}
+
+
+def test_a_compliant_node_runs_the_audit_only(monkeypatch, cliargs):
+    result, calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": _audit_result()}, ARGS)
+    assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit"]
+    assert result["changed"] is False and "diff" not in result and result["stages"] == {}
+    assert "ansible_stats" not in result
+
+
+def test_tags_leave_the_stage_out(monkeypatch, cliargs):
+    cliargs(tags=["container_runtime"])
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift", containerd="drift")}
+    result, calls, _task = _run(monkeypatch, results, ARGS)
+    assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit"]
+    actions = {entry["stage"]: entry["action"] for entry in result["plan"]["stages"]}
+    assert actions["device_permissions"] == "left_out" and actions["container_runtime"] == "play"
+    cliargs(skip_tags=["container_runtime"])
+    result, calls, _task = _run(monkeypatch, dict(results, **{"gpuharden.k8s.nvidia_device_nodes": PERMISSIONS}), ARGS)
+    assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit", "gpuharden.k8s.nvidia_device_nodes"]
+
+
+def test_a_node_without_a_gpu_fails_unless_allowed(monkeypatch, cliargs):
+    audit = _audit_result(facts={"gpuharden": {"driver_gpus": {}, "gpu_count": 0, "nvml": {"reason": {"code": "library_missing"}}}})
+    result, calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": audit}, ARGS)
+    assert result["failed"] is True and result["msg"].startswith("gpu-a shows no NVIDIA GPU (no /proc/driver/nvidia/gpus, NVML: library_missing)")
+    assert len(calls) == 1 and result["lock"] == {"held": True}  # the rescue gives the lock back
+    result, _calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": audit}, dict(ARGS, allow_non_gpu_nodes=True))
+    assert not result.get("failed")
+
+
+def test_a_failed_audit_or_stage_fails_the_task_with_its_message(monkeypatch, cliargs):
+    result, _calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": {"failed": True, "msg": "lock held by x"}}, ARGS)
+    assert result["failed"] is True and result["msg"] == "node_audit failed: lock held by x"
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift"),
+               "gpuharden.k8s.nvidia_device_nodes": {"failed": True, "msg": "/dev/nvidia0: permission denied"}}
+    result, _calls, _task = _run(monkeypatch, results, ARGS)
+    assert result["failed"] is True and result["msg"] == "device_permissions failed: /dev/nvidia0: permission denied"
+    assert result["plan"]["stages"][0]["action"] == "run"
+
+
+def test_a_stage_to_run_without_its_options_is_refused(monkeypatch, cliargs):
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift")}
+    with pytest.raises(AnsibleActionFail, match="stages.device_permissions is missing"):
+        _run(monkeypatch, results, dict(ARGS, stages={}))
+
+
+def test_plan_only_runs_the_audit_and_refuses_no_node(monkeypatch, cliargs):
+    audit = _audit_result(facts={"gpuharden": {}}, device_nodes="drift")
+    result, calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": audit}, dict(ARGS, run_stages=False))
+    assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit"]
+    assert not result.get("failed") and result["changed"] is False
+    assert result["plan"]["stages"][0]["action"] == "run" and "stages" not in result
+
+
+def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs):
+    results = {"gpuharden.k8s.node_audit": _audit_result(device_nodes="drift"), "gpuharden.k8s.nvidia_device_nodes": PERMISSIONS}
+    play = {"gpuharden_k8s_node_name": "node-a", "gpuharden_skip_compliant_stages": "false",
+            "device_permissions_audit_options": {"policy": "restricted", "group": "video"}, "device_permissions_backup": "yes"}
+    result, calls, _task = _run(monkeypatch, results, {"audit": {"device_nodes": {}}}, task_vars=play)
+    assert calls[0][1]["node_name"] == "node-a"
+    assert calls[1][1] == {"policy": "restricted", "group": "video", "backup": True}
+    # gpuharden_skip_compliant_stages=false: every stage
+    assert result["plan"]["runs"]["container_runtime"] is True
+    result, calls, _task = _run(monkeypatch, results, {"audit": {}})
+    assert calls[0][1]["node_name"] == "gpu-a"
+    assert result["plan"]["runs"]["container_runtime"] is False
