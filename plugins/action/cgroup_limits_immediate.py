@@ -11,11 +11,8 @@ result (check mode and diff as the module's), with ``report`` added, which also 
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _cgroup_limits_stage
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 CGROUP_MEMORY = "gpuharden.k8s.cgroup_memory"
 ARGUMENT_SPEC = {
@@ -36,17 +33,9 @@ def decide(args, host, run_cgroup_memory):
     return dict(result, report=report, ansible_stats={"data": {"gpuharden_cgroup_limits": {host: report}}, "per_host": False, "aggregate": True})
 
 
-class ActionModule(ActionBase):
-    _requires_connection = True
-    _supports_check_mode = True
+class ActionModule(StageAction):
+    NAME = "cgroup_limits_immediate"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("cgroup_limits_immediate: %s" % "; ".join(validation.error_messages))
-        try:
-            return decide(validation.validated_parameters, task_vars["inventory_hostname"],
-                          lambda module_args: self._execute_module(module_name=CGROUP_MEMORY, module_args=module_args, task_vars=task_vars))
-        except GpuhardenError as error:
-            raise AnsibleActionFail("%s (fix: %s)" % (error.msg, error.result["fix"]) if "fix" in error.result else error.msg) from None
+    def decide_task(self, args, task_vars):
+        return decide(args, task_vars["inventory_hostname"], lambda module_args: self.run_module(CGROUP_MEMORY, module_args, task_vars))

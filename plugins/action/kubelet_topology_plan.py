@@ -15,11 +15,9 @@ CPU and Memory Manager fields, and the blocked workloads go to the run's statist
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
 ARGUMENT_SPEC = {
@@ -58,37 +56,28 @@ def decide_admission(stage, node_name, gpus, listed, ignore, replan):
     return decided
 
 
-class ActionModule(ActionBase):
-    _requires_connection = True
-    _supports_check_mode = True
+class ActionModule(StageAction):
+    NAME = "kubelet_topology_plan"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+    READ_ONLY = True
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("kubelet_topology_plan: %s" % "; ".join(validation.error_messages))
-        args = validation.validated_parameters
-        if not self._task.check_mode:
-            raise AnsibleActionFail("kubelet_topology_plan reads only: run it with check_mode: true (it runs kubelet_config in check mode)")
+    def decide_task(self, args, task_vars):
         options = args["options"]
-        if args["stage"] is None and options is None:
-            raise AnsibleActionFail("kubelet_topology_plan: options (kubelet_config's) is required without stage")
-        try:
-            if args["stage"] is not None:
-                if args["stage"].get("switch") and not args["node_name"]:
-                    raise GpuhardenError("kubelet_topology_plan: node_name is required with stage")
-                return decide_admission(args["stage"], args["node_name"], args["gpus"], args["workloads_listed"],
-                                        args["ignore_unadmittable_workloads"], lambda narrowed: self._kubelet_plan(narrowed, task_vars))
-            audited = args["audited_plan"]
-            plan = dict(audited, audited=True) if isinstance(audited, dict) else self._kubelet_plan(options, task_vars)
-            # host: the batch's workload listing is made by the first host whose plan needs the admission check
-            return dict(decide_plan(plan, options, args["admission_check"]), host=task_vars["inventory_hostname"])
-        except GpuhardenError as error:
-            raise AnsibleActionFail(str(error)) from None
+        if args["stage"] is not None:
+            if args["stage"].get("switch") and not args["node_name"]:
+                raise GpuhardenError("kubelet_topology_plan: node_name is required with stage")
+            return decide_admission(args["stage"], args["node_name"], args["gpus"], args["workloads_listed"],
+                                    args["ignore_unadmittable_workloads"], lambda narrowed: self._kubelet_plan(narrowed, task_vars))
+        if options is None:
+            raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's) is required without stage")
+        audited = args["audited_plan"]
+        plan = dict(audited, audited=True) if isinstance(audited, dict) else self._kubelet_plan(options, task_vars)
+        # host: the batch's workload listing is made by the first host whose plan needs the admission check
+        return dict(decide_plan(plan, options, args["admission_check"]), host=task_vars["inventory_hostname"])
 
     def _kubelet_plan(self, options, task_vars):
-        result = self._execute_module(module_name=KUBELET_CONFIG, module_args=dict(options), task_vars=task_vars)
+        result = self.run_module(KUBELET_CONFIG, options, task_vars)
         if result.get("failed"):
-            raise AnsibleActionFail("kubelet_config: %s" % result.get("msg", result), result=result)
+            raise GpuhardenError("kubelet_config: %s" % result.get("msg", result))
         result.pop("invocation", None)
         return result

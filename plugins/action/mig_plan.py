@@ -11,9 +11,7 @@ way the result says ``disruptive``: the layout changes or a mode change waits fo
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MIG_LAYOUT = "gpuharden.k8s.mig_layout"
 ARGUMENT_SPEC = {
@@ -33,16 +31,10 @@ def decide(refused, run_mig_layout):
     return dict(result, disruptive=bool(result.get("changed") or result.get("reset_required")))
 
 
-class ActionModule(ActionBase):
-    _requires_connection = True
-    _supports_check_mode = True
+class ActionModule(StageAction):
+    NAME = "mig_plan"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+    READ_ONLY = True
 
-    def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
-        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
-        if validation.error_messages:
-            raise AnsibleActionFail("mig_plan: %s" % "; ".join(validation.error_messages))
-        if not self._task.check_mode:
-            raise AnsibleActionFail("mig_plan reads only: run it with check_mode: true (it runs mig_layout in check mode)")
-        args = validation.validated_parameters
-        return decide(args["refused"], lambda: self._execute_module(module_name=MIG_LAYOUT, module_args=dict(args["options"]), task_vars=task_vars))
+    def decide_task(self, args, task_vars):
+        return decide(args["refused"], lambda: self.run_module(MIG_LAYOUT, args["options"], task_vars))

@@ -128,3 +128,29 @@ def test_the_manager_options_are_the_kept_fields_and_the_roles_options():
     options = yaml.safe_load((REPO / "roles/kubelet_topology/vars/main.yml").read_text())["__kubelet_topology_module_options"]
     assert set(_kubelet_stage.MANAGER_OPTIONS) <= set(options)
     assert _topology.REJECTING_POLICIES == ("restricted", "single-numa-node")
+
+
+def _action(args, check_mode=True):
+    from unittest import mock
+
+    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=False)
+    module = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
+    module._execute_module = mock.MagicMock(return_value=dict(_plan(), invocation={}))
+    return module
+
+
+def test_the_action_reads_only_refuses_bad_arguments_and_names_a_failed_plan():
+    from ansible.errors import AnsibleActionFail
+
+    planned = _action({"options": OPTIONS}).run(task_vars={"inventory_hostname": "gpu-1"})
+    assert planned["host"] == "gpu-1" and planned["gated"] and "invocation" not in planned and planned["changed"] is False
+    with pytest.raises(AnsibleActionFail, match="reads only"):
+        _action({"options": OPTIONS}, check_mode=False).run(task_vars={"inventory_hostname": "gpu-1"})
+    with pytest.raises(AnsibleActionFail, match="kubelet_topology_plan: .*admission_check"):
+        _action({"options": OPTIONS, "admission_check": "perhaps"}).run(task_vars={"inventory_hostname": "gpu-1"})
+    with pytest.raises(AnsibleActionFail, match="options .* is required without stage"):
+        _action({}).run(task_vars={"inventory_hostname": "gpu-1"})
+    failing = _action({"options": OPTIONS})
+    failing._execute_module.return_value = {"failed": True, "msg": "kubelet_config: /var/lib/kubelet/config.yaml: not YAML"}
+    with pytest.raises(AnsibleActionFail, match="not YAML"):
+        failing.run(task_vars={"inventory_hostname": "gpu-1"})
