@@ -77,7 +77,7 @@ description:
     flag already carries the wanted value and the module only writes the same value into the file underneath it).
   - With O(restart), after writing, the module restarts RV(service) with C(systemctl restart) and polls O(health_url)
     every quarter second until it answers HTTP 200 or O(health_timeout) seconds pass, all in the same run. A kubelet
-    that does not come back fails nothing here - RV(health) says so - unless O(rollback): then the module reads the
+    that does not come back fails nothing here - RV(health) says so - unless O(rollback); then the module reads the
     kubelet's reason (C(systemctl show), its log or journal), puts the files back as they were (but a removed stale
     checkpoint), restarts the kubelet on them, waits for it again, and fails with that reason. Nothing restarts in check
     mode.

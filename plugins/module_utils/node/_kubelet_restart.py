@@ -144,6 +144,6 @@ def rollback_failure(service, timeout, unit, restored, reason, health_after):
     """The one-line failure of a rolled-back write."""
     after = ("and the kubelet is healthy again" if health_after["error"] is None
              else "but the kubelet is still not healthy (%s)" % health_after["error"])
-    return ("kubelet (%s) did not become healthy within %ss after the configuration change (systemd Result=%s, ExecMainStatus=%s); "
-            "restored %s %s. Kubelet log: %s" % (service, timeout, unit["Result"], unit["ExecMainStatus"], ", ".join(restored) or "nothing",
-                                                after, reason))
+    text = ("kubelet (%s) did not become healthy within %ss after the configuration change (systemd Result=%s, ExecMainStatus=%s); "
+            "restored %s %s. Kubelet log: %s")
+    return text % (service, timeout, unit["Result"], unit["ExecMainStatus"], ", ".join(restored) or "nothing", after, reason)
