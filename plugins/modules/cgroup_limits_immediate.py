@@ -44,9 +44,6 @@ attributes:
   diff_mode:
     support: full
     description: As M(gpuharden.k8s.cgroup_memory).
-  platform:
-    platforms: posix
-    description: Target OS/families that can be operated against.
 """
 
 EXAMPLES = r"""

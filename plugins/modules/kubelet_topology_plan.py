@@ -64,9 +64,6 @@ attributes:
   diff_mode:
     support: none
     description: No diff of its own.
-  platform:
-    platforms: posix
-    description: Target OS/families that can be operated against.
 """
 
 EXAMPLES = r"""

@@ -41,9 +41,6 @@ attributes:
   diff_mode:
     support: full
     description: As M(gpuharden.k8s.mig_layout).
-  platform:
-    platforms: posix
-    description: Target OS/families that can be operated against.
 """
 
 EXAMPLES = r"""
