@@ -12,8 +12,9 @@ module: kubelet_topology_plan
 short_description: Plan the kubelet stage of role kubelet_topology, with its admission gate
 version_added: 0.1.0
 description:
-  - Read-only; run it with C(check_mode=true). Role C(gpuharden.k8s.kubelet_topology) calls it in C(tasks/plan.yml) and
-    C(tasks/admission.yml); the decisions are C(module_utils/cluster/_kubelet_stage.py)'s.
+  - Read-only; run it with C(check_mode=true). Made for the plan and admission check of role
+    C(gpuharden.k8s.kubelet_topology) (C(tasks/plan.yml), C(tasks/admission.yml)); the decisions are
+    C(module_utils/cluster/_kubelet_stage.py)'s.
   - Without O(stage), the plan. It runs M(gpuharden.k8s.kubelet_config) on the host in check mode with O(options), or
     takes O(audited_plan), and returns that plan with what it means for the run, RV(disruptive), RV(restart),
     RV(gated) and RV(write_options).

@@ -127,7 +127,7 @@ def test_check_apply_reapply(lab):
     # Check mode: predicts the writes, touches nothing.
     events, stats, checked_s = _run(lab, check=True, extravars=_extravars())
     assert _failures(events) == []
-    [checked] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [checked] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert checked["changed"] is True
     assert len(checked["updated"]) == 4 and {u["after"] for u in checked["updated"]} == {str(EXPECTED)}
     assert _ssh(lab, NODE, SNAPSHOT) == before
@@ -135,7 +135,7 @@ def test_check_apply_reapply(lab):
     # Apply.
     events, stats, applied_s = _run(lab, extravars=_extravars())
     assert _failures(events) == []
-    [applied] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [applied] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert applied["changed"] is True
     assert applied["updated"] == checked["updated"]
     files = _memory_files(lab)
@@ -159,7 +159,7 @@ def test_check_apply_reapply(lab):
     events, stats, reapplied_s = _run(lab, extravars=_extravars())
     assert _failures(events) == []
     assert stats.get("changed", {}).get(NODE, 0) == 0, stats
-    [again] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [again] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert again["changed"] is False and again["updated"] == []
     assert _ssh(lab, NODE, SNAPSHOT) == after
     print("\ncgroup_limits on %s: check %.1fs, apply %.1fs, re-apply %.1fs" % (NODE, checked_s, applied_s, reapplied_s))

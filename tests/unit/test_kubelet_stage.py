@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The kubelet stage's decisions in Python (issue 45): module_utils/cluster/_kubelet_stage.py and the pure functions of
-the action gpuharden.k8s.kubelet_topology_plan, which roles/kubelet_topology/tasks/plan.yml and admission.yml call.
+the action gpuharden.k8s.kubelet_topology_plan, made for roles/kubelet_topology/tasks/plan.yml and admission.yml.
 
-What the role decided in Jinja before: whether the change is disruptive (drain, stop, checkpoints), whether the
+What the role decides in Jinja: whether the change is disruptive (drain, stop, checkpoints), whether the
 Topology Manager policy tightens (the admission check), which workloads keep a node on its policy, the line it prints,
 the statistics it records, and the plan again without the manager fields."""
 

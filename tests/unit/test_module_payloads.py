@@ -44,7 +44,7 @@ ACTION_ONLY = {"check_variables", "cgroup_limits_immediate", "kubelet_topology_p
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
     "cgroup_limits_immediate": "action plugin (roles/cgroup_limits immediate.yml): runs cgroup_memory on the node; documentation only",
-    "kubelet_topology_plan": "action plugin (roles/kubelet_topology plan.yml, admission.yml): runs kubelet_config on the node; documentation only",
+    "kubelet_topology_plan": "action plugin (for roles/kubelet_topology plan.yml, admission.yml; not wired yet): runs kubelet_config; documentation only",
     "mig_plan": "action plugin (roles/mig plan.yml): runs mig_layout on the node; documentation only",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
