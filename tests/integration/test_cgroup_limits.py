@@ -146,8 +146,9 @@ def test_check_apply_reapply(lab):
     notebook_pod = pods.kubelet_cgroup_path(notebook["uid"], notebook["container_id"], "besteffort", "systemd").rsplit("/", 1)[0]
     assert files[notebook_pod] == ("max", "max")
     assert applied["unlimited_pods"] == [notebook["uid"]] and applied["not_found"] == []
-    [report] = _results(events, action="ansible.builtin.set_stats")
-    node_report = report["ansible_stats"]["data"]["gpuharden_cgroup_limits"][NODE]
+    # the same task hands the report to the run's statistics (cgroup_limits_immediate's ansible_stats)
+    node_report = applied["ansible_stats"]["data"]["gpuharden_cgroup_limits"][NODE]
+    assert node_report == applied["report"]
     assert node_report["unlimited_pods"] == ["ml/notebook"]
     assert len(node_report["updated"]) == 4
     [listing] = _results(events, action="gpuharden.k8s.gpu_pods_info")
