@@ -77,8 +77,12 @@ description:
     flag already carries the wanted value and the module only writes the same value into the file underneath it).
   - With O(restart), after writing, the module restarts RV(service) with C(systemctl restart) and polls O(health_url)
     every quarter second until it answers HTTP 200 or O(health_timeout) seconds pass, all in the same run. A kubelet
-    that does not come back fails nothing here - RV(health) says so, and the caller restores the backups (role
-    C(gpuharden.k8s.kubelet_topology) does). Nothing restarts in check mode.
+    that does not come back fails nothing here - RV(health) says so - unless O(rollback); then the module reads the
+    kubelet's reason (C(systemctl show), its log or journal), puts the files back as they were (but a removed stale
+    checkpoint), restarts the kubelet on them, waits for it again, and fails with that reason. Nothing restarts in check
+    mode.
+  - With O(stop_first) the module stops the kubelet after planning and before writing (a CPU or Memory Manager policy
+    change, a stale checkpoint), and a write that fails starts it again; O(restart=always) starts it after the write.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -217,6 +221,26 @@ options:
     description: Seconds from the restart for the kubelet to answer O(health_url) with HTTP 200.
     type: int
     default: 120
+  stop_first:
+    description:
+      - Stop RV(service) (C(systemctl stop)) before writing, outside check mode; a write that fails starts it again.
+      - Use with O(restart=always), which starts it after the write.
+    type: bool
+    default: false
+  rollback:
+    description:
+      - When the kubelet is not healthy after the restart, put the changed files back (not a removed checkpoint,
+        C(*_manager_state)), restart it on them, wait for O(health_url) again, and fail with the kubelet's reason.
+    type: bool
+    default: false
+  log_file:
+    description: The kubelet's log file the rollback's reason is read from; empty means C(/var/log/<service>.log), else the journal.
+    type: str
+    default: ""
+  log_lines:
+    description: How many of the log's last lines the rollback reads for the kubelet's reason.
+    type: int
+    default: 15
 requirements:
   - ruamel.yaml on the node's Python
 notes:
@@ -419,6 +443,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _command, _files, _module_shell
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet, _kubelet_restart
 
 
@@ -437,9 +462,19 @@ def run(module):
         module.warn("kubelet_config: not written: %s: %s; fix: %s" % (entry["what"], entry["why"], entry["fix"]))
     if plan["persistence"] != "durable" and not module.params["require_durable"]:  # else the refusal said it
         module.warn("kubelet_config: persistence %s: %s" % (plan["persistence"], plan["persistence_reason"]))
-    backups = {}
+    backups, undos = {}, {}
+    params = module.params
+    run_command = _command.runner(params["health_timeout"])
+    stopped = params["stop_first"] and not module.check_mode
+    if stopped:  # after the plan: a plan that fails leaves the kubelet running
+        _kubelet_restart.stop(run_command, plan["service"])
     if changed and not module.check_mode:
-        backups = _files.apply_changes(module, changes, backup=module.params["backup"])
+        try:
+            backups = _files.apply_changes(module, changes, backup=params["backup"], undos_out=undos)
+        except GpuhardenError:
+            if stopped:
+                _kubelet_restart.start(run_command, plan["service"])
+            raise
     files = []
     for change in changes:
         entry = change.as_dict()
@@ -448,14 +483,28 @@ def run(module):
     result = dict(plan, changed=changed, files=files,
                   backup_files={_node_path(root, path): backup for path, backup in backups.items()},
                   restarted=False, health=None)
-    if _kubelet_restart.wanted(module.params, changed, plan["restart_required"], module.check_mode):
+    if _kubelet_restart.wanted(params, changed, plan["restart_required"], module.check_mode):
         result["restarted"] = True
-        result["health"] = _kubelet_restart.restart_and_wait(
-            _command.runner(module.params["health_timeout"]), plan["service"], module.params["health_url"],
-            module.params["health_timeout"])
+        result["health"] = _kubelet_restart.restart_and_wait(run_command, plan["service"], params["health_url"], params["health_timeout"])
+        if params["rollback"] and result["health"]["status"] != 200:
+            _roll_back(params, plan["service"], run_command, undos, root, result)
     if module._diff:
         result["diff"] = _files.diffs(changes)
     return result
+
+
+def _roll_back(params, service, run_command, undos, root, result):
+    """The kubelet did not come back on the new files: read its reason, put the files back (not the checkpoints),
+    restart it on them and wait, then fail with the reason (the failure carries the result)."""
+    unit = _kubelet_restart.unit_result(run_command, service)
+    reason = _kubelet_restart.log_reason(run_command, service, params["log_file"], params["log_lines"])
+    restored = _kubelet_restart.rollback_paths(list(undos))
+    for path in reversed(restored):
+        undos[path]()
+    health_after = _kubelet_restart.restart_and_wait(run_command, service, params["health_url"], params["health_timeout"])
+    shown = [_node_path(root, path) for path in restored]
+    raise GpuhardenError(_kubelet_restart.rollback_failure(service, params["health_timeout"], unit, shown, reason, health_after),
+                         **dict(result, rolled_back=shown, health_after_rollback=health_after))
 
 
 def _warn_numa_limit(module, plan):

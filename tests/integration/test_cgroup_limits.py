@@ -127,7 +127,7 @@ def test_check_apply_reapply(lab):
     # Check mode: predicts the writes, touches nothing.
     events, stats, checked_s = _run(lab, check=True, extravars=_extravars())
     assert _failures(events) == []
-    [checked] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [checked] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert checked["changed"] is True
     assert len(checked["updated"]) == 4 and {u["after"] for u in checked["updated"]} == {str(EXPECTED)}
     assert _ssh(lab, NODE, SNAPSHOT) == before
@@ -135,7 +135,7 @@ def test_check_apply_reapply(lab):
     # Apply.
     events, stats, applied_s = _run(lab, extravars=_extravars())
     assert _failures(events) == []
-    [applied] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [applied] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert applied["changed"] is True
     assert applied["updated"] == checked["updated"]
     files = _memory_files(lab)
@@ -146,8 +146,9 @@ def test_check_apply_reapply(lab):
     notebook_pod = pods.kubelet_cgroup_path(notebook["uid"], notebook["container_id"], "besteffort", "systemd").rsplit("/", 1)[0]
     assert files[notebook_pod] == ("max", "max")
     assert applied["unlimited_pods"] == [notebook["uid"]] and applied["not_found"] == []
-    [report] = _results(events, action="ansible.builtin.set_stats")
-    node_report = report["ansible_stats"]["data"]["gpuharden_cgroup_limits"][NODE]
+    # the same task hands the report to the run's statistics (cgroup_limits_immediate's ansible_stats)
+    node_report = applied["ansible_stats"]["data"]["gpuharden_cgroup_limits"][NODE]
+    assert node_report == applied["report"]
     assert node_report["unlimited_pods"] == ["ml/notebook"]
     assert len(node_report["updated"]) == 4
     [listing] = _results(events, action="gpuharden.k8s.gpu_pods_info")
@@ -159,7 +160,7 @@ def test_check_apply_reapply(lab):
     events, stats, reapplied_s = _run(lab, extravars=_extravars())
     assert _failures(events) == []
     assert stats.get("changed", {}).get(NODE, 0) == 0, stats
-    [again] = _results(events, action="gpuharden.k8s.cgroup_memory", name="set memory.high")
+    [again] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="set memory.high")
     assert again["changed"] is False and again["updated"] == []
     assert _ssh(lab, NODE, SNAPSHOT) == after
     print("\ncgroup_limits on %s: check %.1fs, apply %.1fs, re-apply %.1fs" % (NODE, checked_s, applied_s, reapplied_s))

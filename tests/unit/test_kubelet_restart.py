@@ -163,3 +163,100 @@ def test_a_failed_restart_a_missing_systemctl_or_a_closed_port_is_an_unhealthy_r
 ])
 def test_when_the_module_restarts(restart, changed, required, check, expected):
     assert _kubelet_restart.wanted({"restart": restart}, changed, required, check) is expected
+
+
+class HealthyAfterRestarts:
+    """A healthz that answers 503 until systemctl has restarted the kubelet ``restarts`` times, then 200."""
+
+    def __init__(self, calls, restarts):
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                done = calls.read_text().split("\n").count("restart kubelet") if calls.exists() else 0
+                self.send_response(200 if done >= owner.restarts else 503)
+                self.end_headers()
+
+            def log_message(self, *_args):
+                pass
+
+        self.restarts = restarts
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/healthz" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _unit_says(world_tmp, calls):
+    """The recording systemctl, which also answers ``systemctl show`` as a kubelet that exited with status 1."""
+    fake = world_tmp / "bin" / "systemctl"
+    fake.write_text('#!/bin/sh\necho "$@" >> %s\n[ "$1" = show ] && { echo Result=exit-code; echo ExecMainStatus=1; }\nexit 0\n' % calls)
+
+
+def test_rollback_puts_the_files_back_restarts_and_fails_with_the_kubelets_reason(world, world_tmp):
+    root, calls, env = world
+    _unit_says(world_tmp, calls)
+    before = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    log = world_tmp / "kubelet.log"
+    log.write_text("I1207 starting\nE1207 12:00:00 run.go:72] failed to run Kubelet: invalid configuration: imageGC thresholds\nI1207 done\n")
+    healthz = HealthyAfterRestarts(calls, 2)  # healthy only on the restored files (the second restart)
+    try:
+        result = run_module("kubelet_config", dict({"root": str(root), "_ansible_check_mode": False}, **TOPOLOGY, restart="if_required",
+                                                   rollback=True, health_url=healthz.url, health_timeout=1, log_file=str(log), backup=True), env)
+    finally:
+        healthz.close()
+    assert result["failed"] and result["restarted"]
+    assert "did not become healthy within 1s" in result["msg"] and "Result=exit-code, ExecMainStatus=1" in result["msg"]
+    assert "imageGC thresholds" in result["msg"] and "I1207" not in result["msg"]  # the error lines only
+    assert "the kubelet is healthy again" in result["msg"]
+    assert result["rolled_back"] and all(path in result["msg"] for path in result["rolled_back"])
+    assert result["health_after_rollback"]["status"] == 200
+    assert calls.read_text().split("\n")[:3] == ["restart kubelet", "show -p Result -p ExecMainStatus kubelet", "restart kubelet"]
+    after = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    assert after == before  # every file back, no backup or drop-in left behind
+
+
+def test_without_rollback_or_when_healthy_nothing_is_put_back(world):
+    root, calls, env = world
+    result, _requests = _run_with_healthz(root, env, 0, restart="if_required", rollback=True)
+    assert result["health"]["status"] == 200 and "rolled_back" not in result
+    assert calls.read_text() == "restart kubelet\n"
+
+
+def test_stop_first_stops_before_the_write_and_a_failed_write_starts_the_kubelet_again(world):
+    root, calls, env = world
+    result, _requests = _run_with_healthz(root, env, 0, restart="always", stop_first=True)
+    assert result["changed"] and calls.read_text() == "stop kubelet\nrestart kubelet\n"
+    calls.unlink()
+    assert _run(root, env, check=True, restart="always", stop_first=True)["restarted"] is False
+    assert not calls.exists()  # check mode stops nothing
+
+    calls_made = []
+
+    def run_command(argv):
+        calls_made.append(argv)
+        return (0, "", "")
+
+    _kubelet_restart.stop(run_command, "kubelet")
+    _kubelet_restart.start(run_command, "kubelet")
+    assert calls_made == [["systemctl", "stop", "kubelet"], ["systemctl", "start", "kubelet"]]
+    with pytest.raises(Exception, match="systemctl stop kubelet failed"):
+        _kubelet_restart.stop(lambda argv: (1, "", "denied"), "kubelet")
+
+
+def test_the_rollback_leaves_a_removed_checkpoint_removed_and_reads_the_journal_without_a_log_file():
+    assert _kubelet_restart.rollback_paths(["/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf", "/var/lib/kubelet/cpu_manager_state"]) == [
+        "/etc/kubernetes/kubelet.conf.d/50-gpuharden.conf"]
+    seen = []
+
+    def journal(argv):
+        seen.append(argv)
+        return 0, "Dec 07 kubelet[1]: run.go:72] Error: bad flag\nDec 07 kubelet[1]: I1207 fine\n", ""
+
+    # journal lines start with the date, so only the Go error text marks them
+    assert _kubelet_restart.log_reason(journal, "kubelet-gpuharden-missing", "", 5) == "Dec 07 kubelet[1]: run.go:72] Error: bad flag"
+    assert seen == [["journalctl", "--no-pager", "-n", "5", "-u", "kubelet-gpuharden-missing"]]
+    assert _kubelet_restart.unit_result(lambda argv: (1, "", ""), "kubelet") == {"Result": "?", "ExecMainStatus": "?"}

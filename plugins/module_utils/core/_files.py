@@ -502,11 +502,12 @@ def apply_change(module, change, backup=False, replace_links=False):
     return apply_changes(module, [change], backup=backup, replace_links=replace_links).get(change.path)
 
 
-def apply_changes(module, changes, backup=False, replace_links=False):
+def apply_changes(module, changes, backup=False, replace_links=False, undos_out=None):
     """Apply every changed entry, each checked before the first is made; returns {path: backup_file}.
 
     A change that fails puts back the files this call changed before it (their content, their originals records),
-    then raises its one-line error: no half-applied set of files.
+    then raises its one-line error: no half-applied set of files.  ``undos_out``, a dict, receives {path: undo()} of
+    every change made, for a caller that puts them back later (kubelet_config's rollback).
     """
     root = _module_root(module)
     targets = [check_change(root, change, replace_links) for change in changes if change.changed]
@@ -521,6 +522,8 @@ def apply_changes(module, changes, backup=False, replace_links=False):
                                      **error.result) from None
             raise
         undos.append(undo)
+        if undos_out is not None:
+            undos_out[target.change.path] = undo
         if backup_file:
             backups[target.change.path] = backup_file
     return backups

@@ -1,0 +1,107 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# Documentation only: the action plugin plugins/action/kubelet_topology_plan.py does the work, on the controller.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kubelet_topology_plan
+short_description: Plan the kubelet stage of role kubelet_topology, with its admission gate
+version_added: 0.1.0
+description:
+  - Read-only; run it with C(check_mode=true). Made for the plan and admission check of role
+    C(gpuharden.k8s.kubelet_topology) (C(tasks/plan.yml), C(tasks/admission.yml)); the decisions are
+    C(module_utils/cluster/_kubelet_stage.py)'s.
+  - Without O(stage), the plan. It runs M(gpuharden.k8s.kubelet_config) on the host in check mode with O(options), or
+    takes O(audited_plan), and returns that plan with what it means for the run, RV(disruptive), RV(restart),
+    RV(gated) and RV(write_options).
+  - With O(stage), the admission gate. It weighs O(workloads_listed) against the node's GPUs under the policy the
+    plan switches to, as the drift check does. A node whose GPU workloads could no longer be admitted, or could not
+    be listed, keeps its Topology, CPU and Memory Manager fields, unless O(ignore_unadmittable_workloads). The node is
+    then planned again without them. The blocked workloads go to the run's statistics (C(gpuharden_topology_blocked)).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+options:
+  options:
+    description: The options of M(gpuharden.k8s.kubelet_config) (the role's C(__kubelet_topology_module_options)); required without O(stage).
+    type: dict
+  audited_plan:
+    description: The plan of node_audit's kubelet check (C(details.plan)), made earlier in the run; taken instead of reading the node again.
+    type: raw
+  admission_check:
+    description: Whether a switch to a policy that can refuse GPU pods goes through the admission gate (RV(gated)).
+    type: bool
+    default: true
+  stage:
+    description: The plan task's result; given, the task is the admission gate.
+    type: dict
+  node_name:
+    description: The Kubernetes node name (required with O(stage) when it is gated).
+    type: str
+  gpus:
+    description: The node's GPUs, each with C(index) and C(numa_node) (M(gpuharden.k8s.gpu_facts)).
+    type: list
+    elements: dict
+    default: []
+  workloads_listed:
+    description: The result of M(gpuharden.k8s.gpu_workloads_info) for the batch, or its failure.
+    type: dict
+  ignore_unadmittable_workloads:
+    description: Switch the policy even where GPU workloads could no longer be admitted (said in RV(admission)).
+    type: bool
+    default: false
+attributes:
+  action:
+    support: full
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+  check_mode:
+    support: full
+    description: Runs only in check mode; it changes nothing.
+  diff_mode:
+    support: none
+    description: No diff of its own.
+"""
+
+EXAMPLES = r"""
+- name: Kubelet | plan the configuration (read-only)
+  gpuharden.k8s.kubelet_topology_plan:
+    options: "{{ __kubelet_topology_module_options }}"
+  check_mode: true
+  register: __kubelet_topology_stage
+"""
+
+RETURN = r"""
+disruptive:
+  description: A CPU or Memory Manager policy change or a stale checkpoint - the node is drained and the kubelet stopped.
+  returned: always
+  type: bool
+restart:
+  description: The O(gpuharden.k8s.kubelet_config#module:restart) of the write, V(always) after a stop, else V(if_required).
+  returned: always
+  type: str
+gated:
+  description: The plan switches to a policy that can refuse GPU pods, so the admission gate runs.
+  returned: always
+  type: bool
+switch:
+  description: The policy and scope switched to (C(policy), C(scope)), or V(null).
+  returned: always
+  type: dict
+write_options:
+  description: The options of the role's write (O(options), less the manager fields where the gate keeps them).
+  returned: always
+  type: dict
+would_change:
+  description: The write would change a file.
+  returned: always
+  type: bool
+admission:
+  description: With O(stage), the gate's verdict - C(kept), C(blocked), C(managers) and C(message) (the line the role prints).
+  returned: with O(stage)
+  type: dict
+"""

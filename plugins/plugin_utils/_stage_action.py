@@ -1,0 +1,45 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""The shell of the collection's stage actions (kubelet_topology_plan, cgroup_limits_immediate, mig_plan): validate the
+task's arguments as a module would, refuse to run a read-only action outside check mode, hand the validated arguments
+to the action's pure ``decide``, run node modules through ``_execute_module`` (check mode and diff as the task's), and
+turn the one domain exception into the task's failure.  Controller side only."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+
+class StageAction(ActionBase):
+    """Subclasses set NAME, ARGUMENT_SPEC and READ_ONLY, and implement ``decide_task(args, task_vars)``."""
+
+    NAME = ""
+    ARGUMENT_SPEC: dict = {}
+    READ_ONLY = False
+    _requires_connection = True
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        validation = ArgumentSpecValidator(self.ARGUMENT_SPEC).validate(self._task.args)
+        if validation.error_messages:
+            raise AnsibleActionFail("%s: %s" % (self.NAME, "; ".join(validation.error_messages)))
+        if self.READ_ONLY and not self._task.check_mode:
+            raise AnsibleActionFail("%s reads only: run it with check_mode: true (the modules it runs run in check mode)" % self.NAME)
+        try:
+            return self.decide_task(validation.validated_parameters, task_vars)
+        except GpuhardenError as error:
+            raise AnsibleActionFail("%s (fix: %s)" % (error.msg, error.result["fix"]) if "fix" in error.result else error.msg) from None
+
+    def decide_task(self, args, task_vars):
+        raise NotImplementedError
+
+    def run_module(self, name, module_args, task_vars):
+        """One node module's result, run on the task's host with the task's check and diff mode."""
+        return self._execute_module(module_name=name, module_args=dict(module_args), task_vars=task_vars)

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The cgroup_limits stage's immediate fix in Python (issue 45): module_utils/cluster/_cgroup_limits_stage.py and the
+action gpuharden.k8s.cgroup_limits_immediate's decide(), which roles/cgroup_limits/tasks/immediate.yml calls (it built
+the report in Jinja before)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.action import cgroup_limits_immediate as action
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _cgroup_limits_stage
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+PODS = {"pod_uids_by_node": {"gpu-1": ["u1", "u2", "u3"], "gpu-2": ["u4"]},
+        "pods": [{"uid": "u1", "namespace": "ml", "name": "train"}, {"uid": "u2", "namespace": "ml", "name": "infer"},
+                 {"uid": "u3", "namespace": "web", "name": "gone"}, {"uid": "u4", "namespace": "ml", "name": "other"}],
+        "unlimited_pods": [{"uid": "u2", "node": "gpu-1"}, {"uid": "u4", "node": "gpu-2"}]}
+OPTIONS = {"cgroup_root": "/sys/fs/cgroup", "factor": 0.9}
+
+
+def test_the_node_takes_its_own_pods_from_the_plans_listing_else_the_batchs():
+    assert _cgroup_limits_stage.pod_uids(_cgroup_limits_stage.gpu_pods(PODS, {"skipped": True}), "gpu-1") == ["u1", "u2", "u3"]
+    assert _cgroup_limits_stage.pod_uids(_cgroup_limits_stage.gpu_pods(None, PODS), "gpu-3") == []
+    with pytest.raises(GpuhardenError, match="not listed \\(forbidden\\)"):
+        _cgroup_limits_stage.gpu_pods(None, {"failed": True, "msg": "forbidden"})
+
+
+def test_the_report_names_the_pods_and_merges_the_unlimited_ones_of_the_api_and_of_the_cgroups():
+    result = {"updated": [{"path": "/sys/fs/cgroup/kubepods.slice/u1/memory.high"}], "unlimited_pods": ["u2", "u1"],
+              "not_found": ["u3"], "findings": [{"id": "x"}]}
+    report = _cgroup_limits_stage.report(PODS, "gpu-1", result)
+    assert report == {"node": "gpu-1", "updated": result["updated"], "unlimited_pods": ["ml/infer", "ml/train"],
+                      "not_found": ["web/gone"], "findings": [{"id": "x"}]}
+
+
+def test_the_action_runs_cgroup_memory_on_the_nodes_pods_and_records_the_report_in_the_statistics():
+    runs = []
+
+    def run(module_args):
+        runs.append(module_args)
+        return {"changed": True, "updated": [], "unlimited_pods": [], "not_found": [], "findings": []}
+
+    result = action.decide({"options": OPTIONS, "node_name": "gpu-2", "gpu_pods": None, "gpu_pods_listed": PODS}, "host-2", run)
+    assert runs == [dict(OPTIONS, pod_uids=["u4"])]
+    assert result["changed"] and result["report"]["unlimited_pods"] == ["ml/other"]
+    assert result["ansible_stats"] == {"data": {"gpuharden_cgroup_limits": {"host-2": result["report"]}}, "per_host": False, "aggregate": True}
+    failed = action.decide({"options": OPTIONS, "node_name": "gpu-2", "gpu_pods": PODS, "gpu_pods_listed": None}, "host-2",
+                           lambda _args: {"failed": True, "msg": "no cgroup v2"})
+    assert failed == {"failed": True, "msg": "no cgroup v2"}
