@@ -280,7 +280,7 @@ def test_every_stage_list_is_the_vocabularys():
     node_stages = [stage for stage, _check in _node_audit.NODE_STAGES]
     assert node_stages == [stage for stage in stages if stage in node_stages], "node_audit's NODE_STAGES leave the stage order"
     assert set(_gpu_operator.STAGES) <= set(stages)
-    assert _stage_plan.STAGE_NAMES == stages, "the stage engine's registry leaves the stage order"
+    assert stages == _stage_plan.STAGE_NAMES, "the stage engine's registry leaves the stage order"
     by_stage = {entry["stage"] for entry in TABLE.role_settings()}
     assert set(stages) | {_vocabulary.POSTCHECK} <= by_stage == set(TABLE.ROLES)
 
