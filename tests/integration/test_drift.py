@@ -20,6 +20,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s
 from gpuharden_lab import REPO_ROOT, layout
 from kubernetes import client
@@ -36,6 +37,8 @@ CHECK_OF_ACTION = {
     "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
     "gpuharden.k8s.kubelet_config": "kubelet",
     "gpuharden.k8s.cgroup_memory": "cgroup_memory",
+    # the action that runs cgroup_memory on the node for the immediate fix (memory.high of the GPU pods' cgroups)
+    "gpuharden.k8s.cgroup_limits_immediate": "cgroup_memory",
 }
 ENV = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 
@@ -122,6 +125,14 @@ def _check_mode_harden(lab, tmp_path, skip_compliant_stages):
             ran.setdefault(data["host"], set()).add(CHECK_OF_ACTION[data["task_action"]])
             if data["res"].get("changed"):
                 would_change.setdefault(data["host"], set()).add(CHECK_OF_ACTION[data["task_action"]])
+        if event.get("event") == "runner_on_ok" and data.get("task_action") == "gpuharden.k8s.node_stages":
+            # the stage engine runs some stages' modules in its own task: each one's result is in its stages
+            for name, stage_result in (data["res"].get("stages") or {}).items():
+                check = CHECK_OF_ACTION.get(_stage_plan.by_name(name).module)
+                if check:
+                    ran.setdefault(data["host"], set()).add(check)
+                    if stage_result.get("changed"):
+                        would_change.setdefault(data["host"], set()).add(check)
     assert runner.rc == 0
     return ran, would_change
 
