@@ -13,7 +13,7 @@ short_description: Plan the kubelet stage of role kubelet_topology, with its adm
 version_added: 0.1.0
 description:
   - Read-only; run it with C(check_mode=true). Made for the plan and admission check of role
-    C(gpuharden.k8s.kubelet_topology) (C(tasks/plan.yml), C(tasks/admission.yml)), which does not call it yet: the
+    C(gpuharden.k8s.kubelet_topology) (C(tasks/plan.yml), C(tasks/admission.yml)), which does not call it yet; the
     role still plans in its own tasks. The decisions are C(module_utils/cluster/_kubelet_stage.py)'s.
   - Without O(stage), the plan. It runs M(gpuharden.k8s.kubelet_config) on the host in check mode with O(options), or
     takes O(audited_plan), and returns that plan with what it means for the run, RV(disruptive), RV(restart),
