@@ -27,7 +27,11 @@ from tests.unit import conftest
 
 pytestmark = pytest.mark.lab
 
-BURST = 32  # concurrent LISTs per burst; with at most 5 attempts each, both bursts stay under 200 requests
+BURST = 32  # concurrent LISTs per burst
+# A loaded machine may start one burst's LISTs one after another and never fill the level: a burst is made again, at
+# most this many times, until the level was full (bounded: at most 3 x 32 unretried LISTs, then 2 x 32 and one burst
+# of at most 5 attempts each with the policy, 320 requests)
+BURSTS = 3
 LEVEL = "gpuharden-retry-test"
 # k8s.io/api v0.36.3 flowcontrol/v1/types.go: the headers the APF filter sets on every request it classified
 # (k8s.io/apiserver v0.36.3 pkg/server/filters/priority-and-fairness.go setResponseHeaders), rejected ones included.
@@ -127,7 +131,10 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab, thr
     once = client(lab["cluster"]["tool_kubeconfig"], _k8s.RetryPolicy(attempts=1))
     try:
         wait_classified(once, uid)
-        failures, throttled = burst(once)
+        for _burst in range(BURSTS):
+            failures, throttled = burst(once)
+            if any(error is not None for error in failures):
+                break
     finally:
         once.close()
     failed = [error for error in failures if error is not None]
@@ -142,14 +149,17 @@ def test_a_throttled_burst_fails_without_retries_and_succeeds_with_them(lab, thr
 
     retrying = client(lab["cluster"]["tool_kubeconfig"])
     try:
-        failures, unanswered = burst(retrying)
-        retries = _k8s.retries_made(retrying)
+        for _burst in range(BURSTS):
+            failures, unanswered = burst(retrying)
+            retries = _k8s.retries_made(retrying)
+            print("with the retry policy: %d of %d LISTs failed, %d retries" % (sum(error is not None for error in failures), BURST, retries))
+            # the policy retries inside the request: no LIST fails, and no 429 reaches the caller
+            assert [str(error) for error in failures if error is not None] == [] and unanswered == []
+            if retries:
+                break
     finally:
         retrying.close()
-    print("with the retry policy: %d of %d LISTs failed, %d retries" % (sum(error is not None for error in failures), BURST, retries))
-    # the policy retries inside the request: no LIST fails, and no 429 reaches the caller; the retries were made
-    assert [str(error) for error in failures if error is not None] == [] and unanswered == []
-    assert retries > 0
+    assert retries > 0, "no request of %d bursts met a full priority level" % BURSTS
 
 
 def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttled, monkeypatch):
@@ -179,7 +189,12 @@ def test_modules_under_throttling_succeed_and_report_their_retries(lab, throttle
         saturator.start()
         try:
             with ThreadPoolExecutor(len(runs)) as pool:
-                results = list(pool.map(lambda run: conftest.run_module(run[0], dict(run[1], **auth), {}), runs))
+                # a round on a loaded machine may fall between the full moments of the level: run them again (at most
+                # BURSTS rounds) until one of their requests met it, or one failed
+                for _round in range(BURSTS):
+                    results = list(pool.map(lambda run: conftest.run_module(run[0], dict(run[1], **auth), {}), runs))
+                    if any(result.get("api_retries") or result.get("failed") for result in results):
+                        break
         finally:
             done.set()
             saturator.join(300)
