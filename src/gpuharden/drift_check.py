@@ -209,6 +209,7 @@ def run_cluster_side(cluster, outcomes, interrupted=lambda: False, poll=CLUSTER_
     try:
         if "result" not in done:
             raise done.get("error") or cluster_side.ClusterSideError("the consistency check ended without a result")
+        outcomes.api_retries += done["result"].get("api_retries") or 0
         outcomes.take_consistency(done["result"])
     except cluster_side.ClusterSideError as error:
         outcomes.consistency_error = " ".join(str(error).split())[:500]

@@ -63,6 +63,9 @@ class Outcomes:
         self.consistency_invocation = None
         # where the consistency check ran (its result's ran_in): RAN_IN_MODULE, RAN_IN_CONTROLLER, or None where it did not
         self.consistency_ran_in = None
+        # the requests to the API server the cluster-side checks sent again (throttled, failed or broken: their
+        # results' api_retries, _k8s.RESULT_COUNTERS), in the play's modules and in this process
+        self.api_retries = 0
         # the cluster side's credential and when it expires (gpuharden.kubeconfig.credential_expiry), where it ran
         self.credential = None
         self.seen = set()
@@ -89,6 +92,8 @@ class Outcomes:
             return True
         self.seen.add(host)
         result = data.get("res") or {}
+        if isinstance(result.get("api_retries"), int):
+            self.api_retries += result["api_retries"]
         if kind == "runner_on_unreachable" and host not in self.done():
             self.unreachable[host] = event_message(result) or "unreachable"
             self._report(host, "UNREACHABLE: %s" % self.unreachable[host])
@@ -287,7 +292,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         dict(entry, subject=entry.get("subject") or entry.get("resource")) for entry in consistency_findings(outcomes.consistency, None)]
     unreachable, failed = dict(sorted(outcomes.unreachable.items())), dict(sorted(outcomes.failed.items()))
     cluster_section = {"consistency_checked": outcomes.consistency is not None, "consistency_error": outcomes.consistency_error,
-                       "ran_in": outcomes.consistency_ran_in,
+                       "ran_in": outcomes.consistency_ran_in, "api_retries": outcomes.api_retries,
                        "runtime_class_checked": cluster_checks.get("runtime_class", {}).get("state") == coverage.CHECKED,
                        "checks": cluster_checks, "findings": cluster, "credential": outcomes.credential,
                        "credential_expires_at": kubeconfig.iso((outcomes.credential or {}).get("expires_at"))}

@@ -155,6 +155,8 @@ def merge_cluster(sections):
     return {"credential": credential, "credential_expires_at": kubeconfig.iso((credential or {}).get("expires_at")),
             "consistency_checked": any(section.get("consistency_checked") for section in sections),
             "consistency_error": "; ".join(errors) or None,
+            # each slice's requests sent again, added up
+            "api_retries": sum(section.get("api_retries") or 0 for section in sections),
             # where each slice's consistency check ran: one place, normally (every slice ran the same command)
             "ran_in": ", ".join(sorted({section["ran_in"] for section in sections if section.get("ran_in")})) or None,
             "runtime_class_checked": checks.get("runtime_class", {}).get("state") == coverage.CHECKED,

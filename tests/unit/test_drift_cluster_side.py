@@ -66,12 +66,13 @@ def test_the_hand_over_reaches_the_check_and_its_findings_the_report():
     finding = {"id": "gpu_not_advertised", "severity": "error", "check": "consistency", "stage": "device_plugin",
                "remediable": True, "expected": 1, "found": 0, "hint": "h", "node": "gpu-b"}
     runner = FakeRunner({"findings": [finding], "runtime_class_check": {"changed": True, "findings": [], "action": "create",
-                                                                        "runtime_class": {"metadata": {"name": "nvidia"}}}})
+                                                                        "runtime_class": {"metadata": {"name": "nvidia"}}},
+                         "api_retries": 4})
     drift_check.run_cluster_side(runner, outcomes)
     assert runner.calls == [(options, {"gpu-a": _report_of(1)})]
     report = drift_report.build_report(outcomes, inventory="inv", limit=None, fail_severity="warning", started=1.0, finished=2.0)
     assert report["cluster"]["consistency_checked"] and report["cluster"]["runtime_class_checked"]
-    assert report["cluster"]["ran_in"] == "controller process"
+    assert report["cluster"]["ran_in"] == "controller process" and report["cluster"]["api_retries"] == 4
     assert [entry["id"] for entry in report["nodes"]["gpu-b"]["findings"]] == ["gpu_not_advertised"]
     assert [entry["id"] for entry in report["cluster"]["findings"]] == ["runtime_class_differs"]
 
@@ -159,6 +160,8 @@ def test_the_module_s_own_code_runs_here_with_the_play_s_pods(collection):
     assert not os.path.exists(os.path.dirname(snapshot))
     assert json.loads(json.dumps(result)) == result
     assert result["ran_in"] == "controller process"
+    # as _module_shell adds it to the module's result: this fake API server throttles nothing
+    assert result["api_retries"] == 0
 
 
 @pytest.mark.parametrize(("options", "named"), [

@@ -38,7 +38,8 @@ def _outcomes():
         model_finding("gpu_not_advertised", "error", 2, 0, "h", node="node-b", gpu=None, pod=None),
         model_finding("gpu_process_unattributed", "warning", "x", "y", "h", node="node-b", gpu={"index": 1}, pod=None),
         model_finding("gpu_not_advertised", "error", 1, 0, "h", node="elsewhere"),
-    ]))
+    ], api_retries=2))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.runtime_class", skipped=True, api_retries=1))
     outcomes.feed(_event("runner_on_unreachable", "gpu-c", msg="Failed to connect to the host via ssh: refused"))
     outcomes.feed(_event("runner_on_failed", "gpu-d", action="gpuharden.k8s.node_lock", msg="node_lock: the node is locked by harden@x"))
     # a later event for an already failed host does not change its outcome
@@ -66,7 +67,9 @@ def test_outcomes_and_report():
                                  # no cluster side's kubeconfig known to this report (tests/unit/test_kubeconfig.py reads one)
                                  "credential": None, "credential_expires_at": None,
                                  # the play ran gpu_consistency (its runner event): where the check ran
-                                 "ran_in": "module"}
+                                 "ran_in": "module",
+                                 # the play's cluster-side modules' requests sent again (2 + 1), added up
+                                 "api_retries": 3}
     assert report["unreachable"] == {"gpu-c": "Failed to connect to the host via ssh: refused"}
     assert "locked by harden@x" in report["failed"]["gpu-d"] and "second" not in report["failed"]["gpu-d"]
     assert report["summary"] == {"nodes": 4, "clean": 1, "drifted": 1, "attention": 0, "not_checked": 0, "nodes_not_checked_in_part": 0,

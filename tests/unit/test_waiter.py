@@ -93,18 +93,13 @@ def test_bad_interval_or_backoff_is_refused(interval, backoff):
         _waiter.wait_until("x", answers("ready"), 10, interval, backoff=backoff)
 
 
-# A loop that sleeps between looks is a wait: it belongs in _waiter.  Named here: the loops not (yet) routed through it.
-NOT_YET = {
-    "plugins/module_utils/cluster/_consistency_run.py": "the settle loop of the one cluster check (issue 45 item 2), next to move onto the waiter",
-}
-
-
+# A loop that sleeps between looks is a wait: it belongs in _waiter.
 def test_no_other_wait_loop_sleeps():
     found = []
     for root in ("plugins/modules", "plugins/module_utils", "plugins/action"):
         for path in sorted((REPO_ROOT / root).rglob("*.py")):
             relative = str(path.relative_to(REPO_ROOT))
-            if relative == "plugins/module_utils/core/_waiter.py" or relative in NOT_YET:
+            if relative == "plugins/module_utils/core/_waiter.py":
                 continue
             if re.search(r"^\s*(?:time\.)?sleep\(", path.read_text(encoding="utf-8"), re.MULTILINE):
                 found.append(relative)

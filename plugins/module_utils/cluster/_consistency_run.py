@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _consistency, _gpu_workloads, _runtime_class, _topology
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _waiter
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s import _k8s, _k8s_objects, _k8s_snapshot, _resources
 from ansible_collections.gpuharden.k8s.plugins.module_utils.k8s._k8s_access import list_kind
@@ -115,38 +115,43 @@ def gather(params):
     api = _k8s.api_client(params)
     started = time.monotonic()
     requests = {}
-    reads = 0
-    controllers = None
+    # what the last read saw; the first read also lists the workload controllers, once: only the Nodes and pods change
+    # while the run settles
+    seen = {"reads": 0, "controllers": None, "snapshot": snapshot}
+
+    def read_and_check():
+        # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again.
+        with _k8s.gc_paused():
+            kinds = _gpu_workloads.CONTROLLER_KINDS if (topology or admission) and seen["controllers"] is None else ()
+            nodes, pods, listed, pages = read_cluster(api, params["page_limit"], kinds, seen["snapshot"])
+            seen["snapshot"] = None  # a read while settling lists the pods again
+            if seen["controllers"] is None:
+                seen["controllers"] = listed
+            seen["findings"], seen["summary"] = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
+                                                                   wanted=params["nodes"] or None, label=params["gpu_node_label"],
+                                                                   replicas=params["sharing_replicas"])
+            if topology or admission:
+                seen["workloads"], seen["workloads_error"] = _workloads(pods, seen["controllers"], resources)
+                seen["node_summaries"] = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources) for node in nodes
+                                          if node["metadata"].get("name") in topology or node["metadata"].get("name") in admission}
+            seen["stale"] = _consistency.stale_statuses(nodes, restarted_at)
+            seen["last_nodes"] = nodes if runtime_class else None
+            # Freed while the collector is still off: switched back on over them, it would walk them all once more.
+            del nodes, pods
+        seen["reads"] += 1
+        for kind, count in pages.items():
+            requests[kind] = requests.get(kind, 0) + count
+        seen["awaiting"] = _consistency.awaiting_advertisement(seen["findings"])
+        waited_for = [node for node in seen["awaiting"] if params["settle_nodes"] is None or node in params["settle_nodes"]] + sorted(seen["stale"])
+        return not waited_for, waited_for
+
     try:
-        while True:
-            # Plain JSON trees from here on (no reference cycles): the cyclic collector would only walk them again.
-            with _k8s.gc_paused():
-                # the workload controllers are listed once: only the Nodes and pods change while the run settles
-                nodes, pods, listed, pages = read_cluster(api, params["page_limit"],
-                                                          _gpu_workloads.CONTROLLER_KINDS if (topology or admission) and controllers is None else (),
-                                                          snapshot)
-                snapshot = None  # a read while settling lists the pods again
-                controllers = listed if controllers is None else controllers
-                findings, summary = _consistency.check(nodes, pods, params["node_reports"], params["pod_resources"],
-                                                       wanted=params["nodes"] or None, label=params["gpu_node_label"],
-                                                       replicas=params["sharing_replicas"])
-                if topology or admission:
-                    workloads, workloads_error = _workloads(pods, controllers, resources)
-                    node_summaries = {node["metadata"]["name"]: _gpu_workloads.node_summary(node, resources)
-                                      for node in nodes if node["metadata"].get("name") in topology or node["metadata"].get("name") in admission}
-                stale = _consistency.stale_statuses(nodes, restarted_at)
-                last_nodes = nodes if runtime_class else None
-                # Freed while the collector is still off: switched back on over them, it would walk them all once more.
-                del nodes, pods
-            reads += 1
-            for kind, count in pages.items():
-                requests[kind] = requests.get(kind, 0) + count
-            awaiting = _consistency.awaiting_advertisement(findings)
-            waited_for = [node for node in awaiting if params["settle_nodes"] is None or node in params["settle_nodes"]] + sorted(stale)
-            left = params["settle_seconds"] - (time.monotonic() - started)
-            if not waited_for or left <= 0:
-                break
-            time.sleep(min(SETTLE_INTERVAL, left))
+        # settle_seconds=0 reads once; else again every SETTLE_INTERVAL, the last read at the deadline at the latest
+        _waiter.wait_until("the cluster to settle (GPUs advertised, fresh node statuses)", read_and_check,
+                           started + params["settle_seconds"], SETTLE_INTERVAL, final_look=True)
+        findings, summary, stale, awaiting = seen["findings"], seen["summary"], seen["stale"], seen["awaiting"]
+        workloads, workloads_error, node_summaries = seen.get("workloads"), seen.get("workloads_error"), seen.get("node_summaries", {})
+        reads, last_nodes = seen["reads"], seen.pop("last_nodes")
         runtime_class_check = None if runtime_class is None else _runtime_class.dry_run(
             _k8s_objects.Client(api, MODULE), runtime_class, last_nodes, params["page_limit"])
         del last_nodes
@@ -200,7 +205,8 @@ def consistency_check(params, ran_in):
 def consistency_check_of_options(options, node_reports, ran_in=RAN_IN_CONTROLLER):
     """consistency_check for ``options`` (the module's options but node_reports, as drift_check.yml hands them over; a
     None value is an omitted option, as the playbook's ``omit``) and ``node_reports``, validated against the module's
-    argument_spec as AnsibleModule validates them.  Bad options are a GpuhardenError naming them, before any request."""
+    argument_spec as AnsibleModule validates them, with ``api_retries`` as the module's result has it.  Bad options are a
+    GpuhardenError naming them, before any request."""
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 (the controller's ansible-core)
 
     if not isinstance(options, dict):
@@ -210,4 +216,7 @@ def consistency_check_of_options(options, node_reports, ran_in=RAN_IN_CONTROLLER
     validated = ArgumentSpecValidator(argument_spec()).validate(params)
     if validated.error_messages:
         raise GpuhardenError("%s: %s" % (MODULE, "; ".join(validated.error_messages)))
-    return consistency_check(validated.validated_parameters, ran_in)
+    # the requests it sent again, as _module_shell adds to the module's result (_k8s.RESULT_COUNTERS)
+    retried_before = _k8s.retries_total()
+    result = consistency_check(validated.validated_parameters, ran_in)
+    return dict(result, api_retries=_k8s.retries_total() - retried_before)
