@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import yaml
@@ -163,6 +164,8 @@ def expected_variables(table):
             continue
         option = {"description": entry["doc"], "type": entry["type"]}
         option.update({key: list(entry[key]) if isinstance(entry[key], tuple) else entry[key] for key in VARIABLE_KEYS if entry[key] is not None})
+        if entry["default"] is not table.UNSET:
+            option["default"] = entry["default"]
         variables[entry["name"]] = option
     return variables
 
@@ -288,6 +291,74 @@ def _load(root, path):
         return error
 
 
+# The YAML keys Ansible reads as a bare Jinja expression (no braces).
+CONDITIONAL_KEYS = ("when", "failed_when", "changed_when", "until", "that")
+# Where the playbooks and roles write an inventory fallback: every YAML file under these, each task's and vars file's.
+ORCHESTRATION_GLOBS = ("playbooks/**/*.yml", "roles/*/tasks/*.yml", "roles/*/vars/*.yml", "roles/*/handlers/*.yml", "roles/*/defaults/*.yml")
+
+
+def _templates(node, key=None):
+    """Every Jinja template in a loaded YAML document (a bare conditional as the template it stands for)."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _templates(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _templates(value, key)
+    elif isinstance(node, str):
+        if "{{" in node or "{%" in node:
+            yield node
+        elif key in CONDITIONAL_KEYS:
+            yield "{{ %s }}" % node
+
+
+def written_defaults(root=REPO, names=None, table=None):
+    """[(path, variable, value)] of every ``gpuharden_* | default(<literal>)`` in the playbooks and roles, found with
+    Jinja's own parser; ``value`` is table.UNSET where the fallback is an expression, not a literal."""
+    import jinja2  # noqa: PLC0415 (only this check needs it; ansible-core brings it)
+    from jinja2 import nodes  # noqa: PLC0415
+
+    environment, found, unset = jinja2.Environment(), [], (table or load_table(root)).UNSET
+    paths = sorted({path for pattern in ORCHESTRATION_GLOBS for path in Path(root).glob(pattern)})
+    for path in paths:
+        relative = str(path.relative_to(root))
+        for template in _templates(yaml.safe_load(path.read_text(encoding="utf-8"))):
+            with warnings.catch_warnings():
+                # Jinja's lexer warns about a regular expression's backslashes in a string literal (regex_replace): not ours to fix
+                warnings.simplefilter("ignore", DeprecationWarning)
+                parsed = environment.parse(template)
+            for node in parsed.find_all(nodes.Filter):
+                if node.name != "default" or not isinstance(node.node, nodes.Name) or not node.node.name.startswith("gpuharden_"):
+                    continue
+                if names is not None and node.node.name not in names:
+                    continue
+                try:
+                    value = node.args[0].as_const() if node.args else ""
+                except nodes.Impossible:
+                    value = unset
+                found.append((relative, node.node.name, value))
+    return found
+
+
+def default_disagreements(root=REPO, table=None):
+    """Each ``| default(<literal>)`` of a playbook variable in the playbooks and roles that is not the table's default
+    for that file (a playbook's own, or the one every playbook shares for a role or a task file), one line each."""
+    table = table or load_table(root)
+    variables = {entry["name"]: entry for entry in table.PLAYBOOK_VARIABLES if "name" in entry}
+    problems = []
+    for path, name, value in written_defaults(root, set(variables), table):
+        if value is table.UNSET:
+            continue  # an expression (the run owner made up from the time): not a default the table can hold
+        stem = Path(path).stem if path.count("/") == 1 and path.startswith("playbooks/") else None
+        expected = table.playbook_default(name, stem)
+        if expected is table.UNSET:
+            where = "playbook %s" % stem if stem else "every playbook (a role or a shared task file)"
+            problems.append("%s: %s | default(%r), but the settings table has no default of %s for %s" % (path, name, value, name, where))
+        elif value != expected or type(value) is not type(expected):
+            problems.append("%s: %s | default(%r), the settings table says %r" % (path, name, value, expected))
+    return problems
+
+
 def check(root=REPO, table=None):
     """Each disagreement between the files at ``root`` and the settings table, one line each naming the file and
     the variable; then any other difference (a comment, the layout) of a generated file.  [] when they agree."""
@@ -315,6 +386,7 @@ def check(root=REPO, table=None):
         problems.append("meta/variables.yml: unreadable: %s" % found)
     else:
         problems += _compare("meta/variables.yml", "variable", found.get("variables") or {}, expected_variables(table))
+    problems += default_disagreements(root, table)
     if not problems:
         for path, text in rendered(root, table).items():
             if (Path(root) / path).read_text(encoding="utf-8") != text:

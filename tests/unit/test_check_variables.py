@@ -26,7 +26,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postche
 REPO = Path(__file__).resolve().parents[2]
 TYPO = "kubelet_topology_tppology_manager_policy"
 RIGHT = "kubelet_topology_topology_manager_policy"
-SPEC_KEYS = {"description", "type", "elements", "choices", "format", "play_keyword"}
+SPEC_KEYS = {"description", "type", "elements", "choices", "format", "play_keyword", "default"}
 CHECK_TASK = "Check the gpuharden variables of the play's hosts (a misspelt variable would be ignored)"
 ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 

@@ -69,9 +69,14 @@ def role(header, entry_points, settings):
     return {"header": header, "entry_points": entry_points, "settings": settings}
 
 
-def variable(name, type, doc, elements=None, choices=None, format=None, play_keyword=None):  # noqa: A002
-    """A gpuharden_* variable of the playbooks (meta/variables.yml: the check_variables action plugin reads it)."""
-    return {"name": name, "type": type, "doc": doc, "elements": elements, "choices": choices, "format": format, "play_keyword": play_keyword}
+def variable(name, type, doc, elements=None, choices=None, format=None, play_keyword=None, default=UNSET, by_playbook=None):  # noqa: A002
+    """A gpuharden_* variable of the playbooks (meta/variables.yml: the check_variables action plugin reads it).
+
+    ``default``: its value where the inventory sets none, the one value every ``| default(...)`` of it in the playbooks
+    and roles writes (tests/unit/test_settings_table.py reads them all); ``by_playbook``: {playbook file stem: value}
+    where playbooks differ on purpose (a drift check waits less for a lock than harden does)."""
+    return {"name": name, "type": type, "doc": doc, "elements": elements, "choices": choices, "format": format, "play_keyword": play_keyword,
+            "default": default, "by_playbook": dict(by_playbook or {})}
 
 
 def node_name(role):
@@ -1405,40 +1410,52 @@ PLAYBOOK_VARIABLES = (
     variable('gpuharden_target_hosts', 'raw',
              'Inventory group or host pattern the playbook runs on (gpu_nodes).',
              play_keyword='hosts',
+             default='gpu_nodes',
              ),
     variable('gpuharden_serial', 'raw',
              'Batch size of harden and bootstrap runs (100%).',
              format='serial',
              play_keyword='serial',
+             default='100%',
              ),
     variable('gpuharden_max_fail_percentage', 'raw',
              'Share of failed hosts that stops a harden (0) or bootstrap (100) run.',
              format='percentage',
              play_keyword='max_fail_percentage',
+             by_playbook={'harden_gpu_nodes': 0, 'bootstrap_gpu_node': 100},
              ),
     variable('gpuharden_k8s_node_name', 'str',
              "The host's Kubernetes Node name (inventory_hostname); every role's *_node_name follows it.",
              ),
     variable('gpuharden_kubeconfig', 'str',
              'kubeconfig on the controller for every API call ("" = default kubeconfig or in-cluster account).',
+             default='',
              ),
     variable('gpuharden_run_owner', 'str',
-             "Name of this run in the nodes' run locks (default made up from the time and a random number).",
+             (
+                 "Name of this run in the nodes' run locks and cordon records (unset: each playbook makes one up from the time and a random "
+                 'number; a role run alone records none, "").'
+             ),
+             default='',
              ),
     variable('gpuharden_lock_path', 'str',
              "The node's run lock file (/run/gpuharden/run.lock).",
+             default='/run/gpuharden/run.lock',
              ),
     variable('gpuharden_lock_timeout', 'int',
              "Seconds to wait for another run's lock (harden and bootstrap 600, drift check 60).",
+             by_playbook={'harden_gpu_nodes': 600, 'bootstrap_gpu_node': 600, 'unharden_gpu_nodes': 600, 'drift_check': 60},
              ),
     variable('gpuharden_allow_non_gpu_nodes', 'bool',
              'Run harden and bootstrap on hosts that show no NVIDIA GPU (false).',
+             default=False,
              ),
     variable('gpuharden_skip_compliant_stages', 'bool',
              (
                  "Harden runs a node-side stage only where its node_audit check is not ok (true); false runs every stage's module, as the drift test "
                  'does to prove the audit right.'
              ),
+             default=True,
              ),
     variable('gpuharden_max_unavailable', 'raw',
              (
@@ -1446,12 +1463,14 @@ PLAYBOOK_VARIABLES = (
                  'count against it (1).'
              ),
              format='count_or_percent',
+             default=1,
              ),
     variable('gpuharden_restart_settle_seconds', 'int',
              (
                  "Most seconds harden's budget read waits for the nodes whose containerd or kubelet the run has just restarted to be Ready again "
                  'before counting them as unavailable (60; the wait ends as soon as they are).'
              ),
+             default=60,
              ),
     variable('gpuharden_known_extra_variables', 'list',
              (
@@ -1459,23 +1478,29 @@ PLAYBOOK_VARIABLES = (
                  'treats them as known. Read per host.'
              ),
              elements='str',
+             default=[],
              ),
     variable('gpuharden_allow_unknown_variables', 'bool',
              'Report unknown variables as warnings instead of failing the run (false). Read per host.',
+             default=False,
              ),
     section('Shared defaults of several roles'),
     variable('gpuharden_mig_layout', 'dict',
              'MIG layout in short form, the default of mig_layout ({}).',
+             default={},
              ),
     variable('gpuharden_mig_strategy', 'str',
              "The device plugin's MIG strategy (none, single, mixed), the default of device_plugin_mig_strategy.",
              choices=['none', 'single', 'mixed'],
+             default='none',
              ),
     variable('gpuharden_kubelet_extra_settings', 'dict',
              'Further KubeletConfiguration fields, the default of kubelet_topology_extra_settings.',
+             default={},
              ),
     variable('gpuharden_cgroup_root', 'str',
              "Where the node's cgroup v2 hierarchy is mounted, the default of cgroup_limits_cgroup_root.",
+             default='/sys/fs/cgroup',
              ),
     variable('gpuharden_operator_takeover', 'list',
              (
@@ -1487,29 +1512,36 @@ PLAYBOOK_VARIABLES = (
              ),
              elements='str',
              choices=['container_runtime', 'device_permissions', 'mig'],
+             default=[],
              ),
     variable('gpuharden_gpu_node', 'bool',
              'Whether the host is a GPU node (null = look at /proc/driver/nvidia/gpus), for device_plugin_gpu_node.',
+             default=None,
              ),
     variable('gpuharden_postcheck_fail_severity', 'str',
              "Lowest finding severity that fails a host's post-check (error; never only reports).",
              choices=FAIL_CHOICES,
+             default='error',
              ),
     variable('gpuharden_postcheck_device_audit', 'bool',
              'Run the eBPF device-cgroup isolation audit in the post-check (true).',
+             default=True,
              ),
     variable('gpuharden_postcheck_consistency', 'bool',
              'Compare declared, allocated and used GPUs in the post-check (true).',
+             default=True,
              ),
     variable('gpuharden_postcheck_settle_seconds', 'int',
              (
                  'Most seconds the post-check of a harden or bootstrap run waits for the nodes whose plugin, kubelet or MIG layout the run changed '
                  'to advertise what NVML has (60; the wait ends as soon as they do).'
              ),
+             default=60,
              ),
     section('playbooks/drift_check.yml'),
     variable('gpuharden_drift_fail', 'bool',
              'Fail hosts with drift, so the playbook exits non-zero (true; gpuharden drift sets false).',
+             default=True,
              ),
     variable('gpuharden_drift_run_data', 'bool',
              (
@@ -1517,12 +1549,14 @@ PLAYBOOK_VARIABLES = (
                  'results itself, sets false).'
              ),
              play_keyword='hosts',
+             default=True,
              ),
     variable('gpuharden_drift_cluster_in_process', 'bool',
              (
                  "Hand the consistency check's options to the caller instead of running the gpu_consistency module (false; gpuharden drift sets true "
                  'and runs that check in its own Python).'
              ),
+             default=False,
              ),
     variable('gpuharden_gpu_pods_given', 'dict',
              (
@@ -1533,27 +1567,34 @@ PLAYBOOK_VARIABLES = (
     variable('gpuharden_drift_fail_severity', 'str',
              'Lowest finding severity that counts as drift (warning).',
              choices=SEVERITIES,
+             default='warning',
              ),
     variable('gpuharden_drift_cluster_objects', 'bool',
              'Also dry-run the RuntimeClass once for the play (true).',
+             default=True,
              ),
     section('playbooks/audit_node.yml'),
     variable('gpuharden_audit_hosts', 'raw',
              'Host pattern of the read-only audit (all).',
              play_keyword='hosts',
+             default='all',
              ),
     variable('gpuharden_node_root', 'str',
              "Root under which the audited node's filesystem is visible (/).",
+             default='/',
              ),
     section('playbooks/bootstrap_gpu_node.yml'),
     variable('gpuharden_bootstrap_connect_timeout', 'int',
              'Seconds to wait for SSH on a first boot (600).',
+             default=600,
              ),
     variable('gpuharden_bootstrap_connect_delay', 'int',
              'Seconds to wait before the first SSH attempt (0).',
+             default=0,
              ),
     variable('gpuharden_bootstrap_node_venv', 'bool',
              "Give the node a venv with the node packages (role node_prerequisites) and run the play's node tasks with its Python (true).",
+             default=True,
              ),
     variable('gpuharden_node_python', 'str',
              (
@@ -1564,29 +1605,37 @@ PLAYBOOK_VARIABLES = (
              ),
     variable('gpuharden_bootstrap_ship_pynvml', 'bool',
              "Copy nvidia-ml-py's pynvml.py to a node whose Python cannot import pynvml (true).",
+             default=True,
              ),
     variable('gpuharden_bootstrap_pynvml_source', 'str',
              'pynvml.py on the controller ("" = the one the controller\'s Python imports).',
+             default='',
              ),
     variable('gpuharden_bootstrap_pynvml_dest', 'str',
              'Directory on the node\'s Python path for it ("" = that Python\'s site-packages).',
+             default='',
              ),
     variable('gpuharden_bootstrap_taint_key', 'str',
              'Key of the bootstrap taint (gpuharden.io/bootstrap).',
+             default='gpuharden.io/bootstrap',
              ),
     variable('gpuharden_bootstrap_taint_effect', 'str',
              'Effect of the bootstrap taint (NoSchedule).',
              choices=['NoSchedule', 'PreferNoSchedule', 'NoExecute'],
+             default='NoSchedule',
              ),
     variable('gpuharden_bootstrap_labels', 'dict',
              "Labels a node gets when it passed the post-check ({gpuharden.io/hardened: 'true'}).",
+             default={'gpuharden.io/hardened': 'true'},
              ),
     variable('gpuharden_bootstrap_uncordon', 'bool',
              'Uncordon and untaint a node that passed (true; false only labels it).',
+             default=True,
              ),
     variable('gpuharden_device_plugin_tolerations', 'list',
              "The device plugin's tolerations besides the bootstrap taint.",
              elements='dict',
+             default=[{'key': 'nvidia.com/gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}],
              ),
     section('playbooks/unharden_gpu_nodes.yml (docs/uninstall.md)'),
     variable('gpuharden_unharden_force', 'bool',
@@ -1594,24 +1643,29 @@ PLAYBOOK_VARIABLES = (
                  'Also put back files, labels and taints changed since gpuharden wrote them (false: they are left and reported, and the host fails '
                  "at the end); a forced file's current content is kept next to it."
              ),
+             default=False,
              ),
     variable('gpuharden_unharden_kubelet', 'bool',
              (
                  "Put back the kubelet's files too, with a restart, or a drain within the disruption budget where gpuharden changed a CPU or Memory "
                  'Manager policy (true; false leaves every kubelet file as gpuharden wrote it).'
              ),
+             default=True,
              ),
     variable('gpuharden_unharden_keep_backups', 'bool',
              "Keep the backups gpuharden's modules made of the files that are put back (false).",
+             default=False,
              ),
     variable('gpuharden_unharden_cluster', 'bool',
              "Put back Node labels and taints and remove gpuharden's cluster objects (true).",
+             default=True,
              ),
     variable('gpuharden_unharden_cluster_objects', 'bool',
              (
                  "Remove gpuharden's device plugin DaemonSets, ConfigMap and RuntimeClass (true; kept anyway while Nodes outside the run still carry "
                  "gpuharden's labels)."
              ),
+             default=True,
              ),
     section('Written into its inventory by `gpuharden lab up` (the test lab)'),
     variable('gpuharden_lab_scenario', 'str',
@@ -1621,6 +1675,16 @@ PLAYBOOK_VARIABLES = (
              "The lab cluster's admin kubeconfig (tests use it for set-up the tool may not do).",
              ),
 )
+
+
+def playbook_default(name, playbook=None):
+    """The default of playbook variable ``name`` in ``playbook`` (a file stem such as drift_check; None: any playbook,
+    for a role or a task file several import), or UNSET where it has none.  KeyError for a name not in the table; a
+    variable whose playbooks differ has no default for ``playbook=None``."""
+    entry = next(entry for entry in PLAYBOOK_VARIABLES if entry.get("name") == name)
+    if entry["by_playbook"]:
+        return entry["by_playbook"].get(playbook, UNSET)
+    return entry["default"]
 
 
 def role_settings():
