@@ -124,8 +124,11 @@ class ActionModule(ActionBase):
             alone = _data(done)
         topology = plan.node_topology(settings, cluster, alone)
         findings = plan.node_findings(settings, node_read, cluster, topology)
-        decided = plan.verdict(settings, findings, self._task.check_mode)
-        return dict(decided, changed=False, findings=findings, nvml=(node_read or {}).get("nvml"), topology=topology,
+        unchecked = plan.not_checked(settings, cluster)
+        for part in unchecked:
+            self._display.warning("postcheck of %s could not check %s: %s" % (settings["postcheck_node_name"], part["what"], part["cause"]))
+        decided = plan.verdict(settings, findings, self._task.check_mode, unchecked)
+        return dict(decided, changed=False, findings=findings, not_checked=unchecked, nvml=(node_read or {}).get("nvml"), topology=topology,
                     workloads_error=(cluster or {}).get("workloads_error"),
                     # the run's statistics (what ansible.builtin.set_stats with aggregate does): every host's findings
                     ansible_stats={"data": {plan.FINDINGS_STAT: findings}, "per_host": False, "aggregate": True})

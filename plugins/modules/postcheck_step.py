@@ -24,7 +24,8 @@ description:
     M(gpuharden.k8s.process_cgroup_info)). Shown as skipped where the run's audit had read everything.
   - V(cluster), once for the play's batch on the controller, runs M(gpuharden.k8s.gpu_consistency) over every node of
     the batch (it lists and weighs the GPU workloads in the same run), or without the consistency check
-    M(gpuharden.k8s.gpu_workloads_info), whose failure is reported as the finding C(workload_list_failed).
+    M(gpuharden.k8s.gpu_workloads_info). A LIST that fails is no finding: the node's topology is then not checked
+    against the workloads (RV(not_checked), with its cause and fix), which fails the host as a finding would.
   - V(verdict), per host on the controller, runs M(gpuharden.k8s.topology_check) for a node the cluster step did not
     weigh, gathers the node's findings, adds them to the run's statistics (C(gpuharden_postcheck_findings), as
     M(ansible.builtin.set_stats) with C(aggregate) would) and says whether the host fails at C(postcheck_fail_severity).
@@ -81,13 +82,22 @@ workloads_error:
   description: V(cluster) and V(verdict). Why the GPU workloads could not be listed; null where they were, or were not asked for.
   returned: success
   type: str
+not_checked:
+  description:
+    - V(verdict). What the post-check of the node could not check, each with C(what), C(cause) and C(fix); never
+      counted as clean or as a finding. A host with one fails (C(failure)) unless C(postcheck_fail_severity=never).
+  returned: success
+  type: list
+  elements: dict
 failing:
   description: V(verdict). The ids of the findings at or above C(postcheck_fail_severity).
   returned: success
   type: list
   elements: str
 failure:
-  description: V(verdict). Why the host fails (the role's next task fails it with this message); null where it does not.
+  description:
+    - V(verdict). Why the host fails (the role's next task fails it with this message), its findings and what could not
+      be checked; null where it does not.
   returned: success
   type: str
 report:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The post-check's decisions (plugins/module_utils/core/_postcheck_plan.py), which roles/postcheck made in Jinja
 before: which reads run, the reuse of the run's audit, the topology entry and consistency report of a node, the one
-cluster-side run for the batch, the node's findings (workload_list_failed through the catalogue) and the verdict on
+cluster-side run for the batch, the node's findings, what it could not check (a failed workloads LIST) and the verdict on
 the one severity scale."""
 
 from __future__ import annotations
@@ -161,23 +161,37 @@ def test_a_node_the_cluster_step_did_not_weigh_gets_topology_check_alone():
     assert plan.topology_alone_args(settings(postcheck_topology=False), part, {}) is None
 
 
-def test_the_nodes_findings_in_order_with_the_list_failure_from_the_catalogue():
+def test_the_nodes_findings_in_order_and_a_failed_list_is_not_checked_not_a_finding():
     part = _parts()[0]
     other = _findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-b", gpu=None, pod=None)
     mine = _findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-a", gpu=None, pod=None)
     topology = {"findings": [_findings.finding("topology_policy_no_alignment", "warning", {}, {}, node="gpu-a", gpu=None, pod=None)]}
     cluster = {"findings": [other, mine], "topology": {}, "workloads_error": "403 Forbidden"}
     found = plan.node_findings(settings(), part, cluster, topology)
-    assert [entry["id"] for entry in found] == ["pcie_link_degraded", "topology_policy_no_alignment", "isolation_breach",
-                                                "gpu_not_advertised", "workload_list_failed"]
-    failed = found[-1]
-    assert failed == {"id": "workload_list_failed", "check": "topology", "stage": "postcheck", "severity": "error",
-                      "expected": "the cluster GPU workloads are listed", "found": "403 Forbidden", "remediable": False,
-                      "hint": "the topology check ran without workloads: give postcheck_kubeconfig an identity that may list them",
-                      "node": "gpu-a", "gpu": None, "pod": None}
+    assert [entry["id"] for entry in found] == ["pcie_link_degraded", "topology_policy_no_alignment", "isolation_breach", "gpu_not_advertised"]
+    [blind] = plan.not_checked(settings(), cluster)
+    assert blind["what"] == "topology: whether the cluster's GPU workloads fit gpu-a's NUMA nodes"
+    assert blind["cause"] == "the GPU workloads could not be listed: 403 Forbidden" and "postcheck_kubeconfig" in blind["fix"]
+    # a LIST that answered, or a post-check without the topology check, leaves nothing unchecked
+    assert plan.not_checked(settings(), dict(cluster, workloads_error=None)) == []
+    assert plan.not_checked(settings(postcheck_topology=False), cluster) == []
     assert plan.node_topology(settings(), {"topology": {"gpu-a": topology}}, None) is topology
     assert plan.node_topology(settings(), {"topology": {}}, {"alone": 1}) == {"alone": 1}
     assert plan.node_topology(settings(postcheck_topology=False), {}, {"alone": 1}) is None
+
+
+def test_a_part_not_checked_fails_the_host_without_counting_as_a_finding():
+    blind = plan.not_checked(settings(), {"workloads_error": "403 Forbidden"})
+    decided = plan.verdict(settings(), [], check_mode=False, unchecked=blind)
+    assert decided["failing"] == []
+    assert decided["failure"] == ("could not check topology: whether the cluster's GPU workloads fit gpu-a's NUMA nodes: the GPU workloads "
+                                  "could not be listed: 403 Forbidden (fix: %s)" % blind[0]["fix"])
+    finding = _findings.finding("gpu_not_advertised", "error", 1, 0, node="gpu-a", gpu=None, pod=None)
+    both = plan.verdict(settings(), [finding], check_mode=False, unchecked=blind)["failure"]
+    assert both.startswith("1 finding(s) at or above error on gpu-a: gpu_not_advertised") and "; could not check topology" in both
+    # never only reports, for a part not checked as for findings
+    assert plan.verdict(settings(postcheck_fail_severity="never"), [], check_mode=False, unchecked=blind)["failure"] is None
+    assert plan.verdict(settings(), [], check_mode=False)["failure"] is None
 
 
 def test_the_verdict_uses_the_one_severity_scale():

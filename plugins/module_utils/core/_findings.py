@@ -75,8 +75,6 @@ _GROUPS = (
     # policy is unmanaged by default) and the admission check's: node_audit's kubelet_setting says what a run changes.
     ("topology", "kubelet_topology", NEVER, ("topology_policy_unknown", "topology_policy_no_alignment", "cpu_policy_not_static")),
     ("topology", "postcheck", NEVER, ("gpu_numa_unknown", "workload_cannot_fit_numa")),
-    # the post-check could not list the cluster's GPU workloads: its topology check ran on the node alone
-    ("topology", "postcheck", NEVER, ("workload_list_failed",)),
     # The node does not advertise what NVML sees: the device_plugin stage (re)deploys the plugin.
     ("consistency", "device_plugin", ALWAYS, ("gpu_not_advertised", "gpu_partially_advertised", "gpu_over_advertised")),
     # A cordon an ended gpuharden run left (its record, gpuharden.io/cordon): the next harden releases it where the node

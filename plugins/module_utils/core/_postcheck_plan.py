@@ -14,8 +14,8 @@ The post-check proves a node is fixed.  It runs in three steps, each one task of
 2. ``cluster`` (once for the play's batch, on the controller): the three-state consistency check, or without it the
    GPU workloads' LIST, over every node of the batch (``cluster_call``), and what came out of it (``weighed``).
 3. ``verdict`` (per host, on the controller): the topology check of a node the cluster step did not weigh
-   (``topology_alone_args``), this node's findings in one list (``node_findings``, with ``workload_list_failed``
-   built here through the catalogue), and whether the host fails or, in a check run that did not make its changes,
+   (``topology_alone_args``), this node's findings in one list (``node_findings``), what could not be checked (``not_checked``: the
+   workloads' LIST failed), and whether the host fails or, in a check run that did not make its changes,
    only reports (``verdict``; the one severity scale of core/_findings.py).
 
 ``settings`` is a mapping of the role's ``postcheck_*`` variables (roles/postcheck/defaults/main.yml), as the role's
@@ -260,11 +260,15 @@ def topology_alone_args(settings, part, cluster):
     return args
 
 
-def workload_list_failed(node, error):
-    return _findings.finding(
-        "workload_list_failed", "error", "the cluster GPU workloads are listed", error,
-        "the topology check ran without workloads: give postcheck_kubeconfig an identity that may list them",
-        node=node, gpu=None, pod=None)
+def not_checked(settings, cluster):
+    """What the post-check of this node could not check, each {what, cause, fix}: the GPU workloads' LIST failed, so
+    the topology check weighed the node alone (never a finding: a part not checked is neither clean nor drift)."""
+    if (cluster or {}).get("workloads_error") is None or not as_bool(settings["postcheck_topology"]):
+        return []
+    return [{"what": "topology: whether the cluster's GPU workloads fit %s's NUMA nodes" % settings["postcheck_node_name"],
+             "cause": "the GPU workloads could not be listed: %s" % cluster["workloads_error"],
+             "fix": "give postcheck_kubeconfig an identity that may list pods and their controllers (docs/rbac.md), or set "
+                    "postcheck_collect_workloads=false to check the node alone"}]
 
 
 def node_topology(settings, cluster, topology_alone):
@@ -276,13 +280,11 @@ def node_topology(settings, cluster, topology_alone):
 
 
 def node_findings(settings, part, cluster, topology):
-    """This node's findings, in one list: NVML, topology, device cgroups, consistency, and the workloads' LIST failure."""
+    """This node's findings, in one list: NVML, topology, device cgroups, consistency."""
     node = settings["postcheck_node_name"]
     part, cluster = part or {}, cluster or {}
     found = list(part.get("nvml_findings") or []) + list((topology or {}).get("findings") or []) + list(part.get("device_cgroup_findings") or [])
     found += [entry for entry in cluster.get("findings") or [] if entry.get("node") == node]
-    if cluster.get("workloads_error") is not None:
-        found.append(workload_list_failed(node, cluster["workloads_error"]))
     return found
 
 
@@ -297,21 +299,25 @@ def _gpu_text(gpu):
     return " (gpu %s)" % (gpu.get("index") if isinstance(gpu, dict) and gpu.get("index") is not None else gpu)
 
 
-def verdict(settings, findings, check_mode):
+def verdict(settings, findings, check_mode, unchecked=()):
     """{failing, failure, report}: the findings at or above postcheck_fail_severity; why the host fails (None: it does
     not); in a check run that only reports (postcheck_fail_in_check_mode false: a harden run in check mode, which did
-    not make the changes the post-check would verify), the report instead."""
+    not make the changes the post-check would verify), the report instead.  A part the post-check could not check
+    (``unchecked``, from not_checked) fails the host as a finding would: a post-check that could not verify the node
+    does not pass it (postcheck_fail_severity=never only reports, as for findings)."""
     threshold = settings["postcheck_fail_severity"]
     node = settings["postcheck_node_name"]
     failing = _findings.at_or_above(findings, threshold)
+    blind = [] if threshold == "never" else list(unchecked)
     if check_mode and not as_bool(settings["postcheck_fail_in_check_mode"]):
         report = ("check mode: %d finding(s) at or above %s on the node as it is now (%s); a real run verifies the node after its changes"
                   % (len(failing), threshold, ", ".join(entry["id"] for entry in failing)))
         return {"failing": [entry["id"] for entry in failing], "failure": None, "report": report}
-    failure = None
+    reasons = []
     if failing:
-        failure = "%d finding(s) at or above %s on %s: %s (all of them in postcheck_findings)" % (
+        reasons.append("%d finding(s) at or above %s on %s: %s (all of them in postcheck_findings)" % (
             len(failing), threshold, node, "; ".join(
                 "%s%s found %s, expected %s" % (entry["id"], _gpu_text(entry.get("gpu")), _shown(entry.get("found")), _shown(entry.get("expected")))
-                for entry in failing))
-    return {"failing": [entry["id"] for entry in failing], "failure": failure, "report": None}
+                for entry in failing)))
+    reasons += ["could not check %s: %s (fix: %s)" % (part["what"], part["cause"], part["fix"]) for part in blind]
+    return {"failing": [entry["id"] for entry in failing], "failure": "; ".join(reasons) or None, "report": None}
