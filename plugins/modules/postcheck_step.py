@@ -24,7 +24,7 @@ description:
     M(gpuharden.k8s.process_cgroup_info)). Shown as skipped where the run's audit had read everything.
   - V(cluster), once for the play's batch on the controller, runs M(gpuharden.k8s.gpu_consistency) over every node of
     the batch (it lists and weighs the GPU workloads in the same run), or without the consistency check
-    M(gpuharden.k8s.gpu_workloads_info). A LIST that fails is no finding: the node's topology is then not checked
+    M(gpuharden.k8s.gpu_workloads_info). A LIST that fails is no finding; the node's topology is then not checked
     against the workloads (RV(not_checked), with its cause and fix), which fails the host as a finding would.
   - V(verdict), per host on the controller, runs M(gpuharden.k8s.topology_check) for a node the cluster step did not
     weigh, gathers the node's findings, adds them to the run's statistics (C(gpuharden_postcheck_findings), as
