@@ -47,6 +47,7 @@ pod or node).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -256,15 +257,13 @@ class NodeTrip:
         # collection's modules K8S_AUTH_CONTEXT from their environment (ansible-playbook's, this process's)
         if self.auth.get("kubeconfig"):
             extravars.setdefault("gpuharden_kubeconfig", self.auth["kubeconfig"])
-        if self.auth.get("context"):
-            os.environ["K8S_AUTH_CONTEXT"] = self.auth["context"]
         reading = self.pods_reading(node) if node else None
         if reading is not None:
             extravars["gpuharden_gpu_pods_given"] = reading
         self.trips += 1
         started = time.monotonic()
         try:
-            with drift_check.StopRequest() as stop:
+            with drift_check.StopRequest() as stop, _environment(K8S_AUTH_CONTEXT=self.auth.get("context")):
                 return drift_check.check(args, extravars, io.StringIO(), limit, stop, started + self.timeout)
         finally:
             self.seconds += time.monotonic() - started
@@ -284,6 +283,22 @@ class NodeTrip:
             return {"state": "not_checked", "node": node, "cause": "%s: %s" % (source, error.reason),
                     "fix": "run again (a longer --node-timeout if the node is slow)"}
         return node_audit_of(report, node, source)
+
+
+@contextlib.contextmanager
+def _environment(**values):
+    """This process's environment with ``values`` set (None: left as it is) for the block, then as it was: the play and
+    drift's own cluster check read K8S_AUTH_CONTEXT from it, and nothing after the trip should."""
+    saved = {name: os.environ.get(name) for name, value in values.items() if value is not None}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 NO_TRIP = {"state": "not_checked", "cause": "no inventory given: gpuharden explain reads the node only through one drift check of it",

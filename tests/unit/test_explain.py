@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -839,3 +840,21 @@ def test_a_trip_to_a_node_the_inventory_cannot_reach_is_not_checked_with_its_fix
     audit = explain.NodeTrip(str(inventory), timeout=60).audit("gpu-a")
     # no host of the inventory is gpu-a: the drift check ran on no host, and says so
     assert audit["state"] == "not_checked" and "--host HOST" in audit["fix"], audit
+
+
+def test_the_trips_cluster_context_holds_for_the_trip_only(tmp_path, monkeypatch):
+    """The play and drift's own cluster check read the context from K8S_AUTH_CONTEXT: set for the trip, then put back."""
+    monkeypatch.setenv("K8S_AUTH_CONTEXT", "the-users")
+    seen = []
+    monkeypatch.setattr(explain.drift_check, "check", lambda *args, **kwargs: seen.append(os.environ.get("K8S_AUTH_CONTEXT")) or {})
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {}\n")
+    explain.NodeTrip(str(inventory), auth={"context": "explains"}).run("gpu-a")
+    assert seen == ["explains"] and os.environ["K8S_AUTH_CONTEXT"] == "the-users"
+    monkeypatch.delenv("K8S_AUTH_CONTEXT")
+    explain.NodeTrip(str(inventory), auth={"context": "explains"}).run("gpu-a")
+    assert seen[-1] == "explains" and "K8S_AUTH_CONTEXT" not in os.environ
+    # no context of its own: the trip leaves the environment's as it is
+    monkeypatch.setenv("K8S_AUTH_CONTEXT", "the-users")
+    explain.NodeTrip(str(inventory)).run("gpu-a")
+    assert seen[-1] == "the-users"
