@@ -163,9 +163,10 @@ def test_a_relative_link_climbing_out_of_the_root_is_read_inside_it(world_tmp, o
 def test_a_config_larger_than_the_bound_is_refused_at_once(world_tmp):
     body = "".join("k%d = %d\n" % (index, index) for index in range(100000))
     root = install(world_tmp, files={CONFIG: "version = 2\n[generated]\n" + body})
-    started = time.monotonic()
+    # this process's CPU, not the wall clock: a loaded machine (CI, lab streams) stretches the wall time, not the work
+    started = time.process_time()
     refused(root, [CONFIG + ": larger than %d bytes" % _containerd.MAX_CONFIG_BYTES, "(option path)"])
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
 
 
 def test_a_config_just_under_the_bound_is_planned_in_seconds(world_tmp):
@@ -178,9 +179,10 @@ def test_a_config_just_under_the_bound_is_planned_in_seconds(world_tmp):
         index += 1
     with open(root / CONFIG.lstrip("/"), "a", encoding="utf-8") as handle:
         handle.write("\n[generated]\n" + "".join(lines))
-    started = time.monotonic()
+    started = time.process_time()
     assert plan(root)["changes"]
-    assert time.monotonic() - started < 20
+    # 52 s of wall time at load 40 on 2 cores: the planner's own CPU is what a quadratic parse would blow up
+    assert time.process_time() - started < 20
 
 
 # ---------------------------------------------------------------------------------------------------------------
