@@ -10,7 +10,7 @@ for the run (module_utils/cluster/_kubelet_stage.py stage()): ``disruptive``, ``
 (the Topology Manager policy becomes one that refuses GPU pods it cannot align), and ``write_options``, the options the
 role's write takes.  With ``stage`` (the plan task's result) and ``workloads_listed`` (gpu_workloads_info's result for
 the batch): the admission gate (_kubelet_stage.admission()).  A node it keeps is planned again without the Topology,
-CPU and Memory Manager fields, and the blocked workloads go to the run's statistics (gpuharden_topology_blocked).
+CPU and Memory Manager fields, and the workloads that keep it go to the run's statistics (gpuharden_topology_blocked).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def decide_admission(stage, node_name, gpus, listed, ignore, replan):
         options = _kubelet_stage.without_managers(stage["write_options"])
         decided = dict(decide_plan(replan(options), options, False), admission=verdict, switch=stage["switch"],
                        gated=stage["gated"], host=stage.get("host"))
-    if verdict["blocked"]:
+    # only a change the gate blocks: a forced one (ignore_unadmittable_workloads) is no blocked change
+    if not verdict["managers"]:
         decided["ansible_stats"] = {"data": {"gpuharden_topology_blocked": {node_name: verdict["blocked"]}}, "per_host": False, "aggregate": True}
     return decided
 

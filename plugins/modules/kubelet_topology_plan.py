@@ -12,16 +12,15 @@ module: kubelet_topology_plan
 short_description: Plan the kubelet stage of role kubelet_topology, with its admission gate
 version_added: 0.1.0
 description:
-  - Read-only; run it with C(check_mode=true). Made for the plan and admission check of role
-    C(gpuharden.k8s.kubelet_topology) (C(tasks/plan.yml), C(tasks/admission.yml)), which does not call it yet; the
-    role still plans in its own tasks. The decisions are C(module_utils/cluster/_kubelet_stage.py)'s.
+  - Read-only; run it with C(check_mode=true). Role C(gpuharden.k8s.kubelet_topology) calls it in C(tasks/plan.yml) and
+    C(tasks/admission.yml); the decisions are C(module_utils/cluster/_kubelet_stage.py)'s.
   - Without O(stage), the plan. It runs M(gpuharden.k8s.kubelet_config) on the host in check mode with O(options), or
     takes O(audited_plan), and returns that plan with what it means for the run, RV(disruptive), RV(restart),
     RV(gated) and RV(write_options).
   - With O(stage), the admission gate. It weighs O(workloads_listed) against the node's GPUs under the policy the
     plan switches to, as the drift check does. A node whose GPU workloads could no longer be admitted, or could not
     be listed, keeps its Topology, CPU and Memory Manager fields, unless O(ignore_unadmittable_workloads). The node is
-    then planned again without them. The blocked workloads go to the run's statistics (C(gpuharden_topology_blocked)).
+    then planned again without them, and the workloads that keep it go to the run's statistics (C(gpuharden_topology_blocked)).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

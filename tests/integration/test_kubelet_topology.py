@@ -174,9 +174,10 @@ def test_config_the_kubelet_rejects_is_rolled_back(lab):
     assert report["rc"] != 0
     failures = {name: hosts[node] for name, hosts in report["results"].items()
                 if hosts.get(node, {}).get("failed") and not hosts[node].get("ignore_errors")}
-    assert list(failures) == ["Kubelet | fail the host with the kubelet's reason"], failures
+    # one task: kubelet_config wrote, restarted, saw the kubelet not come back, put the files back and failed the host
+    assert list(failures) == ["Kubelet | write the configuration, restart the kubelet and wait until healthy"], failures
     assert report["stats"][node]["failures"] == 1
-    failed = failures["Kubelet | fail the host with the kubelet's reason"]
+    failed = failures["Kubelet | write the configuration, restart the kubelet and wait until healthy"]
     assert failed["failed"] is True
     assert "did not become healthy" in failed["msg"]
     assert "imageGC" in failed["msg"], failed["msg"]

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The kubelet stage's decisions in Python (issue 45): module_utils/cluster/_kubelet_stage.py and the pure functions of
-the action gpuharden.k8s.kubelet_topology_plan, made for roles/kubelet_topology/tasks/plan.yml and admission.yml.
+the action gpuharden.k8s.kubelet_topology_plan, which roles/kubelet_topology/tasks/plan.yml and admission.yml call.
 
-What the role decides in Jinja: whether the change is disruptive (drain, stop, checkpoints), whether the
+What the role decided in Jinja before: whether the change is disruptive (drain, stop, checkpoints), whether the
 Topology Manager policy tightens (the admission check), which workloads keep a node on its policy, the line it prints,
 the statistics it records, and the plan again without the manager fields."""
 
@@ -110,11 +110,42 @@ def test_a_node_the_gate_keeps_is_planned_again_without_the_managers_and_recorde
     assert kept["gated"] is True and kept["host"] == "dgx-1-host" and kept["switch"] == stage["switch"]  # still the batch's lister
     assert kept["ansible_stats"] == {"data": {"gpuharden_topology_blocked": {"dgx-1": kept["admission"]["blocked"]}},
                                      "per_host": False, "aggregate": True}
+    # forced: written as planned, and no blocked change in the statistics (the Jinja gate recorded only a kept node)
     forced = action.decide_admission(stage, "dgx-1", DGX, listed, True, replan)
     assert len(asked) == 1 and forced["write_options"] == OPTIONS and forced["disruptive"] is True
-    assert forced["ansible_stats"]["data"]["gpuharden_topology_blocked"]["dgx-1"]
+    assert forced["admission"]["blocked"] == kept["admission"]["blocked"] and "ansible_stats" not in forced
     admitted = action.decide_admission(stage, "dgx-1", DGX, {"workloads": [], "nodes": {}}, False, replan)
     assert "ansible_stats" not in admitted and admitted["write_options"] == OPTIONS and len(asked) == 1
+
+
+# The GPUs as gpu_facts returns them (module_utils/nvml/_nvml.py): a readable GPU carries "error": None, an unreadable
+# one its reason and no NUMA node.
+DGX_FACTS = [dict(gpu, uuid="GPU-%d" % gpu["index"], pci_bus_id="00000000:%02X:00.0" % (0x07 + gpu["index"]), error=None) for gpu in DGX]
+UNREADABLE = {"index": 8, "error": {"code": "NVML_ERROR_GPU_IS_LOST", "message": "GPU is lost"}}
+
+
+def test_the_gate_reads_the_gpus_as_gpu_facts_returns_them():
+    """The DGX of tests/integration/test_admission_and_restarts.py (4+4 GPUs, an 8-GPU Deployment) with the GPUs harden
+    hands over (ansible_facts.gpuharden.gpus). The planner once kept only the GPUs without an ``error`` key, so none:
+    the node had no GPU, the workload "could never land there", and harden switched the DGX to single-numa-node."""
+    switch = {"policy": "single-numa-node", "scope": "container"}
+    listed = {"workloads": [_workload("train-8g", 8, namespace="train")], "nodes": {"seed-topology-none": {"labels": {}, "taints": []}}}
+    for gpus in (DGX_FACTS, DGX_FACTS + [UNREADABLE]):  # an unreadable GPU is left out, as topology_check leaves it out
+        verdict = _kubelet_stage.admission(switch, "seed-topology-none", gpus, listed, False)
+        assert verdict["managers"] is False, verdict
+        assert [entry["workload"]["name"] for entry in verdict["blocked"]] == ["train-8g"]
+        assert "Not switching seed-topology-none to topologyManagerPolicy single-numa-node" in verdict["message"]
+        assert "train/train-8g" in verdict["message"] and "restricted" in verdict["message"]
+    stage = dict(action.decide_plan(_plan(), OPTIONS, True), host="seed-topology-none")
+    kept = action.decide_admission(stage, "seed-topology-none", DGX_FACTS, listed, False, lambda options: _plan(cpu=False, after="none"))
+    assert kept["write_options"] == _kubelet_stage.without_managers(OPTIONS) and kept["disruptive"] is False
+    # the Jinja gate's own module on the same input: the two verdicts agree
+    from ansible_collections.gpuharden.k8s.plugins.modules import topology_check
+
+    jinja = topology_check.check({"node_name": "seed-topology-none", "gpus": DGX_FACTS + [UNREADABLE], "topology_manager_policy": "single-numa-node",
+                                  "topology_manager_scope": "container", "cpu_manager_policy": "", "workloads": listed["workloads"],
+                                  "node_labels": {}, "node_taints": []})
+    assert [entry for entry in jinja["findings"] if entry["id"] == "workload_cannot_fit_numa"] == kept["admission"]["blocked"]
 
 
 def test_the_manager_options_are_the_kept_fields_and_the_roles_options():

@@ -42,7 +42,7 @@ NODE_SIDE = {
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
     "cgroup_limits_immediate": "action plugin (roles/cgroup_limits immediate.yml): runs cgroup_memory on the node; documentation only",
-    "kubelet_topology_plan": "action plugin (for roles/kubelet_topology plan.yml, admission.yml; not wired yet): runs kubelet_config; documentation only",
+    "kubelet_topology_plan": "action plugin (roles/kubelet_topology plan.yml, admission.yml): runs kubelet_config on the node; documentation only",
     "mig_plan": "action plugin (roles/mig plan.yml): runs mig_layout on the node; documentation only",
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",

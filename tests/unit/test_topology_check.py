@@ -302,7 +302,7 @@ def _plan(policy=("none", "single-numa-node"), scope=(None, None), cpu_changed=T
     ({}, None),
 ])
 def test_the_admission_check_runs_where_harden_runs_it(plan, switch):
-    """roles/kubelet_topology/tasks/plan.yml's condition (__kubelet_topology_policy_tightens), in Python."""
+    """The condition of harden's admission check (module_utils/cluster/_kubelet_stage.py stage(), switch)."""
     assert _topology.admission_switch(plan) == switch
 
 
@@ -317,23 +317,3 @@ def test_a_node_that_could_no_longer_admit_a_workload_is_kept_with_the_reason():
     assert _topology.kept_by_admission(switch, fits) is None
     blind = _topology.kept_by_admission(switch, None, "gpu_consistency: list deployments: forbidden")
     assert blind["workloads"] == [] and "could not be listed" in blind["reason"] and "forbidden" in blind["reason"]
-
-
-def test_the_kept_fields_are_those_the_role_leaves_as_they_are():
-    """KEPT_FIELDS against roles/kubelet_topology/vars/main.yml: the options __kubelet_topology_managers gates."""
-    import re
-    from pathlib import Path
-
-    import yaml
-
-    options = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/kubelet_topology/vars/main.yml").read_text())
-    gated = sorted(name for name, value in options["__kubelet_topology_module_options"].items() if "__kubelet_topology_managers" in str(value))
-    fields = {"topology_manager_policy": "topologyManagerPolicy", "topology_manager_scope": "topologyManagerScope",
-              "topology_manager_policy_options": "topologyManagerPolicyOptions", "cpu_manager_policy": "cpuManagerPolicy",
-              "reserved_system_cpus": "reservedSystemCPUs", "memory_manager_policy": "memoryManagerPolicy",
-              "reserved_memory": "reservedMemory"}
-    assert gated == sorted(fields)
-    assert sorted(_topology.KEPT_FIELDS) == sorted(fields.values())
-    assert re.search(r"__kubelet_topology_rejecting_policies: \[restricted, single-numa-node\]",
-                     (Path(__file__).resolve().parents[2] / "roles/kubelet_topology/vars/main.yml").read_text())
-    assert _topology.REJECTING_POLICIES == ("restricted", "single-numa-node")

@@ -63,9 +63,10 @@ def admission(switch, node_name, gpus, listed, ignore_unadmittable):
     error = None if isinstance(listed.get("workloads"), list) else (listed.get("msg") or "not listed")
     weighed = None
     if error is None:
+        # gpu_facts' GPUs as they are: every readable GPU carries "error": None, and _topology.check_gpus leaves out
+        # those whose error is set (the Jinja gate passed ansible_facts.gpuharden.gpus to topology_check the same way)
         entry = _gpu_workloads.topology_entries(MODULE, {node_name: {
-            "gpus": [gpu for gpu in gpus or [] if "error" not in gpu], "topology_manager_policy": switch["policy"],
-            "topology_manager_scope": switch["scope"]}})[node_name]
+            "gpus": list(gpus or []), "topology_manager_policy": switch["policy"], "topology_manager_scope": switch["scope"]}})[node_name]
         weighed = _gpu_workloads.weigh(MODULE, node_name, entry, listed["workloads"], (listed.get("nodes") or {}).get(node_name))
     kept = _topology.kept_by_admission(switch, weighed, error)
     if kept is None:

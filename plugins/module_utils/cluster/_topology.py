@@ -349,16 +349,15 @@ def _describe_policy(policy):
 
 
 # ---------------------------------------------------------------------------------------------
-# The admission check of a planned policy change, as harden runs it (roles/kubelet_topology/tasks/plan.yml and
-# admission.yml) and as the drift check predicts it: a node the check would keep on its policy is no remediable drift.
+# The admission check of a planned policy change, as harden runs it (module_utils/cluster/_kubelet_stage.py, through
+# the action kubelet_topology_plan) and as the drift check predicts it: a node the check would keep on its policy is no remediable drift.
 
 # The Topology Manager policies that refuse a pod they cannot align (kubernetes v1.36.3
 # pkg/kubelet/cm/topologymanager/policy_restricted.go and policy_single_numa_node.go: canAdmitPodResult false, the pod
-# rejected with TopologyAffinityError): roles/kubelet_topology/vars/main.yml __kubelet_topology_rejecting_policies.
+# rejected with TopologyAffinityError).
 REJECTING_POLICIES = ("restricted", "single-numa-node")
-# The kubelet fields harden leaves as they are on a node the admission check keeps (the role's options that
-# __kubelet_topology_managers gates in roles/kubelet_topology/vars/main.yml; tests/unit/test_topology_check.py reads
-# them there).
+# The kubelet fields harden leaves as they are on a node the admission check keeps (_kubelet_stage.MANAGER_OPTIONS,
+# kubelet_config's options for them; tests/unit/test_kubelet_stage.py holds the two together).
 KEPT_FIELDS = ("topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "cpuManagerPolicy",
                "reservedSystemCPUs", "memoryManagerPolicy", "reservedMemory")
 
