@@ -767,8 +767,9 @@ ROLES = {
             setting('kubelet_topology_health_delay', 'int',
                     [
                         (
-                            'Seconds between two healthz polls while a restored configuration comes back. After the write the module that wrote it '
-                            'restarts the kubelet and polls every quarter second, in the same run.'
+                            'Deprecated, no effect: the kubelet write, its restart, the health wait and the rollback run in one kubelet_config run, '
+                            'which polls healthz every quarter second. Still accepted (and checked to be at most kubelet_topology_health_timeout) '
+                            'so that inventories that set it keep working.'
                         ),
                     ],
                     default=2,
