@@ -23,7 +23,7 @@ import json
 import random
 import shlex
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -80,7 +80,7 @@ class ActionModule(ActionBase):
         host = self._variables["inventory_hostname"]
         values = {name: self._value(name) for name in plan.READ if name in self._variables}
         settings = plan.settings(values, host, check_mode=bool(self._task.check_mode))
-        owner = plan.run_owner(values.get("gpuharden_run_owner"), datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"),
+        owner = plan.run_owner(values.get("gpuharden_run_owner"), datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
                                random.SystemRandom().randrange(1000000000))
         tolerations = plan.device_plugin_tolerations(values.get("gpuharden_device_plugin_tolerations"), settings["taint_key"],
                                                      settings["taint_effect"])

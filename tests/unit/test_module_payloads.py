@@ -67,8 +67,8 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "kubelet_topology_plan", "mig_plan", "node_stages", "postcheck_step",
-                      "unharden_report", "unharden_rollout"}
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "kubelet_topology_plan", "mig_plan", "node_stages",
+                      "postcheck_step", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).
