@@ -39,6 +39,7 @@ author:
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.FACTS
+  - gpuharden.k8s._attributes.ACTION
 options:
   step:
     description: Which step runs (see the description).
@@ -46,9 +47,6 @@ options:
     required: true
     choices: [settings, python, facts, admit, keep_out, no_target]
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: The modules a step runs run in check mode; O(step=python)'s question to the node's Python runs anyway.
