@@ -18,6 +18,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
 from gpuharden_lab import REPO_ROOT
 
+from tests.unit.test_cli import run_playbook, throwaway_inventory
+
 # ---------------------------------------------------------------------------------------------------
 # settings
 
@@ -220,3 +222,23 @@ def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):
     assert runner.rc != 0
     assert results[-1]["msg"] == ("bootstrap_gpu_node.yml: gpuharden_bootstrap_taint_effect must be one of NoSchedule, PreferNoSchedule, "
                                   "NoExecute, got 'Never'")
+
+
+def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(tmp_path):
+    """The controller as a GPU node (as test_cli's harden case), in check mode with a tag no stage has: the settings,
+    python and facts steps run on it, the node's Python imports pynvml so nothing is shipped, and the last play passes."""
+    runner, results = run_playbook(tmp_path, "bootstrap_gpu_node.yml", throwaway_inventory(tmp_path), limit="gpu-local",
+                                   extravars={"gpuharden_allow_non_gpu_nodes": True, "gpuharden_lock_path": str(tmp_path / "run.lock"),
+                                              "gpuharden_bootstrap_node_venv": False},
+                                   cmdline="--check --tags gpuharden_no_such_stage")
+    assert runner.rc == 0, runner.stdout.read()[-3000:]
+    assert not [entry for entry in results if entry[0] in ("runner_on_failed", "runner_on_unreachable")]
+    by_task = {task: (event, res) for event, _host, task, res in results}
+    event, python = by_task["Bootstrap | find the Python that runs the modules on the node"]
+    assert event == "runner_on_ok" and python["pynvml"]["ship"] is False and python["pynvml"]["check_import"] is False
+    assert python["pynvml"]["why"].startswith("the node's Python imports pynvml (")
+    assert by_task["Bootstrap | copy pynvml.py into the node Python's site-packages"][0] == "runner_on_skipped"
+    assert by_task["Bootstrap | gather GPU facts, refuse nodes that are not GPU nodes"][0] == "runner_on_ok"
+    assert results[-1][2] == "Bootstrap | fail when the first play matched no host"
+    assert results[-1][3]["why"] == "the first play had nodes to bootstrap"
+    assert not (tmp_path / "run.lock").exists()
