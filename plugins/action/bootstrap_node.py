@@ -157,8 +157,10 @@ class ActionModule(ActionBase):
             settings, nodes=[node], labels={}, taint="present", taint_key=settings["taint_key"], taint_value="failed",
             taint_effect=settings["taint_effect"]))
         cordoned = self._module("gpuharden.k8s.node_maintenance", self._api_args(settings, nodes=[node], state="cordoned"))
-        report = plan.failure_report(node, self._value("ansible_failed_task"), self._value("ansible_failed_result"),
-                                     self._value("postcheck_findings"), tainted, cordoned)
+        # read as they are, not templated: the failed task's serialized fields hold its own templates (its vars, its
+        # arguments), which may read variables undefined here (measured in the lab: the device plugin stage's task)
+        report = plan.failure_report(node, self._variables.get("ansible_failed_task"), self._variables.get("ansible_failed_result"),
+                                     self._variables.get("postcheck_findings"), tainted, cordoned)
         host = self._variables["inventory_hostname"]
         return {"changed": bool(tainted.get("changed") or cordoned.get("changed")), "kept_tainted": tainted, "kept_cordoned": cordoned,
                 "report": report, "failure": plan.failure_message(report, settings["taint_key"]),

@@ -242,3 +242,55 @@ def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(
     assert results[-1][2] == "Bootstrap | fail when the first play matched no host"
     assert results[-1][3]["why"] == "the first play had nodes to bootstrap"
     assert not (tmp_path / "run.lock").exists()
+
+
+KEEP_OUT = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - gpuharden.k8s.bootstrap_node:
+        step: settings
+      register: __bootstrap
+    - block:
+        - name: Device plugin | wait for the rollout
+          ansible.builtin.fail:
+            msg: "{{ 'not ready on 1 node(s)' if read_later is not defined else 'never' }}"
+          vars:
+            # the failed task's own template of a variable undefined in the rescue (as the device plugin stage's tasks have)
+            an_option: "{{ read_later.attribute }}"
+      rescue:
+        - gpuharden.k8s.bootstrap_node:
+            step: keep_out
+          vars:
+            ansible_python_interpreter: "{{ ansible_playbook_python }}"
+          delegate_to: localhost
+          become: false
+          register: __bootstrap_kept_out
+        - ansible.builtin.fail:
+            msg: "{{ __bootstrap_kept_out.failure }}"
+"""
+
+
+def test_the_rescue_reports_the_failed_node_and_fails_it(tmp_path):
+    """keep_out after a failed step whose task holds templates of variables undefined there: the report (stats
+    gpuharden_bootstrap_failed) names the step and why, and the node fails with the message.  Without a cluster (a
+    kubeconfig that does not exist) the node could be kept neither tainted nor cordoned, and the report says so."""
+    playbook = tmp_path / "keep_out.yml"
+    playbook.write_text(KEEP_OUT)
+    envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    events = []
+    with tempfile.TemporaryDirectory(dir=tmp_path) as private:
+        runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,", quiet=True,
+                                    extravars={"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                               "gpuharden_kubeconfig": str(tmp_path / "no-kubeconfig")},
+                                    event_handler=lambda event: events.append(event) or True)
+    assert runner.rc != 0
+    stats = next(event["event_data"] for event in events if event["event"] == "playbook_on_stats")
+    assert stats["failures"] == {"localhost": 1}
+    assert stats["artifact_data"]["gpuharden_bootstrap_failed"] == {"localhost": {
+        "node": "localhost", "stage": "Device plugin | wait for the rollout", "reason": "not ready on 1 node(s)", "findings": [],
+        "kept_cordoned": False, "kept_tainted": False}}
+    [failed] = [event["event_data"]["res"] for event in events if event["event"] == "runner_on_failed" and "stays cordoned" in
+                event["event_data"]["res"].get("msg", "")]
+    assert failed["msg"] == ("localhost stays cordoned with the gpuharden.io/bootstrap taint: Device plugin | wait for the rollout failed: "
+                             "not ready on 1 node(s)")
