@@ -17,10 +17,10 @@ description:
   - O(step=settings) reads the play's variables (C(gpuharden_bootstrap_*), C(gpuharden_k8s_node_name),
     C(gpuharden_kubeconfig), C(gpuharden_lock_*), C(gpuharden_run_owner), C(gpuharden_postcheck_settle_seconds),
     C(gpuharden_allow_non_gpu_nodes), C(gpuharden_device_plugin_tolerations)) with their defaults, and fails naming the
-    variable and its value where one is wrong. It contacts no host. Register its result as C(__bootstrap): the other
-    steps read it.
+    variable and its value where one is wrong. It contacts no host. Register its result as C(__bootstrap), which the other
+    steps read.
   - O(step=python) gathers the Python facts of the node's module Python and, with
-    C(gpuharden_bootstrap_ship_pynvml), asks that Python whether it imports pynvml (also in check mode: it only reads);
+    C(gpuharden_bootstrap_ship_pynvml), asks that Python whether it imports pynvml (also in check mode, as it only reads);
     RV(pynvml) says whether C(pynvml.py) goes to the node, from where and to where. The copy is the next task's.
   - O(step=facts) runs M(gpuharden.k8s.gpu_facts) and fails a host that shows no NVIDIA GPU unless
     C(gpuharden_allow_non_gpu_nodes).
