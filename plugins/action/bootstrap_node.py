@@ -147,7 +147,7 @@ class ActionModule(ActionBase):
         ready = {host: node for host, passed, node in batch if passed}
         outcome = {"changed": changed, "nodes": nodes, "labelled": labelled, "uncordoned": uncordoned}
         if ready:
-            outcome["ansible_stats"] = {"data": {"gpuharden_bootstrap_ready": ready}, "per_host": False, "aggregate": True}
+            outcome["ansible_stats"] = {"data": {plan.READY_STAT: ready}, "per_host": False, "aggregate": True}
         return outcome
 
     def _step_keep_out(self):
@@ -164,7 +164,7 @@ class ActionModule(ActionBase):
         host = self._variables["inventory_hostname"]
         return {"changed": bool(tainted.get("changed") or cordoned.get("changed")), "kept_tainted": tainted, "kept_cordoned": cordoned,
                 "report": report, "failure": plan.failure_message(report, settings["taint_key"]),
-                "ansible_stats": {"data": {"gpuharden_bootstrap_failed": {host: report}}, "per_host": False, "aggregate": True}}
+                "ansible_stats": {"data": {plan.FAILED_STAT: {host: report}}, "per_host": False, "aggregate": True}}
 
     def _step_no_target(self):
         localhost = (self._variables.get("hostvars") or {}).get("localhost") or {}

@@ -21,6 +21,9 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings impor
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
 
 PLAYBOOK = "bootstrap_gpu_node.yml"
+# The run's custom stats (the action returns them as ansible_stats): the nodes put into service, and the failed ones' reports.
+READY_STAT = "gpuharden_bootstrap_ready"
+FAILED_STAT = "gpuharden_bootstrap_failed"
 # The defaults of the play's own variables (meta/variables.yml documents them; check_variables checks their types).
 DEFAULTS = {
     "gpuharden_bootstrap_connect_timeout": 600,
