@@ -179,14 +179,16 @@ def test_a_run_without_nodes_names_the_pattern_and_the_limit():
 # ---------------------------------------------------------------------------------------------------
 # the action, through ansible-playbook on localhost (no node is contacted by these steps)
 
-PLAY = """
+# Each play's start: the settings step, registered as the playbook registers it.
+SETTINGS_FIRST = """
 - hosts: localhost
   gather_facts: false
   tasks:
     - gpuharden.k8s.bootstrap_node:
         step: settings
       register: __bootstrap
-    - ansible.builtin.set_fact:
+"""
+PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
         __bootstrap_targeted: true
     - gpuharden.k8s.bootstrap_node:
         step: no_target
@@ -196,15 +198,21 @@ PLAY = """
 """
 
 
-def _run(tmp_path, extravars):
+def _play(tmp_path, text, extravars):
+    """ansible-runner over ``text`` on localhost (a local connection, this Python): the runner and every event."""
     playbook = tmp_path / "play.yml"
-    playbook.write_text(PLAY)
+    playbook.write_text(text)
     envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     events = []
     with tempfile.TemporaryDirectory(dir=tmp_path) as private:
         runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,",
                                     extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=sys.executable),
                                     quiet=True, event_handler=lambda event: events.append(event) or True)
+    return runner, events
+
+
+def _run(tmp_path, extravars):
+    runner, events = _play(tmp_path, PLAY, extravars)
     return runner, [event["event_data"].get("res") or {} for event in events if event["event"] in ("runner_on_ok", "runner_on_failed")]
 
 
@@ -244,14 +252,7 @@ def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(
     assert not (tmp_path / "run.lock").exists()
 
 
-KEEP_OUT = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - gpuharden.k8s.bootstrap_node:
-        step: settings
-      register: __bootstrap
-    - block:
+KEEP_OUT = SETTINGS_FIRST + """    - block:
         - name: Device plugin | wait for the rollout
           ansible.builtin.fail:
             msg: "{{ 'not ready on 1 node(s)' if read_later is not defined else 'never' }}"
@@ -275,15 +276,7 @@ def test_the_rescue_reports_the_failed_node_and_fails_it(tmp_path):
     """keep_out after a failed step whose task holds templates of variables undefined there: the report (stats
     gpuharden_bootstrap_failed) names the step and why, and the node fails with the message.  Without a cluster (a
     kubeconfig that does not exist) the node could be kept neither tainted nor cordoned, and the report says so."""
-    playbook = tmp_path / "keep_out.yml"
-    playbook.write_text(KEEP_OUT)
-    envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    events = []
-    with tempfile.TemporaryDirectory(dir=tmp_path) as private:
-        runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,", quiet=True,
-                                    extravars={"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                                               "gpuharden_kubeconfig": str(tmp_path / "no-kubeconfig")},
-                                    event_handler=lambda event: events.append(event) or True)
+    runner, events = _play(tmp_path, KEEP_OUT, {"gpuharden_kubeconfig": str(tmp_path / "no-kubeconfig")})
     assert runner.rc != 0
     stats = next(event["event_data"] for event in events if event["event"] == "playbook_on_stats")
     assert stats["failures"] == {"localhost": 1}
