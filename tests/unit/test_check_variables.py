@@ -21,6 +21,7 @@ import yaml
 from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
 from ansible.parsing.dataloader import DataLoader
 from ansible_collections.gpuharden.k8s.plugins.action import check_variables as cv
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +176,8 @@ def test_item3_every_gpuharden_name_the_playbooks_and_roles_use_is_known(collect
     group (group_by, groups['...'])."""
     _prefixes, known = collection
     files = yaml_files("playbooks/**/*.yml", "roles/*/*/*.yml", "roles/*/templates/*")
-    stats, used = {_postcheck_plan.FINDINGS_STAT}, {}  # the post-check's action adds that one (plugins/action/postcheck_step.py)
+    # the post-check's action adds that one (plugins/action/postcheck_step.py), the bootstrap's action these (plugins/action/bootstrap_node.py)
+    stats, used = {_postcheck_plan.FINDINGS_STAT, _bootstrap_plan.READY_STAT, _bootstrap_plan.FAILED_STAT}, {}
     for path in files:
         text = path.read_text()
         if path.suffix == ".yml":

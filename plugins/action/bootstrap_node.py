@@ -1,0 +1,173 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpuharden.k8s.bootstrap_node: the steps of playbooks/bootstrap_gpu_node.yml that decide something, each one
+task (issue 45: the decisions left the playbook's Jinja for module_utils/cluster/_bootstrap_plan.py).
+
+- ``settings`` (no contact with the node): the play's settings from the host's variables, checked, with the run's lock
+  owner and the device plugin's tolerations.
+- ``python`` (on the node): the Python facts of the node's module Python, and whether pynvml.py is shipped to it and
+  where (the copy itself stays a task: ansible.builtin.copy transfers the file).
+- ``facts`` (on the node): gpu_facts, then the refusal of a host that shows no GPU.
+- ``admit`` (delegated to the controller, once for the play): label the batch's nodes that passed the post-check, remove
+  their bootstrap taint and uncordon them; the run's stats ``gpuharden_bootstrap_ready``.
+- ``keep_out`` (delegated to the controller, in the rescue): keep the failed node tainted and cordoned, and report it
+  (stats ``gpuharden_bootstrap_failed``); ``failure`` is the message the next task fails the node with (Ansible records
+  stats only from a successful result).
+- ``no_target`` (the last play, once): fail a run whose first play matched no host.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import subprocess
+from datetime import UTC, datetime
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["settings", "python", "facts", "admit", "keep_out", "no_target"]}}
+# Set by the task after the post-check (a host that reached it passed), and by the first task of the run on localhost.
+PASSED = "__bootstrap_passed"
+TARGETED = "__bootstrap_targeted"
+SETTINGS = "__bootstrap"
+PROBE = ("import json, sys, sysconfig\n"
+         "try:\n    import pynvml\n    found = pynvml.__file__\nexcept ImportError:\n    found = None\n"
+         "print(json.dumps({'pynvml': found, 'purelib': sysconfig.get_paths()['purelib']}))\n")
+
+
+class ActionModule(ActionBase):
+    """Thin shell: read this host's variables, let the planner decide, run the modules it asks for."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        self._variables = task_vars
+        try:
+            result.update(getattr(self, "_step_" + args["step"])())
+        except GpuhardenError as error:
+            raise AnsibleActionFail(error.msg) from None
+        return result
+
+    def _value(self, name, default=None):
+        if name not in self._variables:
+            return default
+        return self._templar.copy_with_new_env(available_variables=self._variables).template(self._variables[name])
+
+    def _settings(self):
+        registered = self._value(SETTINGS)
+        if not isinstance(registered, dict) or "settings" not in registered:
+            raise GpuhardenError("bootstrap_node: step settings has not run for this host (register it as %s)" % SETTINGS)
+        return registered["settings"]
+
+    def _module(self, name, module_args):
+        return self._execute_module(module_name=name, module_args=module_args, task_vars=self._variables)
+
+    def _api_args(self, settings, **module_args):
+        return dict(module_args, kubeconfig=settings["kubeconfig"]) if settings["kubeconfig"] else module_args
+
+    # the steps -------------------------------------------------------------------------------------------------------
+
+    def _step_settings(self):
+        host = self._variables["inventory_hostname"]
+        values = {name: self._value(name) for name in plan.READ if name in self._variables}
+        settings = plan.settings(values, host, check_mode=bool(self._task.check_mode))
+        owner = plan.run_owner(values.get("gpuharden_run_owner"), datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
+                               random.SystemRandom().randrange(1000000000))
+        tolerations = plan.device_plugin_tolerations(values.get("gpuharden_device_plugin_tolerations"), settings["taint_key"],
+                                                     settings["taint_effect"])
+        return {"changed": False, "settings": dict(settings, owner=owner), "device_plugin_tolerations": tolerations}
+
+    def _step_python(self):
+        settings = self._settings()
+        facts = self._module("ansible.legacy.setup", {"gather_subset": ["!all", "!min", "python"]})
+        if facts.get("failed"):
+            return facts
+        gathered = facts.get("ansible_facts") or {}
+        python = (gathered.get("ansible_python") or gathered.get("python") or {}).get("executable")
+        if not python:
+            raise GpuhardenError("the node's Python facts name no executable (ansible.builtin.setup, gather_subset python)")
+        probe = None
+        if settings["ship_pynvml"]:
+            # read only, so it runs in check mode too (as the command task with check_mode: false did)
+            answer = self._low_level_execute_command(shlex.join([python, "-c", PROBE]))
+            if answer["rc"] != 0:
+                raise GpuhardenError("the node's Python %s could not say whether it imports pynvml: %s"
+                                     % (python, (answer.get("stderr") or answer.get("stdout") or "").strip()))
+            probe = json.loads(answer["stdout"].strip().splitlines()[-1])
+        controller_file = None
+        if settings["ship_pynvml"] and not probe.get("pynvml") and not settings["pynvml_source"]:
+            controller_file = self._controller_pynvml()
+        pynvml = plan.pynvml_plan(settings["ship_pynvml"], probe, settings["pynvml_source"], controller_file, settings["pynvml_dest"])
+        pynvml["check_import"] = pynvml["ship"] and not self._task.check_mode
+        return {"changed": False, "ansible_facts": gathered, "python": python, "pynvml": pynvml}
+
+    def _controller_pynvml(self):
+        """The pynvml.py the controller's Python (the one that runs ansible-playbook) imports, or None."""
+        answer = subprocess.run([self._variables.get("ansible_playbook_python") or "python3", "-c", "import pynvml; print(pynvml.__file__)"],
+                                capture_output=True, text=True, check=False)
+        return answer.stdout.strip().splitlines()[-1] if answer.returncode == 0 and answer.stdout.strip() else None
+
+    def _step_facts(self):
+        settings = self._settings()
+        facts = self._module("gpuharden.k8s.gpu_facts", {})
+        if facts.get("failed"):
+            return facts
+        refusal = plan.gpu_node_refusal(self._variables["inventory_hostname"], facts.get("ansible_facts", {}).get("gpuharden"),
+                                        settings["allow_non_gpu_nodes"])
+        if refusal:
+            raise GpuhardenError(refusal)
+        return facts
+
+    def _step_admit(self):
+        settings = self._settings()
+        hostvars = self._variables.get("hostvars") or {}
+        batch = [(host, bool(hostvars[host].get(PASSED)), hostvars[host].get(SETTINGS, {}).get("settings", {}).get("node_name", host))
+                 for host in self._variables.get("ansible_play_batch", [])]
+        nodes = plan.passed_nodes([(passed, node) for _host, passed, node in batch])
+        labelled = self._module("gpuharden.k8s.gpu_node_labels", self._api_args(
+            settings, nodes=nodes, labels=settings["labels"], taint="absent" if settings["uncordon"] else "ignore",
+            taint_key=settings["taint_key"], taint_effect=settings["taint_effect"]))
+        if labelled.get("failed"):
+            return dict(labelled, labelled=labelled)
+        uncordoned = None
+        if settings["uncordon"]:
+            uncordoned = self._module("gpuharden.k8s.node_maintenance", self._api_args(settings, nodes=nodes, state="uncordoned"))
+            if uncordoned.get("failed"):
+                return dict(uncordoned, labelled=labelled, uncordoned=uncordoned)
+        changed = bool(labelled.get("changed") or (uncordoned or {}).get("changed"))
+        ready = {host: node for host, passed, node in batch if passed}
+        outcome = {"changed": changed, "nodes": nodes, "labelled": labelled, "uncordoned": uncordoned}
+        if ready:
+            outcome["ansible_stats"] = {"data": {plan.READY_STAT: ready}, "per_host": False, "aggregate": True}
+        return outcome
+
+    def _step_keep_out(self):
+        settings = self._settings()
+        node = settings["node_name"]
+        tainted = self._module("gpuharden.k8s.gpu_node_labels", self._api_args(
+            settings, nodes=[node], labels={}, taint="present", taint_key=settings["taint_key"], taint_value="failed",
+            taint_effect=settings["taint_effect"]))
+        cordoned = self._module("gpuharden.k8s.node_maintenance", self._api_args(settings, nodes=[node], state="cordoned"))
+        # read as they are, not templated: the failed task's serialized fields hold its own templates (its vars, its
+        # arguments), which may read variables undefined here (measured in the lab: the device plugin stage's task)
+        report = plan.failure_report(node, self._variables.get("ansible_failed_task"), self._variables.get("ansible_failed_result"),
+                                     self._variables.get("postcheck_findings"), tainted, cordoned)
+        host = self._variables["inventory_hostname"]
+        return {"changed": bool(tainted.get("changed") or cordoned.get("changed")), "kept_tainted": tainted, "kept_cordoned": cordoned,
+                "report": report, "failure": plan.failure_message(report, settings["taint_key"]),
+                "ansible_stats": {"data": {plan.FAILED_STAT: {host: report}}, "per_host": False, "aggregate": True}}
+
+    def _step_no_target(self):
+        localhost = (self._variables.get("hostvars") or {}).get("localhost") or {}
+        if TARGETED in localhost:
+            return {"changed": False, "why": "the first play had nodes to bootstrap"}
+        raise GpuhardenError(plan.no_target_message(self._value("gpuharden_target_hosts", "gpu_nodes"), self._value("ansible_limit")))

@@ -1,0 +1,289 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The bootstrap's decisions, in Python since issue 45 (module_utils/cluster/_bootstrap_plan.py, action
+gpuharden.k8s.bootstrap_node): playbooks/bootstrap_gpu_node.yml decided them in Jinja.  Each decision: a case that fires
+and one that must not.  The playbook-level steps (the settings step's failure, the last play's) run through
+ansible-playbook on localhost at the end of this file."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import ansible_runner
+import pytest
+import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
+from gpuharden_lab import REPO_ROOT
+
+from tests.unit.test_cli import run_playbook, throwaway_inventory
+
+# ---------------------------------------------------------------------------------------------------
+# settings
+
+
+def test_the_defaults():
+    settings = plan.settings({}, "gpu-1")
+    assert settings["connect_timeout"] == 600 and settings["connect_delay"] == 0
+    assert settings["node_venv"] is True and settings["ship_pynvml"] is True and settings["uncordon"] is True
+    assert settings["taint_key"] == "gpuharden.io/bootstrap" and settings["taint_effect"] == "NoSchedule"
+    assert settings["out_of_service_taints"] == ["gpuharden.io/bootstrap"]
+    assert settings["labels"] == {"gpuharden.io/hardened": "true"}
+    assert settings["node_name"] == "gpu-1" and settings["kubeconfig"] == ""
+    assert settings["lock_path"] == "/run/gpuharden/run.lock" and settings["lock_timeout"] == 600
+    assert settings["postcheck_settle_seconds"] == 60 and settings["allow_non_gpu_nodes"] is False
+
+
+def test_the_variables_override_the_defaults():
+    settings = plan.settings({"gpuharden_bootstrap_connect_timeout": "30", "gpuharden_bootstrap_uncordon": "no",
+                              "gpuharden_k8s_node_name": "node-a", "gpuharden_bootstrap_taint_key": "example.com/new",
+                              "gpuharden_bootstrap_pynvml_source": "/opt/x/pynvml.py", "gpuharden_postcheck_settle_seconds": 5,
+                              "gpuharden_lock_timeout": 0}, "gpu-1")
+    assert settings["connect_timeout"] == 30 and settings["uncordon"] is False and settings["node_name"] == "node-a"
+    assert settings["out_of_service_taints"] == ["example.com/new"] and settings["pynvml_source"] == "/opt/x/pynvml.py"
+    assert settings["postcheck_settle_seconds"] == 5 and settings["lock_timeout"] == 0
+
+
+def test_check_mode_lets_nothing_settle():
+    assert plan.settings({}, "gpu-1", check_mode=True)["postcheck_settle_seconds"] == 0
+
+
+@pytest.mark.parametrize(("name", "value", "what"), [
+    ("gpuharden_bootstrap_connect_timeout", 0, "a positive number of seconds"),
+    ("gpuharden_bootstrap_connect_timeout", "ten", "a positive number of seconds"),
+    ("gpuharden_bootstrap_connect_delay", "-1", "a number of seconds"),
+    ("gpuharden_bootstrap_node_venv", "maybe", "a boolean"),
+    ("gpuharden_bootstrap_ship_pynvml", "2", "a boolean"),
+    ("gpuharden_bootstrap_uncordon", [], "a boolean"),
+    ("gpuharden_bootstrap_pynvml_source", "pynvml.py", 'an absolute path to a pynvml.py or ""'),
+    ("gpuharden_bootstrap_pynvml_source", "/opt/pynvml/__init__.py", 'an absolute path to a pynvml.py or ""'),
+    ("gpuharden_bootstrap_pynvml_dest", "site-packages", 'an absolute directory or ""'),
+    ("gpuharden_bootstrap_taint_key", "Bad Key", "a label key"),
+    ("gpuharden_bootstrap_taint_effect", "noschedule", "one of NoSchedule, PreferNoSchedule, NoExecute"),
+    ("gpuharden_bootstrap_labels", {}, "a non-empty mapping of strings"),
+    ("gpuharden_bootstrap_labels", {"gpuharden.io/hardened": True}, "a non-empty mapping of strings"),
+    ("gpuharden_k8s_node_name", "", "a Node name"),
+    ("gpuharden_kubeconfig", 5, "a string"),
+])
+def test_a_wrong_value_is_refused_naming_the_variable_and_the_value(name, value, what):
+    with pytest.raises(GpuhardenError) as refused:
+        plan.settings({name: value}, "gpu-1")
+    assert refused.value.msg.startswith("bootstrap_gpu_node.yml: %s must be %s" % (name, what)), refused.value.msg
+    assert refused.value.msg.endswith("got %r" % (value,))
+    assert "\n" not in refused.value.msg
+
+
+@pytest.mark.parametrize("key", ["gpuharden.io/bootstrap", "bootstrap", "a.b-c/D_e.f"])
+def test_label_keys_pass_as_taint_keys(key):
+    assert plan.settings({"gpuharden_bootstrap_taint_key": key}, "gpu-1")["taint_key"] == key
+
+
+def test_the_run_owner():
+    assert plan.run_owner("ci-42", "20261207T010203", 7) == "ci-42"
+    assert plan.run_owner("", "20261207T010203", 7) == "bootstrap@20261207T010203-7"
+    assert plan.run_owner(None, "20261207T010203", 7) == "bootstrap@20261207T010203-7"
+
+
+# ---------------------------------------------------------------------------------------------------
+# the device plugin's tolerations
+
+
+def test_the_plugin_tolerates_the_bootstrap_taint_besides_the_roles_default():
+    assert plan.device_plugin_tolerations(None, "gpuharden.io/bootstrap", "NoSchedule") == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "gpuharden.io/bootstrap", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_given_tolerations_replace_the_roles_default():
+    given = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}]
+    assert plan.device_plugin_tolerations(given, "k/t", "NoExecute") == given + [{"key": "k/t", "operator": "Exists", "effect": "NoExecute"}]
+    with pytest.raises(GpuhardenError, match="gpuharden_device_plugin_tolerations must be a list of tolerations"):
+        plan.device_plugin_tolerations(["dedicated"], "k/t", "NoExecute")
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU nodes only
+
+
+def test_a_host_without_gpus_is_refused_naming_nvmls_reason():
+    refusal = plan.gpu_node_refusal("cpu-1", {"driver_gpus": {}, "gpu_count": 0, "nvml": {"reason": {"code": "library_missing"}}}, False)
+    assert refusal == ("cpu-1 shows no NVIDIA GPU (no /proc/driver/nvidia/gpus, NVML: library_missing). Set "
+                       "gpuharden_allow_non_gpu_nodes=true to run anyway.")
+    assert "NVML: no GPUs" in plan.gpu_node_refusal("cpu-1", None, False)
+
+
+@pytest.mark.parametrize(("facts", "allow"), [({"driver_gpus": {"0000:01:00.0": {}}}, False), ({"gpu_count": "2"}, False), ({}, True)])
+def test_a_gpu_node_or_an_allowed_host_is_not_refused(facts, allow):
+    assert plan.gpu_node_refusal("gpu-1", facts, allow) is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# pynvml.py
+
+
+PROBE_WITHOUT = {"pynvml": None, "purelib": "/usr/lib/python3/dist-packages"}
+
+
+def test_pynvml_is_shipped_to_a_python_without_it():
+    assert plan.pynvml_plan(True, PROBE_WITHOUT, "", "/ctl/site-packages/pynvml.py", "") == {
+        "ship": True, "src": "/ctl/site-packages/pynvml.py", "dest": "/usr/lib/python3/dist-packages/pynvml.py",
+        "why": "the node's Python cannot import pynvml"}
+    shipped = plan.pynvml_plan(True, PROBE_WITHOUT, "/given/pynvml.py", None, "/opt/site")
+    assert (shipped["src"], shipped["dest"]) == ("/given/pynvml.py", "/opt/site/pynvml.py")
+
+
+def test_pynvml_is_not_shipped_where_the_python_has_it_or_the_run_says_no():
+    assert plan.pynvml_plan(True, {"pynvml": "/venv/pynvml.py", "purelib": "/venv"}, "", None, "")["ship"] is False
+    assert plan.pynvml_plan(False, None, "", None, "") == {"ship": False, "why": "gpuharden_bootstrap_ship_pynvml is false"}
+
+
+@pytest.mark.parametrize("controller_file", [None, "/ctl/pynvml/__init__.py"])
+def test_only_nvidia_ml_pys_single_file_is_shipped(controller_file):
+    with pytest.raises(GpuhardenError, match="not nvidia-ml-py's pure-Python pynvml.py: install nvidia-ml-py on the controller"):
+        plan.pynvml_plan(True, PROBE_WITHOUT, "", controller_file, "")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the verdict
+
+
+def test_only_the_nodes_that_passed_go_into_service():
+    assert plan.passed_nodes([(True, "a"), (False, "b"), (True, "c")]) == ["a", "c"]
+    assert plan.passed_nodes([(False, "b")]) == []
+
+
+def test_the_failure_report_names_the_findings_of_error_and_above_once():
+    assert plan.REPORTED_SEVERITIES == tuple(SEVERITIES[SEVERITIES.index("error"):]) == ("error", "critical")
+    findings = [{"id": "gpu_lost", "severity": "critical"}, {"id": "gpu_not_allocatable", "severity": "error"},
+                {"id": "gpu_lost", "severity": "critical"}, {"id": "clock_throttled", "severity": "warning"}, {"id": "x", "severity": "info"}]
+    report = plan.failure_report("n1", {"name": "Post-check | verdict"}, {"msg": "2 findings"}, findings, {"failed": False}, {"changed": True})
+    assert report == {"node": "n1", "stage": "Post-check | verdict", "reason": "2 findings", "findings": ["gpu_lost", "gpu_not_allocatable"],
+                      "kept_cordoned": True, "kept_tainted": True}
+    assert plan.failure_message(report, "gpuharden.io/bootstrap") == (
+        "n1 stays cordoned with the gpuharden.io/bootstrap taint: Post-check | verdict failed: 2 findings")
+
+
+def test_a_failure_without_findings_or_a_failed_cordon_says_so():
+    report = plan.failure_report("n1", None, None, None, {"failed": True, "msg": "forbidden"}, None)
+    assert report == {"node": "n1", "stage": "unknown", "reason": "failed", "findings": [], "kept_cordoned": False, "kept_tainted": False}
+
+
+def test_a_run_without_nodes_names_the_pattern_and_the_limit():
+    assert plan.no_target_message("gpu_nodes", None).startswith(
+        "No GPU node to bootstrap: the hosts pattern 'gpu_nodes' (gpuharden_target_hosts, default gpu_nodes) matched no host of the inventory. ")
+    assert "matched no host of the inventory within --limit 'cp-1'. Put the new GPU nodes" in plan.no_target_message("gpu_nodes", "cp-1")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the action, through ansible-playbook on localhost (no node is contacted by these steps)
+
+# Each play's start: the settings step, registered as the playbook registers it.
+SETTINGS_FIRST = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - gpuharden.k8s.bootstrap_node:
+        step: settings
+      register: __bootstrap
+"""
+PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
+        __bootstrap_targeted: true
+    - gpuharden.k8s.bootstrap_node:
+        step: no_target
+      register: last
+    - ansible.builtin.debug:
+        msg: "{{ {'settings': __bootstrap.settings, 'tolerations': __bootstrap.device_plugin_tolerations, 'last': last.why} | to_json }}"
+"""
+
+
+def _play(tmp_path, text, extravars):
+    """ansible-runner over ``text`` on localhost (a local connection, this Python): the runner and every event."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(text)
+    envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    events = []
+    with tempfile.TemporaryDirectory(dir=tmp_path) as private:
+        runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,",
+                                    extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=sys.executable),
+                                    quiet=True, event_handler=lambda event: events.append(event) or True)
+    return runner, events
+
+
+def _run(tmp_path, extravars):
+    runner, events = _play(tmp_path, PLAY, extravars)
+    return runner, [event["event_data"].get("res") or {} for event in events if event["event"] in ("runner_on_ok", "runner_on_failed")]
+
+
+def test_the_settings_step_reads_the_hosts_variables(tmp_path):
+    runner, results = _run(tmp_path, {"gpuharden_bootstrap_taint_key": "example.com/joining", "gpuharden_run_owner": "ci-1"})
+    assert runner.rc == 0, results
+    shown = yaml.safe_load(results[-1]["msg"])
+    assert shown["settings"]["taint_key"] == "example.com/joining" and shown["settings"]["owner"] == "ci-1"
+    assert shown["tolerations"][-1] == {"key": "example.com/joining", "operator": "Exists", "effect": "NoSchedule"}
+    assert shown["last"] == "the first play had nodes to bootstrap"
+
+
+def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):
+    runner, results = _run(tmp_path, {"gpuharden_bootstrap_taint_effect": "Never"})
+    assert runner.rc != 0
+    assert results[-1]["msg"] == ("bootstrap_gpu_node.yml: gpuharden_bootstrap_taint_effect must be one of NoSchedule, PreferNoSchedule, "
+                                  "NoExecute, got 'Never'")
+
+
+def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(tmp_path):
+    """The controller as a GPU node (as test_cli's harden case), in check mode with a tag no stage has: the settings,
+    python and facts steps run on it, the node's Python imports pynvml so nothing is shipped, and the last play passes."""
+    runner, results = run_playbook(tmp_path, "bootstrap_gpu_node.yml", throwaway_inventory(tmp_path), limit="gpu-local",
+                                   extravars={"gpuharden_allow_non_gpu_nodes": True, "gpuharden_lock_path": str(tmp_path / "run.lock"),
+                                              "gpuharden_bootstrap_node_venv": False},
+                                   cmdline="--check --tags gpuharden_no_such_stage")
+    assert runner.rc == 0, runner.stdout.read()[-3000:]
+    assert not [entry for entry in results if entry[0] in ("runner_on_failed", "runner_on_unreachable")]
+    by_task = {task: (event, res) for event, _host, task, res in results}
+    event, python = by_task["Bootstrap | find the Python that runs the modules on the node"]
+    assert event == "runner_on_ok" and python["pynvml"]["ship"] is False and python["pynvml"]["check_import"] is False
+    assert python["pynvml"]["why"].startswith("the node's Python imports pynvml (")
+    assert by_task["Bootstrap | copy pynvml.py into the node Python's site-packages"][0] == "runner_on_skipped"
+    assert by_task["Bootstrap | gather GPU facts, refuse nodes that are not GPU nodes"][0] == "runner_on_ok"
+    assert results[-1][2] == "Bootstrap | fail when the first play matched no host"
+    assert results[-1][3]["why"] == "the first play had nodes to bootstrap"
+    assert not (tmp_path / "run.lock").exists()
+
+
+KEEP_OUT = SETTINGS_FIRST + """    - block:
+        - name: Device plugin | wait for the rollout
+          ansible.builtin.fail:
+            msg: "{{ 'not ready on 1 node(s)' if read_later is not defined else 'never' }}"
+          vars:
+            # the failed task's own template of a variable undefined in the rescue (as the device plugin stage's tasks have)
+            an_option: "{{ read_later.attribute }}"
+      rescue:
+        - gpuharden.k8s.bootstrap_node:
+            step: keep_out
+          vars:
+            ansible_python_interpreter: "{{ ansible_playbook_python }}"
+          delegate_to: localhost
+          become: false
+          register: __bootstrap_kept_out
+        - ansible.builtin.fail:
+            msg: "{{ __bootstrap_kept_out.failure }}"
+"""
+
+
+def test_the_rescue_reports_the_failed_node_and_fails_it(tmp_path):
+    """keep_out after a failed step whose task holds templates of variables undefined there: the report (stats
+    gpuharden_bootstrap_failed) names the step and why, and the node fails with the message.  Without a cluster (a
+    kubeconfig that does not exist) the node could be kept neither tainted nor cordoned, and the report says so."""
+    runner, events = _play(tmp_path, KEEP_OUT, {"gpuharden_kubeconfig": str(tmp_path / "no-kubeconfig")})
+    assert runner.rc != 0
+    stats = next(event["event_data"] for event in events if event["event"] == "playbook_on_stats")
+    assert stats["failures"] == {"localhost": 1}
+    assert stats["artifact_data"]["gpuharden_bootstrap_failed"] == {"localhost": {
+        "node": "localhost", "stage": "Device plugin | wait for the rollout", "reason": "not ready on 1 node(s)", "findings": [],
+        "kept_cordoned": False, "kept_tainted": False}}
+    [failed] = [event["event_data"]["res"] for event in events if event["event"] == "runner_on_failed" and "stays cordoned" in
+                event["event_data"]["res"].get("msg", "")]
+    assert failed["msg"] == ("localhost stays cordoned with the gpuharden.io/bootstrap taint: Device plugin | wait for the rollout failed: "
+                             "not ready on 1 node(s)")
