@@ -17,34 +17,24 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default, playbook_variable
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
 
 PLAYBOOK = "bootstrap_gpu_node.yml"
 # The run's custom stats (the action returns them as ansible_stats): the nodes put into service, and the failed ones' reports.
 READY_STAT = "gpuharden_bootstrap_ready"
 FAILED_STAT = "gpuharden_bootstrap_failed"
-# The defaults of the play's own variables (meta/variables.yml documents them; check_variables checks their types).
-DEFAULTS = {
-    "gpuharden_bootstrap_connect_timeout": 600,
-    "gpuharden_bootstrap_connect_delay": 0,
-    "gpuharden_bootstrap_node_venv": True,
-    "gpuharden_bootstrap_ship_pynvml": True,
-    "gpuharden_bootstrap_pynvml_source": "",
-    "gpuharden_bootstrap_pynvml_dest": "",
-    "gpuharden_bootstrap_taint_key": "gpuharden.io/bootstrap",
-    "gpuharden_bootstrap_taint_effect": "NoSchedule",
-    "gpuharden_bootstrap_labels": {"gpuharden.io/hardened": "true"},
-    "gpuharden_bootstrap_uncordon": True,
-    "gpuharden_kubeconfig": "",
-    "gpuharden_lock_path": "/run/gpuharden/run.lock",
-    "gpuharden_lock_timeout": 600,
-    "gpuharden_postcheck_settle_seconds": 60,
-    "gpuharden_allow_non_gpu_nodes": False,
-}
+# The defaults of the play's own variables: the settings table's, for this playbook (meta/variables.yml documents them;
+# check_variables checks their types).
+DEFAULTS = {name: playbook_default(name, PLAYBOOK[: -len(".yml")]) for name in (
+    "gpuharden_bootstrap_connect_timeout", "gpuharden_bootstrap_connect_delay", "gpuharden_bootstrap_node_venv",
+    "gpuharden_bootstrap_ship_pynvml", "gpuharden_bootstrap_pynvml_source", "gpuharden_bootstrap_pynvml_dest",
+    "gpuharden_bootstrap_taint_key", "gpuharden_bootstrap_taint_effect", "gpuharden_bootstrap_labels", "gpuharden_bootstrap_uncordon",
+    "gpuharden_kubeconfig", "gpuharden_lock_path", "gpuharden_lock_timeout", "gpuharden_postcheck_settle_seconds",
+    "gpuharden_allow_non_gpu_nodes")}
 # The variables the bootstrap reads besides DEFAULTS' (no default of the play's own).
 READ = tuple(DEFAULTS) + ("gpuharden_k8s_node_name", "gpuharden_run_owner", "gpuharden_device_plugin_tolerations")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TAINT_EFFECTS = tuple(playbook_variable("gpuharden_bootstrap_taint_effect")["choices"])
 BOOLEAN_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 # A label key, as the taint key must be one (k8s.io/apimachinery pkg/util/validation: an optional DNS-subdomain prefix, a name).
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -1678,11 +1678,19 @@ PLAYBOOK_VARIABLES = (
 )
 
 
+def playbook_variable(name):
+    """The table's entry of playbook variable ``name``; KeyError for a name not in the table."""
+    for entry in PLAYBOOK_VARIABLES:
+        if entry.get("name") == name:
+            return entry
+    raise KeyError(name)
+
+
 def playbook_default(name, playbook=None):
     """The default of playbook variable ``name`` in ``playbook`` (a file stem such as drift_check; None: any playbook,
     for a role or a task file several import), or UNSET where it has none.  KeyError for a name not in the table; a
     variable whose playbooks differ has no default for ``playbook=None``."""
-    entry = next(entry for entry in PLAYBOOK_VARIABLES if entry.get("name") == name)
+    entry = playbook_variable(name)
     if entry["by_playbook"]:
         return entry["by_playbook"].get(playbook, UNSET)
     return entry["default"]
