@@ -115,7 +115,8 @@ class ActionModule(ActionBase):
         audit = self._module("gpuharden.k8s.node_audit", dict(args["audit"], node_name=args["node_name"]), task_vars, check_mode=False)
         if audit.get("failed"):
             return dict(audit, msg="node_audit failed: %s" % audit.get("msg", "failed"))
-        result.update(audit)
+        # the node's Kubernetes name with its audit: what a reader of the run (gpuharden drift, drift_check.yml) names it by
+        result.update(audit, node_name=args["node_name"])
         facts = audit.get("ansible_facts", {}).get("gpuharden")
         if not args["run_stages"]:
             only, skip = run_tags(task_vars)

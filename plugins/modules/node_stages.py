@@ -116,4 +116,9 @@ summary:
   description: The audit's summary (M(gpuharden.k8s.node_audit)'s RV(gpuharden.k8s.node_audit#module:summary)).
   returned: success
   type: dict
+node_name:
+  description: The node's Kubernetes name (O(node_name)), with its audit, for a reader of the run's results.
+  returned: success
+  type: str
+  sample: gpu-a
 """

@@ -18,14 +18,16 @@ from gpuharden.severity import counted
 
 # The JSON report's schema; drift-merge only combines reports of the version it writes.
 REPORT_VERSION = 1
-AUDIT_ACTIONS = ("gpuharden.k8s.node_audit", "node_audit")
+# The audit of a node: drift_check.yml runs it through the stage engine, plan only (node_stages: node_audit's result with
+# the plan and the node's name); node_audit's own result is an audit too (a run of an older collection, the tests' events).
+AUDIT_ACTIONS = ("gpuharden.k8s.node_stages", "node_stages", "gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 GPU_PODS_ACTIONS = ("gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
 SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
-# drift_check.yml's facts: the host's Node name, and what the consistency check gpuharden drift runs itself takes
-# (gpuharden/cluster_side.py)
-NODE_NAME_FACT = "__drift_node"
+# drift_check.yml's facts: the Node name of each host of the play (one run_once set_fact, before any audit: an unreachable
+# host is named too), and what the consistency check gpuharden drift runs itself takes (gpuharden/cluster_side.py)
+NODE_NAMES_FACT = "__drift_node_names"
 CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
 NODE_REPORTS_FACT = "__drift_node_reports"
 # Where the consistency check ran, as its result says (the collection's module_utils/cluster/_consistency_run.py,
@@ -118,8 +120,8 @@ class Outcomes:
                 self.pods_error = {"cause": event_message(result) or "gpu_pods_info failed", "access": result.get("access")}
         elif kind == "runner_on_ok" and data.get("task_action") in SET_FACT_ACTIONS:
             facts = result.get("ansible_facts") or {}
-            if NODE_NAME_FACT in facts:
-                self.node_names[host] = facts[NODE_NAME_FACT]
+            if NODE_NAMES_FACT in facts:
+                self.node_names.update(facts[NODE_NAMES_FACT])
             if CONSISTENCY_OPTIONS_FACT in facts:
                 self.consistency_options = facts[CONSISTENCY_OPTIONS_FACT]
             if NODE_REPORTS_FACT in facts:

@@ -227,7 +227,7 @@ class NodeTrip:
     def pods_reading(self, node):
         """gpu_pods_info's result for ``node`` (its GPU pods, the pods snapshot the consistency check takes, the GPU
         Operator's reading), made here with the module's own code and handed to the play (gpuharden_gpu_pods_given in
-        playbooks/tasks/node_plan.yml): one local module run less.  The module's default resource prefixes
+        playbooks/tasks/node_plan_inputs.yml): one local module run less.  The module's default resource prefixes
         (nvidia.com/): they only choose the pods whose memory the cgroup check reads, a check no explain rule weighs.
         None where it cannot be made here: the play then makes it itself."""
         from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415

@@ -26,15 +26,15 @@ PREVIOUS_METRICS = 'gpuharden_drift_node_drifted{node="gpu-b"} 1\ngpuharden_last
 PLAY_HOSTS = {"gpu-a", "gpu-b", "gpu-c"}
 
 
-def _event(kind, host=None, action="gpuharden.k8s.node_audit", **res):
+def _event(kind, host=None, action="gpuharden.k8s.node_stages", **res):
     data = {"host": host, "task_action": action, "task": "Audit the node", "res": res} if host else dict(res)
     return {"event": kind, "event_data": data}
 
 
 def _started(*hosts):
+    # drift_check.yml names every host's node once, on the play's first host
     return [_event("runner_on_start", host) for host in hosts] + [
-        _event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": "node-" + host[-1]})
-        for host in hosts]
+        _event("runner_on_ok", hosts[0], action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {host: "node-" + host[-1] for host in hosts}})]
 
 
 def _audited(host, findings=()):
@@ -114,7 +114,7 @@ def _no_clean_summary(out):
 def test_item05_signal_mid_run_exits_128_plus_signal_and_writes_nothing(site, monkeypatch, capsys, signum, code):
     previous = {number: signal.getsignal(number) for number in drift_check.STOP_SIGNALS}
     events = _started("gpu-a", "gpu-b") + [_audited("gpu-a"), _audited("gpu-b"), _stats("gpu-a", "gpu-b")]
-    _fake_runner(monkeypatch, events, "successful", 0, signum=signum, signal_after=5)
+    _fake_runner(monkeypatch, events, "successful", 0, signum=signum, signal_after=4)
     assert _drift(site) == code
     out, err = capsys.readouterr()
     _untouched(site)
@@ -248,7 +248,7 @@ def test_item05_failed_run_with_host_results_is_a_report_not_clean(site, monkeyp
     events = _started("gpu-a", "gpu-b", "gpu-c") + [
         _audited("gpu-a"),
         _event("runner_on_unreachable", "gpu-b", msg="ssh: connect to host gpu-b port 22: No route to host"),
-        _event("runner_on_failed", "gpu-c", action="gpuharden.k8s.node_audit", msg="node_lock: locked by harden@x"),
+        _event("runner_on_failed", "gpu-c", action="gpuharden.k8s.node_stages", msg="node_audit failed: node_lock: locked by harden@x"),
         _stats("gpu-a", "gpu-b", "gpu-c", dark=["gpu-b"], failures=["gpu-c"])]
     _fake_runner(monkeypatch, events, "failed", 2)
     # an unreachable and a failed host: a report, and not checked (exit 4), never clean

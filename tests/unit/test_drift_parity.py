@@ -59,9 +59,9 @@ def _event(host, action, result):
 def _play(options):
     """The play's events both paths share: a node_audit per host, the Node names and the hand-over facts."""
     events = []
+    events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"__drift_node_names": {"gpu-a": "gpu-a", "gpu-b": "gpu-b"}}}))
     for host in ("gpu-a", "gpu-b"):
-        events.append(_event(host, "gpuharden.k8s.node_audit", {"findings": [], "summary": {"findings": 0}, "checks": {}, "seconds": 0.1}))
-        events.append(_event(host, "ansible.builtin.set_fact", {"ansible_facts": {"__drift_node": host}}))
+        events.append(_event(host, "gpuharden.k8s.node_stages", {"findings": [], "summary": {"findings": 0}, "checks": {}, "seconds": 0.1}))
     events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"__drift_node_reports": NODE_REPORTS}}))
     events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"gpuharden_drift_consistency_options": options}}))
     return events

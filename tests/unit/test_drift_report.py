@@ -19,14 +19,14 @@ def _finding(ident, check, severity, stage="device_permissions", remediable=True
                  "hint": "h", "remediable": remediable}, **extra)
 
 
-def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
+def _event(kind, host, action="gpuharden.k8s.node_stages", **res):
     return {"event": kind, "event_data": {"host": host, "task_action": action, "task": "Audit the node", "res": res}}
 
 
 def _outcomes():
     outcomes = drift_report.Outcomes()
-    for host in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
-        outcomes.feed(_event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": host}))
+    hosts = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {host: host for host in hosts}}))
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.1))
     outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[
         _finding("device_node_permissions", "device_nodes", "error", path="/dev/nvidia0"),
@@ -265,7 +265,7 @@ def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_rem
     kept = {"policy": "single-numa-node", "scope": "container", "fields": ["topologyManagerPolicy", "cpuManagerPolicy"],
             "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
     outcomes = drift_report.Outcomes()
-    outcomes.feed(_event("runner_on_ok", "dgx", action="ansible.builtin.set_fact", ansible_facts={"__drift_node": "dgx"}))
+    outcomes.feed(_event("runner_on_ok", "dgx", action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {"dgx": "dgx"}}))
     outcomes.feed(_event("runner_on_ok", "dgx", findings=[
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="topologyManagerPolicy"),
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="cpuManagerPolicy"),

@@ -39,7 +39,7 @@ def _finding(ident, check, severity, stage="device_permissions", remediable=True
                  "hint": "h", "remediable": remediable}, **extra)
 
 
-def _event(kind, host, action="gpuharden.k8s.node_audit", **res):
+def _event(kind, host, action="gpuharden.k8s.node_stages", **res):
     return {"event": kind, "event_data": {"host": host, "task_action": action, "task": "Audit the node", "res": res}}
 
 
@@ -75,8 +75,9 @@ def _events(hosts):
     hosts = sorted(hosts)
     names = [NODE_NAMES.get(host, host) for host in hosts]
     events = [_event("runner_on_start", host) for host in hosts]
-    events += [_event("runner_on_ok", host, action="ansible.builtin.set_fact", ansible_facts={"__drift_node": NODE_NAMES.get(host, host)})
-               for host in hosts]
+    if hosts:
+        events.append(_event("runner_on_ok", hosts[0], action="ansible.builtin.set_fact",
+                             ansible_facts={"__drift_node_names": {host: NODE_NAMES.get(host, host) for host in hosts}}))
     for host in hosts:
         if host == "gpu-e":
             events.append(_event("runner_on_unreachable", host, msg="Failed to connect to the host via ssh: timed out"))
@@ -100,8 +101,7 @@ def _report(hosts, started=1_700_000_000.0, finished=1_700_000_100.0):
     for event in _events(hosts):
         outcomes.feed(event)
         facts = (event["event_data"].get("res") or {}).get("ansible_facts") or {}
-        if "__drift_node" in facts:
-            names[event["event_data"]["host"]] = facts["__drift_node"]
+        names.update(facts.get("__drift_node_names") or {})
     outcomes.close()
     return drift_report.build_report(outcomes, inventory="/inv/hosts.yml", limit=None, fail_severity="warning", started=started,
                               finished=finished, node_names=names)

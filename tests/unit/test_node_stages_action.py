@@ -137,6 +137,8 @@ def test_plan_only_runs_the_audit_and_refuses_no_node(monkeypatch, cliargs):
     assert [name for name, _args, _check in calls] == ["gpuharden.k8s.node_audit"]
     assert not result.get("failed") and result["changed"] is False
     assert result["plan"]["stages"][0]["action"] == "run" and "stages" not in result
+    # the node's name comes with its audit: drift_check.yml and gpuharden drift name the host's node by it
+    assert result["node_name"] == ARGS["node_name"] and result["checks"] == audit["checks"]
 
 
 def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs):
@@ -145,6 +147,7 @@ def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs)
             "device_permissions_audit_options": {"policy": "restricted", "group": "video"}, "device_permissions_backup": "yes"}
     result, calls, _task = _run(monkeypatch, results, {"audit": {"device_nodes": {}}}, task_vars=play)
     assert calls[0][1]["node_name"] == "node-a"
+    assert result["node_name"] == "node-a"
     assert calls[1][1] == {"policy": "restricted", "group": "video", "backup": True}
     # gpuharden_skip_compliant_stages=false: every stage
     assert result["plan"]["runs"]["container_runtime"] is True

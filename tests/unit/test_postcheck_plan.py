@@ -215,7 +215,7 @@ def test_the_verdict_uses_the_one_severity_scale():
 @pytest.mark.parametrize("changes", [{}, {"postcheck_nvml": False, "postcheck_device_audit": "false"},
                                      {"postcheck_expected_gpus": 8, "postcheck_audit_devices": ["/dev/nvidia0"], "postcheck_audit_allocations": []}])
 def test_the_plans_audit_options_are_the_roles(changes):
-    """playbooks/tasks/node_plan.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml), which the lookup
+    """playbooks/tasks/node_stages.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml), which the lookup
     postcheck_audit_options makes with audit_options(), from the role's variables as the task sees them."""
     role_vars = yaml.safe_load((REPO / "roles/postcheck/vars/main.yml").read_text())
     assert role_vars == {"postcheck_audit_nvml_options": "{{ query('gpuharden.k8s.postcheck_audit_options', 'nvml') | first }}",

@@ -148,14 +148,3 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     assert decision["gpuharden.k8s.cluster_stage_gate"] == {"stage": "device_plugin"}
     assert decision["run_once"] is True and decision["tags"] == stage["tags"]
     assert stage["when"] == "%s.run" % decision["register"]
-
-
-def test_the_engine_audits_as_the_drift_check_does():
-    """harden's engine task (tasks/node_stages.yml) gives node_audit the options the drift check's node_audit task
-    (tasks/node_plan.yml) takes: the audit that plans harden is the one drift reports."""
-    [engine] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text()) if "gpuharden.k8s.node_stages" in task]
-    [audit] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan.yml").read_text()) if "gpuharden.k8s.node_audit" in task]
-    options = dict(audit["gpuharden.k8s.node_audit"])
-    assert options.pop("node_name") == engine["gpuharden.k8s.node_stages"]["node_name"]
-    assert engine["gpuharden.k8s.node_stages"]["audit"] == options
-    assert engine["register"] == audit["register"] == "gpuharden_node_plan"

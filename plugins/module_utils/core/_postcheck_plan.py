@@ -85,7 +85,7 @@ def preflight_problems(settings):
 def audit_options(settings):
     """(nvml, device_cgroups): the node-side post-checks as node_audit takes them, {} for a check that is off; the same
     values the role passes to nvml_check and device_cgroup_audit (the lookup gpuharden.k8s.postcheck_audit_options gives
-    them to the plan's audit, playbooks/tasks/node_plan.yml, through roles/postcheck/vars/main.yml)."""
+    them to the plan's audit, playbooks/tasks/node_stages.yml, through roles/postcheck/vars/main.yml)."""
     nvml = {} if not as_bool(settings["postcheck_nvml"]) else {
         "node_name": settings["postcheck_node_name"], "unprivileged_user": settings["postcheck_unprivileged_user"],
         "unprivileged_groups": settings["postcheck_unprivileged_groups"], "expected_gpus": settings["postcheck_expected_gpus"],

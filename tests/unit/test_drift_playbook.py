@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""drift_check.yml plans each node through harden's stage engine (issue 45 items 1 and 7): the engine's task file,
+tasks/node_stages.yml, is the one place node_audit's options are mapped from the roles' variables, and the drift check
+imports it plan only, so the audit drift reports is the one that plans harden.  (Replaces the test that kept the
+drift check's own copy of those options, tasks/node_plan.yml, equal to the engine's.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = REPO / "playbooks"
+
+
+def _tasks(tasks):
+    for task in tasks or []:
+        if isinstance(task, dict):
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from _tasks(task.get(key))
+
+
+def _playbook_tasks(path):
+    document = yaml.safe_load(path.read_text()) or []
+    for entry in document:
+        if isinstance(entry, dict) and ("hosts" in entry or "import_playbook" in entry or "ansible.builtin.import_playbook" in entry):
+            for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                yield from _tasks(entry.get(section))
+        else:
+            yield from _tasks([entry])
+
+
+def test_the_drift_check_audits_through_the_engine_plan_only():
+    [play, _run_data] = yaml.safe_load((PLAYBOOKS / "drift_check.yml").read_text())
+    [plan] = [task for task in play["tasks"] if task.get("ansible.builtin.import_tasks") == "tasks/node_stages.yml"]
+    # plan only: no stage runs, no node is refused (plugins/action/node_stages.py, run_stages)
+    assert plan["module_defaults"] == {"gpuharden.k8s.node_stages": {"run_stages": False}}
+    assert {"__node_plan_node", "__node_plan_nodes", "__node_plan_facts", "__node_plan_lock"} <= set(plan["vars"])
+    assert plan["vars"]["__node_plan_facts"] is False
+    assert set(plan["vars"]["__node_plan_lock"]) == {"owner", "path", "timeout", "controller"}
+    # the engine's task leaves run_stages to the caller: a task's own argument would win over module_defaults
+    [engine] = [task for task in _tasks(yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())) if "gpuharden.k8s.node_stages" in task]
+    assert "run_stages" not in engine["gpuharden.k8s.node_stages"] and engine["register"] == "gpuharden_node_plan"
+
+
+def test_node_audits_options_are_written_once():
+    """No playbook task runs node_audit itself: the engine does, from the one mapping of its options."""
+    assert not (PLAYBOOKS / "tasks" / "node_plan.yml").exists()
+    callers = sorted(str(path.relative_to(REPO)) for path in PLAYBOOKS.rglob("*.yml")
+                     for task in _playbook_tasks(path) if "gpuharden.k8s.node_audit" in task or "node_audit" in task)
+    assert callers == []
+    # the mapping of the roles' desired state to the audit's options (bootstrap's engine task audits MIG alone)
+    mappings = sorted(str(path.relative_to(REPO)) for path in PLAYBOOKS.rglob("*.yml") for task in _playbook_tasks(path)
+                      if "device_nodes" in ((task.get("gpuharden.k8s.node_stages") or {}).get("audit") or {}))
+    assert mappings == ["playbooks/tasks/node_stages.yml"]
+
+
+def test_the_drift_check_runs_one_task_per_host_in_its_first_play():
+    """Issue 45 item 7b: every task but the engine's runs once for the play (a task per host costs a worker process
+    per host on the controller); the roles' audit_params files add container_runtime's one set_fact."""
+    [play, _run_data] = yaml.safe_load((PLAYBOOKS / "drift_check.yml").read_text())
+    per_host = [task["name"] for task in _tasks(play["tasks"]) if not task.get("run_once") and "ansible.builtin.import_tasks" not in task]
+    assert per_host == []
+    inputs = list(_tasks(yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan_inputs.yml").read_text())))
+    assert [task["name"] for task in inputs if "ansible.builtin.import_role" not in task and not task.get("run_once")] == [], inputs
