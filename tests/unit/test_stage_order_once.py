@@ -157,5 +157,8 @@ def test_the_engine_audits_as_the_drift_check_does():
     [audit] = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_plan.yml").read_text()) if "gpuharden.k8s.node_audit" in task]
     options = dict(audit["gpuharden.k8s.node_audit"])
     assert options.pop("node_name") == engine["gpuharden.k8s.node_stages"]["node_name"]
+    # the lock is each playbook's own: harden's engine builds node_audit's from its lock option (plugins/action/node_stages.py)
+    options.pop("lock")
+    assert "lock" not in engine["gpuharden.k8s.node_stages"]["audit"] and engine["gpuharden.k8s.node_stages"]["lock"]["hold"] is True
     assert engine["gpuharden.k8s.node_stages"]["audit"] == options
     assert engine["register"] == audit["register"] == "gpuharden_node_plan"
