@@ -95,6 +95,7 @@ class ActionModule(ActionBase):
         for option, (variable, default) in PLAY_DEFAULTS.items():
             if args[option] is None:
                 args[option] = self._templar.template(task_vars[variable]) if variable in task_vars else default
+        args["settle_seconds"] = int(args["settle_seconds"])
         hostvars = task_vars.get("hostvars") or {}
         hosts = [host_view(host, hostvars[host]) for host in task_vars.get("ansible_play_hosts", [])]
         fleet = [host_view(host, hostvars[host])["node"] for host in task_vars.get("ansible_play_hosts_all", [])]
