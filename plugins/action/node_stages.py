@@ -155,6 +155,9 @@ class ActionModule(ActionBase):
         if audit.get("failed"):
             return dict(audit, msg="node_audit failed: %s" % audit.get("msg", "failed"))
         result.update(audit)
+        # the kubelet plan of the audit's kubelet check (the kubelet stage plans from it, without a second read), or None
+        kubelet_plan = (((audit.get("checks") or {}).get("kubelet") or {}).get("details") or {}).get("plan")
+        result["kubelet_plan"] = kubelet_plan if isinstance(kubelet_plan, dict) else None
         facts = audit.get("ansible_facts", {}).get("gpuharden")
         if not args["run_stages"]:
             only, skip = run_tags(task_vars)

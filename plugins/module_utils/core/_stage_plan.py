@@ -127,7 +127,8 @@ def plan_node(audit, *, only_tags=("all",), skip_tags=(), skip_compliant=True):
         else:
             entry.update(action=PLAY, why=_why_runs(stage, audit, skip_compliant) + "; " + _why_in_play(stage))
         stages.append(entry)
-    return {"stages": stages, "runs": runs}
+    # untouched: no node-side stage runs on the node (its post-check reads no node: the plan's audit stands)
+    return {"stages": stages, "runs": runs, "untouched": not any(runs.values())}
 
 
 def _why_runs(stage, audit, skip_compliant):
