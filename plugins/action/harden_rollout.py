@@ -30,7 +30,10 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "rollout"]},
+    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout"]},
+    # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
+    # wave step
+    "wave": {"type": "dict"},
     # the fleet read's left_cordoned (the restarts step's result), for the cordons step
     "left_cordoned": {"type": "list", "elements": "dict", "default": []},
     # each None: the play's variable below
@@ -45,6 +48,8 @@ PLAY_DEFAULTS = {
     "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
 }
 NODE = "__harden_node"
+# the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
+WAVE_NODE = "__stages_node_name"
 # the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
 DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
@@ -106,6 +111,8 @@ class ActionModule(ActionBase):
         result["changed"] = False
         if args["step"] == "restarts":
             result.update(self._restarts(hosts, common, task_vars, check_mode))
+        elif args["step"] == "wave":
+            result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
         elif args["step"] == "cordons":
             result.update(_stage_plan.cordon_plan(hosts, args["left_cordoned"]))
         else:
@@ -123,6 +130,30 @@ class ActionModule(ActionBase):
                     restart_steps=empty["restart_steps"] if check_mode else budget.get("restart_steps", [None]),
                     restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
                                                                for host in hosts if host["node"] in deferred})
+
+    def _wave(self, wave, settle_seconds, common, task_vars):
+        """Before a wave of containerd restarts but the first: has the previous one come back, and did no node fail (a
+        host gone from the play whose Node restarted before)? Where not, the hosts not Ready and this wave's fail."""
+        if wave is None or not wave.get("index"):
+            return {"not_started": {}, "skipped_reason": "the first wave, or every node at once: nothing to wait for"}
+        hostvars = task_vars.get("hostvars") or {}
+        gone = [host for host in task_vars.get("ansible_play_hosts_all", []) if host not in task_vars.get("ansible_play_hosts", [])]
+        stopped_by = [node for node in (hostvars[host].get(WAVE_NODE, "") for host in gone) if node in (wave.get("before") or ())]
+        # the budget's arithmetic is not asked here: no fleet
+        wave_args = {key: value for key, value in common.items() if key != "fleet"}
+        budget = self._budget(dict(wave_args, settle_nodes=wave.get("settle") or [], settle_seconds=settle_seconds, settle_required=True,
+                                   stopped_by=stopped_by), task_vars)
+        not_started = {}
+        if budget.get("stopped") is not None:
+            not_ready = (budget.get("settle") or {}).get("not_ready") or {}
+            for host in task_vars.get("ansible_play_hosts", []):
+                node = hostvars[host].get(WAVE_NODE)
+                if node in not_ready:
+                    not_started[host] = ("containerd was restarted, and the node is not Ready %s s later: %s"
+                                         % (settle_seconds, ", ".join(not_ready[node])))
+                elif node in (wave.get("nodes") or ()):
+                    not_started[host] = "containerd not restarted, the restarts stopped: %s" % budget["stopped"]
+        return {"not_started": not_started, "budget": budget}
 
     def _rollout(self, hosts, fleet, common, args, task_vars):
         budget = None

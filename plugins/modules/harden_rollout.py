@@ -19,6 +19,10 @@ description:
     (RV(restart_not_allowed)) and the cordons an ended gpuharden run left (RV(left_cordoned)). It reads nothing where
     the run's C(--tags) select no node stage. In check mode nothing restarts in waves (RV(restart_steps) is V([null]))
     and no host is refused its restart.
+  - O(step=wave), before each wave of containerd restarts but the first (O(wave), one of RV(restart_steps)), waits
+    for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
+    host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
+    The first wave, or O(wave=null) (every node at once), reads nothing.
   - O(step=cordons), after the stages, decides which of those cordons this run releases (RV(release): the node has
     nothing to drain it for) and which stay (RV(kept), with why: a draining stage the node needs was left out by C(--tags)).
   - O(step=rollout), where a host of the batch has a step that drains its node (a kubelet CPU or Memory Manager policy
@@ -39,7 +43,10 @@ options:
     description: Which decision of the rollout to make.
     type: str
     required: true
-    choices: [restarts, cordons, rollout]
+    choices: [restarts, cordons, wave, rollout]
+  wave:
+    description: For O(step=wave), the step of the containerd restarts (C(index), C(nodes), C(settle), C(before)), or null.
+    type: dict
   left_cordoned:
     description: For O(step=cordons), RV(left_cordoned) of the O(step=restarts) run.
     type: list
@@ -52,7 +59,7 @@ options:
     description: The most GPU nodes unavailable at once, a count or a percentage of the fleet. Default the play's C(gpuharden_max_unavailable), else V(1).
     type: str
   settle_seconds:
-    description: For O(step=rollout), how long a node the stages restarted may take to be Ready again. Default the play's C(gpuharden_restart_settle_seconds), else V(60).
+    description: For O(step=rollout) and O(step=wave), how long a node the stages restarted may take to be Ready again. Default the play's C(gpuharden_restart_settle_seconds), else V(60).
     type: int
 seealso:
   - module: gpuharden.k8s.disruption_budget
@@ -95,6 +102,10 @@ left_cordoned:
   returned: when O(step=restarts)
   type: list
   elements: dict
+not_started:
+  description: With O(step=wave), per host that fails before its containerd restart, why.
+  returned: when O(step=wave)
+  type: dict
 release:
   description: With O(step=cordons), the hosts whose cordon an ended run left is released.
   returned: when O(step=cordons)

@@ -126,3 +126,23 @@ def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
     hostvars["a"]["__kubelet_topology_disruptive"] = False
     result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget)
     assert calls == [] and result["batch"] is None and "ansible_facts" not in result and set(result["groups"].values()) == {"gpuharden_no_rollout"}
+
+
+def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a_failed_node(monkeypatch):
+    hostvars = {"a": {"__stages_node_name": "na"}, "b": {"__stages_node_name": "nb"}, "c": {"__stages_node_name": "nc"},
+                "gone": {"__stages_node_name": "ng"}}
+    wave = {"index": 1, "nodes": ["nb", "nc"], "settle": ["na"], "before": ["na", "ng"]}
+    stopped = {"stopped": "na is not Ready", "settle": {"not_ready": {"na": ["NotReady"]}}}
+    result, calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, stopped, ansible_play_hosts=["a", "b", "c"],
+                         gpuharden_restart_settle_seconds=30)
+    assert calls == [("gpuharden.k8s.disruption_budget", {"max_unavailable": "1", "settle_nodes": ["na"], "settle_seconds": 30,
+                                                          "settle_required": True, "stopped_by": ["ng"]}, False)]
+    assert result["not_started"] == {"a": "containerd was restarted, and the node is not Ready 30 s later: NotReady",
+                                     "b": "containerd not restarted, the restarts stopped: na is not Ready",
+                                     "c": "containerd not restarted, the restarts stopped: na is not Ready"}
+    result, _calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, {"stopped": None, "settle": {"not_ready": {}}})
+    assert result["not_started"] == {}
+    # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no API call
+    for first in ({"index": 0, "nodes": ["na"]}, None):
+        result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, hostvars)
+        assert calls == [] and result["not_started"] == {}
