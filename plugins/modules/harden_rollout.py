@@ -23,8 +23,8 @@ description:
     for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
     host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
     The first wave, or O(wave=null) (every node at once), reads nothing.
-  - O(step=cordons), after the stages, decides which of those cordons this run releases (RV(release): the node has
-    nothing to drain it for) and which stay (RV(kept), with why: a draining stage the node needs was left out by C(--tags)).
+  - O(step=cordons), after the stages, decides which of those cordons this run releases (RV(release), the node has
+    nothing to drain it for) and which stay (RV(kept), with why - a draining stage the node needs was left out by C(--tags)).
   - O(step=rollout), where a host of the batch has a step that drains its node (a kubelet CPU or Memory Manager policy
     change or stale checkpoint, a MIG layout change), reads the budget again (the nodes the stages restarted settle
     first), and returns each host's group of the budgeted rollout (RV(groups), for C(ansible.builtin.group_by)) and
