@@ -28,6 +28,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout"]},
@@ -83,12 +84,7 @@ class ActionModule(ActionBase):
 
     def _budget(self, module_args, task_vars):
         """disruption_budget on the controller, outside check mode too (it only reads: the run's plan needs it)."""
-        saved = self._task.check_mode
-        self._task.check_mode = False
-        try:
-            budget = self._execute_module(module_name="gpuharden.k8s.disruption_budget", module_args=module_args, task_vars=task_vars)
-        finally:
-            self._task.check_mode = saved
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
         if budget.get("failed"):
             raise AnsibleActionFail("harden_rollout: the disruption budget could not be read: %s" % budget.get("msg", "failed"), result=budget)
         return budget

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 ARGUMENT_SPEC = {
     "kubeconfig": {"type": "str", "default": ""},
@@ -74,11 +75,7 @@ class ActionModule(ActionBase):
             if args[option]:
                 module_args[option] = args[option]
         check_mode = bool(self._task.check_mode)
-        self._task.check_mode = False
-        try:
-            budget = self._execute_module(module_name="gpuharden.k8s.disruption_budget", module_args=module_args, task_vars=task_vars)
-        finally:
-            self._task.check_mode = check_mode
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
         if budget.get("failed"):
             raise AnsibleActionFail("the disruption budget could not be checked: %s" % budget.get("msg", "failed"), result=budget)
         result.update({key: value for key, value in budget.items() if key not in ("changed", "invocation")})

@@ -59,7 +59,9 @@ options:
     description: The most GPU nodes unavailable at once, a count or a percentage of the fleet. Default the play's C(gpuharden_max_unavailable), else V(1).
     type: str
   settle_seconds:
-    description: For O(step=rollout) and O(step=wave), how long a node the stages restarted may take to be Ready again. Default the play's C(gpuharden_restart_settle_seconds), else V(60).
+    description:
+      - For O(step=rollout) and O(step=wave), how long a node the stages restarted may take to be Ready again.
+      - Default the play's C(gpuharden_restart_settle_seconds), else V(60).
     type: int
 seealso:
   - module: gpuharden.k8s.disruption_budget
@@ -126,7 +128,9 @@ disruptive:
   type: list
   elements: str
 batch:
-  description: With O(step=rollout), how many nodes drain at a time (the budget less the nodes unavailable outside the rollout, at least 1); null where the budget was not read.
+  description:
+    - With O(step=rollout), how many nodes drain at a time (the budget less the nodes unavailable outside the rollout, at least 1).
+    - Null where the budget was not read.
   returned: when O(step=rollout)
   type: int
 budget:
