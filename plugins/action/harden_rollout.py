@@ -28,7 +28,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout"]},
@@ -122,7 +122,8 @@ class ActionModule(ActionBase):
             return dict(empty, skipped_reason="the run's --tags select no node stage: nothing to restart, drain or release")
         budget = self._budget(dict(common, restarts=_stage_plan.restart_nodes(hosts), settle_seconds=0), task_vars)
         deferred = budget.get("restart_deferred") or {}
-        return dict(empty, budget=budget, left_cordoned=budget.get("left_cordoned") or [],
+        # disruption_budget's reading as it returned it (restart_waves, unavailable, ...), with the decisions
+        return dict(readable(budget), budget=budget, left_cordoned=budget.get("left_cordoned") or [],
                     restart_steps=empty["restart_steps"] if check_mode else budget.get("restart_steps", [None]),
                     restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
                                                                for host in hosts if host["node"] in deferred})
@@ -149,7 +150,7 @@ class ActionModule(ActionBase):
                                          % (settle_seconds, ", ".join(not_ready[node])))
                 elif node in (wave.get("nodes") or ()):
                     not_started[host] = "containerd not restarted, the restarts stopped: %s" % budget["stopped"]
-        return {"not_started": not_started, "budget": budget}
+        return dict(readable(budget), not_started=not_started, budget=budget)
 
     def _rollout(self, hosts, fleet, common, args, task_vars):
         budget = None

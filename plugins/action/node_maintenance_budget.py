@@ -17,7 +17,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
     "kubeconfig": {"type": "str", "default": ""},
@@ -78,6 +78,6 @@ class ActionModule(ActionBase):
         budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
         if budget.get("failed"):
             raise AnsibleActionFail("the disruption budget could not be checked: %s" % budget.get("msg", "failed"), result=budget)
-        result.update({key: value for key, value in budget.items() if key not in ("changed", "invocation")})
+        result.update(readable(budget))
         result["not_started"], result["would_defer"] = deferral_lines(budget.get("deferred") or {}, check_mode)
         return result

@@ -54,3 +54,8 @@ def read_outside_check_mode(action, name, module_args, task_vars):
         return action._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
     finally:
         action._task.check_mode = saved
+
+
+def readable(result):
+    """A module's result as the action task's own keys (what playbooks and lab tests read there), but its changed and invocation."""
+    return {key: value for key, value in result.items() if key not in ("changed", "invocation")}

@@ -146,3 +146,13 @@ def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a
     for first in ({"index": 0, "nodes": ["na"]}, None):
         result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, hostvars)
         assert calls == [] and result["not_started"] == {}
+
+
+def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypatch):
+    """The lab tests (tests/integration/test_rollout.py) read restart_waves, stopped and settle on these tasks."""
+    budget = {"changed": False, "restart_waves": [["na"]], "restart_steps": [], "stopped": None, "settle": {"not_ready": {}}}
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, budget)
+    assert result["restart_waves"] == [["na"]] and result["stopped"] is None and "invocation" not in result
+    result, _calls = _run(monkeypatch, {"step": "wave", "wave": {"index": 1, "nodes": [], "settle": ["na"]}},
+                          {"a": {"__stages_node_name": "na"}}, budget)
+    assert result["stopped"] is None and result["settle"] == {"not_ready": {}} and result["not_started"] == {}
