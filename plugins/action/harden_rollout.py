@@ -31,7 +31,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_p
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout"]},
+    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped"]},
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
@@ -49,6 +49,8 @@ PLAY_DEFAULTS = {
     "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
 }
 NODE = "__harden_node"
+# the second play's record of a host whose disruptive step failed
+FAILED = "__harden_failed"
 # the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
 WAVE_NODE = "__stages_node_name"
 # the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
@@ -107,6 +109,10 @@ class ActionModule(ActionBase):
         result["changed"] = False
         if args["step"] == "restarts":
             result.update(self._restarts(hosts, common, task_vars, check_mode))
+        elif args["step"] == "stopped":
+            # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
+            all_hosts = task_vars.get("ansible_play_hosts_all", [])
+            result["stopped_by"] = [hostvars[host].get(NODE) or host for host in all_hosts if FAILED in hostvars[host]]
         elif args["step"] == "wave":
             result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
         elif args["step"] == "cordons":

@@ -29,6 +29,8 @@ description:
     change or stale checkpoint, a MIG layout change), reads the budget again (the nodes the stages restarted settle
     first), and returns each host's group of the budgeted rollout (RV(groups), for C(ansible.builtin.group_by)) and
     the next play's batch size and fleet as the facts C(__harden_batch) and C(__harden_fleet) (with C(delegate_facts)).
+  - O(step=stopped), in the second play, returns the Nodes of the hosts whose disruptive step failed (their
+    C(__harden_failed)) as RV(stopped_by), for the role C(node_maintenance)'s C(node_maintenance_stopped_by).
   - The budget options default to the play's C(gpuharden_kubeconfig), C(gpuharden_max_unavailable) (V(1)) and
     C(gpuharden_restart_settle_seconds) (V(60)).
 author:
@@ -43,7 +45,7 @@ options:
     description: Which decision of the rollout to make.
     type: str
     required: true
-    choices: [restarts, cordons, wave, rollout]
+    choices: [restarts, cordons, wave, rollout, stopped]
   wave:
     description: For O(step=wave), the step of the containerd restarts (C(index), C(nodes), C(settle), C(before)), or null.
     type: dict
@@ -104,6 +106,11 @@ left_cordoned:
   returned: when O(step=restarts)
   type: list
   elements: dict
+stopped_by:
+  description: With O(step=stopped), the Nodes of the hosts whose disruptive step failed.
+  returned: when O(step=stopped)
+  type: list
+  elements: str
 not_started:
   description: With O(step=wave), per host that fails before its containerd restart, why.
   returned: when O(step=wave)

@@ -156,3 +156,9 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
     result, _calls = _run(monkeypatch, {"step": "wave", "wave": {"index": 1, "nodes": [], "settle": ["na"]}},
                           {"a": {"__stages_node_name": "na"}}, budget)
     assert result["stopped"] is None and result["settle"] == {"not_ready": {}} and result["not_started"] == {}
+
+
+def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
+    hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
+    result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
+    assert calls == [] and result["stopped_by"] == ["na", "c"]
