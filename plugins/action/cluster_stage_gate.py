@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 
 ARGUMENT_SPEC = {"stage": {"type": "str", "required": True, "choices": ["runtime_class", "device_plugin"]}}
 
@@ -41,8 +42,9 @@ def device_plugin_gate(play_vars, failed_hosts):
     """play_vars: each host of the play's variables; failed_hosts: the hosts whose rollout step failed."""
     if failed_hosts:
         return False, "the rollout stopped at a failed node (%s): a plugin update would wait on it" % ", ".join(sorted(failed_hosts))
+    skip_default = playbook_default("gpuharden_skip_compliant_stages")
     run = _stage_plan.device_plugin_needed(
-        skip_compliant=all(_stage_plan_bool(variables.get("gpuharden_skip_compliant_stages", True)) for variables in play_vars),
+        skip_compliant=all(_stage_plan_bool(variables.get("gpuharden_skip_compliant_stages", skip_default)) for variables in play_vars),
         dry_runs=[_get(variables, "__node_plan_gpu_pods", "device_plugin_check") for variables in play_vars],
         node_runs=[_get(variables, "gpuharden_node_plan", "plan", "runs") for variables in play_vars],
         gpu_node_set=["gpuharden_gpu_node" in variables for variables in play_vars],

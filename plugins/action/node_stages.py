@@ -25,6 +25,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 
 display = Display()
 
@@ -37,13 +38,31 @@ ARGUMENT_SPEC = {
     "allow_non_gpu_nodes": {"type": "bool"},
     # false: plan only (drift_check.yml, audit_node.yml: the same audit and plan, no stage runs)
     "run_stages": {"type": "bool", "default": True},
+    # the node's run lock, taken by the audit (its lock option, built here: none in check mode); path and timeout
+    # default to the play's gpuharden_lock_path and gpuharden_lock_timeout
+    "lock": {"type": "dict", "options": {
+        "owner": {"type": "str", "required": True},
+        "controller": {"type": "dict"},
+        "path": {"type": "str"},
+        "timeout": {"type": "int"},
+        "hold": {"type": "bool", "default": False},
+        # give the lock back in the audit's run on a compliant node where nothing cluster-side will touch it either
+        # (_stage_plan.nothing_cluster_side, from the play's variables)
+        "release_if_nothing_cluster_side": {"type": "bool", "default": False},
+    }},
 }
 # option: (the play's variable it defaults to, that variable's default)
 PLAY_DEFAULTS = {
     "node_name": ("gpuharden_k8s_node_name", None),
-    "skip_compliant": ("gpuharden_skip_compliant_stages", True),
-    "allow_non_gpu_nodes": ("gpuharden_allow_non_gpu_nodes", False),
+    "skip_compliant": ("gpuharden_skip_compliant_stages", playbook_default("gpuharden_skip_compliant_stages")),
+    "allow_non_gpu_nodes": ("gpuharden_allow_non_gpu_nodes", playbook_default("gpuharden_allow_non_gpu_nodes")),
 }
+# lock option: (the play's variable it defaults to, that variable's default: module_utils/core/_node_lock.py's path)
+# The settings table's defaults; the lock timeout is harden's and bootstrap's (drift_check.yml gives its shorter one).
+LOCK_DEFAULTS = {"path": ("gpuharden_lock_path", playbook_default("gpuharden_lock_path")),
+                 "timeout": ("gpuharden_lock_timeout", playbook_default("gpuharden_lock_timeout", "harden_gpu_nodes"))}
+# the plan's one LIST of the batch (tasks/node_plan_inputs.yml), with its dry run of the device plugin stage
+GPU_PODS = "__node_plan_gpu_pods"
 # each engine stage's result keys kept in the task's result (the whole module result stays under result)
 STAGE_KEYS = ("changed", "failed", "msg", "refused", "not_checked", "warnings")
 
@@ -92,6 +111,25 @@ class ActionModule(ActionBase):
         value = self._templar.template(task_vars[name])
         return boolean(value, strict=False) if isinstance(default, bool) else value
 
+    def _audit_lock(self, lock, skip_compliant, task_vars):
+        """node_audit's lock option from the task's plain one: none in check mode (it changes nothing that needs
+        serialising, and node_lock could not give a lock taken there back)."""
+        if lock is None or self._task.check_mode:
+            return None
+        audit_lock = {"owner": lock["owner"], "hold": lock["hold"]}
+        for option, (variable, default) in LOCK_DEFAULTS.items():
+            value = lock[option] if lock[option] is not None else self._play_variable(task_vars, variable, default)
+            audit_lock[option] = int(value) if option == "timeout" else value
+        if lock["controller"] is not None:
+            audit_lock["controller"] = lock["controller"]
+        if lock["release_if_nothing_cluster_side"]:
+            gpu_pods = self._templar.template(task_vars.get(GPU_PODS)) or {}
+            audit_lock["release_if_compliant"] = _stage_plan.nothing_cluster_side(
+                skip_compliant=skip_compliant, gpu_node_set="gpuharden_gpu_node" in task_vars,
+                whole_play=len(task_vars.get("ansible_play_batch", ())) == len(task_vars.get("ansible_play_hosts_all", ())),
+                device_plugin_dry_run=gpu_pods.get("device_plugin_check") if hasattr(gpu_pods, "get") else None)
+        return audit_lock
+
     def _role_options(self, task_vars, role):
         """A stage's module options from its role's variables: <role>_audit_options (the options node_audit's check of
         the stage takes, vars/main.yml) and the role's backup option."""
@@ -112,11 +150,18 @@ class ActionModule(ActionBase):
             if stage.engine and stage.name not in args["stages"] and "%s_audit_options" % stage.role in task_vars:
                 args["stages"][stage.name] = self._role_options(task_vars, stage.role)
 
-        audit = self._module("gpuharden.k8s.node_audit", dict(args["audit"], node_name=args["node_name"]), task_vars, check_mode=False)
+        audit_args = dict(args["audit"], node_name=args["node_name"])
+        audit_lock = self._audit_lock(args["lock"], args["skip_compliant"], task_vars)
+        if audit_lock is not None:
+            audit_args["lock"] = audit_lock
+        audit = self._module("gpuharden.k8s.node_audit", audit_args, task_vars, check_mode=False)
         if audit.get("failed"):
             return dict(audit, msg="node_audit failed: %s" % audit.get("msg", "failed"))
         # the node's Kubernetes name with its audit: what a reader of the run (gpuharden drift, drift_check.yml) names it by
         result.update(audit, node_name=args["node_name"])
+        # the kubelet plan of the audit's kubelet check (the kubelet stage plans from it, without a second read), or None
+        kubelet_plan = (((audit.get("checks") or {}).get("kubelet") or {}).get("details") or {}).get("plan")
+        result["kubelet_plan"] = kubelet_plan if isinstance(kubelet_plan, dict) else None
         facts = audit.get("ansible_facts", {}).get("gpuharden")
         if not args["run_stages"]:
             only, skip = run_tags(task_vars)

@@ -65,6 +65,37 @@ options:
       - V(false) plans only (the drift check's reading of the node); no stage runs, no node is refused.
     type: bool
     default: true
+  lock:
+    description:
+      - The node's run lock, taken by the audit (M(gpuharden.k8s.node_audit)'s
+        O(gpuharden.k8s.node_audit#module:lock), built from these options). None in check mode, which changes
+        nothing that needs serialising. Give either this or C(audit.lock).
+    type: dict
+    suboptions:
+      owner:
+        description: Who holds the lock (unique per run).
+        type: str
+        required: true
+      controller:
+        description: This run's controller process (the lookup C(gpuharden.k8s.controller_run)).
+        type: dict
+      path:
+        description: The lock file on the node. Default the play's C(gpuharden_lock_path), else C(/run/gpuharden/run.lock).
+        type: str
+      timeout:
+        description: Seconds to wait for another run's lock. Default the play's C(gpuharden_lock_timeout), else V(600).
+        type: int
+      hold:
+        description: Keep the lock after the audit, for a run that gives it back itself.
+        type: bool
+        default: false
+      release_if_nothing_cluster_side:
+        description:
+          - With O(lock.hold), give the lock back in the audit's run on a compliant node when nothing cluster-side
+            will touch the node either - the plan's dry run of the device plugin stage (C(__node_plan_gpu_pods)) ran and
+            would change nothing, the play runs in one batch, and the host does not set C(gpuharden_gpu_node).
+        type: bool
+        default: false
 attributes:
   action:
     support: full

@@ -43,3 +43,19 @@ class StageAction(ActionBase):
     def run_module(self, name, module_args, task_vars):
         """One node module's result, run on the task's host with the task's check and diff mode."""
         return self._execute_module(module_name=name, module_args=dict(module_args), task_vars=task_vars)
+
+
+def read_outside_check_mode(action, name, module_args, task_vars):
+    """A read-only module's result (disruption_budget: the run's plan needs its reading in check mode too), run by the
+    action plugin ``action`` outside check mode; the task's check mode is set back after."""
+    saved = action._task.check_mode
+    action._task.check_mode = False
+    try:
+        return action._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+    finally:
+        action._task.check_mode = saved
+
+
+def readable(result):
+    """A module's result as the action task's own keys (what playbooks and lab tests read there), but its changed and invocation."""
+    return {key: value for key, value in result.items() if key not in ("changed", "invocation")}

@@ -48,6 +48,8 @@ CONTROLLER_SIDE = {
     "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
+    "harden_rollout": "action plugin on the controller (harden_gpu_nodes, run_once, runs disruption_budget); the module file is documentation only",
+    "node_maintenance_budget": "action plugin on the controller (roles/node_maintenance budget.yml, run_once, runs disruption_budget); documentation only",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
                       "delegated to localhost; the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
@@ -67,8 +69,8 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "kubelet_topology_plan", "mig_plan", "node_stages",
-                      "postcheck_step", "unharden_report", "unharden_rollout"}
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "harden_rollout", "kubelet_topology_plan",
+                      "node_maintenance_budget", "mig_plan", "node_stages", "postcheck_step", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).

@@ -154,3 +154,34 @@ def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs)
     result, calls, _task = _run(monkeypatch, results, {"audit": {}})
     assert calls[0][1]["node_name"] == "gpu-a"
     assert result["plan"]["runs"]["container_runtime"] is False
+
+
+LOCK = {"owner": "harden@x", "controller": {"pid": 1}, "hold": True, "release_if_nothing_cluster_side": True}
+CLEAN_PLUGIN = {"__node_plan_gpu_pods": {"device_plugin_check": {"changed": False}}}
+ONE_BATCH = {"ansible_play_batch": ["gpu-a", "gpu-b"], "ansible_play_hosts_all": ["gpu-a", "gpu-b"]}
+
+
+def _audit_lock(monkeypatch, check_mode=False, lock=LOCK, **task_vars):
+    results = {"gpuharden.k8s.node_audit": _audit_result(), "gpuharden.k8s.nvidia_device_nodes": PERMISSIONS}
+    _result, calls, _task = _run(monkeypatch, results, dict(ARGS, lock=lock), check_mode=check_mode, task_vars=task_vars)
+    return calls[0][1].get("lock")
+
+
+def test_the_engine_builds_the_audits_lock_from_plain_options_and_the_plays_variables(monkeypatch, cliargs):
+    """harden's lock mapping, once Jinja in harden_gpu_nodes.yml: path and timeout from the play, no lock in check mode,
+    and given back at once on a compliant node only where nothing cluster-side will touch it."""
+    lock = _audit_lock(monkeypatch, **CLEAN_PLUGIN, **ONE_BATCH)
+    assert lock == {"owner": "harden@x", "hold": True, "controller": {"pid": 1}, "path": "/run/gpuharden/run.lock", "timeout": 600,
+                    "release_if_compliant": True}
+    assert _audit_lock(monkeypatch, gpuharden_lock_path="/tmp/l", gpuharden_lock_timeout="5", **CLEAN_PLUGIN, **ONE_BATCH)["timeout"] == 5
+    assert _audit_lock(monkeypatch, check_mode=True, **CLEAN_PLUGIN, **ONE_BATCH) is None
+    assert _audit_lock(monkeypatch, lock=None) is None
+    # the dry run would change the plugin, failed, did not run; the play runs in batches; the host labels itself
+    assert _audit_lock(monkeypatch, __node_plan_gpu_pods={"device_plugin_check": {"changed": True}}, **ONE_BATCH)["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, __node_plan_gpu_pods={"device_plugin_check": {"failed": True, "changed": False}},
+                       **ONE_BATCH)["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, **ONE_BATCH)["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, **CLEAN_PLUGIN, ansible_play_batch=["gpu-a"], ansible_play_hosts_all=["gpu-a", "gpu-b"])["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, gpuharden_gpu_node=True, **CLEAN_PLUGIN, **ONE_BATCH)["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, gpuharden_skip_compliant_stages=False, **CLEAN_PLUGIN, **ONE_BATCH)["release_if_compliant"] is False
+    assert "release_if_compliant" not in _audit_lock(monkeypatch, lock=dict(LOCK, release_if_nothing_cluster_side=False), **CLEAN_PLUGIN, **ONE_BATCH)

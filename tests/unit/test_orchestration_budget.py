@@ -16,7 +16,7 @@ _SPEC = importlib.util.spec_from_file_location("orchestration_counts", REPO / "t
 counts = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(counts)
 
-CEILING = {"internal_variables": 118, "jinja_lines": 725, "spanning_expressions": 41}
+CEILING = {"internal_variables": 113, "jinja_lines": 684, "spanning_expressions": 22}
 GOAL = {"internal_variables": 20, "jinja_lines": 120, "spanning_expressions": 0}
 
 

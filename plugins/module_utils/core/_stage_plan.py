@@ -127,7 +127,8 @@ def plan_node(audit, *, only_tags=("all",), skip_tags=(), skip_compliant=True):
         else:
             entry.update(action=PLAY, why=_why_runs(stage, audit, skip_compliant) + "; " + _why_in_play(stage))
         stages.append(entry)
-    return {"stages": stages, "runs": runs}
+    # untouched: no node-side stage runs on the node (its post-check reads no node: the plan's audit stands)
+    return {"stages": stages, "runs": runs, "untouched": not any(runs.values())}
 
 
 def _why_runs(stage, audit, skip_compliant):
@@ -195,3 +196,57 @@ def device_plugin_needed(*, skip_compliant, dry_runs, node_runs, gpu_node_set, d
             or any(runs is None or any(runs.values()) for runs in node_runs)
             or any(gpu_node_set)
             or any(gpus is None for gpus in driver_gpus))
+
+
+# --- harden's rollout, decided once for the play (the action gpuharden.k8s.harden_rollout) --------------------------
+
+def nothing_cluster_side(*, skip_compliant, gpu_node_set, whole_play, device_plugin_dry_run):
+    """Whether the audit may give a compliant node's run lock back at once: nothing cluster-side will touch the node.
+    The plan's dry run of the device plugin stage (the one stage that reaches every node: a DaemonSet change rolls
+    each node's plugin pod) ran, did not fail and would change nothing, and it covered the whole play (one batch); the
+    node does not set its GPU-node label by hand (gpuharden_gpu_node).  The RuntimeClass is no node's."""
+    dry_run = device_plugin_dry_run
+    return bool(skip_compliant and not gpu_node_set and whole_play and isinstance(dry_run, dict)
+                and not dry_run.get("failed", False) and not dry_run.get("changed", True))
+
+
+def restart_nodes(hosts):
+    """The Nodes whose containerd this run changes (their plan runs the container runtime stage), in play order.
+    hosts: [{node, runs}] (runs: the plan's {stage: bool}, None where the host has no plan)."""
+    return [host["node"] for host in hosts if (host.get("runs") or {}).get("container_runtime")]
+
+
+def cordon_plan(hosts, left_cordoned):
+    """What becomes of the cordon an ended gpuharden run left on a node (the fleet read's left_cordoned: [{node,
+    record}]): released where this run has nothing to drain the node for; kept, with why, where a draining step could
+    still be pending but this run did not plan its stage (--tags).  hosts: [{host, node, disruptive, unplanned}]."""
+    records = {entry["node"]: entry.get("record") or {} for entry in left_cordoned or ()}
+    release, kept = [], {}
+    for host in hosts:
+        if host["node"] not in records or host["disruptive"]:
+            continue
+        if not host["unplanned"]:
+            release.append(host["host"])
+            continue
+        kept[host["host"]] = (
+            "%s stays cordoned, as %s left it: the node's %s check is not ok and this run does not plan that stage "
+            "(--tags); run harden with it to resume the step, or release the cordon by hand."
+            % (host["node"], records[host["node"]].get("owner", "an ended gpuharden run"), " and ".join(host["unplanned"])))
+    return {"release": release, "kept": kept}
+
+
+def settle_nodes(hosts):
+    """The Nodes whose containerd or kubelet the first play just restarted (hosts: [{node, restarted}]): the kubelet
+    posts Ready=False for a while after a containerd restart, and this run's restart must not use up its budget."""
+    return [host["node"] for host in hosts if host["restarted"]]
+
+
+def rollout_plan(hosts, budget):
+    """The budgeted rollout of the first play's batch: each host's group (rollout_group), the disruptive Nodes and the
+    second play's batch size (rollout_batch; None where the budget was not read: no host of the batch drains).
+    hosts: [{host, node, disruptive}]; budget: disruption_budget's result ({budget, unavailable: [{node}]}) or None."""
+    disruptive = [host["node"] for host in hosts if host["disruptive"]]
+    unavailable = [entry["node"] for entry in (budget or {}).get("unavailable") or ()]
+    groups = {host["host"]: rollout_group(host["disruptive"], host["node"], unavailable) for host in hosts}
+    batch = rollout_batch(int(budget["budget"]), unavailable, disruptive) if budget and "budget" in budget else None
+    return {"groups": groups, "disruptive": disruptive, "batch": batch}

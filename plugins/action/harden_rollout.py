@@ -1,0 +1,170 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.harden_rollout: harden's rollout across the first play's hosts, decided once
+for the batch (run_once, delegated to the controller) from every host's plan and the run's variables
+(module_utils/core/_stage_plan.py decides; plugins/modules/harden_rollout.py documents it).
+
+Three steps, in the first play's order:
+
+- ``restarts``, before the stages: one read of the fleet (gpuharden.k8s.disruption_budget): the containerd restarts'
+  canary and waves, the restarts the budget does not allow at all, and the cordons an ended run left.  Skipped (no
+  API call) where the run's --tags select no node stage; in check mode the read still runs, but nothing restarts in
+  waves and no node is failed for its restart.
+- ``cordons``, after the stages: which of those cordons this run releases, and which stay, with why.
+- ``rollout``: where a host of the batch has a step that drains its node, the budget read again (the nodes the
+  stages just restarted settle first); each host's group of the second play (a ``group_by`` reads ``groups``), and
+  that play's batch size and the fleet as facts of the host it is delegated to (``delegate_facts``: the second play's
+  ``serial`` reads them there, a play keyword sees no play host's variables).
+
+The hosts' variables read: the plan (gpuharden_node_plan), the Node name (__harden_node), whether the kubelet and MIG
+plans ran and drain (__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran),
+and what the stages restarted (container_runtime_result, __kubelet_topology_config).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
+
+ARGUMENT_SPEC = {
+    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped"]},
+    # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
+    # wave step
+    "wave": {"type": "dict"},
+    # the fleet read's left_cordoned (the restarts step's result), for the cordons step
+    "left_cordoned": {"type": "list", "elements": "dict", "default": []},
+    # each None: the play's variable below
+    "kubeconfig": {"type": "str"},
+    "max_unavailable": {"type": "str"},
+    "settle_seconds": {"type": "int"},
+}
+# option: (the play's variable it defaults to, that variable's default)
+PLAY_DEFAULTS = {
+    "kubeconfig": ("gpuharden_kubeconfig", ""),
+    "max_unavailable": ("gpuharden_max_unavailable", "1"),
+    "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
+}
+NODE = "__harden_node"
+# the second play's record of a host whose disruptive step failed
+FAILED = "__harden_failed"
+# the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
+WAVE_NODE = "__stages_node_name"
+# the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
+DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
+# the registered results whose "restarted" says the stage restarted containerd or the kubelet
+RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
+# the tags that select a node-side stage: a run without any needs no fleet read before the stages
+NODE_STAGE_TAGS = frozenset(tag for stage in _stage_plan.STAGES if stage.side == "node" for tag in stage.tags) | {"all"}
+
+
+def truthy(value):
+    return boolean(value, strict=False) if value is not None else False
+
+
+def host_view(host, variables):
+    """What the rollout reads of one host: its Node, its plan's runs, whether it drains, the draining stages it needs
+    but did not plan (--tags), whether the stages restarted containerd or the kubelet."""
+    runs = ((variables.get("gpuharden_node_plan") or {}).get("plan") or {}).get("runs")
+    planned = [stage for stage, name in DRAINING_PLANS.items() if name in variables]
+    return {
+        "host": host,
+        "node": variables.get(NODE) or host,
+        "runs": runs,
+        "disruptive": any(truthy(variables.get(name)) for name in DRAINING_PLANS.values()),
+        "unplanned": _stage_plan.unplanned_draining_steps(runs or {}, planned),
+        "restarted": any(truthy((variables.get(name) or {}).get("restarted")) for name in RESTARTS),
+    }
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    TRANSFERS_FILES = False
+
+    def _budget(self, module_args, task_vars):
+        """disruption_budget on the controller, outside check mode too (it only reads: the run's plan needs it)."""
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
+        if budget.get("failed"):
+            raise AnsibleActionFail("harden_rollout: the disruption budget could not be read: %s" % budget.get("msg", "failed"), result=budget)
+        return budget
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        for option, (variable, default) in PLAY_DEFAULTS.items():
+            if args[option] is None:
+                args[option] = self._templar.template(task_vars[variable]) if variable in task_vars else default
+        args["settle_seconds"] = int(args["settle_seconds"])
+        hostvars = task_vars.get("hostvars") or {}
+        hosts = [host_view(host, hostvars[host]) for host in task_vars.get("ansible_play_hosts", [])]
+        fleet = [host_view(host, hostvars[host])["node"] for host in task_vars.get("ansible_play_hosts_all", [])]
+        common = {"max_unavailable": str(args["max_unavailable"]), "fleet": fleet}
+        if args["kubeconfig"]:
+            common["kubeconfig"] = args["kubeconfig"]
+        check_mode = bool(self._task.check_mode)
+        result["changed"] = False
+        if args["step"] == "restarts":
+            result.update(self._restarts(hosts, common, task_vars, check_mode))
+        elif args["step"] == "stopped":
+            # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
+            all_hosts = task_vars.get("ansible_play_hosts_all", [])
+            result["stopped_by"] = [hostvars[host].get(NODE) or host for host in all_hosts if FAILED in hostvars[host]]
+        elif args["step"] == "wave":
+            result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
+        elif args["step"] == "cordons":
+            result.update(_stage_plan.cordon_plan(hosts, args["left_cordoned"]))
+        else:
+            result.update(self._rollout(hosts, fleet, common, args, task_vars))
+        return result
+
+    def _restarts(self, hosts, common, task_vars, check_mode):
+        # check mode restarts nothing: every node's stage at once, as its check says ([None]: one step, every node)
+        empty = {"restart_steps": [None], "restart_not_allowed": {}, "left_cordoned": [], "budget": None}
+        if not NODE_STAGE_TAGS & set(task_vars.get("ansible_run_tags") or ("all",)):
+            return dict(empty, skipped_reason="the run's --tags select no node stage: nothing to restart, drain or release")
+        budget = self._budget(dict(common, restarts=_stage_plan.restart_nodes(hosts), settle_seconds=0), task_vars)
+        deferred = budget.get("restart_deferred") or {}
+        # disruption_budget's reading as it returned it (restart_waves, unavailable, ...), with the decisions
+        return dict(readable(budget), budget=budget, left_cordoned=budget.get("left_cordoned") or [],
+                    restart_steps=empty["restart_steps"] if check_mode else budget.get("restart_steps", [None]),
+                    restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
+                                                               for host in hosts if host["node"] in deferred})
+
+    def _wave(self, wave, settle_seconds, common, task_vars):
+        """Before a wave of containerd restarts but the first: has the previous one come back, and did no node fail (a
+        host gone from the play whose Node restarted before)? Where not, the hosts not Ready and this wave's fail."""
+        if wave is None or not wave.get("index"):
+            return {"not_started": {}, "skipped_reason": "the first wave, or every node at once: nothing to wait for"}
+        hostvars = task_vars.get("hostvars") or {}
+        gone = [host for host in task_vars.get("ansible_play_hosts_all", []) if host not in task_vars.get("ansible_play_hosts", [])]
+        stopped_by = [node for node in (hostvars[host].get(WAVE_NODE, "") for host in gone) if node in (wave.get("before") or ())]
+        # the budget's arithmetic is not asked here: no fleet
+        wave_args = {key: value for key, value in common.items() if key != "fleet"}
+        budget = self._budget(dict(wave_args, settle_nodes=wave.get("settle") or [], settle_seconds=settle_seconds, settle_required=True,
+                                   stopped_by=stopped_by), task_vars)
+        not_started = {}
+        if budget.get("stopped") is not None:
+            not_ready = (budget.get("settle") or {}).get("not_ready") or {}
+            for host in task_vars.get("ansible_play_hosts", []):
+                node = hostvars[host].get(WAVE_NODE)
+                if node in not_ready:
+                    not_started[host] = ("containerd was restarted, and the node is not Ready %s s later: %s"
+                                         % (settle_seconds, ", ".join(not_ready[node])))
+                elif node in (wave.get("nodes") or ()):
+                    not_started[host] = "containerd not restarted, the restarts stopped: %s" % budget["stopped"]
+        return dict(readable(budget), not_started=not_started, budget=budget)
+
+    def _rollout(self, hosts, fleet, common, args, task_vars):
+        budget = None
+        if any(host["disruptive"] for host in hosts):
+            budget = self._budget(dict(common, settle_nodes=_stage_plan.settle_nodes(hosts), settle_seconds=args["settle_seconds"]), task_vars)
+        plan = _stage_plan.rollout_plan(hosts, budget)
+        result = dict(plan, budget=budget)
+        if plan["batch"] is not None:
+            # for the second play's hosts and serial, on the host this task is delegated to (delegate_facts)
+            result["ansible_facts"] = {"__harden_batch": plan["batch"], "__harden_fleet": fleet}
+        return result

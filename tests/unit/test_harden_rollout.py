@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Issue 45 item 1: harden's rollout decided once for the batch in Python (plugins/action/harden_rollout.py over
+module_utils/core/_stage_plan.py), where harden_gpu_nodes.yml decided it in Jinja: the fleet read before the stages
+(containerd's restart waves), the cordons an ended run left, the budget read, each host's rollout group and the second
+play's batch size.  disruption_budget is replaced by a recorder of the _execute_module calls."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
+
+
+def _host(node, runs=None, **variables):
+    return dict({"__harden_node": node, "gpuharden_node_plan": {"plan": {"runs": dict({"container_runtime": False}, **(runs or {}))}}},
+                **variables)
+
+
+class Templar:
+    @staticmethod
+    def template(value):
+        return value
+
+
+def _run(monkeypatch, args, hostvars, budget=None, check_mode=False, **task_vars):
+    calls = []
+
+    def execute(self, module_name, module_args, task_vars):
+        calls.append((module_name, module_args, self._task.check_mode))
+        return dict(budget or {})
+
+    monkeypatch.setattr(harden_rollout.ActionModule, "_execute_module", execute)
+    task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=False, action="gpuharden.k8s.harden_rollout")
+    action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
+    variables = dict({"hostvars": hostvars, "ansible_play_hosts": list(hostvars), "ansible_play_hosts_all": list(hostvars)}, **task_vars)
+    result = action.run(task_vars=variables)
+    assert task.check_mode is check_mode  # the budget read ran outside check mode, and the task's mode is back
+    return result, calls
+
+
+def test_nothing_cluster_side():
+    clean = {"changed": False}
+    assert sp.nothing_cluster_side(skip_compliant=True, gpu_node_set=False, whole_play=True, device_plugin_dry_run=clean) is True
+    for changed in ({"skip_compliant": False}, {"gpu_node_set": True}, {"whole_play": False}, {"device_plugin_dry_run": None},
+                    {"device_plugin_dry_run": {"changed": True}}, {"device_plugin_dry_run": {"failed": True, "changed": False}},
+                    {"device_plugin_dry_run": {}}):
+        options = dict({"skip_compliant": True, "gpu_node_set": False, "whole_play": True, "device_plugin_dry_run": clean}, **changed)
+        assert sp.nothing_cluster_side(**options) is False, changed
+
+
+def test_cordon_plan():
+    hosts = [{"host": "a", "node": "na", "disruptive": False, "unplanned": []},
+             {"host": "b", "node": "nb", "disruptive": True, "unplanned": []},
+             {"host": "c", "node": "nc", "disruptive": False, "unplanned": ["kubelet_topology", "mig"]},
+             {"host": "d", "node": "nd", "disruptive": False, "unplanned": []}]
+    left = [{"node": "na", "record": {"owner": "harden@1"}}, {"node": "nb", "record": {}}, {"node": "nc", "record": {"owner": "harden@2"}}]
+    plan = sp.cordon_plan(hosts, left)
+    # a: nothing to drain it for; b: the rollout takes its cordon on; c: a draining step left out by --tags; d: not cordoned
+    assert plan["release"] == ["a"]
+    assert list(plan["kept"]) == ["c"]
+    assert plan["kept"]["c"].startswith("nc stays cordoned, as harden@2 left it: the node's kubelet_topology and mig check is not ok")
+    assert sp.cordon_plan(hosts, []) == {"release": [], "kept": {}}
+
+
+def test_rollout_plan():
+    hosts = [{"host": "a", "node": "na", "disruptive": True}, {"host": "b", "node": "nb", "disruptive": True},
+             {"host": "c", "node": "nc", "disruptive": False}]
+    plan = sp.rollout_plan(hosts, {"budget": 2, "unavailable": [{"node": "nb"}, {"node": "nz"}]})
+    assert plan["groups"] == {"a": "gpuharden_rollout_then", "b": "gpuharden_rollout_first", "c": "gpuharden_no_rollout"}
+    # nz, unavailable outside the rollout, takes one of the two
+    assert plan["batch"] == 1 and plan["disruptive"] == ["na", "nb"]
+    assert sp.rollout_plan(hosts[2:], None) == {"groups": {"c": "gpuharden_no_rollout"}, "disruptive": [], "batch": None}
+
+
+def test_restarts_reads_the_fleet_once_outside_check_mode(monkeypatch):
+    hostvars = {"a": _host("na", {"container_runtime": True}), "b": _host("nb"), "c": {"__harden_node": "nc"}}
+    budget = {"restart_steps": [{"index": 0, "nodes": ["na"]}], "restart_deferred": {"na": "budget exhausted"},
+              "left_cordoned": [{"node": "nb", "record": {}}]}
+    result, calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, gpuharden_max_unavailable="25%", gpuharden_kubeconfig="/k")
+    assert calls == [("gpuharden.k8s.disruption_budget", {"max_unavailable": "25%", "fleet": ["na", "nb", "nc"], "kubeconfig": "/k",
+                                                          "restarts": ["na"], "settle_seconds": 0}, False)]
+    assert result["restart_steps"] == budget["restart_steps"] and result["left_cordoned"] == budget["left_cordoned"]
+    assert result["restart_not_allowed"] == {"a": "containerd not changed: budget exhausted"}
+    assert result["changed"] is False
+    # check mode: the same read, but every node's stage at once and no node refused
+    result, calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, check_mode=True)
+    assert len(calls) == 1 and calls[0][1]["max_unavailable"] == "1" and "kubeconfig" not in calls[0][1]
+    assert result["restart_steps"] == [None] and result["restart_not_allowed"] == {} and result["left_cordoned"] == budget["left_cordoned"]
+
+
+def test_restarts_reads_nothing_where_the_tags_select_no_node_stage(monkeypatch):
+    hostvars = {"a": _host("na", {"container_runtime": True})}
+    result, calls = _run(monkeypatch, {"step": "restarts"}, hostvars, ansible_run_tags=["device_plugin", "postcheck"])
+    assert calls == [] and result["restart_steps"] == [None] and result["left_cordoned"] == [] and "skipped_reason" in result
+    _result, calls = _run(monkeypatch, {"step": "restarts"}, hostvars, {"restart_steps": []}, ansible_run_tags=["mig"])
+    assert len(calls) == 1
+
+
+def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
+    with pytest.raises(AnsibleActionFail, match="the disruption budget could not be read: no API"):
+        _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, {"failed": True, "msg": "no API"})
+
+
+def test_cordons_reads_the_plans_the_stages_made(monkeypatch):
+    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False),
+                "b": _host("nb", {"kubelet_topology": True}),  # its kubelet plan did not run (--tags)
+                "c": _host("nc", __mig_disruptive="True")}
+    left = [{"node": "na", "record": {"owner": "o"}}, {"node": "nb", "record": {"owner": "o"}}, {"node": "nc", "record": {"owner": "o"}}]
+    result, calls = _run(monkeypatch, {"step": "cordons", "left_cordoned": left}, hostvars)
+    assert calls == [] and result["release"] == ["a"] and list(result["kept"]) == ["b"]
+
+
+def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
+    hostvars = {"a": _host("na", __kubelet_topology_disruptive=True, container_runtime_result={"restarted": True}),
+                "b": _host("nb", __mig_disruptive=False, __kubelet_topology_config={"restarted": True}),
+                "c": _host("nc")}
+    budget = {"budget": 3, "unavailable": [{"node": "nc"}]}
+    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget, check_mode=True, gpuharden_restart_settle_seconds="30")
+    assert calls == [("gpuharden.k8s.disruption_budget", {"max_unavailable": "1", "fleet": ["na", "nb", "nc"], "settle_nodes": ["na", "nb"],
+                                                          "settle_seconds": 30}, False)]
+    assert result["groups"] == {"a": "gpuharden_rollout_then", "b": "gpuharden_no_rollout", "c": "gpuharden_no_rollout"}
+    assert result["ansible_facts"] == {"__harden_batch": 2, "__harden_fleet": ["na", "nb", "nc"]}
+    hostvars["a"]["__kubelet_topology_disruptive"] = False
+    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget)
+    assert calls == [] and result["batch"] is None and "ansible_facts" not in result and set(result["groups"].values()) == {"gpuharden_no_rollout"}
+
+
+def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a_failed_node(monkeypatch):
+    hostvars = {"a": {"__stages_node_name": "na"}, "b": {"__stages_node_name": "nb"}, "c": {"__stages_node_name": "nc"},
+                "gone": {"__stages_node_name": "ng"}}
+    wave = {"index": 1, "nodes": ["nb", "nc"], "settle": ["na"], "before": ["na", "ng"]}
+    stopped = {"stopped": "na is not Ready", "settle": {"not_ready": {"na": ["NotReady"]}}}
+    result, calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, stopped, ansible_play_hosts=["a", "b", "c"],
+                         gpuharden_restart_settle_seconds=30)
+    assert calls == [("gpuharden.k8s.disruption_budget", {"max_unavailable": "1", "settle_nodes": ["na"], "settle_seconds": 30,
+                                                          "settle_required": True, "stopped_by": ["ng"]}, False)]
+    assert result["not_started"] == {"a": "containerd was restarted, and the node is not Ready 30 s later: NotReady",
+                                     "b": "containerd not restarted, the restarts stopped: na is not Ready",
+                                     "c": "containerd not restarted, the restarts stopped: na is not Ready"}
+    result, _calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, {"stopped": None, "settle": {"not_ready": {}}})
+    assert result["not_started"] == {}
+    # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no API call
+    for first in ({"index": 0, "nodes": ["na"]}, None):
+        result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, hostvars)
+        assert calls == [] and result["not_started"] == {}
+
+
+def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypatch):
+    """The lab tests (tests/integration/test_rollout.py) read restart_waves, stopped and settle on these tasks."""
+    budget = {"changed": False, "restart_waves": [["na"]], "restart_steps": [], "stopped": None, "settle": {"not_ready": {}}}
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, budget)
+    assert result["restart_waves"] == [["na"]] and result["stopped"] is None and "invocation" not in result
+    result, _calls = _run(monkeypatch, {"step": "wave", "wave": {"index": 1, "nodes": [], "settle": ["na"]}},
+                          {"a": {"__stages_node_name": "na"}}, budget)
+    assert result["stopped"] is None and result["settle"] == {"not_ready": {}} and result["not_started"] == {}
+
+
+def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
+    hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
+    result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
+    assert calls == [] and result["stopped_by"] == ["na", "c"]

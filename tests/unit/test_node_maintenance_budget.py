@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Issue 45 item 1: roles/node_maintenance budget.yml's batch, the nodes that stop the rollout and the deferral lines,
+once Jinja, decided once for the batch in Python (plugins/action/node_maintenance_budget.py).  disruption_budget is
+replaced by a recorder of the _execute_module calls."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible_collections.gpuharden.k8s.plugins.action import node_maintenance_budget as nmb
+
+HOSTVARS = {
+    "a": {"__node_maintenance_budget_node": "na", "__node_maintenance_budget_wanted": True},
+    "b": {"__node_maintenance_budget_node": "nb", "__node_maintenance_budget_wanted": "False"},
+    "c": {},  # the role was not included here
+    "d": {"__node_maintenance_budget_node": "nd", "__node_maintenance_budget_wanted": "true"},
+    "e": {"__node_maintenance_budget_node": "ne", "__node_maintenance_budget_wanted": True},  # gone from the play
+}
+
+
+def _run(monkeypatch, args, budget, check_mode=False, batch=("a", "b", "c", "d")):
+    calls = []
+
+    def execute(self, module_name, module_args, task_vars):
+        calls.append((module_name, module_args, self._task.check_mode))
+        return dict(budget)
+
+    monkeypatch.setattr(nmb.ActionModule, "_execute_module", execute)
+    task = SimpleNamespace(args=dict({"max_unavailable": "1"}, **args), async_val=0, check_mode=check_mode, diff=False, action="x")
+    action = nmb.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, None, None)
+    result = action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_batch": list(batch), "ansible_play_hosts": ["a", "b", "c", "d"],
+                                   "ansible_play_hosts_all": ["a", "b", "c", "d", "e"]})
+    assert task.check_mode is check_mode
+    return result, calls
+
+
+def test_the_batch_and_the_nodes_that_stop_the_rollout(monkeypatch):
+    budget = {"changed": False, "allowed": ["na"], "deferred": {"nd": "budget exhausted (1 of 1 in use)"}}
+    result, calls = _run(monkeypatch, {"stopped_by": ["nx"], "fleet": ["na", "nb", "nd", "ne"], "kubeconfig": "/k"}, budget)
+    assert calls == [("gpuharden.k8s.disruption_budget",
+                      {"max_unavailable": "1", "fleet": ["na", "nb", "nd", "ne"], "batch": ["na", "nd"], "out_of_service_taints": [],
+                       "stopped_by": ["nx", "ne"], "kubeconfig": "/k"}, False)]
+    assert result["allowed"] == ["na"] and result["would_defer"] == {}
+    assert result["not_started"] == {"nd": "nd: disruptive step not started: budget exhausted (1 of 1 in use) (a play that runs the change on "
+                                           "several nodes at once: serial 1, or a larger node_maintenance_max_unavailable)"}
+    _result, calls = _run(monkeypatch, {"stop_on_failure": False}, budget)
+    assert calls[0][1]["stopped_by"] == []
+
+
+def test_check_mode_reads_the_budget_and_only_says_what_a_real_run_would_defer(monkeypatch):
+    result, calls = _run(monkeypatch, {}, {"allowed": [], "deferred": {"na": "stopped by nx"}}, check_mode=True)
+    assert len(calls) == 1 and calls[0][2] is False
+    assert result["not_started"] == {} and result["would_defer"] == {"na": "na: a real run would not start the disruptive step now: stopped by nx"}
+
+
+def test_no_host_wanting_a_step_reads_nothing(monkeypatch):
+    result, calls = _run(monkeypatch, {}, {}, batch=("b", "c"))
+    assert calls == [] and result["allowed"] == [] and result["not_started"] == {} and "skipped_reason" in result
+
+
+def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
+    with pytest.raises(AnsibleActionFail, match="could not be checked: no API"):
+        _run(monkeypatch, {}, {"failed": True, "msg": "no API"})
