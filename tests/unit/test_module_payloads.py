@@ -46,6 +46,7 @@ CONTROLLER_SIDE = {
     "mig_plan": "action plugin (roles/mig plan.yml): runs mig_layout on the node; documentation only",
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
+    "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
                       "delegated to localhost; the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
@@ -66,7 +67,7 @@ CONTROLLER_SIDE = {
 }
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "kubelet_topology_plan", "mig_plan", "node_stages", "postcheck_step",
-                      "unharden_report", "unharden_rollout"}
+                      "role_preflight", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).
