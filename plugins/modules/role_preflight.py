@@ -13,8 +13,8 @@ short_description: Check a gpuharden role's variables before the role touches a 
 version_added: 0.1.0
 description:
   - Reads the variables of the role named in O(role), templated as the role's tasks see them (the host's value, else the
-    role default), and checks the rules the role needs beyond their types (its C(meta/argument_specs.yml)): consistent
-    policies and reservations, paths and names the kubelet, containerd and Kubernetes accept.
+    role default), and checks the rules the role needs beyond their types (its C(meta/argument_specs.yml)), such as
+    consistent policies and reservations, and paths and names the kubelet, containerd and Kubernetes accept.
   - Fails with one line per broken rule, each naming the variable, its value and the rule; passes otherwise.
   - Each role's C(tasks/preflight.yml) runs it first. Runs on the controller only and contacts no host.
   - For C(runtime_class) it also checks that the play's hosts agree on containerd's runtime name (each host's

@@ -14,6 +14,7 @@ in the controller's cluster layer because the kubelet rules take the kubelet's o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -80,9 +81,14 @@ def _sequence(value):
     return hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes))
 
 
+def _shown(value):
+    """A value as a line shows it: a string quoted, anything else as YAML/JSON writes it (true, null, [], {"a": 1})."""
+    return repr("%s" % (value,)) if isinstance(value, str) else json.dumps(value, default=str)
+
+
 def _broken(value_of, rules):
     """The lines of the rules that fire: rules is [(fires, variable name, what the rule wants)]."""
-    return ["%s=%r: %s" % (name, value_of(name), wants) for fires, name, wants in rules if fires]
+    return ["%s=%s: %s" % (name, _shown(value_of(name)), wants) for fires, name, wants in rules if fires]
 
 
 def kubelet_topology(settings):
@@ -102,7 +108,7 @@ def kubelet_topology(settings):
         (timeout <= 0, "kubelet_topology_health_timeout", "must be a positive number of seconds"),
         (delay <= 0, "kubelet_topology_health_delay", "must be a positive number of seconds"),
         (delay > timeout, "kubelet_topology_health_delay",
-         "must be at most kubelet_topology_health_timeout (%r)" % (get("kubelet_topology_health_timeout"),)),
+         "must be at most kubelet_topology_health_timeout (%s)" % _shown(get("kubelet_topology_health_timeout"))),
         (not _matches(dropin, r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.conf$"), "kubelet_topology_dropin_name",
          "must be a file name ending in .conf (the kubelet reads only *.conf from its drop-in directory)"),
         (_matches(dropin, r"^00-"), "kubelet_topology_dropin_name", "must not start with 00- (the kubeadm drop-in sorts first)"),
@@ -125,18 +131,17 @@ def _topology_options(options):
     the node."""
     name = "kubelet_topology_topology_manager_policy_options"
     if not isinstance(options, Mapping):
-        return ["%s=%r: must be a mapping of option to value" % (name, options)]
-    problems = []
+        return ["%s=%s: must be a mapping of option to value" % (name, _shown(options))]
+    problems, shown = [], "%s=%s" % (name, _shown(dict(options)))
     unknown = [key for key in options if key not in TOPOLOGY_OPTIONS]
     if unknown:
-        problems.append("%s=%r: the kubelet knows %s only (not %s)" % (name, dict(options), " and ".join(TOPOLOGY_OPTIONS), ", ".join(map(str, unknown))))
+        problems.append("%s: the kubelet knows %s only (not %s)" % (shown, " and ".join(TOPOLOGY_OPTIONS), ", ".join(map(str, unknown))))
     max_numa = options.get("max-allowable-numa-nodes", DEFAULT_MAX_NUMA_NODES)
     if isinstance(max_numa, bool) or not _matches(max_numa, r"^[+-]?[0-9]+$") or _int(max_numa) < DEFAULT_MAX_NUMA_NODES:
-        problems.append("%s=%r: max-allowable-numa-nodes must be an integer of at least %d (below it the kubelet does not start: "
-                        "kubernetes v1.36.3 pkg/kubelet/cm/topologymanager/policy_options.go)" % (name, dict(options), DEFAULT_MAX_NUMA_NODES))
+        problems.append("%s: max-allowable-numa-nodes must be an integer of at least %d (below %d the kubelet does not start: "
+                        "kubernetes v1.36.3 pkg/kubelet/cm/topologymanager/policy_options.go)" % (shown, DEFAULT_MAX_NUMA_NODES, DEFAULT_MAX_NUMA_NODES))
     if "%s" % (options.get("prefer-closest-numa-nodes", "false"),) not in GO_BOOLS:
-        problems.append("%s=%r: prefer-closest-numa-nodes must be true or false as Go's strconv.ParseBool reads it (%s)"
-                        % (name, dict(options), ", ".join(GO_BOOLS)))
+        problems.append("%s: prefer-closest-numa-nodes must be true or false as Go's strconv.ParseBool reads it (%s)" % (shown, ", ".join(GO_BOOLS)))
     return problems
 
 
@@ -177,8 +182,8 @@ def cgroup_limits(settings):
     ] + [
         (reserved in enforced and not (_length(get("cgroup_limits_%s" % name)) and _length(get("cgroup_limits_%s_cgroup" % name))),
          "cgroup_limits_enforce_node_allocatable",
-         "enforces %s without its amount or cgroup: set cgroup_limits_%s (is %r) and cgroup_limits_%s_cgroup (is %r)"
-         % (reserved, name, get("cgroup_limits_%s" % name), name, get("cgroup_limits_%s_cgroup" % name)))
+         "enforces %s without its amount or cgroup: set cgroup_limits_%s (is %s) and cgroup_limits_%s_cgroup (is %s)"
+         % (reserved, name, _shown(get("cgroup_limits_%s" % name)), name, _shown(get("cgroup_limits_%s_cgroup" % name))))
         for reserved, name in (("kube-reserved", "kube_reserved"), ("system-reserved", "system_reserved"))
     ])
 
