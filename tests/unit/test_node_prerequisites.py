@@ -140,7 +140,8 @@ def test_read_script_in_a_real_venv():
 # Tasks that run no module on the target (an action plugin alone): the interpreter does not matter to them.
 ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "debug", "fail", "set_stats", "meta", "pause", "include_tasks",
                                                      "import_tasks", "include_role", "import_role")} | {"gpuharden.k8s.check_variables",
-                                                                                                "gpuharden.k8s.cluster_stage_gate"}
+                                                                                                "gpuharden.k8s.cluster_stage_gate",
+                                                                                                "gpuharden.k8s.role_preflight"}
 
 
 def _delegated_module_tasks(tasks, inherited, where):
