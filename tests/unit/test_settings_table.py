@@ -140,7 +140,7 @@ def test_a_change_in_the_table_reaches_every_generated_file(tmp_path):
 
 def test_every_playbook_fallback_is_the_tables_default():
     written = settings.written_defaults()
-    # the scan reads every playbook and role file with Jinja's parser: it finds the fallbacks (104 at d561168)
+    # the scan reads every playbook and role file with Jinja's parser: it finds the fallbacks (78 at 942d3bb)
     assert len(written) > 60 and {path.split("/")[0] for path, _name, _value in written} == {"playbooks", "roles"}
     assert ("playbooks/drift_check.yml", "gpuharden_lock_timeout", 60) in written
     assert settings.default_disagreements() == []
