@@ -267,7 +267,7 @@ def not_checked(settings, cluster):
         return []
     return [{"what": "topology: whether the cluster's GPU workloads fit %s's NUMA nodes" % settings["postcheck_node_name"],
              "cause": "the GPU workloads could not be listed: %s" % cluster["workloads_error"],
-             "fix": "give postcheck_kubeconfig an identity that may list pods and their controllers (docs/rbac.md), or set "
+             "fix": "give postcheck_kubeconfig an identity that may list pods and their controllers (deploy/rbac/gpuharden-rbac.yaml), or set "
                     "postcheck_collect_workloads=false to check the node alone"}]
 
 
