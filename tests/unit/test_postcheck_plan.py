@@ -191,6 +191,10 @@ def test_a_part_not_checked_fails_the_host_without_counting_as_a_finding():
     assert both.startswith("1 finding(s) at or above error on gpu-a: gpu_not_advertised") and "; could not check topology" in both
     # never only reports, for a part not checked as for findings
     assert plan.verdict(settings(postcheck_fail_severity="never"), [], check_mode=False, unchecked=blind)["failure"] is None
+    # a check run that only reports says what it could not check, as it says its findings
+    reported = plan.verdict(settings(postcheck_fail_in_check_mode=False), [], check_mode=True, unchecked=blind)
+    assert reported["failure"] is None and reported["report"].endswith(
+        "; could not check topology: whether the cluster's GPU workloads fit gpu-a's NUMA nodes: the GPU workloads could not be listed: 403 Forbidden")
     assert plan.verdict(settings(), [], check_mode=False)["failure"] is None
 
 

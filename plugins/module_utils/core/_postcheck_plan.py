@@ -312,6 +312,8 @@ def verdict(settings, findings, check_mode, unchecked=()):
     if check_mode and not as_bool(settings["postcheck_fail_in_check_mode"]):
         report = ("check mode: %d finding(s) at or above %s on the node as it is now (%s); a real run verifies the node after its changes"
                   % (len(failing), threshold, ", ".join(entry["id"] for entry in failing)))
+        # what could not be checked is said here too: a report that leaves it out would read as checked
+        report += "".join("; could not check %s: %s" % (part["what"], part["cause"]) for part in unchecked)
         return {"failing": [entry["id"] for entry in failing], "failure": None, "report": report}
     reasons = []
     if failing:
