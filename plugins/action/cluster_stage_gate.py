@@ -11,6 +11,7 @@ with ``why``; it contacts no host.
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
@@ -44,7 +45,7 @@ def device_plugin_gate(play_vars, failed_hosts):
         return False, "the rollout stopped at a failed node (%s): a plugin update would wait on it" % ", ".join(sorted(failed_hosts))
     skip_default = playbook_default("gpuharden_skip_compliant_stages")
     run = _stage_plan.device_plugin_needed(
-        skip_compliant=all(_stage_plan_bool(variables.get("gpuharden_skip_compliant_stages", skip_default)) for variables in play_vars),
+        skip_compliant=all(boolean(variables.get("gpuharden_skip_compliant_stages", skip_default), strict=False) for variables in play_vars),
         dry_runs=[_get(variables, "__node_plan_gpu_pods", "device_plugin_check") for variables in play_vars],
         node_runs=[_get(variables, "gpuharden_node_plan", "plan", "runs") for variables in play_vars],
         gpu_node_set=["gpuharden_gpu_node" in variables for variables in play_vars],
@@ -53,10 +54,6 @@ def device_plugin_gate(play_vars, failed_hosts):
            "sets gpuharden_gpu_node, or a node's facts show no GPU" if run
            else "the plan's dry run of it would change and report nothing, and no node-side stage ran")
     return run, why
-
-
-def _stage_plan_bool(value):
-    return str(value).strip().lower() in ("true", "yes", "on", "1")
 
 
 READ = ("gpuharden_node_plan", "__node_plan_gpu_pods", "ansible_facts", "gpuharden_skip_compliant_stages", "gpuharden_gpu_node",

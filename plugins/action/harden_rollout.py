@@ -61,10 +61,6 @@ RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
 NODE_STAGE_TAGS = frozenset(tag for stage in _stage_plan.STAGES if stage.side == "node" for tag in stage.tags) | {"all"}
 
 
-def truthy(value):
-    return boolean(value, strict=False) if value is not None else False
-
-
 def host_view(host, variables):
     """What the rollout reads of one host: its Node, its plan's runs, whether it drains, the draining stages it needs
     but did not plan (--tags), whether the stages restarted containerd or the kubelet."""
@@ -74,9 +70,9 @@ def host_view(host, variables):
         "host": host,
         "node": variables.get(NODE) or host,
         "runs": runs,
-        "disruptive": any(truthy(variables.get(name)) for name in DRAINING_PLANS.values()),
+        "disruptive": any(boolean(variables.get(name), strict=False) for name in DRAINING_PLANS.values()),
         "unplanned": _stage_plan.unplanned_draining_steps(runs or {}, planned),
-        "restarted": any(truthy((variables.get(name) or {}).get("restarted")) for name in RESTARTS),
+        "restarted": any(boolean((variables.get(name) or {}).get("restarted"), strict=False) for name in RESTARTS),
     }
 
 

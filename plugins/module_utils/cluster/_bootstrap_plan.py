@@ -8,7 +8,7 @@ settings and their checks, the run's lock owner, the device plugin's toleration 
 is a GPU node, whether pynvml.py is shipped and where, which nodes passed and go into service, and the report of a node
 that failed.  The action gpuharden.k8s.bootstrap_node calls these; the playbook only calls it and registers.
 
-Pure: no Ansible, no I/O.  Every function takes plain values and returns plain values, or raises GpuhardenError with
+Pure: no Ansible but its boolean parser, no I/O.  Every function takes plain values and returns plain values, or raises GpuhardenError with
 one line naming the variable and its value.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default, playbook_variable
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
@@ -35,7 +36,6 @@ DEFAULTS = {name: playbook_default(name, PLAYBOOK[: -len(".yml")]) for name in (
 # The variables the bootstrap reads besides DEFAULTS' (no default of the play's own).
 READ = tuple(DEFAULTS) + ("gpuharden_k8s_node_name", "gpuharden_run_owner", "gpuharden_device_plugin_tolerations")
 TAINT_EFFECTS = tuple(playbook_variable("gpuharden_bootstrap_taint_effect")["choices"])
-BOOLEAN_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 # A label key, as the taint key must be one (k8s.io/apimachinery pkg/util/validation: an optional DNS-subdomain prefix, a name).
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 PYNVML_FILE = re.compile(r"^/.*/pynvml\.py$")
@@ -48,10 +48,11 @@ def _refuse(name, value, what):
 
 
 def _boolean(name, value):
-    word = str(value).strip().lower()
-    if word not in BOOLEAN_WORDS:
+    # Ansible's own strict reading, as check_variables validates a bool variable (its argument spec's type bool)
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
         _refuse(name, value, "a boolean (true or false)")
-    return BOOLEAN_WORDS[word]
 
 
 def _seconds(name, value, positive):
