@@ -291,10 +291,9 @@ def _load(root, path):
         return error
 
 
-# The YAML keys Ansible reads as a bare Jinja expression (no braces).
-CONDITIONAL_KEYS = ("when", "failed_when", "changed_when", "until", "that")
-# Where the playbooks and roles write an inventory fallback: every YAML file under these, each task's and vars file's.
-ORCHESTRATION_GLOBS = ("playbooks/**/*.yml", "roles/*/tasks/*.yml", "roles/*/vars/*.yml", "roles/*/handlers/*.yml", "roles/*/defaults/*.yml")
+# The orchestration's files and the keys Ansible templates bare (a conditional, an assert's that), as the orchestration
+# count reads them: one definition of each, tools/orchestration_counts.py's.
+_COUNTS = _module_from("orchestration_counts", Path(__file__).resolve().parent / "orchestration_counts.py")
 
 
 def _templates(node, key=None):
@@ -308,7 +307,7 @@ def _templates(node, key=None):
     elif isinstance(node, str):
         if "{{" in node or "{%" in node:
             yield node
-        elif key in CONDITIONAL_KEYS:
+        elif key in _COUNTS.LIST_KEYS:
             yield "{{ %s }}" % node
 
 
@@ -319,8 +318,7 @@ def written_defaults(root=REPO, names=None, table=None):
     from jinja2 import nodes  # noqa: PLC0415
 
     environment, found, unset = jinja2.Environment(), [], (table or load_table(root)).UNSET
-    paths = sorted({path for pattern in ORCHESTRATION_GLOBS for path in Path(root).glob(pattern)})
-    for path in paths:
+    for path in _COUNTS.orchestration_files(Path(root)):
         relative = str(path.relative_to(root))
         for template in _templates(yaml.safe_load(path.read_text(encoding="utf-8"))):
             with warnings.catch_warnings():
