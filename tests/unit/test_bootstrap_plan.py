@@ -7,6 +7,7 @@ ansible-playbook on localhost at the end of this file."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 
@@ -287,3 +288,16 @@ def test_the_rescue_reports_the_failed_node_and_fails_it(tmp_path):
                 event["event_data"]["res"].get("msg", "")]
     assert failed["msg"] == ("localhost stays cordoned with the gpuharden.io/bootstrap taint: Device plugin | wait for the rollout failed: "
                              "not ready on 1 node(s)")
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("gpuharden_bootstrap_taint_key", "example..com/joining", "a label key"),
+    ("gpuharden_bootstrap_taint_key", "example.com/" + "n" * 64, "a label key"),
+    ("gpuharden_bootstrap_labels", {"Bad Key": "true"}, "label key 'Bad Key'"),
+    ("gpuharden_bootstrap_labels", {"gpuharden.io/hardened": "not ok"}, "value 'not ok'"),
+])
+def test_taint_and_labels_are_checked_as_the_api_server_checks_them(name, value, says):
+    """The key and labels the run writes at its end, checked in the settings step (before any node changes) by the
+    cluster-side modules' own checks (_node_labels): the API server would refuse these after the node was bootstrapped."""
+    with pytest.raises(GpuhardenError, match=re.escape(says)):
+        plan.settings({name: value}, "gpu-1")

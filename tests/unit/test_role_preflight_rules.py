@@ -200,3 +200,12 @@ def test_every_role_has_its_rules_tested():
 def test_several_broken_rules_give_one_line_each():
     lines = rules.problems("node_prerequisites", dict(BASE["node_prerequisites"], node_prerequisites_venv="v", node_prerequisites_wheels="w"))
     assert [line.split("=")[0] for line in lines] == ["node_prerequisites_venv", "node_prerequisites_wheels"]
+
+
+@pytest.mark.parametrize("name", ["nvidia..cdi", "nvidia.-cdi", "a" * 254])
+def test_a_name_the_api_server_refuses_is_refused_before_any_change(name):
+    """The names are checked as the cluster-side modules check them (_node_labels, after apimachinery v0.36.3
+    pkg/api/validate/content/dns.go IsDNS1123Subdomain: dot-separated labels, at most 253): the looser pattern the
+    preflight had let these through, and the RuntimeClass stage failed at the API after the node stages had run."""
+    assert rules.problems("runtime_class", dict(BASE["runtime_class"], runtime_class_name=name)) == [
+        "runtime_class_name=%r: must be a DNS subdomain" % name]

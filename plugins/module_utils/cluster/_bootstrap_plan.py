@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import check_label_key, check_labels, passes
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default, playbook_variable
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._vocabulary import SEVERITIES
@@ -36,8 +37,6 @@ DEFAULTS = {name: playbook_default(name, PLAYBOOK[: -len(".yml")]) for name in (
 # The variables the bootstrap reads besides DEFAULTS' (no default of the play's own).
 READ = tuple(DEFAULTS) + ("gpuharden_k8s_node_name", "gpuharden_run_owner", "gpuharden_device_plugin_tolerations")
 TAINT_EFFECTS = tuple(playbook_variable("gpuharden_bootstrap_taint_effect")["choices"])
-# A label key, as the taint key must be one (k8s.io/apimachinery pkg/util/validation: an optional DNS-subdomain prefix, a name).
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 PYNVML_FILE = re.compile(r"^/.*/pynvml\.py$")
 # A failed node's report names its findings of these severities (core/_vocabulary.py's scale, error and above).
 REPORTED_SEVERITIES = SEVERITIES[SEVERITIES.index("error"):]
@@ -74,7 +73,8 @@ def settings(values, inventory_hostname, check_mode=False):
     if not isinstance(node_name, str) or not node_name:
         _refuse("gpuharden_k8s_node_name", node_name, "a Node name")
     taint_key = given["gpuharden_bootstrap_taint_key"]
-    if not isinstance(taint_key, str) or not LABEL_KEY.match(taint_key):
+    # the taint key is a label key, checked as the cluster-side modules check one (_node_labels)
+    if not passes(check_label_key, taint_key):
         _refuse("gpuharden_bootstrap_taint_key", taint_key, "a label key (prefix/name)")
     taint_effect = given["gpuharden_bootstrap_taint_effect"]
     if taint_effect not in TAINT_EFFECTS:
@@ -82,6 +82,8 @@ def settings(values, inventory_hostname, check_mode=False):
     labels = given["gpuharden_bootstrap_labels"]
     if not isinstance(labels, dict) or not labels or not all(isinstance(value, str) for value in labels.values()):
         _refuse("gpuharden_bootstrap_labels", labels, 'a non-empty mapping of strings (quote "true")')
+    # each key and value as the API server takes them: checked here, before the run changes any node
+    check_labels(labels, "%s: gpuharden_bootstrap_labels" % PLAYBOOK)
     settle = _seconds("gpuharden_postcheck_settle_seconds", given["gpuharden_postcheck_settle_seconds"], positive=False)
     return {
         "connect_timeout": _seconds("gpuharden_bootstrap_connect_timeout", given["gpuharden_bootstrap_connect_timeout"], positive=True),

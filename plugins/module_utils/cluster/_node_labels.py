@@ -53,6 +53,16 @@ def check_label_key(key, where):
     return key
 
 
+def passes(check, value):
+    """Whether ``value`` passes ``check`` (check_dns_label, check_dns_subdomain, check_label_key), for a caller that
+    words its own refusal (a role's preflight, the bootstrap's settings)."""
+    try:
+        check(value, "")
+    except GpuhardenError:
+        return False
+    return True
+
+
 def check_label_value(key, value, where):
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise GpuhardenError("%s: label %s: value %r must be a string (quote true/false in YAML)" % (where, key, value))

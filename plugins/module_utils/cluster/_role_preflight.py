@@ -19,15 +19,11 @@ import os
 import re
 from collections.abc import Mapping
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import TAINT_STATES, check_dns_label, check_dns_subdomain, passes
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node._kubelet import DEFAULT_MAX_NUMA_NODES, GO_BOOLS, TOPOLOGY_OPTIONS
 
-# A Kubernetes DNS label (a RuntimeClass handler) and DNS subdomain (an object name): k8s.io/apimachinery
-# pkg/util/validation/validation.go IsDNS1123Label / IsDNS1123Subdomain.
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # The entries enforceNodeAllocatable takes (k8s.io/kubelet/config/v1beta1 types.go; the kubelet refuses others).
 ALLOCATABLE_VALUES = ("pods", "kube-reserved", "system-reserved", "none")
-TAINT_STATES = ("present", "absent", "ignore")
 MIG_STRATEGIES = ("none", "single", "mixed")
 MIG_RESET_METHODS = ("command", "reboot", "none")
 ADOPTABLE_INSTALLERS = ("helm",)
@@ -150,7 +146,7 @@ def container_runtime(settings):
     get = settings.get
     cdi_strategies = [strategy for strategy in get("device_plugin_device_list_strategy") or [] if _matches(strategy, r"^cdi-")]
     return _broken(get, [
-        (not _matches(get("container_runtime_runtime_name"), DNS_LABEL), "container_runtime_runtime_name",
+        (not passes(check_dns_label, "%s" % (get("container_runtime_runtime_name"),)), "container_runtime_runtime_name",
          "must be a DNS label (it is the RuntimeClass handler)"),
         (not os.path.isabs("%s" % (get("container_runtime_runtime_binary"),)), "container_runtime_runtime_binary", "must be an absolute path"),
         (not os.path.isabs("%s" % (get("container_runtime_config"),)), "container_runtime_config", "must be an absolute path"),
@@ -251,8 +247,8 @@ def runtime_class(settings):
     get = settings.get
     handlers = sorted({"%s" % (handler,) for handler in get("runtime_class_play_handlers") or []})
     return _broken(get, [
-        (not _matches(get("runtime_class_handler"), DNS_LABEL), "runtime_class_handler", "must be a DNS label"),
-        (not _matches(get("runtime_class_name"), DNS_SUBDOMAIN), "runtime_class_name", "must be a DNS subdomain"),
+        (not passes(check_dns_label, "%s" % (get("runtime_class_handler"),)), "runtime_class_handler", "must be a DNS label"),
+        (not passes(check_dns_subdomain, "%s" % (get("runtime_class_name"),)), "runtime_class_name", "must be a DNS subdomain"),
         (len(handlers) > 1, "runtime_class_play_handlers",
          "the hosts of the play must agree on containerd's runtime name (container_runtime_handler); they report %s" % ", ".join(handlers)),
     ])
