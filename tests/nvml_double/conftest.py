@@ -120,21 +120,16 @@ class Node:
         return proc
 
     def run(self, code: str, uid: int | None = None, env: dict | None = None) -> dict:
-        if uid is not None:
-            blocked = untraversable_by_others(BUILD_DIR)
-            if blocked is not None:
-                pytest.fail(
-                    f"uid {uid} cannot reach the NVML double in {BUILD_DIR}: {blocked} has mode {stat.S_IMODE(blocked.stat().st_mode):o}"
-                    " (mktemp -d makes 0700); check the repository out below directories other users can traverse",
-                    pytrace=False,
-                )
-        return self._run(code, uid, env)
-
-    def _run(self, code: str, uid: int | None = None, env: dict | None = None) -> dict:
         """Run `code` in a fresh interpreter (optionally as `uid`); it sets `result`.
 
         Helpers available to the code: pynvml as `n`, and `err(fn, *args)`
         returning the NVML error value raised by fn (None on success).
+
+        The library is loaded before the child drops to `uid`, as a node's
+        world-readable libnvidia-ml would be: the build directory lies inside
+        the checkout, which `mktemp -d` (a CI clone) makes 0700, and the
+        permission decisions under test are the device nodes' and the
+        fixture's, not the checkout's.
         """
         prelude = textwrap.dedent(
             f"""
@@ -142,6 +137,8 @@ class Node:
             import pynvml as n
             uid = {uid!r}
             if uid is not None:
+                import ctypes
+                ctypes.CDLL({str(LIB)!r}, mode=ctypes.RTLD_GLOBAL)
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
@@ -163,14 +160,6 @@ class Node:
         if proc.returncode != 0 or "@@RESULT@@" not in proc.stdout:
             raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return json.loads(proc.stdout.split("@@RESULT@@", 1)[1])
-
-
-def untraversable_by_others(path: Path) -> Path | None:
-    """The first directory from ``path`` up that other users may not enter (no o+x), or None."""
-    for directory in (path, *path.parents):
-        if directory.is_dir() and not directory.stat().st_mode & stat.S_IXOTH:
-            return directory
-    return None
 
 
 @pytest.fixture
