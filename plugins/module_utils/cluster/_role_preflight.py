@@ -20,10 +20,8 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import TAINT_STATES, check_dns_label, check_dns_subdomain, passes
-from ansible_collections.gpuharden.k8s.plugins.module_utils.node._kubelet import DEFAULT_MAX_NUMA_NODES, GO_BOOLS, TOPOLOGY_OPTIONS
+from ansible_collections.gpuharden.k8s.plugins.module_utils.node._kubelet import DEFAULT_MAX_NUMA_NODES, ENFORCE_VALUES, GO_BOOLS, TOPOLOGY_OPTIONS
 
-# The entries enforceNodeAllocatable takes (k8s.io/kubelet/config/v1beta1 types.go; the kubelet refuses others).
-ALLOCATABLE_VALUES = ("pods", "kube-reserved", "system-reserved", "none")
 MIG_STRATEGIES = ("none", "single", "mixed")
 MIG_RESET_METHODS = ("command", "reboot", "none")
 ADOPTABLE_INSTALLERS = ("helm",)
@@ -93,12 +91,12 @@ def kubelet_topology(settings):
     timeout, delay = _int(get("kubelet_topology_health_timeout")), _int(get("kubelet_topology_health_delay"))
     dropin, kubeadm_dir = get("kubelet_topology_dropin_name"), get("kubelet_topology_kubeadm_config_dir")
     problems = _broken(get, [
-        # kubernetes v1.36.3 pkg/kubelet/cm/cpumanager/policy_static.go: the static policy needs a CPU reservation
+        # kubernetes v1.36.3 pkg/kubelet/cm/cpumanager/cpu_manager.go NewManager: the static policy needs a CPU reservation
         (get("kubelet_topology_cpu_manager_policy") == "static" and not _length(get("kubelet_topology_reserved_system_cpus"))
          and not _cpu_key(get("kubelet_topology_extra_settings")),
          "kubelet_topology_cpu_manager_policy",
          "the static policy needs kubelet_topology_reserved_system_cpus (or kubeReserved/systemReserved cpu in kubelet_topology_extra_settings)"),
-        # pkg/kubelet/cm/memorymanager/policy_static.go: the Static policy needs reservedMemory
+        # pkg/kubelet/cm/memorymanager/policy_static.go NewPolicyStatic: the Static policy needs reservedMemory
         (get("kubelet_topology_memory_manager_policy") == "Static" and not _length(get("kubelet_topology_reserved_memory")),
          "kubelet_topology_memory_manager_policy", "the Static policy needs kubelet_topology_reserved_memory"),
         (timeout <= 0, "kubelet_topology_health_timeout", "must be a positive number of seconds"),
@@ -164,23 +162,35 @@ def container_runtime(settings):
 
 
 def cgroup_limits(settings):
-    """roles/cgroup_limits: the memory throttling factor and what enforceNodeAllocatable enforces (the kubelet refuses to
-    start otherwise: kubernetes v1.36.3 pkg/kubelet/apis/config/validation/validation.go)."""
+    """roles/cgroup_limits: the memory throttling factor and what enforceNodeAllocatable enforces.
+
+    The kubelet refuses to start otherwise: kubernetes v1.36.3 pkg/kubelet/apis/config/validation/validation.go (the
+    entries, none alone, no entry twice, a reservation's plain and -compressible entries not together, each with its
+    cgroup) and pkg/kubelet/cm/node_container_manager_linux.go enforceExistingCgroup (an enforced reservation without
+    an amount: "cgroup is not configured properly").  tests/unit/test_role_preflight_kubelet.py holds each rule against
+    the kubelet's own validation (kubelet-validate)."""
     get = settings.get
     enforced = get("cgroup_limits_enforce_node_allocatable") or []
-    unknown = [value for value in enforced if value not in ALLOCATABLE_VALUES]
+    unknown = [value for value in enforced if value not in ENFORCE_VALUES]
+    twice = sorted({str(value) for value in enforced if enforced.count(value) > 1})
     return _broken(get, [
         (not 0 < _float(get("cgroup_limits_factor")) <= 1, "cgroup_limits_factor",
          "out of range: the kubelet's memoryThrottlingFactor must be greater than 0 and at most 1"),
         (unknown, "cgroup_limits_enforce_node_allocatable",
-         "each entry must be one of %s (not %s)" % (", ".join(ALLOCATABLE_VALUES), ", ".join(map(str, unknown)))),
+         "each entry must be one of %s (not %s)" % (", ".join(ENFORCE_VALUES), ", ".join(map(str, unknown)))),
         ("none" in enforced and len(enforced) != 1, "cgroup_limits_enforce_node_allocatable", "none must stand alone"),
+        (twice, "cgroup_limits_enforce_node_allocatable", "names %s more than once" % ", ".join(twice)),
     ] + [
-        (reserved in enforced and not (_length(get("cgroup_limits_%s" % name)) and _length(get("cgroup_limits_%s_cgroup" % name))),
+        (reserved in enforced and reserved + "-compressible" in enforced, "cgroup_limits_enforce_node_allocatable",
+         "takes %s or %s-compressible, not both" % (reserved, reserved))
+        for reserved in ("kube-reserved", "system-reserved")
+    ] + [
+        (entry in enforced and not (_length(get("cgroup_limits_%s" % name)) and _length(get("cgroup_limits_%s_cgroup" % name))),
          "cgroup_limits_enforce_node_allocatable",
          "enforces %s without its amount or cgroup: set cgroup_limits_%s (is %s) and cgroup_limits_%s_cgroup (is %s)"
-         % (reserved, name, _shown(get("cgroup_limits_%s" % name)), name, _shown(get("cgroup_limits_%s_cgroup" % name))))
+         % (entry, name, _shown(get("cgroup_limits_%s" % name)), name, _shown(get("cgroup_limits_%s_cgroup" % name))))
         for reserved, name in (("kube-reserved", "kube_reserved"), ("system-reserved", "system_reserved"))
+        for entry in (reserved, reserved + "-compressible")
     ])
 
 

@@ -19,3 +19,6 @@ DEVICE_PLUGIN_VERSION = "v0.20.0"
 RUNTIME_CLASS_NAME = "nvidia"
 # containerd's runtime for NVIDIA GPUs (the toolkit's name for it), which the RuntimeClass names as its handler.
 NVIDIA_RUNTIME_NAME = "nvidia"
+# The entries the kubelet takes in enforceNodeAllocatable (kubernetes v1.36.3 pkg/kubelet/types/constants.go; its
+# validation refuses any other): the kubelet_config module's check and the cgroup_limits role's choices.
+ENFORCE_NODE_ALLOCATABLE = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible", "kube-reserved-compressible", "none")

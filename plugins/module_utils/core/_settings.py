@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import (
     DEVICE_PLUGIN_VERSION,
+    ENFORCE_NODE_ALLOCATABLE,
     NVIDIA_RUNTIME_NAME,
     RUNTIME_CLASS_NAME,
 )
@@ -168,7 +169,7 @@ ROLES = {
             setting('cgroup_limits_enforce_node_allocatable', 'list',
                     "The kubelet's enforceNodeAllocatable; empty leaves it as it is.",
                     elements='str',
-                    choices=['pods', 'kube-reserved', 'system-reserved', 'none'],
+                    choices=list(ENFORCE_NODE_ALLOCATABLE),
                     default=[],
                     ),
             setting('cgroup_limits_immediate', 'bool',

@@ -27,6 +27,7 @@ import subprocess
 from fractions import Fraction
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _files, _host, _safe_parse
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._defaults import ENFORCE_NODE_ALLOCATABLE
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._host import host_path
 
@@ -84,8 +85,7 @@ NUMA_MASK_BITS = 64
 OPTIONS_FIELD = "topologyManagerPolicyOptions"
 CPU_POLICIES = ("none", "static")
 MEMORY_POLICIES = ("None", "Static")
-ENFORCE_VALUES = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible",
-                  "kube-reserved-compressible", "none")
+ENFORCE_VALUES = ENFORCE_NODE_ALLOCATABLE
 DEFAULTS = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "None", "topologyManagerPolicy": "none",
             "topologyManagerScope": "container"}
 
