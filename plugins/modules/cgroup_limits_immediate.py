@@ -22,6 +22,7 @@ author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 options:
   options:
     description: The options of M(gpuharden.k8s.cgroup_memory) but C(pod_uids) (the role's C(__cgroup_limits_memory_options)).
@@ -36,9 +37,6 @@ options:
     description: The result of M(gpuharden.k8s.gpu_pods_info) for the batch.
     type: dict
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: As M(gpuharden.k8s.cgroup_memory).

@@ -23,28 +23,26 @@ description:
     C(kubelet_topology_health_timeout), C(kubelet_topology_log_file), C(kubelet_topology_log_lines),
     C(kubelet_topology_kubeconfig), C(kubelet_topology_node_name), C(kubelet_topology_uncordon_tasks),
     C(kubelet_topology_drain)) are read as the role's tasks see them.
-author:
-  - gpuharden maintainers (@gpuharden)
-extends_documentation_fragment:
-  - gpuharden.k8s._attributes
 options:
   stage:
     description: The plan, the result of M(gpuharden.k8s.kubelet_topology_plan); by default the role's C(__kubelet_topology_stage).
     type: dict
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: As M(gpuharden.k8s.kubelet_config); nothing is stopped, written or restarted, and no node is waited for.
   diff_mode:
     support: full
     description: As M(gpuharden.k8s.kubelet_config).
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 """
 
 EXAMPLES = r"""
-- name: Kubelet | write the configuration, restart the kubelet, wait until healthy and the node Ready
+- name: Kubelet | write the configuration, restart the kubelet and wait until healthy
   gpuharden.k8s.kubelet_topology_apply:
   register: __kubelet_topology_config
 """

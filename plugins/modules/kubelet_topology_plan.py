@@ -32,6 +32,7 @@ author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 options:
   options:
     description: The options of M(gpuharden.k8s.kubelet_config) (the role's C(__kubelet_topology_module_options)); required without O(stage).
@@ -65,9 +66,6 @@ options:
     description: Switch the policy even where GPU workloads could no longer be admitted (said in RV(admission)); by default V(false).
     type: bool
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: Runs only in check mode; it changes nothing.
