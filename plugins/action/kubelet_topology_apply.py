@@ -21,7 +21,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kube
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
-COMMAND = "ansible.legacy.command"
+COMMAND = "ansible.builtin.command"
 STAGE = "__kubelet_topology_stage"
 SETTINGS = ("kubelet_topology_healthz_url", "kubelet_topology_health_timeout", "kubelet_topology_log_file", "kubelet_topology_log_lines",
             "kubelet_topology_kubeconfig", "kubelet_topology_node_name", "kubelet_topology_uncordon_tasks", "kubelet_topology_drain")

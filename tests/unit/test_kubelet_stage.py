@@ -306,16 +306,16 @@ def test_the_wait_for_node_ready_runs_only_after_a_restart_with_a_kubeconfig_and
     """apply.yml's `kubectl wait` task (when: restarted and kubelet_topology_kubeconfig | length > 0), before."""
     stage = action.decide_plan(_plan(cpu=False), OPTIONS, True)
     ready = {"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": True, "health": {"restarted_at": "t"}},
-             "ansible.legacy.command": {"changed": True, "rc": 0, "stdout": "node/gpu-1 condition met", "stderr": "", "cmd": ["kubectl"]}}
+             "ansible.builtin.command": {"changed": True, "rc": 0, "stdout": "node/gpu-1 condition met", "stderr": "", "cmd": ["kubectl"]}}
     result, runs = _apply(stage, {}, False, ready)
-    assert runs[1] == ("ansible.legacy.command", {"argv": ["kubectl", "--kubeconfig", "/etc/kubernetes/kubelet.conf", "wait", "--for=condition=Ready",
+    assert runs[1] == ("ansible.builtin.command", {"argv": ["kubectl", "--kubeconfig", "/etc/kubernetes/kubelet.conf", "wait", "--for=condition=Ready",
                                                            "node/gpu-1", "--timeout=120s"]})
     assert result["ready"]["rc"] == 0 and not result.get("failed") and result["health"]["restarted_at"] == "t" and result["uncordon"] == ""
     _result, runs = _apply(stage, {"kubelet_topology_kubeconfig": ""}, False, ready)
     assert len(runs) == 1
     _result, runs = _apply(stage, {}, False, dict(ready, **{"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": False}}))
     assert len(runs) == 1
-    not_ready = dict(ready, **{"ansible.legacy.command": {"failed": True, "rc": 1, "stderr": "error: timed out waiting for the condition on nodes/gpu-1\n",
+    not_ready = dict(ready, **{"ansible.builtin.command": {"failed": True, "rc": 1, "stderr": "error: timed out waiting for the condition on nodes/gpu-1\n",
                                                           "msg": "non-zero return code"}})
     result, _runs = _apply(stage, {}, False, not_ready)
     assert result["failed"] is True and result["changed"] is True and result["restarted"] is True
