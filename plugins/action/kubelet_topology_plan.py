@@ -11,36 +11,55 @@ for the run (module_utils/cluster/_kubelet_stage.py stage()): ``disruptive``, ``
 role's write takes.  With ``stage`` (the plan task's result) and ``workloads_listed`` (gpu_workloads_info's result for
 the batch): the admission gate (_kubelet_stage.admission()).  A node it keeps is planned again without the Topology,
 CPU and Memory Manager fields, and the workloads that keep it go to the run's statistics (gpuharden_topology_blocked).
+
+Both results carry ``drain``: who drains the node before the write (_kubelet_stage.maintenance(): the user's tasks file,
+node_maintenance, or nobody in a check run or for a change that is not disruptive), which roles/kubelet_topology/tasks/
+apply.yml includes.  With ``gate``, the admission inputs not given are the role's variables as its tasks see them
+(``__kubelet_topology_stage``, ``kubelet_topology_node_name``, the node's GPUs from gpu_facts, read on the node when no
+fact holds them yet, the batch's listing by the host ``__kubelet_topology_lister`` names, and
+``kubelet_topology_ignore_unadmittable_workloads``); the plan reads ``__kubelet_topology_audited_plan`` and
+``kubelet_topology_admission_check`` so where they are not given.
 """
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
+GPU_FACTS = "gpuharden.k8s.gpu_facts"
+# An argument left out is read from the role's variable of this name (the gate's with ``gate``, the plan's always).
+PLAN_VARIABLES = {"audited_plan": ("__kubelet_topology_audited_plan", None), "admission_check": ("kubelet_topology_admission_check", True)}
+GATE_VARIABLES = {"stage": ("__kubelet_topology_stage", None), "node_name": ("kubelet_topology_node_name", None),
+                  "gpus": ("ansible_facts.gpuharden.gpus", None),
+                  "workloads_listed": ("hostvars[__kubelet_topology_lister.host].__kubelet_topology_workloads_listed", None),
+                  "ignore_unadmittable_workloads": ("kubelet_topology_ignore_unadmittable_workloads", False)}
+DRAIN_TASKS, DRAIN = ("kubelet_topology_drain_tasks", ""), ("kubelet_topology_drain", True)
 ARGUMENT_SPEC = {
     "options": {"type": "dict"},
     "audited_plan": {"type": "raw"},
-    "admission_check": {"type": "bool", "default": True},
+    "admission_check": {"type": "bool"},
+    "gate": {"type": "bool", "default": False},
     "stage": {"type": "dict"},
     "node_name": {"type": "str"},
-    "gpus": {"type": "list", "elements": "dict", "default": []},
+    "gpus": {"type": "list", "elements": "dict"},
     "workloads_listed": {"type": "dict"},
-    "ignore_unadmittable_workloads": {"type": "bool", "default": False},
+    "ignore_unadmittable_workloads": {"type": "bool"},
 }
 
 
-def decide_plan(plan, options, admission_check):
+def decide_plan(plan, options, admission_check, drainer=None):
     """The plan task's result: the kubelet plan with what it means for the run; the plan's ``changed`` (the write would
-    change a file) becomes ``would_change``, as this task changes nothing."""
+    change a file) becomes ``would_change``, as this task changes nothing.  ``drainer(disruptive)`` says who drains
+    (_kubelet_stage.maintenance() with the run's check mode and the role's drain variables); none: nobody."""
     decided = _kubelet_stage.stage(plan, admission_check)
     return dict(plan, **decided, gated=decided["switch"] is not None, write_options=options, would_change=bool(plan["changed"]),
-                changed=False)
+                changed=False, drain=drainer(decided["disruptive"]) if drainer else "")
 
 
-def decide_admission(stage, node_name, gpus, listed, ignore, replan):
+def decide_admission(stage, node_name, gpus, listed, ignore, replan, drainer=None):
     """The admission task's result: the gate's verdict, and the stage again (planned without the managers through
     ``replan(options)`` where the gate keeps them)."""
     if not stage.get("switch"):
@@ -49,7 +68,7 @@ def decide_admission(stage, node_name, gpus, listed, ignore, replan):
     decided = dict(stage, admission=verdict)
     if not verdict["managers"]:
         options = _kubelet_stage.without_managers(stage["write_options"])
-        decided = dict(decide_plan(replan(options), options, False), admission=verdict, switch=stage["switch"],
+        decided = dict(decide_plan(replan(options), options, False, drainer), admission=verdict, switch=stage["switch"],
                        gated=stage["gated"], host=stage.get("host"))
     # only a change the gate blocks: a forced one (ignore_unadmittable_workloads) is no blocked change
     if not verdict["managers"]:
@@ -64,17 +83,40 @@ class ActionModule(StageAction):
 
     def decide_task(self, args, task_vars):
         options = args["options"]
+        drainer = self._drainer(task_vars)
+        if args["gate"]:
+            args = self.with_role_variables(args, GATE_VARIABLES)
         if args["stage"] is not None:
-            if args["stage"].get("switch") and not args["node_name"]:
+            gated = args["stage"].get("switch")
+            if gated and not args["node_name"]:
                 raise GpuhardenError("kubelet_topology_plan: node_name is required with stage")
-            return decide_admission(args["stage"], args["node_name"], args["gpus"], args["workloads_listed"],
-                                    args["ignore_unadmittable_workloads"], lambda narrowed: self._kubelet_plan(narrowed, task_vars))
+            facts = {}
+            if gated and args["gpus"] is None:  # the node's GPUs and NUMA nodes, read once (gpu_facts sets them as facts)
+                facts = self._gpu_facts(task_vars)
+                args["gpus"] = facts["gpuharden"]["gpus"]
+            decided = decide_admission(args["stage"], args["node_name"], args["gpus"] or [], args["workloads_listed"],
+                                       bool(args["ignore_unadmittable_workloads"]), lambda narrowed: self._kubelet_plan(narrowed, task_vars), drainer)
+            return dict(decided, ansible_facts=facts) if facts else decided
         if options is None:
             raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's) is required without stage")
+        args = self.with_role_variables(args, PLAN_VARIABLES)
         audited = args["audited_plan"]
         plan = dict(audited, audited=True) if isinstance(audited, dict) else self._kubelet_plan(options, task_vars)
         # host: the batch's workload listing is made by the first host whose plan needs the admission check
-        return dict(decide_plan(plan, options, args["admission_check"]), host=task_vars["inventory_hostname"])
+        return dict(decide_plan(plan, options, boolean(args["admission_check"], strict=False), drainer), host=task_vars["inventory_hostname"])
+
+    def _drainer(self, task_vars):
+        """Who drains a node whose change is disruptive: the run's check mode (a check run drains nothing, as the
+        role's YAML said with ``not ansible_check_mode``) and the role's drain variables."""
+        check_mode = bool(task_vars.get("ansible_check_mode"))
+        tasks, through_role = self.role_variable(*DRAIN_TASKS), boolean(self.role_variable(*DRAIN), strict=False)
+        return lambda disruptive: _kubelet_stage.maintenance(disruptive, check_mode, tasks, through_role)
+
+    def _gpu_facts(self, task_vars):
+        result = self.run_module(GPU_FACTS, {}, task_vars)
+        if result.get("failed"):
+            raise GpuhardenError("gpu_facts: %s" % result.get("msg", result))
+        return result["ansible_facts"]
 
     def _kubelet_plan(self, options, task_vars):
         result = self.run_module(KUBELET_CONFIG, options, task_vars)

@@ -15,19 +15,21 @@ description:
   - Role C(gpuharden.k8s.cgroup_limits) calls it in C(tasks/immediate.yml). It runs M(gpuharden.k8s.cgroup_memory)
     on the host with O(options) and the UIDs of the node's GPU pods, and returns that module's result with RV(report).
     The report also goes to the run's statistics (C(gpuharden_cgroup_limits), keyed by inventory host).
+  - An option left out is the role's variable, as the role's tasks see it - O(options) C(__cgroup_limits_memory_options),
+    O(node_name) C(cgroup_limits_node_name), O(gpu_pods) C(cgroup_limits_gpu_pods), O(gpu_pods_listed)
+    C(__cgroup_limits_pods_listed).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 options:
   options:
     description: The options of M(gpuharden.k8s.cgroup_memory) but C(pod_uids) (the role's C(__cgroup_limits_memory_options)).
     type: dict
-    required: true
   node_name:
     description: The Kubernetes node name of the host.
     type: str
-    required: true
   gpu_pods:
     description: The batch's GPU pods as M(gpuharden.k8s.gpu_pods_info) returns them, listed earlier in the run; V(null) uses O(gpu_pods_listed).
     type: dict
@@ -35,9 +37,6 @@ options:
     description: The result of M(gpuharden.k8s.gpu_pods_info) for the batch.
     type: dict
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: As M(gpuharden.k8s.cgroup_memory).

@@ -21,10 +21,18 @@ description:
     plan switches to, as the drift check does. A node whose GPU workloads could no longer be admitted, or could not
     be listed, keeps its Topology, CPU and Memory Manager fields, unless O(ignore_unadmittable_workloads). The node is
     then planned again without them, and the workloads that keep it go to the run's statistics (C(gpuharden_topology_blocked)).
+  - With O(gate), the gate's inputs not given are the role's variables - C(__kubelet_topology_stage),
+    C(kubelet_topology_node_name), the node's GPUs from the facts (read with M(gpuharden.k8s.gpu_facts) on the host
+    where none are set yet, and returned as facts), the listing of the host C(__kubelet_topology_lister) names, and
+    C(kubelet_topology_ignore_unadmittable_workloads). The plan reads C(__kubelet_topology_audited_plan) and
+    C(kubelet_topology_admission_check) where O(audited_plan) and O(admission_check) are not given.
+  - Both return RV(drain), who drains the node before the write, from C(kubelet_topology_drain_tasks),
+    C(kubelet_topology_drain) and the run's check mode.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 options:
   options:
     description: The options of M(gpuharden.k8s.kubelet_config) (the role's C(__kubelet_topology_module_options)); required without O(stage).
@@ -33,9 +41,14 @@ options:
     description: The plan of node_audit's kubelet check (C(details.plan)), made earlier in the run; taken instead of reading the node again.
     type: raw
   admission_check:
-    description: Whether a switch to a policy that can refuse GPU pods goes through the admission gate (RV(gated)).
+    description:
+      - Whether a switch to a policy that can refuse GPU pods goes through the admission gate (RV(gated)).
+      - By default the role's C(kubelet_topology_admission_check), else V(true).
     type: bool
-    default: true
+  gate:
+    description: The admission gate, with the inputs not given read from the role's variables.
+    type: bool
+    default: false
   stage:
     description: The plan task's result; given, the task is the admission gate.
     type: dict
@@ -46,18 +59,13 @@ options:
     description: The node's GPUs, each with C(index) and C(numa_node) (M(gpuharden.k8s.gpu_facts)).
     type: list
     elements: dict
-    default: []
   workloads_listed:
     description: The result of M(gpuharden.k8s.gpu_workloads_info) for the batch, or its failure.
     type: dict
   ignore_unadmittable_workloads:
-    description: Switch the policy even where GPU workloads could no longer be admitted (said in RV(admission)).
+    description: Switch the policy even where GPU workloads could no longer be admitted (said in RV(admission)); by default V(false).
     type: bool
-    default: false
 attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
   check_mode:
     support: full
     description: Runs only in check mode; it changes nothing.
@@ -99,6 +107,12 @@ would_change:
   description: The write would change a file.
   returned: always
   type: bool
+drain:
+  description:
+    - Who drains the node before the write - V(tasks) (C(kubelet_topology_drain_tasks)), V(node_maintenance), or an
+      empty string (no disruptive change, a check run, or C(kubelet_topology_drain=false)).
+  returned: always
+  type: str
 admission:
   description: With O(stage), the gate's verdict - C(kept), C(blocked), C(managers) and C(message) (the line the role prints).
   returned: with O(stage)

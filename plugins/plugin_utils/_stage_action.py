@@ -10,7 +10,7 @@ turn the one domain exception into the task's failure.  Controller side only."""
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -39,6 +39,19 @@ class StageAction(ActionBase):
 
     def decide_task(self, args, task_vars):
         raise NotImplementedError
+
+    def role_variable(self, expression, default=None):
+        """A role's variable as the role's tasks see it (templated), or ``default`` where it is undefined or null."""
+        try:
+            value = self._templar.resolve_variable_expression(expression)
+        except AnsibleUndefinedVariable:
+            return default
+        return default if value is None else value
+
+    def with_role_variables(self, args, variables):
+        """The task's arguments, each one left out (None) read from the role's variable ``variables[name]``, a pair
+        (expression, default): a role's tasks then call the action without spelling out what it reads."""
+        return dict(args, **{name: self.role_variable(*variables[name]) for name in variables if args[name] is None})
 
     def run_module(self, name, module_args, task_vars):
         """One node module's result, run on the task's host with the task's check and diff mode."""

@@ -46,3 +46,38 @@ def test_the_action_runs_cgroup_memory_on_the_nodes_pods_and_records_the_report_
     failed = action.decide({"options": OPTIONS, "node_name": "gpu-2", "gpu_pods": PODS, "gpu_pods_listed": None}, "host-2",
                            lambda _args: {"failed": True, "msg": "no cgroup v2"})
     assert failed == {"failed": True, "msg": "no cgroup v2"}
+
+
+def _plugin(args, variables):
+    from unittest import mock
+
+    from ansible.errors import AnsibleUndefinedVariable
+
+    def resolve(expression):
+        if expression not in variables:
+            raise AnsibleUndefinedVariable("%r is undefined" % expression)
+        return variables[expression]
+
+    task = mock.MagicMock(args=args, check_mode=False, async_val=0, diff=False)
+    templar = mock.MagicMock(resolve_variable_expression=mock.MagicMock(side_effect=resolve))
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    plugin._execute_module = mock.MagicMock(return_value={"changed": False, "updated": [], "unlimited_pods": [], "not_found": [], "findings": []})
+    return plugin
+
+
+def test_the_action_reads_what_immediate_yml_passed_it_from_the_roles_variables():
+    """immediate.yml calls the action without arguments (it passed the options, node name and listings in Jinja)."""
+    from ansible.errors import AnsibleActionFail
+
+    variables = {"__cgroup_limits_memory_options": OPTIONS, "cgroup_limits_node_name": "gpu-1", "cgroup_limits_gpu_pods": None,
+                 "__cgroup_limits_pods_listed": PODS}
+    plugin = _plugin({}, variables)
+    result = plugin.run(task_vars={"inventory_hostname": "host-1"})
+    assert plugin._execute_module.call_args.kwargs["module_args"] == dict(OPTIONS, pod_uids=["u1", "u2", "u3"])
+    assert result["report"]["node"] == "gpu-1" and "host-1" in result["ansible_stats"]["data"]["gpuharden_cgroup_limits"]
+    # an argument given wins over the role's variable; the plan's listing over the batch's
+    given = _plugin({"node_name": "gpu-2"}, dict(variables, cgroup_limits_gpu_pods=PODS, __cgroup_limits_pods_listed={"skipped": True}))
+    given.run(task_vars={"inventory_hostname": "host-2"})
+    assert given._execute_module.call_args.kwargs["module_args"]["pod_uids"] == ["u4"]
+    with pytest.raises(AnsibleActionFail, match="cgroup_limits_immediate: options is required \\(the role's __cgroup_limits_memory_options\\)"):
+        _plugin({}, {"cgroup_limits_node_name": "gpu-1"}).run(task_vars={"inventory_hostname": "host-1"})

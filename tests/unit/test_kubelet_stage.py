@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The kubelet stage's decisions in Python (issue 45): module_utils/cluster/_kubelet_stage.py and the pure functions of
-the action gpuharden.k8s.kubelet_topology_plan, which roles/kubelet_topology/tasks/plan.yml and admission.yml call.
+the actions gpuharden.k8s.kubelet_topology_plan, which roles/kubelet_topology/tasks/plan.yml and admission.yml call, and
+gpuharden.k8s.kubelet_topology_apply, which apply.yml calls.
 
 What the role decided in Jinja before: whether the change is disruptive (drain, stop, checkpoints), whether the
 Topology Manager policy tightens (the admission check), which workloads keep a node on its policy, the line it prints,
@@ -161,13 +162,28 @@ def test_the_manager_options_are_the_kept_fields_and_the_roles_options():
     assert _topology.REJECTING_POLICIES == ("restricted", "single-numa-node")
 
 
-def _action(args, check_mode=True):
+def _templar(variables):
+    """A templar that resolves the role's variables from ``variables`` (an expression is its key) as Ansible's does:
+    an undefined one raises."""
+    from unittest import mock
+
+    from ansible.errors import AnsibleUndefinedVariable
+
+    def resolve(expression):
+        if expression not in variables:
+            raise AnsibleUndefinedVariable("%r is undefined" % expression)
+        return variables[expression]
+
+    return mock.MagicMock(resolve_variable_expression=mock.MagicMock(side_effect=resolve))
+
+
+def _action(args, check_mode=True, variables=None, module=action):
     from unittest import mock
 
     task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=False)
-    module = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), mock.MagicMock())
-    module._execute_module = mock.MagicMock(return_value=dict(_plan(), invocation={}))
-    return module
+    plugin = module.ActionModule(task, mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), _templar(variables or {}), mock.MagicMock())
+    plugin._execute_module = mock.MagicMock(return_value=dict(_plan(), invocation={}))
+    return plugin
 
 
 def test_the_action_reads_only_refuses_bad_arguments_and_names_a_failed_plan():
@@ -185,3 +201,142 @@ def test_the_action_reads_only_refuses_bad_arguments_and_names_a_failed_plan():
     failing._execute_module.return_value = {"failed": True, "msg": "kubelet_config: /var/lib/kubelet/config.yaml: not YAML"}
     with pytest.raises(AnsibleActionFail, match="not YAML"):
         failing.run(task_vars={"inventory_hostname": "gpu-1"})
+
+
+@pytest.mark.parametrize(("disruptive", "check_mode", "tasks", "through_role", "who"), [
+    (True, False, "", True, "node_maintenance"),
+    (True, False, "/hooks/drain.yml", True, "tasks"),
+    (True, False, "/hooks/drain.yml", False, "tasks"),  # the user's tasks file whatever kubelet_topology_drain
+    (True, False, "", False, ""),  # kubelet_topology_drain=false: the user drains
+    (True, True, "/hooks/drain.yml", True, ""),  # a check run drains nothing (the role's `not ansible_check_mode`)
+    (False, False, "/hooks/drain.yml", True, ""),  # a restart alone drains nothing
+])
+def test_who_drains_and_uncordons_a_node(disruptive, check_mode, tasks, through_role, who):
+    assert _kubelet_stage.maintenance(disruptive, check_mode, tasks, through_role) == who
+
+
+DRAIN = {"kubelet_topology_drain_tasks": "", "kubelet_topology_drain": True}
+
+
+def test_the_plan_says_who_drains_with_the_runs_check_mode_and_the_roles_variables():
+    """apply.yml includes stop.yml where the plan's drain is set: before, `__kubelet_topology_stage.disruptive and not
+    ansible_check_mode` there, and kubelet_topology_drain_tasks / kubelet_topology_drain in stop.yml."""
+    run = {"inventory_hostname": "gpu-1", "ansible_check_mode": False}
+    variables = dict(DRAIN, kubelet_topology_admission_check=False)
+    planned = _action({"options": OPTIONS}, variables=variables).run(task_vars=run)
+    assert planned["drain"] == "node_maintenance" and planned["gated"] is False  # admission_check read from the role
+    hooked = _action({"options": OPTIONS}, variables=dict(variables, kubelet_topology_drain_tasks="/hooks/drain.yml")).run(task_vars=run)
+    assert hooked["drain"] == "tasks"
+    checked = _action({"options": OPTIONS}, variables=variables).run(task_vars=dict(run, ansible_check_mode=True))
+    assert checked["drain"] == "" and checked["disruptive"] is True
+    audited = _action({"options": OPTIONS}, variables=dict(variables, __kubelet_topology_audited_plan=_plan(cpu=False)))
+    restart_only = audited.run(task_vars=run)
+    assert restart_only["audited"] is True and restart_only["drain"] == "" and not audited._execute_module.called
+
+
+def test_a_node_the_gate_keeps_is_drained_only_where_its_plan_without_the_managers_still_is_disruptive():
+    drain = lambda disruptive: _kubelet_stage.maintenance(disruptive, False, "", True)  # noqa: E731
+    stage = dict(action.decide_plan(_plan(), OPTIONS, True, drain), host="dgx-1")
+    assert stage["drain"] == "node_maintenance"
+    listed = {"workloads": [_workload("train-8g", 8)], "nodes": {}}
+    kept = action.decide_admission(stage, "dgx-1", DGX, listed, False, lambda options: _plan(cpu=False, after="none"), drain)
+    assert kept["disruptive"] is False and kept["drain"] == ""
+    stale = action.decide_admission(stage, "dgx-1", DGX, listed, False, lambda options: _plan(cpu=False, stale=["cpu_manager_state"]), drain)
+    assert stale["disruptive"] is True and stale["drain"] == "node_maintenance"
+
+
+def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_where_no_fact_holds_them():
+    """admission.yml calls the action with gate: true only (it passed the stage, node name, GPUs, listing and the
+    ignore flag in Jinja, and ran gpu_facts in a task of its own where ansible_facts.gpuharden.gpus was undefined)."""
+    drain = lambda disruptive: _kubelet_stage.maintenance(disruptive, False, "", True)  # noqa: E731
+    stage = dict(action.decide_plan(_plan(), OPTIONS, True, drain), host="dgx-host")
+    listed = {"workloads": [_workload("train-8g", 8)], "nodes": {}}
+    variables = dict(DRAIN, __kubelet_topology_stage=stage, kubelet_topology_node_name="dgx-1", kubelet_topology_ignore_unadmittable_workloads=False)
+    variables["hostvars[__kubelet_topology_lister.host].__kubelet_topology_workloads_listed"] = listed
+    gate = _action({"gate": True}, variables=variables)
+    gate._execute_module.side_effect = [{"ansible_facts": {"gpuharden": {"gpus": DGX_FACTS}}}, dict(_plan(cpu=False, after="none"), invocation={})]
+    kept = gate.run(task_vars={"inventory_hostname": "dgx-host", "ansible_check_mode": False})
+    assert [call.kwargs["module_name"] for call in gate._execute_module.call_args_list] == ["gpuharden.k8s.gpu_facts", "gpuharden.k8s.kubelet_config"]
+    assert kept["ansible_facts"] == {"gpuharden": {"gpus": DGX_FACTS}}  # set as the gpu_facts task set them
+    assert kept["admission"]["managers"] is False and [entry["workload"]["name"] for entry in kept["admission"]["blocked"]] == ["train-8g"]
+    assert kept["write_options"] == _kubelet_stage.without_managers(OPTIONS) and kept["drain"] == ""
+    # the GPUs already in the facts: no second read of the node; forced by the role's variable: written as planned
+    variables.update({"ansible_facts.gpuharden.gpus": DGX_FACTS, "kubelet_topology_ignore_unadmittable_workloads": True})
+    forced_gate = _action({"gate": True}, variables=variables)
+    forced = forced_gate.run(task_vars={"inventory_hostname": "dgx-host", "ansible_check_mode": False})
+    assert not forced_gate._execute_module.called and "ansible_facts" not in forced
+    assert forced["write_options"] == OPTIONS and forced["drain"] == "node_maintenance" and forced["admission"]["managers"] is True
+
+
+APPLY_SETTINGS = {"kubelet_topology_healthz_url": "http://127.0.0.1:10248/healthz", "kubelet_topology_health_timeout": 120,
+                  "kubelet_topology_log_file": "", "kubelet_topology_log_lines": 15, "kubelet_topology_kubeconfig": "/etc/kubernetes/kubelet.conf",
+                  "kubelet_topology_node_name": "gpu-1", "kubelet_topology_uncordon_tasks": "", "kubelet_topology_drain": True}
+
+
+def _apply(stage, settings, check_mode, results):
+    from ansible_collections.gpuharden.k8s.plugins.action import kubelet_topology_apply
+
+    runs = []
+
+    def run(name, module_args):
+        runs.append((name, module_args))
+        return dict(results[name])
+
+    return kubelet_topology_apply.decide(stage, dict(APPLY_SETTINGS, **settings), check_mode, run), runs
+
+
+def test_the_write_takes_the_plans_options_stops_first_only_where_disruptive_and_rolls_back():
+    """apply.yml's kubelet_config task, with the plan's write_options as its module_defaults, before."""
+    stage = action.decide_plan(_plan(), OPTIONS, True)
+    written = {"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": False, "persistence": "durable", "invocation": {}}}
+    result, runs = _apply(stage, {}, False, written)
+    assert runs == [("gpuharden.k8s.kubelet_config", dict(OPTIONS, stop_first=True, remove_stale_state=True, restart="always",
+                                                          health_url="http://127.0.0.1:10248/healthz", health_timeout=120, rollback=True,
+                                                          log_file="", log_lines=15))]
+    assert result["changed"] is True and "invocation" not in result and result["uncordon"] == "node_maintenance" and "ready" not in result
+    restart = action.decide_plan(_plan(cpu=False), OPTIONS, True)
+    _result, runs = _apply(restart, {}, False, written)
+    assert runs[0][1]["stop_first"] is False and runs[0][1]["restart"] == "if_required"
+    failed = {"gpuharden.k8s.kubelet_config": {"failed": True, "msg": "kubelet not healthy; rolled back", "restarted": True}}
+    result, runs = _apply(stage, {}, False, failed)
+    assert result == failed["gpuharden.k8s.kubelet_config"] and len(runs) == 1  # no wait, no uncordon: the node stays cordoned
+
+
+def test_the_wait_for_node_ready_runs_only_after_a_restart_with_a_kubeconfig_and_fails_the_host_when_not_ready():
+    """apply.yml's `kubectl wait` task (when: restarted and kubelet_topology_kubeconfig | length > 0), before."""
+    stage = action.decide_plan(_plan(cpu=False), OPTIONS, True)
+    ready = {"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": True, "health": {"restarted_at": "t"}},
+             "ansible.builtin.command": {"changed": True, "rc": 0, "stdout": "node/gpu-1 condition met", "stderr": "", "cmd": ["kubectl"]}}
+    result, runs = _apply(stage, {}, False, ready)
+    assert runs[1] == ("ansible.builtin.command", {"argv": ["kubectl", "--kubeconfig", "/etc/kubernetes/kubelet.conf", "wait", "--for=condition=Ready",
+                                                           "node/gpu-1", "--timeout=120s"]})
+    assert result["ready"]["rc"] == 0 and not result.get("failed") and result["health"]["restarted_at"] == "t" and result["uncordon"] == ""
+    _result, runs = _apply(stage, {"kubelet_topology_kubeconfig": ""}, False, ready)
+    assert len(runs) == 1
+    _result, runs = _apply(stage, {}, False, dict(ready, **{"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": False}}))
+    assert len(runs) == 1
+    not_ready = dict(ready, **{"ansible.builtin.command": {"failed": True, "rc": 1, "stderr": "error: timed out waiting for the condition on nodes/gpu-1\n",
+                                                          "msg": "non-zero return code"}})
+    result, _runs = _apply(stage, {}, False, not_ready)
+    assert result["failed"] is True and result["changed"] is True and result["restarted"] is True
+    assert result["msg"] == "kubelet_topology: node gpu-1 not Ready after the kubelet restart: error: timed out waiting for the condition on nodes/gpu-1"
+
+
+def test_the_uncordon_follows_the_drain_and_a_check_run_uncordons_nothing():
+    stage = action.decide_plan(_plan(), OPTIONS, True)
+    written = {"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": False}}
+    assert _apply(stage, {"kubelet_topology_uncordon_tasks": "/hooks/uncordon.yml"}, False, written)[0]["uncordon"] == "tasks"
+    assert _apply(stage, {"kubelet_topology_drain": "no"}, False, written)[0]["uncordon"] == ""
+    assert _apply(stage, {}, True, written)[0]["uncordon"] == ""
+
+
+def test_the_apply_action_reads_the_plan_and_the_role_variables_as_the_role_sees_them():
+    from ansible_collections.gpuharden.k8s.plugins.action import kubelet_topology_apply
+
+    stage = action.decide_plan(_plan(cpu=False), OPTIONS, True)
+    plugin = _action({}, check_mode=False, variables=dict(APPLY_SETTINGS, kubelet_topology_kubeconfig="", __kubelet_topology_stage=stage),
+                     module=kubelet_topology_apply)
+    plugin._execute_module.return_value = {"changed": False, "restarted": False, "persistence": "durable", "invocation": {}}
+    result = plugin.run(task_vars={"inventory_hostname": "gpu-1", "ansible_check_mode": False})
+    assert result == {"changed": False, "restarted": False, "persistence": "durable", "uncordon": ""}
+    assert plugin._execute_module.call_args.kwargs["module_args"]["restart"] == "if_required"

@@ -14,7 +14,10 @@ plan harden hands over) and the cluster (the GPU workloads, listed once for the 
 * ``admission(...)``: where it does, which workloads the node could no longer admit (weighed as the drift check
   weighs them, _gpu_workloads.weigh), whether the node keeps its managers, and the line the run prints;
 * ``without_managers(options)``: the kubelet_config options of a node the gate keeps (every other field is still
-  managed).
+  managed);
+* ``maintenance(...)``: who drains the node before a disruptive write, and who makes it schedulable again after;
+* ``write_args(...)``, ``ready_wait(...)``: the write of the action gpuharden.k8s.kubelet_topology_apply (kubelet_config's
+  options) and its wait for Node Ready (kubectl on the node, with the kubelet's own kubeconfig).
 """
 
 from __future__ import annotations
@@ -93,3 +96,33 @@ def _message(switch, node_name, blocked, ignore_unadmittable):
             reasons.append("the GPU workloads could not be listed, so their admission was not checked (%s)" % entry["found"])
     return ("%stopologyManagerPolicy %s: %s. Choose a policy that admits them (kubelet_topology_topology_manager_policy) or set "
             "kubelet_topology_ignore_unadmittable_workloads=true." % (head, switch["policy"], "; ".join(reasons)))
+
+
+def maintenance(disruptive, check_mode, custom_tasks, through_node_maintenance):
+    """Who drains a node before a disruptive write (or makes it schedulable again after): ``"tasks"`` (the user's tasks
+    file, kubelet_topology_drain_tasks or kubelet_topology_uncordon_tasks), ``"node_maintenance"`` (the role, where
+    kubelet_topology_drain) or ``""``: nobody, as the change is not disruptive or the run only checks (a check run
+    drains nothing)."""
+    if not disruptive or check_mode:
+        return ""
+    if custom_tasks:
+        return "tasks"
+    return "node_maintenance" if through_node_maintenance else ""
+
+
+def write_args(stage, settings):
+    """kubelet_config's options for the write of a planned stage: the plan's write_options (less the manager fields where
+    the gate kept them), stopped first and the checkpoints removed where disruptive, restarted as the plan says, polled
+    on healthz and rolled back when the kubelet does not come back."""
+    return dict(stage["write_options"], stop_first=stage["disruptive"], remove_stale_state=stage["disruptive"], restart=stage["restart"],
+                health_url=settings["kubelet_topology_healthz_url"], health_timeout=settings["kubelet_topology_health_timeout"],
+                rollback=True, log_file=settings["kubelet_topology_log_file"], log_lines=settings["kubelet_topology_log_lines"])
+
+
+def ready_wait(written, settings):
+    """The argv of the wait for Node Ready after a restart (kubectl on the node, with the role's kubeconfig there, for
+    as long as the kubelet's own health wait), or None: the kubelet was not restarted, or no kubeconfig is set."""
+    if not written.get("restarted") or not settings["kubelet_topology_kubeconfig"]:
+        return None
+    return ["kubectl", "--kubeconfig", str(settings["kubelet_topology_kubeconfig"]), "wait", "--for=condition=Ready",
+            "node/%s" % settings["kubelet_topology_node_name"], "--timeout=%ss" % settings["kubelet_topology_health_timeout"]]
