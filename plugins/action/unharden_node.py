@@ -10,6 +10,9 @@ builds no option in Jinja.
 - ``cluster``: once for the play, delegated to the controller: gpuharden.k8s.unharden_cluster for the Nodes of the
   play's hosts, or nothing where gpuharden_unharden_cluster is false (``ran``: false, with why).
 - ``deferred``: in the rescue of the drained pass's budget: why it was not started (the budget's failure).
+- ``failed``: in the rescue of the drained pass: which step failed, and why; the node stays in the play (a host that
+  fails in a serial play's batch of one ends the whole run: ansible-core 2.19 executor/playbook_executor.py breaks out
+  of the playbook when a batch failed whole), stops the rollout (node_maintenance_stopped_by) and fails in the report.
 - ``release``: give the run lock back; ``then_fail`` fails the node after it: with the step that failed (a rescue),
   or with the report's failure (unharden_report's registered result).
 """
@@ -28,7 +31,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings impor
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["lock", "cluster", "deferred", "release"]},
+    "step": {"type": "str", "required": True, "choices": ["lock", "cluster", "deferred", "failed", "release"]},
     "then_fail": {"type": "str", "default": "never", "choices": ["never", "failed_step", "report"]},
 }
 PLAYBOOK = "unharden_gpu_nodes"
@@ -61,6 +64,17 @@ def lock_of(task_vars, host):
     return lock if hasattr(lock, "get") and lock.get("owner") else {"node": _unharden_run.node_name(host, task_vars)}
 
 
+def lock_outcome(lock):
+    """node_lock's result under ``lock`` (None where it did not run); its failure the step's.  node_lock skips in check
+    mode (it serialises changes, and there are none): the step does not, so that the run's output shows every step."""
+    if lock is None:
+        return {"changed": False, "lock": None}
+    outcome = {"changed": bool(lock.get("changed")), "lock": readable(lock)}
+    if lock.get("failed"):
+        outcome.update(failed=True, msg="the node's run lock: %s" % lock.get("msg", "failed"))
+    return outcome
+
+
 class ActionModule(ActionBase):
     """Thin shell: read the play's variables, run the step's module, return its result."""
 
@@ -89,7 +103,7 @@ class ActionModule(ActionBase):
                  "node": self._templar.template(_unharden_run.node_name(host, task_vars))}
         module_args = {"owner": owner, "path": taken["path"], "timeout": int(self._setting(task_vars, "gpuharden_lock_timeout"))}
         lock = self._execute_module(module_name="gpuharden.k8s.node_lock", module_args=module_args, task_vars=task_vars)
-        return dict(readable(lock), changed=bool(lock.get("changed")), **taken)
+        return dict(lock_outcome(lock), **taken)
 
     def _cluster(self, task_vars, _args):
         if not self._setting(task_vars, "gpuharden_unharden_cluster", bool):
@@ -109,23 +123,28 @@ class ActionModule(ActionBase):
 
     def _deferred(self, task_vars, _args):
         why = (task_vars.get("ansible_failed_result") or {}).get("msg") or "the disruption budget could not be checked"
-        return {"changed": False, "deferred": why}
+        return {"changed": False, "why": why}
+
+    def _failed(self, task_vars, _args):
+        node = lock_of(task_vars, task_vars["inventory_hostname"])["node"]
+        why = _unharden_run.failure_message(node, task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"))
+        return {"changed": False, "node": node, "why": why}
 
     def _release(self, task_vars, args):
         host = task_vars["inventory_hostname"]
         lock = lock_of(task_vars, host)
-        released = {"changed": False}
+        released = None
         if lock.get("owner"):
             released = self._execute_module(module_name="gpuharden.k8s.node_lock", task_vars=task_vars,
                                             module_args={"owner": lock["owner"], "path": lock["path"], "state": "released"})
-            if released.get("failed"):
-                return released
+        outcome = dict(lock_outcome(released), node=lock["node"])
+        if outcome.get("failed"):
+            return outcome
         failure = None
         if args["then_fail"] == "failed_step":
             failure = _unharden_run.failure_message(lock["node"], task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"))
         elif args["then_fail"] == "report":
             failure = (task_vars.get(REPORT) or {}).get("failure")
-        outcome = dict(readable(released), changed=bool(released.get("changed")), node=lock["node"])
         if failure:
             outcome.update(failed=True, msg=failure)
         return outcome

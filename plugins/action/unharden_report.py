@@ -4,8 +4,8 @@
 """Controller-side action gpuharden.k8s.unharden_report: one node's verdict at the end of the uninstall.
 
 It reads the node's results by the names its options give, else by those playbooks/unharden_gpu_nodes.yml
-registers them under (_unharden_run.RESULTS: the unharden_files passes, unharden_cluster, why the drained pass was
-deferred) and whether the rollout took the host for the drained pass (unharden_rollout's fact on localhost), lets
+registers them under (_unharden_run.RESULTS: the unharden_files passes, unharden_cluster, why the drained pass failed
+or was deferred) and whether the rollout took the host for the drained pass (unharden_rollout's fact on localhost), lets
 module_utils/cluster/_unharden_run.py ``report`` decide, and returns what was left in conflict as the run's stats
 (``gpuharden_unharden_conflicts``, aggregated per inventory host: ansible-core's strategy reads ``ansible_stats``
 from any task's result, as set_stats returns it) and the message the node fails with, if any (``failure``).  It
@@ -23,13 +23,14 @@ STAT = "gpuharden_unharden_conflicts"
 OPTIONS = {
     "passes": [_unharden_run.RESULTS["first_pass"], _unharden_run.RESULTS["drained_pass"]],
     "cluster": _unharden_run.RESULTS["cluster"],
+    "failed": _unharden_run.RESULTS["failed"],
     "deferred": _unharden_run.RESULTS["deferred"],
 }
 
 
-def deferral(result):
-    """Why the drained pass was deferred, from unharden_node step=deferred's result (or a plain message)."""
-    return result.get("deferred") if hasattr(result, "get") else result
+def why(result):
+    """Why the drained pass was deferred or failed, from unharden_node's result (step deferred or failed), or a message."""
+    return result.get("why") if hasattr(result, "get") else result
 
 
 def in_rollout(task_vars, host):
@@ -60,7 +61,8 @@ class ActionModule(ActionBase):
         host = task_vars["inventory_hostname"]
         node = self._templar.copy_with_new_env(available_variables=task_vars).template(_unharden_run.node_name(host, task_vars))
         verdict = _unharden_run.report(node, [read(name) for name in args["passes"]], cluster=read(args["cluster"]),
-                                       deferred=deferral(read(args["deferred"])), drain_expected=in_rollout(task_vars, host))
+                                       failed=why(read(args["failed"])), deferred=why(read(args["deferred"])),
+                                       drain_expected=in_rollout(task_vars, host))
         result.update(changed=False, node=node, conflicts=verdict["conflicts"], failure=verdict["failure"])
         if verdict["conflicts"]:
             result["ansible_stats"] = {"data": {STAT: {host: verdict["conflicts"]}}, "per_host": False, "aggregate": True}

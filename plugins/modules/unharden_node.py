@@ -22,8 +22,11 @@ description:
     play's hosts with C(gpuharden_unharden_force), C(gpuharden_unharden_cluster_objects) as its C(remove_objects),
     C(device_plugin_namespace) and C(gpuharden_kubeconfig); nothing (RV(ran) false, RV(why)) where
     C(gpuharden_unharden_cluster) is false.
-  - V(deferred), in the rescue of the drained pass's disruption budget - says why the pass was not started (RV(deferred),
+  - V(deferred), in the rescue of the drained pass's disruption budget - says why the pass was not started (RV(why),
     the budget's failure), for M(gpuharden.k8s.unharden_report).
+  - V(failed), in the rescue of the drained pass - says which step failed and why (RV(why)), with the Node name
+    (RV(node)); the node stays in the play, stops the rollout and fails in the report (a host failed in a serial
+    play's batch of one would end the whole run, before the report and the locks given back).
   - V(release) gives the run lock back (none where the lock step did not run). With O(then_fail=failed_step) (a rescue)
     the node then fails with the step that failed and its message; with O(then_fail=report) it fails with the
     C(failure) of M(gpuharden.k8s.unharden_report) registered as C(__unharden_report), where there is one.
@@ -46,7 +49,7 @@ options:
     description: The step.
     type: str
     required: true
-    choices: [lock, cluster, deferred, release]
+    choices: [lock, cluster, deferred, failed, release]
   then_fail:
     description: For O(step=release), what the node fails with after its lock is given back.
     type: str
@@ -91,18 +94,18 @@ path:
   type: str
 node:
   description: The Node name.
-  returned: when O(step=lock) or O(step=release)
+  returned: when O(step=lock), O(step=failed) or O(step=release)
   type: str
 ran:
   description: For V(cluster), whether M(gpuharden.k8s.unharden_cluster) ran; its result's keys come with it.
   returned: when O(step=cluster)
   type: bool
 why:
-  description: For V(cluster), why it did not run.
-  returned: when RV(ran) is false
+  description: For V(cluster), why it did not run; for V(deferred), why the drained pass was not started; for V(failed), which step failed and why.
+  returned: when O(step=deferred) or O(step=failed), or RV(ran) is false
   type: str
-deferred:
-  description: For V(deferred), why the drained pass was not started.
-  returned: when O(step=deferred)
-  type: str
+lock:
+  description: For V(lock) and V(release), the result of M(gpuharden.k8s.node_lock) (V(null) where there was no lock to give back).
+  returned: when O(step=lock) or O(step=release)
+  type: dict
 """

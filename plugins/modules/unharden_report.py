@@ -14,10 +14,11 @@ version_added: 0.2.0
 description:
   - Reads this host's results by the variable names its options give (by default the names
     playbooks/unharden_gpu_nodes.yml registers them under), on the controller (no connection to the node).
-  - What was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints in the
+  - A node whose drained pass failed (O(failed)) gets that step's message in RV(failure), and nothing else.
+  - Otherwise what was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints in the
     O(cluster) result - goes to the run's stats as C(gpuharden_unharden_conflicts) (per inventory host, aggregated),
     and RV(failure) says why the node fails - its drained pass was not started (O(deferred), or the rollout of
-    M(gpuharden.k8s.unharden_rollout) took it but stopped at a failed node before it), or something was left in
+    M(gpuharden.k8s.unharden_rollout) took it but its play ended before it), or something was left in
     conflict. V(null) when it does not.
   - It never fails itself (Ansible records stats only from a successful result); the next task fails the node on
     RV(failure) (M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:then_fail=report)).
@@ -39,6 +40,12 @@ options:
     description:
       - The name of the variable holding the M(gpuharden.k8s.unharden_cluster) result (its conflicts of this node count).
       - Default V(__unharden_cluster).
+    type: str
+  failed:
+    description:
+      - The name of the variable that holds why this node's drained pass failed, where it did (a message, or the
+        result of M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=failed)).
+      - Default V(__unharden_failed).
     type: str
   deferred:
     description:
