@@ -18,8 +18,8 @@ import tempfile
 import ansible_runner
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.action import unharden_node, unharden_rollout
 from ansible_collections.gpuharden.k8s.plugins.action import unharden_files as unharden_files_action
+from ansible_collections.gpuharden.k8s.plugins.action import unharden_node, unharden_rollout
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _unharden_node
