@@ -56,7 +56,6 @@ def failure_message(node, failed_task, failed_result):
     return "%s: %s failed: %s" % (node, (failed_task or {}).get("name") or "a step", (failed_result or {}).get("msg") or "failed")
 
 
-
 def needs_drain(first_pass):
     """Whether a host's first-pass unharden_files result left its kubelet files for the drained pass."""
     return bool((first_pass or {}).get("deferred"))
