@@ -3,12 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side action gpuharden.k8s.unharden_report: one node's verdict at the end of the uninstall.
 
-It reads the node's results by the names its options give (the registered unharden_files passes and unharden_cluster,
-the facts set when the drained pass failed or was deferred), lets module_utils/cluster/_unharden_run.py ``report``
-decide, and returns what was left in conflict as the run's stats (``gpuharden_unharden_conflicts``, aggregated per
-inventory host: ansible-core's strategy reads ``ansible_stats`` from any task's result, as set_stats returns it) and
-the message the node fails with, if any (``failure``).  It never fails itself: ansible-core records stats only from a
-successful result, so the task after it fails the node.
+It reads the node's results by the names its options give, else by those playbooks/unharden_gpu_nodes.yml
+registers them under (_unharden_run.RESULTS: the unharden_files passes, unharden_cluster, why the drained pass failed
+or was deferred) and whether the rollout took the host for the drained pass (unharden_rollout's fact on localhost), lets
+module_utils/cluster/_unharden_run.py ``report`` decide, and returns what was left in conflict as the run's stats
+(``gpuharden_unharden_conflicts``, aggregated per inventory host: ansible-core's strategy reads ``ansible_stats``
+from any task's result, as set_stats returns it) and the message the node fails with, if any (``failure``).  It
+never fails itself: ansible-core records stats only from a successful result, so the task after it fails the node.
 """
 
 from __future__ import annotations
@@ -17,9 +18,26 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 
-NODE_NAME = "gpuharden_k8s_node_name"
 STAT = "gpuharden_unharden_conflicts"
-OPTIONS = ("passes", "cluster", "failed", "deferred")
+# option: the name it reads by default
+OPTIONS = {
+    "passes": [_unharden_run.RESULTS["first_pass"], _unharden_run.RESULTS["drained_pass"]],
+    "cluster": _unharden_run.RESULTS["cluster"],
+    "failed": _unharden_run.RESULTS["failed"],
+    "deferred": _unharden_run.RESULTS["deferred"],
+}
+
+
+def why(result):
+    """Why the drained pass was deferred or failed, from unharden_node's result (step deferred or failed), or a message."""
+    return result.get("why") if hasattr(result, "get") else result
+
+
+def in_rollout(task_vars, host):
+    """Whether unharden_rollout took ``host`` for the drained pass (its fact on localhost)."""
+    localhost = (task_vars.get("hostvars") or {}).get("localhost") or {}
+    rollout = localhost.get(_unharden_run.RESULTS["rollout"]) if hasattr(localhost, "get") else None
+    return host in ((rollout or {}).get("hosts") or [])
 
 
 class ActionModule(ActionBase):
@@ -31,20 +49,20 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        args = dict(OPTIONS, **{option: value for option, value in self._task.args.items() if value is not None})
         unknown = sorted(set(args) - set(OPTIONS))
-        passes = args.get("passes") or []
-        if unknown or not isinstance(passes, list):
+        if unknown or not isinstance(args["passes"], list):
             raise AnsibleActionFail("unharden_report: options are %s (names of this host's variables; passes a list); got %s"
-                                    % (", ".join(OPTIONS), ", ".join(sorted(args))))
+                                    % (", ".join(OPTIONS), ", ".join(sorted(self._task.args))))
 
         def read(name):
             return task_vars.get(name) if name else None
 
         host = task_vars["inventory_hostname"]
-        node = self._templar.copy_with_new_env(available_variables=task_vars).template(task_vars.get(NODE_NAME) or host)
-        verdict = _unharden_run.report(node, [read(name) for name in passes], cluster=read(args.get("cluster")),
-                                       failed=read(args.get("failed")), deferred=read(args.get("deferred")))
+        node = self._templar.copy_with_new_env(available_variables=task_vars).template(_unharden_run.node_name(host, task_vars))
+        verdict = _unharden_run.report(node, [read(name) for name in args["passes"]], cluster=read(args["cluster"]),
+                                       failed=why(read(args["failed"])), deferred=why(read(args["deferred"])),
+                                       drain_expected=in_rollout(task_vars, host))
         result.update(changed=False, node=node, conflicts=verdict["conflicts"], failure=verdict["failure"])
         if verdict["conflicts"]:
             result["ansible_stats"] = {"data": {STAT: {host: verdict["conflicts"]}}, "per_host": False, "aggregate": True}

@@ -3,8 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side action gpuharden.k8s.unharden_rollout: plan the drained pass of the uninstall, once for the play.
 
-It reads each play host's first-pass result (the variable ``first_pass`` names: unharden_files, registered), runs
-gpuharden.k8s.disruption_budget once when a host's kubelet files wait for a drain, and returns the rollout
+It reads each play host's first-pass result (unharden_files, registered under _unharden_run.RESULTS["first_pass"], or
+the variable ``first_pass`` names), runs gpuharden.k8s.disruption_budget once (outside check mode too: it only reads)
+when a host's kubelet files wait for a drain, with gpuharden_kubeconfig and gpuharden_max_unavailable unless the task
+gives them, and returns the rollout
 (module_utils/cluster/_unharden_run.py decides) as the fact ``__unharden_rollout`` of the host it runs for:
 delegated to localhost with ``delegate_facts``, the next play's ``hosts`` and ``serial`` read it there (a play keyword
 sees no play host's variables: ansible-core 2.19 executor/playbook_executor.py templates it with
@@ -16,9 +18,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
-FACT = "__unharden_rollout"
-NODE_NAME = "gpuharden_k8s_node_name"
+FACT = _unharden_run.RESULTS["rollout"]
+PLAYBOOK = "unharden_gpu_nodes"
 
 
 def play_hosts(hostvars, names, first_pass):
@@ -27,7 +31,7 @@ def play_hosts(hostvars, names, first_pass):
     hosts = []
     for name in names:
         variables = hostvars[name]
-        hosts.append({"host": name, "node": variables.get(NODE_NAME) or name, "first_pass": variables.get(first_pass)})
+        hosts.append({"host": name, "node": _unharden_run.node_name(name, variables), "first_pass": variables.get(first_pass)})
     return hosts
 
 
@@ -37,23 +41,30 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
 
+    def _option(self, args, task_vars, option):
+        """The task's option, else the play's variable gpuharden_<option> (templated), else the settings table's default."""
+        if args.get(option) is not None:
+            return args[option]
+        name = "gpuharden_" + option
+        return self._templar.template(task_vars[name]) if name in task_vars else playbook_default(name, PLAYBOOK)
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
         unknown = sorted(set(args) - {"first_pass", "kubeconfig", "max_unavailable"})
-        if unknown or not args.get("first_pass"):
-            raise AnsibleActionFail("unharden_rollout: options are first_pass (required), kubeconfig, max_unavailable; got %s"
-                                    % ", ".join(sorted(args)))
+        if unknown:
+            raise AnsibleActionFail("unharden_rollout: options are first_pass, kubeconfig, max_unavailable; got %s" % ", ".join(sorted(args)))
+        first_pass = args.get("first_pass") or _unharden_run.RESULTS["first_pass"]
         hostvars = task_vars["hostvars"]
-        hosts = play_hosts(hostvars, task_vars["ansible_play_hosts"], args["first_pass"])
-        fleet = [entry["node"] for entry in play_hosts(hostvars, task_vars["ansible_play_hosts_all"], args["first_pass"])]
+        hosts = play_hosts(hostvars, task_vars["ansible_play_hosts"], first_pass)
+        fleet = [entry["node"] for entry in play_hosts(hostvars, task_vars["ansible_play_hosts_all"], first_pass)]
         budget = None
         if _unharden_run.plan(hosts)["budget_needed"]:
-            module_args = {"max_unavailable": str(args.get("max_unavailable", 1)), "fleet": fleet}
-            if args.get("kubeconfig"):
-                module_args["kubeconfig"] = args["kubeconfig"]
-            budget = self._execute_module(module_name="gpuharden.k8s.disruption_budget", module_args=module_args,
-                                          task_vars=task_vars)
+            module_args = {"max_unavailable": str(self._option(args, task_vars, "max_unavailable")), "fleet": fleet}
+            kubeconfig = self._option(args, task_vars, "kubeconfig")
+            if kubeconfig:
+                module_args["kubeconfig"] = kubeconfig
+            budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
             if budget.get("failed"):
                 raise AnsibleActionFail("unharden_rollout: the disruption budget could not be read: %s" % budget.get("msg"),
                                         result=budget)

@@ -35,11 +35,17 @@ description:
     Nothing restarts in check mode. A service that does not come back fails the task, after the files came back.
   - Files changed outside gpuharden's modules (device node modes under C(/dev), C(memory.high) of pod cgroups, MIG
     layouts) have no record and are left as they are.
+  - Its action plugin, on the controller, gives each option the task leaves out the value of the uninstall's variable
+    that sets it, where the host has one (else the option's default) - O(kubelet) C(gpuharden_unharden_kubelet),
+    O(force) C(gpuharden_unharden_force), O(keep_backups) C(gpuharden_unharden_keep_backups), O(containerd_service)
+    C(container_runtime_service), O(kubelet_service) C(kubelet_topology_service), O(kubelet_health_url)
+    C(kubelet_topology_healthz_url), O(kubelet_health_timeout) C(kubelet_topology_health_timeout).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.node_root
+  - gpuharden.k8s._attributes.ACTION
 attributes:
   check_mode:
     support: full

@@ -12,14 +12,16 @@ module: unharden_report
 short_description: One node's verdict at the end of the uninstall - what was left in conflict, and why it fails
 version_added: 0.2.0
 description:
-  - Reads this host's results by the variable names its options give, on the controller (no connection to the node).
-  - A node whose drained pass failed (O(failed) set) gets that step's message in RV(failure), and nothing else.
-  - Otherwise what was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints
-    in the O(cluster) result - goes to the run's stats as C(gpuharden_unharden_conflicts) (per inventory host,
-    aggregated), and RV(failure) says why the node fails - its drained pass was not started (O(deferred)), or
-    something was left in conflict. V(null) when it does not.
+  - Reads this host's results by the variable names its options give (by default the names
+    playbooks/unharden_gpu_nodes.yml registers them under), on the controller (no connection to the node).
+  - A node whose drained pass failed (O(failed)) gets that step's message in RV(failure), and nothing else.
+  - Otherwise what was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints in the
+    O(cluster) result - goes to the run's stats as C(gpuharden_unharden_conflicts) (per inventory host, aggregated),
+    and RV(failure) says why the node fails - its drained pass was not started (O(deferred), or the rollout of
+    M(gpuharden.k8s.unharden_rollout) took it but its play ended before it), or something was left in
+    conflict. V(null) when it does not.
   - It never fails itself (Ansible records stats only from a successful result); the next task fails the node on
-    RV(failure).
+    RV(failure) (M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:then_fail=report)).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -28,22 +30,33 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   passes:
-    description: The names of the variables holding this host's M(gpuharden.k8s.unharden_files) results (one that is undefined is skipped).
+    description:
+      - The names of the variables holding this host's M(gpuharden.k8s.unharden_files) results, the first pass first
+        (one that is undefined is skipped).
+      - Default V([__unharden_files, __unharden_kubelet_files]).
     type: list
     elements: str
-    default: []
   cluster:
-    description: The name of the variable holding the M(gpuharden.k8s.unharden_cluster) result (its conflicts of this node count).
+    description:
+      - The name of the variable holding the M(gpuharden.k8s.unharden_cluster) result (its conflicts of this node count).
+      - Default V(__unharden_cluster).
     type: str
   failed:
-    description: The name of the variable that holds why this node's drained pass failed, where it did.
+    description:
+      - The name of the variable that holds why this node's drained pass failed, where it did (a message, or the
+        result of M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=failed)).
+      - Default V(__unharden_failed).
     type: str
   deferred:
-    description: The name of the variable that holds why this node's drained pass was not started, where it was not.
+    description:
+      - The name of the variable that holds why this node's drained pass was not started, where it was not (a message,
+        or the result of M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=deferred)).
+      - Default V(__unharden_deferred).
     type: str
 seealso:
   - module: gpuharden.k8s.unharden_files
   - module: gpuharden.k8s.unharden_cluster
+  - module: gpuharden.k8s.unharden_node
 """
 
 EXAMPLES = r"""

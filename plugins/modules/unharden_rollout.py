@@ -15,8 +15,10 @@ description:
   - Once for the play (C(run_once), delegated to localhost with C(delegate_facts)), after the first pass of the
     uninstall (M(gpuharden.k8s.unharden_files) with C(defer_disruptive)), reads each play host's first-pass result,
     registered under the name O(first_pass).
+  - O(kubeconfig) and O(max_unavailable) follow the play's C(gpuharden_kubeconfig) and C(gpuharden_max_unavailable)
+    where the task does not give them.
   - The hosts whose kubelet files were deferred (C(deferred)) need a drain. When there are any, it reads the fleet's
-    disruption budget once with M(gpuharden.k8s.disruption_budget) (the fleet is every host of the play, by Node name -
+    disruption budget once with M(gpuharden.k8s.disruption_budget), in check mode too, since it only reads (the fleet is every host of the play, by Node name -
     C(gpuharden_k8s_node_name), else the inventory name).
   - Returns the rollout as the fact C(__unharden_rollout) of localhost - C(hosts) in rollout order (those whose Node
     is unavailable already first, then the others in the play's order), C(serial) (V([1, batch]), a canary, then
@@ -31,17 +33,20 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   first_pass:
-    description: The name of the variable under which each host registered its first-pass M(gpuharden.k8s.unharden_files) result.
+    description:
+      - The name of the variable under which each host registered its first-pass M(gpuharden.k8s.unharden_files) result.
+      - Default V(__unharden_files), the name playbooks/unharden_gpu_nodes.yml registers it under.
     type: str
-    required: true
   kubeconfig:
-    description: The kubeconfig the budget is read with; empty for the default (C(KUBECONFIG), in-cluster).
+    description:
+      - The kubeconfig the budget is read with; empty for the default (C(KUBECONFIG), in-cluster).
+      - Default C(gpuharden_kubeconfig), else empty.
     type: str
-    default: ""
   max_unavailable:
-    description: The most GPU nodes unavailable at once, as a count (V(1)) or a percentage of the fleet (V(25%)).
+    description:
+      - The most GPU nodes unavailable at once, as a count (V(1)) or a percentage of the fleet (V(25%)).
+      - Default C(gpuharden_max_unavailable), else V(1).
     type: str
-    default: "1"
 seealso:
   - module: gpuharden.k8s.unharden_files
   - module: gpuharden.k8s.disruption_budget
@@ -55,7 +60,6 @@ EXAMPLES = r"""
   delegate_to: localhost
   delegate_facts: true
   run_once: true
-  check_mode: false
 """
 
 RETURN = r"""

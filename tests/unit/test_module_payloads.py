@@ -67,13 +67,15 @@ CONTROLLER_SIDE = {
                       "per node: it weighs the workloads gpu_workloads_info or gpu_consistency listed on the controller",
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
     "unharden_report": "action plugin on the controller (unharden_gpu_nodes' report); the module file is documentation only",
+    "unharden_node": "action plugin of unharden_gpu_nodes: runs node_lock on each node and unharden_cluster delegated to localhost; "
+                     "the module file is documentation only",
     "unharden_rollout": "action plugin on the controller (unharden_gpu_nodes, run_once, runs disruption_budget); the module "
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "harden_rollout", "kubelet_topology_apply",
-                      "kubelet_topology_plan", "node_maintenance_budget", "mig_plan", "node_stages", "postcheck_step", "role_preflight",
-                      "unharden_report", "unharden_rollout"}
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "harden_rollout",
+                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "node_maintenance_budget", "node_stages", "postcheck_step",
+                      "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).

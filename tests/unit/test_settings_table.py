@@ -154,10 +154,12 @@ def test_a_playbook_fallback_that_differs_from_the_table_is_named_with_its_file(
     assert settings.check(root) == []
     # a drift check waits 60 s for a lock and unharden 600 s, each on purpose (by_playbook): the other one's value is wrong
     edit(root / "playbooks/drift_check.yml", "gpuharden_lock_timeout | default(60)", "gpuharden_lock_timeout | default(600)")
-    edit(root / "playbooks/unharden_gpu_nodes.yml", "gpuharden_unharden_kubelet | default(true)", "gpuharden_unharden_kubelet | default('true')")
+    # unharden's first play (its steps read the other variables themselves, plugins/action/unharden_node.py)
+    hosts = "restarts)\n  hosts: \"{{ gpuharden_target_hosts | default('%s') }}\""
+    edit(root / "playbooks/unharden_gpu_nodes.yml", hosts % "gpu_nodes", hosts % "gpu")
     assert settings.check(root) == [
         "playbooks/drift_check.yml: gpuharden_lock_timeout | default(600), the settings table says 60",
-        "playbooks/unharden_gpu_nodes.yml: gpuharden_unharden_kubelet | default('true'), the settings table says True"]
+        "playbooks/unharden_gpu_nodes.yml: gpuharden_target_hosts | default('gpu'), the settings table says 'gpu_nodes'"]
 
 
 def test_a_role_fallback_of_a_variable_the_playbooks_differ_on_is_named(tmp_path):

@@ -9,14 +9,17 @@ result) runs through ansible-playbook on localhost at the end of this file."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import sys
 import tempfile
 
 import ansible_runner
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.action import unharden_rollout
+from ansible_collections.gpuharden.k8s.plugins.action import unharden_files as unharden_files_action
+from ansible_collections.gpuharden.k8s.plugins.action import unharden_node, unharden_rollout
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _unharden_node
@@ -220,9 +223,47 @@ def test_the_report_of_a_node():
     assert verdict["failure"] == ("gpu-1: left as they are, changed since gpuharden wrote them: left as it is: changed; label x "
                                   "changed. Restore them by hand, or run again with gpuharden_unharden_force=true.")
     assert _unharden_run.report("gpu-1", [None], cluster, deferred="budget exhausted")["failure"] == "budget exhausted"
-    failed = _unharden_run.report("gpu-1", [files], cluster, failed="Kubelet | drain failed: PDB")
-    assert failed == {"conflicts": [], "failure": "gpu-1: Kubelet | drain failed: PDB"}
     assert _unharden_run.report("gpu-2", [{"conflicts": []}], cluster) == {"conflicts": [], "failure": None}
+
+
+def test_a_node_the_rollout_took_but_never_reached_fails():
+    """A batch that failed whole ends play 2 (and ansible-playbook's run): a node the rollout took whose drained pass
+    neither ran, failed nor was deferred still has gpuharden's kubelet files, and must not pass as clean."""
+    missing = _unharden_run.report("gpu-2", [{"conflicts": []}, None], None, drain_expected=True)
+    assert missing["failure"].startswith("gpu-2: the kubelet's files were not put back: the drained pass did not reach this node")
+    failed = _unharden_run.report("gpu-2", [{"conflicts": [{"path": "/x", "reason": "x"}]}, None], None, failed="gpu-2: Kubelet | drain failed: PDB",
+                                  drain_expected=True)
+    assert failed == {"conflicts": [], "failure": "gpu-2: Kubelet | drain failed: PDB"}
+    assert _unharden_run.report("gpu-2", [{"conflicts": []}, {"conflicts": []}], None, drain_expected=True)["failure"] is None
+    assert _unharden_run.report("gpu-2", [{"conflicts": []}, None], None, deferred="budget", drain_expected=True)["failure"] == "budget"
+    assert _unharden_run.report("gpu-2", [{"conflicts": []}, None], None)["failure"] is None
+
+
+def test_the_run_owner_and_a_failed_step():
+    now = datetime.datetime(2026, 12, 7, 10, 1, 2, tzinfo=datetime.UTC)
+    assert _unharden_run.run_owner("", now, 42) == "unharden@20261207T100102-42"
+    assert _unharden_run.run_owner("ci-run-7", now, 42) == "ci-run-7"
+    assert _unharden_run.failure_message("gpu-1", {"name": "Kubelet | drain"}, {"msg": "PDB"}) == "gpu-1: Kubelet | drain failed: PDB"
+    assert _unharden_run.failure_message("gpu-1", None, None) == "gpu-1: a step failed: failed"
+
+
+def test_the_actions_read_the_play_variables_defaults_from_the_settings_table():
+    assert unharden_node.setting_default("gpuharden_lock_timeout") == 600  # unharden's own, not the drift check's 60
+    assert unharden_node.setting_default("gpuharden_unharden_cluster") is True
+    assert unharden_node.setting_default("kubelet_topology_service") == "auto"
+    assert unharden_node.setting_default("device_plugin_namespace") == "kube-system"
+    spec = unharden_files.argument_spec()
+    for option, variable in unharden_files_action.PLAY_OPTIONS.items():
+        # the settings table's default of the variable is the module option's own: a task that leaves both out gets the same
+        assert unharden_node.setting_default(variable) == spec[option]["default"], option
+
+
+def test_the_playbook_registers_what_the_actions_read():
+    """The actions read the step results by the names in _unharden_run.RESULTS: the playbook must register them so."""
+    registered = set()
+    for path in ("playbooks/unharden_gpu_nodes.yml", "playbooks/tasks/unharden_kubelet_drained.yml"):
+        registered |= set(re.findall(r"register: (\S+)", (REPO_ROOT / path).read_text()))
+    assert registered == {name for step, name in _unharden_run.RESULTS.items() if step != "rollout"}
 
 
 def test_play_hosts_reads_node_names_and_first_pass_results():
@@ -298,3 +339,136 @@ def test_the_rollout_reaches_the_next_play_and_the_report_reaches_the_stats(tmp_
     reports = {event["event_data"]["host"]: event["event_data"]["res"]["failure"] for event in events
                if event["event"] == "runner_on_ok" and event["event_data"]["task"] == "Report"}
     assert reports["gpu-a"] is None and reports["gpu-b"].startswith("gpu-b: left as they are")
+
+
+def _run_playbook(tmp_path, playbook, hosts, extravars=None, cmdline=None, plugin_dir=None):
+    """ansible-playbook over local hosts of group gpu_nodes: (rc, events, stdout)."""
+    inventory = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        host: dict(local, gpuharden_lock_path=str(tmp_path / ("%s.lock" % host))) for host in hosts}}}}}))
+    env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / "build" / "collections")}
+    if plugin_dir:
+        env["ANSIBLE_ACTION_PLUGINS"] = str(plugin_dir)
+    events = []
+    with tempfile.TemporaryDirectory(dir=tmp_path) as private:
+        runner = ansible_runner.run(private_data_dir=private, envvars=env, inventory=str(inventory), playbook=str(playbook),
+                                    extravars=extravars or {}, cmdline=cmdline, quiet=True,
+                                    event_handler=lambda event: events.append(event) or True)
+        return runner.rc, events, runner.stdout.read()
+
+
+def _results(events, task):
+    return {event["event_data"]["host"]: event["event_data"]["res"] for event in events
+            if event["event"] in ("runner_on_ok", "runner_on_failed") and event["event_data"].get("task") == task}
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_the_playbook_runs_through_where_there_is_nothing_to_undo(tmp_path, check):
+    """The real playbooks/unharden_gpu_nodes.yml on two local hosts without gpuharden records, cluster side off (it
+    needs an API server): every step reads its variables itself, the locks are taken and given back, nothing changes."""
+    rc, events, out = _run_playbook(tmp_path, REPO_ROOT / "playbooks/unharden_gpu_nodes.yml", ["gpu-a", "gpu-b"],
+                                    {"gpuharden_unharden_cluster": False, "gpuharden_run_owner": "unit-run"},
+                                    cmdline="--check --diff" if check else None)
+    assert rc == 0, out[-4000:]
+    locks = _results(events, "Take the node's run lock")
+    assert {host: (lock["owner"], lock["node"]) for host, lock in locks.items()} == {"gpu-a": ("unit-run", "gpu-a"), "gpu-b": ("unit-run", "gpu-b")}
+    assert locks["gpu-a"]["path"] == str(tmp_path / "gpu-a.lock")
+    cluster = _results(events, "Cluster | remove gpuharden's objects and put back the labels and taints it set (once for the play)")
+    assert [result["ran"] for result in cluster.values()] == [False]
+    files = _results(events, "Files | put back the files that need no drain, restart containerd and the kubelet where theirs came back")
+    assert sorted(files) == ["gpu-a", "gpu-b"] and not any(result.get("changed") for result in files.values())
+    # the module got the play's defaults from the action (its invocation shows what it ran with)
+    assert files["gpu-a"]["invocation"]["module_args"]["kubelet_service"] == "auto"
+    assert files["gpu-a"]["invocation"]["module_args"]["defer_disruptive"] is True
+    assert not [event for event in events if event["event"] == "runner_on_ok" and "drained" in (event["event_data"].get("task") or "")]
+    assert not any(event["event"] == "runner_on_changed" for event in events)
+    assert not (tmp_path / "gpu-a.lock").exists() and not (tmp_path / "gpu-b.lock").exists()  # given back
+
+
+ROLLOUT_STOPS = """
+- name: First pass stand-in
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Unharden under the lock
+      block:
+        - name: Take the node's run lock
+          gpuharden.k8s.unharden_node:
+            step: lock
+          register: __unharden_lock
+        - name: First pass result stand-in
+          ansible.builtin.set_fact:
+            __unharden_files: {deferred: "{{ [] if inventory_hostname == 'gpu-a' else ['kubelet_config'] }}", conflicts: []}
+        - name: Plan the rollout
+          unharden_rollout_stub:
+          delegate_to: localhost
+          delegate_facts: true
+          run_once: true
+- name: Drained pass stand-in
+  hosts: "{{ hostvars['localhost']['__unharden_rollout']['hosts'] | default([]) }}"
+  serial: "{{ hostvars['localhost']['__unharden_rollout']['serial'] | default(1) }}"
+  max_fail_percentage: 100
+  gather_facts: false
+  vars: {}  # the real playbook's second play's vars (the test puts them here)
+  tasks:
+    - name: Drained
+      block:
+        - name: Budget stand-in, what node_maintenance's budget would be told
+          ansible.builtin.set_fact:
+            stopped_by_seen: "{{ node_maintenance_stopped_by }}"
+        - name: Kubelet | drain
+          ansible.builtin.fail:
+            msg: a PodDisruptionBudget allows no eviction
+          when: inventory_hostname == 'gpu-b'
+        - name: Drained pass result stand-in
+          ansible.builtin.set_fact:
+            __unharden_kubelet_files: {conflicts: []}
+      rescue:
+        - name: Remember the node that stops the rollout
+          gpuharden.k8s.unharden_node:
+            step: failed
+          register: __unharden_failed
+- name: Report
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Report
+      block:
+        - name: Report
+          gpuharden.k8s.unharden_report:
+          register: __unharden_report
+      always:
+        - name: Release
+          gpuharden.k8s.unharden_node:
+            step: release
+            then_fail: report
+"""
+
+
+def test_a_failed_drained_pass_stops_the_rollout_and_fails_its_node_in_the_report(tmp_path):
+    """gpu-b and gpu-c need the drained pass (budget 1: a canary, then one at a time); the canary's drain fails: it is
+    remembered, stays in the play (a batch of one failed whole would end the run: no report, no lock given back), the
+    next batch's budget is told it stops the rollout (the real playbook's node_maintenance_stopped_by), and it fails in
+    the report with the step's message; every lock is given back."""
+    plugin_dir = tmp_path / "action_plugins"
+    plugin_dir.mkdir()
+    (plugin_dir / "unharden_rollout_stub.py").write_text(
+        "from ansible_collections.gpuharden.k8s.plugins.action import unharden_rollout\n"
+        "class ActionModule(unharden_rollout.ActionModule):\n"
+        "    def _execute_module(self, module_name=None, module_args=None, task_vars=None, **kwargs):\n"
+        "        assert module_name == 'gpuharden.k8s.disruption_budget' and module_args['max_unavailable'] == '1'\n"
+        "        return {'budget': 1, 'unavailable': [], 'fleet': module_args['fleet']}\n")
+    plays = yaml.safe_load(ROLLOUT_STOPS)
+    plays[1]["vars"] = yaml.safe_load((REPO_ROOT / "playbooks/unharden_gpu_nodes.yml").read_text())[1]["vars"]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
+    rc, events, out = _run_playbook(tmp_path, tmp_path / "play.yml", ["gpu-a", "gpu-b", "gpu-c"], plugin_dir=plugin_dir)
+    assert rc != 0, out[-4000:]
+    failed = {event["event_data"]["host"]: event["event_data"]["res"]["msg"] for event in events if event["event"] == "runner_on_failed"
+              and event["event_data"]["task"] == "Release"}
+    assert failed == {"gpu-b": "gpu-b: Kubelet | drain failed: a PodDisruptionBudget allows no eviction"}
+    seen = {event["event_data"]["host"]: event["event_data"]["res"]["ansible_facts"]["stopped_by_seen"] for event in events
+            if event["event"] == "runner_on_ok" and event["event_data"]["task"].startswith("Budget stand-in")}
+    assert seen == {"gpu-b": [], "gpu-c": ["gpu-b"]}
+    assert not list(tmp_path.glob("*.lock"))  # every lock given back after the report

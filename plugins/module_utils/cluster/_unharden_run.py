@@ -17,10 +17,43 @@ result (unharden_files ``deferred``: its kubelet files wait for a drain) and the
   fleet's nodes unavailable outside the rollout, and never below 1 (the budget role defers a node that may not start).
 - Report (action gpuharden.k8s.unharden_report): a node whose drained pass failed fails with that step's message; else
   what was left in conflict on it (its files, from both passes, and its Node's labels and taints) goes to the run's
-  stats, and the node fails when its drained pass was not started (the budget) or something is left in conflict.
+  stats, and the node fails when its drained pass was not started (the budget deferred it, or the rollout took it but
+  never reached it) or something is left in conflict.
+
+The playbook registers each step's result under the names in RESULTS; the actions read them there (a host's
+variables), so that the playbook names no result twice and builds no option in Jinja.
 """
 
 from __future__ import annotations
+
+# The results playbooks/unharden_gpu_nodes.yml registers (and the fact unharden_rollout sets on localhost), by step.
+RESULTS = {
+    "lock": "__unharden_lock",  # unharden_node step=lock: the run lock's owner and path, the Node name
+    "cluster": "__unharden_cluster",  # unharden_node step=cluster (once for the play)
+    "first_pass": "__unharden_files",  # unharden_files, play 1
+    "drained_pass": "__unharden_kubelet_files",  # unharden_files, play 2 (tasks/unharden_kubelet_drained.yml)
+    "deferred": "__unharden_deferred",  # unharden_node step=deferred: why the budget did not start the drained pass
+    "failed": "__unharden_failed",  # unharden_node step=failed: the drained pass's step that failed (stops the rollout)
+    "report": "__unharden_report",  # unharden_report, play 3
+    "rollout": "__unharden_rollout",  # unharden_rollout's fact, on localhost (delegate_facts)
+}
+NODE_NAME = "gpuharden_k8s_node_name"
+
+
+def node_name(host, variables):
+    """The Node name of inventory host ``host``: its gpuharden_k8s_node_name, else the inventory name."""
+    return variables.get(NODE_NAME) or host
+
+
+def run_owner(given, now, number):
+    """The run's name in the node locks: gpuharden_run_owner where given, else ``unharden@<UTC time>-<number>``
+    (``now`` a datetime in UTC, ``number`` a random one: two runs started in the same second differ)."""
+    return given or "unharden@%s-%d" % (now.strftime("%Y%m%dT%H%M%S"), number)
+
+
+def failure_message(node, failed_task, failed_result):
+    """The message a node fails with where one of its steps failed (a rescue's ansible_failed_task and _result)."""
+    return "%s: %s failed: %s" % (node, (failed_task or {}).get("name") or "a step", (failed_result or {}).get("msg") or "failed")
 
 
 def needs_drain(first_pass):
@@ -51,20 +84,27 @@ def plan(hosts, budget=None):
             "serial": [1, batch], "budget_needed": True}
 
 
-def report(node, passes, cluster=None, failed=None, deferred=None):
+def report(node, passes, cluster=None, failed=None, deferred=None, drain_expected=False):
     """This node's verdict.
 
-    ``passes``: its unharden_files results (None where a pass did not run); ``cluster``: unharden_cluster's result
-    (all nodes; None where it did not run); ``failed``: why its drained pass failed; ``deferred``: why it was not
-    started.  Returns ``{"conflicts": [...], "failure": the message the node fails with, or None}``; ``conflicts`` is
-    empty where the node fails for ``failed`` (the report of a node that stopped half-way is that step's failure)."""
+    ``passes``: its unharden_files results, the first pass first (None where a pass did not run); ``cluster``:
+    unharden_cluster's result (all nodes; None where it did not run); ``failed``: why its drained pass failed (the
+    message); ``deferred``: why it was not started; ``drain_expected``: the rollout took this host for the drained pass
+    (one whose pass neither ran, failed nor was deferred never got there, the second play ended before it: its kubelet
+    files are still gpuharden's).  Returns ``{"conflicts": [...], "failure": the message the node fails with, or
+    None}``; ``conflicts`` is empty where the node fails for ``failed`` (the report of a node that stopped half-way is
+    that step's failure)."""
     if failed:
-        return {"conflicts": [], "failure": "%s: %s" % (node, failed)}
+        return {"conflicts": [], "failure": failed}
     conflicts = [conflict for result in passes for conflict in (result or {}).get("conflicts") or []]
     conflicts += [conflict for conflict in (cluster or {}).get("conflicts") or [] if conflict.get("node") == node]
+    drained = len(passes) > 1 and passes[-1] is not None
     failure = None
     if deferred:
         failure = deferred
+    elif drain_expected and not drained:
+        failure = ("%s: the kubelet's files were not put back: the drained pass did not reach this node (its play ended first). "
+                   "Run the uninstall again." % node)
     elif conflicts:
         failure = ("%s: left as they are, changed since gpuharden wrote them: %s. Restore them by hand, or run again with "
                    "gpuharden_unharden_force=true." % (node, "; ".join(conflict["reason"] for conflict in conflicts)))
