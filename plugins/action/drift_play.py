@@ -120,6 +120,8 @@ class ActionModule(ActionBase):
         """One cluster-side module run on the controller, with ``python`` (the role's controller Python) as its
         interpreter, and ``check_mode`` instead of the task's where given.  A module that fails is its result."""
         task_vars = dict(task_vars)
+        # never the play's node Python (vars/node_python.yml): the role's controller Python, else the playbook's
+        python = python or task_vars.get("ansible_playbook_python")
         if python:
             delegate = self._task.delegate_to
             if delegate:
