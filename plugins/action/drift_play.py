@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side action gpuharden.k8s.drift_play: drift_check.yml's decisions, one task each (issue 45 items 1 and 7).
 
-A thin shell over the pure planner plugins/module_utils/cluster/_drift_play.py: it reads the play's variables (the
+A thin shell over the pure planner plugins/module_utils/audit/_drift_play.py: it reads the play's variables (the
 roles' options, the gpuharden_* settings, the hosts' plans from hostvars), lets the planner decide, and runs the
 cluster-side modules it names through ``_execute_module`` with their controller Python.
 
@@ -24,7 +24,7 @@ import random
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drift_play as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 

@@ -13,7 +13,7 @@ short_description: The decisions of the drift check playbook, one task each - th
 version_added: 0.2.0
 description:
   - Reads the play's variables (the roles' options, the C(gpuharden_*) settings, the hosts' plans from hostvars) on the
-    controller and decides in Python (C(plugins/module_utils/cluster/_drift_play.py)).
+    controller and decides in Python (C(plugins/module_utils/audit/_drift_play.py)).
   - O(step=start), once for the play before the audits - each host's Node name (C(gpuharden_k8s_node_name), else its
     inventory name), the play's nodes, the node run lock's options for M(gpuharden.k8s.node_audit) (owner from
     C(gpuharden_run_owner) or made up, path from C(gpuharden_lock_path), timeout from C(gpuharden_lock_timeout),

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """drift_check.yml's decisions in Python (issue 45 items 1 and 7): the planner of the gpuharden.k8s.drift_play action
-(plugins/module_utils/cluster/_drift_play.py) decides the run's start (Node names, lock, pods snapshot), whether and how
+(plugins/module_utils/audit/_drift_play.py) decides the run's start (Node names, lock, pods snapshot), whether and how
 the cluster side runs (consistency check, RuntimeClass dry run, in the module or handed to `gpuharden drift`) and each
 host's verdict; `gpuharden drift` reads the steps' results (drift_report.Outcomes.take_drift_play)."""
 
@@ -10,7 +10,7 @@ import datetime
 
 import pytest
 import yaml
-from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _drift_play as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 from gpuharden import drift_report
