@@ -78,7 +78,7 @@ class ActionModule(ActionBase):
             controller = _node_lock.controller_identity()
         except (OSError, ValueError, IndexError) as error:
             raise AnsibleActionFail("drift_play: cannot read this controller's processes in /proc: %s" % error) from None
-        owner = plan.made_up_owner(datetime.datetime.now(datetime.timezone.utc), random.randrange(1000000000))  # noqa: S311 (a name, no secret)
+        owner = plan.made_up_owner(datetime.datetime.now(datetime.UTC), random.randrange(1000000000))  # noqa: S311 (a name, no secret)
         return plan.start(self._settings(plan.START_SETTINGS, task_vars), play_hosts, named, controller, owner)
 
     def _cluster(self, task_vars):

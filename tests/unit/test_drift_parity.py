@@ -81,9 +81,10 @@ def module_path_report(options):
         outcomes.feed(event)
     # the cluster step's module run (plugins/action/drift_play.py): gpu_consistency's result inside the step's
     result = _consistency_run.consistency_check_of_options(options, NODE_REPORTS, _consistency_run.RAN_IN_MODULE)
+    identity = {"kubeconfig": options.get("kubeconfig"), "context": options.get("context")}
     outcomes.feed(_event("gpu-a", "gpuharden.k8s.drift_play", {"consistency": result, "consistency_options": None, "node_reports": None,
-                                                               "consistency_identity": {"kubeconfig": options.get("kubeconfig"), "context": options.get("context")},
-                                                               "runtime_class": None, "api_retries": result["api_retries"]}))
+                                                               "consistency_identity": identity, "runtime_class": None,
+                                                               "api_retries": result["api_retries"]}))
     return _report(outcomes)
 
 

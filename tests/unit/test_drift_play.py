@@ -47,7 +47,7 @@ def test_the_lock_options_are_those_node_stages_takes():
 
 
 def test_the_made_up_owner_is_harden_s_form():
-    when = datetime.datetime(2026, 12, 7, 10, 1, 2, tzinfo=datetime.timezone.utc)
+    when = datetime.datetime(2026, 12, 7, 10, 1, 2, tzinfo=datetime.UTC)
     assert plan.made_up_owner(when, 42) == "drift@20261207T100102-42"
 
 

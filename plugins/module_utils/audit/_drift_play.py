@@ -118,8 +118,8 @@ def cluster_plan(settings, nodes, plans, pods_snapshot):
     runtime_class = None
     if objects:
         runtime_class = dict(audit_options)
-        runtime_class.update((option, settings[name]) for option, name in (("kubeconfig", "runtime_class_kubeconfig"), ("context", "runtime_class_kube_context"))
-                             if settings.get(name))
+        identity = (("kubeconfig", "runtime_class_kubeconfig"), ("context", "runtime_class_kube_context"))
+        runtime_class.update((option, settings[name]) for option, name in identity if settings.get(name))
         runtime_class["nodes"] = list(nodes)
     folded = objects and all(settings.get("runtime_class_" + name) == settings.get("postcheck_" + name)
                              for name in ("kubeconfig", "kube_context", "controller_python"))
