@@ -27,6 +27,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import run_module_in_mode
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict"]}}
 NODE_NAME = "gpuharden_k8s_node_name"
@@ -130,10 +131,4 @@ class ActionModule(ActionBase):
                 task_vars["ansible_delegated_vars"] = delegated
             else:
                 task_vars["ansible_python_interpreter"] = python
-        saved = self._task.check_mode
-        if check_mode is not None:
-            self._task.check_mode = check_mode
-        try:
-            return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
-        finally:
-            self._task.check_mode = saved
+        return run_module_in_mode(self, name, module_args, task_vars, check_mode)

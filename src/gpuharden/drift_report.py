@@ -111,13 +111,7 @@ class Outcomes:
         elif kind == "runner_on_ok" and data.get("task_action") in CONSISTENCY_ACTIONS:
             if result.get("skipped"):
                 return True
-            self.consistency_invocation = (result.get("invocation") or {}).get("module_args") or {}
-            self.consistency_ran_in = RAN_IN_MODULE
-            if result.get("failed_when_result") or "findings" not in result:
-                self.consistency_error = event_message(result) or "gpu_consistency failed"
-                self.consistency_access = result.get("access")
-            else:
-                self.take_consistency(result)
+            self.take_module_consistency(result, (result.get("invocation") or {}).get("module_args") or {})
         elif kind == "runner_on_ok" and data.get("task_action") in DRIFT_PLAY_ACTIONS:
             self.take_drift_play(result)
         elif kind == "runner_on_ok" and data.get("task_action") in GPU_PODS_ACTIONS:
@@ -148,17 +142,21 @@ class Outcomes:
         if result.get("consistency_options") is not None:
             self.consistency_options = result["consistency_options"]
             self.node_reports = result.get("node_reports")
-        consistency = result.get("consistency")
-        if isinstance(consistency, dict):
-            self.consistency_invocation = result.get("consistency_identity") or {}
-            self.consistency_ran_in = RAN_IN_MODULE
-            if consistency.get("failed") or "findings" not in consistency:
-                self.consistency_error = event_message(consistency) or "gpu_consistency failed"
-                self.consistency_access = consistency.get("access")
-            else:
-                self.take_consistency(consistency)
+        if isinstance(result.get("consistency"), dict):
+            self.take_module_consistency(result["consistency"], result.get("consistency_identity") or {})
         if isinstance(result.get("runtime_class"), dict):
             self.runtime_class = result["runtime_class"]
+
+    def take_module_consistency(self, result, identity):
+        """gpu_consistency's result where the play ran the module (``identity``: its kubeconfig and context), answered
+        or failed (failed_when: false, or a failed run inside drift_play's cluster step)."""
+        self.consistency_invocation = identity
+        self.consistency_ran_in = RAN_IN_MODULE
+        if result.get("failed_when_result") or result.get("failed") or "findings" not in result:
+            self.consistency_error = event_message(result) or "gpu_consistency failed"
+            self.consistency_access = result.get("access")
+        else:
+            self.take_consistency(result)
 
     def take_consistency(self, result):
         """A gpu_consistency result that answered, from the module run or from run_cluster_side."""
