@@ -81,6 +81,11 @@ def drift_results(lab, tmp_path_factory):
         if event.get("event") == "runner_on_ok" and str(event["event_data"].get("task_action", "")).startswith("gpuharden.k8s."):
             data = event["event_data"]
             results.setdefault(data["task_action"].rsplit(".", 1)[-1], []).append(dict(data["res"], _host=data["host"]))
+            # the play's cluster step (gpuharden.k8s.drift_play, step=cluster) runs these modules inside its task: their
+            # results are the step's
+            for module, key in (("gpu_consistency", "consistency"), ("runtime_class", "runtime_class")):
+                if data["task_action"] == "gpuharden.k8s.drift_play" and data["res"].get(key):
+                    results.setdefault(module, []).append(dict(data["res"][key], _host=data["host"]))
     return results
 
 
