@@ -61,8 +61,15 @@ class StageAction(ActionBase):
 def read_outside_check_mode(action, name, module_args, task_vars):
     """A read-only module's result (disruption_budget: the run's plan needs its reading in check mode too), run by the
     action plugin ``action`` outside check mode; the task's check mode is set back after."""
+    return run_module_in_mode(action, name, module_args, task_vars, check_mode=False)
+
+
+def run_module_in_mode(action, name, module_args, task_vars, check_mode=None):
+    """A module's result, run by the action plugin ``action`` with ``check_mode`` instead of the task's where it is not
+    None (a dry run inside a real run); the task's check mode is set back after."""
     saved = action._task.check_mode
-    action._task.check_mode = False
+    if check_mode is not None:
+        action._task.check_mode = check_mode
     try:
         return action._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
     finally:

@@ -3,10 +3,10 @@
 run folded into it) run from the options drift_check.yml hands over and the node reports node_audit returned, once
 the play is over.
 
-drift_check.yml, given gpuharden_drift_cluster_in_process=true, runs no gpu_consistency module: it records the
-module's options (gpuharden_drift_consistency_options, a run_once set_fact: the one place they are mapped from the
-roles' variables) and the node reports (__drift_node_reports) as facts, which reach this process in the runner's
-events.  The check itself is the one function the module runs too, in the collection's module_utils
+drift_check.yml, given gpuharden_drift_cluster_in_process=true, runs no gpu_consistency module: its cluster step (the
+collection's drift_play action, step=cluster: the one place the options are mapped from the roles' variables, in
+module_utils/audit/_drift_play.py) returns the module's options (consistency_options) and the node reports
+(node_reports), which reach this process in the runner's events.  The check itself is the one function the module runs too, in the collection's module_utils
 (plugins/module_utils/cluster/_consistency_run.py, consistency_check_of_options: the module's argument_spec
 validates the options, as AnsibleModule does); its result says where it ran (ran_in, "controller process" here,
 "module" in the module run), and the report carries it as cluster.ran_in.  `gpuharden drift --cluster-check module`

@@ -25,6 +25,9 @@ CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 GPU_PODS_ACTIONS = ("gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
 SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
+# drift_check.yml's decisions (the collection's drift_play action): its start step names each host's Node, its cluster
+# step carries the consistency check's module result, or the hand-over to run_cluster_side, and the RuntimeClass dry run
+DRIFT_PLAY_ACTIONS = ("gpuharden.k8s.drift_play", "drift_play")
 # drift_check.yml's facts: the Node name of each host of the play (one run_once set_fact, before any audit: an unreachable
 # host is named too), and what the consistency check gpuharden drift runs itself takes (gpuharden/cluster_side.py)
 NODE_NAMES_FACT = "__drift_node_names"
@@ -108,13 +111,9 @@ class Outcomes:
         elif kind == "runner_on_ok" and data.get("task_action") in CONSISTENCY_ACTIONS:
             if result.get("skipped"):
                 return True
-            self.consistency_invocation = (result.get("invocation") or {}).get("module_args") or {}
-            self.consistency_ran_in = RAN_IN_MODULE
-            if result.get("failed_when_result") or "findings" not in result:
-                self.consistency_error = event_message(result) or "gpu_consistency failed"
-                self.consistency_access = result.get("access")
-            else:
-                self.take_consistency(result)
+            self.take_module_consistency(result, (result.get("invocation") or {}).get("module_args") or {})
+        elif kind == "runner_on_ok" and data.get("task_action") in DRIFT_PLAY_ACTIONS:
+            self.take_drift_play(result)
         elif kind == "runner_on_ok" and data.get("task_action") in GPU_PODS_ACTIONS:
             if not result.get("skipped") and "pod_uids_by_node" not in result:
                 self.pods_error = {"cause": event_message(result) or "gpu_pods_info failed", "access": result.get("access")}
@@ -134,6 +133,30 @@ class Outcomes:
             self._report(host, "%d finding(s)%s" % (summary.get("findings", 0),
                                                      (", max " + summary["max_severity"]) if summary.get("max_severity") else ""))
         return True
+
+    def take_drift_play(self, result):
+        """A drift_play step's result: the Node names (step=start); the consistency check's module result, or its
+        options and the node reports handed over, and the RuntimeClass dry run run by itself (step=cluster)."""
+        if isinstance(result.get("node_names"), dict):
+            self.node_names.update(result["node_names"])
+        if result.get("consistency_options") is not None:
+            self.consistency_options = result["consistency_options"]
+            self.node_reports = result.get("node_reports")
+        if isinstance(result.get("consistency"), dict):
+            self.take_module_consistency(result["consistency"], result.get("consistency_identity") or {})
+        if isinstance(result.get("runtime_class"), dict):
+            self.runtime_class = result["runtime_class"]
+
+    def take_module_consistency(self, result, identity):
+        """gpu_consistency's result where the play ran the module (``identity``: its kubeconfig and context), answered
+        or failed (failed_when: false, or a failed run inside drift_play's cluster step)."""
+        self.consistency_invocation = identity
+        self.consistency_ran_in = RAN_IN_MODULE
+        if result.get("failed_when_result") or result.get("failed") or "findings" not in result:
+            self.consistency_error = event_message(result) or "gpu_consistency failed"
+            self.consistency_access = result.get("access")
+        else:
+            self.take_consistency(result)
 
     def take_consistency(self, result):
         """A gpu_consistency result that answered, from the module run or from run_cluster_side."""

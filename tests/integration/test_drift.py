@@ -81,6 +81,11 @@ def drift_results(lab, tmp_path_factory):
         if event.get("event") == "runner_on_ok" and str(event["event_data"].get("task_action", "")).startswith("gpuharden.k8s."):
             data = event["event_data"]
             results.setdefault(data["task_action"].rsplit(".", 1)[-1], []).append(dict(data["res"], _host=data["host"]))
+            # the play's cluster step (gpuharden.k8s.drift_play, step=cluster) runs these modules inside its task: their
+            # results are the step's
+            for module, key in (("gpu_consistency", "consistency"), ("runtime_class", "runtime_class")):
+                if data["task_action"] == "gpuharden.k8s.drift_play" and data["res"].get(key):
+                    results.setdefault(module, []).append(dict(data["res"][key], _host=data["host"]))
     return results
 
 
@@ -217,12 +222,12 @@ def test_drift_cli_report_metrics_and_unreachable_host(lab, tmp_path):
     # a node unreachable: the run could not check everything (exit 4), and says so first
     assert completed.returncode == 4, completed.stderr[-3000:]
     assert completed.stdout.startswith("NOT CHECKED: every check (unreachable) on node gone-node: "), completed.stdout[:500]
-    # the cluster side ran in the CLI's Python: the play handed over the options and ran no gpu_consistency module
+    # the cluster side ran in the CLI's Python: the play's cluster step (drift_play, step=cluster) handed over the
+    # options and ran no gpu_consistency module (which would have made the report's ran_in "module")
     results = _task_results(log.read_text())
-    assert results["The consistency check's options, for gpuharden drift to run in its own Python"] == {"ok"}, results
-    assert results["Declared, allocated and used GPUs of the play's nodes (one LIST per kind, no further trip to the nodes)"] == {"skipping"}
-    assert results["The RuntimeClass as harden would leave it (a dry run, once for the play)"] == {"skipping"}
+    assert results["The cluster side, once for the play (consistency check, RuntimeClass dry run)"] == {"ok"}, results
     data = json.loads(report.read_text())
+    assert data["cluster"]["ran_in"] == "controller process", data["cluster"]
     assert data["summary"]["unreachable"] == 1 and "gone-node" in data["unreachable"]
     assert len(data["nodes"]) == 11 and data["summary"]["drifted"] >= 6
     for node in data["nodes"].values():

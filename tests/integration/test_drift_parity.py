@@ -69,11 +69,14 @@ def test_plain_ansible_playbook_runs_the_module_and_its_run_data_and_failed_host
                                 event_handler=lambda event: events.append(event) or True)
     assert runner.status in ("successful", "failed"), runner.stdout.read()[-3000:]
     ok = [event["event_data"] for event in events if event.get("event") == "runner_on_ok"]
-    assert [data["res"]["ran_in"] for data in ok if data.get("task_action") == "gpuharden.k8s.gpu_consistency"] == ["module"]
+    # the play's cluster side and each host's verdict are drift_play steps (plugins/action/drift_play.py): the cluster
+    # step carries gpu_consistency's module result, each verdict the host's run data as the run's stats
+    steps = [data["res"] for data in ok if data.get("task_action") == "gpuharden.k8s.drift_play"]
+    assert [(res.get("consistency") or {}).get("ran_in") for res in steps if "consistency" in res] == ["module"]
     run_data = {}
-    for data in ok:
-        if data.get("task_action") == "ansible.builtin.set_stats":
-            run_data.update(data["res"]["ansible_stats"]["data"]["gpuharden_drift"])
+    for res in steps:
+        if "ansible_stats" in res:
+            run_data.update(res["ansible_stats"]["data"]["gpuharden_drift"])
     failed = {event["event_data"]["host"]: event["event_data"]["res"]["msg"] for event in events if event.get("event") == "runner_on_failed"}
     here = reports[0]
     assert set(run_data) == set(here["nodes"]), (sorted(run_data), sorted(here["nodes"]))

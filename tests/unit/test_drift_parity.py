@@ -57,13 +57,14 @@ def _event(host, action, result):
 
 
 def _play(options):
-    """The play's events both paths share: a node_audit per host, the Node names and the hand-over facts."""
+    """The play's events both paths share: the Node names (drift_play's start step), a node_audit per host, and the
+    hand-over (its cluster step under `gpuharden drift`: the consistency check's options and the node reports)."""
     events = []
-    events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"__drift_node_names": {"gpu-a": "gpu-a", "gpu-b": "gpu-b"}}}))
+    events.append(_event("gpu-a", "gpuharden.k8s.drift_play", {"node_names": {"gpu-a": "gpu-a", "gpu-b": "gpu-b"}, "nodes": ["gpu-a", "gpu-b"]}))
     for host in ("gpu-a", "gpu-b"):
         events.append(_event(host, "gpuharden.k8s.node_stages", {"findings": [], "summary": {"findings": 0}, "checks": {}, "seconds": 0.1}))
-    events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"__drift_node_reports": NODE_REPORTS}}))
-    events.append(_event("gpu-a", "ansible.builtin.set_fact", {"ansible_facts": {"gpuharden_drift_consistency_options": options}}))
+    events.append(_event("gpu-a", "gpuharden.k8s.drift_play", {"consistency": None, "consistency_options": options, "node_reports": NODE_REPORTS,
+                                                               "runtime_class": None, "api_retries": 0}))
     return events
 
 
@@ -74,12 +75,16 @@ def _report(outcomes):
 
 def module_path_report(options):
     """The report as when the play runs the gpu_consistency module: the module's main() calls consistency_check with
-    its validated options and RAN_IN_MODULE; its result reaches drift as the task's runner event."""
+    its validated options and RAN_IN_MODULE; its result reaches drift in the drift_play cluster step's runner event."""
     outcomes = drift_report.Outcomes()
     for event in _play(options)[:-1]:
         outcomes.feed(event)
+    # the cluster step's module run (plugins/action/drift_play.py): gpu_consistency's result inside the step's
     result = _consistency_run.consistency_check_of_options(options, NODE_REPORTS, _consistency_run.RAN_IN_MODULE)
-    outcomes.feed(_event("gpu-a", "gpuharden.k8s.gpu_consistency", dict(result, invocation={"module_args": dict(options, node_reports=NODE_REPORTS)})))
+    identity = {"kubeconfig": options.get("kubeconfig"), "context": options.get("context")}
+    outcomes.feed(_event("gpu-a", "gpuharden.k8s.drift_play", {"consistency": result, "consistency_options": None, "node_reports": None,
+                                                               "consistency_identity": identity, "runtime_class": None,
+                                                               "api_retries": result["api_retries"]}))
     return _report(outcomes)
 
 

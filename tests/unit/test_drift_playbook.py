@@ -39,7 +39,8 @@ def test_the_drift_check_audits_through_the_engine_plan_only():
     assert plan["module_defaults"] == {"gpuharden.k8s.node_stages": {"run_stages": False}}
     assert {"__node_plan_node", "__node_plan_nodes", "__node_plan_facts", "__node_plan_lock"} <= set(plan["vars"])
     assert plan["vars"]["__node_plan_facts"] is False
-    assert set(plan["vars"]["__node_plan_lock"]) == {"owner", "path", "timeout", "controller"}
+    # the lock option is the drift_play action's start step's (its keys: tests/unit/test_drift_play.py)
+    assert plan["vars"]["__node_plan_lock"] == "{{ __drift_run.lock }}"
     # the engine's task leaves run_stages to the caller: a task's own argument would win over module_defaults
     [engine] = [task for task in _tasks(yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())) if "gpuharden.k8s.node_stages" in task]
     assert "run_stages" not in engine["gpuharden.k8s.node_stages"] and engine["register"] == "gpuharden_node_plan"

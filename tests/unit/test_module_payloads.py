@@ -49,6 +49,8 @@ CONTROLLER_SIDE = {
     "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
+    "drift_play": "action plugin on the controller (drift_check.yml's start, cluster side and verdict: runs gpu_consistency and runtime_class "
+                  "delegated to localhost); the module file is documentation only, no payload",
     "harden_rollout": "action plugin on the controller (harden_gpu_nodes, run_once, runs disruption_budget); the module file is documentation only",
     "node_maintenance_budget": "action plugin on the controller (roles/node_maintenance budget.yml, run_once, runs disruption_budget); documentation only",
     "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
@@ -56,13 +58,13 @@ CONTROLLER_SIDE = {
                       "delegated to localhost; the module file is documentation only, no payload",
     "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
-    "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check, delegate_to localhost",
+    "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check (its drift_play action), delegate_to localhost",
     "gpu_node_labels": "bootstrap (the bootstrap taint), standalone use, delegate_to localhost (run_once)",
     "gpu_pods_info": "harden's plan, roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
     "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
-    "runtime_class": "roles/runtime_class, drift_check, delegate_to localhost, run_once",
+    "runtime_class": "roles/runtime_class, drift_check (its drift_play action), delegate_to localhost, run_once",
     "topology_check": "roles/kubelet_topology plan.yml, roles/postcheck (without workloads), delegate_to localhost "
                       "per node: it weighs the workloads gpu_workloads_info or gpu_consistency listed on the controller",
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
@@ -73,7 +75,7 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "harden_rollout",
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
                       "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "node_maintenance_budget", "node_stages", "postcheck_step",
                       "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 

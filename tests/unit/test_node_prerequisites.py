@@ -141,6 +141,8 @@ def test_read_script_in_a_real_venv():
 ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "debug", "fail", "set_stats", "meta", "pause", "include_tasks",
                                                      "import_tasks", "include_role", "import_role")} | {"gpuharden.k8s.check_variables",
                                                                                                 "gpuharden.k8s.cluster_stage_gate",
+                                                                                                # names each module's controller Python itself
+                                                                                                "gpuharden.k8s.drift_play",
                                                                                                 "gpuharden.k8s.role_preflight"}
 
 

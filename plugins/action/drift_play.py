@@ -1,0 +1,134 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.drift_play: drift_check.yml's decisions, one task each (issue 45 items 1 and 7).
+
+A thin shell over the pure planner plugins/module_utils/audit/_drift_play.py: it reads the play's variables (the
+roles' options, the gpuharden_* settings, the hosts' plans from hostvars), lets the planner decide, and runs the
+cluster-side modules it names through ``_execute_module`` with their controller Python.
+
+- ``step=start`` (run once, before the audits): each host's Node name, the play's nodes, node_audit's lock option and
+  whether the plan's LIST of pods is kept for the consistency check.  Contacts no host.
+- ``step=cluster`` (run once, delegated to localhost, after the audits): the consistency check (gpu_consistency, with
+  the RuntimeClass dry run folded in where both use the same identity and Python) and the RuntimeClass dry run by
+  itself where that run did not check it.  Under ``gpuharden drift`` (gpuharden_drift_cluster_in_process) the
+  consistency check's options and the node reports are handed over instead, and the CLI runs the same check itself.
+- ``step=verdict`` (each host, a second play): the host's run data, as the run's stats (gpuharden_drift, aggregated),
+  and why it fails (``failure``).  It never fails itself: ansible-core records stats only from a successful result.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import run_module_in_mode
+
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict"]}}
+NODE_NAME = "gpuharden_k8s_node_name"
+# The results of drift_check.yml this action reads: the start step's (registered), the plan's LIST of pods
+# (tasks/node_plan_inputs.yml), each host's plan (tasks/node_stages.yml), the cluster step's (registered).
+START_RESULT = "__drift_run"
+GPU_PODS_RESULT = "__node_plan_gpu_pods"
+NODE_PLAN = "gpuharden_node_plan"
+CLUSTER_RESULT = "__drift_cluster"
+RUN_DATA_STAT = "gpuharden_drift"
+BOOKKEEPING = ("invocation", "changed", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
+
+
+def _data(result):
+    return {key: value for key, value in (result or {}).items() if key not in BOOKKEEPING}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def _settings(self, names, task_vars):
+        """The play's variables, templated as a task templates them; one undefined is None."""
+        return {name: self._templar.resolve_variable_expression(name) if name in task_vars else None for name in names}
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        _valid, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        try:
+            decided = getattr(self, "_" + args["step"])(task_vars)
+        except GpuhardenError as error:
+            raise AnsibleActionFail("drift_play: %s" % error) from None
+        result.update(decided, changed=False)
+        return result
+
+    def _start(self, task_vars):
+        hostvars = task_vars.get("hostvars") or {}
+        play_hosts = list(task_vars.get("ansible_play_hosts") or [])
+        named = {}
+        for host in play_hosts:
+            # a variable merge per host, once for the play
+            name = hostvars[host].get(NODE_NAME)
+            if name is not None:
+                named[host] = name
+        try:
+            controller = _node_lock.controller_identity()
+        except (OSError, ValueError, IndexError) as error:
+            raise AnsibleActionFail("drift_play: cannot read this controller's processes in /proc: %s" % error) from None
+        owner = plan.made_up_owner(datetime.datetime.now(datetime.UTC), random.randrange(1000000000))  # noqa: S311 (a name, no secret)
+        return plan.start(self._settings(plan.START_SETTINGS, task_vars), play_hosts, named, controller, owner)
+
+    def _cluster(self, task_vars):
+        settings = self._settings(plan.CLUSTER_SETTINGS, task_vars)
+        hostvars = task_vars.get("hostvars") or {}
+        play_hosts = list(task_vars.get("ansible_play_hosts") or [])
+        names = (task_vars.get(START_RESULT) or {}).get("node_names") or {}
+        plans = [hostvars[host].get(NODE_PLAN) or {} for host in play_hosts]
+        pods = task_vars.get(GPU_PODS_RESULT) or {}
+        decided = plan.cluster_plan(settings, [names.get(host, host) for host in play_hosts], plans, pods.get("pods_snapshot"))
+        outcome, retries = {"consistency": None, "consistency_options": None, "node_reports": None, "runtime_class": None}, 0
+        options = decided["consistency"]
+        if options is not None:
+            # the identity the check used (the drift report's credential), both ways
+            outcome["consistency_identity"] = {"kubeconfig": options["kubeconfig"], "context": options["context"]}
+            if decided["in_process"]:
+                outcome.update(consistency_options=options, node_reports=decided["node_reports"])
+            else:
+                done = self._module("gpuharden.k8s.gpu_consistency", dict(plan.module_args(options), node_reports=decided["node_reports"]),
+                                    task_vars, settings["postcheck_controller_python"])
+                retries += done.get("api_retries") or 0
+                outcome["consistency"] = _data(done)
+        if plan.runtime_class_alone(decided, outcome["consistency"]):
+            done = self._module("gpuharden.k8s.runtime_class", decided["runtime_class"], task_vars, settings["runtime_class_controller_python"],
+                                check_mode=True)
+            retries += done.get("api_retries") or 0
+            outcome["runtime_class"] = _data(done)
+        outcome["api_retries"] = retries
+        return outcome
+
+    def _verdict(self, task_vars):
+        settings = self._settings(plan.VERDICT_SETTINGS, task_vars)
+        cluster = task_vars.get(CLUSTER_RESULT) or {}
+        decided = plan.verdict(settings, task_vars.get(NODE_PLAN), cluster.get("consistency"))
+        host = task_vars["inventory_hostname"]
+        return dict(decided, ansible_stats={"data": {RUN_DATA_STAT: {host: decided["run_data"]}}, "per_host": False, "aggregate": True})
+
+    def _module(self, name, module_args, task_vars, python, check_mode=None):
+        """One cluster-side module run on the controller, with ``python`` (the role's controller Python) as its
+        interpreter, and ``check_mode`` instead of the task's where given.  A module that fails is its result."""
+        task_vars = dict(task_vars)
+        # never the play's node Python (vars/node_python.yml): the role's controller Python, else the playbook's
+        python = python or task_vars.get("ansible_playbook_python")
+        if python:
+            delegate = self._task.delegate_to
+            if delegate:
+                delegated = dict(task_vars.get("ansible_delegated_vars") or {})
+                delegated[delegate] = dict(delegated.get(delegate) or {}, ansible_python_interpreter=python)
+                task_vars["ansible_delegated_vars"] = delegated
+            else:
+                task_vars["ansible_python_interpreter"] = python
+        return run_module_in_mode(self, name, module_args, task_vars, check_mode)
