@@ -140,25 +140,26 @@ def test_a_change_in_the_table_reaches_every_generated_file(tmp_path):
 
 def test_every_playbook_fallback_is_the_tables_default():
     written = settings.written_defaults()
-    # the scan reads every playbook and role file with Jinja's parser: it finds the fallbacks (78 at 942d3bb)
-    assert len(written) > 60 and {path.split("/")[0] for path, _name, _value in written} == {"playbooks", "roles"}
-    assert ("playbooks/drift_check.yml", "gpuharden_lock_timeout", 60) in written
+    # the scan reads every playbook and role file with Jinja's parser: it finds the fallbacks (78 at 942d3bb, 52 once the
+    # drift and unharden actions read theirs from the table themselves)
+    assert len(written) > 40 and {path.split("/")[0] for path, _name, _value in written} == {"playbooks", "roles"}
+    assert ("playbooks/harden_gpu_nodes.yml", "gpuharden_max_fail_percentage", 0) in written
     assert settings.default_disagreements() == []
 
 
 def test_a_playbook_fallback_that_differs_from_the_table_is_named_with_its_file(tmp_path):
     root = copy_of_the_checkout(tmp_path)
-    for path in ("playbooks/drift_check.yml", "playbooks/unharden_gpu_nodes.yml"):
+    for path in ("playbooks/harden_gpu_nodes.yml", "playbooks/unharden_gpu_nodes.yml"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / path, root / path)
     assert settings.check(root) == []
-    # a drift check waits 60 s for a lock and unharden 600 s, each on purpose (by_playbook): the other one's value is wrong
-    edit(root / "playbooks/drift_check.yml", "gpuharden_lock_timeout | default(60)", "gpuharden_lock_timeout | default(600)")
+    # harden stops at the first failed host and bootstrap goes on, each on purpose (by_playbook): the other one's value is wrong
+    edit(root / "playbooks/harden_gpu_nodes.yml", "gpuharden_max_fail_percentage | default(0)", "gpuharden_max_fail_percentage | default(100)")
     # unharden's first play (its steps read the other variables themselves, plugins/action/unharden_node.py)
     hosts = "restarts)\n  hosts: \"{{ gpuharden_target_hosts | default('%s') }}\""
     edit(root / "playbooks/unharden_gpu_nodes.yml", hosts % "gpu_nodes", hosts % "gpu")
     assert settings.check(root) == [
-        "playbooks/drift_check.yml: gpuharden_lock_timeout | default(600), the settings table says 60",
+        "playbooks/harden_gpu_nodes.yml: gpuharden_max_fail_percentage | default(100), the settings table says 0",
         "playbooks/unharden_gpu_nodes.yml: gpuharden_target_hosts | default('gpu'), the settings table says 'gpu_nodes'"]
 
 
