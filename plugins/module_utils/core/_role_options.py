@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _errors
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default
 
 
 class _Omit:
@@ -78,7 +78,8 @@ CGROUP_LIMITS_KUBELET_FIELDS = {
 # Variables read where set, with the value the Jinja's default() gave where not: the plan of harden/drift's node_audit
 # (none when the role runs alone), the stages taken over from the GPU Operator, cgroup_limits' kubelet settings (a play
 # without role cgroup_limits merges none).
-OPTIONAL = {"gpuharden_node_plan": {}, "gpuharden_operator_takeover": [], "cgroup_limits_audit_kubelet_settings": {}}
+OPTIONAL = {"gpuharden_node_plan": {}, "gpuharden_operator_takeover": playbook_default("gpuharden_operator_takeover"),
+            "cgroup_limits_audit_kubelet_settings": {}}
 
 
 def _settings_feeding(role, module):
@@ -100,7 +101,7 @@ def _gpu_operator(values):
     plan: the module then reads the node's layout), with the stages gpuharden takes over from it."""
     plan = values.get("gpuharden_node_plan", OPTIONAL["gpuharden_node_plan"])
     operator = plan.get("gpu_operator") if isinstance(plan, dict) else None
-    return dict(operator or {}, takeover=values.get("gpuharden_operator_takeover", OPTIONAL["gpuharden_operator_takeover"]))
+    return dict(operator or {}, takeover=values.get("gpuharden_operator_takeover", list(OPTIONAL["gpuharden_operator_takeover"])))
 
 
 def merge_recursive(base, extra):
