@@ -88,7 +88,10 @@ CASES = {
         "kubelet_topology_require_durable": "yes", "mig_layout": {"0": {"2g.20gb": 3}}, "mig_force": "true",
         "container_runtime_set_as_default": "yes", "device_plugin_wait_timeout": "600", "device_permissions_create_missing": "no",
     },
-    "a negative page size, an unparsable factor": {"cgroup_limits_page_size": -1, "cgroup_limits_factor": "lots"},
+    "a negative page size, an unparsable factor, other spellings of true": {
+        "cgroup_limits_page_size": -1, "cgroup_limits_factor": "lots", "kubelet_topology_require_durable": "y", "cgroup_limits_kubelet": "On",
+        "cgroup_limits_memory_qos_feature_gate": 1, "mig_layout": {"all": {"1g.10gb": 7}}, "mig_force": 1.0,
+    },
     "the durable fix off, extra kubelet settings": {
         "cgroup_limits_kubelet": False, "kubelet_topology_extra_settings": {"memoryThrottlingFactor": 0.7, "featureGates": {"MemoryQoS": False}},
     },
@@ -187,6 +190,7 @@ def test_the_vars_files_only_call_the_lookup():
     (None, "x", "x"), (None, None, None),
     ("float", "0.5", 0.5), ("float", 1, 1.0), ("float", "lots", 0.0), ("float", None, 0.0),
     ("bool", "yes", True), ("bool", "No", False), ("bool", 1, True), ("bool", None, False), ("bool", "perhaps", False),
+    ("bool", "y", False), ("bool", 1.0, True),
     ("omit_empty", "", _role_options.OMIT), ("omit_empty", {}, _role_options.OMIT), ("omit_empty", None, _role_options.OMIT), ("omit_empty", [0], [0]),
     ("omit_none", None, _role_options.OMIT), ("omit_none", "", ""), ("omit_none", 0, 0),
     ("omit_unless_positive", 0, _role_options.OMIT), ("omit_unless_positive", "-1", _role_options.OMIT), ("omit_unless_positive", None, _role_options.OMIT),

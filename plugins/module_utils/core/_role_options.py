@@ -19,8 +19,8 @@ kubelet_topology's.  Pure: plain values in and out; controller side only (the lo
 
 from __future__ import annotations
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _errors
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._jinja_filters import as_bool, as_float, as_int
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default
 
 
@@ -29,41 +29,16 @@ class _Omit:
 
 
 OMIT = _Omit()
-_MISSING = object()
-
-
-def _jinja_int(value):
-    """Jinja's ``int`` filter: the integer, or 0 where the value is none."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
-
-
-def _jinja_float(value):
-    """Jinja's ``float`` filter: the number, or 0.0 where the value is none."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _jinja_bool(value):
-    """Ansible's ``bool`` filter: true for true, yes, on, 1 (any case), false otherwise."""
-    return boolean(value, strict=False)
 
 
 # How a setting is passed to the option it feeds (the table's feed_as).
 FEED_AS = {
     None: lambda value: value,
-    "float": _jinja_float,
-    "bool": _jinja_bool,
+    "float": as_float,
+    "bool": as_bool,
     "omit_empty": lambda value: value if value else OMIT,
     "omit_none": lambda value: OMIT if value is None else value,
-    "omit_unless_positive": lambda value: value if _jinja_int(value) > 0 else OMIT,
+    "omit_unless_positive": lambda value: value if as_int(value) > 0 else OMIT,
 }
 
 # cgroup_limits' durable fix: the KubeletConfiguration field each setting gives, left out where the setting is empty
@@ -117,10 +92,10 @@ def _label(values):
 
 
 def _cgroup_limits_kubelet_settings(values):
-    if not _jinja_bool(values["cgroup_limits_kubelet"]):
+    if not as_bool(values["cgroup_limits_kubelet"]):
         return {}
-    settings = {"memoryThrottlingFactor": _jinja_float(values["cgroup_limits_factor"])}
-    if _jinja_bool(values["cgroup_limits_memory_qos_feature_gate"]):
+    settings = {"memoryThrottlingFactor": as_float(values["cgroup_limits_factor"])}
+    if as_bool(values["cgroup_limits_memory_qos_feature_gate"]):
         settings["featureGates"] = {"MemoryQoS": True}
     settings.update((field, values[name]) for name, field in CGROUP_LIMITS_KUBELET_FIELDS.items() if values[name])
     return settings
