@@ -37,7 +37,7 @@ def test_enable_cdi_follows_the_plugins_cdi_strategies_and_false_is_refused_with
     config = tmp_path / "containerd"
     config.mkdir()
     record = ("{{ {'outcome': outcome, 'enable_cdi': container_runtime_enable_cdi | bool,"
-              " 'module_option': __container_runtime_module_options.enable_cdi | bool} | to_json }}")
+              " 'module_option': container_runtime_audit_options.enable_cdi | bool} | to_json }}")
     with tempfile.TemporaryDirectory() as tmp:
         plays = [{
             "hosts": "localhost", "gather_facts": False, "vars": dict(values, container_runtime_config=str(config / "config.toml")),

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.gpuharden.k8s.plugins.action import kubelet_topology_plan as action
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage, _topology
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _settings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,14 +151,14 @@ def test_the_gate_reads_the_gpus_as_gpu_facts_returns_them():
 
 def test_the_manager_options_are_the_kept_fields_and_the_roles_options():
     """MANAGER_OPTIONS against _topology.KEPT_FIELDS (what the drift check says a kept node keeps), the role's
-    kubelet_config options (roles/kubelet_topology/vars/main.yml) and kubelet_config's own."""
+    kubelet_config options (the settings the table says feed kubelet_config, core/_role_options.py) and kubelet_config's own."""
     fields = {"topology_manager_policy": "topologyManagerPolicy", "topology_manager_scope": "topologyManagerScope",
               "topology_manager_policy_options": "topologyManagerPolicyOptions", "cpu_manager_policy": "cpuManagerPolicy",
               "reserved_system_cpus": "reservedSystemCPUs", "memory_manager_policy": "memoryManagerPolicy",
               "reserved_memory": "reservedMemory"}
     assert [fields[name] for name in _kubelet_stage.MANAGER_OPTIONS] == list(_topology.KEPT_FIELDS)
-    options = yaml.safe_load((REPO / "roles/kubelet_topology/vars/main.yml").read_text())["__kubelet_topology_module_options"]
-    assert set(_kubelet_stage.MANAGER_OPTIONS) <= set(options)
+    options = {entry["feeds"][1] for entry in _settings.ROLES["kubelet_topology"]["settings"] if (entry["feeds"] or ("",))[0] == "kubelet_config"}
+    assert set(_kubelet_stage.MANAGER_OPTIONS) <= options
     assert _topology.REJECTING_POLICIES == ("restricted", "single-numa-node")
 
 

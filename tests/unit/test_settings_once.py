@@ -1,21 +1,21 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Issue 15, item 5: each role's options are mapped to its module once, for harden, bootstrap and the audit.
 
-The mapping is a ``__<role>_..._options`` variable in the role's vars/main.yml.  The role's module call takes it as
-module_defaults, and the role's ``<role>_audit_options`` variable (vars/main.yml too) hands exactly that variable to
-node_audit (or the drift check's dry run), so the desired state cannot be spelt two ways.
+The mapping is written once, in the settings table (core/_settings.py feeds/feed_as), and built by
+core/_role_options.py; each role's vars/main.yml exposes it through the lookup gpuharden.k8s.role_options.  The role's
+module call takes that map (module_defaults, or the module's arguments), and the role's ``<role>_audit_options`` (the
+same map) goes to node_audit (or the drift check's dry run), so the desired state cannot be spelt two ways.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _role_options, _settings
 
 REPO = Path(__file__).resolve().parents[2]
-ONE_REFERENCE = re.compile(r"^\{\{ *(__[a-z_]+_options) *\}\}$")
 
 # role -> (its audit option fact, the module its tasks call with the same options)
 ROLES = {
@@ -27,10 +27,6 @@ ROLES = {
     "runtime_class": ("runtime_class_audit_options", "gpuharden.k8s.runtime_class"),
     "device_plugin": ("device_plugin_audit_options", "gpuharden.k8s.device_plugin"),
 }
-# device_plugin's audit options leave the options that are none out (the module refuses null where it has choices),
-# and its module call takes them so
-DROPS_NONE = re.compile(r"^\{\{ *(__[a-z_]+_options) *\| *dict2items *\| *rejectattr\('value', 'none'\) *\| *items2dict *\}\}$")
-
 
 def _tasks(data):
     stack = list(data or [])
@@ -46,51 +42,42 @@ PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
 
 
-def _audit_reference(role, variable):
+def _same_map(role, fact):
+    """The names of roles/<role>/vars/main.yml that expose the map ``fact`` does: the same role's options of the same
+    module, built by core/_role_options.py from the same settings (mig's audit map is its module map, or {} without a layout)."""
     defined = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
-    if variable not in defined:
-        raise AssertionError("roles/%s/vars/main.yml defines no %s" % (role, variable))
-    return defined[variable]
-
-
-@pytest.mark.parametrize("role", sorted(ROLES))
-def test_the_audit_options_cost_no_task(role):
-    """node_plan imports each role's tasks/audit_params.yml to expose its variables: no set_fact of an audit option,
-    which would be one worker process per host (container_runtime keeps one task, for facts read through hostvars)."""
-    variable, _module = ROLES[role]
-    tasks = list(_tasks(yaml.safe_load((REPO / "roles" / role / "tasks" / "audit_params.yml").read_text())))
-    assert not [task for task in tasks if variable in (task.get("ansible.builtin.set_fact") or {})]
-    assert len(tasks) == (1 if role == "container_runtime" else 0), tasks
+    if fact not in defined:
+        raise AssertionError("roles/%s/vars/main.yml defines no %s" % (role, fact))
+    return {name for name in defined if name in _role_options.BUILDERS and _role_options.BUILDERS[name][:2] == _role_options.BUILDERS[fact][:2]}
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
 def test_the_audit_takes_the_options_the_role_passes_its_module(role):
     fact, module = ROLES[role]
-    text = " ".join(_audit_reference(role, fact).split())
-    names = ONE_REFERENCE.findall(text) or DROPS_NONE.findall(text) or re.findall(r"(__[a-z_]+_options) if", text)
-    assert len(names) == 1, "%s: %s is %r, not one reference to the role's module options" % (role, fact, text)
-    [options] = names
-    defined = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
-    assert isinstance(defined.get(options), dict), "%s is not defined in roles/%s/vars/main.yml" % (options, role)
+    names = _same_map(role, fact)
+    assert fact in names, "%s: %s is not one of the role's options maps (core/_role_options.py BUILDERS)" % (role, fact)
+    module_options = {entry["feeds"][1] for entry in _settings.ROLES[role]["settings"] if entry["feeds"] and entry["feeds"][0] == module.split(".")[-1]}
+    assert module_options, "the settings table says no setting of %s feeds %s" % (role, module)
     callers, planned = [], []
     # kubelet_topology's write takes the options as its plan handed them on (kubelet_topology_plan's write_options: the
     # same, less the manager fields where the admission gate keeps them; tests/unit/test_kubelet_stage.py)
-    accepted = ("{{ %s }}" % options, "{{ %s }}" % fact) + tuple("{{ %s }}" % name for name in PLANNED.get(role, ()))
+    accepted = tuple("{{ %s }}" % name for name in sorted(names)) + tuple("{{ %s }}" % name for name in PLANNED.get(role, ()))
     for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")):
         for task in _tasks(yaml.safe_load(path.read_text())):
             defaults = task.get("module_defaults") or {}
-            if module in defaults:
-                assert " ".join(str(defaults[module]).split()) in accepted, (path, defaults[module])
-                callers.append(path.name)
-            if (task.get(PLANNER) or {}).get("options") == "{{ %s }}" % options:
+            for given in [defaults.get(module), task.get(module) if isinstance(task.get(module), str) else None]:
+                if given is not None:
+                    assert " ".join(str(given).split()) in accepted, (path, given)
+                    callers.append(path.name)
+            if (task.get(PLANNER) or {}).get("options") in accepted:
                 planned.append(path.name)
-            if module in task:
-                spelt = sorted(set(task[module] or {}) & set(defined[options]))
+            if isinstance(task.get(module), dict):
+                spelt = sorted(set(task[module]) & module_options)
                 assert not spelt, "%s calls %s with %s spelt out again" % (path.name, module, spelt)
     # kubelet_topology's write is the action kubelet_topology_apply's: it writes the plan's write_options
     # (tests/unit/test_kubelet_stage.py pins it), so the planner's task is where the role passes its options
-    assert callers or role in PLANNED, "no task of roles/%s passes %s to %s" % (role, options, module)
-    assert planned or role not in PLANNED, "no task of roles/%s passes %s to %s" % (role, options, PLANNER)
+    assert callers or role in PLANNED, "no task of roles/%s passes %s to %s" % (role, " or ".join(sorted(names)), module)
+    assert planned or role not in PLANNED, "no task of roles/%s passes its options to %s" % (role, PLANNER)
 
 
 def _imported_roles(tasks, base):

@@ -20,49 +20,19 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster._node_labels import TAINT_STATES, check_dns_label, check_dns_subdomain, passes
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _jinja_filters
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node._kubelet import DEFAULT_MAX_NUMA_NODES, ENFORCE_VALUES, GO_BOOLS, TOPOLOGY_OPTIONS
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 MIG_RESET_METHODS = ("command", "reboot", "none")
 ADOPTABLE_INSTALLERS = ("helm",)
-# The spellings ansible-core 2.19's ``| bool`` filter reads (plugins/filter/core.py _valid_bool_true/_valid_bool_false).
-BOOL_TRUE = ("yes", "on", "true", "1")
-BOOL_FALSE = ("no", "off", "false", "0")
+# The Jinja filters the roles' asserts applied (core/_jinja_filters.py, which core/_role_options.py shares).
+_int, _float, _bool = _jinja_filters.as_int, _jinja_filters.as_float, _jinja_filters.as_bool
 
 
 def _matches(value, pattern):
     """Ansible's ``is match`` test: re.match on the value as text."""
     return re.match(pattern, "%s" % (value,)) is not None
-
-
-def _int(value):
-    """Jinja's ``| int`` filter: the integer, else the integer part of a float, else 0."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            return 0
-
-
-def _float(value):
-    """Jinja's ``| float`` filter: the float, else 0.0."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _bool(value):
-    """Ansible's ``| bool`` filter (ansible-core 2.19 plugins/filter/core.py to_bool): the well-known spellings of true,
-    any other value false (its deprecated fallback keeps only 1 true)."""
-    if isinstance(value, (str, int)):
-        value = str(value).lower()
-    try:
-        return value in BOOL_TRUE or (value not in BOOL_FALSE and value == 1)
-    except TypeError:
-        return False
 
 
 def _length(value):

@@ -22,7 +22,9 @@ A role setting:
   argument spec then has no default, since its value is the first of them that is set;
 - ``template``: a default that is a Jinja expression of its own (written as it is; no argument spec default);
 - ``stage``: the role (the harden stage tag where the role is a stage, see STAGES);
-- ``feeds``: (module, option) the role passes the setting to, where it passes it as it is;
+- ``feeds``: (module, option) the role passes the setting to (core/_role_options.py builds the roles' options maps from it);
+- ``feed_as``: how it is passed, where not as it is: ``float``/``bool`` (cast), ``omit_empty``/``omit_none`` (left out where
+  empty/none), ``omit_unless_positive`` (left out unless a positive number), core/_role_options.py FEED_AS;
 - ``entry_points``: the role's entry points that take it (None: all), ``entry_docs``: a doc of its own for an entry
   point that uses it otherwise.
 """
@@ -54,10 +56,12 @@ TYPES = ("str", "bool", "int", "float", "list", "dict", "raw", "path")
 FORMATS = ("count_or_percent", "serial", "percentage")
 
 
-def setting(name, type, doc, default=UNSET, follows=(), template=UNSET, elements=None, choices=None, entry_points=None, entry_docs=None, feeds=None):  # noqa: A002
+def setting(name, type, doc, default=UNSET, follows=(), template=UNSET, elements=None, choices=None, entry_points=None, entry_docs=None, feeds=None,  # noqa: A002
+            feed_as=None):
     """One role option (see the module's docstring)."""
     return {"name": name, "type": type, "doc": doc, "default": default, "follows": tuple(follows), "template": template,
-            "elements": elements, "choices": choices, "entry_points": entry_points, "entry_docs": entry_docs or {}, "feeds": feeds}
+            "elements": elements, "choices": choices, "entry_points": entry_points, "entry_docs": entry_docs or {}, "feeds": feeds,
+            "feed_as": feed_as}
 
 
 def entry(short_description, description):
@@ -137,10 +141,14 @@ ROLES = {
             setting('cgroup_limits_factor', 'float',
                     "The kubelet's memoryThrottlingFactor, greater than 0 and at most 1; also used for the immediate fix.",
                     default=0.9,
+                    feeds=('cgroup_memory', 'factor'),
+                    feed_as='float',
                     ),
             setting('cgroup_limits_page_size', 'int',
                     "Page size in bytes for rounding memory.high; 0 means the node's own.",
                     default=0,
+                    feeds=('cgroup_memory', 'page_size'),
+                    feed_as='omit_unless_positive',
                     ),
             setting('cgroup_limits_kubelet', 'bool',
                     'Apply the durable fix (kubelet configuration through role gpuharden.k8s.kubelet_topology).',
@@ -330,14 +338,20 @@ ROLES = {
             setting('device_permissions_owner', 'raw',
                     'Owner, a user name or uid (restricted/custom only; null = root).',
                     default=None,
+                    feeds=('nvidia_device_nodes', 'owner'),
+                    feed_as='omit_none',
                     ),
             setting('device_permissions_group', 'raw',
                     'Group, a group name or gid (required for restricted).',
                     default=None,
+                    feeds=('nvidia_device_nodes', 'group'),
+                    feed_as='omit_none',
                     ),
             setting('device_permissions_mode', 'str',
                     'Mode as a quoted octal string such as "0660" (restricted default "0660"; required for custom).',
                     default=None,
+                    feeds=('nvidia_device_nodes', 'mode'),
+                    feed_as='omit_none',
                     ),
             setting('device_permissions_create_missing', 'bool',
                     "Create missing device nodes the driver's state calls for.",
@@ -639,11 +653,15 @@ ROLES = {
                     'Topology Manager policy; empty leaves it unmanaged.',
                     choices=['', 'none', 'best-effort', 'restricted', 'single-numa-node'],
                     default='single-numa-node',
+                    feeds=('kubelet_config', 'topology_manager_policy'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_topology_manager_scope', 'str',
                     'Topology Manager scope; empty leaves it unmanaged.',
                     choices=['', 'container', 'pod'],
                     default='container',
+                    feeds=('kubelet_config', 'topology_manager_scope'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_topology_manager_policy_options', 'dict',
                     [
@@ -653,6 +671,8 @@ ROLES = {
                         ),
                     ],
                     default={},
+                    feeds=('kubelet_config', 'topology_manager_policy_options'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_numa_over_limit', 'str',
                     [
@@ -675,20 +695,28 @@ ROLES = {
                     ],
                     choices=['', 'none', 'static'],
                     default='',
+                    feeds=('kubelet_config', 'cpu_manager_policy'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_reserved_system_cpus', 'str',
                     'reservedSystemCPUs as a CPU list; empty (the default) leaves it unmanaged.',
                     default='',
+                    feeds=('kubelet_config', 'reserved_system_cpus'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_memory_manager_policy', 'str',
                     'Memory Manager policy; empty leaves it unmanaged. Static needs reserved memory.',
                     choices=['', 'None', 'Static'],
                     default='',
+                    feeds=('kubelet_config', 'memory_manager_policy'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_reserved_memory', 'list',
                     'reservedMemory entries, {numaNode, limits}.',
                     elements='dict',
                     default=[],
+                    feeds=('kubelet_config', 'reserved_memory'),
+                    feed_as='omit_empty',
                     ),
             setting('kubelet_topology_extra_settings', 'dict',
                     [
@@ -739,6 +767,8 @@ ROLES = {
                         ),
                     ],
                     default=False,
+                    feeds=('kubelet_config', 'require_durable'),
+                    feed_as='bool',
                     ),
             setting('kubelet_topology_drain_tasks', 'str',
                     'Task file included before the kubelet is stopped for a manager policy change (drain there).',
@@ -874,18 +904,26 @@ ROLES = {
                     'Short form, for example C({all: {"1g.10gb": 7}}); default C(gpuharden_mig_layout).',
                     follows=('gpuharden_mig_layout',),
                     default={},
+                    feeds=('mig_layout', 'layout'),
+                    feed_as='omit_empty',
                     ),
             setting('mig_config', 'dict',
                     'A mig-parted v1 configuration as data.',
                     default={},
+                    feeds=('mig_layout', 'config'),
+                    feed_as='omit_empty',
                     ),
             setting('mig_config_file', 'str',
                     'Path of a mig-parted v1 file on the node.',
                     default='',
+                    feeds=('mig_layout', 'config_file'),
+                    feed_as='omit_empty',
                     ),
             setting('mig_selected', 'str',
                     'The mig-configs entry to apply with C(mig_config) or C(mig_config_file).',
                     default='',
+                    feeds=('mig_layout', 'selected'),
+                    feed_as='omit_empty',
                     ),
             setting('mig_strategy', 'str',
                     "The device plugin's MIG strategy; layouts it cannot serve are reported.",
@@ -896,6 +934,8 @@ ROLES = {
             setting('mig_force', 'bool',
                     'Act on GPUs that still run processes.',
                     default=False,
+                    feeds=('mig_layout', 'force'),
+                    feed_as='bool',
                     ),
             setting('mig_drain', 'bool',
                     'Cordon and drain before a change, uncordon after success.',
