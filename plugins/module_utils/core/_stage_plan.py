@@ -155,6 +155,71 @@ def stage_summary(plan):
     return ["%s: %s (%s)" % (entry["stage"], entry["action"].replace("_", " "), entry["why"]) for entry in plan["stages"]]
 
 
+# --- node_audit's options, from the roles' variables (node_stages' audit_from_play) ----------------------------------
+
+# node_audit's option: the role variable that holds it (each role's vars/main.yml, exposed by its tasks/audit_params.yml)
+ROLE_AUDIT_OPTIONS = {
+    "device_nodes": "device_permissions_audit_options",
+    "containerd": "container_runtime_audit_options",
+    "kubelet": "kubelet_topology_audit_options",
+    "mig": "mig_audit_options",
+    "cgroup_memory": "cgroup_limits_audit_options",
+    "nvml": "postcheck_audit_nvml_options",
+    "device_cgroups": "postcheck_audit_device_cgroup_options",
+}
+# the kubelet settings the cgroup_limits stage asks for (MemoryQoS): the kubelet stage writes them, so its check plans them
+CGROUP_LIMITS_KUBELET_SETTINGS = "cgroup_limits_audit_kubelet_settings"
+# a check its role leaves empty is not asked (no MIG layout, the post-check's NVML or device cgroup check off)
+ASKED_ONLY_WHEN_SET = ("mig", "nvml", "device_cgroups")
+# the options node_stages builds from the play: the roles' and the GPU Operator's reading of the plan's LIST
+PLAY_AUDIT_OPTIONS = ("gpu_operator",) + tuple(ROLE_AUDIT_OPTIONS)
+
+
+def merged(base, over):
+    """``over`` merged into ``base``, mappings key by key at every depth, anything else replaced (Ansible's
+    combine(recursive=true) with its default list_merge=replace)."""
+    result = dict(base)
+    for key, value in over.items():
+        result[key] = merged(result[key], value) if isinstance(result.get(key), dict) and isinstance(value, dict) else value
+    return result
+
+
+def gpu_operator_option(node, gpu_pods, takeover):
+    """node_audit's gpu_operator option for one node: its entry of the ClusterPolicy reading the plan's LIST took
+    (gpu_pods_info's gpu_operator), the run's takeover list (gpuharden_operator_takeover) and why the reading is
+    missing (its error, else the LIST's own failure; none where the LIST was not made)."""
+    gpu_pods = gpu_pods or {}
+    reading = gpu_pods.get("gpu_operator") or {}
+    error = reading["error"] if "error" in reading else gpu_pods.get("msg")
+    return dict((reading.get("nodes") or {}).get(node) or {}, takeover=list(takeover or []), error=error)
+
+
+def audit_options(wanted, roles, node, gpu_pods, takeover):
+    """The node_audit options named in ``wanted`` (PLAY_AUDIT_OPTIONS), built from the roles' variables.
+
+    roles: {variable: value} for ROLE_AUDIT_OPTIONS' variables and CGROUP_LIMITS_KUBELET_SETTINGS; gpu_pods: the plan's
+    one LIST of the batch (gpu_pods_info's result, a skipped or failed one, or None). The kubelet check takes the
+    cgroup_limits stage's kubelet settings merged into its own; the memory check runs only with the pods that LIST found
+    on the node (without a LIST it is not asked); MIG, NVML and the device cgroups only where their role sets options."""
+    gpu_pods = gpu_pods if isinstance(gpu_pods, dict) else {}
+    options = {}
+    for name in wanted:
+        if name == "gpu_operator":
+            options[name] = gpu_operator_option(node, gpu_pods, takeover)
+            continue
+        value = roles[ROLE_AUDIT_OPTIONS[name]]
+        if name == "kubelet":
+            value = dict(value, settings=merged(value.get("settings") or {}, roles[CGROUP_LIMITS_KUBELET_SETTINGS] or {}))
+        elif name == "cgroup_memory":
+            if gpu_pods.get("pod_uids_by_node") is None:
+                continue
+            value = dict(value, pod_uids=gpu_pods["pod_uids_by_node"].get(node, []))
+        elif name in ASKED_ONLY_WHEN_SET and not value:
+            continue
+        options[name] = value
+    return options
+
+
 # --- decisions across the play's hosts ------------------------------------------------------------------------------
 
 def unplanned_draining_steps(runs, planned):
