@@ -220,6 +220,45 @@ def audit_options(wanted, roles, node, gpu_pods, takeover):
     return options
 
 
+# --- the plan's one LIST of the batch's GPU pods (the action gpuharden.k8s.node_plan_pods) --------------------------
+
+# the cluster identity and Python of a role's cluster-side calls: a dry run rides in the LIST's module run only where
+# its role's are the LIST's own (cgroup_limits')
+IDENTITY = ("kubeconfig", "kube_context", "controller_python")
+# the roles' variables the LIST's options are built from
+LIST_SETTINGS = (
+    tuple("cgroup_limits_" + key for key in IDENTITY + ("resource_prefixes",))
+    + tuple("runtime_class_" + key for key in IDENTITY + ("audit_options", "nodes"))
+    + tuple("device_plugin_" + key for key in IDENTITY + ("audit_options", "label_nodes", "gpu_label_key", "gpu_label_value", "taint"))
+)
+
+
+def _same_identity(settings, role):
+    return all(settings["%s_%s" % (role, key)] == settings["cgroup_limits_" + key] for key in IDENTITY)
+
+
+def gpu_pods_args(settings, nodes, *, pods_snapshot=False, dry_runs=False):
+    """gpu_pods_info's options for the plan's one LIST of the GPU pods of ``nodes`` (the batch's Node names), with the
+    GPU Operator's reading, and with dry_runs the dry runs of the RuntimeClass and device plugin stages: each only where
+    its role calls the cluster with the LIST's identity and Python (cgroup_limits'); the device plugin's labels every
+    node of the LIST as a GPU node where the role labels nodes (device_plugin_label_nodes).
+    settings: {variable: value} for LIST_SETTINGS, booleans read."""
+    args = {"nodes": list(nodes), "resource_prefixes": settings["cgroup_limits_resource_prefixes"], "pods_snapshot": bool(pods_snapshot),
+            "gpu_operator": True}
+    for option, key in (("kubeconfig", "kubeconfig"), ("context", "kube_context")):
+        if settings["cgroup_limits_" + key]:
+            args[option] = settings["cgroup_limits_" + key]
+    if dry_runs and _same_identity(settings, "runtime_class"):
+        args["runtime_class"] = dict(settings["runtime_class_audit_options"], nodes=settings["runtime_class_nodes"])
+    if dry_runs and _same_identity(settings, "device_plugin"):
+        labels = None
+        if settings["device_plugin_label_nodes"]:
+            labels = {"labels": {settings["device_plugin_gpu_label_key"]: settings["device_plugin_gpu_label_value"]},
+                      "taint": settings["device_plugin_taint"], "nodes": list(nodes), "unlabel_nodes": []}
+        args["device_plugin"] = dict(settings["device_plugin_audit_options"], node_labels=labels)
+    return args
+
+
 # --- decisions across the play's hosts ------------------------------------------------------------------------------
 
 def unplanned_draining_steps(runs, planned):
