@@ -28,10 +28,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped"]},
+    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped", "postcheck"]},
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
@@ -49,6 +50,8 @@ PLAY_DEFAULTS = {
     "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
 }
 NODE = "__harden_node"
+# the run's lock owner on this host (harden_gpu_nodes.yml's first play)
+OWNER = "__harden_owner"
 # the second play's record of a host whose disruptive step failed
 FAILED = "__harden_failed"
 # the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
@@ -57,6 +60,9 @@ WAVE_NODE = "__stages_node_name"
 DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
 RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
+# the registered results of the stages that change what a node advertises (the device plugin, the kubelet write, the MIG
+# apply and re-apply): the post-check lets such a node's advertised resources settle
+ADVERTISED_CHANGES = ("device_plugin_result", "__kubelet_topology_config", "__mig_apply", "__mig_reapply")
 # the tags that select a node-side stage: a run without any needs no fleet read before the stages
 NODE_STAGE_TAGS = frozenset(tag for stage in _stage_plan.STAGES if stage.side == "node" for tag in stage.tags) | {"all"}
 
@@ -95,6 +101,9 @@ class ActionModule(ActionBase):
             if args[option] is None:
                 args[option] = self._templar.template(task_vars[variable]) if variable in task_vars else default
         args["settle_seconds"] = int(args["settle_seconds"])
+        if args["step"] == "postcheck":
+            # this host's alone: no other host's variables read
+            return dict(result, changed=False, **self._postcheck(task_vars))
         hostvars = task_vars.get("hostvars") or {}
         hosts = [host_view(host, hostvars[host]) for host in task_vars.get("ansible_play_hosts", [])]
         fleet = [host_view(host, hostvars[host])["node"] for host in task_vars.get("ansible_play_hosts_all", [])]
@@ -129,6 +138,19 @@ class ActionModule(ActionBase):
                     restart_steps=empty["restart_steps"] if check_mode else budget.get("restart_steps", [None]),
                     restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
                                                                for host in hosts if host["node"] in deferred})
+
+    def _postcheck(self, task_vars):
+        """This host's post-check inputs (_stage_plan.postcheck_inputs), as facts of the host: the post-check role
+        imported after this task reads them over its defaults."""
+        def variable(name, default=None):
+            return self._templar.template(task_vars[name]) if name in task_vars else default
+
+        inputs = _stage_plan.postcheck_inputs(
+            check_mode=bool(self._task.check_mode), node_plan=variable("gpuharden_node_plan"), owner=variable(OWNER),
+            lock_path=variable("gpuharden_lock_path", playbook_default("gpuharden_lock_path")),
+            settle_seconds=variable("gpuharden_postcheck_settle_seconds", playbook_default("gpuharden_postcheck_settle_seconds")),
+            changed_results=[variable(name) for name in ADVERTISED_CHANGES], kubelet_config=variable("__kubelet_topology_config"))
+        return {"ansible_facts": inputs}
 
     def _wave(self, wave, settle_seconds, common, task_vars):
         """Before a wave of containerd restarts but the first: has the previous one come back, and did no node fail (a

@@ -31,6 +31,11 @@ description:
     the next play's batch size and fleet as the facts C(__harden_batch) and C(__harden_fleet) (with C(delegate_facts)).
   - O(step=stopped), in the second play, returns the Nodes of the hosts whose disruptive step failed (their
     C(__harden_failed)) as RV(stopped_by), for the role C(node_maintenance)'s C(node_maintenance_stopped_by).
+  - O(step=postcheck), per host in the last play, returns the post-check role's inputs from what this run did to the
+    node as facts of the host (C(postcheck_node_audit) - the plan's audit where no stage touched the node or in check
+    mode, C(postcheck_lock), C(postcheck_advertise_settle_seconds) from C(gpuharden_postcheck_settle_seconds),
+    C(postcheck_advertise_settle_this_node) where the device plugin, the kubelet or the MIG layout changed,
+    C(postcheck_kubelet_restarted_at)); it reads no other host and contacts none.
   - The budget options default to the play's C(gpuharden_kubeconfig), C(gpuharden_max_unavailable) (V(1)) and
     C(gpuharden_restart_settle_seconds) (V(60)).
 author:
@@ -45,7 +50,7 @@ options:
     description: Which decision of the rollout to make.
     type: str
     required: true
-    choices: [restarts, cordons, wave, rollout, stopped]
+    choices: [restarts, cordons, wave, rollout, stopped, postcheck]
   wave:
     description: For O(step=wave), the step of the containerd restarts (C(index), C(nodes), C(settle), C(before)), or null.
     type: dict

@@ -55,7 +55,7 @@ def test_node_audits_options_are_written_once():
     # playbook writes an option of it, and one task asks for all of them (bootstrap's engine task asks for MIG alone)
     engine_tasks = [(str(path.relative_to(REPO)), task["gpuharden.k8s.node_stages"]) for path in PLAYBOOKS.rglob("*.yml")
                     for task in _playbook_tasks(path) if "gpuharden.k8s.node_stages" in task]
-    assert all(set((options.get("audit") or {})) <= {"facts"} for _path, options in engine_tasks), engine_tasks
+    assert all(set(options.get("audit") or {}) <= {"facts"} for _path, options in engine_tasks), engine_tasks
     mappings = sorted(path for path, options in engine_tasks if "device_nodes" in (options.get("audit_from_play") or ()))
     assert mappings == ["playbooks/tasks/node_stages.yml"]
 

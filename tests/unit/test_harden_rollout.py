@@ -162,3 +162,50 @@ def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
     hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
     result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
     assert calls == [] and result["stopped_by"] == ["na", "c"]
+
+
+PLAN = {"plan": {"untouched": False}, "checks": {}}
+
+
+def test_postcheck_inputs_follow_what_the_run_did_to_the_node():
+    """harden's post-check inputs, once Jinja in harden_gpu_nodes.yml's last play (two expressions over several lines)."""
+    def inputs(check_mode=False, node_plan=PLAN, changed_results=(None, None, None, None), kubelet_config=None):
+        return sp.postcheck_inputs(check_mode=check_mode, node_plan=node_plan, owner="harden@x", lock_path="/run/l", settle_seconds="60",
+                                   changed_results=list(changed_results), kubelet_config=kubelet_config)
+
+    touched = inputs()
+    assert touched == {"postcheck_node_audit": None, "postcheck_lock": {"owner": "harden@x", "path": "/run/l"},
+                       "postcheck_advertise_settle_seconds": 60, "postcheck_advertise_settle_this_node": False,
+                       "postcheck_kubelet_restarted_at": None}
+    # a node no stage touched, or any node in check mode: the plan's audit stands; check mode takes no lock, waits for nothing
+    untouched = {"plan": {"untouched": True}}
+    assert inputs(node_plan=untouched)["postcheck_node_audit"] is untouched
+    checked = inputs(check_mode=True, changed_results=({"changed": True}, None, None, None))
+    assert checked["postcheck_node_audit"] is PLAN and checked["postcheck_lock"] is None and checked["postcheck_advertise_settle_seconds"] == 0
+    # the plugin, the kubelet or MIG changed (a loop's result too): the node's advertised resources settle
+    for position in range(4):
+        results = [None, {"changed": False}, {"skipped": True}, None]
+        results[position] = {"results": [{"changed": False}, {"changed": True}]} if position == 3 else {"changed": True}
+        assert inputs(changed_results=results)["postcheck_advertise_settle_this_node"] is True
+    # a restarted kubelet: judged from a status it posted since; a write without a restart, or no health read, none
+    assert inputs(kubelet_config={"restarted": True, "health": {"restarted_at": "2026-12-07T10:00:00Z"}})["postcheck_kubelet_restarted_at"] == \
+        "2026-12-07T10:00:00Z"
+    assert inputs(kubelet_config={"restarted": False, "health": {"restarted_at": "t"}})["postcheck_kubelet_restarted_at"] is None
+    assert inputs(kubelet_config={"restarted": True, "health": None})["postcheck_kubelet_restarted_at"] is None
+
+
+def test_the_postcheck_step_sets_this_hosts_facts_and_reads_no_other_host(monkeypatch):
+    class NoHostvars(dict):
+        def __getitem__(self, host):
+            raise AssertionError("read the variables of %s" % host)
+
+    variables = {"gpuharden_node_plan": PLAN, "__harden_owner": "harden@y", "device_plugin_result": {"changed": True},
+                 "__kubelet_topology_config": {"changed": True, "restarted": True, "health": {"restarted_at": "t1"}}}
+    result, calls = _run(monkeypatch, {"step": "postcheck"}, NoHostvars(), ansible_play_hosts=["a", "b"], ansible_play_hosts_all=["a", "b"],
+                         **variables)
+    assert calls == [] and result["changed"] is False
+    assert result["ansible_facts"] == {"postcheck_node_audit": None, "postcheck_lock": {"owner": "harden@y", "path": "/run/gpuharden/run.lock"},
+                                       "postcheck_advertise_settle_seconds": 60, "postcheck_advertise_settle_this_node": True,
+                                       "postcheck_kubelet_restarted_at": "t1"}
+    result, _calls = _run(monkeypatch, {"step": "postcheck"}, NoHostvars(), check_mode=True, gpuharden_postcheck_settle_seconds=5, **variables)
+    assert result["ansible_facts"]["postcheck_lock"] is None and result["ansible_facts"]["postcheck_node_audit"] is PLAN

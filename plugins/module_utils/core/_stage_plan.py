@@ -354,3 +354,42 @@ def rollout_plan(hosts, budget):
     groups = {host["host"]: rollout_group(host["disruptive"], host["node"], unavailable) for host in hosts}
     batch = rollout_batch(int(budget["budget"]), unavailable, disruptive) if budget and "budget" in budget else None
     return {"groups": groups, "disruptive": disruptive, "batch": batch}
+
+
+# --- harden's post-check, from what the run did to the node (harden_rollout step postcheck) --------------------------
+
+def changed(result):
+    """Ansible's ``is changed`` test (ansible-core 2.19 lib/ansible/plugins/test/core.py changed) for a registered
+    result: its changed, else whether one of its loop results changed; an unset or skipped result did not change."""
+    if not isinstance(result, dict):
+        return False
+    if "changed" in result:
+        return bool(result["changed"])
+    results = result.get("results")
+    return isinstance(results, list) and any(isinstance(item, dict) and item.get("changed") for item in results)
+
+
+def postcheck_inputs(*, check_mode, node_plan, owner, lock_path, settle_seconds, changed_results, kubelet_config):
+    """The post-check role's inputs in harden's last play (postcheck_node_audit, postcheck_lock,
+    postcheck_advertise_settle_seconds, postcheck_advertise_settle_this_node, postcheck_kubelet_restarted_at).
+
+    - A node no stage touched (or any node in check mode) is as the plan's audit read it: the post-check takes that
+      audit instead of a second read; else it reads the node again in one node_audit run, which gives the run lock
+      back (none in check mode: no lock was taken).
+    - The nodes whose plugin, kubelet or MIG layout this run changed wait for their advertised resources to settle
+      (a restarted plugin pod registers anew, and the kubelet reports it on its next node status update); none in
+      check mode.
+    - A restarted kubelet's node is judged only from a status the new kubelet posted: the restart's time.
+    changed_results: the registered results of the stages that change what a node advertises (the device plugin, the
+    kubelet write, the MIG apply and re-apply), each None where it did not run; kubelet_config: the kubelet write's."""
+    node_plan = node_plan if isinstance(node_plan, dict) else None
+    untouched = bool(((node_plan or {}).get("plan") or {}).get("untouched", False))
+    kubelet_config = kubelet_config if isinstance(kubelet_config, dict) else {}
+    restarted_at = (kubelet_config.get("health") or {}).get("restarted_at") if kubelet_config.get("restarted") else None
+    return {
+        "postcheck_node_audit": node_plan if check_mode or untouched else None,
+        "postcheck_lock": None if check_mode else {"owner": owner, "path": lock_path},
+        "postcheck_advertise_settle_seconds": 0 if check_mode else int(settle_seconds),
+        "postcheck_advertise_settle_this_node": any(changed(result) for result in changed_results),
+        "postcheck_kubelet_restarted_at": restarted_at,
+    }
