@@ -32,11 +32,11 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings impor
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped", "postcheck"]},
+    "step": {"type": "str", "required": True, "choices": ["restarts", "wave", "rollout", "stopped", "postcheck"]},
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
-    # the fleet read's left_cordoned (the restarts step's result), for the cordons step
+    # the fleet read's left_cordoned (the restarts step's result), for the rollout step: released or kept first
     "left_cordoned": {"type": "list", "elements": "dict", "default": []},
     # each None: the play's variable below
     "kubeconfig": {"type": "str"},
@@ -120,9 +120,9 @@ class ActionModule(ActionBase):
             result["stopped_by"] = [hostvars[host].get(NODE) or host for host in all_hosts if FAILED in hostvars[host]]
         elif args["step"] == "wave":
             result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
-        elif args["step"] == "cordons":
-            result.update(_stage_plan.cordon_plan(hosts, args["left_cordoned"]))
         else:
+            released = self._release(hosts, args, task_vars)
+            result.update(released, changed=any(done["changed"] for done in released["release_results"].values()))
             result.update(self._rollout(hosts, fleet, common, args, task_vars))
         return result
 
@@ -175,6 +175,36 @@ class ActionModule(ActionBase):
                 elif node in (wave.get("nodes") or ()):
                     not_started[host] = "containerd not restarted, the restarts stopped: %s" % budget["stopped"]
         return dict(readable(budget), not_started=not_started, budget=budget)
+
+    def _release(self, hosts, args, task_vars):
+        """The cordons an ended gpuharden run left (the restarts step's left_cordoned): released where this run has
+        nothing to drain the node for (node_maintenance state=released, once the node is Ready, one run per lock owner
+        of this run's hosts), kept with why where a draining step this run did not plan could still be pending (a
+        warning). Before the budget is read: a released node is available again. A release that fails fails its hosts
+        (release_failed), as the host's own task did."""
+        decided = _stage_plan.cordon_plan(hosts, args["left_cordoned"])
+        for host, why in sorted(decided["kept"].items()):
+            self._display.warning("%s: %s" % (host, why))
+        hostvars = task_vars.get("hostvars") or {}
+        nodes = {host["host"]: host["node"] for host in hosts}
+        by_owner = {}
+        for host in decided["release"]:
+            by_owner.setdefault(hostvars[host].get(OWNER) or "", []).append(host)
+        results, failed = {}, {}
+        for owner, owner_hosts in sorted(by_owner.items()):
+            module_args = {"nodes": [nodes[host] for host in owner_hosts], "state": "released", "owner": owner,
+                           "ready_timeout": args["settle_seconds"]}
+            if args["kubeconfig"]:
+                module_args["kubeconfig"] = args["kubeconfig"]
+            done = self._execute_module(module_name="gpuharden.k8s.node_maintenance", module_args=module_args, task_vars=task_vars)
+            for host in owner_hosts:
+                if done.get("failed"):
+                    failed[host] = "releasing the cordon an ended run left failed: %s" % done.get("msg", "failed")
+                results[host] = dict(readable(done), changed=bool(done.get("changed")))
+        # released: the Nodes uncordoned, as node_maintenance names them
+        released = sorted({node for done in results.values() for node in done.get("released") or ()})
+        return {"release": decided["release"], "kept": decided["kept"], "released": released, "release_results": results,
+                "release_failed": failed}
 
     def _rollout(self, hosts, fleet, common, args, task_vars):
         budget = None

@@ -104,13 +104,32 @@ def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
         _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, {"failed": True, "msg": "no API"})
 
 
-def test_cordons_reads_the_plans_the_stages_made(monkeypatch):
-    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False),
-                "b": _host("nb", {"kubelet_topology": True}),  # its kubelet plan did not run (--tags)
-                "c": _host("nc", __mig_disruptive="True")}
-    left = [{"node": "na", "record": {"owner": "o"}}, {"node": "nb", "record": {"owner": "o"}}, {"node": "nc", "record": {"owner": "o"}}]
-    result, calls = _run(monkeypatch, {"step": "cordons", "left_cordoned": left}, hostvars)
-    assert calls == [] and result["release"] == ["a"] and list(result["kept"]) == ["b"]
+def test_the_rollout_step_releases_the_cordons_an_ended_run_left_before_it_reads_the_budget(monkeypatch):
+    """The cordons an ended run left (harden_gpu_nodes.yml's two tasks per host once): released where this run has nothing
+    to drain the node for, one node_maintenance run per lock owner, before the budget read; kept with why elsewhere."""
+    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False, __harden_owner="harden@a"),
+                "b": _host("nb", {"kubelet_topology": True}, __harden_owner="harden@b"),  # its kubelet plan did not run (--tags)
+                "c": _host("nc", __mig_disruptive="True", __harden_owner="harden@c"),
+                "d": _host("nd", __harden_owner="harden@a")}
+    left = [{"node": node, "record": {"owner": "harden@old"}} for node in ("na", "nb", "nc", "nd")]
+    budget = {"budget": 1, "unavailable": [{"node": "nc"}], "changed": True, "released": ["na", "nd"]}
+    result, calls = _run(monkeypatch, {"step": "rollout", "left_cordoned": left}, hostvars, budget)
+    assert calls[0] == ("gpuharden.k8s.node_maintenance", {"nodes": ["na", "nd"], "state": "released", "owner": "harden@a", "ready_timeout": 60},
+                        False)
+    assert [call[0] for call in calls] == ["gpuharden.k8s.node_maintenance", "gpuharden.k8s.disruption_budget"]
+    assert result["release"] == ["a", "d"] and list(result["kept"]) == ["b"] and result["kept"]["b"].startswith("nb stays cordoned, as harden@old")
+    assert result["release_failed"] == {} and result["changed"] is True and result["groups"]["c"] == "gpuharden_rollout_first"
+    # the Nodes released, as node_maintenance names them (tests/integration/test_rollout.py reads them), each host's run
+    assert result["released"] == ["na", "nd"] and result["release_results"]["d"]["released"] == ["na", "nd"]
+    # a release that fails fails its hosts (the next task), not the others; in check mode too (the module's own check mode)
+    hostvars["c"]["__mig_disruptive"] = False
+    result, calls = _run(monkeypatch, {"step": "rollout", "left_cordoned": left}, hostvars, {"failed": True, "msg": "nd not Ready"},
+                         check_mode=True)
+    # c has nothing to drain now: released too, in its own owner's run
+    assert sorted(result["release_failed"]) == ["a", "c", "d"] and "nd not Ready" in result["release_failed"]["a"]
+    # nothing left cordoned: no release run
+    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget)
+    assert calls == [] and result["release"] == [] and result["changed"] is False
 
 
 def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
