@@ -104,6 +104,9 @@ class ActionModule(ActionBase):
         if args["step"] == "postcheck":
             # this host's alone: no other host's variables read
             return dict(result, changed=False, **self._postcheck(task_vars))
+        if args["step"] == "wave" and not (args["wave"] or {}).get("index"):
+            # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no host's variables read
+            return dict(result, changed=False, not_started={}, skipped_reason="the first wave, or every node at once: nothing to wait for")
         hostvars = task_vars.get("hostvars") or {}
         hosts = [host_view(host, hostvars[host]) for host in task_vars.get("ansible_play_hosts", [])]
         fleet = [host_view(host, hostvars[host])["node"] for host in task_vars.get("ansible_play_hosts_all", [])]
@@ -155,8 +158,6 @@ class ActionModule(ActionBase):
     def _wave(self, wave, settle_seconds, common, task_vars):
         """Before a wave of containerd restarts but the first: has the previous one come back, and did no node fail (a
         host gone from the play whose Node restarted before)? Where not, the hosts not Ready and this wave's fail."""
-        if wave is None or not wave.get("index"):
-            return {"not_started": {}, "skipped_reason": "the first wave, or every node at once: nothing to wait for"}
         hostvars = task_vars.get("hostvars") or {}
         gone = [host for host in task_vars.get("ansible_play_hosts_all", []) if host not in task_vars.get("ansible_play_hosts", [])]
         stopped_by = [node for node in (hostvars[host].get(WAVE_NODE, "") for host in gone) if node in (wave.get("before") or ())]
