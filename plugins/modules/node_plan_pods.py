@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
   - gpuharden.k8s._attributes.INFO_MODULE
+  - gpuharden.k8s._attributes.ACTION
 options:
   nodes:
     description: The Kubernetes names of the nodes whose GPU pods are listed (the play's, or the serial batch's).
@@ -46,10 +47,6 @@ options:
     description: Also dry-run the RuntimeClass and device plugin stages (see above).
     type: bool
     default: false
-attributes:
-  action:
-    support: full
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
 """
 
 EXAMPLES = r"""
