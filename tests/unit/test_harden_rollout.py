@@ -169,7 +169,7 @@ def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a
     result, _calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, {"stopped": None, "settle": {"not_ready": {}}})
     assert result["not_started"] == {}
     # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no API call, no host's
-    # variables read (the task runs for every step, the first too: stage_container_runtime.yml has no condition on it)
+    # variables read
     for first in ({"index": 0, "nodes": ["na"]}, None):
         result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, NoHostvars(hostvars))
         assert calls == [] and result["not_started"] == {} and result["changed"] is False
