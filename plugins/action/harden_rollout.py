@@ -28,14 +28,15 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["restarts", "cordons", "wave", "rollout", "stopped"]},
+    "step": {"type": "str", "required": True, "choices": ["restarts", "wave", "rollout", "stopped", "postcheck"]},
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
-    # the fleet read's left_cordoned (the restarts step's result), for the cordons step
+    # the fleet read's left_cordoned (the restarts step's result), for the rollout step: released or kept first
     "left_cordoned": {"type": "list", "elements": "dict", "default": []},
     # each None: the play's variable below
     "kubeconfig": {"type": "str"},
@@ -49,6 +50,8 @@ PLAY_DEFAULTS = {
     "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
 }
 NODE = "__harden_node"
+# the run's lock owner on this host (harden_gpu_nodes.yml's first play)
+OWNER = "__harden_owner"
 # the second play's record of a host whose disruptive step failed
 FAILED = "__harden_failed"
 # the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
@@ -57,6 +60,9 @@ WAVE_NODE = "__stages_node_name"
 DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
 RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
+# the registered results of the stages that change what a node advertises (the device plugin, the kubelet write, the MIG
+# apply and re-apply): the post-check lets such a node's advertised resources settle
+ADVERTISED_CHANGES = ("device_plugin_result", "__kubelet_topology_config", "__mig_apply", "__mig_reapply")
 # the tags that select a node-side stage: a run without any needs no fleet read before the stages
 NODE_STAGE_TAGS = frozenset(tag for stage in _stage_plan.STAGES if stage.side == "node" for tag in stage.tags) | {"all"}
 
@@ -95,6 +101,12 @@ class ActionModule(ActionBase):
             if args[option] is None:
                 args[option] = self._templar.template(task_vars[variable]) if variable in task_vars else default
         args["settle_seconds"] = int(args["settle_seconds"])
+        if args["step"] == "postcheck":
+            # this host's alone: no other host's variables read
+            return dict(result, changed=False, **self._postcheck(task_vars))
+        if args["step"] == "wave" and not (args["wave"] or {}).get("index"):
+            # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no host's variables read
+            return dict(result, changed=False, not_started={}, skipped_reason="the first wave, or every node at once: nothing to wait for")
         hostvars = task_vars.get("hostvars") or {}
         hosts = [host_view(host, hostvars[host]) for host in task_vars.get("ansible_play_hosts", [])]
         fleet = [host_view(host, hostvars[host])["node"] for host in task_vars.get("ansible_play_hosts_all", [])]
@@ -111,9 +123,9 @@ class ActionModule(ActionBase):
             result["stopped_by"] = [hostvars[host].get(NODE) or host for host in all_hosts if FAILED in hostvars[host]]
         elif args["step"] == "wave":
             result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
-        elif args["step"] == "cordons":
-            result.update(_stage_plan.cordon_plan(hosts, args["left_cordoned"]))
         else:
+            released = self._release(hosts, args, task_vars)
+            result.update(released, changed=any(done["changed"] for done in released["release_results"].values()))
             result.update(self._rollout(hosts, fleet, common, args, task_vars))
         return result
 
@@ -130,11 +142,22 @@ class ActionModule(ActionBase):
                     restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
                                                                for host in hosts if host["node"] in deferred})
 
+    def _postcheck(self, task_vars):
+        """This host's post-check inputs (_stage_plan.postcheck_inputs), as facts of the host: the post-check role
+        imported after this task reads them over its defaults."""
+        def variable(name, default=None):
+            return self._templar.template(task_vars[name]) if name in task_vars else default
+
+        inputs = _stage_plan.postcheck_inputs(
+            check_mode=bool(self._task.check_mode), node_plan=variable("gpuharden_node_plan"), owner=variable(OWNER),
+            lock_path=variable("gpuharden_lock_path", playbook_default("gpuharden_lock_path")),
+            settle_seconds=variable("gpuharden_postcheck_settle_seconds", playbook_default("gpuharden_postcheck_settle_seconds")),
+            changed_results=[variable(name) for name in ADVERTISED_CHANGES], kubelet_config=variable("__kubelet_topology_config"))
+        return {"ansible_facts": inputs}
+
     def _wave(self, wave, settle_seconds, common, task_vars):
         """Before a wave of containerd restarts but the first: has the previous one come back, and did no node fail (a
         host gone from the play whose Node restarted before)? Where not, the hosts not Ready and this wave's fail."""
-        if wave is None or not wave.get("index"):
-            return {"not_started": {}, "skipped_reason": "the first wave, or every node at once: nothing to wait for"}
         hostvars = task_vars.get("hostvars") or {}
         gone = [host for host in task_vars.get("ansible_play_hosts_all", []) if host not in task_vars.get("ansible_play_hosts", [])]
         stopped_by = [node for node in (hostvars[host].get(WAVE_NODE, "") for host in gone) if node in (wave.get("before") or ())]
@@ -153,6 +176,36 @@ class ActionModule(ActionBase):
                 elif node in (wave.get("nodes") or ()):
                     not_started[host] = "containerd not restarted, the restarts stopped: %s" % budget["stopped"]
         return dict(readable(budget), not_started=not_started, budget=budget)
+
+    def _release(self, hosts, args, task_vars):
+        """The cordons an ended gpuharden run left (the restarts step's left_cordoned): released where this run has
+        nothing to drain the node for (node_maintenance state=released, once the node is Ready, one run per lock owner
+        of this run's hosts), kept with why where a draining step this run did not plan could still be pending (a
+        warning). Before the budget is read: a released node is available again. A release that fails fails its hosts
+        (release_failed), as the host's own task did."""
+        decided = _stage_plan.cordon_plan(hosts, args["left_cordoned"])
+        for host, why in sorted(decided["kept"].items()):
+            self._display.warning("%s: %s" % (host, why))
+        hostvars = task_vars.get("hostvars") or {}
+        nodes = {host["host"]: host["node"] for host in hosts}
+        by_owner = {}
+        for host in decided["release"]:
+            by_owner.setdefault(hostvars[host].get(OWNER) or "", []).append(host)
+        results, failed = {}, {}
+        for owner, owner_hosts in sorted(by_owner.items()):
+            module_args = {"nodes": [nodes[host] for host in owner_hosts], "state": "released", "owner": owner,
+                           "ready_timeout": args["settle_seconds"]}
+            if args["kubeconfig"]:
+                module_args["kubeconfig"] = args["kubeconfig"]
+            done = self._execute_module(module_name="gpuharden.k8s.node_maintenance", module_args=module_args, task_vars=task_vars)
+            for host in owner_hosts:
+                if done.get("failed"):
+                    failed[host] = "releasing the cordon an ended run left failed: %s" % done.get("msg", "failed")
+                results[host] = dict(readable(done), changed=bool(done.get("changed")))
+        # released: the Nodes uncordoned, as node_maintenance names them
+        released = sorted({node for done in results.values() for node in done.get("released") or ()})
+        return {"release": decided["release"], "kept": decided["kept"], "released": released, "release_results": results,
+                "release_failed": failed}
 
     def _rollout(self, hosts, fleet, common, args, task_vars):
         budget = None

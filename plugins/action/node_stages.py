@@ -32,7 +32,10 @@ display = Display()
 ARGUMENT_SPEC = {
     # each None: the play's variable below
     "node_name": {"type": "str"},
-    "audit": {"type": "dict", "required": True},
+    "audit": {"type": "dict", "default": {}},
+    # node_audit's options built from the play's variables (the roles' <role>_audit_options, the plan's LIST of the
+    # GPU pods, gpuharden_operator_takeover: _stage_plan.audit_options); an option given in audit wins
+    "audit_from_play": {"type": "list", "elements": "str", "default": [], "choices": list(_stage_plan.PLAY_AUDIT_OPTIONS)},
     "stages": {"type": "dict", "default": {}},
     "skip_compliant": {"type": "bool"},
     "allow_non_gpu_nodes": {"type": "bool"},
@@ -130,6 +133,19 @@ class ActionModule(ActionBase):
                 device_plugin_dry_run=gpu_pods.get("device_plugin_check") if hasattr(gpu_pods, "get") else None)
         return audit_lock
 
+    def _play_audit_options(self, wanted, node_name, task_vars):
+        """node_audit's options named in wanted, from the roles' variables and the plan's LIST (_stage_plan.audit_options)."""
+        names = [_stage_plan.ROLE_AUDIT_OPTIONS[name] for name in wanted if name in _stage_plan.ROLE_AUDIT_OPTIONS]
+        if "kubelet" in wanted:
+            names.append(_stage_plan.CGROUP_LIMITS_KUBELET_SETTINGS)
+        missing = [name for name in names if name not in task_vars]
+        if missing:
+            raise AnsibleActionFail("node_stages: audit_from_play needs %s, which the play does not define (import the role's "
+                                    "tasks/audit_params.yml first, as tasks/node_plan_inputs.yml does)" % ", ".join(missing))
+        roles = {name: self._templar.template(task_vars[name]) for name in names}
+        return _stage_plan.audit_options(wanted, roles, node_name, self._templar.template(task_vars.get(GPU_PODS)),
+                                         self._templar.template(task_vars.get("gpuharden_operator_takeover", [])))
+
     def _role_options(self, task_vars, role):
         """A stage's module options from its role's variables: <role>_audit_options (the options node_audit's check of
         the stage takes, vars/main.yml) and the role's backup option."""
@@ -150,7 +166,8 @@ class ActionModule(ActionBase):
             if stage.engine and stage.name not in args["stages"] and "%s_audit_options" % stage.role in task_vars:
                 args["stages"][stage.name] = self._role_options(task_vars, stage.role)
 
-        audit_args = dict(args["audit"], node_name=args["node_name"])
+        audit_args = dict(self._play_audit_options(args["audit_from_play"], args["node_name"], task_vars), **args["audit"])
+        audit_args["node_name"] = args["node_name"]
         audit_lock = self._audit_lock(args["lock"], args["skip_compliant"], task_vars)
         if audit_lock is not None:
             audit_args["lock"] = audit_lock

@@ -23,14 +23,21 @@ description:
     for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
     host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
     The first wave, or O(wave=null) (every node at once), reads nothing.
-  - O(step=cordons), after the stages, decides which of those cordons this run releases (RV(release), the node has
-    nothing to drain it for) and which stay (RV(kept), with why - a draining stage the node needs was left out by C(--tags)).
-  - O(step=rollout), where a host of the batch has a step that drains its node (a kubelet CPU or Memory Manager policy
-    change or stale checkpoint, a MIG layout change), reads the budget again (the nodes the stages restarted settle
-    first), and returns each host's group of the budgeted rollout (RV(groups), for C(ansible.builtin.group_by)) and
+  - O(step=rollout), after the stages, first decides which of the cordons an ended run left (O(left_cordoned)) this
+    run releases (RV(release), the node has nothing to drain it for) and releases them once Ready with
+    M(gpuharden.k8s.node_maintenance) (one run per lock owner of the hosts, C(__harden_owner); RV(release_failed)
+    names the hosts whose release failed, for the play to fail), and which stay (RV(kept), with why - a draining stage
+    the node needs was left out by C(--tags); a warning each). Then, where a host of the batch has a step that drains
+    its node (a kubelet CPU or Memory Manager policy change or stale checkpoint, a MIG layout change), reads the budget
+    again (the nodes the stages restarted settle first), and returns each host's group of the budgeted rollout (RV(groups), for C(ansible.builtin.group_by)) and
     the next play's batch size and fleet as the facts C(__harden_batch) and C(__harden_fleet) (with C(delegate_facts)).
   - O(step=stopped), in the second play, returns the Nodes of the hosts whose disruptive step failed (their
     C(__harden_failed)) as RV(stopped_by), for the role C(node_maintenance)'s C(node_maintenance_stopped_by).
+  - O(step=postcheck), per host in the last play, returns the post-check role's inputs from what this run did to the
+    node as facts of the host (C(postcheck_node_audit) - the plan's audit where no stage touched the node or in check
+    mode, C(postcheck_lock), C(postcheck_advertise_settle_seconds) from C(gpuharden_postcheck_settle_seconds),
+    C(postcheck_advertise_settle_this_node) where the device plugin, the kubelet or the MIG layout changed,
+    C(postcheck_kubelet_restarted_at)); it reads no other host and contacts none.
   - The budget options default to the play's C(gpuharden_kubeconfig), C(gpuharden_max_unavailable) (V(1)) and
     C(gpuharden_restart_settle_seconds) (V(60)).
 author:
@@ -45,12 +52,12 @@ options:
     description: Which decision of the rollout to make.
     type: str
     required: true
-    choices: [restarts, cordons, wave, rollout, stopped]
+    choices: [restarts, wave, rollout, stopped, postcheck]
   wave:
     description: For O(step=wave), the step of the containerd restarts (C(index), C(nodes), C(settle), C(before)), or null.
     type: dict
   left_cordoned:
-    description: For O(step=cordons), RV(left_cordoned) of the O(step=restarts) run.
+    description: For O(step=rollout), RV(left_cordoned) of the O(step=restarts) run.
     type: list
     elements: dict
     default: []
@@ -116,13 +123,26 @@ not_started:
   returned: when O(step=wave)
   type: dict
 release:
-  description: With O(step=cordons), the hosts whose cordon an ended run left is released.
-  returned: when O(step=cordons)
+  description: With O(step=rollout), the hosts whose cordon an ended run left is released.
+  returned: when O(step=rollout)
   type: list
   elements: str
 kept:
-  description: With O(step=cordons), per host whose cordon an ended run left stays, why.
-  returned: when O(step=cordons)
+  description: With O(step=rollout), per host whose cordon an ended run left stays, why.
+  returned: when O(step=rollout)
+  type: dict
+released:
+  description: With O(step=rollout), the Nodes whose cordon an ended run left was released.
+  returned: when O(step=rollout)
+  type: list
+  elements: str
+release_results:
+  description: With O(step=rollout), per host whose cordon was to be released, the result of M(gpuharden.k8s.node_maintenance).
+  returned: when O(step=rollout)
+  type: dict
+release_failed:
+  description: With O(step=rollout), per host whose cordon could not be released, why.
+  returned: when O(step=rollout)
   type: dict
 groups:
   description: With O(step=rollout), each host's group - C(gpuharden_rollout_first) (unavailable already), C(gpuharden_rollout_then), C(gpuharden_no_rollout).

@@ -40,9 +40,23 @@ options:
   audit:
     description:
       - The options of M(gpuharden.k8s.node_audit) but O(gpuharden.k8s.node_audit#module:node_name) (the desired state of each check, C(facts),
-        C(lock), C(gpu_operator)).
+        C(lock), C(gpu_operator)). An option given here wins over the one O(audit_from_play) builds.
     type: dict
-    required: true
+    default: {}
+  audit_from_play:
+    description:
+      - The options of M(gpuharden.k8s.node_audit) to build from the play's variables, each from its role's
+        C(<role>_audit_options) (the role's C(vars/main.yml), exposed by its C(tasks/audit_params.yml)).
+      - C(kubelet) also merges C(cgroup_limits_audit_kubelet_settings) into the kubelet settings, at every depth.
+      - C(cgroup_memory) is asked only with the plan's LIST of the GPU pods (C(__node_plan_gpu_pods)), with the pods it
+        found on the node. C(mig), C(nvml) and C(device_cgroups) are asked only where their role gives options.
+      - C(gpu_operator) is the node's entry of the GPU Operator reading that LIST took, with the play's
+        C(gpuharden_operator_takeover) and why the reading is missing.
+      - A role variable that the play does not define fails the task before the node is read.
+    type: list
+    elements: str
+    default: []
+    choices: [gpu_operator, device_nodes, containerd, kubelet, mig, cgroup_memory, nvml, device_cgroups]
   stages:
     description:
       - Per stage the engine runs, the options of its module, keyed by stage name (C(device_permissions) takes those
@@ -113,8 +127,7 @@ EXAMPLES = r"""
   gpuharden.k8s.node_stages:
     audit:
       facts: true
-      device_nodes: "{{ device_permissions_audit_options }}"
-      containerd: "{{ container_runtime_audit_options }}"
+    audit_from_play: [device_nodes, containerd]
   register: gpuharden_node_plan
   tags: [always]
 """

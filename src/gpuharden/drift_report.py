@@ -23,7 +23,9 @@ REPORT_VERSION = 1
 AUDIT_ACTIONS = ("gpuharden.k8s.node_stages", "node_stages", "gpuharden.k8s.node_audit", "node_audit")
 CONSISTENCY_ACTIONS = ("gpuharden.k8s.gpu_consistency", "gpu_consistency")
 RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
-GPU_PODS_ACTIONS = ("gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
+# the plan's one LIST of the GPU pods: node_plan_pods (playbooks/tasks/node_plan_inputs.yml) runs gpu_pods_info; the module's own
+# result is that LIST too (a run of an older collection, the tests' events)
+GPU_PODS_ACTIONS = ("gpuharden.k8s.node_plan_pods", "node_plan_pods", "gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
 SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
 # drift_check.yml's decisions (the collection's drift_play action): its start step names each host's Node, its cluster
 # step carries the consistency check's module result, or the hand-over to run_cluster_side, and the RuntimeClass dry run

@@ -98,9 +98,10 @@ def audits(drift_results):
 
 
 def test_drift_lists_the_pods_once(drift_results):
-    """The plan's LIST of pods is also the consistency check's: gpu_pods_info hands it over in a snapshot file, which
-    gpu_consistency reads and removes; the seeded GPU process without an allocation is still found."""
-    (listed,) = drift_results["gpu_pods_info"]
+    """The plan's LIST of pods is also the consistency check's: gpu_pods_info (run by the plan's node_plan_pods task,
+    tasks/node_plan_inputs.yml) hands it over in a snapshot file, which gpu_consistency reads and removes; the seeded GPU
+    process without an allocation is still found."""
+    (listed,) = drift_results["node_plan_pods"]
     (checked,) = drift_results["gpu_consistency"]
     assert listed["pods_snapshot"] and listed["api_requests"] >= 1
     assert checked["api_requests"]["pods"] == 0 and checked["api_requests"]["nodes"] >= 1, checked["api_requests"]

@@ -32,7 +32,7 @@ def _drifted_finding():
     return model_finding("kubelet_setting", "error", "single-numa-node", "none", LONG_HINT, subject="topologyManagerPolicy")
 
 
-def _outcomes(pods_failed=False, consistency=None):
+def _outcomes(pods_failed=False, consistency=None, pods_action="gpuharden.k8s.node_plan_pods"):
     outcomes = drift_report.Outcomes()
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={}, seconds=0.1,
                          checks=_checks(kubelet="ok", cgroup_memory="skipped",
@@ -41,7 +41,7 @@ def _outcomes(pods_failed=False, consistency=None):
     outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[_drifted_finding()], summary={}, seconds=0.1,
                          checks=_checks(kubelet="drift", cgroup_memory="skipped")))
     if pods_failed:
-        outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.gpu_pods_info", failed_when_result=False,
+        outcomes.feed(_event("runner_on_ok", "gpu-a", action=pods_action, failed=False,
                              msg="gpu_pods_info: list pods (API group \"\" (core)) at cluster scope: API server answered 401 "
                                  "Unauthorized: the credentials were not accepted: Unauthorized",
                              access=_k8s.access("credentials")))
@@ -86,8 +86,10 @@ def test_a_complete_run_that_checked_everything_advances_the_success_time():
     assert "gpuharden_last_success_timestamp_seconds 10.000" in text and "gpuharden_drift_not_checked 0" in text
 
 
-def test_the_pods_list_failing_blinds_every_node_s_memory_check_and_names_the_fix():
-    report = _report(_outcomes(pods_failed=True, consistency={"findings": []}))
+@pytest.mark.parametrize("pods_action", ["gpuharden.k8s.node_plan_pods", "gpuharden.k8s.gpu_pods_info"])
+def test_the_pods_list_failing_blinds_every_node_s_memory_check_and_names_the_fix(pods_action):
+    """The plan's LIST (node_plan_pods, tasks/node_plan_inputs.yml; gpu_pods_info's own result for an older collection)."""
+    report = _report(_outcomes(pods_failed=True, consistency={"findings": []}, pods_action=pods_action))
     gpu_pods = report["cluster"]["checks"]["gpu_pods"]
     assert gpu_pods["state"] == "not_checked" and "401 Unauthorized" in gpu_pods["cause"]
     assert gpu_pods["fix"] == _k8s.ACCESS_FIXES["credentials"]

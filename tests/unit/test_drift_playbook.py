@@ -52,9 +52,12 @@ def test_node_audits_options_are_written_once():
     callers = sorted(str(path.relative_to(REPO)) for path in PLAYBOOKS.rglob("*.yml")
                      for task in _playbook_tasks(path) if "gpuharden.k8s.node_audit" in task or "node_audit" in task)
     assert callers == []
-    # the mapping of the roles' desired state to the audit's options (bootstrap's engine task audits MIG alone)
-    mappings = sorted(str(path.relative_to(REPO)) for path in PLAYBOOKS.rglob("*.yml") for task in _playbook_tasks(path)
-                      if "device_nodes" in ((task.get("gpuharden.k8s.node_stages") or {}).get("audit") or {}))
+    # the mapping of the roles' desired state to the audit's options is the engine's (_stage_plan.audit_options): no
+    # playbook writes an option of it, and one task asks for all of them (bootstrap's engine task asks for MIG alone)
+    engine_tasks = [(str(path.relative_to(REPO)), task["gpuharden.k8s.node_stages"]) for path in PLAYBOOKS.rglob("*.yml")
+                    for task in _playbook_tasks(path) if "gpuharden.k8s.node_stages" in task]
+    assert all(set(options.get("audit") or {}) <= {"facts"} for _path, options in engine_tasks), engine_tasks
+    mappings = sorted(path for path, options in engine_tasks if "device_nodes" in (options.get("audit_from_play") or ()))
     assert mappings == ["playbooks/tasks/node_stages.yml"]
 
 

@@ -19,6 +19,13 @@ def _host(node, runs=None, **variables):
                 **variables)
 
 
+class NoHostvars(dict):
+    """hostvars that fail the test where a host's variables are read (each read is a variable merge per host)."""
+
+    def __getitem__(self, host):
+        raise AssertionError("read the variables of %s" % host)
+
+
 class Templar:
     @staticmethod
     def template(value):
@@ -104,13 +111,32 @@ def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
         _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, {"failed": True, "msg": "no API"})
 
 
-def test_cordons_reads_the_plans_the_stages_made(monkeypatch):
-    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False),
-                "b": _host("nb", {"kubelet_topology": True}),  # its kubelet plan did not run (--tags)
-                "c": _host("nc", __mig_disruptive="True")}
-    left = [{"node": "na", "record": {"owner": "o"}}, {"node": "nb", "record": {"owner": "o"}}, {"node": "nc", "record": {"owner": "o"}}]
-    result, calls = _run(monkeypatch, {"step": "cordons", "left_cordoned": left}, hostvars)
-    assert calls == [] and result["release"] == ["a"] and list(result["kept"]) == ["b"]
+def test_the_rollout_step_releases_the_cordons_an_ended_run_left_before_it_reads_the_budget(monkeypatch):
+    """The cordons an ended run left (harden_gpu_nodes.yml's two tasks per host once): released where this run has nothing
+    to drain the node for, one node_maintenance run per lock owner, before the budget read; kept with why elsewhere."""
+    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False, __harden_owner="harden@a"),
+                "b": _host("nb", {"kubelet_topology": True}, __harden_owner="harden@b"),  # its kubelet plan did not run (--tags)
+                "c": _host("nc", __mig_disruptive="True", __harden_owner="harden@c"),
+                "d": _host("nd", __harden_owner="harden@a")}
+    left = [{"node": node, "record": {"owner": "harden@old"}} for node in ("na", "nb", "nc", "nd")]
+    budget = {"budget": 1, "unavailable": [{"node": "nc"}], "changed": True, "released": ["na", "nd"]}
+    result, calls = _run(monkeypatch, {"step": "rollout", "left_cordoned": left}, hostvars, budget)
+    assert calls[0] == ("gpuharden.k8s.node_maintenance", {"nodes": ["na", "nd"], "state": "released", "owner": "harden@a", "ready_timeout": 60},
+                        False)
+    assert [call[0] for call in calls] == ["gpuharden.k8s.node_maintenance", "gpuharden.k8s.disruption_budget"]
+    assert result["release"] == ["a", "d"] and list(result["kept"]) == ["b"] and result["kept"]["b"].startswith("nb stays cordoned, as harden@old")
+    assert result["release_failed"] == {} and result["changed"] is True and result["groups"]["c"] == "gpuharden_rollout_first"
+    # the Nodes released, as node_maintenance names them (tests/integration/test_rollout.py reads them), each host's run
+    assert result["released"] == ["na", "nd"] and result["release_results"]["d"]["released"] == ["na", "nd"]
+    # a release that fails fails its hosts (the next task), not the others; in check mode too (the module's own check mode)
+    hostvars["c"]["__mig_disruptive"] = False
+    result, calls = _run(monkeypatch, {"step": "rollout", "left_cordoned": left}, hostvars, {"failed": True, "msg": "nd not Ready"},
+                         check_mode=True)
+    # c has nothing to drain now: released too, in its own owner's run
+    assert sorted(result["release_failed"]) == ["a", "c", "d"] and "nd not Ready" in result["release_failed"]["a"]
+    # nothing left cordoned: no release run
+    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget)
+    assert calls == [] and result["release"] == [] and result["changed"] is False
 
 
 def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
@@ -142,10 +168,11 @@ def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a
                                      "c": "containerd not restarted, the restarts stopped: na is not Ready"}
     result, _calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, {"stopped": None, "settle": {"not_ready": {}}})
     assert result["not_started"] == {}
-    # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no API call
+    # the first wave, or every node at once (bootstrap, check mode): nothing to wait for, no API call, no host's
+    # variables read
     for first in ({"index": 0, "nodes": ["na"]}, None):
-        result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, hostvars)
-        assert calls == [] and result["not_started"] == {}
+        result, calls = _run(monkeypatch, {"step": "wave", "wave": first}, NoHostvars(hostvars))
+        assert calls == [] and result["not_started"] == {} and result["changed"] is False
 
 
 def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypatch):
@@ -162,3 +189,46 @@ def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
     hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
     result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
     assert calls == [] and result["stopped_by"] == ["na", "c"]
+
+
+PLAN = {"plan": {"untouched": False}, "checks": {}}
+
+
+def test_postcheck_inputs_follow_what_the_run_did_to_the_node():
+    """harden's post-check inputs, once Jinja in harden_gpu_nodes.yml's last play (two expressions over several lines)."""
+    def inputs(check_mode=False, node_plan=PLAN, changed_results=(None, None, None, None), kubelet_config=None):
+        return sp.postcheck_inputs(check_mode=check_mode, node_plan=node_plan, owner="harden@x", lock_path="/run/l", settle_seconds="60",
+                                   changed_results=list(changed_results), kubelet_config=kubelet_config)
+
+    touched = inputs()
+    assert touched == {"postcheck_node_audit": None, "postcheck_lock": {"owner": "harden@x", "path": "/run/l"},
+                       "postcheck_advertise_settle_seconds": 60, "postcheck_advertise_settle_this_node": False,
+                       "postcheck_kubelet_restarted_at": None}
+    # a node no stage touched, or any node in check mode: the plan's audit stands; check mode takes no lock, waits for nothing
+    untouched = {"plan": {"untouched": True}}
+    assert inputs(node_plan=untouched)["postcheck_node_audit"] is untouched
+    checked = inputs(check_mode=True, changed_results=({"changed": True}, None, None, None))
+    assert checked["postcheck_node_audit"] is PLAN and checked["postcheck_lock"] is None and checked["postcheck_advertise_settle_seconds"] == 0
+    # the plugin, the kubelet or MIG changed (a loop's result too): the node's advertised resources settle
+    for position in range(4):
+        results = [None, {"changed": False}, {"skipped": True}, None]
+        results[position] = {"results": [{"changed": False}, {"changed": True}]} if position == 3 else {"changed": True}
+        assert inputs(changed_results=results)["postcheck_advertise_settle_this_node"] is True
+    # a restarted kubelet: judged from a status it posted since; a write without a restart, or no health read, none
+    assert inputs(kubelet_config={"restarted": True, "health": {"restarted_at": "2026-12-07T10:00:00Z"}})["postcheck_kubelet_restarted_at"] == \
+        "2026-12-07T10:00:00Z"
+    assert inputs(kubelet_config={"restarted": False, "health": {"restarted_at": "t"}})["postcheck_kubelet_restarted_at"] is None
+    assert inputs(kubelet_config={"restarted": True, "health": None})["postcheck_kubelet_restarted_at"] is None
+
+
+def test_the_postcheck_step_sets_this_hosts_facts_and_reads_no_other_host(monkeypatch):
+    variables = {"gpuharden_node_plan": PLAN, "__harden_owner": "harden@y", "device_plugin_result": {"changed": True},
+                 "__kubelet_topology_config": {"changed": True, "restarted": True, "health": {"restarted_at": "t1"}}}
+    result, calls = _run(monkeypatch, {"step": "postcheck"}, NoHostvars(), ansible_play_hosts=["a", "b"], ansible_play_hosts_all=["a", "b"],
+                         **variables)
+    assert calls == [] and result["changed"] is False
+    assert result["ansible_facts"] == {"postcheck_node_audit": None, "postcheck_lock": {"owner": "harden@y", "path": "/run/gpuharden/run.lock"},
+                                       "postcheck_advertise_settle_seconds": 60, "postcheck_advertise_settle_this_node": True,
+                                       "postcheck_kubelet_restarted_at": "t1"}
+    result, _calls = _run(monkeypatch, {"step": "postcheck"}, NoHostvars(), check_mode=True, gpuharden_postcheck_settle_seconds=5, **variables)
+    assert result["ansible_facts"]["postcheck_lock"] is None and result["ansible_facts"]["postcheck_node_audit"] is PLAN

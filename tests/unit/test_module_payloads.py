@@ -52,6 +52,7 @@ CONTROLLER_SIDE = {
     "drift_play": "action plugin on the controller (drift_check.yml's start, cluster side and verdict: runs gpu_consistency and runtime_class "
                   "delegated to localhost); the module file is documentation only, no payload",
     "harden_rollout": "action plugin on the controller (harden_gpu_nodes, run_once, runs disruption_budget); the module file is documentation only",
+    "node_plan_pods": "action plugin on the controller (tasks/node_plan_inputs.yml, run_once, runs gpu_pods_info); the module file is documentation only",
     "node_maintenance_budget": "action plugin on the controller (roles/node_maintenance budget.yml, run_once, runs disruption_budget); documentation only",
     "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
@@ -60,7 +61,7 @@ CONTROLLER_SIDE = {
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check (its drift_play action), delegate_to localhost",
     "gpu_node_labels": "bootstrap (the bootstrap taint), standalone use, delegate_to localhost (run_once)",
-    "gpu_pods_info": "harden's plan, roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
+    "gpu_pods_info": "harden's plan (node_plan_pods), roles/cgroup_limits immediate.yml, drift_check, delegate_to localhost, run_once",
     "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
@@ -76,8 +77,8 @@ CONTROLLER_SIDE = {
 }
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
-                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "node_maintenance_budget", "node_stages", "postcheck_step",
-                      "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
+                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "node_maintenance_budget", "node_plan_pods", "node_stages",
+                      "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).

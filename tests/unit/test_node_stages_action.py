@@ -185,3 +185,20 @@ def test_the_engine_builds_the_audits_lock_from_plain_options_and_the_plays_vari
     assert _audit_lock(monkeypatch, gpuharden_gpu_node=True, **CLEAN_PLUGIN, **ONE_BATCH)["release_if_compliant"] is False
     assert _audit_lock(monkeypatch, gpuharden_skip_compliant_stages=False, **CLEAN_PLUGIN, **ONE_BATCH)["release_if_compliant"] is False
     assert "release_if_compliant" not in _audit_lock(monkeypatch, lock=dict(LOCK, release_if_nothing_cluster_side=False), **CLEAN_PLUGIN, **ONE_BATCH)
+
+
+def test_the_audits_options_come_from_the_roles_variables_where_asked(monkeypatch, cliargs):
+    """audit_from_play: node_audit's options built from the play (tasks/node_stages.yml's, once Jinja there); audit wins."""
+    play = {"device_permissions_audit_options": {"policy": "restricted"}, "mig_audit_options": {"config": "all-1g"},
+            "container_runtime_audit_options": {"runtime": "nvidia"},
+            "__node_plan_gpu_pods": {"gpu_operator": {"nodes": {"gpu-a": {"owned": []}}}}, "gpuharden_operator_takeover": ["containerd"]}
+    results = {"gpuharden.k8s.node_audit": _audit_result()}
+    _result, calls, _task = _run(monkeypatch, results, {"audit": {"facts": False, "containerd": {"runtime": "given"}},
+                                                         "audit_from_play": ["gpu_operator", "device_nodes", "containerd", "mig"]},
+                                 task_vars=play)
+    assert calls[0][1] == {"facts": False, "node_name": "gpu-a", "device_nodes": {"policy": "restricted"}, "containerd": {"runtime": "given"},
+                           "mig": {"config": "all-1g"}, "gpu_operator": {"owned": [], "takeover": ["containerd"], "error": None}}
+    # a role's variables missing from the play: refused, naming them, before the node is read
+    with pytest.raises(AnsibleActionFail, match="cgroup_limits_audit_kubelet_settings, kubelet_topology_audit_options|kubelet_topology_audit_options, "
+                       "cgroup_limits_audit_kubelet_settings"):
+        _run(monkeypatch, results, {"audit_from_play": ["kubelet"]}, task_vars=play)

@@ -151,3 +151,43 @@ def test_device_plugin_needed():
     for change in ({"skip_compliant": False}, {"dry_runs": [{"clean": False}]}, {"dry_runs": [None]},
                    {"node_runs": [{"mig": True}]}, {"node_runs": [None]}, {"gpu_node_set": [True]}, {"driver_gpus": [None]}):
         assert sp.device_plugin_needed(**dict(clean, **change)) is True, change
+
+
+# --- node_audit's options from the roles' variables (once Jinja in playbooks/tasks/node_stages.yml) -----------------
+
+ROLES = {"device_permissions_audit_options": {"policy": "restricted"}, "container_runtime_audit_options": {"runtime": "nvidia"},
+         "kubelet_topology_audit_options": {"config_path": "/k", "settings": {"cpuManagerPolicy": "static", "featureGates": {"A": True}}},
+         "cgroup_limits_audit_kubelet_settings": {"memoryThrottlingFactor": 0.9, "featureGates": {"MemoryQoS": True}},
+         "mig_audit_options": {}, "cgroup_limits_audit_options": {"memory_high": "90%"},
+         "postcheck_audit_nvml_options": {"expected": 8}, "postcheck_audit_device_cgroup_options": {}}
+LIST = {"pod_uids_by_node": {"gpu-a": ["uid-1"]},
+        "gpu_operator": {"nodes": {"gpu-a": {"owned": ["device_plugin"]}}, "error": None}}
+
+
+def test_audit_options_maps_each_role_and_merges_the_kubelet_settings():
+    options = sp.audit_options(sp.PLAY_AUDIT_OPTIONS, ROLES, "gpu-a", LIST, ["device_plugin"])
+    assert options["device_nodes"] == {"policy": "restricted"} and options["containerd"] == {"runtime": "nvidia"}
+    # cgroup_limits' kubelet settings merged at every depth into the kubelet check's, the role's own kept
+    assert options["kubelet"] == {"config_path": "/k", "settings": {"cpuManagerPolicy": "static", "memoryThrottlingFactor": 0.9,
+                                                                    "featureGates": {"A": True, "MemoryQoS": True}}}
+    assert ROLES["kubelet_topology_audit_options"]["settings"] == {"cpuManagerPolicy": "static", "featureGates": {"A": True}}
+    assert options["cgroup_memory"] == {"memory_high": "90%", "pod_uids": ["uid-1"]}
+    assert options["nvml"] == {"expected": 8}
+    # a role that asks for nothing leaves its check out
+    assert "mig" not in options and "device_cgroups" not in options
+    assert options["gpu_operator"] == {"owned": ["device_plugin"], "takeover": ["device_plugin"], "error": None}
+    # only what is asked (bootstrap: the MIG check alone)
+    assert sp.audit_options(["mig"], dict(ROLES, mig_audit_options={"config": "all-1g"}), "gpu-a", None, []) == {"mig": {"config": "all-1g"}}
+
+
+def test_audit_options_without_the_lists_reading():
+    # a node the LIST found no pod on: an empty list, the memory check still runs
+    assert sp.audit_options(["cgroup_memory"], ROLES, "gpu-b", LIST, [])["cgroup_memory"]["pod_uids"] == []
+    # no LIST (skipped: cgroup_limits_immediate false), or one that failed: no memory check, the operator's error named
+    for gpu_pods in (None, {"skipped": True, "changed": False}, {"failed": False, "msg": "Unauthorized"}):
+        options = sp.audit_options(sp.PLAY_AUDIT_OPTIONS, ROLES, "gpu-a", gpu_pods, [])
+        assert "cgroup_memory" not in options
+        assert options["gpu_operator"] == {"takeover": [], "error": (gpu_pods or {}).get("msg")}
+    # the ClusterPolicy could not be read though the LIST ran: its own error
+    reading = {"pod_uids_by_node": {}, "gpu_operator": {"error": "forbidden"}, "msg": "other"}
+    assert sp.audit_options(["gpu_operator"], ROLES, "gpu-a", reading, [])["gpu_operator"] == {"takeover": [], "error": "forbidden"}

@@ -155,6 +155,110 @@ def stage_summary(plan):
     return ["%s: %s (%s)" % (entry["stage"], entry["action"].replace("_", " "), entry["why"]) for entry in plan["stages"]]
 
 
+# --- node_audit's options, from the roles' variables (node_stages' audit_from_play) ----------------------------------
+
+# node_audit's option: the role variable that holds it (each role's vars/main.yml, exposed by its tasks/audit_params.yml)
+ROLE_AUDIT_OPTIONS = {
+    "device_nodes": "device_permissions_audit_options",
+    "containerd": "container_runtime_audit_options",
+    "kubelet": "kubelet_topology_audit_options",
+    "mig": "mig_audit_options",
+    "cgroup_memory": "cgroup_limits_audit_options",
+    "nvml": "postcheck_audit_nvml_options",
+    "device_cgroups": "postcheck_audit_device_cgroup_options",
+}
+# the kubelet settings the cgroup_limits stage asks for (MemoryQoS): the kubelet stage writes them, so its check plans them
+CGROUP_LIMITS_KUBELET_SETTINGS = "cgroup_limits_audit_kubelet_settings"
+# a check its role leaves empty is not asked (no MIG layout, the post-check's NVML or device cgroup check off)
+ASKED_ONLY_WHEN_SET = ("mig", "nvml", "device_cgroups")
+# the options node_stages builds from the play: the roles' and the GPU Operator's reading of the plan's LIST
+PLAY_AUDIT_OPTIONS = ("gpu_operator",) + tuple(ROLE_AUDIT_OPTIONS)
+
+
+def merged(base, over):
+    """``over`` merged into ``base``, mappings key by key at every depth, anything else replaced (Ansible's
+    combine(recursive=true) with its default list_merge=replace)."""
+    result = dict(base)
+    for key, value in over.items():
+        result[key] = merged(result[key], value) if isinstance(result.get(key), dict) and isinstance(value, dict) else value
+    return result
+
+
+def gpu_operator_option(node, gpu_pods, takeover):
+    """node_audit's gpu_operator option for one node: its entry of the ClusterPolicy reading the plan's LIST took
+    (gpu_pods_info's gpu_operator), the run's takeover list (gpuharden_operator_takeover) and why the reading is
+    missing (its error, else the LIST's own failure; none where the LIST was not made)."""
+    gpu_pods = gpu_pods or {}
+    reading = gpu_pods.get("gpu_operator") or {}
+    error = reading["error"] if "error" in reading else gpu_pods.get("msg")
+    return dict((reading.get("nodes") or {}).get(node) or {}, takeover=list(takeover or []), error=error)
+
+
+def audit_options(wanted, roles, node, gpu_pods, takeover):
+    """The node_audit options named in ``wanted`` (PLAY_AUDIT_OPTIONS), built from the roles' variables.
+
+    roles: {variable: value} for ROLE_AUDIT_OPTIONS' variables and CGROUP_LIMITS_KUBELET_SETTINGS; gpu_pods: the plan's
+    one LIST of the batch (gpu_pods_info's result, a skipped or failed one, or None). The kubelet check takes the
+    cgroup_limits stage's kubelet settings merged into its own; the memory check runs only with the pods that LIST found
+    on the node (without a LIST it is not asked); MIG, NVML and the device cgroups only where their role sets options."""
+    gpu_pods = gpu_pods if isinstance(gpu_pods, dict) else {}
+    options = {}
+    for name in wanted:
+        if name == "gpu_operator":
+            options[name] = gpu_operator_option(node, gpu_pods, takeover)
+            continue
+        value = roles[ROLE_AUDIT_OPTIONS[name]]
+        if name == "kubelet":
+            value = dict(value, settings=merged(value.get("settings") or {}, roles[CGROUP_LIMITS_KUBELET_SETTINGS] or {}))
+        elif name == "cgroup_memory":
+            if gpu_pods.get("pod_uids_by_node") is None:
+                continue
+            value = dict(value, pod_uids=gpu_pods["pod_uids_by_node"].get(node, []))
+        elif name in ASKED_ONLY_WHEN_SET and not value:
+            continue
+        options[name] = value
+    return options
+
+
+# --- the plan's one LIST of the batch's GPU pods (the action gpuharden.k8s.node_plan_pods) --------------------------
+
+# the cluster identity and Python of a role's cluster-side calls: a dry run rides in the LIST's module run only where
+# its role's are the LIST's own (cgroup_limits')
+IDENTITY = ("kubeconfig", "kube_context", "controller_python")
+# the roles' variables the LIST's options are built from
+LIST_SETTINGS = (
+    tuple("cgroup_limits_" + key for key in IDENTITY + ("resource_prefixes",))
+    + tuple("runtime_class_" + key for key in IDENTITY + ("audit_options", "nodes"))
+    + tuple("device_plugin_" + key for key in IDENTITY + ("audit_options", "label_nodes", "gpu_label_key", "gpu_label_value", "taint"))
+)
+
+
+def _same_identity(settings, role):
+    return all(settings["%s_%s" % (role, key)] == settings["cgroup_limits_" + key] for key in IDENTITY)
+
+
+def gpu_pods_args(settings, nodes, *, pods_snapshot=False, dry_runs=False):
+    """gpu_pods_info's options for the plan's one LIST of the GPU pods of ``nodes`` (the batch's Node names), with the
+    GPU Operator's reading, and with dry_runs the dry runs of the RuntimeClass and device plugin stages: each only where
+    its role calls the cluster with the LIST's identity and Python (cgroup_limits'); the device plugin's labels every
+    node of the LIST as a GPU node where the role labels nodes (device_plugin_label_nodes).
+    settings: {variable: value} for LIST_SETTINGS, booleans read."""
+    args = {"nodes": list(nodes), "resource_prefixes": settings["cgroup_limits_resource_prefixes"], "pods_snapshot": bool(pods_snapshot),
+            "gpu_operator": True}
+    for option, key in (("kubeconfig", "kubeconfig"), ("context", "kube_context")):
+        if settings["cgroup_limits_" + key]:
+            args[option] = settings["cgroup_limits_" + key]
+    if dry_runs and _same_identity(settings, "runtime_class"):
+        args["runtime_class"] = dict(settings["runtime_class_audit_options"], nodes=settings["runtime_class_nodes"])
+    if dry_runs and _same_identity(settings, "device_plugin"):
+        labels = None
+        if settings["device_plugin_label_nodes"]:
+            labels = {"labels": {settings["device_plugin_gpu_label_key"]: settings["device_plugin_gpu_label_value"]},
+                      "taint": settings["device_plugin_taint"], "nodes": list(nodes), "unlabel_nodes": []}
+        args["device_plugin"] = dict(settings["device_plugin_audit_options"], node_labels=labels)
+    return args
+
+
 # --- decisions across the play's hosts ------------------------------------------------------------------------------
 
 def unplanned_draining_steps(runs, planned):
@@ -250,3 +354,42 @@ def rollout_plan(hosts, budget):
     groups = {host["host"]: rollout_group(host["disruptive"], host["node"], unavailable) for host in hosts}
     batch = rollout_batch(int(budget["budget"]), unavailable, disruptive) if budget and "budget" in budget else None
     return {"groups": groups, "disruptive": disruptive, "batch": batch}
+
+
+# --- harden's post-check, from what the run did to the node (harden_rollout step postcheck) --------------------------
+
+def changed(result):
+    """Ansible's ``is changed`` test (ansible-core 2.19 lib/ansible/plugins/test/core.py changed) for a registered
+    result: its changed, else whether one of its loop results changed; an unset or skipped result did not change."""
+    if not isinstance(result, dict):
+        return False
+    if "changed" in result:
+        return bool(result["changed"])
+    results = result.get("results")
+    return isinstance(results, list) and any(isinstance(item, dict) and item.get("changed") for item in results)
+
+
+def postcheck_inputs(*, check_mode, node_plan, owner, lock_path, settle_seconds, changed_results, kubelet_config):
+    """The post-check role's inputs in harden's last play (postcheck_node_audit, postcheck_lock,
+    postcheck_advertise_settle_seconds, postcheck_advertise_settle_this_node, postcheck_kubelet_restarted_at).
+
+    - A node no stage touched (or any node in check mode) is as the plan's audit read it: the post-check takes that
+      audit instead of a second read; else it reads the node again in one node_audit run, which gives the run lock
+      back (none in check mode: no lock was taken).
+    - The nodes whose plugin, kubelet or MIG layout this run changed wait for their advertised resources to settle
+      (a restarted plugin pod registers anew, and the kubelet reports it on its next node status update); none in
+      check mode.
+    - A restarted kubelet's node is judged only from a status the new kubelet posted: the restart's time.
+    changed_results: the registered results of the stages that change what a node advertises (the device plugin, the
+    kubelet write, the MIG apply and re-apply), each None where it did not run; kubelet_config: the kubelet write's."""
+    node_plan = node_plan if isinstance(node_plan, dict) else None
+    untouched = bool(((node_plan or {}).get("plan") or {}).get("untouched", False))
+    kubelet_config = kubelet_config if isinstance(kubelet_config, dict) else {}
+    restarted_at = (kubelet_config.get("health") or {}).get("restarted_at") if kubelet_config.get("restarted") else None
+    return {
+        "postcheck_node_audit": node_plan if check_mode or untouched else None,
+        "postcheck_lock": None if check_mode else {"owner": owner, "path": lock_path},
+        "postcheck_advertise_settle_seconds": 0 if check_mode else int(settle_seconds),
+        "postcheck_advertise_settle_this_node": any(changed(result) for result in changed_results),
+        "postcheck_kubelet_restarted_at": restarted_at,
+    }

@@ -1,0 +1,58 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.node_plan_pods: the plan's one LIST of the batch's GPU pods (harden_gpu_nodes.yml
+and drift_check.yml, through playbooks/tasks/node_plan_inputs.yml), run once for the batch on the controller.
+
+It builds gpu_pods_info's options from the roles' variables (module_utils/core/_stage_plan.py gpu_pods_args: the
+cgroup_limits stage's cluster identity and resource prefixes, the dry runs of the RuntimeClass and device plugin
+stages where their roles use the same identity and Python) and runs the module outside check mode (it only reads: a
+check run plans what a real run would).  A LIST that fails does not fail the task: the audit then leaves the memory
+check out, and harden's cgroup_limits stage lists again and fails there.  Where the caller made the reading already
+(gpuharden_gpu_pods_given: gpuharden explain) it is returned as it is; where cgroup_limits_immediate is false, no LIST.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
+
+ARGUMENT_SPEC = {
+    "nodes": {"type": "list", "elements": "str", "required": True},
+    "pods_snapshot": {"type": "bool", "default": False},
+    # harden's: dry-run the cluster-side stages in the LIST, where the play skips compliant stages
+    "dry_runs": {"type": "bool", "default": False},
+}
+GIVEN = "gpuharden_gpu_pods_given"
+BOOLEANS = ("device_plugin_label_nodes",)
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    TRANSFERS_FILES = False
+
+    def _variable(self, task_vars, name, default=None):
+        return self._templar.template(task_vars[name]) if name in task_vars else default
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if GIVEN in task_vars:
+            # gpuharden explain made the same reading in its own Python (the module's gather()): no module run for it
+            return dict(result, **dict(self._variable(task_vars, GIVEN), changed=False))
+        if not boolean(self._variable(task_vars, "cgroup_limits_immediate", True), strict=False):
+            return dict(result, changed=False, skipped=True, skip_reason="cgroup_limits_immediate is false: no LIST of the GPU pods")
+        settings = {name: self._variable(task_vars, name) for name in _stage_plan.LIST_SETTINGS}
+        for name in BOOLEANS:
+            settings[name] = boolean(settings[name], strict=False)
+        skip_compliant = boolean(self._variable(task_vars, "gpuharden_skip_compliant_stages", playbook_default("gpuharden_skip_compliant_stages")),
+                                 strict=False)
+        module_args = _stage_plan.gpu_pods_args(settings, args["nodes"], pods_snapshot=args["pods_snapshot"],
+                                                dry_runs=args["dry_runs"] and skip_compliant)
+        listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, task_vars)
+        # a failed LIST is the plan's reading too (its msg names why), not the task's failure
+        return dict(result, **dict(listed, failed=False, changed=False))

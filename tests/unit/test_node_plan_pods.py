@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The plan's one LIST of the GPU pods (plugins/action/node_plan_pods.py over module_utils/core/_stage_plan.py
+gpu_pods_args): gpu_pods_info's options, once Jinja in playbooks/tasks/node_plan_inputs.yml."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
+
+IDENTITY = {"kubeconfig": "/k", "kube_context": "", "controller_python": "/usr/bin/python3"}
+SETTINGS = dict(
+    {"cgroup_limits_" + key: value for key, value in IDENTITY.items()},
+    **{"runtime_class_" + key: value for key, value in IDENTITY.items()},
+    **{"device_plugin_" + key: value for key, value in IDENTITY.items()},
+    cgroup_limits_resource_prefixes=["nvidia.com/"], runtime_class_audit_options={"name": "nvidia"}, runtime_class_nodes=["gpu-a"],
+    device_plugin_audit_options={"version": "v0.18.2"}, device_plugin_label_nodes=True, device_plugin_gpu_label_key="nvidia.com/gpu.present",
+    device_plugin_gpu_label_value="true", device_plugin_taint="ignore")
+
+
+def test_the_list_takes_cgroup_limits_identity_and_the_dry_runs_where_asked():
+    assert set(SETTINGS) == set(sp.LIST_SETTINGS)
+    args = sp.gpu_pods_args(SETTINGS, ["gpu-a", "gpu-b"])
+    # an empty context is left out (the module's default), as "or omit" did
+    assert args == {"nodes": ["gpu-a", "gpu-b"], "resource_prefixes": ["nvidia.com/"], "pods_snapshot": False, "gpu_operator": True,
+                    "kubeconfig": "/k"}
+    args = sp.gpu_pods_args(SETTINGS, ["gpu-a", "gpu-b"], pods_snapshot=True, dry_runs=True)
+    assert args["pods_snapshot"] is True
+    assert args["runtime_class"] == {"name": "nvidia", "nodes": ["gpu-a"]}
+    # every node of the LIST labelled as a GPU node
+    assert args["device_plugin"] == {"version": "v0.18.2", "node_labels": {"labels": {"nvidia.com/gpu.present": "true"}, "taint": "ignore",
+                                                                           "nodes": ["gpu-a", "gpu-b"], "unlabel_nodes": []}}
+    assert sp.gpu_pods_args(dict(SETTINGS, device_plugin_label_nodes=False), ["gpu-a"], dry_runs=True)["device_plugin"]["node_labels"] is None
+
+
+@pytest.mark.parametrize("role", ["runtime_class", "device_plugin"])
+@pytest.mark.parametrize("key", ["kubeconfig", "kube_context", "controller_python"])
+def test_a_dry_run_rides_in_the_list_only_with_the_lists_identity_and_python(role, key):
+    args = sp.gpu_pods_args(dict(SETTINGS, **{"%s_%s" % (role, key): "other"}), ["gpu-a"], dry_runs=True)
+    assert role not in args
+    assert ({"runtime_class", "device_plugin"} - {role}) <= set(args)
+
+
+class Templar:
+    @staticmethod
+    def template(value):
+        return value
+
+
+def _run(monkeypatch, task_vars, args, listed=None, check_mode=True):
+    calls = []
+
+    def execute(self, module_name, module_args, task_vars):
+        calls.append((module_name, module_args, self._task.check_mode))
+        return dict(listed or {"pod_uids_by_node": {}})
+
+    monkeypatch.setattr(node_plan_pods.ActionModule, "_execute_module", execute)
+    task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=False, action="gpuharden.k8s.node_plan_pods")
+    action = node_plan_pods.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
+    return action.run(task_vars=dict(task_vars)), calls, task
+
+
+def test_the_action_lists_once_outside_check_mode_and_a_failed_list_is_the_plans_reading(monkeypatch):
+    result, calls, task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"], "dry_runs": True})
+    [(module, module_args, check_mode)] = calls
+    assert module == "gpuharden.k8s.gpu_pods_info" and check_mode is False and task.check_mode is True
+    assert "runtime_class" in module_args and "device_plugin" in module_args
+    assert result["pod_uids_by_node"] == {} and result["changed"] is False
+    # the play runs every stage (gpuharden_skip_compliant_stages false): no dry run decides anything, none is made
+    _result, calls, _task = _run(monkeypatch, dict(SETTINGS, gpuharden_skip_compliant_stages="false"), {"nodes": ["gpu-a"], "dry_runs": True})
+    assert "runtime_class" not in calls[0][1] and "device_plugin" not in calls[0][1]
+    # a LIST that fails: the task does not fail, its msg is the reading
+    result, _calls, _task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"]}, listed={"failed": True, "msg": "401 Unauthorized"})
+    assert result["failed"] is False and result["msg"] == "401 Unauthorized" and "pod_uids_by_node" not in result
+
+
+def test_the_action_lists_nothing_where_the_reading_is_given_or_no_memory_check_is_asked(monkeypatch):
+    given = {"pod_uids_by_node": {"gpu-a": ["u"]}, "gpu_operator": {"nodes": {}}}
+    result, calls, _task = _run(monkeypatch, dict(SETTINGS, gpuharden_gpu_pods_given=given), {"nodes": ["gpu-a"]})
+    assert calls == [] and result["pod_uids_by_node"] == {"gpu-a": ["u"]} and result["changed"] is False
+    result, calls, _task = _run(monkeypatch, dict(SETTINGS, cgroup_limits_immediate="no"), {"nodes": ["gpu-a"]})
+    assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result
