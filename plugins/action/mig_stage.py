@@ -22,8 +22,8 @@ the mode pending while processes use the GPU); the follow-ups are explained in r
 from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.action.node_stages import run_tags
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MIG_LAYOUT = "gpuharden.k8s.mig_layout"
@@ -98,6 +98,7 @@ class ActionModule(StageAction):
     def _command(self, argv, task_vars):
         result = self.run_module(COMMAND, {"argv": argv}, task_vars)
         if result.get("failed") or result.get("rc"):
-            raise GpuhardenError("mig_reset_command %s failed (rc %s): %s" % (argv, result.get("rc"), (result.get("stderr") or result.get("msg") or "").strip()),
+            why = (result.get("stderr") or result.get("msg") or "").strip()
+            raise GpuhardenError("mig_reset_command %s failed (rc %s): %s" % (argv, result.get("rc"), why),
                                  rc=result.get("rc"), stdout=result.get("stdout", ""), stderr=result.get("stderr", ""), changed=True)
         return result
