@@ -30,7 +30,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   step:
-    description: The step.
+    description: Which step of C(tasks/apply.yml) to run.
     type: str
     required: true
     choices: [apply, reset, reapply]

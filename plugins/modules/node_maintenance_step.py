@@ -31,7 +31,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   step:
-    description: The step.
+    description: Which step of the role to run (its task file is named above).
     type: str
     required: true
     choices: [cordon_drain, uncordon, restart_device_plugin, budget_verdict]
