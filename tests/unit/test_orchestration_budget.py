@@ -16,7 +16,7 @@ _SPEC = importlib.util.spec_from_file_location("orchestration_counts", REPO / "t
 counts = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(counts)
 
-CEILING = {"internal_variables": 105, "jinja_lines": 603, "spanning_expressions": 20}
+CEILING = {"internal_variables": 102, "jinja_lines": 529, "spanning_expressions": 19}
 GOAL = {"internal_variables": 20, "jinja_lines": 120, "spanning_expressions": 0}
 
 
