@@ -99,9 +99,13 @@ def test_a_busy_gpu_s_pending_mode_change_is_reset_and_applied_again(node):
     assert event == "runner_on_failed" and result["changed"] is True
     assert result["msg"].startswith("MIG mode change pending on 00000000:5D:00.0: reset these GPUs") and "(mig_reset_method is none)" in result["msg"]
 
-    reset = [sys.executable, str(CTL), "reset", "--state", str(node.state_file), "--fixture", str(node.fixture), "--gpu", "3", "--force"]
+    # the command sees the bus ids the apply left pending in mig_gpus_to_reset (as the default nvidia-smi -r -i <bus ids>)
+    told = node.root / "reset-told"
+    reset = ["sh", "-c", 'echo "$1" > %s && exec "$0" "$2" reset --state "$3" --fixture "$4" --gpu 3 --force' % told,
+             sys.executable, "{{ mig_gpus_to_reset | default([]) | join(',') }}", str(CTL), str(node.state_file), str(node.fixture)]
     report = play(node, {"mig_layout": layout, "mig_force": True, "mig_reset_command": reset})
     assert report["rc"] == 0, report["stdout"]
+    assert told.read_text() == "00000000:5D:00.0\n"
     assert report["tasks"]["MIG | apply the layout"][1]["gpus_to_reset"] == ["00000000:5D:00.0"]
     assert outcome(report, "MIG | reset the GPUs whose mode change is pending") == "ok"
     assert report["tasks"]["MIG | reset the GPUs whose mode change is pending"][1]["changed"] is True
