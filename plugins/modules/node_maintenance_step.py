@@ -24,17 +24,17 @@ description:
   - O(step=budget_verdict) is this host's part of the batch's budget (M(gpuharden.k8s.node_maintenance_budget), registered
     as C(__node_maintenance_budget)). It fails the host with the budget's line where its disruptive step may not start
     now, warns in check mode that a real run would defer it, and returns RV(allowed_in). It opens no connection.
-author:
-  - gpuharden maintainers (@gpuharden)
-extends_documentation_fragment:
-  - gpuharden.k8s._attributes
-  - gpuharden.k8s._attributes.ACTION
 options:
   step:
     description: Which step of the role to run (its task file is named above).
     type: str
     required: true
     choices: [cordon_drain, uncordon, restart_device_plugin, budget_verdict]
+author:
+  - gpuharden maintainers (@gpuharden)
+extends_documentation_fragment:
+  - gpuharden.k8s._attributes
+  - gpuharden.k8s._attributes.ACTION
 attributes:
   check_mode:
     support: full
