@@ -6,29 +6,33 @@
 Read-only (the role runs it in check mode).  Where the plan's node_audit refused the mig check (the GPU Operator's MIG
 manager owns the layout: ``refused``, [{what, why, fix}]), nothing is planned and the refusal is the stage's result,
 said as a warning; else gpuharden.k8s.mig_layout runs on the node in check mode and its result is this task's.  Either
-way the result says ``disruptive``: the layout changes or a mode change waits for a reset (the node is drained).
+way the result says ``disruptive``: the layout changes or a mode change waits for a reset, and ``drain``: disruptive
+and mig_drain (apply.yml cordons and drains the node, and uncordons it after).
+``options`` and ``refused`` default to the role's ``__mig_module_options`` and ``__mig_operator_refused``.
 """
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MIG_LAYOUT = "gpuharden.k8s.mig_layout"
 ARGUMENT_SPEC = {
-    "options": {"type": "dict", "required": True},
-    "refused": {"type": "list", "elements": "dict", "default": []},
+    "options": {"type": "dict"},
+    "refused": {"type": "list", "elements": "dict"},
 }
 
 
-def decide(refused, run_mig_layout):
-    """The plan: the refusal (nothing planned), or mig_layout's check-mode result, with ``disruptive``."""
+def decide(refused, run_mig_layout, drain=True):
+    """The plan: the refusal (nothing planned), or mig_layout's check-mode result, with ``disruptive`` and ``drain``."""
     if refused:
-        return {"changed": False, "reset_required": False, "disruptive": False, "refused": refused,
+        return {"changed": False, "reset_required": False, "disruptive": False, "drain": False, "refused": refused,
                 "warnings": ["mig: layout left alone: %s: %s; fix: %s" % (entry.get("what"), entry.get("why"), entry.get("fix")) for entry in refused]}
     result = run_mig_layout()
     if result.get("failed"):
         return result
-    return dict(result, disruptive=bool(result.get("changed") or result.get("reset_required")))
+    disruptive = bool(result.get("changed") or result.get("reset_required"))
+    return dict(result, disruptive=disruptive, drain=disruptive and drain)
 
 
 class ActionModule(StageAction):
@@ -37,4 +41,6 @@ class ActionModule(StageAction):
     READ_ONLY = True
 
     def decide_task(self, args, task_vars):
-        return decide(args["refused"], lambda: self.run_module(MIG_LAYOUT, args["options"], task_vars))
+        refused = self.variable("__mig_operator_refused") if args["refused"] is None else args["refused"]
+        options = self.variable("__mig_module_options") if args["options"] is None else args["options"]
+        return decide(refused, lambda: self.run_module(MIG_LAYOUT, options, task_vars), boolean(self.variable("mig_drain"), strict=False))

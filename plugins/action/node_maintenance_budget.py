@@ -9,12 +9,14 @@ host that reaches it: __node_maintenance_budget_wanted, __node_maintenance_budge
 the rollout those of the hosts gone from the play (stop_on_failure), runs gpuharden.k8s.disruption_budget once
 (outside check mode too: it only reads) where a host wants a step, and returns its result with, per node of the batch
 that may not start, the line the role fails it with (not_started) or, in check mode, says (would_defer).  No host
-wants a step: no API call, nothing deferred.
+wants a step: no API call, nothing deferred.  An option the task does not give is the role's variable
+(node_maintenance_max_unavailable, node_maintenance_fleet, ...), where the task runs in the role.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
@@ -28,6 +30,11 @@ ARGUMENT_SPEC = {
     "stopped_by": {"type": "list", "elements": "str", "default": []},
     "stop_on_failure": {"type": "bool", "default": True},
 }
+# An option the task does not give: the node_maintenance role's variable (budget.yml gives none), where defined.
+ROLE_VARIABLES = {"kubeconfig": "node_maintenance_kubeconfig", "context": "node_maintenance_kube_context",
+                  "max_unavailable": "node_maintenance_max_unavailable", "fleet": "node_maintenance_fleet",
+                  "out_of_service_taints": "node_maintenance_out_of_service_taints", "stopped_by": "node_maintenance_stopped_by",
+                  "stop_on_failure": "node_maintenance_stop_on_failure"}
 WANTED = "__node_maintenance_budget_wanted"
 NODE = "__node_maintenance_budget_node"
 EXHAUSTED_HINT = " (a play that runs the change on several nodes at once: serial 1, or a larger node_maintenance_max_unavailable)"
@@ -60,7 +67,14 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        given = dict(self._task.args)
+        for option, variable in ROLE_VARIABLES.items():
+            if option not in given and variable in task_vars:
+                given[option] = self._templar.resolve_variable_expression(variable)
+        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(given)
+        if validation.error_messages:
+            raise AnsibleActionFail("node_maintenance_budget: %s" % "; ".join(validation.error_messages))
+        args = validation.validated_parameters
         hostvars = task_vars.get("hostvars") or {}
         batch = batch_nodes(hostvars, task_vars.get("ansible_play_batch", []))
         result.update(changed=False, allowed=[], deferred={}, not_started={}, would_defer={})

@@ -16,21 +16,20 @@ description:
   - Where O(refused) is not empty (the plan's node_audit refused its mig check, as the GPU Operator's MIG manager owns
     the layout), nothing is planned, the refusal is the result and a warning says it; else
     M(gpuharden.k8s.mig_layout) runs on the host in check mode with O(options), and its result is this task's.
-  - Either way RV(disruptive) says whether the node is drained (the layout changes, or a mode change waits for a reset).
+  - Either way RV(disruptive) says whether the change is disruptive (the layout changes, or a mode change waits for a
+    reset), and RV(drain) whether the role drains the node for it (disruptive, and C(mig_drain)).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
 options:
   options:
-    description: The options of M(gpuharden.k8s.mig_layout) (the role's C(__mig_module_options)).
+    description: The options of M(gpuharden.k8s.mig_layout); by default the role's C(__mig_module_options).
     type: dict
-    required: true
   refused:
-    description: The plan's refusal of the mig check (C(what), C(why), C(fix) each).
+    description: The plan's refusal of the mig check (C(what), C(why), C(fix) each); by default the role's C(__mig_operator_refused).
     type: list
     elements: dict
-    default: []
 attributes:
   action:
     support: full
@@ -52,7 +51,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 disruptive:
-  description: The layout changes or a mode change waits for a reset (the node is drained).
+  description: The layout changes or a mode change waits for a reset.
+  returned: success
+  type: bool
+drain:
+  description: RV(disruptive) and C(mig_drain) - role mig cordons and drains the node before the change and uncordons it after.
   returned: success
   type: bool
 refused:

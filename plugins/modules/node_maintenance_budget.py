@@ -19,6 +19,10 @@ description:
     M(gpuharden.k8s.disruption_budget) once, outside check mode too (it only reads), with those Nodes as its batch.
     Where no host of the batch wants a step it reads nothing and defers nothing.
   - With O(stop_on_failure), the Nodes of the hosts gone from the play (failed, or ended) stop the rollout, with those of O(stopped_by).
+  - An option the task does not give is the role's variable (C(node_maintenance_kubeconfig),
+    C(node_maintenance_kube_context), C(node_maintenance_max_unavailable), C(node_maintenance_fleet),
+    C(node_maintenance_out_of_service_taints), C(node_maintenance_stopped_by), C(node_maintenance_stop_on_failure)), where
+    the task runs in the role; C(budget.yml) gives none.
   - Returns M(gpuharden.k8s.disruption_budget)'s result, and per Node that may not start, the line the role fails it
     with (RV(not_started)) or, in check mode, the line it says (RV(would_defer)).
 author:
@@ -37,9 +41,10 @@ options:
     type: str
     default: ""
   max_unavailable:
-    description: The most GPU nodes unavailable at once, a count (V(1)) or a percentage of the fleet (V(25%)).
+    description:
+      - The most GPU nodes unavailable at once, a count (V(1)) or a percentage of the fleet (V(25%)).
+      - Required where the role's C(node_maintenance_max_unavailable) is not defined.
     type: str
-    required: true
   fleet:
     description: The GPU fleet's Node names (M(gpuharden.k8s.disruption_budget)'s O(gpuharden.k8s.disruption_budget#module:fleet)).
     type: list

@@ -35,7 +35,9 @@ class StageAction(ActionBase):
         try:
             return self.decide_task(validation.validated_parameters, task_vars)
         except GpuhardenError as error:
-            raise AnsibleActionFail("%s (fix: %s)" % (error.msg, error.result["fix"]) if "fix" in error.result else error.msg) from None
+            # the partial result the error carries (e.g. changed: a step that changed the node before it failed) stays the task's
+            raise AnsibleActionFail("%s (fix: %s)" % (error.msg, error.result["fix"]) if "fix" in error.result else error.msg,
+                                    result=dict(error.result)) from None
 
     def decide_task(self, args, task_vars):
         raise NotImplementedError
@@ -52,6 +54,13 @@ class StageAction(ActionBase):
         """The task's arguments, each one left out (None) read from the role's variable ``variables[name]``, a pair
         (expression, default): a role's tasks then call the action without spelling out what it reads."""
         return dict(args, **{name: self.role_variable(*variables[name]) for name in variables if args[name] is None})
+
+    def variable(self, name, task_vars=None, **extra):
+        """One of the role's or play's variables, templated as a task of the role templates it (undefined fails the
+        task, naming it); with ``extra``, templated with those variables added to ``task_vars``."""
+        if not extra:
+            return self._templar.resolve_variable_expression(name)
+        return self._templar.copy_with_new_env(available_variables=dict(task_vars, **extra)).template(task_vars[name])
 
     def run_module(self, name, module_args, task_vars):
         """One node module's result, run on the task's host with the task's check and diff mode."""

@@ -218,7 +218,8 @@ def test_an_interrupted_rollout_leaves_a_named_cordon_that_the_next_harden_clear
     rc, events, output = harden(fresh, tags=["kubelet_topology"], limit="%s,%s" % (canary, other))
     assert rc == 0, output[-5000:]
     assert "took over the run lock %s from harden@interrupted" % LOCK in output and "its run is gone" in output, output[-5000:]
-    drains = [res for host, res in results(events, "gpuharden.k8s.node_maintenance").items() if host == canary]
+    # the node_maintenance role's drain (its task files run the module through node_maintenance_step)
+    drains = [res for host, res in results(events, "gpuharden.k8s.node_maintenance_step").items() if host == canary]
     for node in (canary, other):
         assert cordon_record(fresh, node) == (False, None), node
         assert manager.ssh(fresh["nodes"][node]["address"], "test -e %s" % LOCK).returncode != 0, node

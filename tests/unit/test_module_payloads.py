@@ -45,6 +45,8 @@ CONTROLLER_SIDE = {
     "kubelet_topology_plan": "action plugin (roles/kubelet_topology plan.yml, admission.yml): runs kubelet_config on the node; documentation only",
     "kubelet_topology_apply": "action plugin (roles/kubelet_topology apply.yml): runs kubelet_config and kubectl wait on the node; documentation only",
     "mig_plan": "action plugin (roles/mig plan.yml): runs mig_layout on the node; documentation only",
+    "mig_stage": "action plugin (roles/mig apply.yml): runs mig_layout and the reset command on the node; documentation only",
+    "node_maintenance_step": "action plugin (roles/node_maintenance task files): runs node_maintenance delegated to localhost; documentation only",
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
     "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
@@ -77,8 +79,8 @@ CONTROLLER_SIDE = {
 }
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
-                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "node_maintenance_budget", "node_plan_pods", "node_stages",
-                      "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
+                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
+                      "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).

@@ -75,6 +75,12 @@ THROUGH_THE_ROLE = {
         "defaults, no layout": ({}, ["mig_layout={}: set exactly one of mig_layout, mig_config, mig_config_file (set: none)"]),
         "a layout": ({"mig_layout": {"all": "all-1g.10gb"}}, None),
     },
+    "node_maintenance": {
+        "defaults": ({}, None),
+        "a state and a retry interval": ({"node_maintenance_state": "drain", "node_maintenance_retry_interval": 600},
+                                         ["node_maintenance_state='drain': must be one of drained, cordoned, uncordoned",
+                                          "node_maintenance_retry_interval=600: must be at most node_maintenance_timeout (300)"]),
+    },
     "runtime_class": {
         "defaults": ({}, None),
         "containerd's name": ({"container_runtime_handler": "nvidia-cdi"}, None),

@@ -25,6 +25,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.node._kubelet import
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 MIG_RESET_METHODS = ("command", "reboot", "none")
+MAINTENANCE_STATES = ("drained", "cordoned", "uncordoned")
 ADOPTABLE_INSTALLERS = ("helm",)
 # The Jinja filters the roles' asserts applied (core/_jinja_filters.py, which core/_role_options.py shares).
 _int, _float, _bool = _jinja_filters.as_int, _jinja_filters.as_float, _jinja_filters.as_bool
@@ -221,6 +222,23 @@ def mig(settings):
     ])
 
 
+def node_maintenance(settings):
+    """roles/node_maintenance: the Node's name, the state, the drain's timeout and retry interval, the Ready wait."""
+    get = settings.get
+    name = get("node_maintenance_node_name")
+    timeout, interval = _int(get("node_maintenance_timeout")), _int(get("node_maintenance_retry_interval"))
+    return _broken(get, [
+        (not _length(name) or re.search(r"[,= /]", "%s" % (name,)) is not None, "node_maintenance_node_name",
+         "must be a Node's metadata.name (not empty; no comma, equals sign, space or slash)"),
+        (get("node_maintenance_state") not in MAINTENANCE_STATES, "node_maintenance_state", "must be one of %s" % ", ".join(MAINTENANCE_STATES)),
+        (timeout <= 0, "node_maintenance_timeout", "must be a positive number of seconds"),
+        (interval <= 0, "node_maintenance_retry_interval", "must be a positive number of seconds"),
+        (interval > timeout > 0, "node_maintenance_retry_interval",
+         "must be at most node_maintenance_timeout (%s)" % _shown(get("node_maintenance_timeout"))),
+        (_int(get("node_maintenance_ready_timeout")) < 0, "node_maintenance_ready_timeout", "must be 0 or more seconds"),
+    ])
+
+
 def runtime_class(settings):
     """roles/runtime_class: the handler and the name, and one containerd runtime name across the play's hosts
     (``runtime_class_play_handlers``: each host's container_runtime_handler, where set)."""
@@ -269,6 +287,7 @@ ROLES = {
                              "wait_timeout", "gpu_node", "node_name", "runtime_class_name", "adopt_installers"), {}, device_plugin),
     "mig": (_names("mig", "layout", "config", "config_file", "selected", "strategy", "reset_method", "reset_command", "drain", "node_name"),
             {}, mig),
+    "node_maintenance": (_names("node_maintenance", "node_name", "state", "timeout", "retry_interval", "ready_timeout"), {}, node_maintenance),
     "runtime_class": (_names("runtime_class", "handler", "name"), {}, runtime_class),
     "node_prerequisites": (_names("node_prerequisites", "venv", "wheels_dest", "packages", "system_python", "index_url", "wheels"), {},
                            node_prerequisites),

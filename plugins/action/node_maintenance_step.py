@@ -1,0 +1,106 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller-side action gpuharden.k8s.node_maintenance_step: one step of role node_maintenance's task files, with the
+role's variables (node_maintenance_*) read here rather than spelled out in Jinja, delegated to the controller.
+
+- ``cordon_drain`` (cordon_drain.yml): gpuharden.k8s.node_maintenance cordons the node and evicts its pods
+  (node_maintenance_state cordoned: cordons only); its result, registered, tells ``uncordon`` whether the node was
+  cordoned before by someone else (``preexisting_cordon``, node_maintenance's record).
+- ``uncordon`` (uncordon.yml): makes the node schedulable again, waiting node_maintenance_ready_timeout for Ready; skipped,
+  with the reason, where node_maintenance_keep_preexisting_cordon keeps a cordon someone else made before the drain.
+- ``restart_device_plugin`` (restart_device_plugin.yml): evicts the node's device plugin pods (their DaemonSets start
+  them again).
+- ``budget_verdict`` (budget.yml, per host, after the batch's node_maintenance_budget): fails this host with the line
+  the budget gives where its step may not start now, says (warning, check mode) that a real run would defer it, and
+  says whether the step may start in this play and batch (``allowed_in``, [play, batch] or []: cordon_drain.yml checks
+  the budget itself unless it is this play and batch).  It opens no connection.
+
+The module runs with the task's check mode; the result is its own.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
+
+MODULE = "gpuharden.k8s.node_maintenance"
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["cordon_drain", "uncordon", "restart_device_plugin", "budget_verdict"]}}
+# the registered results the steps read: the drain's (uncordon.yml) and the batch's budget (budget.yml)
+DRAIN = "__node_maintenance_drain"
+BUDGET = "__node_maintenance_budget"
+WANTED = "__node_maintenance_budget_wanted"  # budget.yml's record of whether this host wants a disruptive step now
+SETTINGS = ("node_name", "kubeconfig", "kube_context", "state", "force", "delete_emptydir_data", "grace_period", "timeout", "retry_interval",
+            "owner", "purpose", "ready_timeout", "keep_preexisting_cordon")
+
+
+def _connection(settings):
+    """The API connection options: the kubeconfig and context where set (else the module's defaults)."""
+    options = {"nodes": [settings["node_name"]]}
+    if settings["kubeconfig"]:
+        options["kubeconfig"] = settings["kubeconfig"]
+    if settings["kube_context"]:
+        options["context"] = settings["kube_context"]
+    return options
+
+
+def drain_args(settings):
+    """node_maintenance's options for the cordon and drain (the grace period only where not negative)."""
+    args = dict(_connection(settings), state="cordoned" if settings["state"] == "cordoned" else "drained",
+                force=boolean(settings["force"], strict=False), delete_emptydir_data=boolean(settings["delete_emptydir_data"], strict=False),
+                timeout=float(settings["timeout"]), retry_interval=float(settings["retry_interval"]), owner=settings["owner"],
+                purpose=settings["purpose"])
+    if int(settings["grace_period"]) >= 0:
+        args["grace_period"] = int(settings["grace_period"])
+    return args
+
+
+def uncordon_args(settings, drained):
+    """node_maintenance's options for the uncordon, or None where a cordon someone else made before the drain stays."""
+    node = ((drained or {}).get("nodes") or {}).get(settings["node_name"]) or {}
+    if boolean(settings["keep_preexisting_cordon"], strict=False) and boolean(node.get("preexisting_cordon", False), strict=False):
+        return None
+    return dict(_connection(settings), state="uncordoned", ready_timeout=int(settings["ready_timeout"]), owner=settings["owner"])
+
+
+def restart_args(settings):
+    return dict(_connection(settings), state="device_plugin_restarted", timeout=float(settings["timeout"]))
+
+
+def budget_verdict(node, budget, wanted, play_name, batch):
+    """This host's part of the batch's budget: (the failure line or None, the check-mode line or None, allowed_in)."""
+    budget = budget or {}
+    allowed_in = [play_name, list(batch)] if boolean(wanted, strict=False) and node in (budget.get("allowed") or []) else []
+    return (budget.get("not_started") or {}).get(node), (budget.get("would_defer") or {}).get(node), allowed_in
+
+
+class ActionModule(StageAction):
+    NAME = "node_maintenance_step"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def decide_task(self, args, task_vars):
+        settings = {name: self.variable("node_maintenance_" + name) for name in SETTINGS}
+        step = args["step"]
+        if step == "budget_verdict":
+            return self._verdict(settings["node_name"], task_vars)
+        if step == "uncordon":
+            module_args = uncordon_args(settings, self.variable(DRAIN) if DRAIN in task_vars else None)
+            if module_args is None:
+                return {"skipped": True, "changed": False,
+                        "skip_reason": "%s was cordoned before the drain, by someone else: it stays cordoned (node_maintenance_keep_preexisting_cordon)"
+                        % settings["node_name"]}
+        else:
+            module_args = drain_args(settings) if step == "cordon_drain" else restart_args(settings)
+        return self.run_module(MODULE, module_args, task_vars)
+
+    def _verdict(self, node, task_vars):
+        wanted = self.variable(WANTED)
+        failure, would_defer, allowed_in = budget_verdict(node, self.variable(BUDGET), wanted, task_vars.get("ansible_play_name"),
+                                                          task_vars.get("ansible_play_batch") or [])
+        if failure:
+            raise AnsibleActionFail(failure)
+        result = {"changed": False, "allowed_in": allowed_in}
+        if would_defer:
+            result["warnings"] = [would_defer]
+        return result
