@@ -36,6 +36,9 @@ CHECK_OF_ACTION = {
     "gpuharden.k8s.nvidia_device_nodes": "device_nodes",
     "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
     "gpuharden.k8s.kubelet_config": "kubelet",
+    # the action that runs kubelet_config for role kubelet_topology's write (plugins/action/kubelet_topology_apply.py):
+    # its result is kubelet_config's
+    "gpuharden.k8s.kubelet_topology_apply": "kubelet",
     "gpuharden.k8s.cgroup_memory": "cgroup_memory",
     # the action that runs cgroup_memory on the node for the immediate fix (memory.high of the GPU pods' cgroups)
     "gpuharden.k8s.cgroup_limits_immediate": "cgroup_memory",
