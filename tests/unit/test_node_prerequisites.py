@@ -171,7 +171,8 @@ def test_every_delegated_module_task_names_its_interpreter():
         for play in plays or [{"tasks": data}]:
             for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                 found += _delegated_module_tasks(play.get(key), {}, where)
-    assert len(found) > 20
+    # the scan finds them (31 at stop 52; 20 once the drift, unharden and harden steps moved into actions)
+    assert len(found) >= 15
     assert [entry[:3] for entry in found if not entry[3]] == []
 
 

@@ -40,6 +40,14 @@ def _tasks(data):
 
 PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
+# role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py)
+RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage"}
+
+
+def _action_reads(action, names):
+    """Whether a task's action plugin reads one of the maps ``names`` as a role variable (StageAction.variable)."""
+    source = (REPO / "plugins" / "action" / ("%s.py" % action.split(".")[-1])).read_text()
+    return any('self.variable("%s")' % name in source for name in names)
 
 
 def _same_map(role, fact):
@@ -71,6 +79,8 @@ def test_the_audit_takes_the_options_the_role_passes_its_module(role):
                     callers.append(path.name)
             if (task.get(PLANNER) or {}).get("options") in accepted:
                 planned.append(path.name)
+            if RUN_BY_ACTION.get(role) in task and _action_reads(RUN_BY_ACTION[role], names):
+                callers.append(path.name)
             if isinstance(task.get(module), dict):
                 spelt = sorted(set(task[module]) & module_options)
                 assert not spelt, "%s calls %s with %s spelt out again" % (path.name, module, spelt)
