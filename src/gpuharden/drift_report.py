@@ -26,15 +26,9 @@ RUNTIME_CLASS_ACTIONS = ("gpuharden.k8s.runtime_class", "runtime_class")
 # the plan's one LIST of the GPU pods: node_plan_pods (playbooks/tasks/node_plan_inputs.yml) runs gpu_pods_info; the module's own
 # result is that LIST too (a run of an older collection, the tests' events)
 GPU_PODS_ACTIONS = ("gpuharden.k8s.node_plan_pods", "node_plan_pods", "gpuharden.k8s.gpu_pods_info", "gpu_pods_info")
-SET_FACT_ACTIONS = ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact")
 # drift_check.yml's decisions (the collection's drift_play action): its start step names each host's Node, its cluster
 # step carries the consistency check's module result, or the hand-over to run_cluster_side, and the RuntimeClass dry run
 DRIFT_PLAY_ACTIONS = ("gpuharden.k8s.drift_play", "drift_play")
-# drift_check.yml's facts: the Node name of each host of the play (one run_once set_fact, before any audit: an unreachable
-# host is named too), and what the consistency check gpuharden drift runs itself takes (gpuharden/cluster_side.py)
-NODE_NAMES_FACT = "__drift_node_names"
-CONSISTENCY_OPTIONS_FACT = "gpuharden_drift_consistency_options"
-NODE_REPORTS_FACT = "__drift_node_reports"
 # Where the consistency check ran, as its result says (the collection's module_utils/cluster/_consistency_run.py,
 # RAN_IN_MODULE and RAN_IN_CONTROLLER; tests/unit/test_drift_parity.py pins them equal): the report's cluster.ran_in.
 RAN_IN_MODULE = "module"
@@ -119,14 +113,6 @@ class Outcomes:
         elif kind == "runner_on_ok" and data.get("task_action") in GPU_PODS_ACTIONS:
             if not result.get("skipped") and "pod_uids_by_node" not in result:
                 self.pods_error = {"cause": event_message(result) or "gpu_pods_info failed", "access": result.get("access")}
-        elif kind == "runner_on_ok" and data.get("task_action") in SET_FACT_ACTIONS:
-            facts = result.get("ansible_facts") or {}
-            if NODE_NAMES_FACT in facts:
-                self.node_names.update(facts[NODE_NAMES_FACT])
-            if CONSISTENCY_OPTIONS_FACT in facts:
-                self.consistency_options = facts[CONSISTENCY_OPTIONS_FACT]
-            if NODE_REPORTS_FACT in facts:
-                self.node_reports = facts[NODE_REPORTS_FACT]
         elif kind == "runner_on_ok" and data.get("task_action") in AUDIT_ACTIONS:
             self.audited[host] = {"findings": result.get("findings", []), "summary": result.get("summary", {}),
                                   "checks": result.get("checks", {}), "seconds": result.get("seconds"),
@@ -335,7 +321,7 @@ def build_report(outcomes, *, inventory, limit, fail_severity, started, finished
         "nodes": nodes,
         "unreachable": unreachable,
         "failed": failed,
-        # the node label of every host of the run, unreachable and failed ones included (their set_fact ran on the
+        # the node label of every host of the run, unreachable and failed ones included (drift_play named them on the
         # controller), so their per-node metrics carry the same label as when they answer
         "node_names": {host: (node_names or {}).get(host, host)
                        for host in sorted(set(nodes) | set(outcomes.unreachable) | set(outcomes.failed))},

@@ -51,6 +51,28 @@ def require_built():
     return os.environ.get("GPUHARDEN_REQUIRE_BUILT") == "1"
 
 
+# kubelet-validate's exit codes (lab/controlplane/kubelet-validate): 0 the kubelet would start on the file, 1 its
+# validation refuses it, 2 its decoder refuses it
+KUBELET_VALIDATE_ACCEPTS, KUBELET_VALIDATE_REFUSES, KUBELET_DECODER_REFUSES = 0, 1, 2
+
+
+def kubelet_validate_exit(directory, text):
+    """kubelet-validate's exit code for a config file of ``text`` written in ``directory``; a test that needs it is
+    skipped where it is not built (failed under GPUHARDEN_REQUIRE_BUILT=1)."""
+    import pytest  # noqa: PLC0415 (the fuzz runner imports this module without pytest)
+
+    binary = kubelet_validate_binary()
+    if binary is None:
+        if require_built():
+            pytest.fail("kubelet-validate is not built (make control-plane)")
+        pytest.skip("kubelet-validate is not built (make control-plane)")
+    path = Path(directory) / "config.yaml"
+    path.write_text(text)
+    done = subprocess.run([binary, str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode in (KUBELET_VALIDATE_ACCEPTS, KUBELET_VALIDATE_REFUSES, KUBELET_DECODER_REFUSES), done.stderr[-300:]
+    return done.returncode
+
+
 def kubelet_file(path, full=True):
     """Problems the kubelet's own code finds in the config file ``path`` (empty: accepted)."""
     binary = kubelet_validate_binary()

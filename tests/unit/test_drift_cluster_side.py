@@ -20,9 +20,9 @@ from gpuharden import cluster_side, drift_check, drift_report
 from tests.unit.conftest import COLLECTIONS, JsonHandler
 
 
-def _set_fact(host, **facts):
-    return {"event": "runner_on_ok", "event_data": {"host": host, "task_action": "ansible.builtin.set_fact", "task": "t",
-                                                      "res": {"ansible_facts": facts}}}
+def _drift_play(host, **result):
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task_action": "gpuharden.k8s.drift_play", "task": "t",
+                                                      "res": result}}
 
 
 def _audit(host):
@@ -55,8 +55,7 @@ def _handed_over(options):
     outcomes = drift_report.Outcomes()
     for host in ("gpu-a", "gpu-b"):
         outcomes.feed(_audit(host))
-    outcomes.feed(_set_fact("gpu-a", __drift_node_reports={"gpu-a": _report_of(1)}))
-    outcomes.feed(_set_fact("gpu-a", gpuharden_drift_consistency_options=options))
+    outcomes.feed(_drift_play("gpu-a", consistency_options=options, node_reports={"gpu-a": _report_of(1)}))
     return outcomes
 
 
@@ -168,7 +167,7 @@ def test_the_module_s_own_code_runs_here_with_the_play_s_pods(collection):
     ({"nodes": ["a"], "page_limit": "many"}, "page_limit"),
     ({"nodes": ["a"], "bogus": 1}, "bogus"),
     ({"nodes": ["a"], "page_limit": 0, "host": "http://127.0.0.1:9"}, "page_limit=0"),
-    ("not a dict", "gpuharden_drift_consistency_options"),
+    ("not a dict", "consistency_options"),
 ])
 def test_bad_options_are_an_error_that_names_them(collection, options, named):
     with pytest.raises(cluster_side.ClusterSideError) as caught:

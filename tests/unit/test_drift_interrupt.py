@@ -34,7 +34,7 @@ def _event(kind, host=None, action="gpuharden.k8s.node_stages", **res):
 def _started(*hosts):
     # drift_check.yml names every host's node once, on the play's first host
     return [_event("runner_on_start", host) for host in hosts] + [
-        _event("runner_on_ok", hosts[0], action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {host: "node-" + host[-1] for host in hosts}})]
+        _event("runner_on_ok", hosts[0], action="gpuharden.k8s.drift_play", node_names={host: "node-" + host[-1] for host in hosts})]
 
 
 def _audited(host, findings=()):
@@ -141,8 +141,8 @@ def test_item05_sigint_while_the_cluster_side_runs_in_process_writes_nothing(sit
             return {"findings": []}
 
     monkeypatch.setattr(drift_check, "cluster_side_runner", Hanging)
-    handover = _event("runner_on_ok", "gpu-a", action="ansible.builtin.set_fact",
-                      ansible_facts={"gpuharden_drift_consistency_options": {"nodes": ["node-a"]}})
+    handover = _event("runner_on_ok", "gpu-a", action="gpuharden.k8s.drift_play",
+                      consistency_options={"nodes": ["node-a"]}, node_reports={})
     events = _started("gpu-a") + [_audited("gpu-a"), handover, _stats("gpu-a")]
     _fake_runner(monkeypatch, events, "successful", 0)
     started = time.monotonic()

@@ -26,7 +26,7 @@ def _event(kind, host, action="gpuharden.k8s.node_stages", **res):
 def _outcomes():
     outcomes = drift_report.Outcomes()
     hosts = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")
-    outcomes.feed(_event("runner_on_ok", "gpu-a", action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {host: host for host in hosts}}))
+    outcomes.feed(_event("runner_on_ok", "gpu-a", action="gpuharden.k8s.drift_play", node_names={host: host for host in hosts}))
     outcomes.feed(_event("runner_on_ok", "gpu-a", findings=[], summary={"findings": 0}, checks={}, seconds=0.1))
     outcomes.feed(_event("runner_on_ok", "gpu-b", findings=[
         _finding("device_node_permissions", "device_nodes", "error", path="/dev/nvidia0"),
@@ -128,7 +128,7 @@ def test_item05_unreachable_and_failed_nodes_keep_per_node_series():
     """An unreachable or failed node has a per-node series (1), every other node of the run a 0, so an alert on the
     node does not resolve while it cannot be checked; and the run's success time beside its run time."""
     report = _report()
-    # gpu-c and gpu-d were named by set_fact (on the controller) before they failed: the same label as when they answer
+    # gpu-c and gpu-d were named by drift_play (on the controller) before they failed: the same label as when they answer
     assert report["node_names"] == {"gpu-a": "gpu-a", "gpu-b": "node-b", "gpu-c": "gpu-c", "gpu-d": "gpu-d"}
     text = drift_metrics.prometheus_text(report)
     for node, unreachable, failed in (("gpu-a", 0, 0), ("node-b", 0, 0), ("gpu-c", 1, 0), ("gpu-d", 0, 1)):
@@ -265,7 +265,7 @@ def test_kubelet_settings_the_admission_check_keeps_are_reported_as_kept_not_rem
     kept = {"policy": "single-numa-node", "scope": "container", "fields": ["topologyManagerPolicy", "cpuManagerPolicy"],
             "workloads": [{"kind": "Deployment", "namespace": "train", "name": "train-8g"}], "reason": "kept by the admission check: ..."}
     outcomes = drift_report.Outcomes()
-    outcomes.feed(_event("runner_on_ok", "dgx", action="ansible.builtin.set_fact", ansible_facts={"__drift_node_names": {"dgx": "dgx"}}))
+    outcomes.feed(_event("runner_on_ok", "dgx", action="gpuharden.k8s.drift_play", node_names={"dgx": "dgx"}))
     outcomes.feed(_event("runner_on_ok", "dgx", findings=[
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="topologyManagerPolicy"),
         _finding("kubelet_setting", "kubelet", "error", stage="kubelet_topology", subject="cpuManagerPolicy"),

@@ -76,8 +76,8 @@ def _events(hosts):
     names = [NODE_NAMES.get(host, host) for host in hosts]
     events = [_event("runner_on_start", host) for host in hosts]
     if hosts:
-        events.append(_event("runner_on_ok", hosts[0], action="ansible.builtin.set_fact",
-                             ansible_facts={"__drift_node_names": {host: NODE_NAMES.get(host, host) for host in hosts}}))
+        events.append(_event("runner_on_ok", hosts[0], action="gpuharden.k8s.drift_play",
+                             node_names={host: NODE_NAMES.get(host, host) for host in hosts}))
     for host in hosts:
         if host == "gpu-e":
             events.append(_event("runner_on_unreachable", host, msg="Failed to connect to the host via ssh: timed out"))
@@ -100,8 +100,7 @@ def _report(hosts, started=1_700_000_000.0, finished=1_700_000_100.0):
     names = {}
     for event in _events(hosts):
         outcomes.feed(event)
-        facts = (event["event_data"].get("res") or {}).get("ansible_facts") or {}
-        names.update(facts.get("__drift_node_names") or {})
+        names.update((event["event_data"].get("res") or {}).get("node_names") or {})
     outcomes.close()
     return drift_report.build_report(outcomes, inventory="/inv/hosts.yml", limit=None, fail_severity="warning", started=started,
                               finished=finished, node_names=names)

@@ -10,13 +10,12 @@ both; a JSON config is written back as JSON the decoder accepts.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _kubelet
 
-from tests.fuzz.validators import kubelet_validate_binary, require_built
+from tests.fuzz.validators import KUBELET_DECODER_REFUSES, kubelet_validate_exit
 
 HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
@@ -39,15 +38,7 @@ CASES = {
 
 
 def decoder_refuses(tmp_path, text):
-    binary = kubelet_validate_binary()
-    if binary is None:
-        if require_built():
-            pytest.fail("kubelet-validate is not built (make control-plane)")
-        pytest.skip("kubelet-validate is not built (make control-plane)")
-    path = tmp_path / "config.yaml"
-    path.write_text(text)
-    done = subprocess.run([binary, str(path)], capture_output=True, text=True, timeout=60, check=False)
-    return done.returncode == 2
+    return kubelet_validate_exit(tmp_path, text) == KUBELET_DECODER_REFUSES
 
 
 def gpuharden_refuses(text):

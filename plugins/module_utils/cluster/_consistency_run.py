@@ -210,7 +210,7 @@ def consistency_check_of_options(options, node_reports, ran_in=RAN_IN_CONTROLLER
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 (the controller's ansible-core)
 
     if not isinstance(options, dict):
-        raise GpuhardenError("gpuharden_drift_consistency_options is %r, not a dictionary of %s's options" % (options, MODULE))
+        raise GpuhardenError("drift_play's consistency_options is %r, not a dictionary of %s's options" % (options, MODULE))
     params = {name: value for name, value in options.items() if value is not None}
     params["node_reports"] = node_reports or {}
     validated = ArgumentSpecValidator(argument_spec()).validate(params)
