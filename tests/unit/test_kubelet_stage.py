@@ -219,7 +219,7 @@ DRAIN = {"kubelet_topology_drain_tasks": "", "kubelet_topology_drain": True}
 
 
 def test_the_plan_says_who_drains_with_the_runs_check_mode_and_the_roles_variables():
-    """apply.yml includes stop.yml where the plan's drain is set: before, `__kubelet_topology_stage.disruptive and not
+    """apply.yml includes the plan's drain_tasks where its drain is set: before, `__kubelet_topology_stage.disruptive and not
     ansible_check_mode` there, and kubelet_topology_drain_tasks / kubelet_topology_drain in stop.yml."""
     run = {"inventory_hostname": "gpu-1", "ansible_check_mode": False}
     variables = dict(DRAIN, kubelet_topology_admission_check=False)
