@@ -10,8 +10,9 @@ back when the kubelet does not come back (the host then fails with the kubelet's
 ``kubelet_topology_kubeconfig`` is set, it waits for Node Ready with kubectl on the node (the kubelet's kubeconfig is a
 node's file, and the node may not have the Kubernetes client the collection's controller-side modules use).  The
 module's result is this task's (check mode and diff as the module's), with ``uncordon``: who makes the node
-schedulable again (module_utils/cluster/_kubelet_stage.py maintenance()), which the role's YAML includes, and ``ready``,
-the wait's result where it ran.  The role's variables are read as the role's tasks see them.
+schedulable again (module_utils/cluster/_kubelet_stage.py maintenance()), and ``uncordon_tasks``, the tasks file the
+role's YAML includes for it (maintenance_tasks(): the user's, the role's node_maintenance_uncordon.yml, or ""),
+and ``ready``, the wait's result where it ran.  The role's variables are read as the role's tasks see them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def decide(stage, settings, check_mode, run_module):
         return written
     written["uncordon"] = _kubelet_stage.maintenance(stage["disruptive"], check_mode, settings["kubelet_topology_uncordon_tasks"],
                                                      boolean(settings["kubelet_topology_drain"], strict=False))
+    written["uncordon_tasks"] = _kubelet_stage.maintenance_tasks(written["uncordon"], settings["kubelet_topology_uncordon_tasks"], "uncordon")
     argv = _kubelet_stage.ready_wait(written, settings)
     if argv is not None:
         waited = run_module(COMMAND, {"argv": argv})

@@ -12,13 +12,20 @@ role's write takes.  With ``stage`` (the plan task's result) and ``workloads_lis
 the batch): the admission gate (_kubelet_stage.admission()).  A node it keeps is planned again without the Topology,
 CPU and Memory Manager fields, and the workloads that keep it go to the run's statistics (gpuharden_topology_blocked).
 
-Both results carry ``drain``: who drains the node before the write (_kubelet_stage.maintenance(): the user's tasks file,
+With ``workloads`` (tasks/admission.yml, delegated to the controller): the batch's listing of its GPU workloads and
+the nodes' labels and taints (gpuharden.k8s.gpu_workloads_info, outside check mode: it only reads; with
+kubelet_topology_controller_kubeconfig, kubelet_topology_gpu_resources and kubelet_topology_controller_python), made
+by the batch's first host whose plan is gated (``lister``) and skipped on the others; a listing that fails is no
+failure of the task (``listing_failed``): the gate then keeps the node's policy, saying why.
+
+Both plan results carry ``drain``: who drains the node before the write (_kubelet_stage.maintenance(): the user's tasks file,
 node_maintenance, or nobody in a check run or for a change that is not disruptive), which roles/kubelet_topology/tasks/
 apply.yml includes.  With ``gate``, the admission inputs not given are the role's variables as its tasks see them
 (``__kubelet_topology_stage``, ``kubelet_topology_node_name``, the node's GPUs from gpu_facts, read on the node when no
-fact holds them yet, the batch's listing by the host ``__kubelet_topology_lister`` names, and
-``kubelet_topology_ignore_unadmittable_workloads``); the plan reads ``__kubelet_topology_audited_plan`` and
-``kubelet_topology_admission_check`` so where they are not given.
+fact holds them yet, the batch's listing registered by the lister, and ``kubelet_topology_ignore_unadmittable_workloads``),
+and its verdict's message, where something is in the way, is the task's warning; the plan reads
+``__kubelet_topology_module_options``, ``__kubelet_topology_audited_plan`` and ``kubelet_topology_admission_check`` so
+where they are not given.
 """
 
 from __future__ import annotations
@@ -26,15 +33,16 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, on_controller, run_module_in_mode
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
 GPU_FACTS = "gpuharden.k8s.gpu_facts"
+GPU_WORKLOADS_INFO = "gpuharden.k8s.gpu_workloads_info"
+STAGE, LISTED = "__kubelet_topology_stage", "__kubelet_topology_workloads_listed"  # what plan.yml and admission.yml register
 # An argument left out is read from the role's variable of this name (the gate's with ``gate``, the plan's always).
 PLAN_VARIABLES = {"audited_plan": ("__kubelet_topology_audited_plan", None), "admission_check": ("kubelet_topology_admission_check", True)}
-GATE_VARIABLES = {"stage": ("__kubelet_topology_stage", None), "node_name": ("kubelet_topology_node_name", None),
+GATE_VARIABLES = {"stage": (STAGE, None), "node_name": ("kubelet_topology_node_name", None),
                   "gpus": ("ansible_facts.gpuharden.gpus", None),
-                  "workloads_listed": ("hostvars[__kubelet_topology_lister.host].__kubelet_topology_workloads_listed", None),
                   "ignore_unadmittable_workloads": ("kubelet_topology_ignore_unadmittable_workloads", False)}
 DRAIN_TASKS, DRAIN = ("kubelet_topology_drain_tasks", ""), ("kubelet_topology_drain", True)
 ARGUMENT_SPEC = {
@@ -42,12 +50,35 @@ ARGUMENT_SPEC = {
     "audited_plan": {"type": "raw"},
     "admission_check": {"type": "bool"},
     "gate": {"type": "bool", "default": False},
+    "workloads": {"type": "bool", "default": False},
     "stage": {"type": "dict"},
     "node_name": {"type": "str"},
     "gpus": {"type": "list", "elements": "dict"},
     "workloads_listed": {"type": "dict"},
     "ignore_unadmittable_workloads": {"type": "bool"},
 }
+
+
+def lister(batch, hostvars):
+    """The batch's host that lists the GPU workloads for the admission check: the first whose plan is gated (its
+    registered plan says so), or None."""
+    for host in batch:
+        stage = hostvars[host].get(STAGE) if host in hostvars else None
+        if isinstance(stage, dict) and stage.get("gated"):
+            return host
+    return None
+
+
+def decide_listing(host, batch, hostvars, list_workloads):
+    """The listing task's result on ``host``: gpu_workloads_info's through ``list_workloads()`` where ``host`` is the
+    batch's lister, else skipped with the reason.  A failed listing is no failure here (``listing_failed``): the gate
+    weighs it (_kubelet_stage.admission: the node keeps its policy, unless the change is forced)."""
+    chosen = lister(batch, hostvars)
+    if chosen != host:
+        return {"skipped": True, "changed": False, "skip_reason": "the batch's GPU workloads are listed once, by %s" % chosen}
+    listed = dict(list_workloads())
+    listed.pop("invocation", None)
+    return dict(listed, failed=False, changed=False, listing_failed=bool(listed.get("failed")))
 
 
 def decide_plan(plan, options, admission_check, drainer=None):
@@ -73,6 +104,8 @@ def decide_admission(stage, node_name, gpus, listed, ignore, replan, drainer=Non
     # only a change the gate blocks: a forced one (ignore_unadmittable_workloads) is no blocked change
     if not verdict["managers"]:
         decided["ansible_stats"] = {"data": {"gpuharden_topology_blocked": {node_name: verdict["blocked"]}}, "per_host": False, "aggregate": True}
+    if verdict["message"]:  # the workloads that keep the node on its policy, or that a forced change leaves unadmittable
+        decided["warnings"] = list(decided.get("warnings") or []) + [verdict["message"]]
     return decided
 
 
@@ -82,10 +115,15 @@ class ActionModule(StageAction):
     READ_ONLY = True
 
     def decide_task(self, args, task_vars):
-        options = args["options"]
+        if args["workloads"]:
+            return decide_listing(task_vars["inventory_hostname"], task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {},
+                                  lambda: self._list_workloads(task_vars))
         drainer = self._drainer(task_vars)
         if args["gate"]:
             args = self.with_role_variables(args, GATE_VARIABLES)
+            if args["workloads_listed"] is None:
+                chosen = lister(task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {})
+                args["workloads_listed"] = self.role_variable("hostvars[%r].%s" % (chosen, LISTED)) if chosen else None
         if args["stage"] is not None:
             gated = args["stage"].get("switch")
             if gated and not args["node_name"]:
@@ -96,14 +134,22 @@ class ActionModule(StageAction):
                 args["gpus"] = facts["gpuharden"]["gpus"]
             decided = decide_admission(args["stage"], args["node_name"], args["gpus"] or [], args["workloads_listed"],
                                        bool(args["ignore_unadmittable_workloads"]), lambda narrowed: self._kubelet_plan(narrowed, task_vars), drainer)
+            decided = self._with_drain_tasks(decided)
             return dict(decided, ansible_facts=facts) if facts else decided
+        options = args["options"] if args["options"] is not None else self.role_variable("__kubelet_topology_module_options")
         if options is None:
-            raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's) is required without stage")
+            raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's, by default the role's __kubelet_topology_module_options) "
+                                 "is required without stage")
         args = self.with_role_variables(args, PLAN_VARIABLES)
         audited = args["audited_plan"]
         plan = dict(audited, audited=True) if isinstance(audited, dict) else self._kubelet_plan(options, task_vars)
         # host: the batch's workload listing is made by the first host whose plan needs the admission check
-        return dict(decide_plan(plan, options, boolean(args["admission_check"], strict=False), drainer), host=task_vars["inventory_hostname"])
+        return self._with_drain_tasks(dict(decide_plan(plan, options, boolean(args["admission_check"], strict=False), drainer),
+                                           host=task_vars["inventory_hostname"]))
+
+    def _with_drain_tasks(self, decided):
+        """The result with ``drain_tasks``: the file apply.yml includes to drain the node (who: ``drain``), or ""."""
+        return dict(decided, drain_tasks=_kubelet_stage.maintenance_tasks(decided.get("drain", ""), self.role_variable(*DRAIN_TASKS), "drain"))
 
     def _drainer(self, task_vars):
         """Who drains a node whose change is disruptive: the run's check mode (a check run drains nothing, as the
@@ -111,6 +157,16 @@ class ActionModule(StageAction):
         check_mode = bool(task_vars.get("ansible_check_mode"))
         tasks, through_role = self.role_variable(*DRAIN_TASKS), boolean(self.role_variable(*DRAIN), strict=False)
         return lambda disruptive: _kubelet_stage.maintenance(disruptive, check_mode, tasks, through_role)
+
+    def _list_workloads(self, task_vars):
+        """gpu_workloads_info's result on the controller, with the role's controller Python, outside check mode (it only
+        reads, and the gate needs the listing in a check run too)."""
+        args = {"resources": self.variable("kubelet_topology_gpu_resources")}
+        kubeconfig = self.role_variable("kubelet_topology_controller_kubeconfig")
+        if kubeconfig:
+            args["kubeconfig"] = kubeconfig
+        return run_module_in_mode(self, GPU_WORKLOADS_INFO, args, on_controller(self, task_vars, self.role_variable("kubelet_topology_controller_python")),
+                                  check_mode=False)
 
     def _gpu_facts(self, task_vars):
         result = self.run_module(GPU_FACTS, {}, task_vars)

@@ -4,13 +4,14 @@
 """Controller-side action gpuharden.k8s.node_maintenance_budget: the fleet's disruption budget at the start of a batch
 of disruptive steps (roles/node_maintenance budget.yml), once for the batch (run_once, delegated to the controller).
 
-It reads which hosts of the batch want a disruptive step now and their Node names (the facts budget.yml sets on each
-host that reaches it: __node_maintenance_budget_wanted, __node_maintenance_budget_node), adds to the nodes that stop
+It reads which hosts of the batch want a disruptive step now and their Node names (the fact gpuharden_budget_record,
+{node, wanted}, that budget.yml's node_maintenance_step budget_record sets on each host that reaches it), adds to the nodes that stop
 the rollout those of the hosts gone from the play (stop_on_failure), runs gpuharden.k8s.disruption_budget once
 (outside check mode too: it only reads) where a host wants a step, and returns its result with, per node of the batch
 that may not start, the line the role fails it with (not_started) or, in check mode, says (would_defer).  No host
 wants a step: no API call, nothing deferred.  An option the task does not give is the role's variable
-(node_maintenance_max_unavailable, node_maintenance_fleet, ...), where the task runs in the role.
+(node_maintenance_max_unavailable, node_maintenance_fleet, ...), where the task runs in the role; the module runs with
+node_maintenance_controller_python (else the playbook's Python), which the role's YAML does not spell out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import on_controller, read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
     "kubeconfig": {"type": "str", "default": ""},
@@ -35,21 +36,25 @@ ROLE_VARIABLES = {"kubeconfig": "node_maintenance_kubeconfig", "context": "node_
                   "max_unavailable": "node_maintenance_max_unavailable", "fleet": "node_maintenance_fleet",
                   "out_of_service_taints": "node_maintenance_out_of_service_taints", "stopped_by": "node_maintenance_stopped_by",
                   "stop_on_failure": "node_maintenance_stop_on_failure"}
-WANTED = "__node_maintenance_budget_wanted"
-NODE = "__node_maintenance_budget_node"
+RECORD = "gpuharden_budget_record"  # node_maintenance_step budget_record's fact: {node, wanted}
+CONTROLLER_PYTHON = "node_maintenance_controller_python"
 EXHAUSTED_HINT = " (a play that runs the change on several nodes at once: serial 1, or a larger node_maintenance_max_unavailable)"
+
+
+def _record(hostvars, host):
+    """The host's budget record (budget.yml), or {} where the role never reached it there."""
+    return (hostvars[host].get("ansible_facts") or {}).get(RECORD) or {}
 
 
 def batch_nodes(hostvars, batch):
     """The Nodes of the batch's hosts that reached budget.yml and want a disruptive step now, in the batch's order."""
-    return [hostvars[host][NODE] for host in batch
-            if WANTED in hostvars[host] and boolean(hostvars[host][WANTED], strict=False)]
+    return [_record(hostvars, host)["node"] for host in batch if boolean(_record(hostvars, host).get("wanted", False), strict=False)]
 
 
 def stopped_nodes(hostvars, stopped_by, play_hosts_all, play_hosts, stop_on_failure):
     """The nodes that stop the rollout: those given, and (stop_on_failure) those of the hosts gone from the play."""
     gone = [host for host in play_hosts_all if host not in play_hosts] if stop_on_failure else []
-    return list(stopped_by) + [hostvars[host].get(NODE, "unknown") for host in gone]
+    return list(stopped_by) + [_record(hostvars, host).get("node", "unknown") for host in gone]
 
 
 def deferral_lines(deferred, check_mode):
@@ -89,7 +94,8 @@ class ActionModule(ActionBase):
             if args[option]:
                 module_args[option] = args[option]
         check_mode = bool(self._task.check_mode)
-        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
+        python = self._templar.resolve_variable_expression(CONTROLLER_PYTHON) if CONTROLLER_PYTHON in task_vars else None
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, on_controller(self, task_vars, python))
         if budget.get("failed"):
             raise AnsibleActionFail("the disruption budget could not be checked: %s" % budget.get("msg", "failed"), result=budget)
         result.update(readable(budget))

@@ -15,22 +15,26 @@ role's variables (node_maintenance_*) read here rather than spelled out in Jinja
   the budget gives where its step may not start now, says (warning, check mode) that a real run would defer it, and
   says whether the step may start in this play and batch (``allowed_in``, [play, batch] or []: cordon_drain.yml checks
   the budget itself unless it is this play and batch).  It opens no connection.
+- ``budget_record`` (budget.yml, per host, before the batch's node_maintenance_budget): records, as this host's fact
+  ``gpuharden_budget_record`` ({node, wanted}), its Node and whether it wants a disruptive step now (node_maintenance_budget
+  reads the batch's records in hostvars, where a role's defaults are not).  It opens no connection.
 
-The module runs with the task's check mode; the result is its own.
+The module runs with the task's check mode, on the controller with node_maintenance_controller_python (the task is
+delegated there; the role's YAML does not name the interpreter); the result is its own.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, on_controller
 
 MODULE = "gpuharden.k8s.node_maintenance"
-ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["cordon_drain", "uncordon", "restart_device_plugin", "budget_verdict"]}}
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["cordon_drain", "uncordon", "restart_device_plugin", "budget_verdict", "budget_record"]}}
 # the registered results the steps read: the drain's (uncordon.yml) and the batch's budget (budget.yml)
 DRAIN = "__node_maintenance_drain"
 BUDGET = "__node_maintenance_budget"
-WANTED = "__node_maintenance_budget_wanted"  # budget.yml's record of whether this host wants a disruptive step now
+RECORD = "gpuharden_budget_record"  # budget.yml's fact: this host's Node and whether it wants a disruptive step now
 SETTINGS = ("node_name", "kubeconfig", "kube_context", "state", "force", "delete_emptydir_data", "grace_period", "timeout", "retry_interval",
             "owner", "purpose", "ready_timeout", "keep_preexisting_cordon")
 
@@ -68,6 +72,11 @@ def restart_args(settings):
     return dict(_connection(settings), state="device_plugin_restarted", timeout=float(settings["timeout"]))
 
 
+def budget_record(node, wanted):
+    """This host's record for the batch's budget, as the fact node_maintenance_budget reads in hostvars."""
+    return {"changed": False, "ansible_facts": {RECORD: {"node": node, "wanted": boolean(wanted, strict=False)}}}
+
+
 def budget_verdict(node, budget, wanted, play_name, batch):
     """This host's part of the batch's budget: (the failure line or None, the check-mode line or None, allowed_in)."""
     budget = budget or {}
@@ -84,6 +93,8 @@ class ActionModule(StageAction):
         step = args["step"]
         if step == "budget_verdict":
             return self._verdict(settings["node_name"], task_vars)
+        if step == "budget_record":
+            return budget_record(settings["node_name"], self.variable("node_maintenance_budget_wanted"))
         if step == "uncordon":
             module_args = uncordon_args(settings, self.variable(DRAIN) if DRAIN in task_vars else None)
             if module_args is None:
@@ -92,10 +103,10 @@ class ActionModule(StageAction):
                         % settings["node_name"]}
         else:
             module_args = drain_args(settings) if step == "cordon_drain" else restart_args(settings)
-        return self.run_module(MODULE, module_args, task_vars)
+        return self.run_module(MODULE, module_args, on_controller(self, task_vars, self.role_variable("node_maintenance_controller_python")))
 
     def _verdict(self, node, task_vars):
-        wanted = self.variable(WANTED)
+        wanted = self.variable("node_maintenance_budget_wanted")
         failure, would_defer, allowed_in = budget_verdict(node, self.variable(BUDGET), wanted, task_vars.get("ansible_play_name"),
                                                           task_vars.get("ansible_play_batch") or [])
         if failure:

@@ -19,7 +19,7 @@ description:
     polled for C(kubelet_topology_health_timeout) seconds, and the files are put back when it does not come back.
   - After a restart, where C(kubelet_topology_kubeconfig) is set, it waits as long for the node's Ready condition, with
     C(kubectl) on the host and that kubeconfig; a node still not Ready fails the host.
-  - The result is the module's, with RV(uncordon) and RV(ready). The role's variables (C(kubelet_topology_healthz_url),
+  - The result is the module's, with RV(uncordon), RV(uncordon_tasks) and RV(ready). The role's variables (C(kubelet_topology_healthz_url),
     C(kubelet_topology_health_timeout), C(kubelet_topology_log_file), C(kubelet_topology_log_lines),
     C(kubelet_topology_kubeconfig), C(kubelet_topology_node_name), C(kubelet_topology_uncordon_tasks),
     C(kubelet_topology_drain)) are read as the role's tasks see them.
@@ -52,6 +52,12 @@ uncordon:
   description:
     - Who makes the node schedulable again after a disruptive write - V(tasks) (C(kubelet_topology_uncordon_tasks)),
       V(node_maintenance), or an empty string (no disruptive change, a check run, or C(kubelet_topology_drain=false)).
+  returned: success
+  type: str
+uncordon_tasks:
+  description:
+    - The tasks file the role includes to make the node schedulable again - C(kubelet_topology_uncordon_tasks), the
+      role's C(node_maintenance_uncordon.yml), or an empty string (nobody uncordons).
   returned: success
   type: str
 ready:

@@ -23,9 +23,15 @@ description:
     then planned again without them, and the workloads that keep it go to the run's statistics (C(gpuharden_topology_blocked)).
   - With O(gate), the gate's inputs not given are the role's variables - C(__kubelet_topology_stage),
     C(kubelet_topology_node_name), the node's GPUs from the facts (read with M(gpuharden.k8s.gpu_facts) on the host
-    where none are set yet, and returned as facts), the listing of the host C(__kubelet_topology_lister) names, and
-    C(kubelet_topology_ignore_unadmittable_workloads). The plan reads C(__kubelet_topology_audited_plan) and
-    C(kubelet_topology_admission_check) where O(audited_plan) and O(admission_check) are not given.
+    where none are set yet, and returned as facts), the listing registered by the batch's first host whose plan is
+    gated, and C(kubelet_topology_ignore_unadmittable_workloads). Where workloads keep the node on its policy, or a
+    forced change leaves some unadmittable, the gate's message is the task's warning. The plan reads
+    C(__kubelet_topology_module_options), C(__kubelet_topology_audited_plan) and C(kubelet_topology_admission_check)
+    where O(options), O(audited_plan) and O(admission_check) are not given.
+  - With O(workloads) (delegate the task to the controller), the batch's listing for the gate - M(gpuharden.k8s.gpu_workloads_info)
+    with C(kubelet_topology_gpu_resources) and C(kubelet_topology_controller_kubeconfig), run outside check mode (it only
+    reads) with C(kubelet_topology_controller_python). Only the batch's first host whose plan is gated lists, the others
+    skip. A listing that fails does not fail the task (RV(listing_failed)) - the gate keeps the node's policy and says why.
   - Both return RV(drain), who drains the node before the write, from C(kubelet_topology_drain_tasks),
     C(kubelet_topology_drain) and the run's check mode.
 author:
@@ -35,7 +41,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   options:
-    description: The options of M(gpuharden.k8s.kubelet_config) (the role's C(__kubelet_topology_module_options)); required without O(stage).
+    description: The options of M(gpuharden.k8s.kubelet_config); by default the role's C(__kubelet_topology_module_options).
     type: dict
   audited_plan:
     description: The plan of node_audit's kubelet check (C(details.plan)), made earlier in the run; taken instead of reading the node again.
@@ -47,6 +53,10 @@ options:
     type: bool
   gate:
     description: The admission gate, with the inputs not given read from the role's variables.
+    type: bool
+    default: false
+  workloads:
+    description: The batch's listing of the GPU workloads for the gate, by the batch's first host whose plan is gated.
     type: bool
     default: false
   stage:
@@ -77,12 +87,15 @@ attributes:
 EXAMPLES = r"""
 - name: Kubelet | plan the configuration (read-only)
   gpuharden.k8s.kubelet_topology_plan:
-    options: "{{ __kubelet_topology_module_options }}"
   check_mode: true
   register: __kubelet_topology_stage
 """
 
 RETURN = r"""
+listing_failed:
+  description: O(workloads) - the listing failed (its C(msg) is in the result); the gate keeps the node's policy.
+  returned: O(workloads), on the lister
+  type: bool
 disruptive:
   description: A CPU or Memory Manager policy change or a stale checkpoint - the node is drained and the kubelet stopped.
   returned: always
@@ -113,8 +126,14 @@ drain:
       empty string (no disruptive change, a check run, or C(kubelet_topology_drain=false)).
   returned: always
   type: str
+drain_tasks:
+  description:
+    - The tasks file the role includes to drain the node - C(kubelet_topology_drain_tasks), the role's
+      C(node_maintenance_drain.yml), or an empty string (nobody drains).
+  returned: always
+  type: str
 admission:
-  description: With O(stage), the gate's verdict - C(kept), C(blocked), C(managers) and C(message) (the line the role prints).
+  description: With O(stage), the gate's verdict - C(kept), C(blocked), C(managers) and C(message) (the task's warning).
   returned: with O(stage)
   type: dict
 """

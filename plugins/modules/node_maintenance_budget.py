@@ -14,9 +14,11 @@ version_added: 0.2.0
 description:
   - The budget check of the C(node_maintenance) role (C(tasks/budget.yml)), once for the batch (C(run_once),
     delegated to localhost).
-  - Reads, on each host of the batch, the facts C(budget.yml) sets - whether the host wants a disruptive step now
-    (C(__node_maintenance_budget_wanted)) and its Node (C(__node_maintenance_budget_node)) - and runs
-    M(gpuharden.k8s.disruption_budget) once, outside check mode too (it only reads), with those Nodes as its batch.
+  - Reads, on each host of the batch, the fact C(gpuharden_budget_record) that C(budget.yml) sets
+    (M(gpuharden.k8s.node_maintenance_step) with C(step=budget_record)) - its Node
+    and whether the host wants a disruptive step now - and runs M(gpuharden.k8s.disruption_budget) once, outside check
+    mode too (it only reads), with those Nodes as its batch, and with C(node_maintenance_controller_python) (else the
+    playbook's Python) as its interpreter.
     Where no host of the batch wants a step it reads nothing and defers nothing.
   - With O(stop_on_failure), the Nodes of the hosts gone from the play (failed, or ended) stop the rollout, with those of O(stopped_by).
   - An option the task does not give is the role's variable (C(node_maintenance_kubeconfig),

@@ -24,12 +24,17 @@ description:
   - O(step=budget_verdict) is this host's part of the batch's budget (M(gpuharden.k8s.node_maintenance_budget), registered
     as C(__node_maintenance_budget)). It fails the host with the budget's line where its disruptive step may not start
     now, warns in check mode that a real run would defer it, and returns RV(allowed_in). It opens no connection.
+  - O(step=budget_record) sets this host's fact C(gpuharden_budget_record) (C(node), C(wanted) from
+    C(node_maintenance_budget_wanted)), which M(gpuharden.k8s.node_maintenance_budget) reads for the batch. It opens no
+    connection.
+  - The module runs with C(node_maintenance_controller_python) (else the playbook's Python) as its interpreter; the task
+    need not name one.
 options:
   step:
     description: Which step of the role to run (its task file is named above).
     type: str
     required: true
-    choices: [cordon_drain, uncordon, restart_device_plugin, budget_verdict]
+    choices: [cordon_drain, uncordon, restart_device_plugin, budget_verdict, budget_record]
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -50,8 +55,6 @@ EXAMPLES = r"""
 - name: Uncordon the node
   gpuharden.k8s.node_maintenance_step:
     step: uncordon
-  vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
   delegate_to: localhost
   become: false
 """

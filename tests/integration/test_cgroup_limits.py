@@ -151,7 +151,7 @@ def test_check_apply_reapply(lab):
     assert node_report == applied["report"]
     assert node_report["unlimited_pods"] == ["ml/notebook"]
     assert len(node_report["updated"]) == 4
-    [listing] = _results(events, action="gpuharden.k8s.gpu_pods_info")
+    [listing] = _results(events, action="gpuharden.k8s.cgroup_limits_immediate", name="list the GPU pods")
     assert listing["api_requests"] == 1
     assert sorted(p["name"] for p in listing["pods"]) == ["infer-0", "infer-1", "notebook"]
     after = _ssh(lab, NODE, SNAPSHOT)

@@ -34,6 +34,8 @@ NODE_SIDE_STAGES = ("device_permissions", "container_runtime", "kubelet_topology
 # remediation module -> the node_audit check that shares its planner
 CHECK_OF_ACTION = {
     "gpuharden.k8s.nvidia_device_nodes": "device_nodes",
+    # the action that runs nvidia_device_nodes for role device_permissions (plugins/action/device_permissions_repair.py)
+    "gpuharden.k8s.device_permissions_repair": "device_nodes",
     "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
     "gpuharden.k8s.kubelet_config": "kubelet",
     # the action that runs kubelet_config for role kubelet_topology's write (plugins/action/kubelet_topology_apply.py):

@@ -81,3 +81,36 @@ def test_the_action_reads_what_immediate_yml_passed_it_from_the_roles_variables(
     assert given._execute_module.call_args.kwargs["module_args"]["pod_uids"] == ["u4"]
     with pytest.raises(AnsibleActionFail, match="cgroup_limits_immediate: options is required \\(the role's __cgroup_limits_memory_options\\)"):
         _plugin({}, {"cgroup_limits_node_name": "gpu-1"}).run(task_vars={"inventory_hostname": "host-1"})
+
+
+def test_each_host_records_its_node_and_the_batch_is_listed_once_on_the_controller():
+    """immediate.yml's record and listing steps: it set a fact per host and ran gpu_pods_info with its options, the
+    batch's nodes and the interpreter in Jinja, skipped where cgroup_limits_gpu_pods was given."""
+    variables = {"cgroup_limits_node_name": "gpu-1", "cgroup_limits_gpu_pods": None, "cgroup_limits_kubeconfig": "/k",
+                 "cgroup_limits_kube_context": "", "cgroup_limits_resource_prefixes": ["nvidia.com/"],
+                 "cgroup_limits_controller_python": "/controller/bin/python"}
+    recorded = _plugin({"step": "record"}, variables).run(task_vars={"inventory_hostname": "host-1"})
+    assert recorded == {"changed": False, "ansible_facts": {"gpuharden_cgroup_limits_node": "gpu-1"}}
+    hostvars = {"host-1": {"ansible_facts": recorded["ansible_facts"]}, "host-2": {"ansible_facts": {"gpuharden_cgroup_limits_node": "gpu-2"}},
+                "host-3": {"ansible_facts": {}}}  # the role did not run there
+    lister = _plugin({"step": "list"}, variables)
+    lister._task.delegate_to = "localhost"
+    lister.run(task_vars={"inventory_hostname": "host-1", "ansible_play_batch": ["host-1", "host-2", "host-3"], "hostvars": hostvars,
+                          "ansible_python_interpreter": "/node/bin/python"})
+    call = lister._execute_module.call_args.kwargs
+    assert call["module_name"] == "gpuharden.k8s.gpu_pods_info"
+    assert call["module_args"] == {"nodes": ["gpu-1", "gpu-2"], "resource_prefixes": ["nvidia.com/"], "kubeconfig": "/k"}
+    assert call["task_vars"]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/bin/python"
+    planned = _plugin({"step": "list"}, dict(variables, cgroup_limits_gpu_pods=PODS))
+    skipped = planned.run(task_vars={"inventory_hostname": "host-1", "ansible_play_batch": ["host-1"], "hostvars": hostvars})
+    assert skipped["skipped"] and "cgroup_limits_gpu_pods" in skipped["skip_reason"] and not planned._execute_module.called
+
+
+def test_the_preflight_runs_cgroup_memory_with_the_role_s_options_and_no_pod():
+    """preflight.yml ran cgroup_memory with module_defaults in Jinja; its refusal is the task's."""
+    plugin = _plugin({"step": "preflight"}, {"__cgroup_limits_memory_options": OPTIONS})
+    plugin._execute_module.return_value = {"failed": True, "msg": "/sys/fs/cgroup is cgroup v2 but ... has no memory controller"}
+    result = plugin.run(task_vars={"inventory_hostname": "host-1"})
+    assert plugin._execute_module.call_args.kwargs["module_name"] == "gpuharden.k8s.cgroup_memory"
+    assert plugin._execute_module.call_args.kwargs["module_args"] == OPTIONS
+    assert result["failed"] and "has no memory controller" in result["msg"]

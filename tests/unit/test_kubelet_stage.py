@@ -219,16 +219,22 @@ DRAIN = {"kubelet_topology_drain_tasks": "", "kubelet_topology_drain": True}
 
 
 def test_the_plan_says_who_drains_with_the_runs_check_mode_and_the_roles_variables():
-    """apply.yml includes stop.yml where the plan's drain is set: before, `__kubelet_topology_stage.disruptive and not
+    """apply.yml includes the plan's drain_tasks where its drain is set: before, `__kubelet_topology_stage.disruptive and not
     ansible_check_mode` there, and kubelet_topology_drain_tasks / kubelet_topology_drain in stop.yml."""
     run = {"inventory_hostname": "gpu-1", "ansible_check_mode": False}
     variables = dict(DRAIN, kubelet_topology_admission_check=False)
     planned = _action({"options": OPTIONS}, variables=variables).run(task_vars=run)
     assert planned["drain"] == "node_maintenance" and planned["gated"] is False  # admission_check read from the role
+    assert planned["drain_tasks"] == "node_maintenance_drain.yml"  # the file apply.yml includes (stop.yml chose it in Jinja)
+    assert (REPO / "roles" / "kubelet_topology" / "tasks" / planned["drain_tasks"]).is_file()
     hooked = _action({"options": OPTIONS}, variables=dict(variables, kubelet_topology_drain_tasks="/hooks/drain.yml")).run(task_vars=run)
-    assert hooked["drain"] == "tasks"
+    assert hooked["drain"] == "tasks" and hooked["drain_tasks"] == "/hooks/drain.yml"
     checked = _action({"options": OPTIONS}, variables=variables).run(task_vars=dict(run, ansible_check_mode=True))
-    assert checked["drain"] == "" and checked["disruptive"] is True
+    assert checked["drain"] == "" and checked["disruptive"] is True and checked["drain_tasks"] == ""
+    # the options are the role's map where the task gives none (plan.yml passed __kubelet_topology_module_options in Jinja)
+    given = _action({}, variables=dict(variables, __kubelet_topology_module_options=OPTIONS))
+    assert given.run(task_vars=run)["write_options"] == OPTIONS
+    assert given._execute_module.call_args.kwargs["module_args"] == OPTIONS
     audited = _action({"options": OPTIONS}, variables=dict(variables, __kubelet_topology_audited_plan=_plan(cpu=False)))
     restart_only = audited.run(task_vars=run)
     assert restart_only["audited"] is True and restart_only["drain"] == "" and not audited._execute_module.called
@@ -252,10 +258,15 @@ def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_whe
     stage = dict(action.decide_plan(_plan(), OPTIONS, True, drain), host="dgx-host")
     listed = {"workloads": [_workload("train-8g", 8)], "nodes": {}}
     variables = dict(DRAIN, __kubelet_topology_stage=stage, kubelet_topology_node_name="dgx-1", kubelet_topology_ignore_unadmittable_workloads=False)
-    variables["hostvars[__kubelet_topology_lister.host].__kubelet_topology_workloads_listed"] = listed
+    # the listing the batch's lister registered (the first host of the batch whose plan is gated: not "other")
+    variables["hostvars['dgx-host'].__kubelet_topology_workloads_listed"] = listed
+    batch = {"ansible_play_batch": ["other", "dgx-host"], "hostvars": {"other": {"__kubelet_topology_stage": dict(stage, gated=False)},
+                                                                        "dgx-host": {"__kubelet_topology_stage": stage}}}
     gate = _action({"gate": True}, variables=variables)
     gate._execute_module.side_effect = [{"ansible_facts": {"gpuharden": {"gpus": DGX_FACTS}}}, dict(_plan(cpu=False, after="none"), invocation={})]
-    kept = gate.run(task_vars={"inventory_hostname": "dgx-host", "ansible_check_mode": False})
+    kept = gate.run(task_vars=dict(batch, inventory_hostname="dgx-host", ansible_check_mode=False))
+    # the line the run prints (admission.yml printed it in a debug task of its own)
+    assert kept["warnings"] == [kept["admission"]["message"]] and kept["warnings"][0].startswith("Not switching dgx-1 to topologyManagerPolicy")
     assert [call.kwargs["module_name"] for call in gate._execute_module.call_args_list] == ["gpuharden.k8s.gpu_facts", "gpuharden.k8s.kubelet_config"]
     assert kept["ansible_facts"] == {"gpuharden": {"gpus": DGX_FACTS}}  # set as the gpu_facts task set them
     assert kept["admission"]["managers"] is False and [entry["workload"]["name"] for entry in kept["admission"]["blocked"]] == ["train-8g"]
@@ -263,9 +274,37 @@ def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_whe
     # the GPUs already in the facts: no second read of the node; forced by the role's variable: written as planned
     variables.update({"ansible_facts.gpuharden.gpus": DGX_FACTS, "kubelet_topology_ignore_unadmittable_workloads": True})
     forced_gate = _action({"gate": True}, variables=variables)
-    forced = forced_gate.run(task_vars={"inventory_hostname": "dgx-host", "ansible_check_mode": False})
+    forced = forced_gate.run(task_vars=dict(batch, inventory_hostname="dgx-host", ansible_check_mode=False))
     assert not forced_gate._execute_module.called and "ansible_facts" not in forced
+    assert forced["warnings"][0].startswith("Applying anyway (kubelet_topology_ignore_unadmittable_workloads)")
     assert forced["write_options"] == OPTIONS and forced["drain"] == "node_maintenance" and forced["admission"]["managers"] is True
+
+
+def test_the_batch_s_first_gated_host_lists_the_workloads_once_on_the_controller():
+    """admission.yml's listing task: it ran gpu_workloads_info with its options, interpreter and a when naming the lister
+    in Jinja (vars/main.yml __kubelet_topology_lister), and failed_when: false."""
+    stages = {"a": {"__kubelet_topology_stage": {"gated": False, "host": "a"}}, "b": {}, "c": {"__kubelet_topology_stage": {"gated": True, "host": "c"}},
+              "d": {"__kubelet_topology_stage": {"gated": True, "host": "d"}}}
+    assert action.lister(["a", "b", "c", "d"], stages) == "c" and action.lister(["a", "b"], stages) is None
+    variables = {"kubelet_topology_gpu_resources": ["nvidia.com/gpu"], "kubelet_topology_controller_kubeconfig": "/k",
+                 "kubelet_topology_controller_python": "/controller/bin/python"}
+    task_vars = {"ansible_play_batch": ["a", "b", "c", "d"], "hostvars": stages, "ansible_python_interpreter": "/node/bin/python"}
+    other = _action({"workloads": True}, variables=variables)
+    other._task.delegate_to = "localhost"
+    skipped = other.run(task_vars=dict(task_vars, inventory_hostname="d"))
+    assert skipped["skipped"] and "by c" in skipped["skip_reason"] and not other._execute_module.called
+    lister = _action({"workloads": True}, variables=variables)
+    lister._task.delegate_to = "localhost"
+    lister._execute_module.return_value = {"failed": True, "msg": "forbidden", "invocation": {}}
+    listed = lister.run(task_vars=dict(task_vars, inventory_hostname="c"))
+    call = lister._execute_module.call_args.kwargs
+    assert call["module_name"] == "gpuharden.k8s.gpu_workloads_info" and call["module_args"] == {"resources": ["nvidia.com/gpu"], "kubeconfig": "/k"}
+    assert call["task_vars"]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/bin/python"
+    assert lister._task.check_mode is True  # set back after the read outside check mode
+    # a failed listing is no failure of the task: the gate keeps the node's policy, saying why
+    assert listed["failed"] is False and listed["listing_failed"] is True and listed["msg"] == "forbidden" and "invocation" not in listed
+    verdict = _kubelet_stage.admission({"policy": "single-numa-node", "scope": "container"}, "dgx-1", [], listed, False)
+    assert verdict["managers"] is False and "could not be listed" in verdict["message"]
 
 
 APPLY_SETTINGS = {"kubelet_topology_healthz_url": "http://127.0.0.1:10248/healthz", "kubelet_topology_health_timeout": 120,
@@ -325,9 +364,13 @@ def test_the_wait_for_node_ready_runs_only_after_a_restart_with_a_kubeconfig_and
 def test_the_uncordon_follows_the_drain_and_a_check_run_uncordons_nothing():
     stage = action.decide_plan(_plan(), OPTIONS, True)
     written = {"gpuharden.k8s.kubelet_config": {"changed": True, "restarted": False}}
-    assert _apply(stage, {"kubelet_topology_uncordon_tasks": "/hooks/uncordon.yml"}, False, written)[0]["uncordon"] == "tasks"
+    hooked = _apply(stage, {"kubelet_topology_uncordon_tasks": "/hooks/uncordon.yml"}, False, written)[0]
+    assert hooked["uncordon"] == "tasks" and hooked["uncordon_tasks"] == "/hooks/uncordon.yml"
+    # apply.yml includes the file the result names (it chose between the user's file and node_maintenance in Jinja before)
+    assert _apply(stage, {}, False, written)[0]["uncordon_tasks"] == "node_maintenance_uncordon.yml"
+    assert (REPO / "roles" / "kubelet_topology" / "tasks" / "node_maintenance_uncordon.yml").is_file()
     assert _apply(stage, {"kubelet_topology_drain": "no"}, False, written)[0]["uncordon"] == ""
-    assert _apply(stage, {}, True, written)[0]["uncordon"] == ""
+    assert _apply(stage, {}, True, written)[0]["uncordon_tasks"] == ""
 
 
 def test_the_apply_action_reads_the_plan_and_the_role_variables_as_the_role_sees_them():
@@ -338,5 +381,5 @@ def test_the_apply_action_reads_the_plan_and_the_role_variables_as_the_role_sees
                      module=kubelet_topology_apply)
     plugin._execute_module.return_value = {"changed": False, "restarted": False, "persistence": "durable", "invocation": {}}
     result = plugin.run(task_vars={"inventory_hostname": "gpu-1", "ansible_check_mode": False})
-    assert result == {"changed": False, "restarted": False, "persistence": "durable", "uncordon": ""}
+    assert result == {"changed": False, "restarted": False, "persistence": "durable", "uncordon": "", "uncordon_tasks": ""}
     assert plugin._execute_module.call_args.kwargs["module_args"]["restart"] == "if_required"

@@ -24,7 +24,7 @@ from gpuharden_lab import REPO_ROOT
 
 # Module -> where it runs (playbook or role task that calls it).
 NODE_SIDE = {
-    "cgroup_memory": "roles/cgroup_limits (immediate.yml, preflight.yml) on each node",
+    "cgroup_memory": "roles/cgroup_limits (immediate.yml, preflight.yml, through cgroup_limits_immediate) on each node",
     "containerd_nvidia_runtime": "roles/container_runtime on each node",
     "device_cgroup_audit": "roles/postcheck on each node (reads the node's cgroups and BPF programs)",
     "gpu_facts": "pre_tasks of bootstrap, audit_node, roles/kubelet_topology plan.yml, on each node",
@@ -34,14 +34,16 @@ NODE_SIDE = {
                   "the run lock and the GPU facts), roles/postcheck's one read of a node (NVML, device cgroups, kubelet)",
     "node_lock": "harden/bootstrap/unharden/drift on each node (the lock file lives on the node)",
     "node_venv": "roles/node_prerequisites (bootstrap's first step) on each node, with the node's system Python",
-    "nvidia_device_nodes": "roles/device_permissions on each node",
+    "nvidia_device_nodes": "roles/device_permissions (through device_permissions_repair) on each node",
     "nvml_check": "roles/postcheck on each node",
     "process_cgroup_info": "roles/postcheck on each node (/proc/<pid>/cgroup of the GPU processes)",
     "unharden_files": "unharden_gpu_nodes and tasks/unharden_kubelet_drained.yml on each node",
 }
 CONTROLLER_SIDE = {
     "check_variables": "action plugin on the controller; the module file is documentation only, no payload",
-    "cgroup_limits_immediate": "action plugin (roles/cgroup_limits immediate.yml): runs cgroup_memory on the node; documentation only",
+    "cgroup_limits_immediate": "action plugin (roles/cgroup_limits immediate.yml, preflight.yml): runs cgroup_memory on the node and "
+                               "gpu_pods_info delegated to localhost; documentation only",
+    "device_permissions_repair": "action plugin (roles/device_permissions main.yml): runs nvidia_device_nodes on the node; documentation only",
     "kubelet_topology_plan": "action plugin (roles/kubelet_topology plan.yml, admission.yml): runs kubelet_config on the node; documentation only",
     "kubelet_topology_apply": "action plugin (roles/kubelet_topology apply.yml): runs kubelet_config and kubectl wait on the node; documentation only",
     "mig_plan": "action plugin (roles/mig plan.yml): runs mig_layout on the node; documentation only",
@@ -78,7 +80,8 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "device_permissions_repair", "drift_play",
+                      "harden_rollout",
                       "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
                       "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 

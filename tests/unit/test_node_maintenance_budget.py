@@ -11,12 +11,17 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import node_maintenance_budget as nmb
 
+
+def _record(node, wanted):
+    return {"ansible_facts": {"gpuharden_budget_record": {"node": node, "wanted": wanted}}}
+
+
 HOSTVARS = {
-    "a": {"__node_maintenance_budget_node": "na", "__node_maintenance_budget_wanted": True},
-    "b": {"__node_maintenance_budget_node": "nb", "__node_maintenance_budget_wanted": "False"},
-    "c": {},  # the role was not included here
-    "d": {"__node_maintenance_budget_node": "nd", "__node_maintenance_budget_wanted": "true"},
-    "e": {"__node_maintenance_budget_node": "ne", "__node_maintenance_budget_wanted": True},  # gone from the play
+    "a": _record("na", True),
+    "b": _record("nb", "False"),
+    "c": {"ansible_facts": {}},  # the role was not included here
+    "d": _record("nd", "true"),
+    "e": _record("ne", True),  # gone from the play
 }
 
 
@@ -28,7 +33,8 @@ def _run(monkeypatch, args, budget, check_mode=False, batch=("a", "b", "c", "d")
         return dict(budget)
 
     monkeypatch.setattr(nmb.ActionModule, "_execute_module", execute)
-    task = SimpleNamespace(args=dict({"max_unavailable": "1"}, **args), async_val=0, check_mode=check_mode, diff=False, action="x")
+    task = SimpleNamespace(args=dict({"max_unavailable": "1"}, **args), async_val=0, check_mode=check_mode, diff=False, action="x",
+                           delegate_to="localhost")
     action = nmb.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, None, None)
     result = action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_batch": list(batch), "ansible_play_hosts": ["a", "b", "c", "d"],
                                    "ansible_play_hosts_all": ["a", "b", "c", "d", "e"]})
@@ -63,3 +69,15 @@ def test_no_host_wanting_a_step_reads_nothing(monkeypatch):
 def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
     with pytest.raises(AnsibleActionFail, match="could not be checked: no API"):
         _run(monkeypatch, {}, {"failed": True, "msg": "no API"})
+
+
+def test_the_budget_runs_disruption_budget_with_the_controller_s_python(monkeypatch):
+    """The task in budget.yml names no interpreter: the action gives the module the role's controller Python (else the
+    playbook's), never the play's node Python, which a task delegated to localhost would otherwise take."""
+    seen = []
+    monkeypatch.setattr(nmb.ActionModule, "_execute_module", lambda self, module_name, module_args, task_vars: seen.append(task_vars) or {"allowed": []})
+    task = SimpleNamespace(args={"max_unavailable": "1"}, async_val=0, check_mode=False, diff=False, action="x", delegate_to="localhost")
+    action = nmb.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, None, None)
+    action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_batch": ["a"], "ansible_play_hosts": ["a"], "ansible_play_hosts_all": ["a"],
+                          "ansible_python_interpreter": "/node/venv/bin/python", "ansible_playbook_python": "/controller/bin/python"})
+    assert seen[0]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/bin/python"

@@ -62,3 +62,46 @@ BUDGET = {"allowed": ["gpu-1"], "not_started": {"gpu-2": "gpu-2: disruptive step
 ])
 def test_each_host_gets_its_part_of_the_batch_s_budget(node, wanted, failure, would_defer, allowed_in):
     assert step.budget_verdict(node, BUDGET, wanted, "harden", ("a", "b")) == (failure, would_defer, allowed_in)
+
+
+def _plugin(args, variables, delegate_to="localhost"):
+    from unittest import mock
+
+    from ansible.errors import AnsibleUndefinedVariable
+
+    def resolve(expression):
+        if expression not in variables:
+            raise AnsibleUndefinedVariable("%r is undefined" % expression)
+        return variables[expression]
+
+    task = mock.MagicMock(args=args, check_mode=False, async_val=0, diff=False, delegate_to=delegate_to)
+    templar = mock.MagicMock(resolve_variable_expression=mock.MagicMock(side_effect=resolve))
+    plugin = step.ActionModule(task, mock.MagicMock(), mock.MagicMock(), mock.MagicMock(), templar, mock.MagicMock())
+    plugin._execute_module = mock.MagicMock(return_value={"changed": True, "nodes": {}})
+    return plugin
+
+
+ROLE_VARIABLES = dict({"node_maintenance_" + name: value for name, value in SETTINGS.items()}, node_maintenance_budget_wanted=True,
+                      node_maintenance_controller_python="/controller/venv/bin/python")
+
+
+@pytest.mark.parametrize("name", ["cordon_drain", "uncordon", "restart_device_plugin"])
+def test_each_step_runs_node_maintenance_with_the_role_s_controller_python(name):
+    """The role's task files name no interpreter: the action gives the module node_maintenance_controller_python on the
+    controller (the task is delegated there), never the play's node Python."""
+    plugin = _plugin({"step": name}, ROLE_VARIABLES)
+    plugin.run(task_vars={"ansible_python_interpreter": "/node/venv/bin/python"})
+    task_vars = plugin._execute_module.call_args.kwargs["task_vars"]
+    assert task_vars["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/venv/bin/python"
+    without = {name: value for name, value in ROLE_VARIABLES.items() if name != "node_maintenance_controller_python"}
+    plugin = _plugin({"step": name}, without)
+    plugin.run(task_vars={"ansible_playbook_python": "/usr/bin/python3"})
+    assert plugin._execute_module.call_args.kwargs["task_vars"]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/usr/bin/python3"
+
+
+@pytest.mark.parametrize(("wanted", "recorded"), [(True, True), ("no", False)])
+def test_the_budget_record_is_this_host_s_fact(wanted, recorded):
+    plugin = _plugin({"step": "budget_record"}, dict(ROLE_VARIABLES, node_maintenance_budget_wanted=wanted), delegate_to=None)
+    result = plugin.run(task_vars={})
+    assert result == {"changed": False, "ansible_facts": {"gpuharden_budget_record": {"node": "gpu-1", "wanted": recorded}}}
+    plugin._execute_module.assert_not_called()

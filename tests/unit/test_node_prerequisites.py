@@ -144,6 +144,11 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
                                                                                                 # names each module's controller Python itself
                                                                                                 "gpuharden.k8s.drift_play",
                                                                                                 "gpuharden.k8s.role_preflight"}
+# Actions that give each module they run on the controller the role's controller Python themselves (plugin_utils/
+# _stage_action.py on_controller; their unit tests check it: test_node_maintenance_step.py, test_node_maintenance_budget.py,
+# test_kubelet_stage.py (workloads), test_cgroup_limits_stage.py (list)): a delegated task of theirs needs no task var.
+NAMES_ITS_PYTHON = {"gpuharden.k8s." + name for name in ("node_maintenance_step", "node_maintenance_budget", "kubelet_topology_plan",
+                                                         "cgroup_limits_immediate")}
 
 
 def _delegated_module_tasks(tasks, inherited, where):
@@ -155,7 +160,7 @@ def _delegated_module_tasks(tasks, inherited, where):
             yield from _delegated_module_tasks(task.get(key), scope, where)
         action = next((key for key in task if "." in key), None)
         if "block" not in task and task.get("delegate_to") in ("localhost", "127.0.0.1") and action not in ACTION_ONLY:
-            yield where, task.get("name"), action, "ansible_python_interpreter" in scope
+            yield where, task.get("name"), action, "ansible_python_interpreter" in scope or action in NAMES_ITS_PYTHON
 
 
 def test_every_delegated_module_task_names_its_interpreter():

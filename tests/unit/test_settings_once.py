@@ -41,13 +41,15 @@ def _tasks(data):
 PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
 # role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py)
-RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage"}
+RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage", "cgroup_limits": "gpuharden.k8s.cgroup_limits_immediate",
+                 "device_permissions": "gpuharden.k8s.device_permissions_repair"}
 
 
 def _action_reads(action, names):
-    """Whether a task's action plugin reads one of the maps ``names`` as a role variable (StageAction.variable)."""
+    """Whether a task's action plugin reads one of the maps ``names`` as a role variable (StageAction.variable, or an
+    argument left out read from the role's variable: StageAction.with_role_variables' (expression, default) pairs)."""
     source = (REPO / "plugins" / "action" / ("%s.py" % action.split(".")[-1])).read_text()
-    return any('self.variable("%s")' % name in source for name in names)
+    return any(read % name in source for read in ('self.variable("%s")', 'self.role_variable("%s")', '("%s", None)') for name in names)
 
 
 def _same_map(role, fact):
@@ -78,6 +80,9 @@ def test_the_audit_takes_the_options_the_role_passes_its_module(role):
                     assert " ".join(str(given).split()) in accepted, (path, given)
                     callers.append(path.name)
             if (task.get(PLANNER) or {}).get("options") in accepted:
+                planned.append(path.name)
+            # the plan's task gives no options: the action reads the role's map itself (plan.yml's task has no argument)
+            if PLANNER in task and not task[PLANNER] and _action_reads(PLANNER, names):
                 planned.append(path.name)
             if RUN_BY_ACTION.get(role) in task and _action_reads(RUN_BY_ACTION[role], names):
                 callers.append(path.name)

@@ -110,6 +110,19 @@ def maintenance(disruptive, check_mode, custom_tasks, through_node_maintenance):
     return "node_maintenance" if through_node_maintenance else ""
 
 
+# roles/kubelet_topology/tasks files that run role node_maintenance's cordon and drain, or its uncordon, for this role
+NODE_MAINTENANCE_TASKS = {"drain": "node_maintenance_drain.yml", "uncordon": "node_maintenance_uncordon.yml"}
+
+
+def maintenance_tasks(who, custom_tasks, step):
+    """The tasks file roles/kubelet_topology/tasks/apply.yml includes for ``who`` (maintenance()) at ``step`` (drain,
+    uncordon): the user's (kubelet_topology_drain_tasks, kubelet_topology_uncordon_tasks), the role's own file that runs
+    node_maintenance, or "" (nobody)."""
+    if who == "tasks":
+        return custom_tasks
+    return NODE_MAINTENANCE_TASKS[step] if who == "node_maintenance" else ""
+
+
 def write_args(stage, settings):
     """kubelet_config's options for the write of a planned stage: the plan's write_options (less the manager fields where
     the gate kept them), stopped first and the checkpoints removed where disruptive, restarted as the plan says, polled
