@@ -150,4 +150,4 @@ def test_the_drift_check_decides_nothing_in_jinja_but_the_engine_s_inputs():
     assert steps == ["start", "cluster", "verdict"]
     assert "vars" not in first and "vars" not in second
     [engine] = [task for task in first["tasks"] if task.get("ansible.builtin.import_tasks") == "tasks/node_stages.yml"]
-    assert engine["vars"]["__node_plan_lock"] == "{{ __drift_run.lock }}"
+    assert engine["vars"]["__node_plan"]["lock"] == "{{ __drift_run.lock }}"
