@@ -19,6 +19,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 ARGUMENT_SPEC = {
@@ -65,6 +66,8 @@ class ActionModule(ActionBase):
                                  strict=False)
         module_args = _stage_plan.gpu_pods_args(settings, args["nodes"], pods_snapshot=args["pods_snapshot"],
                                                 dry_runs=args["dry_runs"] and skip_compliant)
-        listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, task_vars)
+        # on the cgroup_limits stage's controller Python, the identity the LIST shares with it (never the node Python)
+        python = self._variable(task_vars, "cgroup_limits_controller_python")
+        listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, on_controller(self._task, task_vars, python))
         # a failed LIST is the plan's reading too (its msg names why), not the task's failure
         return dict(result, **dict(listed, failed=False, changed=False))

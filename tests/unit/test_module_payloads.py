@@ -81,7 +81,8 @@ CONTROLLER_SIDE = {
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
                       "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
-                      "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report", "unharden_rollout"}
+                      "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report",
+                      "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).
