@@ -14,6 +14,7 @@ host is not contacted.
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -32,12 +33,26 @@ class ActionModule(StageAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
     _requires_connection = False
 
+    def _stages(self, raw):
+        """__stages, each key templated alone: one whose variable is undefined is left out (its default), as where a task
+        that registers it was left out by --tags (harden's RuntimeClass gate, tagged like the stage it gates, which
+        --tags then leaves out too); a required one left out is named by the planner."""
+        if not isinstance(raw, dict):
+            return self.variable(STAGES)
+        stages = {}
+        for key, value in raw.items():
+            try:
+                stages[key] = self._templar.template(value)
+            except AnsibleUndefinedVariable:
+                continue
+        return stages
+
     def decide_task(self, args, task_vars):
         if args["step"] == "stages":
             host = task_vars["inventory_hostname"]
             if STAGES not in task_vars:
                 raise GpuhardenError("stage_steps: __stages is not defined: the task importing playbooks/tasks/stages.yml sets it")
-            steps = _stage_steps.stage_steps(self.variable(STAGES), node_name=self.role_variable("gpuharden_k8s_node_name", host),
+            steps = _stage_steps.stage_steps(self._stages(task_vars[STAGES]), node_name=self.role_variable("gpuharden_k8s_node_name", host),
                                              gpu_pods=self.role_variable(GPU_PODS))
         else:
             if STEPS not in task_vars:
