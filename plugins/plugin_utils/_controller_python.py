@@ -21,9 +21,10 @@ def on_controller(task, task_vars, python=None):
     python = python or task_vars.get("ansible_playbook_python")
     if not python:
         return task_vars
-    if task.delegate_to:
+    delegate = getattr(task, "delegate_to", None)
+    if delegate:
         delegated = dict(task_vars.get("ansible_delegated_vars") or {})
-        delegated[task.delegate_to] = dict(delegated.get(task.delegate_to) or {}, ansible_python_interpreter=python)
+        delegated[delegate] = dict(delegated.get(delegate) or {}, ansible_python_interpreter=python)
         task_vars["ansible_delegated_vars"] = delegated
     else:
         task_vars["ansible_python_interpreter"] = python
