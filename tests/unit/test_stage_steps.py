@@ -101,3 +101,25 @@ def test_each_include_of_stages_yml_tests_one_value_the_action_returns():
             read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", text)
     assert len(read) >= 10
     assert [(name, key) for name, key in read if key not in returned[name]] == []
+
+
+def test_a_key_whose_variable_tags_left_undefined_takes_its_default_and_a_required_one_is_named():
+    """harden's RuntimeClass gate is tagged like the stage it gates: under --tags container_runtime it never registered,
+    and the include it feeds is left out by the same tags. The action templates each key of __stages alone."""
+    from types import SimpleNamespace
+
+    from ansible.errors import AnsibleUndefinedVariable
+    from ansible_collections.gpuharden.k8s.plugins.action import stage_steps as action
+
+    def template(value):
+        if value == "{{ gate.run }}" or value == "{{ missing }}":
+            raise AnsibleUndefinedVariable("undefined")
+        return value
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    step._templar = SimpleNamespace(template=template)
+    stages = step._stages({"plan": PLAN, "inline_disruptive": False, "runtime_class": "{{ gate.run }}"})
+    assert stages == {"plan": PLAN, "inline_disruptive": False}
+    assert _stage_steps.stage_steps(stages, node_name="gpu-a")["runtime_class"] is True
+    with pytest.raises(GpuhardenError, match="__stages.plan is missing"):
+        _stage_steps.stage_steps(step._stages({"plan": "{{ missing }}", "inline_disruptive": True}), node_name="gpu-a")
