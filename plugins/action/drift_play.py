@@ -15,6 +15,7 @@ cluster-side modules it names through ``_execute_module`` with their controller 
   consistency check's options and the node reports are handed over instead, and the CLI runs the same check itself.
 - ``step=verdict`` (each host, a second play): the host's run data, as the run's stats (gpuharden_drift, aggregated),
   and why it fails (``failure``).  It never fails itself: ansible-core records stats only from a successful result.
+- ``step=fail`` (each host, after the verdict): fails the host with its verdict's ``failure``, where there is one.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lo
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import run_module_in_mode
 
-ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict"]}}
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict", "fail"]}}
 NODE_NAME = "gpuharden_k8s_node_name"
 # The results of drift_check.yml this action reads: the start step's (registered), the plan's LIST of pods
 # (tasks/node_plan_inputs.yml), each host's plan (tasks/node_stages.yml), the cluster step's (registered).
@@ -37,6 +38,7 @@ START_RESULT = "__drift_run"
 GPU_PODS_RESULT = "__node_plan_gpu_pods"
 NODE_PLAN = "gpuharden_node_plan"
 CLUSTER_RESULT = "__drift_cluster"
+VERDICT_RESULT = "__drift_verdict"
 RUN_DATA_STAT = "gpuharden_drift"
 BOOKKEEPING = ("invocation", "changed", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
 
@@ -65,6 +67,12 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("drift_play: %s" % error) from None
         result.update(decided, changed=False)
         return result
+
+    def _fail(self, task_vars):
+        if VERDICT_RESULT not in task_vars:
+            raise GpuhardenError("step fail runs after step verdict (registered as %s)" % VERDICT_RESULT)
+        failure = (self._templar.resolve_variable_expression(VERDICT_RESULT) or {}).get("failure") or ""
+        return {"failed": True, "msg": failure} if failure else {"msg": "no finding at or above the fail severity, every check ran"}
 
     def _start(self, task_vars):
         hostvars = task_vars.get("hostvars") or {}

@@ -14,18 +14,22 @@ check out, and harden's cgroup_limits stage lists again and fails there.  Where 
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 ARGUMENT_SPEC = {
-    "nodes": {"type": "list", "elements": "str", "required": True},
-    "pods_snapshot": {"type": "bool", "default": False},
+    # each left out: the importing task's __node_plan (playbooks/tasks/node_stages.yml) has it, else false (nodes: required)
+    "nodes": {"type": "list", "elements": "str"},
+    "pods_snapshot": {"type": "bool"},
     # harden's: dry-run the cluster-side stages in the LIST, where the play skips compliant stages
-    "dry_runs": {"type": "bool", "default": False},
+    "dry_runs": {"type": "bool"},
 }
+PLAN_INPUT = "__node_plan"
 GIVEN = "gpuharden_gpu_pods_given"
 BOOLEANS = ("device_plugin_label_nodes",)
 
@@ -41,6 +45,15 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        given = self._variable(task_vars, PLAN_INPUT, {})
+        for name in ARGUMENT_SPEC:
+            if args[name] is None:
+                args[name] = given.get(name) if isinstance(given, dict) else None
+        if args["nodes"] is None:
+            raise AnsibleActionFail("node_plan_pods: nodes is required (the option, or __node_plan.nodes of the importing task)")
+        args["nodes"] = [str(node) for node in args["nodes"]]
+        for name in ("pods_snapshot", "dry_runs"):
+            args[name] = boolean(args[name] or False, strict=False)
         if GIVEN in task_vars:
             # gpuharden explain made the same reading in its own Python (the module's gather()): no module run for it
             return dict(result, **dict(self._variable(task_vars, GIVEN), changed=False))
@@ -53,6 +66,8 @@ class ActionModule(ActionBase):
                                  strict=False)
         module_args = _stage_plan.gpu_pods_args(settings, args["nodes"], pods_snapshot=args["pods_snapshot"],
                                                 dry_runs=args["dry_runs"] and skip_compliant)
-        listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, task_vars)
+        # on the cgroup_limits stage's controller Python, the identity the LIST shares with it (never the node Python)
+        python = self._variable(task_vars, "cgroup_limits_controller_python")
+        listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, on_controller(self._task, task_vars, python))
         # a failed LIST is the plan's reading too (its msg names why), not the task's failure
         return dict(result, **dict(listed, failed=False, changed=False))

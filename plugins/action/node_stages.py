@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible import context
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -66,6 +67,10 @@ LOCK_DEFAULTS = {"path": ("gpuharden_lock_path", playbook_default("gpuharden_loc
                  "timeout": ("gpuharden_lock_timeout", playbook_default("gpuharden_lock_timeout", "harden_gpu_nodes"))}
 # the plan's one LIST of the batch (tasks/node_plan_inputs.yml), with its dry run of the device plugin stage
 GPU_PODS = "__node_plan_gpu_pods"
+# the importing task's one mapping (playbooks/tasks/node_stages.yml): {node, facts, lock} are this task's node_name,
+# audit.facts and lock where the task leaves them out; {nodes, pods_snapshot, dry_runs} are node_plan_pods'
+PLAN_INPUT = "__node_plan"
+PLAN_INPUT_KEYS = ("node", "facts", "lock", "nodes", "pods_snapshot", "dry_runs")
 # each engine stage's result keys kept in the task's result (the whole module result stays under result)
 STAGE_KEYS = ("changed", "failed", "msg", "refused", "not_checked", "warnings")
 
@@ -107,6 +112,22 @@ class ActionModule(ActionBase):
             return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
         finally:
             self._task.check_mode = saved
+
+    def _task_args(self, task_vars):
+        """The task's arguments, with what it leaves out taken from the importing task's __node_plan, validated."""
+        args = dict(self._task.args)
+        given = self._templar.template(task_vars[PLAN_INPUT]) if PLAN_INPUT in task_vars else {}
+        if not isinstance(given, dict) or not set(given) <= set(PLAN_INPUT_KEYS):
+            raise AnsibleActionFail("node_stages: __node_plan must be a mapping of %s, not %r" % (", ".join(PLAN_INPUT_KEYS), given))
+        for option, key in (("node_name", "node"), ("lock", "lock")):
+            if args.get(option) is None and given.get(key) is not None:
+                args[option] = given[key]
+        if given.get("facts") is not None and "facts" not in (args.get("audit") or {}):
+            args["audit"] = dict(args.get("audit") or {}, facts=boolean(given["facts"], strict=False))
+        validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(args)
+        if validation.error_messages:
+            raise AnsibleActionFail("node_stages: %s" % "; ".join(validation.error_messages))
+        return validation.validated_parameters
 
     def _play_variable(self, task_vars, name, default):
         if name not in task_vars:
@@ -157,7 +178,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        args = self._task_args(task_vars)
         host = task_vars.get("inventory_hostname")
         for option, (variable, default) in PLAY_DEFAULTS.items():
             if args[option] is None:

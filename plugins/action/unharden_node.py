@@ -28,6 +28,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default, role_settings
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import readable
 
 ARGUMENT_SPEC = {
@@ -118,7 +119,9 @@ class ActionModule(ActionBase):
         kubeconfig = self._setting(task_vars, "gpuharden_kubeconfig")
         if kubeconfig:
             module_args["kubeconfig"] = kubeconfig
-        cluster = self._execute_module(module_name="gpuharden.k8s.unharden_cluster", module_args=module_args, task_vars=task_vars)
+        # on the controller's Python (the task is delegated to localhost), never the play's node Python
+        cluster = self._execute_module(module_name="gpuharden.k8s.unharden_cluster", module_args=module_args,
+                                       task_vars=on_controller(self._task, task_vars))
         return dict(cluster, ran=True)
 
     def _deferred(self, task_vars, _args):

@@ -19,6 +19,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 FACT = _unharden_run.RESULTS["rollout"]
@@ -64,7 +65,8 @@ class ActionModule(ActionBase):
             kubeconfig = self._option(args, task_vars, "kubeconfig")
             if kubeconfig:
                 module_args["kubeconfig"] = kubeconfig
-            budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
+            # on the controller's Python (the task is delegated to localhost), never the play's node Python
+            budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, on_controller(self._task, task_vars))
             if budget.get("failed"):
                 raise AnsibleActionFail("unharden_rollout: the disruption budget could not be read: %s" % budget.get("msg"),
                                         result=budget)

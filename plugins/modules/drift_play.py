@@ -30,6 +30,8 @@ description:
     Node) as the run's stats C(gpuharden_drift) (aggregated), and why the host fails in RV(failure) (a check that
     could not run, or findings at or above C(gpuharden_drift_fail_severity); V("") where C(gpuharden_drift_fail) is
     off). It never fails itself, since Ansible records stats only from a successful result.
+  - O(step=fail), on each host after O(step=verdict) (registered as C(__drift_verdict)) - fails the host with that
+    verdict's RV(failure) where there is one.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -40,7 +42,7 @@ options:
     description: Which decision to make.
     type: str
     required: true
-    choices: [start, cluster, verdict]
+    choices: [start, cluster, verdict, fail]
 attributes:
   action:
     support: full

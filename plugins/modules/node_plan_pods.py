@@ -35,18 +35,21 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   nodes:
-    description: The Kubernetes names of the nodes whose GPU pods are listed (the play's, or the serial batch's).
+    description:
+      - The Kubernetes names of the nodes whose GPU pods are listed (the play's, or the serial batch's).
+      - Required, here or as C(__node_plan.nodes), the mapping the task importing C(playbooks/tasks/node_stages.yml) sets.
     type: list
     elements: str
-    required: true
   pods_snapshot:
-    description: Also return the listed pods, for a M(gpuharden.k8s.gpu_consistency) run later in the play.
+    description:
+      - Also return the listed pods, for a M(gpuharden.k8s.gpu_consistency) run later in the play.
+      - Default C(__node_plan.pods_snapshot), else V(false).
     type: bool
-    default: false
   dry_runs:
-    description: Also dry-run the RuntimeClass and device plugin stages (see above).
+    description:
+      - Also dry-run the RuntimeClass and device plugin stages (see above).
+      - Default C(__node_plan.dry_runs), else V(false).
     type: bool
-    default: false
 """
 
 EXAMPLES = r"""

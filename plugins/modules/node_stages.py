@@ -35,7 +35,8 @@ options:
   node_name:
     description:
       - The node's Kubernetes name (node_audit's O(gpuharden.k8s.node_audit#module:node_name)).
-      - Default the host's C(gpuharden_k8s_node_name), else its inventory name.
+      - Default C(__node_plan.node) (the mapping the task importing C(playbooks/tasks/node_stages.yml) sets), else the
+        host's C(gpuharden_k8s_node_name), else its inventory name.
     type: str
   audit:
     description:
@@ -84,6 +85,7 @@ options:
       - The node's run lock, taken by the audit (M(gpuharden.k8s.node_audit)'s
         O(gpuharden.k8s.node_audit#module:lock), built from these options). None in check mode, which changes
         nothing that needs serialising. Give either this or C(audit.lock).
+      - Default C(__node_plan.lock); C(__node_plan.facts) is C(audit.facts) where O(audit) does not set it.
     type: dict
     suboptions:
       owner:

@@ -147,7 +147,23 @@ def test_the_drift_check_decides_nothing_in_jinja_but_the_engine_s_inputs():
     """The play's steps are drift_play tasks; the engine's task takes the start step's decisions."""
     first, second = yaml.safe_load((PLAYBOOKS / "drift_check.yml").read_text())
     steps = [task["gpuharden.k8s.drift_play"]["step"] for task in _tasks(first["tasks"] + second["tasks"]) if "gpuharden.k8s.drift_play" in task]
-    assert steps == ["start", "cluster", "verdict"]
+    assert steps == ["start", "cluster", "verdict", "fail"]
     assert "vars" not in first and "vars" not in second
     [engine] = [task for task in first["tasks"] if task.get("ansible.builtin.import_tasks") == "tasks/node_stages.yml"]
-    assert engine["vars"]["__node_plan_lock"] == "{{ __drift_run.lock }}"
+    assert engine["vars"]["__node_plan"]["lock"] == "{{ __drift_run.lock }}"
+
+
+@pytest.mark.parametrize(("failure", "failed"), [("gpu-a drifted: kubelet_setting (stages to run: kubelet_topology)", True), ("", False)])
+def test_the_fail_step_fails_the_host_with_its_verdict_s_failure_only(failure, failed):
+    """drift_check.yml's last task: the verdict step never fails (stats come only from a successful result), this one does."""
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.action import drift_play as action
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    task_vars = {"__drift_verdict": {"failure": failure, "run_data": {}}}
+    step._templar = SimpleNamespace(resolve_variable_expression=task_vars.__getitem__)
+    decided = step._fail(task_vars)
+    assert decided.get("failed", False) is failed and (decided["msg"] == failure if failed else "fail severity" in decided["msg"])
+    with pytest.raises(GpuhardenError, match="after step verdict"):
+        step._fail({})

@@ -6,6 +6,7 @@ before (its expressions as of commit 66f93d9, below, rendered by Ansible's own t
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -136,3 +137,17 @@ def test_the_lines_name_what_differs():
     assert report["pcie"] == "GPU0 00000000:07:00.0: gen3x8 of gen4x16"
     assert report["gpus"][1] == "GPU1: gpu_is_lost (the GPU has fallen off the bus)" and report["gpus"][2].endswith("MIG n/a")
     assert gpu_facts_report(FACTS)["device_nodes"] == "all /dev/nvidia* nodes match the driver settings"
+
+
+def test_audit_node_prints_the_lines_in_one_task_in_the_order_of_its_former_four():
+    """playbooks/audit_node.yml's one debug task: query(..., lines=true) gives NVML, each GPU, the device nodes, the PCIe links."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible_collections.gpuharden.k8s.plugins.lookup import gpu_facts_report as lookup
+
+    facts = _variant("trained down, lost, no MIG")
+    report = gpu_facts_report(facts)
+    plugin = lookup.LookupModule(loader=DataLoader())
+    assert plugin.run([facts], {}, lines=True) == [report["nvml"], *report["gpus"], report["device_nodes"], report["pcie"]]
+    assert plugin.run([facts], {}) == [report]
+    playbook = (Path(__file__).resolve().parents[2] / "playbooks" / "audit_node.yml").read_text()
+    assert "query('gpuharden.k8s.gpu_facts_report', ansible_facts.gpuharden, lines=true)" in playbook

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
 
@@ -82,3 +83,30 @@ def test_the_action_lists_nothing_where_the_reading_is_given_or_no_memory_check_
     assert calls == [] and result["pod_uids_by_node"] == {"gpu-a": ["u"]} and result["changed"] is False
     result, calls, _task = _run(monkeypatch, dict(SETTINGS, cgroup_limits_immediate="no"), {"nodes": ["gpu-a"]})
     assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result
+
+
+def test_the_importing_task_s_one_mapping_gives_what_the_task_leaves_out_and_the_list_runs_on_the_stage_s_python(monkeypatch):
+    """playbooks/tasks/node_plan_inputs.yml calls the action without options: nodes, pods_snapshot and dry_runs are the
+    importing task's __node_plan; the module runs on cgroup_limits_controller_python (no task var on the task)."""
+    seen = []
+
+    def execute(self, module_name, module_args, task_vars):
+        seen.append((module_args, task_vars["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"]))
+        return {"pod_uids_by_node": {}}
+
+    monkeypatch.setattr(node_plan_pods.ActionModule, "_execute_module", execute)
+    task = SimpleNamespace(args={}, async_val=0, check_mode=False, diff=False, action="gpuharden.k8s.node_plan_pods", delegate_to="localhost")
+    action = node_plan_pods.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
+    task_vars = dict(SETTINGS, __node_plan={"nodes": ["gpu-a", "gpu-b"], "dry_runs": True, "lock": None},
+                     ansible_delegated_vars={"localhost": {"ansible_python_interpreter": "/opt/gpuharden/venv/bin/python3"}})
+    action.run(task_vars=task_vars)
+    [(module_args, python)] = seen
+    assert module_args["nodes"] == ["gpu-a", "gpu-b"] and module_args["pods_snapshot"] is False and "runtime_class" in module_args
+    assert python == "/usr/bin/python3"
+    # the task's own option wins; no nodes anywhere is refused, naming both places
+    task.args = {"nodes": ["gpu-c"], "dry_runs": False}
+    action.run(task_vars=task_vars)
+    assert seen[-1][0]["nodes"] == ["gpu-c"] and "runtime_class" not in seen[-1][0]
+    task.args = {}
+    with pytest.raises(AnsibleActionFail, match="__node_plan.nodes"):
+        action.run(task_vars=dict(SETTINGS))

@@ -142,7 +142,12 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
                                                      "import_tasks", "include_role", "import_role")} | {"gpuharden.k8s.check_variables",
                                                                                                 "gpuharden.k8s.cluster_stage_gate",
                                                                                                 # names each module's controller Python itself
+                                                                                                # (node_plan_pods, unharden_node's cluster step and
+                                                                                                # unharden_rollout: plugin_utils/_controller_python.py)
                                                                                                 "gpuharden.k8s.drift_play",
+                                                                                                "gpuharden.k8s.node_plan_pods",
+                                                                                                "gpuharden.k8s.unharden_node",
+                                                                                                "gpuharden.k8s.unharden_rollout",
                                                                                                 "gpuharden.k8s.role_preflight"}
 # Actions that give each module they run on the controller the role's controller Python themselves (plugin_utils/
 # _stage_action.py on_controller; their unit tests check it: test_node_maintenance_step.py, test_node_maintenance_budget.py,
@@ -208,3 +213,52 @@ def test_every_node_play_takes_the_node_python_and_no_host_wide_interpreter():
     setters = [path for path in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/**/*.yml")]
                if re.search(r"set_fact:\s*\n\s+ansible_python_interpreter:", path.read_text())]
     assert setters == []
+
+
+# The actions above that run a module on the controller and name its Python themselves (plugin_utils/_controller_python.py):
+# their delegated tasks need no task var, as long as the action does what the task var did.
+NAMES_ITS_PYTHON = {"gpuharden.k8s.node_plan_pods": "node_plan_pods", "gpuharden.k8s.unharden_node": "unharden_node",
+                    "gpuharden.k8s.unharden_rollout": "unharden_rollout"}
+
+
+@pytest.mark.parametrize("delegate", ["localhost", None])
+def test_an_action_that_names_the_controller_python_puts_it_where_ansible_reads_it(delegate):
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+
+    play = {"ansible_python_interpreter": "/opt/gpuharden/venv/bin/python3", "ansible_playbook_python": "/usr/bin/python3",
+            "ansible_delegated_vars": {"localhost": {"ansible_python_interpreter": "/opt/gpuharden/venv/bin/python3", "ansible_host": "127.0.0.1"}}}
+    task = SimpleNamespace(delegate_to=delegate)
+    named = on_controller(task, play)
+    if delegate:
+        # the delegated host's variables are what the module's interpreter is read from; the play's stay as they were
+        assert named["ansible_delegated_vars"]["localhost"] == {"ansible_python_interpreter": "/usr/bin/python3", "ansible_host": "127.0.0.1"}
+        assert play["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/opt/gpuharden/venv/bin/python3"
+    else:
+        assert named["ansible_python_interpreter"] == "/usr/bin/python3"
+    assert on_controller(task, play, "/srv/python")[("ansible_delegated_vars" if delegate else "ansible_python_interpreter")] != play.get(
+        "ansible_delegated_vars" if delegate else "ansible_python_interpreter")
+
+
+def test_the_actions_exempted_for_their_python_name_it_where_they_run_a_module_delegated():
+    for action, name in NAMES_ITS_PYTHON.items():
+        assert action in ACTION_ONLY
+        source = (REPO / "plugins" / "action" / ("%s.py" % name)).read_text()
+        # every module the action runs on the controller goes through on_controller (unharden_node: its cluster step)
+        runs = re.findall(r"(?:_execute_module|read_outside_check_mode)\(([^\n]*\n?[^\n]*)", source)
+        delegated = [call for call in runs if "unharden_cluster" in call or "disruption_budget" in call or "gpu_pods_info" in call]
+        assert delegated and all("on_controller(" in call for call in delegated), (name, runs)
+    # unharden_node runs node_lock on the node: only its cluster step is delegated
+    plays = yaml.safe_load((REPO / "playbooks" / "unharden_gpu_nodes.yml").read_text())
+    steps = [task["gpuharden.k8s.unharden_node"]["step"] for play in plays for task in _delegated_tasks(play["tasks"])
+             if "gpuharden.k8s.unharden_node" in task]
+    assert steps == ["cluster"]
+
+
+def _delegated_tasks(tasks):
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            yield from _delegated_tasks(task.get(key))
+        if task.get("delegate_to") == "localhost":
+            yield task

@@ -202,3 +202,20 @@ def test_the_audits_options_come_from_the_roles_variables_where_asked(monkeypatc
     with pytest.raises(AnsibleActionFail, match="cgroup_limits_audit_kubelet_settings, kubelet_topology_audit_options|kubelet_topology_audit_options, "
                        "cgroup_limits_audit_kubelet_settings"):
         _run(monkeypatch, results, {"audit_from_play": ["kubelet"]}, task_vars=play)
+
+
+def test_the_importing_task_s_one_mapping_gives_the_node_its_facts_and_its_lock(monkeypatch, cliargs):
+    """playbooks/tasks/node_stages.yml leaves node_name, audit.facts and lock to the importing task's __node_plan."""
+    lock = {"owner": "harden@x", "hold": True, "path": "/run/l", "timeout": 5}
+    plan = {"node": "node-7", "facts": False, "lock": lock, "nodes": ["node-7"], "dry_runs": True}
+    result, calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": _audit_result()}, {"run_stages": False},
+                                task_vars={"__node_plan": plan})
+    [(module, audit_args, _check)] = calls
+    assert module == "gpuharden.k8s.node_audit" and audit_args["node_name"] == "node-7" and audit_args["facts"] is False
+    assert audit_args["lock"]["owner"] == "harden@x" and audit_args["lock"]["hold"] is True and result["node_name"] == "node-7"
+    # the task's own wins
+    _result, calls, _task = _run(monkeypatch, {"gpuharden.k8s.node_audit": _audit_result()},
+                                 {"run_stages": False, "node_name": "gpu-a", "audit": {"facts": True}}, task_vars={"__node_plan": plan})
+    assert calls[0][1]["node_name"] == "gpu-a" and calls[0][1]["facts"] is True
+    with pytest.raises(AnsibleActionFail, match="__node_plan must be a mapping of node, facts, lock"):
+        _run(monkeypatch, {"gpuharden.k8s.node_audit": _audit_result()}, {}, task_vars={"__node_plan": {"nod": "x"}})

@@ -91,8 +91,8 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
     assert len(imports) == 1, "%s: its first play imports tasks/stages.yml %d times" % (playbook, len(imports))
     # the stage engine's plan (node_stages: node_audit's stage table, or every stage with skip_compliant false), the
     # task before it registers; the planner's node stages are the audit's
-    stages_run = imports[0]["vars"]["__stages_run"]
-    registered = re.fullmatch(r"\{\{ (\w+)\.plan\.runs \}\}", stages_run).group(1)
+    stages_run = imports[0]["vars"]["__stages"]["plan"]
+    registered = re.fullmatch(r"\{\{ (\w+) \}\}", stages_run).group(1)
     engines = [task for task in _play_tasks(first) if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
     if playbook == "harden_gpu_nodes.yml":  # through tasks/node_stages.yml (the drift check's inputs and audit)
         engines = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())
@@ -115,7 +115,7 @@ def test_the_drains_run_inline_only_where_the_playbook_says_so():
         for play in yaml.safe_load((PLAYBOOKS / playbook).read_text()):
             for task in _play_tasks(play):
                 if task.get("ansible.builtin.import_tasks") == "tasks/stages.yml":
-                    inline[playbook] = task["vars"]["__stages_inline_disruptive"]
+                    inline[playbook] = task["vars"]["__stages"]["inline_disruptive"]
     # harden drains in its budgeted rollout play; bootstrap drains a node that still has its bootstrap taint inline
     assert inline == {"harden_gpu_nodes.yml": False, "bootstrap_gpu_node.yml": True}
 
@@ -125,7 +125,7 @@ def test_harden_runs_the_device_plugin_after_its_rollout_and_before_the_post_che
     its plugin pod go, so a plugin rollout before the repair waited 300 s and failed the run (tasks/stage_device_plugin.yml)."""
     plays = yaml.safe_load((PLAYBOOKS / "harden_gpu_nodes.yml").read_text())
     [stages] = [task for task in _play_tasks(plays[0]) if task.get("ansible.builtin.import_tasks") == "tasks/stages.yml"]
-    assert stages["vars"]["__stages_device_plugin_later"] is True
+    assert stages["vars"]["__stages"]["device_plugin_later"] is True
     names = [play["name"] for play in plays]
     rollout = next(index for index, name in enumerate(names) if "disruptive stages" in name)
     def imported(task):

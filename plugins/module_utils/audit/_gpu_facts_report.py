@@ -64,3 +64,8 @@ def gpu_facts_report(facts):
     """{nvml, gpus, device_nodes, pcie}: the lines audit_node.yml prints (gpus: one per GPU)."""
     return {"nvml": nvml_line(facts), "gpus": [gpu_line(gpu) for gpu in facts.get("gpus") or []],
             "device_nodes": device_nodes_line(facts), "pcie": pcie_line(facts)}
+
+
+def report_lines(report):
+    """The report as the lines audit_node.yml prints, in its order: NVML, each GPU, the device nodes, the PCIe links."""
+    return [report["nvml"], *report["gpus"], report["device_nodes"], report["pcie"]]

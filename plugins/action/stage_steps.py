@@ -1,0 +1,62 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpuharden.k8s.stage_steps: which steps of playbooks/tasks/stages.yml run on this host, decided in Python.
+
+``step: stages`` (first in tasks/stages.yml) reads the importing task's one mapping ``__stages`` (the stage engine's
+result and the playbook's mode), the plan's LIST of GPU pods (``__node_plan_gpu_pods``, where the playbook made one) and
+the host's Node name, and returns one plain value per include of the file; tasks/stages.yml registers it as
+``__stages_run``.  ``step: drains`` (once the kubelet and MIG plans ran) reads that result and what the plans published
+(``__kubelet_topology_disruptive``, ``__mig_disruptive``: undefined where the plan did not run) and returns the steps
+that depend on whether the node drains.  The decisions are module_utils/core/_stage_steps.py's.  No module runs: the
+host is not contacted.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleUndefinedVariable
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
+
+ARGUMENT_SPEC = {"step": {"type": "str", "default": "stages", "choices": ["stages", "drains"]}}
+# the importing task's mapping, the plan's LIST, the first step's registered result, what the draining plans publish
+STAGES = "__stages"
+GPU_PODS = "__node_plan_gpu_pods"
+STEPS = "__stages_run"
+DISRUPTIVE = {"kubelet_disruptive": "__kubelet_topology_disruptive", "mig_disruptive": "__mig_disruptive"}
+
+
+class ActionModule(StageAction):
+    NAME = "stage_steps"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+    _requires_connection = False
+
+    def _stages(self, raw):
+        """__stages, each key templated alone: one whose variable is undefined is left out (its default), as where a task
+        that registers it was left out by --tags (harden's RuntimeClass gate, tagged like the stage it gates, which
+        --tags then leaves out too); a required one left out is named by the planner."""
+        if not isinstance(raw, dict):
+            return self.variable(STAGES)
+        stages = {}
+        for key, value in raw.items():
+            try:
+                stages[key] = self._templar.template(value)
+            except AnsibleUndefinedVariable:
+                continue
+        return stages
+
+    def decide_task(self, args, task_vars):
+        if args["step"] == "stages":
+            host = task_vars["inventory_hostname"]
+            if STAGES not in task_vars:
+                raise GpuhardenError("stage_steps: __stages is not defined: the task importing playbooks/tasks/stages.yml sets it")
+            steps = _stage_steps.stage_steps(self._stages(task_vars[STAGES]), node_name=self.role_variable("gpuharden_k8s_node_name", host),
+                                             gpu_pods=self.role_variable(GPU_PODS))
+        else:
+            if STEPS not in task_vars:
+                raise GpuhardenError("stage_steps: step drains runs after step stages (registered as %s)" % STEPS)
+            steps = _stage_steps.drain_steps(self.variable(STEPS), **{
+                key: boolean(self.role_variable(name, False), strict=False) for key, name in DISRUPTIVE.items()})
+        return dict(steps, changed=False)

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Which steps of playbooks/tasks/stages.yml run on a host (module_utils/core/_stage_steps.py, action stage_steps)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+
+RUNS = {"device_permissions": False, "container_runtime": True, "kubelet_topology": True, "mig": False, "cgroup_limits": True}
+PLAN = {"plan": {"runs": RUNS}, "kubelet_plan": {"changes": ["cpuManagerPolicy"]}}
+LISTED = {"pod_uids_by_node": {"gpu-a": ["uid-1"]}}
+
+
+def _harden(**extra):
+    return dict({"plan": PLAN, "inline_disruptive": False, "container_runtime_steps": [{"index": 0, "nodes": ["gpu-a"]}],
+                 "runtime_class": False, "device_plugin_later": True, "audited_kubelet_plan": True}, **extra)
+
+
+def test_harden_s_mode_plans_the_drains_and_leaves_the_device_plugin_for_later():
+    steps = _stage_steps.stage_steps(_harden(), node_name="gpu-a", gpu_pods=LISTED)
+    assert {name: steps[name] for name in RUNS} == RUNS
+    assert steps["container_runtime_steps"] == [{"index": 0, "nodes": ["gpu-a"]}]
+    assert steps["runtime_class"] is False and steps["device_plugin"] is False and steps["budget"] is False
+    assert steps["kubelet_audited_plan"] == {"changes": ["cpuManagerPolicy"]}
+    assert steps["cgroup_limits_gpu_pods"] == LISTED and steps["node_name"] == "gpu-a"
+
+
+def test_bootstrap_s_mode_runs_everything_here_every_node_at_once_and_reads_the_node_itself():
+    steps = _stage_steps.stage_steps({"plan": PLAN, "inline_disruptive": True}, node_name="gpu-b")
+    assert steps["container_runtime_steps"] == [None]
+    assert steps["runtime_class"] is True and steps["device_plugin"] is True and steps["budget"] is True
+    # bootstrap's audit did not check the kubelet with the role's options: the stage reads the node
+    assert steps["kubelet_audited_plan"] is None and steps["cgroup_limits_gpu_pods"] is None
+
+
+@pytest.mark.parametrize("gpu_pods", [None, {}, {"failed": True, "msg": "forbidden"}, "text"])
+def test_a_list_that_failed_or_was_not_made_lets_the_cgroup_stage_list_itself(gpu_pods):
+    assert _stage_steps.stage_steps(_harden(), node_name="gpu-a", gpu_pods=gpu_pods)["cgroup_limits_gpu_pods"] is None
+
+
+def test_no_waves_means_every_node_at_once_and_the_given_node_name_wins():
+    steps = _stage_steps.stage_steps(_harden(container_runtime_steps=[], node_name="node-7"), node_name="gpu-a")
+    assert steps["container_runtime_steps"] == [None] and steps["node_name"] == "node-7"
+
+
+@pytest.mark.parametrize(("stages", "named"), [
+    ("plan", "not a mapping"),
+    ({"plan": PLAN}, "__stages.inline_disruptive is missing"),
+    ({"plan": PLAN, "inline_disruptive": "no"}, "__stages.inline_disruptive is 'no'"),
+    ({"plan": PLAN, "inline_disruptive": True, "runtime_clas": False}, "unknown key(s) runtime_clas"),
+    ({"plan": PLAN, "inline_disruptive": True, "container_runtime_steps": True}, "__stages.container_runtime_steps is True"),
+    ({"plan": {"checks": {}}, "inline_disruptive": True}, "no plan.runs"),
+    ({"plan": {"plan": {"runs": {"mig": True}}}, "inline_disruptive": True}, "lacks the stage(s) device_permissions"),
+])
+def test_bad_input_names_the_field_and_the_value(stages, named):
+    with pytest.raises(GpuhardenError) as error:
+        _stage_steps.stage_steps(stages, node_name="gpu-a")
+    assert named in error.value.msg
+
+
+@pytest.mark.parametrize(("inline", "kubelet", "mig", "expected"), [
+    # harden: only the kubelet settings that need just a restart run here; the drains wait for the rollout
+    (False, False, False, {"budget_wanted": False, "kubelet_apply": True, "mig_apply": False}),
+    (False, True, True, {"budget_wanted": True, "kubelet_apply": False, "mig_apply": False}),
+    # bootstrap: everything here, the budget asked where a plan drains
+    (True, True, False, {"budget_wanted": True, "kubelet_apply": True, "mig_apply": False}),
+    (True, False, True, {"budget_wanted": True, "kubelet_apply": True, "mig_apply": True}),
+    (True, False, False, {"budget_wanted": False, "kubelet_apply": True, "mig_apply": False}),
+])
+def test_the_drains_run_inline_only_where_the_playbook_says_so(inline, kubelet, mig, expected):
+    steps = _stage_steps.stage_steps(_harden(inline_disruptive=inline), node_name="gpu-a")
+    assert _stage_steps.drain_steps(steps, kubelet_disruptive=kubelet, mig_disruptive=mig) == expected
+
+
+def test_a_node_whose_kubelet_stage_does_not_run_writes_no_kubelet_setting():
+    steps = _stage_steps.stage_steps(_harden(plan={"plan": {"runs": dict(RUNS, kubelet_topology=False)}}, inline_disruptive=True),
+                                     node_name="gpu-a")
+    assert _stage_steps.drain_steps(steps, kubelet_disruptive=False, mig_disruptive=False)["kubelet_apply"] is False
+
+
+def test_each_include_of_stages_yml_tests_one_value_the_action_returns():
+    """A key the planner does not return would only fail a lab run (an undefined variable): each include's condition,
+    loop and variables read a key of step stages' result (__stages_run) or of step drains' (__stages_drains)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "stages.yml").read_text())
+    steps = _stage_steps.stage_steps(_harden(), node_name="gpu-a")
+    returned = {"__stages_run": set(steps), "__stages_drains": set(_stage_steps.drain_steps(steps, kubelet_disruptive=False, mig_disruptive=False))}
+    registered = {task["register"] for task in tasks if "gpuharden.k8s.stage_steps" in task}
+    assert registered == set(returned)
+    read = []
+    for task in tasks:
+        if "ansible.builtin.include_role" in task or "ansible.builtin.include_tasks" in task:
+            when = task.get("when")
+            assert when is None or isinstance(when, str), "%s: one condition" % task["name"]
+            text = " ".join(str(value) for value in (when, task.get("loop"), task.get("vars")) if value)
+            read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", text)
+    assert len(read) >= 10
+    assert [(name, key) for name, key in read if key not in returned[name]] == []
+
+
+def test_a_key_whose_variable_tags_left_undefined_takes_its_default_and_a_required_one_is_named():
+    """harden's RuntimeClass gate is tagged like the stage it gates: under --tags container_runtime it never registered,
+    and the include it feeds is left out by the same tags. The action templates each key of __stages alone."""
+    from types import SimpleNamespace
+
+    from ansible.errors import AnsibleUndefinedVariable
+    from ansible_collections.gpuharden.k8s.plugins.action import stage_steps as action
+
+    def template(value):
+        if value == "{{ gate.run }}" or value == "{{ missing }}":
+            raise AnsibleUndefinedVariable("undefined")
+        return value
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    step._templar = SimpleNamespace(template=template)
+    stages = step._stages({"plan": PLAN, "inline_disruptive": False, "runtime_class": "{{ gate.run }}"})
+    assert stages == {"plan": PLAN, "inline_disruptive": False}
+    assert _stage_steps.stage_steps(stages, node_name="gpu-a")["runtime_class"] is True
+    with pytest.raises(GpuhardenError, match="__stages.plan is missing"):
+        _stage_steps.stage_steps(step._stages({"plan": "{{ missing }}", "inline_disruptive": True}), node_name="gpu-a")
