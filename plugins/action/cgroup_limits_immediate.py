@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _cgroup_limits_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 CGROUP_MEMORY = "gpuharden.k8s.cgroup_memory"
 GPU_PODS_INFO = "gpuharden.k8s.gpu_pods_info"
@@ -90,4 +91,4 @@ class ActionModule(StageAction):
             return {"skipped": True, "changed": False, "skip_reason": "the plan's listing of the GPU pods is used (cgroup_limits_gpu_pods)"}
         settings = {name: self.role_variable("cgroup_limits_" + name) for name in ("kubeconfig", "kube_context", "resource_prefixes")}
         module_args = listing_args(batch_nodes(task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {}), settings)
-        return self.run_module(GPU_PODS_INFO, module_args, on_controller(self, task_vars, self.role_variable("cgroup_limits_controller_python")))
+        return self.run_module(GPU_PODS_INFO, module_args, on_controller(self._task, task_vars, self.role_variable("cgroup_limits_controller_python")))

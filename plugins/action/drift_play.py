@@ -28,6 +28,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import run_module_in_mode
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict", "fail"]}}
@@ -128,15 +129,5 @@ class ActionModule(ActionBase):
     def _module(self, name, module_args, task_vars, python, check_mode=None):
         """One cluster-side module run on the controller, with ``python`` (the role's controller Python) as its
         interpreter, and ``check_mode`` instead of the task's where given.  A module that fails is its result."""
-        task_vars = dict(task_vars)
         # never the play's node Python (vars/node_python.yml): the role's controller Python, else the playbook's
-        python = python or task_vars.get("ansible_playbook_python")
-        if python:
-            delegate = self._task.delegate_to
-            if delegate:
-                delegated = dict(task_vars.get("ansible_delegated_vars") or {})
-                delegated[delegate] = dict(delegated.get(delegate) or {}, ansible_python_interpreter=python)
-                task_vars["ansible_delegated_vars"] = delegated
-            else:
-                task_vars["ansible_python_interpreter"] = python
-        return run_module_in_mode(self, name, module_args, task_vars, check_mode)
+        return run_module_in_mode(self, name, module_args, on_controller(self._task, task_vars, python), check_mode)

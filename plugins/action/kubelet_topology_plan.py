@@ -33,7 +33,8 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, on_controller, run_module_in_mode
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, run_module_in_mode
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
 GPU_FACTS = "gpuharden.k8s.gpu_facts"
@@ -165,8 +166,8 @@ class ActionModule(StageAction):
         kubeconfig = self.role_variable("kubelet_topology_controller_kubeconfig")
         if kubeconfig:
             args["kubeconfig"] = kubeconfig
-        return run_module_in_mode(self, GPU_WORKLOADS_INFO, args, on_controller(self, task_vars, self.role_variable("kubelet_topology_controller_python")),
-                                  check_mode=False)
+        python = self.role_variable("kubelet_topology_controller_python")
+        return run_module_in_mode(self, GPU_WORKLOADS_INFO, args, on_controller(self._task, task_vars, python), check_mode=False)
 
     def _gpu_facts(self, task_vars):
         result = self.run_module(GPU_FACTS, {}, task_vars)

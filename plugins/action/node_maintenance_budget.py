@@ -20,7 +20,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import on_controller, read_outside_check_mode, readable
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
     "kubeconfig": {"type": "str", "default": ""},
@@ -95,7 +96,7 @@ class ActionModule(ActionBase):
                 module_args[option] = args[option]
         check_mode = bool(self._task.check_mode)
         python = self._templar.resolve_variable_expression(CONTROLLER_PYTHON) if CONTROLLER_PYTHON in task_vars else None
-        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, on_controller(self, task_vars, python))
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, on_controller(self._task, task_vars, python))
         if budget.get("failed"):
             raise AnsibleActionFail("the disruption budget could not be checked: %s" % budget.get("msg", "failed"), result=budget)
         result.update(readable(budget))

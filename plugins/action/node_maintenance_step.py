@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MODULE = "gpuharden.k8s.node_maintenance"
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["cordon_drain", "uncordon", "restart_device_plugin", "budget_verdict", "budget_record"]}}
@@ -103,7 +104,7 @@ class ActionModule(StageAction):
                         % settings["node_name"]}
         else:
             module_args = drain_args(settings) if step == "cordon_drain" else restart_args(settings)
-        return self.run_module(MODULE, module_args, on_controller(self, task_vars, self.role_variable("node_maintenance_controller_python")))
+        return self.run_module(MODULE, module_args, on_controller(self._task, task_vars, self.role_variable("node_maintenance_controller_python")))
 
     def _verdict(self, node, task_vars):
         wanted = self.variable("node_maintenance_budget_wanted")

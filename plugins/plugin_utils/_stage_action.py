@@ -88,22 +88,3 @@ def run_module_in_mode(action, name, module_args, task_vars, check_mode=None):
 def readable(result):
     """A module's result as the action task's own keys (what playbooks and lab tests read there), but its changed and invocation."""
     return {key: value for key, value in result.items() if key not in ("changed", "invocation")}
-
-
-def on_controller(action, task_vars, python):
-    """``task_vars`` for a module that the action's task (delegated to the controller) runs there, with ``python`` (the
-    role's *_controller_python, else the playbook's) as its interpreter: a task delegated to localhost would otherwise take
-    the play's node Python (playbooks/vars/node_python.yml; ansible-core 2.19 reads the delegated host's variables), so
-    the role's YAML no longer spells the interpreter out."""
-    task_vars = dict(task_vars)
-    python = python or task_vars.get("ansible_playbook_python")
-    if not python:
-        return task_vars
-    delegate = action._task.delegate_to
-    if delegate:
-        delegated = dict(task_vars.get("ansible_delegated_vars") or {})
-        delegated[delegate] = dict(delegated.get(delegate) or {}, ansible_python_interpreter=python)
-        task_vars["ansible_delegated_vars"] = delegated
-    else:
-        task_vars["ansible_python_interpreter"] = python
-    return task_vars
