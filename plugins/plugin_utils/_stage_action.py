@@ -88,3 +88,21 @@ def run_module_in_mode(action, name, module_args, task_vars, check_mode=None):
 def readable(result):
     """A module's result as the action task's own keys (what playbooks and lab tests read there), but its changed and invocation."""
     return {key: value for key, value in result.items() if key not in ("changed", "invocation")}
+
+
+def with_controller_python(action, task_vars, python):
+    """``task_vars`` for a module the action plugin ``action`` runs on the controller (its task delegated to localhost)
+    with ``python`` (a role's *_controller_python, else the playbook's): never the play's node Python
+    (playbooks/vars/node_python.yml), which a delegated task would take there (ansible-core 2.19, measured for
+    tests/unit/test_node_prerequisites.py).  The delegated host's variables are where ansible-core reads it from."""
+    task_vars = dict(task_vars or {})
+    python = python or task_vars.get("ansible_playbook_python")
+    if python:
+        delegate = action._task.delegate_to
+        if delegate:
+            delegated = dict(task_vars.get("ansible_delegated_vars") or {})
+            delegated[delegate] = dict(delegated.get(delegate) or {}, ansible_python_interpreter=python)
+            task_vars["ansible_delegated_vars"] = delegated
+        else:
+            task_vars["ansible_python_interpreter"] = python
+    return task_vars

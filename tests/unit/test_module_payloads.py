@@ -59,7 +59,10 @@ CONTROLLER_SIDE = {
     "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
                       "delegated to localhost; the module file is documentation only, no payload",
-    "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
+    "device_plugin_stage": "action plugin of roles/device_plugin: runs stat on each node and device_plugin delegated to localhost "
+                           "(run_once); the module file is documentation only, no payload",
+    "device_plugin": "roles/device_plugin through its device_plugin_stage action (with the node labels: its node_labels option), "
+                     "delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check (its drift_play action), delegate_to localhost",
     "gpu_node_labels": "bootstrap (the bootstrap taint), standalone use, delegate_to localhost (run_once)",
@@ -78,7 +81,8 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "device_plugin_stage", "drift_play",
+                      "harden_rollout",
                       "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
                       "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 

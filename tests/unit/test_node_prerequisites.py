@@ -144,6 +144,10 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
                                                                                                 # names each module's controller Python itself
                                                                                                 "gpuharden.k8s.drift_play",
                                                                                                 "gpuharden.k8s.role_preflight"}
+# Actions that run their controller modules on the role's *_controller_python themselves (plugin_utils/_stage_action.py
+# with_controller_python; their unit tests check the interpreter each module gets): tasks of theirs need no task var.
+CONTROLLER_PYTHON_ACTIONS = {"gpuharden.k8s.postcheck_step": "postcheck_controller_python",
+                             "gpuharden.k8s.device_plugin_stage": "device_plugin_controller_python"}
 
 
 def _delegated_module_tasks(tasks, inherited, where):
@@ -155,7 +159,7 @@ def _delegated_module_tasks(tasks, inherited, where):
             yield from _delegated_module_tasks(task.get(key), scope, where)
         action = next((key for key in task if "." in key), None)
         if "block" not in task and task.get("delegate_to") in ("localhost", "127.0.0.1") and action not in ACTION_ONLY:
-            yield where, task.get("name"), action, "ansible_python_interpreter" in scope
+            yield where, task.get("name"), action, "ansible_python_interpreter" in scope or action in CONTROLLER_PYTHON_ACTIONS
 
 
 def test_every_delegated_module_task_names_its_interpreter():
@@ -171,9 +175,19 @@ def test_every_delegated_module_task_names_its_interpreter():
         for play in plays or [{"tasks": data}]:
             for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                 found += _delegated_module_tasks(play.get(key), {}, where)
-    # the scan finds them (31 at stop 52; 20 once the drift, unharden and harden steps moved into actions)
+    # the scan finds them (31 at stop 52; 20 once the drift, unharden and harden steps moved into actions, 20 still with
+    # the post-check's and device plugin's steps counted as setting their interpreter themselves)
     assert len(found) >= 15
     assert [entry[:3] for entry in found if not entry[3]] == []
+
+
+def test_the_actions_that_name_the_controller_python_themselves_do():
+    """Each action of CONTROLLER_PYTHON_ACTIONS passes its role's controller Python to the modules it runs (the source
+    reads the variable and hands it to with_controller_python); tests/unit/test_postcheck_plan.py and
+    test_device_plugin_stage.py check the interpreter a delegated module run gets."""
+    for action, variable in CONTROLLER_PYTHON_ACTIONS.items():
+        source = (REPO / "plugins" / "action" / ("%s.py" % action.split(".")[-1])).read_text()
+        assert "with_controller_python(" in source and variable in source, action
 
 
 def test_bootstrap_runs_the_role_with_the_hosts_python_and_the_rest_with_the_venvs():

@@ -40,8 +40,9 @@ def _tasks(data):
 
 PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
-# role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py)
-RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage"}
+# role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py,
+# device_plugin_stage.py)
+RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage", "device_plugin": "gpuharden.k8s.device_plugin_stage"}
 
 
 def _action_reads(action, names):
