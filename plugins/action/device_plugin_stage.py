@@ -53,11 +53,12 @@ class ActionModule(StageAction):
         play_hosts = list(task_vars.get("ansible_play_hosts") or [])
         registered = {host: hostvars[host].get(plan.NODE_RESULT) for host in play_hosts if host in hostvars}
         parts, missing = plan.parts_of(play_hosts, registered)
-        if missing:
-            self._display.warning("device_plugin: %s neither labelled nor unlabelled: the role's GPU-node step did not run there"
-                                  % ", ".join(missing))
         label_options = _role_options.options(LABEL_OPTIONS, {name: self.variable(name) for name in _role_options.inputs(LABEL_OPTIONS)})
         labels = plan.node_labels(label_options, parts, self.variable("device_plugin_label_nodes"), self.variable("device_plugin_unlabel_cpu_nodes"))
+        if missing and labels is not None:
+            # never a guess either way: a host taken for CPU-only would lose its label
+            self._display.warning("device_plugin: %s neither labelled nor unlabelled: the role's GPU-node step did not run there"
+                                  % ", ".join(missing))
         module_args = plan.module_args(self.variable("device_plugin_audit_options"), self.variable("device_plugin_kubeconfig"),
                                        self.variable("device_plugin_kube_context"), labels)
         done = self.run_module(DEVICE_PLUGIN, module_args, with_controller_python(self, task_vars, self.variable("device_plugin_controller_python")))
