@@ -6,8 +6,14 @@
 A thin shell over the pure planner plugins/module_utils/core/_postcheck_plan.py: it reads the role's ``postcheck_*``
 variables as the role's tasks see them, runs the modules the planner names through ``_execute_module`` (over the
 task's connection: the node for ``step=node``, the controller for the other steps, which the role delegates to
-localhost), and returns what the planner makes of their results.  Check mode passes to every module as the task has it,
-except kubelet_config, which only reads here and always runs in check mode.
+localhost, on the controller's Python: postcheck_controller_python), and returns what the planner makes of their
+results.  Check mode passes to every module as the task has it, except kubelet_config, which only reads here and always
+runs in check mode.
+
+The steps hand their results on by the names the role registers them under (NODE_READ, CLUSTER, VERDICT), which the
+steps after read themselves: ``cluster`` every node read of the play's batch, ``verdict`` this host's node read and the
+batch's cluster result, ``fail`` and ``report`` the verdict: ``fail`` fails the host on the verdict's failure, ``report``
+shows a check run's report (as ansible.builtin.debug shows a message); each is skipped where the verdict says neither.
 """
 
 from __future__ import annotations
@@ -15,15 +21,22 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 
 # Keys of a module's result that are Ansible's bookkeeping, not the module's data.
 BOOKKEEPING = ("invocation", "changed", "warnings", "deprecations", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["preflight", "node", "cluster", "verdict"]},
-    "node_reads": {"type": "list", "elements": "raw", "default": []},
+    "step": {"type": "str", "required": True, "choices": ["preflight", "node", "cluster", "verdict", "fail", "report"]},
+    # each left out: read from what the step before registered (roles/postcheck/tasks/main.yml)
+    "node_reads": {"type": "list", "elements": "raw"},
     "node_read": {"type": "dict"},
     "cluster": {"type": "dict"},
 }
+# The names roles/postcheck/tasks/main.yml registers the steps' results under (NODE_READ: harden_gpu_nodes.yml reads its
+# lock too; VERDICT: the role's published result, postcheck_result).
+NODE_READ = "__postcheck_node_read"
+CLUSTER = "__postcheck_cluster"
+VERDICT = "postcheck_result"
 
 
 def _data(result):
@@ -38,8 +51,11 @@ class ActionModule(ActionBase):
         """The role's variables, templated as a task of the role templates them."""
         return {name: self._templar.resolve_variable_expression(name) for name in names}
 
-    def _module(self, name, args, task_vars, check_mode=None):
-        """One module run over the task's connection; check_mode overrides the task's (kubelet_config only reads)."""
+    def _module(self, name, args, task_vars, check_mode=None, python=None):
+        """One module run over the task's connection; check_mode overrides the task's (kubelet_config only reads);
+        ``python``: the controller's, for a module of a step delegated to localhost."""
+        if python is not None:
+            task_vars = on_controller(self._task, task_vars, python)
         saved = self._task.check_mode
         if check_mode is not None:
             self._task.check_mode = check_mode
@@ -65,9 +81,17 @@ class ActionModule(ActionBase):
         elif step == "node":
             result.update(self._node(task_vars))
         elif step == "cluster":
-            result.update(self._cluster(args["node_reads"], task_vars))
+            node_reads = args["node_reads"]
+            if node_reads is None:
+                hostvars = task_vars.get("hostvars") or {}
+                node_reads = [hostvars[host].get(NODE_READ) for host in task_vars.get("ansible_play_batch") or [] if host in hostvars]
+            result.update(self._cluster(node_reads, task_vars))
+        elif step == "verdict":
+            node_read = args["node_read"] if args["node_read"] is not None else task_vars.get(NODE_READ)
+            cluster = args["cluster"] if args["cluster"] is not None else task_vars.get(CLUSTER)
+            result.update(self._verdict(node_read, cluster, task_vars))
         else:
-            result.update(self._verdict(args["node_read"], args["cluster"], task_vars))
+            result.update(plan.judged(task_vars.get(VERDICT), step))
         if self._warnings:
             result["warnings"] = result.get("warnings", []) + self._warnings
         return result
@@ -103,12 +127,16 @@ class ActionModule(ActionBase):
             outcome.update(skipped=True, skip_reason="this run's node audit (postcheck_node_audit) already read the node")
         return outcome
 
+    def _controller_python(self, task_vars):
+        python = self._settings(("postcheck_controller_python",))["postcheck_controller_python"]
+        return python or task_vars.get("ansible_playbook_python") or ""
+
     def _cluster(self, node_reads, task_vars):
         settings = self._settings(plan.CLUSTER_SETTINGS)
         module, options = plan.cluster_call(settings, node_reads)
         if module is None:
             return dict(plan.weighed(None, None), changed=False, ran=None)
-        done = self._module(module, options, task_vars)
+        done = self._module(module, options, task_vars, python=self._controller_python(task_vars))
         if done.get("failed") and module == "gpuharden.k8s.gpu_consistency":
             raise AnsibleActionFail("%s: %s" % (module, done.get("msg", "failed")))
         return dict(plan.weighed(module, done), changed=False, ran=module)
@@ -118,7 +146,7 @@ class ActionModule(ActionBase):
         alone = None
         options = plan.topology_alone_args(settings, node_read, cluster)
         if options is not None:
-            done = self._module("gpuharden.k8s.topology_check", options, task_vars)
+            done = self._module("gpuharden.k8s.topology_check", options, task_vars, python=self._controller_python(task_vars))
             if done.get("failed"):
                 raise AnsibleActionFail("gpuharden.k8s.topology_check: %s" % done.get("msg", "failed"))
             alone = _data(done)

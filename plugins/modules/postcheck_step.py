@@ -29,6 +29,13 @@ description:
   - V(verdict), per host on the controller, runs M(gpuharden.k8s.topology_check) for a node the cluster step did not
     weigh, gathers the node's findings, adds them to the run's statistics (C(gpuharden_postcheck_findings), as
     M(ansible.builtin.set_stats) with C(aggregate) would) and says whether the host fails at C(postcheck_fail_severity).
+    The role registers it as C(postcheck_result).
+  - V(fail), per host, fails the host with the verdict's RV(failure); skipped where there is none.
+  - V(report), per host, shows the verdict's RV(report) (a check run that only reports), as M(ansible.builtin.debug)
+    shows a message; skipped where there is none.
+  - Each step reads what the step before it registered in the role (C(__postcheck_node_read) of every host of the
+    batch, C(__postcheck_cluster), C(postcheck_result)) where the option that gives it is left out, and runs the
+    controller modules of a step delegated to localhost on C(postcheck_controller_python).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -39,17 +46,18 @@ options:
     description: The step to run.
     type: str
     required: true
-    choices: [preflight, node, cluster, verdict]
+    choices: [preflight, node, cluster, verdict, fail, report]
   node_reads:
-    description: V(cluster) only. The V(node) step's results of the batch's hosts, in the batch's order.
+    description:
+      - V(cluster) only. The V(node) step's results of the batch's hosts, in the batch's order.
+      - Left out, each host's C(__postcheck_node_read) of C(ansible_play_batch).
     type: list
     elements: raw
-    default: []
   node_read:
-    description: V(verdict) only. This host's V(node) step result.
+    description: V(verdict) only. This host's V(node) step result; left out, C(__postcheck_node_read).
     type: dict
   cluster:
-    description: V(verdict) only. The V(cluster) step's result.
+    description: V(verdict) only. The V(cluster) step's result; left out, C(__postcheck_cluster).
     type: dict
 attributes:
   action:
@@ -116,5 +124,9 @@ lock:
 ran:
   description: V(cluster). The controller module the step ran, null where neither check was asked for.
   returned: success
+  type: str
+msg:
+  description: V(fail) the verdict's failure; V(report) the verdict's report.
+  returned: when the step is not skipped
   type: str
 """

@@ -62,7 +62,10 @@ CONTROLLER_SIDE = {
     "stage_steps": "action plugin on the controller (playbooks/tasks/stages.yml: which steps run on a host); the module file is documentation only, no payload",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
                       "delegated to localhost; the module file is documentation only, no payload",
-    "device_plugin": "roles/device_plugin (with the node labels: its node_labels option), delegate_to localhost, run_once",
+    "device_plugin_stage": "action plugin of roles/device_plugin: runs stat on each node and device_plugin delegated to localhost "
+                           "(run_once); the module file is documentation only, no payload",
+    "device_plugin": "roles/device_plugin through its device_plugin_stage action (with the node labels: its node_labels option), "
+                     "delegate_to localhost, run_once",
     "disruption_budget": "roles/node_maintenance budget.yml, harden/unharden, delegate_to localhost, run_once",
     "gpu_consistency": "roles/postcheck (run_once, with every node's topology check), drift_check (its drift_play action), delegate_to localhost",
     "gpu_node_labels": "bootstrap (the bootstrap taint), standalone use, delegate_to localhost (run_once)",
@@ -81,10 +84,11 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "device_permissions_repair", "drift_play",
-                      "harden_rollout",
-                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
-                      "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report",
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate",
+                      "device_permissions_repair", "device_plugin_stage", "drift_play", "harden_rollout",
+                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage",
+                      "node_maintenance_budget", "node_maintenance_step", "node_plan_pods", "node_stages",
+                      "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report",
                       "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side

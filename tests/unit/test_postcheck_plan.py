@@ -331,3 +331,76 @@ def test_the_preflight_step_fails_naming_every_rule():
     action, _calls = _action({"step": "preflight"}, settings(postcheck_nvml=False, postcheck_expected_gpus=-1), {})
     with pytest.raises(AnsibleActionFail, match="set postcheck_nvml=true or turn them off. postcheck_expected_gpus=-1"):
         action.run(task_vars={})
+
+
+def test_the_steps_read_what_the_step_before_registered_and_run_on_the_controllers_python():
+    """roles/postcheck/tasks/main.yml hands nothing over in Jinja: the cluster step reads every node read of the batch
+    from hostvars, the verdict this host's node read and the batch's cluster result, and both run their modules on
+    postcheck_controller_python (the delegated host's interpreter), never on the play's node Python."""
+    parts = _parts()
+    hostvars = {"a": {postcheck_step.NODE_READ: parts[0]}, "b": {postcheck_step.NODE_READ: parts[1]}, "c": {}}
+    seen = []
+    consistency = {"findings": [], "topology": {"gpu-a": {"findings": []}}, "workloads_error": None}
+
+    def gpu_consistency(options):
+        seen.append(options)
+        return consistency
+
+    action, calls = _action({"step": "cluster"}, settings(postcheck_controller_python="/venv/bin/python"),
+                            {"gpuharden.k8s.gpu_consistency": gpu_consistency})
+    action._task.delegate_to = "localhost"
+    interpreters = []
+    execute = action._execute_module
+
+    def recording(module_name, module_args, task_vars):
+        interpreters.append(task_vars["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"])
+        return execute(module_name, module_args, task_vars)
+
+    action._execute_module = recording
+    cluster = action.run(task_vars={"hostvars": hostvars, "ansible_play_batch": ["a", "b", "c"],
+                                    "ansible_delegated_vars": {"localhost": {"ansible_python_interpreter": "/node/python"}}})
+    # host c registered no read (its node step did not run): it is left out, as the planner leaves out an empty part
+    assert seen[0]["nodes"] == ["gpu-a", "gpu-b"] and interpreters == ["/venv/bin/python"] and cluster["ran"] == "gpuharden.k8s.gpu_consistency"
+    action, calls = _action({"step": "verdict"}, settings(postcheck_node_name="gpu-b", postcheck_controller_python=""),
+                            {"gpuharden.k8s.topology_check": {"findings": [], "changed": False}})
+    action._task.delegate_to = "localhost"
+    interpreters.clear()
+    execute = action._execute_module
+    action._execute_module = recording
+    verdict = action.run(task_vars={postcheck_step.NODE_READ: parts[1], postcheck_step.CLUSTER: cluster, "ansible_playbook_python": "/ctl/python"})
+    assert [call[0] for call in calls] == ["gpuharden.k8s.topology_check"] and interpreters == ["/ctl/python"]
+    assert verdict["failing"] == ["isolation_breach"] and verdict["nvml"] == parts[1]["nvml"]
+
+
+def test_the_role_registers_the_names_the_action_reads():
+    tasks = yaml.safe_load((REPO / "roles/postcheck/tasks/main.yml").read_text())
+    registered = {task["gpuharden.k8s.postcheck_step"]["step"]: task.get("register") for task in tasks if "gpuharden.k8s.postcheck_step" in task}
+    assert registered == {"node": postcheck_step.NODE_READ, "cluster": postcheck_step.CLUSTER, "verdict": postcheck_step.VERDICT,
+                          "fail": None, "report": None}
+    # the delegated steps name no interpreter of their own: the action takes postcheck_controller_python
+    assert all("vars" not in task for task in tasks if "gpuharden.k8s.postcheck_step" in task)
+
+
+@pytest.mark.parametrize(("decided", "step", "expected"), [
+    ({"failure": "1 finding(s) at or above error on gpu-a: x", "report": None, "failing": ["x"]}, "fail",
+     {"failed": True, "changed": False, "msg": "1 finding(s) at or above error on gpu-a: x", "failing": ["x"]}),
+    ({"failure": None, "report": None, "failing": []}, "fail", {"skipped": True, "changed": False, "skip_reason": "nothing fails the host"}),
+    ({"failure": None, "report": "check mode: 1 finding(s)", "failing": ["x"]}, "fail",
+     {"skipped": True, "changed": False, "skip_reason": "check mode: reported, not failed"}),
+    ({"failure": None, "report": "check mode: 1 finding(s)", "failing": ["x"]}, "report",
+     {"changed": False, "msg": "check mode: 1 finding(s)", "_ansible_verbose_always": True}),
+    ({"failure": "f", "report": None, "failing": ["x"]}, "report", {"skipped": True, "changed": False, "skip_reason": "not a check run that only reports"}),
+])
+def test_the_fail_and_report_steps_follow_the_verdict(decided, step, expected):
+    assert plan.judged(decided, step) == expected
+
+
+@pytest.mark.parametrize("step", ["fail", "report"])
+def test_a_missing_verdict_fails_the_host(step):
+    """A post-check whose verdict did not run did not verify the node: never a pass."""
+    action, _calls = _action({"step": step}, settings(), {})
+    result = action.run(task_vars={})
+    assert result["failed"] and "verdict step did not run" in result["msg"]
+    action, _calls = _action({"step": step}, settings(), {})
+    verdict = {"failure": "2 finding(s)", "report": None, "failing": ["a", "b"]}
+    assert bool(action.run(task_vars={postcheck_step.VERDICT: verdict}).get("failed")) is (step == "fail")

@@ -17,6 +17,9 @@ The post-check proves a node is fixed.  It runs in three steps, each one task of
    (``topology_alone_args``), this node's findings in one list (``node_findings``), what could not be checked (``not_checked``: the
    workloads' LIST failed), and whether the host fails or, in a check run that did not make its changes,
    only reports (``verdict``; the one severity scale of core/_findings.py).
+4. ``fail`` and ``report`` (per host, after the role keeps the findings): the verdict's failure fails the host, a check
+   run's report is shown (``judged``); a separate task, since a failed task's facts and statistics are not kept
+   (ansible-core 2.19 plugins/strategy/__init__.py: ansible_facts and ansible_stats are read from results that did not fail).
 
 ``settings`` is a mapping of the role's ``postcheck_*`` variables (roles/postcheck/defaults/main.yml), as the role's
 tasks see them.  Everything here is pure: plain values in and out, no I/O.
@@ -323,3 +326,19 @@ def verdict(settings, findings, check_mode, unchecked=()):
                 for entry in failing)))
     reasons += ["could not check %s: %s (fix: %s)" % (part["what"], part["cause"], part["fix"]) for part in blind]
     return {"failing": [entry["id"] for entry in failing], "failure": "; ".join(reasons) or None, "report": None}
+
+
+def judged(decided, step):
+    """The result of the step ``fail`` (the verdict's failure fails the host) or ``report`` (a check run's report, shown
+    as ansible.builtin.debug shows a message), from ``decided`` (the verdict step's result); skipped, saying why, where
+    the verdict holds neither.  A verdict that is missing fails: a post-check without one did not pass the node."""
+    if not isinstance(decided, dict) or "failure" not in decided:
+        return {"failed": True, "changed": False, "msg": "the post-check's verdict step did not run on this host: its node is not verified"}
+    if step == "fail":
+        if decided["failure"] is not None:
+            return {"failed": True, "changed": False, "msg": decided["failure"], "failing": list(decided.get("failing") or [])}
+        return {"skipped": True, "changed": False,
+                "skip_reason": "nothing fails the host" if decided.get("report") is None else "check mode: reported, not failed"}
+    if decided.get("report") is None:
+        return {"skipped": True, "changed": False, "skip_reason": "not a check run that only reports"}
+    return {"changed": False, "msg": decided["report"], "_ansible_verbose_always": True}
