@@ -143,6 +143,7 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
                                                                                                 "gpuharden.k8s.cluster_stage_gate",
                                                                                                 # names each module's controller Python itself
                                                                                                 "gpuharden.k8s.drift_play",
+                                                                                                "gpuharden.k8s.harden_rollout",
                                                                                                 "gpuharden.k8s.role_preflight"}
 
 

@@ -1,0 +1,93 @@
+# Copyright: (c) 2026, gpuharden maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
+"""harden_gpu_nodes.yml's steps around the stages, for one node: the run's name in the node locks, which of the
+rollout's decisions fail the node, which draining steps run, when the run lock is given back, and the end-of-run
+check for a run without any GPU node.  The playbook decided these in Jinja; plugins/action/harden_node.py reads the
+play's variables and calls these pure functions (tests/unit/test_harden_node.py)."""
+
+from __future__ import annotations
+
+# The variables the playbook's steps set or register (facts of each host, or of localhost where said), by step.
+NODE = "__harden_node"  # harden_node step=start: this host's Node name
+OWNER = "__harden_owner"  # harden_node step=start: this run's name in the node's run lock and its cordon records
+CONTROLLER = "__harden_controller"  # harden_node step=start: this run's ansible-playbook process
+RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed)
+ROLLOUT = "__harden_rollout_hosts"  # localhost: harden_rollout step=rollout, per host {group, release_failed}
+DEFERRED = "__harden_deferred"  # harden_node step=deferred: why the budget did not start this node's draining step
+FAILED = "__harden_failed"  # harden_node step=failed: the draining step that failed (it stops the rollout)
+# registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
+POSTCHECK_READ = "__postcheck_node_read"
+# set by the plans of the draining stages (roles/kubelet_topology/tasks/plan.yml, roles/mig/tasks/plan.yml)
+DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
+# the custom stat a stopped rollout reports (gpuharden's CLI reads it from the run's stats)
+ROLLOUT_FAILED_STAT = "gpuharden_rollout_failed"
+
+
+def fact(variables, name, default=None):
+    """A fact this playbook's actions set (top-level where Ansible injects facts as variables, else under ansible_facts)."""
+    if name in variables:
+        return variables[name]
+    facts = variables.get("ansible_facts")
+    return facts.get(name, default) if hasattr(facts, "get") else default
+
+
+def run_owner(given, now, number):
+    """The run's name in the node locks: gpuharden_run_owner where given, else ``harden@<UTC time>-<number>`` (``now``
+    a datetime in UTC, ``number`` a random one: two runs started in the same second differ)."""
+    return given or "harden@%s-%d" % (now.strftime("%Y%m%dT%H%M%S"), number)
+
+
+def failure_message(failed_task, failed_result, step):
+    """What a rescue fails (or records) the node with: the task that failed, else ``step``, and its message."""
+    return "%s failed: %s" % ((failed_task or {}).get("name") or step, (failed_result or {}).get("msg") or "failed")
+
+
+def verdict(kind, host, variables, localhost_variables=None):
+    """Why the node fails at this point of the run, or None.
+
+    - ``restarts``: the budget does not allow its containerd restart at all (harden_rollout step=restarts);
+    - ``cordons``: the cordon an ended run left could not be released (harden_rollout step=rollout, on localhost);
+    - ``failed``: its draining step failed in the rollout (it stays as that step left it, cordoned if it was);
+    - ``deferred``: its draining step was not started (the budget, or a node that failed before it)."""
+    if kind == "restarts":
+        return ((variables.get(RESTARTS) or {}).get("restart_not_allowed") or {}).get(host)
+    if kind == "cordons":
+        return (fact(localhost_variables or {}, ROLLOUT, {}).get(host) or {}).get("release_failed")
+    if kind == "failed":
+        failed = fact(variables, FAILED)
+        return "%s: %s" % (fact(variables, NODE) or host, failed) if failed else None
+    return fact(variables, DEFERRED) or None
+
+
+def rollout_group(host, localhost_variables):
+    """The host's group of the budgeted rollout (module_utils/core/_stage_plan.py rollout_group), as decided for its
+    batch; None where the rollout step did not decide it."""
+    return (fact(localhost_variables or {}, ROLLOUT, {}).get(host) or {}).get("group")
+
+
+def draining_steps(deferred, planned):
+    """Which draining steps run on the node in the rollout: those whose plan drains it (``planned``: each stage's plan
+    fact, as Ansible's bool filter reads it; None where that plan did not run), none where the budget deferred it."""
+    return {stage: not deferred and bool(planned.get(stage)) for stage in DRAINING_PLANS}
+
+
+def lock_still_held(node_plan, postcheck_read):
+    """Whether the end of the run still has the node's run lock to give back: not where the plan's audit (a compliant
+    node) or the post-check's node_audit read already gave it back (their lock.held false)."""
+    def held(result):
+        lock = result.get("lock") if hasattr(result, "get") else None
+        return bool(lock.get("held", True)) if hasattr(lock, "get") else True
+
+    return held(node_plan) and held(postcheck_read)
+
+
+def no_target_message(target_hosts, limit=None):
+    """The failure of a run whose first play matched no host (ansible-playbook alone exits 0 after "skipping: no hosts
+    matched", which would look like a hardened fleet)."""
+    within = " within --limit '%s'" % limit if limit is not None else ""
+    return ("No GPU node to harden: the hosts pattern '%s' (gpuharden_target_hosts, default gpu_nodes) matched no host of "
+            "the inventory%s. Put the GPU nodes in that group, or set gpuharden_target_hosts to their group or pattern."
+            % (target_hosts, within))
