@@ -7,8 +7,7 @@ that the playbook builds no message or condition in Jinja.
 
 - ``start`` (first play): name the run for the node's run lock: its owner (gpuharden_run_owner, else a new name), the
   Node (gpuharden_k8s_node_name, else the inventory name) and this run's ansible-playbook process, as facts of the host.
-- ``verdict``: fail the node where the run decided so (``of``: restarts, cordons, failed, deferred); with
-  ``of=cordons`` also put the host into its group of the budgeted rollout (the second play's hosts).
+- ``verdict``: fail the node where the run decided so (``of``: restarts, cordons, failed, deferred).
 - ``rescue`` (first play): give the failed node's run lock back, and fail the node with the step that failed.
 - ``deferred`` / ``failed`` (second play's rescues): record why the node's draining step was not started, or which
   one failed (a fact of the host; ``failed`` also reports it in the run's stats), without failing the host there.
@@ -64,7 +63,7 @@ class ActionModule(ActionBase):
 
     def _start(self, task_vars, _args):
         host = task_vars["inventory_hostname"]
-        owner = run.run_owner(self._variable(task_vars, "gpuharden_run_owner"), datetime.datetime.now(datetime.timezone.utc),
+        owner = run.run_owner(self._variable(task_vars, "gpuharden_run_owner"), datetime.datetime.now(datetime.UTC),
                               random.randrange(1000000000))
         try:
             # recorded in the lock: a later run from this controller takes it over at once once this process has
@@ -78,16 +77,8 @@ class ActionModule(ActionBase):
     def _verdict(self, task_vars, args):
         host = task_vars["inventory_hostname"]
         localhost = (task_vars.get("hostvars") or {}).get("localhost") or {}
-        outcome = {}
-        if args["of"] == "cordons":
-            group = run.rollout_group(host, localhost)
-            if group:
-                # as group_by: the second play's hosts are the rollout's groups, in the order the hosts joined them
-                outcome.update(add_group=group, parent_groups=["all"])
         why = run.verdict(args["of"], host, task_vars, localhost)
-        if why:
-            outcome.update(failed=True, msg=why)
-        return outcome
+        return {"failed": True, "msg": why} if why else {}
 
     def _lock_module_args(self, task_vars):
         return {"owner": self._variable(task_vars, run.OWNER),

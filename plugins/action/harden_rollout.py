@@ -13,10 +13,10 @@ The steps, in the plays' order:
   waves and no node is failed for its restart.
 - ``cordons``, after the stages: which of those cordons this run releases, and which stay, with why.
 - ``rollout``: where a host of the batch has a step that drains its node, the budget read again (the nodes the
-  stages just restarted settle first); each host's group of the second play and failed release (the host's own
-  harden_node step=verdict of=cordons reads them, fails it or puts it into its group), that play's batch size and the
-  fleet, as facts of the host it is delegated to (``delegate_facts``: the second play's ``serial`` reads them there, a
-  play keyword sees no play host's variables).
+  stages just restarted settle first); each host's group of the second play; that play's hosts and serial, the fleet
+  and the failed releases (the host's own harden_node step=verdict of=cordons fails it) as a fact of the host it is
+  delegated to (``delegate_facts``: the second play's ``hosts`` and ``serial`` read it there, a play keyword sees no
+  play host's variables), added up over the first play's batches (_harden_run.rollout_plan_fact).
 - ``stopped`` (second play, each batch): the nodes whose draining step failed, and the fleet, as the role
   node_maintenance's node_maintenance_stopped_by and node_maintenance_fleet (facts of the batch's hosts).
 
@@ -148,7 +148,7 @@ class ActionModule(ActionBase):
                                     if _harden_run.fact(hostvars[host], FAILED)]
             # for the role node_maintenance's budget, as facts of the batch's hosts over its defaults: the nodes above,
             # and the fleet the first play's rollout step read
-            fleet = _harden_run.fact(hostvars.get("localhost") or {}, "__harden_fleet") or []
+            fleet = (_harden_run.fact(hostvars.get("localhost") or {}, _harden_run.ROLLOUT) or {}).get("fleet") or []
             result["ansible_facts"] = {"node_maintenance_stopped_by": result["stopped_by"], "node_maintenance_fleet": fleet}
         elif args["step"] == "wave":
             result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
@@ -246,11 +246,10 @@ class ActionModule(ActionBase):
             budget = self._budget(dict(common, settle_nodes=_stage_plan.settle_nodes(hosts), settle_seconds=args["settle_seconds"]), task_vars)
         plan = _stage_plan.rollout_plan(hosts, budget)
         result = dict(plan, budget=budget)
-        # on the host this task is delegated to (delegate_facts): each host's group and failed release, which the
-        # host's own task (harden_node step=verdict of=cordons) reads right after, for this batch
-        result["ansible_facts"] = {_harden_run.ROLLOUT: {host: {"group": group, "release_failed": released.get(host)}
-                                                         for host, group in plan["groups"].items()}}
-        if plan["batch"] is not None:
-            # for the second play's serial (a play keyword sees no play host's variables) and its budget's fleet
-            result["ansible_facts"].update(__harden_batch=plan["batch"], __harden_fleet=fleet)
+        # on the host this task is delegated to (delegate_facts): the second play's hosts and serial (a play keyword
+        # sees no play host's variables), its budget's fleet, and the failed releases, which each host's own task
+        # (harden_node step=verdict of=cordons) reads right after
+        previous = _harden_run.fact((task_vars.get("hostvars") or {}).get("localhost") or {}, _harden_run.ROLLOUT)
+        run = _harden_run.run_identity(_harden_run.fact(task_vars, _harden_run.CONTROLLER))
+        result["ansible_facts"] = {_harden_run.ROLLOUT: _harden_run.rollout_plan_fact(previous, run, plan["groups"], plan["batch"], fleet, released)}
         return result

@@ -20,9 +20,8 @@ description:
     P(gpuharden.k8s.controller_run#lookup) names it).
   - V(verdict) fails the node where the run decided so - O(of=restarts) where the disruption budget does not allow its
     containerd restart at all (M(gpuharden.k8s.harden_rollout) V(restarts), registered as C(__harden_rollout)),
-    O(of=cordons) where the cordon an ended run left could not be released (V(rollout), a fact of localhost), which
-    also puts the host into its group of the budgeted rollout as M(ansible.builtin.group_by) would, O(of=failed) where
-    its draining step failed, O(of=deferred) where its draining step was not started.
+    O(of=cordons) where the cordon an ended run left could not be released (V(rollout), a fact of localhost),
+    O(of=failed) where its draining step failed, O(of=deferred) where its draining step was not started.
   - V(rescue), in the first play's rescue, gives the node's run lock back (M(gpuharden.k8s.node_lock)) and fails the
     node with the step that failed and its message.
   - V(deferred) and V(failed), in the second play's rescues, record why the node's draining step was not started, or

@@ -58,11 +58,10 @@ def test_verdicts_fail_only_the_node_the_run_decided_so(monkeypatch):
     assert result["failed"] is True and result["msg"] == "containerd not changed: budget exhausted"
     result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, inventory_hostname="gpu-b", __harden_rollout=restarts)
     assert "failed" not in result
-    # of=cordons: the rollout step's decision on localhost (a fact there): fails the node, else puts it into its group
-    localhost = {"ansible_facts": {"__harden_rollout_hosts": {"gpu-a": {"group": "gpuharden_rollout_first", "release_failed": None},
-                                                              "gpu-b": {"group": "gpuharden_no_rollout", "release_failed": "nb not Ready"}}}}
+    # of=cordons: the rollout step's decision on localhost (a fact there)
+    localhost = {"ansible_facts": {"__harden_rollout_plan": {"hosts": ["gpu-a"], "release_failed": {"gpu-b": "nb not Ready"}}}}
     result, _calls = _run(monkeypatch, {"step": "verdict", "of": "cordons"}, hostvars={"localhost": localhost})
-    assert "failed" not in result and result["add_group"] == "gpuharden_rollout_first" and result["parent_groups"] == ["all"]
+    assert "failed" not in result and result["changed"] is False
     result, _calls = _run(monkeypatch, {"step": "verdict", "of": "cordons"}, inventory_hostname="gpu-b", hostvars={"localhost": localhost})
     assert result["failed"] is True and result["msg"] == "nb not Ready"
     # the rollout's records of the second play

@@ -15,7 +15,7 @@ NODE = "__harden_node"  # harden_node step=start: this host's Node name
 OWNER = "__harden_owner"  # harden_node step=start: this run's name in the node's run lock and its cordon records
 CONTROLLER = "__harden_controller"  # harden_node step=start: this run's ansible-playbook process
 RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed)
-ROLLOUT = "__harden_rollout_hosts"  # localhost: harden_rollout step=rollout, per host {group, release_failed}
+ROLLOUT = "__harden_rollout_plan"  # localhost: harden_rollout step=rollout, the second play's hosts (rollout_plan_fact)
 DEFERRED = "__harden_deferred"  # harden_node step=deferred: why the budget did not start this node's draining step
 FAILED = "__harden_failed"  # harden_node step=failed: the draining step that failed (it stops the rollout)
 # registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
@@ -55,17 +55,39 @@ def verdict(kind, host, variables, localhost_variables=None):
     if kind == "restarts":
         return ((variables.get(RESTARTS) or {}).get("restart_not_allowed") or {}).get(host)
     if kind == "cordons":
-        return (fact(localhost_variables or {}, ROLLOUT, {}).get(host) or {}).get("release_failed")
+        return ((fact(localhost_variables or {}, ROLLOUT) or {}).get("release_failed") or {}).get(host)
     if kind == "failed":
         failed = fact(variables, FAILED)
         return "%s: %s" % (fact(variables, NODE) or host, failed) if failed else None
     return fact(variables, DEFERRED) or None
 
 
-def rollout_group(host, localhost_variables):
-    """The host's group of the budgeted rollout (module_utils/core/_stage_plan.py rollout_group), as decided for its
-    batch; None where the rollout step did not decide it."""
-    return (fact(localhost_variables or {}, ROLLOUT, {}).get(host) or {}).get("group")
+def run_identity(controller):
+    """This run, as harden_node step=start named its ansible-playbook process (None where unknown)."""
+    if not hasattr(controller, "get"):
+        return None
+    return {key: controller.get(key) for key in ("host", "boot_id", "pid_ns", "pid", "start")}
+
+
+def rollout_plan_fact(previous, run, groups, batch, fleet, release_failed):
+    """The second play's rollout after one batch of the first play, from the plan the batches before left (``previous``,
+    the fact of localhost; one of another run, left in a persistent fact cache, counts for nothing).
+
+    groups: this batch's hosts' groups (module_utils/core/_stage_plan.py rollout_plan), in the play's order; batch:
+    how many nodes drain at a time (None where no host of this batch drains: the one before stands); release_failed:
+    {host: why} of this batch, hosts that fail before the second play and so stay out of it (a host failed in an
+    earlier play would still take a place of a serial batch there: a canary batch of no node).  ``hosts``: the unavailable
+    nodes first (repairing them takes nothing more away from the fleet), then the others, each in the order their
+    batches came; ``serial``: the canary alone, then ``batch`` at a time."""
+    previous = previous if hasattr(previous, "get") and previous.get("run") == run else {}
+    plan = {"run": run, "fleet": fleet, "batch": batch if batch is not None else previous.get("batch"),
+            "release_failed": dict(previous.get("release_failed") or {}, **release_failed)}
+    for part in ("first", "then"):
+        plan[part] = list(previous.get(part) or []) + [host for host, group in groups.items()
+                                                        if group == "gpuharden_rollout_" + part and host not in release_failed]
+    plan["hosts"] = plan["first"] + plan["then"]
+    plan["serial"] = [1, plan["batch"] or 1]
+    return plan
 
 
 def draining_steps(deferred, planned):
