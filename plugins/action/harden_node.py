@@ -61,6 +61,10 @@ class ActionModule(ActionBase):
         """A play variable of this host, templated, else ``default``."""
         return self._templar.template(task_vars[name]) if name in task_vars else default
 
+    def _fact(self, task_vars, name):
+        """A fact an earlier step set on this host (run.fact: injected as a variable or not), templated."""
+        return self._templar.template(run.fact(task_vars, name))
+
     def _start(self, task_vars, _args):
         host = task_vars["inventory_hostname"]
         owner = run.run_owner(self._variable(task_vars, "gpuharden_run_owner"), datetime.datetime.now(datetime.UTC),
@@ -81,7 +85,7 @@ class ActionModule(ActionBase):
         return {"failed": True, "msg": why} if why else {}
 
     def _lock_module_args(self, task_vars):
-        return {"owner": self._variable(task_vars, run.OWNER),
+        return {"owner": self._fact(task_vars, run.OWNER),
                 "path": self._variable(task_vars, "gpuharden_lock_path", playbook_default("gpuharden_lock_path")), "state": "released"}
 
     def _give_back(self, task_vars):
@@ -94,7 +98,7 @@ class ActionModule(ActionBase):
         return outcome
 
     def _rescue(self, task_vars, _args):
-        outcome = self._give_back(task_vars) if self._variable(task_vars, run.OWNER) else {"lock": None}
+        outcome = self._give_back(task_vars) if self._fact(task_vars, run.OWNER) else {"lock": None}
         if not outcome.get("failed"):
             outcome.update(failed=True, msg=run.failure_message(task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"), "a stage"))
         return outcome
@@ -106,20 +110,20 @@ class ActionModule(ActionBase):
     def _failed(self, task_vars, _args):
         host = task_vars["inventory_hostname"]
         why = run.failure_message(task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"), "a disruptive step")
-        node = run.fact(task_vars, run.NODE) or host
+        node = self._fact(task_vars, run.NODE) or host
         return {"ansible_facts": {run.FAILED: why}, "node": node, "why": why,
                 "ansible_stats": {"data": {run.ROLLOUT_FAILED_STAT: {host: {"node": node, "reason": why}}}, "per_host": False, "aggregate": True}}
 
     def _draining(self, task_vars, _args):
         planned = {stage: boolean(self._variable(task_vars, name), strict=False) if name in task_vars else None
                    for stage, name in run.DRAINING_PLANS.items()}
-        steps = run.draining_steps(run.fact(task_vars, run.DEFERRED), planned)
+        steps = run.draining_steps(self._fact(task_vars, run.DEFERRED), planned)
         # every cordon of the rollout records this run (node_maintenance's record, annotation gpuharden.io/cordon): the
         # drift check names one an interrupted run left, and the next harden releases or resumes it
-        return dict(steps, ansible_facts={"node_maintenance_owner": self._variable(task_vars, run.OWNER)})
+        return dict(steps, ansible_facts={"node_maintenance_owner": self._fact(task_vars, run.OWNER)})
 
     def _release(self, task_vars, _args):
-        if not self._variable(task_vars, run.OWNER) or not run.lock_still_held(
+        if not self._fact(task_vars, run.OWNER) or not run.lock_still_held(
                 self._variable(task_vars, "gpuharden_node_plan"), self._variable(task_vars, run.POSTCHECK_READ)):
             return {"skipped": True, "skip_reason": "the plan's audit or the post-check's read gave the node's run lock back"}
         return self._give_back(task_vars)

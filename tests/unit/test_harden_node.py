@@ -85,6 +85,12 @@ def test_rescue_gives_the_lock_back_then_fails_the_node_with_the_step_that_faile
     assert result["failed"] is True and result["msg"] == "Stage | containerd failed: rollback" and result["changed"] is True
     result, _calls = _run(monkeypatch, {"step": "rescue"}, __harden_owner="harden@x")
     assert result["msg"] == "a stage failed: failed"
+    # the owner is a fact of step start: read under ansible_facts too, where Ansible injects no fact as a variable
+    _result, calls = _run(monkeypatch, {"step": "rescue"}, ansible_facts={"__harden_owner": "harden@y"})
+    assert calls[0][1]["owner"] == "harden@y"
+    # no owner (step start did not run): no lock to give back, the node still fails
+    result, calls = _run(monkeypatch, {"step": "rescue"})
+    assert calls == [] and result["failed"] is True and result["lock"] is None
     # the lock that cannot be given back is the failure
     result, _calls = _run(monkeypatch, {"step": "rescue"}, {"failed": True, "msg": "unreachable"}, __harden_owner="harden@x",
                           gpuharden_lock_path="/tmp/l", **failed)
