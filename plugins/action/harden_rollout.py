@@ -55,6 +55,7 @@ def on_controller(task, task_vars):
         task_vars["ansible_python_interpreter"] = python
     return task_vars
 
+
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True, "choices": ["restarts", "wave", "rollout", "stopped", "postcheck"]},
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the

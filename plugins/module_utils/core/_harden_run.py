@@ -83,8 +83,8 @@ def rollout_plan_fact(previous, run, groups, batch, fleet, release_failed):
     plan = {"run": run, "fleet": fleet, "batch": batch if batch is not None else previous.get("batch"),
             "release_failed": dict(previous.get("release_failed") or {}, **release_failed)}
     for part in ("first", "then"):
-        plan[part] = list(previous.get(part) or []) + [host for host, group in groups.items()
-                                                        if group == "gpuharden_rollout_" + part and host not in release_failed]
+        joining = [host for host, group in groups.items() if group == "gpuharden_rollout_" + part and host not in release_failed]
+        plan[part] = list(previous.get(part) or []) + joining
     plan["hosts"] = plan["first"] + plan["then"]
     plan["serial"] = [1, plan["batch"] or 1]
     return plan
