@@ -5,7 +5,7 @@
 the play from every host's plan (module_utils/core/_stage_plan.py runtime_class_needed, device_plugin_needed).
 
 It reads the play's hosts' variables (hostvars: each node's plan, gpuharden_node_plan; the plan's one LIST,
-__node_plan_gpu_pods, with its dry runs of the two stages; a failed rollout step, the fact __harden_failed) and returns ``run``
+__node_plan_gpu_pods, with its dry runs of the two stages; a failed rollout step, __harden_failed) and returns ``run``
 with ``why``; it contacts no host.
 """
 
@@ -76,7 +76,7 @@ class ActionModule(ActionBase):
         if args["stage"] == "runtime_class":
             run, why = runtime_class_gate([variables(host) for host in task_vars.get("ansible_play_batch", [])])
         else:
-            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if _harden_run.fact(hostvars[host], _harden_run.FAILED)]
+            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if _harden_run.recorded(hostvars[host], _harden_run.FAILED)]
             run, why = device_plugin_gate([variables(host) for host in task_vars.get("ansible_play_hosts", [])], failed)
         result.update(changed=False, run=run, why=why)
         return result

@@ -10,7 +10,8 @@ that the playbook builds no message or condition in Jinja.
 - ``verdict``: fail the node where the run decided so (``of``: restarts, cordons, failed, deferred).
 - ``rescue`` (first play): give the failed node's run lock back, and fail the node with the step that failed.
 - ``deferred`` / ``failed`` (second play's rescues): record why the node's draining step was not started, or which
-  one failed (a fact of the host; ``failed`` also reports it in the run's stats), without failing the host there.
+  one failed (registered: a fact would outlive the run in a persistent fact cache; ``failed`` also reports it in the
+  run's stats), without failing the host there.
 - ``draining`` (second play): which draining steps run on the node (none where the budget deferred it).
 - ``release`` (last play): give the node's run lock back, unless the plan's audit or the post-check's read did.
 - ``targeted`` (the run's end): fail a run whose first play matched no host.
@@ -105,19 +106,19 @@ class ActionModule(ActionBase):
 
     def _deferred(self, task_vars, _args):
         why = (task_vars.get("ansible_failed_result") or {}).get("msg") or "the disruption budget could not be checked"
-        return {"ansible_facts": {run.DEFERRED: why}, "why": why}
+        return {"why": why}
 
     def _failed(self, task_vars, _args):
         host = task_vars["inventory_hostname"]
         why = run.failure_message(task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"), "a disruptive step")
         node = self._fact(task_vars, run.NODE) or host
-        return {"ansible_facts": {run.FAILED: why}, "node": node, "why": why,
+        return {"node": node, "why": why,
                 "ansible_stats": {"data": {run.ROLLOUT_FAILED_STAT: {host: {"node": node, "reason": why}}}, "per_host": False, "aggregate": True}}
 
     def _draining(self, task_vars, _args):
         planned = {stage: boolean(self._variable(task_vars, name), strict=False) if name in task_vars else None
                    for stage, name in run.DRAINING_PLANS.items()}
-        steps = run.draining_steps(self._fact(task_vars, run.DEFERRED), planned)
+        steps = run.draining_steps(run.recorded(task_vars, run.DEFERRED), planned)
         # every cordon of the rollout records this run (node_maintenance's record, annotation gpuharden.io/cordon): the
         # drift check names one an interrupted run left, and the next harden releases or resumes it
         return dict(steps, ansible_facts={"node_maintenance_owner": self._fact(task_vars, run.OWNER)})
@@ -130,8 +131,12 @@ class ActionModule(ActionBase):
 
     def _targeted(self, task_vars, _args):
         hostvars = task_vars.get("hostvars") or {}
-        # a host of the first play has its Node name (step start); the hosts of this play are every host within --limit
-        if any(run.fact(hostvars[host], run.NODE) for host in task_vars.get("ansible_play_hosts_all", [])):
+        try:
+            this_run = run.run_identity(_node_lock.controller_identity())
+        except (OSError, ValueError, IndexError) as error:
+            raise AnsibleActionFail("harden_node: cannot read this controller's processes in /proc: %s" % error) from None
+        # a host of the first play was named by step start in this run; the hosts of this play are every host within --limit
+        if any(run.same_run(hostvars[host], this_run) for host in task_vars.get("ansible_play_hosts_all", [])):
             return {"skipped": True, "skip_reason": "the first play had GPU nodes to harden"}
         target = self._variable(task_vars, "gpuharden_target_hosts", playbook_default("gpuharden_target_hosts"))
         return {"failed": True, "msg": run.no_target_message(target, task_vars.get("ansible_limit"))}

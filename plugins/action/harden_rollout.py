@@ -146,7 +146,7 @@ class ActionModule(ActionBase):
             # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
             all_hosts = task_vars.get("ansible_play_hosts_all", [])
             result["stopped_by"] = [_harden_run.fact(hostvars[host], NODE) or host for host in all_hosts
-                                    if _harden_run.fact(hostvars[host], FAILED)]
+                                    if _harden_run.recorded(hostvars[host], FAILED)]
             # for the role node_maintenance's budget, as facts of the batch's hosts over its defaults: the nodes above,
             # and the fleet the first play's rollout step read
             fleet = (_harden_run.fact(hostvars.get("localhost") or {}, _harden_run.ROLLOUT) or {}).get("fleet") or []

@@ -25,13 +25,13 @@ description:
   - V(rescue), in the first play's rescue, gives the node's run lock back (M(gpuharden.k8s.node_lock)) and fails the
     node with the step that failed and its message.
   - V(deferred) and V(failed), in the second play's rescues, record why the node's draining step was not started, or
-    which one failed (the facts C(__harden_deferred) and C(__harden_failed)); V(failed) also adds the node to the run's
+    which one failed (register them as C(__harden_deferred) and C(__harden_failed)); V(failed) also adds the node to the run's
     stat C(gpuharden_rollout_failed). The host does not fail there, so the other nodes' run locks are still given back.
   - V(draining) says which draining steps run on the node (RV(kubelet_topology), RV(mig)) - those its plans drain it for,
     none where the budget did not start them - and sets C(node_maintenance_owner) to the run's owner for the cordons.
   - V(release) gives the node's run lock back, skipped where the plan's audit or the post-check's read already did.
   - V(targeted), at the run's end, fails a run whose first play matched no host, naming C(gpuharden_target_hosts) and
-    the C(--limit); skipped where a host of this play was named by V(start).
+    the C(--limit); skipped where a host of this play was named by V(start) in this run.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

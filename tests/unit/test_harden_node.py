@@ -65,9 +65,9 @@ def test_verdicts_fail_only_the_node_the_run_decided_so(monkeypatch):
     result, _calls = _run(monkeypatch, {"step": "verdict", "of": "cordons"}, inventory_hostname="gpu-b", hostvars={"localhost": localhost})
     assert result["failed"] is True and result["msg"] == "nb not Ready"
     # the rollout's records of the second play
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "failed"}, __harden_node="na", __harden_failed="Drain failed: PDB")
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "failed"}, __harden_node="na", __harden_failed={"why": "Drain failed: PDB"})
     assert result["msg"] == "na: Drain failed: PDB"
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "deferred"}, ansible_facts={"__harden_deferred": "budget exhausted"})
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "deferred"}, __harden_deferred={"why": "budget exhausted"})
     assert result["msg"] == "budget exhausted"
     for kind in ("failed", "deferred"):
         result, _calls = _run(monkeypatch, {"step": "verdict", "of": kind})
@@ -99,12 +99,13 @@ def test_rescue_gives_the_lock_back_then_fails_the_node_with_the_step_that_faile
 
 def test_the_second_plays_records_and_draining_steps(monkeypatch):
     result, _calls = _run(monkeypatch, {"step": "deferred"}, ansible_failed_result={"msg": "budget exhausted"})
-    assert result["ansible_facts"] == {"__harden_deferred": "budget exhausted"} and "failed" not in result
+    # registered (a fact would outlive the run in a persistent fact cache)
+    assert result["why"] == "budget exhausted" and "ansible_facts" not in result and "failed" not in result
     result, _calls = _run(monkeypatch, {"step": "deferred"})
     assert result["why"] == "the disruption budget could not be checked"
     result, _calls = _run(monkeypatch, {"step": "failed"}, __harden_node="na",
                           ansible_failed_task={"name": "Drain"}, ansible_failed_result={"msg": "PDB"})
-    assert result["ansible_facts"] == {"__harden_failed": "Drain failed: PDB"} and "failed" not in result
+    assert result["why"] == "Drain failed: PDB" and "ansible_facts" not in result and "failed" not in result
     assert result["ansible_stats"] == {"data": {"gpuharden_rollout_failed": {"gpu-a": {"node": "na", "reason": "Drain failed: PDB"}}},
                                        "per_host": False, "aggregate": True}
     result, _calls = _run(monkeypatch, {"step": "failed"})
@@ -114,7 +115,7 @@ def test_the_second_plays_records_and_draining_steps(monkeypatch):
     assert (result["kubelet_topology"], result["mig"]) == (True, False)
     assert result["ansible_facts"] == {"node_maintenance_owner": "harden@x"}
     result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes",
-                          __harden_deferred="budget exhausted")
+                          __harden_deferred={"why": "budget exhausted"})
     assert (result["kubelet_topology"], result["mig"]) == (False, False)
 
 
@@ -128,7 +129,13 @@ def test_release_gives_the_lock_back_unless_the_plan_or_the_post_check_did(monke
 
 
 def test_targeted_fails_a_run_whose_first_play_matched_no_host(monkeypatch):
-    hostvars = {"localhost": {}, "cp-1": {}, "gpu-a": {"ansible_facts": {"__harden_node": "gpu-a"}}}
+    this_run = {"host": "c", "boot_id": "b", "pid_ns": "p", "pid": 7, "start": 9}
+    monkeypatch.setattr(harden_node._node_lock, "controller_identity", lambda: dict(this_run, live=[], checked=10))
+    # gpu-b was named by an earlier run (its facts kept by a persistent fact cache): that does not count
+    hostvars = {"localhost": {}, "cp-1": {}, "gpu-a": {"ansible_facts": {"__harden_controller": dict(this_run, live=[[7, 9]])}},
+                "gpu-b": {"__harden_controller": dict(this_run, pid=6)}}
+    result, _calls = _run(monkeypatch, {"step": "targeted"}, hostvars=hostvars, ansible_play_hosts_all=["localhost", "gpu-b"])
+    assert result["failed"] is True
     result, _calls = _run(monkeypatch, {"step": "targeted"}, hostvars=hostvars, ansible_play_hosts_all=["localhost", "cp-1", "gpu-a"])
     assert result["skipped"] is True
     result, _calls = _run(monkeypatch, {"step": "targeted"}, hostvars=hostvars, ansible_play_hosts_all=["cp-1"], ansible_limit="cp-1")

@@ -196,13 +196,14 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
 
 
 def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
-    hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
+    hostvars = {"a": {"__harden_node": "na", "__harden_failed": {"why": "drain failed"}}, "b": {"__harden_node": "nb"},
+                "c": {"__harden_failed": {"why": "x"}}}
     result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
     assert calls == [] and result["stopped_by"] == ["na", "c"]
     # the role node_maintenance's budget reads them as facts of the batch's hosts, with the fleet the rollout step set
     # on localhost (facts read under ansible_facts too, where Ansible injects none as variables)
     hostvars["localhost"] = {"ansible_facts": {"__harden_rollout_plan": {"fleet": ["na", "nb"]}}}
-    hostvars["b"] = {"ansible_facts": {"__harden_node": "nb", "__harden_failed": "mig failed"}}
+    hostvars["b"] = {"ansible_facts": {"__harden_node": "nb"}, "__harden_failed": {"why": "mig failed"}}
     result, _calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"], ansible_play_hosts_all=["a", "b", "c"])
     assert result["ansible_facts"] == {"node_maintenance_stopped_by": ["na", "nb", "c"], "node_maintenance_fleet": ["na", "nb"]}
 

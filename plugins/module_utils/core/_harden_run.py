@@ -16,8 +16,9 @@ OWNER = "__harden_owner"  # harden_node step=start: this run's name in the node'
 CONTROLLER = "__harden_controller"  # harden_node step=start: this run's ansible-playbook process
 RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed)
 ROLLOUT = "__harden_rollout_plan"  # localhost: harden_rollout step=rollout, the second play's hosts (rollout_plan_fact)
-DEFERRED = "__harden_deferred"  # harden_node step=deferred: why the budget did not start this node's draining step
-FAILED = "__harden_failed"  # harden_node step=failed: the draining step that failed (it stops the rollout)
+# Registered, not facts: a fact outlives the run in a persistent fact cache, where the next run would take it for its own.
+DEFERRED = "__harden_deferred"  # registered: harden_node step=deferred, why the budget did not start the draining step
+FAILED = "__harden_failed"  # registered: harden_node step=failed, the draining step that failed (it stops the rollout)
 # registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
 POSTCHECK_READ = "__postcheck_node_read"
 # set by the plans of the draining stages (roles/kubelet_topology/tasks/plan.yml, roles/mig/tasks/plan.yml)
@@ -32,6 +33,12 @@ def fact(variables, name, default=None):
         return variables[name]
     facts = variables.get("ansible_facts")
     return facts.get(name, default) if hasattr(facts, "get") else default
+
+
+def recorded(variables, name):
+    """Why of a second-play rescue's registered result (DEFERRED, FAILED), or None where that rescue did not run."""
+    result = variables.get(name)
+    return (result.get("why") or None) if hasattr(result, "get") else None
 
 
 def run_owner(given, now, number):
@@ -57,9 +64,15 @@ def verdict(kind, host, variables, localhost_variables=None):
     if kind == "cordons":
         return ((fact(localhost_variables or {}, ROLLOUT) or {}).get("release_failed") or {}).get(host)
     if kind == "failed":
-        failed = fact(variables, FAILED)
+        failed = recorded(variables, FAILED)
         return "%s: %s" % (fact(variables, NODE) or host, failed) if failed else None
-    return fact(variables, DEFERRED) or None
+    return recorded(variables, DEFERRED)
+
+
+def same_run(variables, run):
+    """Whether harden_node step=start named this host in the run ``run`` (run_identity), not in an earlier run whose
+    facts a persistent fact cache kept."""
+    return run is not None and run_identity(fact(variables, CONTROLLER)) == run
 
 
 def run_identity(controller):
