@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 
 ARGUMENT_SPEC = {"stage": {"type": "str", "required": True, "choices": ["runtime_class", "device_plugin"]}}
@@ -56,8 +56,7 @@ def device_plugin_gate(play_vars, failed_hosts):
     return run, why
 
 
-READ = ("gpuharden_node_plan", "__node_plan_gpu_pods", "ansible_facts", "gpuharden_skip_compliant_stages", "gpuharden_gpu_node",
-        "__harden_failed")
+READ = ("gpuharden_node_plan", "__node_plan_gpu_pods", "ansible_facts", "gpuharden_skip_compliant_stages", "gpuharden_gpu_node")
 
 
 class ActionModule(ActionBase):
@@ -77,7 +76,7 @@ class ActionModule(ActionBase):
         if args["stage"] == "runtime_class":
             run, why = runtime_class_gate([variables(host) for host in task_vars.get("ansible_play_batch", [])])
         else:
-            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if "__harden_failed" in hostvars[host]]
+            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if _harden_run.recorded(hostvars[host], _harden_run.FAILED)]
             run, why = device_plugin_gate([variables(host) for host in task_vars.get("ansible_play_hosts", [])], failed)
         result.update(changed=False, run=run, why=why)
         return result

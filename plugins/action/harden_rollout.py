@@ -5,7 +5,7 @@
 for the batch (run_once, delegated to the controller) from every host's plan and the run's variables
 (module_utils/core/_stage_plan.py decides; plugins/modules/harden_rollout.py documents it).
 
-Three steps, in the first play's order:
+The steps, in the plays' order:
 
 - ``restarts``, before the stages: one read of the fleet (gpuharden.k8s.disruption_budget): the containerd restarts'
   canary and waves, the restarts the budget does not allow at all, and the cordons an ended run left.  Skipped (no
@@ -13,9 +13,15 @@ Three steps, in the first play's order:
   waves and no node is failed for its restart.
 - ``cordons``, after the stages: which of those cordons this run releases, and which stay, with why.
 - ``rollout``: where a host of the batch has a step that drains its node, the budget read again (the nodes the
-  stages just restarted settle first); each host's group of the second play (a ``group_by`` reads ``groups``), and
-  that play's batch size and the fleet as facts of the host it is delegated to (``delegate_facts``: the second play's
-  ``serial`` reads them there, a play keyword sees no play host's variables).
+  stages just restarted settle first); each host's group of the second play; that play's hosts and serial, the fleet
+  and the failed releases (the host's own harden_node step=verdict of=cordons fails it) as a fact of the host it is
+  delegated to (``delegate_facts``: the second play's ``hosts`` and ``serial`` read it there, a play keyword sees no
+  play host's variables), added up over the first play's batches (_harden_run.rollout_plan_fact).
+- ``stopped`` (second play, each batch): the nodes whose draining step failed, and the fleet, as the role
+  node_maintenance's node_maintenance_stopped_by and node_maintenance_fleet (facts of the batch's hosts).
+
+The modules it runs on the controller take the controller's ansible-playbook Python (on_controller), never the play's
+node Python: its tasks need no ansible_python_interpreter of their own.
 
 The hosts' variables read: the plan (gpuharden_node_plan), the Node name (__harden_node), whether the kubelet and MIG
 plans ran and drain (__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran),
@@ -27,8 +33,9 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
 ARGUMENT_SPEC = {
@@ -36,8 +43,8 @@ ARGUMENT_SPEC = {
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
-    # the fleet read's left_cordoned (the restarts step's result), for the rollout step: released or kept first
-    "left_cordoned": {"type": "list", "elements": "dict", "default": []},
+    # the fleet read's left_cordoned, for the rollout step: released or kept first (None: the restarts step's, registered)
+    "left_cordoned": {"type": "list", "elements": "dict"},
     # each None: the play's variable below
     "kubeconfig": {"type": "str"},
     "max_unavailable": {"type": "str"},
@@ -49,15 +56,15 @@ PLAY_DEFAULTS = {
     "max_unavailable": ("gpuharden_max_unavailable", "1"),
     "settle_seconds": ("gpuharden_restart_settle_seconds", 60),
 }
-NODE = "__harden_node"
+NODE = _harden_run.NODE
 # the run's lock owner on this host (harden_gpu_nodes.yml's first play)
-OWNER = "__harden_owner"
+OWNER = _harden_run.OWNER
 # the second play's record of a host whose disruptive step failed
-FAILED = "__harden_failed"
+FAILED = _harden_run.FAILED
 # the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
 WAVE_NODE = "__stages_node_name"
 # the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
-DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
+DRAINING_PLANS = _harden_run.DRAINING_PLANS
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
 RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
 # the registered results of the stages that change what a node advertises (the device plugin, the kubelet write, the MIG
@@ -74,7 +81,7 @@ def host_view(host, variables):
     planned = [stage for stage, name in DRAINING_PLANS.items() if name in variables]
     return {
         "host": host,
-        "node": variables.get(NODE) or host,
+        "node": _harden_run.fact(variables, NODE) or host,
         "runs": runs,
         "disruptive": any(boolean(variables.get(name), strict=False) for name in DRAINING_PLANS.values()),
         "unplanned": _stage_plan.unplanned_draining_steps(runs or {}, planned),
@@ -88,7 +95,7 @@ class ActionModule(ActionBase):
 
     def _budget(self, module_args, task_vars):
         """disruption_budget on the controller, outside check mode too (it only reads: the run's plan needs it)."""
-        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, task_vars)
+        budget = read_outside_check_mode(self, "gpuharden.k8s.disruption_budget", module_args, on_controller(self._task, task_vars))
         if budget.get("failed"):
             raise AnsibleActionFail("harden_rollout: the disruption budget could not be read: %s" % budget.get("msg", "failed"), result=budget)
         return budget
@@ -120,13 +127,18 @@ class ActionModule(ActionBase):
         elif args["step"] == "stopped":
             # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
             all_hosts = task_vars.get("ansible_play_hosts_all", [])
-            result["stopped_by"] = [hostvars[host].get(NODE) or host for host in all_hosts if FAILED in hostvars[host]]
+            result["stopped_by"] = [_harden_run.fact(hostvars[host], NODE) or host for host in all_hosts
+                                    if _harden_run.recorded(hostvars[host], FAILED)]
+            # for the role node_maintenance's budget, as facts of the batch's hosts over its defaults: the nodes above,
+            # and the fleet the first play's rollout step read
+            fleet = (_harden_run.fact(hostvars.get("localhost") or {}, _harden_run.ROLLOUT) or {}).get("fleet") or []
+            result["ansible_facts"] = {"node_maintenance_stopped_by": result["stopped_by"], "node_maintenance_fleet": fleet}
         elif args["step"] == "wave":
             result.update(self._wave(args["wave"], args["settle_seconds"], common, task_vars))
         else:
             released = self._release(hosts, args, task_vars)
             result.update(released, changed=any(done["changed"] for done in released["release_results"].values()))
-            result.update(self._rollout(hosts, fleet, common, args, task_vars))
+            result.update(self._rollout(hosts, fleet, common, args, task_vars, released["release_failed"]))
         return result
 
     def _restarts(self, hosts, common, task_vars, check_mode):
@@ -183,21 +195,25 @@ class ActionModule(ActionBase):
         of this run's hosts), kept with why where a draining step this run did not plan could still be pending (a
         warning). Before the budget is read: a released node is available again. A release that fails fails its hosts
         (release_failed), as the host's own task did."""
-        decided = _stage_plan.cordon_plan(hosts, args["left_cordoned"])
+        left_cordoned = args["left_cordoned"]
+        if left_cordoned is None:
+            left_cordoned = (task_vars.get(_harden_run.RESTARTS) or {}).get("left_cordoned") or []
+        decided = _stage_plan.cordon_plan(hosts, left_cordoned)
         for host, why in sorted(decided["kept"].items()):
             self._display.warning("%s: %s" % (host, why))
         hostvars = task_vars.get("hostvars") or {}
         nodes = {host["host"]: host["node"] for host in hosts}
         by_owner = {}
         for host in decided["release"]:
-            by_owner.setdefault(hostvars[host].get(OWNER) or "", []).append(host)
+            by_owner.setdefault(_harden_run.fact(hostvars[host], OWNER) or "", []).append(host)
         results, failed = {}, {}
         for owner, owner_hosts in sorted(by_owner.items()):
             module_args = {"nodes": [nodes[host] for host in owner_hosts], "state": "released", "owner": owner,
                            "ready_timeout": args["settle_seconds"]}
             if args["kubeconfig"]:
                 module_args["kubeconfig"] = args["kubeconfig"]
-            done = self._execute_module(module_name="gpuharden.k8s.node_maintenance", module_args=module_args, task_vars=task_vars)
+            done = self._execute_module(module_name="gpuharden.k8s.node_maintenance", module_args=module_args,
+                                        task_vars=on_controller(self._task, task_vars))
             for host in owner_hosts:
                 if done.get("failed"):
                     failed[host] = "releasing the cordon an ended run left failed: %s" % done.get("msg", "failed")
@@ -207,13 +223,16 @@ class ActionModule(ActionBase):
         return {"release": decided["release"], "kept": decided["kept"], "released": released, "release_results": results,
                 "release_failed": failed}
 
-    def _rollout(self, hosts, fleet, common, args, task_vars):
+    def _rollout(self, hosts, fleet, common, args, task_vars, released):
         budget = None
         if any(host["disruptive"] for host in hosts):
             budget = self._budget(dict(common, settle_nodes=_stage_plan.settle_nodes(hosts), settle_seconds=args["settle_seconds"]), task_vars)
         plan = _stage_plan.rollout_plan(hosts, budget)
         result = dict(plan, budget=budget)
-        if plan["batch"] is not None:
-            # for the second play's hosts and serial, on the host this task is delegated to (delegate_facts)
-            result["ansible_facts"] = {"__harden_batch": plan["batch"], "__harden_fleet": fleet}
+        # on the host this task is delegated to (delegate_facts): the second play's hosts and serial (a play keyword
+        # sees no play host's variables), its budget's fleet, and the failed releases, which each host's own task
+        # (harden_node step=verdict of=cordons) reads right after
+        previous = _harden_run.fact((task_vars.get("hostvars") or {}).get("localhost") or {}, _harden_run.ROLLOUT)
+        run = _harden_run.run_identity(_harden_run.fact(task_vars, _harden_run.CONTROLLER))
+        result["ansible_facts"] = {_harden_run.ROLLOUT: _harden_run.rollout_plan_fact(previous, run, plan["groups"], plan["batch"], fleet, released)}
         return result

@@ -23,16 +23,22 @@ description:
     for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
     host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
     The first wave, or O(wave=null) (every node at once), reads nothing.
-  - O(step=rollout), after the stages, first decides which of the cordons an ended run left (O(left_cordoned)) this
+  - O(step=rollout), after the stages, first decides which of the cordons an ended run left (O(left_cordoned), by
+    default those of O(step=restarts) registered as C(__harden_rollout)) this
     run releases (RV(release), the node has nothing to drain it for) and releases them once Ready with
     M(gpuharden.k8s.node_maintenance) (one run per lock owner of the hosts, C(__harden_owner); RV(release_failed)
     names the hosts whose release failed, for the play to fail), and which stay (RV(kept), with why - a draining stage
     the node needs was left out by C(--tags); a warning each). Then, where a host of the batch has a step that drains
     its node (a kubelet CPU or Memory Manager policy change or stale checkpoint, a MIG layout change), reads the budget
-    again (the nodes the stages restarted settle first), and returns each host's group of the budgeted rollout (RV(groups), for C(ansible.builtin.group_by)) and
-    the next play's batch size and fleet as the facts C(__harden_batch) and C(__harden_fleet) (with C(delegate_facts)).
+    again (the nodes the stages restarted settle first), and returns each host's group of the budgeted rollout
+    (RV(groups)) and, as the fact C(__harden_rollout_plan) (with C(delegate_facts)), the next play's hosts (the
+    unavailable nodes first, the hosts whose release failed left out; the batches of the first play add up) and
+    serial (a canary, then the batch size), the fleet and the failed releases.
   - O(step=stopped), in the second play, returns the Nodes of the hosts whose disruptive step failed (their
-    C(__harden_failed)) as RV(stopped_by), for the role C(node_maintenance)'s C(node_maintenance_stopped_by).
+    C(__harden_failed)) as RV(stopped_by), and sets them and the fleet as the facts C(node_maintenance_stopped_by) and
+    C(node_maintenance_fleet) of the batch's hosts, for the role C(node_maintenance)'s budget.
+  - The modules it runs on the controller take the controller's C(ansible_playbook_python), never the play's node
+    Python - its tasks need no C(ansible_python_interpreter).
   - O(step=postcheck), per host in the last play, returns the post-check role's inputs from what this run did to the
     node as facts of the host (C(postcheck_node_audit) - the plan's audit where no stage touched the node or in check
     mode, C(postcheck_lock), C(postcheck_advertise_settle_seconds) from C(gpuharden_postcheck_settle_seconds),
@@ -57,10 +63,11 @@ options:
     description: For O(step=wave), the step of the containerd restarts (C(index), C(nodes), C(settle), C(before)), or null.
     type: dict
   left_cordoned:
-    description: For O(step=rollout), RV(left_cordoned) of the O(step=restarts) run.
+    description:
+      - For O(step=rollout), RV(left_cordoned) of the O(step=restarts) run.
+      - Default that of the O(step=restarts) result registered as C(__harden_rollout).
     type: list
     elements: dict
-    default: []
   kubeconfig:
     description: The kubeconfig the budget is read with. Default the play's C(gpuharden_kubeconfig), else the default (C(KUBECONFIG), in-cluster).
     type: str
@@ -81,21 +88,16 @@ EXAMPLES = r"""
 - name: Read the fleet once, before the stages
   gpuharden.k8s.harden_rollout:
     step: restarts
-  vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
   delegate_to: localhost
   run_once: true
-  register: rollout
+  register: __harden_rollout
 
 - name: Put the nodes with disruptive steps into the budgeted rollout
   gpuharden.k8s.harden_rollout:
     step: rollout
-  vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
   delegate_to: localhost
   delegate_facts: true
   run_once: true
-  register: plan
 """
 
 RETURN = r"""

@@ -42,7 +42,7 @@ def test_device_plugin_gate():
 
 
 def test_the_action_reads_the_plays_hostvars():
-    hostvars = {"a": _host(), "b": _host(runs={"container_runtime": True}), "c": _host(__harden_failed="x failed")}
+    hostvars = {"a": _host(), "b": _host(runs={"container_runtime": True}), "c": _host(__harden_failed={"why": "x failed"})}
     task = SimpleNamespace(args={"stage": "runtime_class"}, async_val=0, check_mode=False, diff=False, action="x")
     action = gate.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, None, None)
     task_vars = {"hostvars": hostvars, "ansible_play_batch": ["a"], "ansible_play_hosts": ["a", "b"], "ansible_play_hosts_all": ["a", "b"]}

@@ -42,7 +42,10 @@ def _run(monkeypatch, args, hostvars, budget=None, check_mode=False, **task_vars
     monkeypatch.setattr(harden_rollout.ActionModule, "_execute_module", execute)
     task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=False, action="gpuharden.k8s.harden_rollout")
     action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
+    localhost = task_vars.pop("hostvars_localhost", None)
     variables = dict({"hostvars": hostvars, "ansible_play_hosts": list(hostvars), "ansible_play_hosts_all": list(hostvars)}, **task_vars)
+    if localhost is not None:
+        variables["hostvars"] = dict(hostvars, localhost={"ansible_facts": {"__harden_rollout_plan": localhost}})
     result = action.run(task_vars=variables)
     assert task.check_mode is check_mode  # the budget read ran outside check mode, and the task's mode is back
     return result, calls
@@ -148,10 +151,17 @@ def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
     assert calls == [("gpuharden.k8s.disruption_budget", {"max_unavailable": "1", "fleet": ["na", "nb", "nc"], "settle_nodes": ["na", "nb"],
                                                           "settle_seconds": 30}, False)]
     assert result["groups"] == {"a": "gpuharden_rollout_then", "b": "gpuharden_no_rollout", "c": "gpuharden_no_rollout"}
-    assert result["ansible_facts"] == {"__harden_batch": 2, "__harden_fleet": ["na", "nb", "nc"]}
+    # on localhost (delegate_facts): each host's group and failed release (harden_node step=verdict of=cordons reads
+    # them), the second play's batch size and the fleet
+    plan = {"run": None, "first": [], "then": ["a"], "hosts": ["a"], "serial": [1, 2], "batch": 2, "fleet": ["na", "nb", "nc"],
+            "release_failed": {}}
+    assert result["ansible_facts"] == {"__harden_rollout_plan": plan}
+    # the next batch of the first play adds its hosts (its plan on localhost, of the same run): no host drains there,
+    # so the batch size of the one before stands
     hostvars["a"]["__kubelet_topology_disruptive"] = False
-    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget)
-    assert calls == [] and result["batch"] is None and "ansible_facts" not in result and set(result["groups"].values()) == {"gpuharden_no_rollout"}
+    result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget, hostvars_localhost=plan)
+    assert calls == [] and result["batch"] is None and set(result["groups"].values()) == {"gpuharden_no_rollout"}
+    assert result["ansible_facts"]["__harden_rollout_plan"] == plan
 
 
 def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a_failed_node(monkeypatch):
@@ -186,9 +196,54 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
 
 
 def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
-    hostvars = {"a": {"__harden_node": "na", "__harden_failed": "drain failed"}, "b": {"__harden_node": "nb"}, "c": {"__harden_failed": "x"}}
+    hostvars = {"a": {"__harden_node": "na", "__harden_failed": {"why": "drain failed"}}, "b": {"__harden_node": "nb"},
+                "c": {"__harden_failed": {"why": "x"}}}
     result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
     assert calls == [] and result["stopped_by"] == ["na", "c"]
+    # the role node_maintenance's budget reads them as facts of the batch's hosts, with the fleet the rollout step set
+    # on localhost (facts read under ansible_facts too, where Ansible injects none as variables)
+    hostvars["localhost"] = {"ansible_facts": {"__harden_rollout_plan": {"fleet": ["na", "nb"]}}}
+    hostvars["b"] = {"ansible_facts": {"__harden_node": "nb"}, "__harden_failed": {"why": "mig failed"}}
+    result, _calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"], ansible_play_hosts_all=["a", "b", "c"])
+    assert result["ansible_facts"] == {"node_maintenance_stopped_by": ["na", "nb", "c"], "node_maintenance_fleet": ["na", "nb"]}
+
+
+def test_the_second_plays_hosts_add_up_over_the_first_plays_batches_of_this_run():
+    """The unavailable nodes first, then the others, each in their batches' order; a host whose left cordon could not
+    be released stays out (a failed host would still take a serial batch there: a canary of no node); a plan another
+    run left in a persistent fact cache counts for nothing."""
+    run = harden_rollout._harden_run.run_identity({"host": "c", "boot_id": "b", "pid_ns": "p", "pid": 7, "start": 9, "live": []})
+    first = harden_rollout._harden_run.rollout_plan_fact(None, run, {"a": "gpuharden_rollout_then", "b": "gpuharden_rollout_first",
+                                                                    "c": "gpuharden_no_rollout", "d": "gpuharden_rollout_then"},
+                                                         3, ["na"], {"d": "nd not Ready"})
+    assert (first["hosts"], first["serial"], first["release_failed"]) == (["b", "a"], [1, 3], {"d": "nd not Ready"})
+    second = harden_rollout._harden_run.rollout_plan_fact(first, run, {"e": "gpuharden_rollout_first", "f": "gpuharden_rollout_then"},
+                                                          None, ["na"], {})
+    assert second["hosts"] == ["b", "e", "a", "f"] and second["serial"] == [1, 3] and second["release_failed"] == {"d": "nd not Ready"}
+    other = harden_rollout._harden_run.rollout_plan_fact(first, dict(run, pid=8), {"e": "gpuharden_rollout_then"}, None, [], {})
+    assert other["hosts"] == ["e"] and other["serial"] == [1, 1] and other["release_failed"] == {}
+
+
+def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_the_registered_fleet_read(monkeypatch):
+    """Its tasks, delegated to localhost, no longer name ansible_python_interpreter (tests/unit/test_node_prerequisites.py
+    lists the action among those that name it themselves): the modules it runs must not take the play's node Python."""
+    seen = []
+
+    def execute(self, module_name, module_args, task_vars):
+        seen.append((module_name, task_vars["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"]))
+        return {"budget": 1, "unavailable": [], "released": ["na"]}
+
+    monkeypatch.setattr(harden_rollout.ActionModule, "_execute_module", execute)
+    task = SimpleNamespace(args={"step": "rollout"}, async_val=0, check_mode=False, diff=False, action="gpuharden.k8s.harden_rollout",
+                           delegate_to="localhost")
+    action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
+    hostvars = {"a": _host("na", __kubelet_topology_disruptive=True, __harden_owner="harden@a"), "b": _host("nb", __harden_owner="harden@a")}
+    left = {"left_cordoned": [{"node": "nb", "record": {"owner": "harden@old"}}]}
+    result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["a", "b"], "ansible_play_hosts_all": ["a", "b"],
+                                   "ansible_playbook_python": "/venv/bin/python", "__harden_rollout": left,
+                                   "ansible_delegated_vars": {"localhost": {"ansible_python_interpreter": "/node/python"}}})
+    assert seen == [("gpuharden.k8s.node_maintenance", "/venv/bin/python"), ("gpuharden.k8s.disruption_budget", "/venv/bin/python")]
+    assert result["release"] == ["b"] and result["released"] == ["na"]
 
 
 PLAN = {"plan": {"untouched": False}, "checks": {}}

@@ -56,6 +56,7 @@ CONTROLLER_SIDE = {
     "drift_play": "action plugin on the controller (drift_check.yml's start, cluster side and verdict: runs gpu_consistency and runtime_class "
                   "delegated to localhost); the module file is documentation only, no payload",
     "harden_rollout": "action plugin on the controller (harden_gpu_nodes, run_once, runs disruption_budget); the module file is documentation only",
+    "harden_node": "action plugin of harden_gpu_nodes: runs node_lock on each node where it gives the lock back; the module file is documentation only",
     "node_plan_pods": "action plugin on the controller (tasks/node_plan_inputs.yml, run_once, runs gpu_pods_info); the module file is documentation only",
     "node_maintenance_budget": "action plugin on the controller (roles/node_maintenance budget.yml, run_once, runs disruption_budget); documentation only",
     "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
@@ -85,8 +86,8 @@ CONTROLLER_SIDE = {
 }
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate",
-                      "device_permissions_repair", "device_plugin_stage", "drift_play", "harden_rollout",
-                      "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage",
+                      "device_permissions_repair", "device_plugin_stage", "drift_play", "harden_node",
+                      "harden_rollout", "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage",
                       "node_maintenance_budget", "node_maintenance_step", "node_plan_pods", "node_stages",
                       "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report",
                       "unharden_rollout"}

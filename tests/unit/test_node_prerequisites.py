@@ -148,7 +148,8 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
 # long as the action does what the task var did.  The action's plugin file by its name.
 NAMES_ITS_PYTHON = {"gpuharden.k8s." + name: name for name in ("node_maintenance_step", "node_maintenance_budget", "kubelet_topology_plan",
                                                                "cgroup_limits_immediate", "drift_play", "node_plan_pods", "unharden_node",
-                                                               "unharden_rollout", "postcheck_step", "device_plugin_stage")}
+                                                               "unharden_rollout", "postcheck_step", "device_plugin_stage",
+                                                               "harden_rollout")}
 # The role variable each of them reads for that Python, where its role has one (test_postcheck_plan.py and
 # test_device_plugin_stage.py check the interpreter a delegated module run gets)
 ROLE_PYTHON = {"postcheck_step": "postcheck_controller_python", "device_plugin_stage": "device_plugin_controller_python",
