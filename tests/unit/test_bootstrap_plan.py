@@ -150,9 +150,35 @@ def test_only_nvidia_ml_pys_single_file_is_shipped(controller_file):
 # the verdict
 
 
+def test_a_node_that_passed_is_labelled_untainted_and_uncordoned_alone():
+    """admit runs for each node that reached it (it follows the post-check; a failed node is in the rescue): it names
+    that node alone, and with gpuharden_bootstrap_uncordon false only labels it (the taint stays, no uncordon)."""
+    settings = dict(plan.settings({"gpuharden_k8s_node_name": "node-a"}, "host-a"), owner="o")
+    admitted = plan.admit_args(settings)
+    assert admitted["labels"] == {"nodes": ["node-a"], "labels": {"gpuharden.io/hardened": "true"}, "taint": "absent",
+                                  "taint_key": "gpuharden.io/bootstrap", "taint_effect": "NoSchedule"}
+    assert admitted["uncordon"] == {"nodes": ["node-a"], "state": "uncordoned"}
+    kept = plan.admit_args(dict(plan.settings({"gpuharden_bootstrap_uncordon": False}, "host-b"), owner="o"))
+    assert kept["labels"]["nodes"] == ["host-b"] and kept["labels"]["taint"] == "ignore" and kept["uncordon"] is None
+
+
 def test_only_the_nodes_that_passed_go_into_service():
-    assert plan.passed_nodes([(True, "a"), (False, "b"), (True, "c")]) == ["a", "c"]
-    assert plan.passed_nodes([(False, "b")]) == []
+    """In the playbook: admit comes after the post-check inside the block, once per node (no run_once: a node that
+    failed is in the rescue and never reaches it), and the rescue keeps the node out and fails it."""
+    play = yaml.safe_load((REPO_ROOT / "playbooks" / "bootstrap_gpu_node.yml").read_text())[0]
+    [block] = [task for task in play["tasks"] if "block" in task]
+    steps = [(task.get("gpuharden.k8s.bootstrap_node") or {}).get("step") or task.get("ansible.builtin.import_role", {}).get("name")
+             for task in block["block"]]
+    assert steps.index("gpuharden.k8s.postcheck") == len(steps) - 2 and steps[-1] == "admit"
+    assert "run_once" not in block["block"][-1] and block["block"][-1]["delegate_to"] == "localhost"
+    assert [task["gpuharden.k8s.bootstrap_node"]["step"] for task in block["rescue"]] == ["keep_out", "fail"]
+    assert [task["gpuharden.k8s.bootstrap_node"]["step"] for task in block["always"]] == ["unlock"]
+
+
+def test_the_run_lock_is_taken_and_given_back_as_the_settings_name_it():
+    settings = dict(plan.settings({"gpuharden_lock_path": "/run/x.lock", "gpuharden_lock_timeout": 5}, "h"), owner="bootstrap@1")
+    assert plan.lock_args(settings, release=False) == {"owner": "bootstrap@1", "path": "/run/x.lock", "timeout": 5}
+    assert plan.lock_args(settings, release=True) == {"owner": "bootstrap@1", "path": "/run/x.lock", "state": "released"}
 
 
 def test_the_failure_report_names_the_findings_of_error_and_above_once():
@@ -233,6 +259,9 @@ def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):
                                   "NoExecute, got 'Never'")
 
 
+PYTHON_TASK = "Bootstrap | find the Python that runs the modules on the node, ship pynvml.py to it where it lacks pynvml"
+
+
 def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(tmp_path):
     """The controller as a GPU node (as test_cli's harden case), in check mode with a tag no stage has: the settings,
     python and facts steps run on it, the node's Python imports pynvml so nothing is shipped, and the last play passes."""
@@ -243,10 +272,12 @@ def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(
     assert runner.rc == 0, runner.stdout.read()[-3000:]
     assert not [entry for entry in results if entry[0] in ("runner_on_failed", "runner_on_unreachable")]
     by_task = {task: (event, res) for event, _host, task, res in results}
-    event, python = by_task["Bootstrap | find the Python that runs the modules on the node"]
+    event, python = by_task[PYTHON_TASK]
     assert event == "runner_on_ok" and python["pynvml"]["ship"] is False and python["pynvml"]["check_import"] is False
     assert python["pynvml"]["why"].startswith("the node's Python imports pynvml (")
-    assert by_task["Bootstrap | copy pynvml.py into the node Python's site-packages"][0] == "runner_on_skipped"
+    assert "copied" not in python and not python["changed"]
+    # wait_for_connection's own action skips itself in check mode
+    assert by_task["Bootstrap | wait for SSH on the new node"][0] == "runner_on_skipped"
     assert by_task["Bootstrap | gather GPU facts, refuse nodes that are not GPU nodes"][0] == "runner_on_ok"
     assert results[-1][2] == "Bootstrap | fail when the first play matched no host"
     assert results[-1][3]["why"] == "the first play had nodes to bootstrap"
@@ -263,13 +294,10 @@ KEEP_OUT = SETTINGS_FIRST + """    - block:
       rescue:
         - gpuharden.k8s.bootstrap_node:
             step: keep_out
-          vars:
-            ansible_python_interpreter: "{{ ansible_playbook_python }}"
           delegate_to: localhost
           become: false
-          register: __bootstrap_kept_out
-        - ansible.builtin.fail:
-            msg: "{{ __bootstrap_kept_out.failure }}"
+        - gpuharden.k8s.bootstrap_node:
+            step: fail
 """
 
 
