@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Action gpuharden.k8s.node_prerequisites: role node_prerequisites' work in one task (issue 45: its decisions left the
 role's Jinja for module_utils/cluster/_node_prerequisites_plan.py).  Copies the wheels (ansible.builtin.copy's own
-action, which transfers the directory), runs gpuharden.k8s.node_venv, and hands the venv's Python over as the fact
-node_prerequisites_venv_python; its result is node_venv's."""
+action, which transfers the directory) and runs gpuharden.k8s.node_venv, both with the host's own Python; its result is
+node_venv's, which the role's set_fact hands over (a module's facts would reach the play only as injected facts, which
+ansible-core 2.20 deprecates)."""
 
 from __future__ import annotations
 
@@ -47,11 +48,6 @@ class ActionModule(ActionBase):
         result.update(venv)
         result["wheels"] = copied
         result["changed"] = bool(venv.get("changed") or (copied or {}).get("changed"))
-        if venv.get("failed"):
-            return result
-        facts = plan.hand_over(venv)
-        if facts:
-            result["ansible_facts"] = dict(result.get("ansible_facts") or {}, **facts)
         return result
 
     def _copy(self, args, task_vars):

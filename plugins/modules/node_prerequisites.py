@@ -20,19 +20,18 @@ description:
   - Where the play names the host's own Python (C(__gpuharden_host_python), from the playbooks' C(vars/node_python.yml))
     the copy and M(gpuharden.k8s.node_venv) run with it, not with the play's node-task Python, which may be the venv
     this creates.
-  - Once the venv holds every package it sets the fact C(node_prerequisites_venv_python) to the venv's Python (not in
-    check mode before the venv exists); the playbooks run their node tasks with it.
+  - The role's next task sets the fact C(node_prerequisites_venv_python) from RV(python) once the venv holds every
+    package (RV(ready)); the playbooks run their node tasks with it.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
   - gpuharden.k8s._attributes
-  - gpuharden.k8s._attributes.FACTS
   - gpuharden.k8s._attributes.ACTION
 options: {}
 attributes:
   check_mode:
     support: full
-    description: As M(gpuharden.k8s.node_venv) and M(ansible.builtin.copy); no fact is set before the venv exists.
+    description: As M(gpuharden.k8s.node_venv) and M(ansible.builtin.copy).
   diff_mode:
     support: none
 seealso:
@@ -50,6 +49,10 @@ python:
   description: The venv's Python (from M(gpuharden.k8s.node_venv), as its other return values).
   returned: success
   type: str
+ready:
+  description: Whether the venv holds every package (false in check mode before the venv exists).
+  returned: success
+  type: bool
 wheels:
   description: The copy's result where C(node_prerequisites_wheels) is set, else null.
   returned: success

@@ -34,10 +34,3 @@ def test_wheels_are_copied_into_their_directory_and_installed_from_there_alone()
     assert decided["venv_args"]["find_links"] == "/var/lib/w" and decided["venv_args"]["python"] == "/usr/bin/python3.11"
     assert decided["venv_args"]["index_url"] == "https://pypi.example/simple"  # node_venv ignores it with find_links
 
-
-def test_the_venvs_python_is_handed_over_only_once_the_venv_is_ready():
-    assert plan.hand_over({"ready": True, "python": "/opt/gpuharden/venv/bin/python3"}) == {
-        "node_prerequisites_venv_python": "/opt/gpuharden/venv/bin/python3"}
-    # check mode before the venv exists: the node tasks keep the host's own Python
-    assert plan.hand_over({"ready": False, "python": "/opt/gpuharden/venv/bin/python3", "changed": True}) == {}
-    assert plan.hand_over({"failed": True}) == {}

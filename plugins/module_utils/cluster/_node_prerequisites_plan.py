@@ -4,8 +4,7 @@
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
 """Role node_prerequisites' decisions, in Python since issue 45 (its tasks made them in Jinja): whether the wheels are
-copied and where, the arguments of gpuharden.k8s.node_venv, which Python runs the node modules, and whether the venv's
-Python is handed over to the play's node tasks.  The action gpuharden.k8s.node_prerequisites calls these.
+copied and where, the arguments of gpuharden.k8s.node_venv, and which Python runs the node modules.  The action gpuharden.k8s.node_prerequisites calls these.
 
 Pure: plain values in, plain values out.  The role's variables are checked before (role_preflight's rules).
 """
@@ -15,8 +14,6 @@ from __future__ import annotations
 # The role's variables, as its defaults and argument spec name them.
 READ = ("node_prerequisites_venv", "node_prerequisites_packages", "node_prerequisites_system_python", "node_prerequisites_index_url",
         "node_prerequisites_wheels", "node_prerequisites_wheels_dest")
-# The fact the playbooks' vars/node_python.yml reads: the node tasks' Python once the venv holds every package.
-VENV_PYTHON_FACT = "node_prerequisites_venv_python"
 
 
 def plan(values, host_python=None):
@@ -37,10 +34,3 @@ def plan(values, host_python=None):
     # (gpuharden_node_python pointing at it, for the runs after the bootstrap).
     return {"copy": copy, "venv_args": venv_args, "interpreter": host_python or None}
 
-
-def hand_over(venv_result):
-    """The facts the role sets from node_venv's result: the venv's Python once it holds every package; none in check mode
-    before the venv exists (the node tasks then keep the host's own Python and report what it lacks as not checked)."""
-    if venv_result.get("ready") and venv_result.get("python"):
-        return {VENV_PYTHON_FACT: venv_result["python"]}
-    return {}
