@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import ansible_runner
 import pytest
@@ -225,15 +227,16 @@ PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
 """
 
 
-def _play(tmp_path, text, extravars):
-    """ansible-runner over ``text`` on localhost (a local connection, this Python): the runner and every event."""
+def _play(tmp_path, text, extravars, python=sys.executable):
+    """ansible-runner over ``text`` on localhost (a local connection, ``python``: this one unless named): the runner and
+    every event."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(text)
     envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     events = []
     with tempfile.TemporaryDirectory(dir=tmp_path) as private:
         runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,",
-                                    extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=sys.executable),
+                                    extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=python),
                                     quiet=True, event_handler=lambda event: events.append(event) or True)
     return runner, events
 
@@ -329,3 +332,47 @@ def test_taint_and_labels_are_checked_as_the_api_server_checks_them(name, value,
     cluster-side modules' own checks (_node_labels): the API server would refuse these after the node was bootstrapped."""
     with pytest.raises(GpuhardenError, match=re.escape(says)):
         plan.settings({name: value}, "gpu-1")
+
+
+STEPS_ON_A_NODE = SETTINGS_FIRST + """    - name: connect
+      gpuharden.k8s.bootstrap_node:
+        step: connect
+    - name: lock
+      gpuharden.k8s.bootstrap_node:
+        step: lock
+    - name: python
+      gpuharden.k8s.bootstrap_node:
+        step: python
+      # the import check's command finds the shipped file there (the probe before it does not look there)
+      environment:
+        PYTHONPATH: "{{ gpuharden_bootstrap_pynvml_dest }}"
+    - name: unlock
+      gpuharden.k8s.bootstrap_node:
+        step: unlock
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="the copy sets owner root; needs /usr/bin/python3")
+def test_the_node_steps_wait_lock_ship_pynvml_and_give_the_lock_back(tmp_path):
+    """connect, lock, python and unlock on the controller as the node, outside check mode, with a node Python that cannot
+    import pynvml (/usr/bin/python3 without nvidia-ml-py): wait_for_connection's and copy's own actions run inside the
+    steps, pynvml.py lands in gpuharden_bootstrap_pynvml_dest and the Python imports it; a second run copies nothing."""
+    if subprocess.run(["/usr/bin/python3", "-c", "import pynvml"], capture_output=True, check=False).returncode == 0:
+        pytest.skip("/usr/bin/python3 imports pynvml already")
+    import pynvml  # the controller's, nvidia-ml-py's pure-Python file
+
+    dest = tmp_path / "site"
+    dest.mkdir()
+    extravars = {"gpuharden_lock_path": str(tmp_path / "run.lock"), "gpuharden_bootstrap_pynvml_dest": str(dest),
+                 "gpuharden_bootstrap_pynvml_source": pynvml.__file__, "gpuharden_bootstrap_connect_timeout": 30}
+    for run in ("first", "second"):
+        runner, events = _play(tmp_path, STEPS_ON_A_NODE, dict(extravars), python="/usr/bin/python3")
+        results = {event["event_data"]["task"]: (event["event"], event["event_data"].get("res") or {}) for event in events
+                   if event["event"].startswith("runner_on_")}
+        assert runner.rc == 0, results
+        assert results["connect"][0] == "runner_on_ok" and results["lock"][0] == "runner_on_ok"
+        event, python = results["python"]
+        assert event == "runner_on_ok" and python["pynvml"]["ship"] is True and python["pynvml"]["dest"] == str(dest / "pynvml.py")
+        assert python["copied"]["dest"] == str(dest / "pynvml.py") and python["changed"] is (run == "first")
+        assert (dest / "pynvml.py").read_bytes() == Path(pynvml.__file__).read_bytes()
+        assert results["unlock"][0] == "runner_on_ok"
