@@ -93,8 +93,9 @@ class ActionModule(ActionBase):
         """Another action plugin's result (wait_for_connection, copy), run as a copy of this task with ``module_args``."""
         task = self._task.copy()
         task.args = dict(module_args)
-        action = self._shared_loader_obj.action_loader.get(name, task=task, connection=self._connection, play_context=self._play_context,
-                                                          loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        loader = self._shared_loader_obj.action_loader
+        action = loader.get(name, task=task, connection=self._connection, play_context=self._play_context, loader=self._loader,
+                            templar=self._templar, shared_loader_obj=self._shared_loader_obj)
         return action.run(task_vars=task_vars)
 
     def _api_args(self, settings, **module_args):

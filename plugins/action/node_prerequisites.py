@@ -53,7 +53,7 @@ class ActionModule(ActionBase):
     def _copy(self, args, task_vars):
         task = self._task.copy()
         task.args = dict(args)
-        copy = self._shared_loader_obj.action_loader.get("ansible.legacy.copy", task=task, connection=self._connection,
-                                                        play_context=self._play_context, loader=self._loader, templar=self._templar,
-                                                        shared_loader_obj=self._shared_loader_obj)
+        loader = self._shared_loader_obj.action_loader
+        copy = loader.get("ansible.legacy.copy", task=task, connection=self._connection, play_context=self._play_context,
+                          loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
         return copy.run(task_vars=task_vars)

@@ -33,4 +33,3 @@ def plan(values, host_python=None):
     # The node modules run with the host's own Python: the play's node-task Python may be the very venv this creates
     # (gpuharden_node_python pointing at it, for the runs after the bootstrap).
     return {"copy": copy, "venv_args": venv_args, "interpreter": host_python or None}
-
