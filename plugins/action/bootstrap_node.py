@@ -6,15 +6,20 @@ task (issue 45: the decisions left the playbook's Jinja for module_utils/cluster
 
 - ``settings`` (no contact with the node): the play's settings from the host's variables, checked, with the run's lock
   owner and the device plugin's tolerations.
-- ``python`` (on the node): the Python facts of the node's module Python, and whether pynvml.py is shipped to it and
-  where (the copy itself stays a task: ansible.builtin.copy transfers the file).
+- ``connect``: wait for SSH on a new node (ansible.builtin.wait_for_connection's own action), with the host's own Python.
+- ``python`` (on the node): the Python facts of the node's module Python, whether pynvml.py is shipped to it and where,
+  the copy (ansible.builtin.copy's own action, which transfers the file) and the check that the Python imports it then.
 - ``facts`` (on the node): gpu_facts, then the refusal of a host that shows no GPU.
-- ``admit`` (delegated to the controller, once for the play): label the batch's nodes that passed the post-check, remove
-  their bootstrap taint and uncordon them; the run's stats ``gpuharden_bootstrap_ready``.
+- ``lock`` / ``unlock`` (on the node): take and give back the node's run lock (node_lock) as the settings name it.
+- ``admit`` (delegated to the controller, for each node that reached it: it follows the post-check): label the node,
+  remove its bootstrap taint and uncordon it; the run's stats ``gpuharden_bootstrap_ready``.
 - ``keep_out`` (delegated to the controller, in the rescue): keep the failed node tainted and cordoned, and report it
-  (stats ``gpuharden_bootstrap_failed``); ``failure`` is the message the next task fails the node with (Ansible records
-  stats only from a successful result).
+  (stats ``gpuharden_bootstrap_failed``; Ansible records stats only from a successful result, so it does not fail).
+- ``fail`` (in the rescue, after keep_out): fail the node with the message its report makes.
 - ``no_target`` (the last play, once): fail a run whose first play matched no host.
+
+The delegated steps run their modules with the controller's Python (ansible_playbook_python): the play's interpreter
+is the node tasks' (vars/node_python.yml), a path that need not exist on the controller.
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 
-ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["settings", "python", "facts", "admit", "keep_out", "no_target"]}}
-# Set by the task after the post-check (a host that reached it passed), and by the first task of the run on localhost.
-PASSED = "__bootstrap_passed"
+STEPS = ["settings", "connect", "python", "facts", "lock", "admit", "keep_out", "fail", "unlock", "no_target"]
+ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": STEPS}}
+# Set by the first task of the run on localhost; the settings step's result is registered under SETTINGS.
 TARGETED = "__bootstrap_targeted"
 SETTINGS = "__bootstrap"
+# vars/node_python.yml's name for the host's own Python (the node's, before the venv exists)
+HOST_PYTHON = "__gpuharden_host_python"
 PROBE = ("import json, sys, sysconfig\n"
          "try:\n    import pynvml\n    found = pynvml.__file__\nexcept ImportError:\n    found = None\n"
          "print(json.dumps({'pynvml': found, 'purelib': sysconfig.get_paths()['purelib']}))\n")
@@ -68,8 +76,28 @@ class ActionModule(ActionBase):
             raise GpuhardenError("bootstrap_node: step settings has not run for this host (register it as %s)" % SETTINGS)
         return registered["settings"]
 
-    def _module(self, name, module_args):
-        return self._execute_module(module_name=name, module_args=module_args, task_vars=self._variables)
+    def _module(self, name, module_args, task_vars=None):
+        return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars or self._task_vars_for_modules())
+
+    def _task_vars_for_modules(self):
+        """The task's variables, with the controller's Python as the interpreter where the task is delegated."""
+        return on_controller(self._task, self._variables) if self._task.delegate_to else self._variables
+
+    def _host_python_vars(self):
+        """The task's variables with the host's own Python as the interpreter (vars/node_python.yml's, where the play
+        loads it): the venv the play's node tasks use may not exist yet."""
+        if HOST_PYTHON not in self._variables:
+            return self._variables
+        return dict(self._variables, ansible_python_interpreter=self._value(HOST_PYTHON))
+
+    def _action(self, name, module_args, task_vars):
+        """Another action plugin's result (wait_for_connection, copy), run as a copy of this task with ``module_args``."""
+        task = self._task.copy()
+        task.args = dict(module_args)
+        loader = self._shared_loader_obj.action_loader
+        action = loader.get(name, task=task, connection=self._connection, play_context=self._play_context, loader=self._loader,
+                            templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        return action.run(task_vars=task_vars)
 
     def _api_args(self, settings, **module_args):
         return dict(module_args, kubeconfig=settings["kubeconfig"]) if settings["kubeconfig"] else module_args
@@ -85,6 +113,11 @@ class ActionModule(ActionBase):
         tolerations = plan.device_plugin_tolerations(values.get("gpuharden_device_plugin_tolerations"), settings["taint_key"],
                                                      settings["taint_effect"])
         return {"changed": False, "settings": dict(settings, owner=owner), "device_plugin_tolerations": tolerations}
+
+    def _step_connect(self):
+        settings = self._settings()
+        return self._action("ansible.legacy.wait_for_connection", {"timeout": settings["connect_timeout"], "delay": settings["connect_delay"]},
+                            self._host_python_vars())
 
     def _step_python(self):
         settings = self._settings()
@@ -108,7 +141,19 @@ class ActionModule(ActionBase):
             controller_file = self._controller_pynvml()
         pynvml = plan.pynvml_plan(settings["ship_pynvml"], probe, settings["pynvml_source"], controller_file, settings["pynvml_dest"])
         pynvml["check_import"] = pynvml["ship"] and not self._task.check_mode
-        return {"changed": False, "ansible_facts": gathered, "python": python, "pynvml": pynvml}
+        outcome = {"changed": False, "ansible_facts": gathered, "python": python, "pynvml": pynvml}
+        if not pynvml["ship"]:
+            return outcome
+        copied = self._action("ansible.legacy.copy", dict(plan.PYNVML_COPY, src=pynvml["src"], dest=pynvml["dest"]), self._variables)
+        outcome.update(changed=bool(copied.get("changed")), copied=copied)
+        if copied.get("failed"):
+            return dict(outcome, failed=True, msg="copying pynvml.py to %s failed: %s" % (pynvml["dest"], copied.get("msg")))
+        if pynvml["check_import"]:
+            imported = self._module("ansible.legacy.command", {"argv": [python, "-c", "import pynvml"]})
+            if imported.get("failed") or imported.get("rc"):
+                raise GpuhardenError("the node's Python %s does not import the pynvml.py copied to %s: %s"
+                                     % (python, pynvml["dest"], (imported.get("stderr") or imported.get("msg") or "").strip()))
+        return outcome
 
     def _controller_pynvml(self):
         """The pynvml.py the controller's Python (the one that runs ansible-playbook) imports, or None."""
@@ -127,28 +172,27 @@ class ActionModule(ActionBase):
             raise GpuhardenError(refusal)
         return facts
 
+    def _step_lock(self):
+        return self._module("gpuharden.k8s.node_lock", plan.lock_args(self._settings(), release=False))
+
+    def _step_unlock(self):
+        return self._module("gpuharden.k8s.node_lock", plan.lock_args(self._settings(), release=True))
+
     def _step_admit(self):
         settings = self._settings()
-        hostvars = self._variables.get("hostvars") or {}
-        batch = [(host, bool(hostvars[host].get(PASSED)), hostvars[host].get(SETTINGS, {}).get("settings", {}).get("node_name", host))
-                 for host in self._variables.get("ansible_play_batch", [])]
-        nodes = plan.passed_nodes([(passed, node) for _host, passed, node in batch])
-        labelled = self._module("gpuharden.k8s.gpu_node_labels", self._api_args(
-            settings, nodes=nodes, labels=settings["labels"], taint="absent" if settings["uncordon"] else "ignore",
-            taint_key=settings["taint_key"], taint_effect=settings["taint_effect"]))
+        steps = plan.admit_args(settings)
+        labelled = self._module("gpuharden.k8s.gpu_node_labels", self._api_args(settings, **steps["labels"]))
         if labelled.get("failed"):
             return dict(labelled, labelled=labelled)
         uncordoned = None
-        if settings["uncordon"]:
-            uncordoned = self._module("gpuharden.k8s.node_maintenance", self._api_args(settings, nodes=nodes, state="uncordoned"))
+        if steps["uncordon"]:
+            uncordoned = self._module("gpuharden.k8s.node_maintenance", self._api_args(settings, **steps["uncordon"]))
             if uncordoned.get("failed"):
                 return dict(uncordoned, labelled=labelled, uncordoned=uncordoned)
         changed = bool(labelled.get("changed") or (uncordoned or {}).get("changed"))
-        ready = {host: node for host, passed, node in batch if passed}
-        outcome = {"changed": changed, "nodes": nodes, "labelled": labelled, "uncordoned": uncordoned}
-        if ready:
-            outcome["ansible_stats"] = {"data": {plan.READY_STAT: ready}, "per_host": False, "aggregate": True}
-        return outcome
+        host = self._variables["inventory_hostname"]
+        return {"changed": changed, "nodes": steps["labels"]["nodes"], "labelled": labelled, "uncordoned": uncordoned,
+                "ansible_stats": {"data": {plan.READY_STAT: {host: settings["node_name"]}}, "per_host": False, "aggregate": True}}
 
     def _step_keep_out(self):
         settings = self._settings()
@@ -165,6 +209,13 @@ class ActionModule(ActionBase):
         return {"changed": bool(tainted.get("changed") or cordoned.get("changed")), "kept_tainted": tainted, "kept_cordoned": cordoned,
                 "report": report, "failure": plan.failure_message(report, settings["taint_key"]),
                 "ansible_stats": {"data": {plan.FAILED_STAT: {host: report}}, "per_host": False, "aggregate": True}}
+
+    def _step_fail(self):
+        settings = self._settings()
+        # the report's message again, from the same facts of the rescue (keep_out could not fail and keep its stats)
+        report = plan.failure_report(settings["node_name"], self._variables.get("ansible_failed_task"),
+                                     self._variables.get("ansible_failed_result"), None, None, None)
+        raise GpuhardenError(plan.failure_message(report, settings["taint_key"]))
 
     def _step_no_target(self):
         localhost = (self._variables.get("hostvars") or {}).get("localhost") or {}

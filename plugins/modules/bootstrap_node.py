@@ -19,20 +19,28 @@ description:
     C(gpuharden_allow_non_gpu_nodes), C(gpuharden_device_plugin_tolerations)) with their defaults, and fails naming the
     variable and its value where one is wrong. It contacts no host. Register its result as C(__bootstrap), which the other
     steps read.
+  - O(step=connect) waits for SSH on a new node (the action of M(ansible.builtin.wait_for_connection), with
+    C(gpuharden_bootstrap_connect_timeout) and C(gpuharden_bootstrap_connect_delay)), with the host's own Python
+    (C(__gpuharden_host_python) from the playbooks' C(vars/node_python.yml)); skipped in check mode.
   - O(step=python) gathers the Python facts of the node's module Python and, with
     C(gpuharden_bootstrap_ship_pynvml), asks that Python whether it imports pynvml (also in check mode, as it only reads);
-    RV(pynvml) says whether C(pynvml.py) goes to the node, from where and to where. The copy is the next task's.
+    RV(pynvml) says whether C(pynvml.py) goes to the node, from where and to where. Where it goes, the step copies it
+    (the action of M(ansible.builtin.copy), RV(copied)) and, outside check mode, fails unless the Python imports it then.
   - O(step=facts) runs M(gpuharden.k8s.gpu_facts) and fails a host that shows no NVIDIA GPU unless
     C(gpuharden_allow_non_gpu_nodes).
-  - O(step=admit), delegated to the controller once for the play, labels the batch's nodes that passed the post-check
-    (C(__bootstrap_passed)) with M(gpuharden.k8s.gpu_node_labels), removes their bootstrap taint and uncordons them
-    with M(gpuharden.k8s.node_maintenance) (with C(gpuharden_bootstrap_uncordon)), and adds them to the run's stats
+  - O(step=lock) and O(step=unlock) take and give back the node's run lock with M(gpuharden.k8s.node_lock), as this run's
+    owner, at C(gpuharden_lock_path) (C(gpuharden_lock_timeout)).
+  - O(step=admit), delegated to the controller for each node that passed the post-check (the task follows it), labels
+    the node with M(gpuharden.k8s.gpu_node_labels), removes its bootstrap taint and uncordons it with
+    M(gpuharden.k8s.node_maintenance) (with C(gpuharden_bootstrap_uncordon)), and adds it to the run's stats
     C(gpuharden_bootstrap_ready).
   - O(step=keep_out), delegated to the controller in the rescue of a failed node, keeps the node tainted (value
     C(failed)) and cordoned, reports it in the run's stats C(gpuharden_bootstrap_failed) (the failed step, why, the
     post-check's findings of severity error and above, whether it was kept tainted and cordoned) and returns
-    RV(failure), the message the next task fails the node with. It does not fail itself (Ansible records stats only
-    from a successful result).
+    RV(failure). It does not fail itself (Ansible records stats only from a successful result).
+  - O(step=fail), after O(step=keep_out), fails the node with that message.
+  - The delegated steps run their modules with the controller's Python (C(ansible_playbook_python)), whatever the play's
+    interpreter is.
   - O(step=no_target) fails a run whose first play matched no host (C(__bootstrap_targeted) unset on localhost).
 author:
   - gpuharden maintainers (@gpuharden)
@@ -45,7 +53,7 @@ options:
     description: Which step runs (see the description).
     type: str
     required: true
-    choices: [settings, python, facts, admit, keep_out, no_target]
+    choices: [settings, connect, python, facts, lock, admit, keep_out, fail, unlock, no_target]
 attributes:
   check_mode:
     support: full
@@ -56,6 +64,7 @@ seealso:
   - module: gpuharden.k8s.gpu_facts
   - module: gpuharden.k8s.gpu_node_labels
   - module: gpuharden.k8s.node_maintenance
+  - module: gpuharden.k8s.node_lock
 """
 
 EXAMPLES = r"""
@@ -64,11 +73,11 @@ EXAMPLES = r"""
     step: settings
   register: __bootstrap
 
-- name: Put the nodes that passed into service
+- name: Put the node that passed into service
   gpuharden.k8s.bootstrap_node:
     step: admit
   delegate_to: localhost
-  run_once: true
+  become: false
 """
 
 RETURN = r"""
@@ -89,8 +98,12 @@ pynvml:
   description: O(step=python) - C(ship), C(why), and when shipped C(src) and C(dest); C(check_import) outside check mode.
   returned: success
   type: dict
+copied:
+  description: O(step=python) - the copy of C(pynvml.py), where it was shipped.
+  returned: when pynvml.py is shipped
+  type: dict
 nodes:
-  description: O(step=admit) - the Node names put into service.
+  description: O(step=admit) - the Node name put into service.
   returned: success
   type: list
   elements: str

@@ -163,14 +163,16 @@ def test_bootstrap_succeeds(first):
     assert "gpuharden_bootstrap_failed" not in first["custom"]
 
 
-SHIP_TASK = "Bootstrap | copy pynvml.py into the node Python's site-packages"
+# the python step ships pynvml.py itself (its result's copied: ansible.builtin.copy's)
+PYTHON_TASK = "Bootstrap | find the Python that runs the modules on the node, ship pynvml.py to it where it lacks pynvml"
 
 
 def test_the_node_packages_went_into_a_venv_not_the_system_python(lab, first):
     """The PEP 668 node: the venv holds the packages, the node tasks ran with it, pynvml.py was not shipped."""
     [venv] = [r for r in first["results"] if r["_task"] == "Node prerequisites | create the venv with the node packages"]
     assert venv["_host"] == GOOD and venv["changed"] and venv["created"] and venv["python"] == VENV + "/bin/python3"
-    assert [r["_event"] for r in first["results"] if r["_task"] == SHIP_TASK] == ["runner_on_skipped"]
+    [python] = [r for r in first["results"] if r["_task"] == PYTHON_TASK]
+    assert python["python"] == VENV + "/bin/python3" and not python["pynvml"]["ship"] and "copied" not in python
     assert _ssh(lab, GOOD, "%s/bin/python3 -c 'import pynvml, ruamel.yaml, tomlkit, yaml'" % VENV).returncode == 0
     assert _ssh(lab, GOOD, "%s -c 'import tomlkit'" % SYSTEM_PYTHON).returncode != 0
     assert _ssh(lab, GOOD, "%s -c 'import pynvml'" % NODE_PYTHON).returncode != 0
@@ -220,9 +222,9 @@ def test_a_node_whose_lost_gpu_stops_the_plugins_container_stays_out_of_service(
     assert _bootstrap_taints(node) == [(TAINT, "NoSchedule")]
     assert "gpuharden.io/hardened" not in node.metadata.labels
     # without the venv step, pynvml.py went to the node's Python
-    shipped = [r for r in failed["results"] if r["_task"] == SHIP_TASK]
+    shipped = [r for r in failed["results"] if r["_task"] == PYTHON_TASK]
     assert [(r["_host"], r["_event"], r["changed"]) for r in shipped] == [(LOST, "runner_on_ok", True)]
-    assert shipped[0]["dest"] == str(node_site_packages() / "pynvml.py")
+    assert shipped[0]["copied"]["dest"] == shipped[0]["pynvml"]["dest"] == str(node_site_packages() / "pynvml.py")
     assert _ssh(lab, LOST, "%s -c 'import pynvml'" % NODE_PYTHON).returncode == 0
     # the node before it is untouched by the other node's failure
     assert not lab["_core"].read_node(GOOD).spec.unschedulable

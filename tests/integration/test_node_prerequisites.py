@@ -32,18 +32,16 @@ WHEELS_DEST = "/var/lib/gpuharden/wheels"
 PACKAGES = ["nvidia-ml-py>=12.535,<14", "ruamel.yaml>=0.18,<0.20", "tomlkit>=0.13,<0.16", "PyYAML>=6,<7"]
 ROLE_TASK = "Node prerequisites | create the venv with the node packages"
 
-# As bootstrap_gpu_node.yml does it: the play takes the node tasks' Python from vars/node_python.yml, the role runs with
-# the host's own Python (here the system one: the test's inventory says so), gpu_facts then with the venv's.
+# As bootstrap_gpu_node.yml does it: the play takes the node tasks' Python from vars/node_python.yml, the role's action
+# runs with the host's own Python (here the system one: the test's inventory says so) by itself, gpu_facts then with the venv's.
 PLAYBOOK = """
 - hosts: all
   gather_facts: false
   vars_files: [%(vars)s]
   tasks:
-    - name: the role, with the host's own Python
+    - name: the role (its action takes the host's own Python)
       ansible.builtin.include_role:
         name: gpuharden.k8s.node_prerequisites
-      vars:
-        ansible_python_interpreter: "{{ __gpuharden_host_python }}"
     - name: gpu_facts with the play's Python
       gpuharden.k8s.gpu_facts:
     - name: gpu_facts with the host's own Python

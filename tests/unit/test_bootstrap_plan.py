@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import ansible_runner
 import pytest
@@ -150,9 +152,35 @@ def test_only_nvidia_ml_pys_single_file_is_shipped(controller_file):
 # the verdict
 
 
+def test_a_node_that_passed_is_labelled_untainted_and_uncordoned_alone():
+    """admit runs for each node that reached it (it follows the post-check; a failed node is in the rescue): it names
+    that node alone, and with gpuharden_bootstrap_uncordon false only labels it (the taint stays, no uncordon)."""
+    settings = dict(plan.settings({"gpuharden_k8s_node_name": "node-a"}, "host-a"), owner="o")
+    admitted = plan.admit_args(settings)
+    assert admitted["labels"] == {"nodes": ["node-a"], "labels": {"gpuharden.io/hardened": "true"}, "taint": "absent",
+                                  "taint_key": "gpuharden.io/bootstrap", "taint_effect": "NoSchedule"}
+    assert admitted["uncordon"] == {"nodes": ["node-a"], "state": "uncordoned"}
+    kept = plan.admit_args(dict(plan.settings({"gpuharden_bootstrap_uncordon": False}, "host-b"), owner="o"))
+    assert kept["labels"]["nodes"] == ["host-b"] and kept["labels"]["taint"] == "ignore" and kept["uncordon"] is None
+
+
 def test_only_the_nodes_that_passed_go_into_service():
-    assert plan.passed_nodes([(True, "a"), (False, "b"), (True, "c")]) == ["a", "c"]
-    assert plan.passed_nodes([(False, "b")]) == []
+    """In the playbook: admit comes after the post-check inside the block, once per node (no run_once: a node that
+    failed is in the rescue and never reaches it), and the rescue keeps the node out and fails it."""
+    play = yaml.safe_load((REPO_ROOT / "playbooks" / "bootstrap_gpu_node.yml").read_text())[0]
+    [block] = [task for task in play["tasks"] if "block" in task]
+    steps = [(task.get("gpuharden.k8s.bootstrap_node") or {}).get("step") or task.get("ansible.builtin.import_role", {}).get("name")
+             for task in block["block"]]
+    assert steps.index("gpuharden.k8s.postcheck") == len(steps) - 2 and steps[-1] == "admit"
+    assert "run_once" not in block["block"][-1] and block["block"][-1]["delegate_to"] == "localhost"
+    assert [task["gpuharden.k8s.bootstrap_node"]["step"] for task in block["rescue"]] == ["keep_out", "fail"]
+    assert [task["gpuharden.k8s.bootstrap_node"]["step"] for task in block["always"]] == ["unlock"]
+
+
+def test_the_run_lock_is_taken_and_given_back_as_the_settings_name_it():
+    settings = dict(plan.settings({"gpuharden_lock_path": "/run/x.lock", "gpuharden_lock_timeout": 5}, "h"), owner="bootstrap@1")
+    assert plan.lock_args(settings, release=False) == {"owner": "bootstrap@1", "path": "/run/x.lock", "timeout": 5}
+    assert plan.lock_args(settings, release=True) == {"owner": "bootstrap@1", "path": "/run/x.lock", "state": "released"}
 
 
 def test_the_failure_report_names_the_findings_of_error_and_above_once():
@@ -199,15 +227,16 @@ PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
 """
 
 
-def _play(tmp_path, text, extravars):
-    """ansible-runner over ``text`` on localhost (a local connection, this Python): the runner and every event."""
+def _play(tmp_path, text, extravars, python=sys.executable):
+    """ansible-runner over ``text`` on localhost (a local connection, ``python``: this one unless named): the runner and
+    every event."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(text)
     envvars = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     events = []
     with tempfile.TemporaryDirectory(dir=tmp_path) as private:
         runner = ansible_runner.run(private_data_dir=private, envvars=envvars, playbook=str(playbook), inventory="localhost,",
-                                    extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=sys.executable),
+                                    extravars=dict(extravars, ansible_connection="local", ansible_python_interpreter=python),
                                     quiet=True, event_handler=lambda event: events.append(event) or True)
     return runner, events
 
@@ -233,6 +262,9 @@ def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):
                                   "NoExecute, got 'Never'")
 
 
+PYTHON_TASK = "Bootstrap | find the Python that runs the modules on the node, ship pynvml.py to it where it lacks pynvml"
+
+
 def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(tmp_path):
     """The controller as a GPU node (as test_cli's harden case), in check mode with a tag no stage has: the settings,
     python and facts steps run on it, the node's Python imports pynvml so nothing is shipped, and the last play passes."""
@@ -243,10 +275,12 @@ def test_bootstrap_in_check_mode_on_the_controller_runs_the_steps_tagged_always(
     assert runner.rc == 0, runner.stdout.read()[-3000:]
     assert not [entry for entry in results if entry[0] in ("runner_on_failed", "runner_on_unreachable")]
     by_task = {task: (event, res) for event, _host, task, res in results}
-    event, python = by_task["Bootstrap | find the Python that runs the modules on the node"]
+    event, python = by_task[PYTHON_TASK]
     assert event == "runner_on_ok" and python["pynvml"]["ship"] is False and python["pynvml"]["check_import"] is False
     assert python["pynvml"]["why"].startswith("the node's Python imports pynvml (")
-    assert by_task["Bootstrap | copy pynvml.py into the node Python's site-packages"][0] == "runner_on_skipped"
+    assert "copied" not in python and not python["changed"]
+    # wait_for_connection's own action skips itself in check mode
+    assert by_task["Bootstrap | wait for SSH on the new node"][0] == "runner_on_skipped"
     assert by_task["Bootstrap | gather GPU facts, refuse nodes that are not GPU nodes"][0] == "runner_on_ok"
     assert results[-1][2] == "Bootstrap | fail when the first play matched no host"
     assert results[-1][3]["why"] == "the first play had nodes to bootstrap"
@@ -263,13 +297,10 @@ KEEP_OUT = SETTINGS_FIRST + """    - block:
       rescue:
         - gpuharden.k8s.bootstrap_node:
             step: keep_out
-          vars:
-            ansible_python_interpreter: "{{ ansible_playbook_python }}"
           delegate_to: localhost
           become: false
-          register: __bootstrap_kept_out
-        - ansible.builtin.fail:
-            msg: "{{ __bootstrap_kept_out.failure }}"
+        - gpuharden.k8s.bootstrap_node:
+            step: fail
 """
 
 
@@ -301,3 +332,47 @@ def test_taint_and_labels_are_checked_as_the_api_server_checks_them(name, value,
     cluster-side modules' own checks (_node_labels): the API server would refuse these after the node was bootstrapped."""
     with pytest.raises(GpuhardenError, match=re.escape(says)):
         plan.settings({name: value}, "gpu-1")
+
+
+STEPS_ON_A_NODE = SETTINGS_FIRST + """    - name: connect
+      gpuharden.k8s.bootstrap_node:
+        step: connect
+    - name: lock
+      gpuharden.k8s.bootstrap_node:
+        step: lock
+    - name: python
+      gpuharden.k8s.bootstrap_node:
+        step: python
+      # the import check's command finds the shipped file there (the probe before it does not look there)
+      environment:
+        PYTHONPATH: "{{ gpuharden_bootstrap_pynvml_dest }}"
+    - name: unlock
+      gpuharden.k8s.bootstrap_node:
+        step: unlock
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="the copy sets owner root; needs /usr/bin/python3")
+def test_the_node_steps_wait_lock_ship_pynvml_and_give_the_lock_back(tmp_path):
+    """connect, lock, python and unlock on the controller as the node, outside check mode, with a node Python that cannot
+    import pynvml (/usr/bin/python3 without nvidia-ml-py): wait_for_connection's and copy's own actions run inside the
+    steps, pynvml.py lands in gpuharden_bootstrap_pynvml_dest and the Python imports it; a second run copies nothing."""
+    if subprocess.run(["/usr/bin/python3", "-c", "import pynvml"], capture_output=True, check=False).returncode == 0:
+        pytest.skip("/usr/bin/python3 imports pynvml already")
+    import pynvml  # the controller's, nvidia-ml-py's pure-Python file
+
+    dest = tmp_path / "site"
+    dest.mkdir()
+    extravars = {"gpuharden_lock_path": str(tmp_path / "run.lock"), "gpuharden_bootstrap_pynvml_dest": str(dest),
+                 "gpuharden_bootstrap_pynvml_source": pynvml.__file__, "gpuharden_bootstrap_connect_timeout": 30}
+    for run in ("first", "second"):
+        runner, events = _play(tmp_path, STEPS_ON_A_NODE, dict(extravars), python="/usr/bin/python3")
+        results = {event["event_data"]["task"]: (event["event"], event["event_data"].get("res") or {}) for event in events
+                   if event["event"].startswith("runner_on_")}
+        assert runner.rc == 0, results
+        assert results["connect"][0] == "runner_on_ok" and results["lock"][0] == "runner_on_ok"
+        event, python = results["python"]
+        assert event == "runner_on_ok" and python["pynvml"]["ship"] is True and python["pynvml"]["dest"] == str(dest / "pynvml.py")
+        assert python["copied"]["dest"] == str(dest / "pynvml.py") and python["changed"] is (run == "first")
+        assert (dest / "pynvml.py").read_bytes() == Path(pynvml.__file__).read_bytes()
+        assert results["unlock"][0] == "runner_on_ok"

@@ -59,6 +59,7 @@ CONTROLLER_SIDE = {
     "harden_node": "action plugin of harden_gpu_nodes: runs node_lock on each node where it gives the lock back; the module file is documentation only",
     "node_plan_pods": "action plugin on the controller (tasks/node_plan_inputs.yml, run_once, runs gpu_pods_info); the module file is documentation only",
     "node_maintenance_budget": "action plugin on the controller (roles/node_maintenance budget.yml, run_once, runs disruption_budget); documentation only",
+    "node_prerequisites": "action plugin (roles/node_prerequisites): copies the wheels and runs node_venv on the node; documentation only",
     "role_preflight": "action plugin on the controller (each role's tasks/preflight.yml); the module file is documentation only, no payload",
     "stage_steps": "action plugin on the controller (playbooks/tasks/stages.yml: which steps run on a host); the module file is documentation only, no payload",
     "postcheck_step": "action plugin of roles/postcheck: runs the node modules above on each node and the controller ones "
@@ -88,9 +89,9 @@ CONTROLLER_SIDE = {
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate",
                       "device_permissions_repair", "device_plugin_stage", "drift_play", "harden_node",
                       "harden_rollout", "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage",
-                      "node_maintenance_budget", "node_maintenance_step", "node_plan_pods", "node_stages",
-                      "postcheck_step", "role_preflight", "stage_steps", "unharden_node", "unharden_report",
-                      "unharden_rollout"}
+                      "node_maintenance_budget", "node_maintenance_step", "node_plan_pods", "node_prerequisites",
+                      "node_stages", "postcheck_step", "role_preflight", "stage_steps", "unharden_node",
+                      "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side
 # payload may contain a file of a controller layer; the node layers import nothing of them (test_layers_import_downwards).

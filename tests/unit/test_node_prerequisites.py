@@ -13,9 +13,13 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
+from ansible_collections.gpuharden.k8s.plugins.action import bootstrap_node
+from ansible_collections.gpuharden.k8s.plugins.action import node_prerequisites as node_prerequisites_action
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _node_prerequisites_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import _node_venv
 from gpuharden_lab.manager import NODE_PYTHON_PACKAGES
@@ -149,7 +153,7 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
 NAMES_ITS_PYTHON = {"gpuharden.k8s." + name: name for name in ("node_maintenance_step", "node_maintenance_budget", "kubelet_topology_plan",
                                                                "cgroup_limits_immediate", "drift_play", "node_plan_pods", "unharden_node",
                                                                "unharden_rollout", "postcheck_step", "device_plugin_stage",
-                                                               "harden_rollout")}
+                                                               "harden_rollout", "bootstrap_node")}
 # The role variable each of them reads for that Python, where its role has one (test_postcheck_plan.py and
 # test_device_plugin_stage.py check the interpreter a delegated module run gets)
 ROLE_PYTHON = {"postcheck_step": "postcheck_controller_python", "device_plugin_stage": "device_plugin_controller_python",
@@ -189,14 +193,41 @@ def test_every_delegated_module_task_names_its_interpreter():
     assert [entry[:3] for entry in found if not entry[3]] == []
 
 
+def test_bootstrap_node_runs_its_delegated_modules_with_the_controllers_python():
+    """The delegated steps of bootstrap_gpu_node.yml (admit, keep_out) carry no interpreter task var: the action names
+    ansible_playbook_python for the delegated host itself; a step on the node keeps the play's node Python."""
+    task_vars = {"ansible_playbook_python": "/ctl/bin/python3", "ansible_python_interpreter": "/opt/gpuharden/venv/bin/python3",
+                 "ansible_delegated_vars": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "/opt/x/python3"}}}
+    action = object.__new__(bootstrap_node.ActionModule)
+    action._variables = task_vars
+    action._task = SimpleNamespace(delegate_to="localhost")
+    delegated = action._task_vars_for_modules()
+    assert delegated["ansible_delegated_vars"]["localhost"] == {"ansible_connection": "local", "ansible_python_interpreter": "/ctl/bin/python3"}
+    assert task_vars["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/opt/x/python3"  # a copy
+    action._task = SimpleNamespace(delegate_to=None)
+    assert action._task_vars_for_modules() is task_vars
+    play = yaml.safe_load((REPO / "playbooks" / "bootstrap_gpu_node.yml").read_text())[0]
+    tasks = [task for key in ("pre_tasks", "tasks") for entry in play[key] for task in [entry, *entry.get("block", []),
+                                                                                          *entry.get("rescue", []), *entry.get("always", [])]]
+    delegated_steps = [task["gpuharden.k8s.bootstrap_node"]["step"] for task in tasks
+                       if "gpuharden.k8s.bootstrap_node" in task and task.get("delegate_to") == "localhost"]
+    assert delegated_steps == ["admit", "keep_out"]
+
+
 def test_bootstrap_runs_the_role_with_the_hosts_python_and_the_rest_with_the_venvs():
     play = yaml.safe_load((REPO / "playbooks" / "bootstrap_gpu_node.yml").read_text())[0]
     names = [task["name"] for task in play["pre_tasks"]]
     step = next(task for task in play["pre_tasks"] if task.get("ansible.builtin.include_role", {}).get("name") == "gpuharden.k8s.node_prerequisites")
-    assert step["vars"]["ansible_python_interpreter"] == "{{ __gpuharden_host_python }}"
+    # the role's action takes the host's own Python (vars/node_python.yml's) itself, not the play's node-task Python
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert _node_prerequisites_plan.plan(defaults, "/usr/bin/python3")["interpreter"] == "/usr/bin/python3"
+    assert _node_prerequisites_plan.plan(defaults, None)["interpreter"] is None
+    assert node_prerequisites_action.HOST_PYTHON == "__gpuharden_host_python"
+    assert "__gpuharden_host_python" in yaml.safe_load((REPO / "playbooks" / "vars" / "node_python.yml").read_text())
     # after SSH is up, before the first task that needs the node packages (the Python facts, pynvml, gpu_facts)
     assert names.index("Bootstrap | wait for SSH on the new node") < names.index(step["name"])
-    assert names.index(step["name"]) < names.index("Bootstrap | find the Python that runs the modules on the node")
+    assert names.index(step["name"]) < names.index("Bootstrap | find the Python that runs the modules on the node, ship pynvml.py to it "
+                                                   "where it lacks pynvml")
 
 
 def test_every_node_play_takes_the_node_python_and_no_host_wide_interpreter():

@@ -4,9 +4,9 @@
 #
 # PRIVATE to the gpuharden.k8s collection: no compatibility promise for other users.
 """The bootstrap's decisions, in Python since issue 45 (playbooks/bootstrap_gpu_node.yml made them in Jinja): the play's
-settings and their checks, the run's lock owner, the device plugin's toleration of the bootstrap taint, whether the node
-is a GPU node, whether pynvml.py is shipped and where, which nodes passed and go into service, and the report of a node
-that failed.  The action gpuharden.k8s.bootstrap_node calls these; the playbook only calls it and registers.
+settings and their checks, the run's lock owner and the lock's arguments, the device plugin's toleration of the bootstrap
+taint, whether the node is a GPU node, whether pynvml.py is shipped and where, how a node that passed goes into service,
+and the report of a node that failed.  The action gpuharden.k8s.bootstrap_node calls these; the playbook only calls it and registers.
 
 Pure: no Ansible but its boolean parser, no I/O.  Every function takes plain values and returns plain values, or raises GpuhardenError with
 one line naming the variable and its value.
@@ -38,6 +38,8 @@ DEFAULTS = {name: playbook_default(name, PLAYBOOK[: -len(".yml")]) for name in (
 READ = tuple(DEFAULTS) + ("gpuharden_k8s_node_name", "gpuharden_run_owner", "gpuharden_device_plugin_tolerations")
 TAINT_EFFECTS = tuple(playbook_variable("gpuharden_bootstrap_taint_effect")["choices"])
 PYNVML_FILE = re.compile(r"^/.*/pynvml\.py$")
+# How pynvml.py lands in the node Python's site-packages (ansible.builtin.copy's arguments besides src and dest).
+PYNVML_COPY = {"owner": "root", "group": "root", "mode": "0644"}
 # A failed node's report names its findings of these severities (core/_vocabulary.py's scale, error and above).
 REPORTED_SEVERITIES = SEVERITIES[SEVERITIES.index("error"):]
 
@@ -160,9 +162,21 @@ def pynvml_plan(ship, probe, source, controller_file, dest):
             "why": "the node's Python cannot import pynvml"}
 
 
-def passed_nodes(batch):
-    """The Node names of the batch's hosts that passed the post-check: ``batch`` is [(passed, node name)] in play order."""
-    return [node for passed, node in batch if passed]
+def lock_args(settings, release):
+    """gpuharden.k8s.node_lock's arguments: take the node's run lock as this run's owner, or give it back."""
+    args = {"owner": settings["owner"], "path": settings["lock_path"]}
+    if release:
+        return dict(args, state="released")
+    return dict(args, timeout=settings["lock_timeout"])
+
+
+def admit_args(settings):
+    """What puts a node that passed the post-check into service: gpu_node_labels' arguments (its labels, and the bootstrap
+    taint removed where gpuharden_bootstrap_uncordon) and node_maintenance's uncordon (None: the node stays cordoned)."""
+    node = settings["node_name"]
+    labels = {"nodes": [node], "labels": settings["labels"], "taint": "absent" if settings["uncordon"] else "ignore",
+              "taint_key": settings["taint_key"], "taint_effect": settings["taint_effect"]}
+    return {"labels": labels, "uncordon": {"nodes": [node], "state": "uncordoned"} if settings["uncordon"] else None}
 
 
 def failure_report(node, failed_task, failed_result, postcheck_findings, kept_tainted, kept_cordoned):
