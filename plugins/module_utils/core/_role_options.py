@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _errors
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._jinja_filters import as_bool, as_float, as_int
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, UNSET, playbook_default
 
 
 class _Omit:
@@ -55,6 +55,32 @@ CGROUP_LIMITS_KUBELET_FIELDS = {
 # without role cgroup_limits merges none).
 OPTIONAL = {"gpuharden_node_plan": {}, "gpuharden_operator_takeover": playbook_default("gpuharden_operator_takeover"),
             "cgroup_limits_audit_kubelet_settings": {}}
+
+
+class _Undefined:
+    """A variable the calling task does not have (what ``followed``'s ``read`` returns for one)."""
+
+
+UNDEFINED = _Undefined()
+# The settings whose role default is left unset, their follows resolved here rather than by a Jinja default (the
+# table's follow_in_python): name -> (the variables read first, in order; the value where none is set, UNDEFINED for none).
+FOLLOWED = {entry["name"]: (entry["follows"], UNDEFINED if entry["default"] is UNSET else entry["default"])
+            for role in ROLES.values() for entry in role["settings"] if entry["follow_in_python"]}
+
+
+def followed(name, read):
+    """The variable ``name`` as the role reads it: ``read(name)`` where set; for one of FOLLOWED left unset, the first
+    of its follows that is set, else its default (as ``{{ a | default(b) | default(<default>) }}`` gave it); else
+    UNDEFINED.  ``read(variable)`` is the variable's templated value, or UNDEFINED where the calling task lacks it."""
+    value = read(name)
+    if value is not UNDEFINED or name not in FOLLOWED:
+        return value
+    follows, default = FOLLOWED[name]
+    for variable in follows:
+        value = read(variable)
+        if value is not UNDEFINED:
+            return value
+    return default
 
 
 def _settings_feeding(role, module):
