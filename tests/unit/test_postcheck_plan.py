@@ -18,9 +18,8 @@ from ansible.template import Templar
 from ansible_collections.gpuharden.k8s.plugins.action import postcheck_step
 from ansible_collections.gpuharden.k8s.plugins.action.check_variables import _trusted  # role files are trusted templates
 from ansible_collections.gpuharden.k8s.plugins.lookup import postcheck_audit_options
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _role_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _role_options
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = yaml.safe_load((REPO / "roles/postcheck/defaults/main.yml").read_text())

@@ -273,7 +273,7 @@ def test_kubelet_topology_takes_cgroup_limits_settings_only_where_they_are_defin
 
 
 def _reader(variables):
-    return lambda name: variables[name] if name in variables else _role_options.UNDEFINED
+    return lambda name: variables.get(name, _role_options.UNDEFINED)
 
 
 @pytest.mark.parametrize(("variables", "expected"), [
