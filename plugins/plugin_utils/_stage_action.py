@@ -16,12 +16,13 @@ from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED, followed
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import BUILT_WHERE_READ, UNDEFINED, built, followed
 
 
 def role_setting(templar, name, task_vars=None):
     """A role's variable as the role's tasks see it, templated, where set; one the settings table leaves unset in the
-    role's defaults (follow_in_python) read from its follows (core/_role_options.py followed); else UNDEFINED.  Set means
+    role's defaults (follow_in_python) read from its follows (core/_role_options.py followed); one of the options maps
+    no vars file exposes (BUILT_WHERE_READ) built from the role's variables; else UNDEFINED.  Set means
     in ``task_vars`` where given, else known to the templar: a variable that is set but whose template names an
     undefined one still fails, naming it."""
     def read(variable):
@@ -34,7 +35,8 @@ def role_setting(templar, name, task_vars=None):
             if isinstance(available, Mapping) and variable in available:
                 raise
             return UNDEFINED
-    return followed(name, read)
+    value = followed(name, read)
+    return built(name, read) if value is UNDEFINED and name in BUILT_WHERE_READ else value
 
 
 class StageAction(ActionBase):

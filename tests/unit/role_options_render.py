@@ -61,6 +61,9 @@ def main():
     for role in ROLES:
         path = BEFORE / ("%s.yml" % role) if request["vars"] == "old" else REPO / "roles" / role / "vars" / "main.yml"
         base.update(yaml.safe_load(path.read_text()))
+    if request["vars"] == "new":
+        # the maps the stage actions build where they read them, with the lookup's own builder (core/_role_options.py built)
+        base.update({name: "{{ lookup('gpuharden.k8s.role_options', '%s') }}" % name for name in request.get("built", ())})
     rendered = {}
     for case, values in request["cases"].items():
         templar = Templar(loader=DataLoader(), variables=trusted(dict(base, **values)))

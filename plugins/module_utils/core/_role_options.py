@@ -139,6 +139,14 @@ def _mig_audit(values):
     return fed("mig", "mig_layout", values) if (values["mig_layout"] or values["mig_config"] or values["mig_config_file"]) else {}
 
 
+def _mig_refused(values):
+    """The plan's refusal of the mig check (harden's node_audit; [] without a plan, or where it refused nothing)."""
+    plan = values.get("gpuharden_node_plan", OPTIONAL["gpuharden_node_plan"])
+    checks = plan.get("checks") if isinstance(plan, dict) else None
+    mig = checks.get("mig") if isinstance(checks, dict) else None
+    return mig.get("refused", []) if isinstance(mig, dict) else []
+
+
 def _device_plugin(values):
     options = dict(fed("device_plugin", "device_plugin", values), node_selector=_label(values))
     # an option that is none is left out: the module takes an option given as null as given, and refuses it where it has choices
@@ -167,7 +175,11 @@ BUILDERS = {
     "mig_audit_options": ("mig", "mig_layout", _mig_audit, ()),
     "__mig_module_options": ("mig", "mig_layout", None, ()),
     "runtime_class_audit_options": ("runtime_class", "runtime_class", None, ()),
+    "__mig_operator_refused": ("mig", None, _mig_refused, ("gpuharden_node_plan",)),
 }
+# The maps no vars/main.yml exposes: only the stage actions read them (mig_plan, mig_stage), which build them where
+# they read them (plugins/plugin_utils/_stage_action.py role_setting).
+BUILT_WHERE_READ = ("__mig_module_options", "__mig_operator_refused")
 # The same map under the name the role's own tasks pass their module (their module call and the audit take one map).
 BUILDERS["__device_permissions_module_options"] = BUILDERS["device_permissions_audit_options"]
 BUILDERS["__kubelet_topology_module_options"] = BUILDERS["kubelet_topology_audit_options"]
@@ -187,6 +199,17 @@ def _builder(name):
         raise _errors.GpuhardenError("role options %r: unknown; one of %s" % (name, ", ".join(sorted(BUILDERS))),
                                      fix="name one of the roles' options maps (plugins/module_utils/core/_role_options.py BUILDERS)")
     return BUILDERS[name]
+
+
+def built(name, read):
+    """The map ``name`` from the variables ``read`` gives (followed: as the calling task sees them), as the lookup
+    builds it; GpuhardenError naming the variables it needs and cannot read."""
+    values = {variable: followed(variable, read) for variable in inputs(name)}
+    missing = [variable for variable, value in values.items() if value is UNDEFINED and variable not in OPTIONAL]
+    if missing:
+        raise _errors.GpuhardenError("role options %s: %s undefined" % (name, ", ".join(missing)),
+                                     fix="run the task in role gpuharden.k8s.%s, whose defaults set them" % BUILDERS[name][0])
+    return options(name, {variable: value for variable, value in values.items() if value is not UNDEFINED})
 
 
 def options(name, values):
