@@ -354,7 +354,7 @@ def written_defaults(root=REPO, names=None, table=None):
 def followed_defaults(table):
     """[(path, variable, value)] of each role setting whose follows its readers resolve in Python and whose last
     follow is a gpuharden_* variable: the ``| default(<value>)`` its Jinja default wrote before (the table's default)."""
-    return [("roles/%s/defaults/main.yml" % name, entry["follows"][-1], entry["default"])
+    return [("roles/%s/defaults/main.yml (%s, left unset: followed in Python)" % (name, entry["name"]), entry["follows"][-1], entry["default"])
             for name, role in table.ROLES.items() for entry in role["settings"]
             if entry.get("follow_in_python") and entry["follows"][-1].startswith("gpuharden_") and entry["default"] is not table.UNSET]
 
