@@ -125,6 +125,8 @@ def role_default(entry, table):
     """The value defaults/main.yml gives the setting (UNSET: none)."""
     if entry["template"] is not table.UNSET:
         return entry["template"]
+    if entry.get("follow_in_python"):
+        return table.UNSET  # its readers resolve the follows (core/_role_options.py followed)
     if entry["follows"]:
         chain = list(entry["follows"]) + ([jinja_literal(entry["default"])] if entry["default"] is not table.UNSET else [])
         return "{{ %s }}" % " | ".join([chain[0]] + ["default(%s)" % item for item in chain[1:]])
@@ -208,6 +210,14 @@ def flow_value(value):
     return text[: -len("...")].strip() if text.endswith("...") else text
 
 
+def followed_note(entry, table):
+    """The line defaults/main.yml writes for a setting whose follows its Python readers resolve."""
+    chain = ["%s where set" % name for name in entry["follows"]]
+    chain += [flow_value(entry["default"])] if entry["default"] is not table.UNSET else []
+    return ("%s is left unset here, so that a value set anywhere wins; unset, the role reads %s (resolved in Python, "
+            "core/_role_options.py followed)." % (entry["name"], ", else ".join(chain)))
+
+
 def render_defaults(name, table):
     role = table.ROLES[name]
     parts = ["---\n", SPDX, GENERATED]
@@ -215,6 +225,9 @@ def render_defaults(name, table):
         parts.append("#\n" + comment(role["header"]))
     for entry in role["settings"]:
         value = role_default(entry, table)
+        if entry.get("follow_in_python"):
+            parts.append("\n" + comment(entry["doc"]) + comment(followed_note(entry, table)))
+            continue
         if value is table.UNSET:
             continue
         parts.append("\n" + comment(entry["doc"]) + "%s: %s\n" % (entry["name"], flow_value(value)))
@@ -338,13 +351,23 @@ def written_defaults(root=REPO, names=None, table=None):
     return found
 
 
+def followed_defaults(table):
+    """[(path, variable, value)] of each role setting whose follows its readers resolve in Python and whose last
+    follow is a gpuharden_* variable: the ``| default(<value>)`` its Jinja default wrote before (the table's default)."""
+    return [("roles/%s/defaults/main.yml (%s, left unset: followed in Python)" % (name, entry["name"]), entry["follows"][-1], entry["default"])
+            for name, role in table.ROLES.items() for entry in role["settings"]
+            if entry.get("follow_in_python") and entry["follows"][-1].startswith("gpuharden_") and entry["default"] is not table.UNSET]
+
+
 def default_disagreements(root=REPO, table=None):
-    """Each ``| default(<literal>)`` of a playbook variable in the playbooks and roles that is not the table's default
-    for that file (a playbook's own, or the one every playbook shares for a role or a task file), one line each."""
+    """Each ``| default(<literal>)`` of a playbook variable in the playbooks and roles (and each role default that
+    follows one in Python, followed_defaults) that is not the table's default for that file (a playbook's own, or the
+    one every playbook shares for a role or a task file), one line each."""
     table = table or load_table(root)
     variables = {entry["name"]: entry for entry in table.PLAYBOOK_VARIABLES if "name" in entry}
     problems = []
-    for path, name, value in written_defaults(root, set(variables), table):
+    found = written_defaults(root, set(variables), table) + [item for item in followed_defaults(table) if item[1] in variables]
+    for path, name, value in found:
         if value is table.UNSET:
             continue  # an expression (the run owner made up from the time): not a default the table can hold
         stem = Path(path).stem if path.count("/") == 1 and path.startswith("playbooks/") else None

@@ -51,6 +51,7 @@ from ansible.errors import AnsibleActionFail, AnsibleError, AnsibleUndefinedVari
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import FOLLOWED
 
 try:  # where a value was read (file:line:col): ansible-core 2.19 tags what its loader reads; not a public API yet
     from ansible._internal._datatag._tags import Origin
@@ -482,6 +483,9 @@ class ActionModule(ActionBase):
                 raw, own = variables[name], variables[name] != collection.option_defaults.get(name, ...)
             elif name in collection.option_defaults:
                 raw, own = _trusted(collection.option_defaults[name]), False
+            elif any(follow in variables for follow in FOLLOWED.get(name, ((),))[0]):
+                # left unset in the role's defaults: its readers take the first of its follows that is set (core/_role_options.py followed)
+                raw, own = variables[next(follow for follow in FOLLOWED[name][0] if follow in variables)], False
             else:
                 continue
             kind, outcome = self._template(templar, raw, variables)

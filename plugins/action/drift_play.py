@@ -28,8 +28,9 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import run_module_in_mode
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import role_setting, run_module_in_mode
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict", "fail"]}}
 NODE_NAME = "gpuharden_k8s_node_name"
@@ -55,7 +56,8 @@ class ActionModule(ActionBase):
 
     def _settings(self, names, task_vars):
         """The play's variables, templated as a task templates them; one undefined is None."""
-        return {name: self._templar.resolve_variable_expression(name) if name in task_vars else None for name in names}
+        settings = {name: role_setting(self._templar, name, task_vars) for name in names}
+        return {name: None if value is UNDEFINED else value for name, value in settings.items()}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

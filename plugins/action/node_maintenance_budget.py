@@ -20,8 +20,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
-from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable, role_setting
 
 ARGUMENT_SPEC = {
     "kubeconfig": {"type": "str", "default": ""},
@@ -75,8 +76,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         given = dict(self._task.args)
         for option, variable in ROLE_VARIABLES.items():
-            if option not in given and variable in task_vars:
-                given[option] = self._templar.resolve_variable_expression(variable)
+            if option not in given:
+                value = role_setting(self._templar, variable, task_vars)
+                if value is not UNDEFINED:
+                    given[option] = value
         validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(given)
         if validation.error_messages:
             raise AnsibleActionFail("node_maintenance_budget: %s" % "; ".join(validation.error_messages))

@@ -18,10 +18,12 @@ shows a check run's report (as ansible.builtin.debug shows a message); each is s
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import role_setting
 
 # Keys of a module's result that are Ansible's bookkeeping, not the module's data.
 BOOKKEEPING = ("invocation", "changed", "warnings", "deprecations", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
@@ -49,7 +51,11 @@ class ActionModule(ActionBase):
 
     def _settings(self, names):
         """The role's variables, templated as a task of the role templates them."""
-        return {name: self._templar.resolve_variable_expression(name) for name in names}
+        settings = {name: role_setting(self._templar, name) for name in names}
+        undefined = [name for name, value in settings.items() if value is UNDEFINED]
+        if undefined:
+            raise AnsibleUndefinedVariable("%s undefined: import the role gpuharden.k8s.postcheck" % ", ".join(undefined))
+        return settings
 
     def _module(self, name, args, task_vars, check_mode=None, python=None):
         """One module run over the task's connection; check_mode overrides the task's (kubelet_config only reads);

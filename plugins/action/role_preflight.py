@@ -14,6 +14,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _role_preflight as rules
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import role_setting
 
 ARGUMENT_SPEC = {"role": {"type": "str", "required": True, "choices": sorted(rules.ROLES)}}
 
@@ -24,12 +26,12 @@ class ActionModule(ActionBase):
 
     def _setting(self, name, undefined):
         """One variable, templated as a task of the role templates it; undefined maps the ones a role may lack."""
-        try:
-            return self._templar.resolve_variable_expression(name)
-        except AnsibleUndefinedVariable:
-            if name in undefined:
-                return undefined[name]
-            raise
+        value = role_setting(self._templar, name)
+        if value is not UNDEFINED:
+            return value
+        if name in undefined:
+            return undefined[name]
+        raise AnsibleUndefinedVariable("%r is undefined" % name)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

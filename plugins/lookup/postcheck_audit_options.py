@@ -39,6 +39,7 @@ _raw:
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED, followed
 
 CHECKS = ("nvml", "device_cgroups")
 
@@ -49,10 +50,14 @@ class LookupModule(LookupBase):
         if unknown or not terms:
             raise AnsibleError("gpuharden.k8s.postcheck_audit_options: terms %r: name one or more of %s" % (unknown or terms, ", ".join(CHECKS)))
         variables = variables or {}
-        missing = [name for name in plan.AUDIT_SETTINGS if name not in variables]
+
+        def read(name):
+            return self._templar.template(variables[name]) if name in variables else UNDEFINED
+
+        settings = {name: followed(name, read) for name in plan.AUDIT_SETTINGS}
+        missing = [name for name, value in settings.items() if value is UNDEFINED]
         if missing:
             raise AnsibleError("gpuharden.k8s.postcheck_audit_options: %s undefined: import the role gpuharden.k8s.postcheck (tasks_from: "
                                "audit_params.yml) first" % ", ".join(missing))
-        settings = {name: self._templar.template(variables[name]) for name in plan.AUDIT_SETTINGS}
         options = dict(zip(CHECKS, plan.audit_options(settings), strict=True))
         return [options[term] for term in terms]

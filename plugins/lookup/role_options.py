@@ -46,16 +46,22 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _errors,
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         variables = variables or {}
+
+        def read(variable):
+            return self._templar.template(variables[variable]) if variable in variables else _role_options.UNDEFINED
+
         maps = []
         for name in terms:
             try:
                 wanted = _role_options.inputs(name)
             except _errors.GpuhardenError as error:
                 raise AnsibleError("gpuharden.k8s.role_options: %s" % error) from None
-            missing = [variable for variable in wanted if variable not in variables and variable not in _role_options.OPTIONAL]
+            missing = [variable for variable in wanted if variable not in variables and variable not in _role_options.OPTIONAL
+                       and variable not in _role_options.FOLLOWED]
             if missing:
                 raise AnsibleError("gpuharden.k8s.role_options: %s: %s undefined: import the role's tasks (tasks_from: audit_params.yml) or the role "
                                    "first" % (name, ", ".join(missing)))
-            values = {variable: self._templar.template(variables[variable]) for variable in wanted if variable in variables}
+            values = {variable: _role_options.followed(variable, read) for variable in wanted}
+            values = {variable: value for variable, value in values.items() if value is not _role_options.UNDEFINED}
             maps.append(_role_options.options(name, values))
         return maps

@@ -10,10 +10,33 @@ turn the one domain exception into the task's failure.  Controller side only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import BUILT_WHERE_READ, UNDEFINED, built, followed
+
+
+def role_setting(templar, name, task_vars=None):
+    """A role's variable as the role's tasks see it, templated, where set; one the settings table leaves unset in the
+    role's defaults (follow_in_python) read from its follows (core/_role_options.py followed); one of the options maps
+    no vars file exposes (BUILT_WHERE_READ) built from the role's variables; else UNDEFINED.  Set means
+    in ``task_vars`` where given, else known to the templar: a variable that is set but whose template names an
+    undefined one still fails, naming it."""
+    def read(variable):
+        if task_vars is not None:
+            return templar.resolve_variable_expression(variable) if variable in task_vars else UNDEFINED
+        try:
+            return templar.resolve_variable_expression(variable)
+        except AnsibleUndefinedVariable:
+            available = getattr(templar, "available_variables", None)
+            if isinstance(available, Mapping) and variable in available:
+                raise
+            return UNDEFINED
+    value = followed(name, read)
+    return built(name, read) if value is UNDEFINED and name in BUILT_WHERE_READ else value
 
 
 class StageAction(ActionBase):
@@ -43,12 +66,10 @@ class StageAction(ActionBase):
         raise NotImplementedError
 
     def role_variable(self, expression, default=None):
-        """A role's variable as the role's tasks see it (templated), or ``default`` where it is undefined or null."""
-        try:
-            value = self._templar.resolve_variable_expression(expression)
-        except AnsibleUndefinedVariable:
-            return default
-        return default if value is None else value
+        """A role's variable as the role's tasks see it (templated, with role_setting's follows), or ``default`` where it
+        is undefined or null."""
+        value = role_setting(self._templar, expression)
+        return default if value is UNDEFINED or value is None else value
 
     def with_role_variables(self, args, variables):
         """The task's arguments, each one left out (None) read from the role's variable ``variables[name]``, a pair
@@ -56,11 +77,14 @@ class StageAction(ActionBase):
         return dict(args, **{name: self.role_variable(*variables[name]) for name in variables if args[name] is None})
 
     def variable(self, name, task_vars=None, **extra):
-        """One of the role's or play's variables, templated as a task of the role templates it (undefined fails the
-        task, naming it); with ``extra``, templated with those variables added to ``task_vars``."""
-        if not extra:
-            return self._templar.resolve_variable_expression(name)
-        return self._templar.copy_with_new_env(available_variables=dict(task_vars, **extra)).template(task_vars[name])
+        """One of the role's or play's variables, templated as a task of the role templates it, with role_setting's
+        follows (undefined fails the task, naming it); with ``extra``, templated with those variables added to ``task_vars``."""
+        if extra:
+            return self._templar.copy_with_new_env(available_variables=dict(task_vars, **extra)).template(task_vars[name])
+        value = role_setting(self._templar, name)
+        if value is UNDEFINED:
+            raise AnsibleUndefinedVariable("%r is undefined" % name)
+        return value
 
     def run_module(self, name, module_args, task_vars):
         """One node module's result, run on the task's host with the task's check and diff mode."""

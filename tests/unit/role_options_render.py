@@ -55,9 +55,15 @@ def main():
     base = {"inventory_hostname": "gpu-1"}
     for role in ROLES:
         base.update(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()))
+    if request["vars"] == "old":
+        # the defaults whose follows Jinja resolved then (the new lookup resolves them in Python, core/_role_options.py followed)
+        base.update(yaml.safe_load((BEFORE / "followed_defaults.yml").read_text()))
     for role in ROLES:
         path = BEFORE / ("%s.yml" % role) if request["vars"] == "old" else REPO / "roles" / role / "vars" / "main.yml"
         base.update(yaml.safe_load(path.read_text()))
+    if request["vars"] == "new":
+        # the maps the stage actions build where they read them, with the lookup's own builder (core/_role_options.py built)
+        base.update({name: "{{ lookup('gpuharden.k8s.role_options', '%s') }}" % name for name in request.get("built", ())})
     rendered = {}
     for case, values in request["cases"].items():
         templar = Templar(loader=DataLoader(), variables=trusted(dict(base, **values)))

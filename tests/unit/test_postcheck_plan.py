@@ -18,7 +18,7 @@ from ansible.template import Templar
 from ansible_collections.gpuharden.k8s.plugins.action import postcheck_step
 from ansible_collections.gpuharden.k8s.plugins.action.check_variables import _trusted  # role files are trusted templates
 from ansible_collections.gpuharden.k8s.plugins.lookup import postcheck_audit_options
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _role_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,8 +43,11 @@ def settings(**changes):
 
 
 def test_the_settings_each_step_reads_are_the_roles_variables():
+    """Each is a role default, or one the role leaves unset and its readers follow in Python (core/_role_options.py followed)."""
     names = set(plan.NODE_SETTINGS) | set(plan.CLUSTER_SETTINGS) | set(plan.VERDICT_SETTINGS) | set(plan.PREFLIGHT_SETTINGS)
-    assert names <= set(DEFAULTS), sorted(names - set(DEFAULTS))
+    known = set(DEFAULTS) | {name for name in _role_options.FOLLOWED if name.startswith("postcheck_")}
+    assert names <= known, sorted(names - known)
+    assert not set(DEFAULTS) & set(_role_options.FOLLOWED)
 
 
 @pytest.mark.parametrize(("changes", "pieces"), [
@@ -217,7 +220,8 @@ def test_the_verdict_uses_the_one_severity_scale():
 
 
 @pytest.mark.parametrize("changes", [{}, {"postcheck_nvml": False, "postcheck_device_audit": "false"},
-                                     {"postcheck_expected_gpus": 8, "postcheck_audit_devices": ["/dev/nvidia0"], "postcheck_audit_allocations": []}])
+                                     {"postcheck_expected_gpus": 8, "postcheck_audit_devices": ["/dev/nvidia0"], "postcheck_audit_allocations": []},
+                                     {"gpuharden_postcheck_device_audit": False}, {"gpuharden_postcheck_device_audit": False, "postcheck_device_audit": True}])
 def test_the_plans_audit_options_are_the_roles(changes):
     """playbooks/tasks/node_stages.yml hands node_audit the role's postcheck_audit_*_options (vars/main.yml), which the lookup
     postcheck_audit_options makes with audit_options(), from the role's variables as the task sees them."""
@@ -228,9 +232,12 @@ def test_the_plans_audit_options_are_the_roles(changes):
     templar = Templar(loader=DataLoader(), variables=variables)
     lookup = postcheck_audit_options.LookupModule(loader=DataLoader(), templar=templar)
     nvml, device_cgroups = lookup.run(["nvml", "device_cgroups"], variables)
-    resolved = {name: templar.template(variables[name]) for name in plan.AUDIT_SETTINGS}
+    resolved = {name: _role_options.followed(name, lambda variable: templar.template(variables[variable]) if variable in variables
+                                             else _role_options.UNDEFINED) for name in plan.AUDIT_SETTINGS}
     assert (nvml, device_cgroups) == plan.audit_options(resolved)
     assert bool(nvml) == plan.as_bool(resolved["postcheck_nvml"]) and bool(device_cgroups) == plan.as_bool(resolved["postcheck_device_audit"])
+    # the role leaves postcheck_device_audit unset: the fleet's gpuharden_postcheck_device_audit, unless the role's is set
+    assert bool(device_cgroups) == plan.as_bool(changes.get("postcheck_device_audit", changes.get("gpuharden_postcheck_device_audit", True)))
     if nvml:
         assert nvml["node_name"] == "gpu-a" and nvml["expected_gpus"] == changes.get("postcheck_expected_gpus")
     with pytest.raises(AnsibleError, match="name one or more of nvml, device_cgroups"):

@@ -23,6 +23,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuharden.k8s.plugins.lookup import role_options as lookup_plugin
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _role_options, _settings
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 REPO = Path(__file__).resolve().parents[2]
 RENDER = REPO / "tests" / "unit" / "role_options_render.py"
@@ -140,7 +141,7 @@ def _typed(value):
 @cache
 def _render(which):
     names = sorted(set(MAPS) | {old for olds in OLD_NAMES.values() for old in olds}) if which == "old" else MAPS
-    request = json.dumps({"vars": which, "names": names, "cases": CASES})
+    request = json.dumps({"vars": which, "names": names, "cases": CASES, "built": _role_options.BUILT_WHERE_READ})
     run = subprocess.run([sys.executable, str(RENDER)], input=request, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
@@ -178,7 +179,7 @@ def test_the_vars_files_only_call_the_lookup():
             if "gpuharden.k8s.role_options" in str(value):
                 assert value == "{{ lookup('gpuharden.k8s.role_options', '%s') }}" % name, (path, name, value)
                 exposed[name] = path.parts[-3]
-    assert sorted(exposed) == MAPS
+    assert sorted(exposed) == sorted(set(MAPS) - set(_role_options.BUILT_WHERE_READ))
     assert all(exposed[name] == _role_options.BUILDERS[name][0] for name in exposed), exposed
 
 
@@ -266,3 +267,66 @@ def test_kubelet_topology_takes_cgroup_limits_settings_only_where_they_are_defin
     assert _lookup(alone).run(["kubelet_topology_audit_options"], alone)[0]["settings"] == {}
     both = dict(alone, cgroup_limits_audit_kubelet_settings={"memoryThrottlingFactor": 0.9})
     assert _lookup(both).run(["kubelet_topology_audit_options"], both)[0]["settings"] == {"memoryThrottlingFactor": 0.9}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The settings the roles leave unset, their follows resolved in Python (the table's follow_in_python)
+
+
+def _reader(variables):
+    return lambda name: variables.get(name, _role_options.UNDEFINED)
+
+
+@pytest.mark.parametrize(("variables", "expected"), [
+    ({}, "error"),  # nothing set: the table's default
+    ({"gpuharden_postcheck_fail_severity": "warning"}, "warning"),  # the fleet-wide variable
+    ({"gpuharden_postcheck_fail_severity": "warning", "postcheck_fail_severity": "error"}, "error"),  # the role's, even equal to the default
+    ({"gpuharden_postcheck_fail_severity": None}, None),  # set to null: null, as default() kept it
+])
+def test_an_unset_setting_follows_its_variables_then_the_default(variables, expected):
+    assert _role_options.followed("postcheck_fail_severity", _reader(variables)) == expected
+
+
+def test_a_follow_without_a_default_and_a_setting_not_followed():
+    assert _role_options.followed("postcheck_node_name", _reader({"inventory_hostname": "gpu-1"})) == "gpu-1"
+    assert _role_options.followed("postcheck_node_name", _reader({})) is _role_options.UNDEFINED
+    assert _role_options.followed("postcheck_nvml", _reader({})) is _role_options.UNDEFINED
+    assert _role_options.followed("postcheck_nvml", _reader({"postcheck_nvml": False})) is False
+
+
+def test_the_followed_settings_are_those_the_table_marks_and_no_defaults_file_sets():
+    marked = {entry["name"] for role in _settings.ROLES.values() for entry in role["settings"] if entry["follow_in_python"]}
+    assert set(_role_options.FOLLOWED) == marked and len(marked) >= 10
+    for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
+        written = set(yaml.safe_load(path.read_text()) or {})
+        assert not written & marked, (path, written & marked)
+    assert all(_role_options.FOLLOWED[name][0] for name in marked)  # each follows something
+
+
+def test_the_lookup_follows_the_fleet_variable_where_the_role_leaves_it_unset():
+    variables = dict(CASES["the defaults"])
+    base = {"inventory_hostname": "gpu-1"}
+    for role in ("mig",):
+        base.update(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()))
+    fleet = dict(base, **variables, gpuharden_mig_layout={"all": {"1g.10gb": 7}})
+    assert _lookup(fleet).run(["mig_audit_options"], fleet)[0]["layout"] == {"all": {"1g.10gb": 7}}
+    own = dict(fleet, mig_layout={"0": {"2g.20gb": 3}})
+    assert _lookup(own).run(["mig_audit_options"], own)[0]["layout"] == {"0": {"2g.20gb": 3}}
+    assert _lookup(base).run(["mig_audit_options"], base)[0] == {}  # neither: {} (no layout asked for)
+
+
+@pytest.mark.parametrize(("plan", "expected"), [
+    (None, []), ({}, []), ({"checks": {}}, []), ({"checks": {"mig": {"changed": False}}}, []),
+    ({"checks": {"mig": {"refused": [{"what": "mig", "why": "the MIG manager", "fix": "takeover"}]}}},
+     [{"what": "mig", "why": "the MIG manager", "fix": "takeover"}]),
+])
+def test_the_mig_refusal_built_where_the_action_reads_it(plan, expected):
+    read = _reader({} if plan is None else {"gpuharden_node_plan": plan})
+    assert _role_options.built("__mig_operator_refused", read) == expected
+
+
+def test_a_map_built_where_read_needs_the_roles_variables():
+    variables = _defaults("mig")
+    assert _role_options.built("__mig_module_options", _reader(dict(variables, mig_layout={"all": {"1g.10gb": 7}})))["layout"] == {"all": {"1g.10gb": 7}}
+    with pytest.raises(GpuhardenError, match="role options __mig_module_options: mig_config, .* undefined"):
+        _role_options.built("__mig_module_options", _reader({}))

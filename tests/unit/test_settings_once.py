@@ -59,6 +59,8 @@ def _same_map(role, fact):
     defined = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
     if fact not in defined:
         raise AssertionError("roles/%s/vars/main.yml defines no %s" % (role, fact))
+    # and those the stage actions build where they read them (core/_role_options.py BUILT_WHERE_READ)
+    defined = list(defined) + [name for name in _role_options.BUILT_WHERE_READ if _role_options.BUILDERS[name][0] == role]
     return {name for name in defined if name in _role_options.BUILDERS and _role_options.BUILDERS[name][:2] == _role_options.BUILDERS[fact][:2]}
 
 

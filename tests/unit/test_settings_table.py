@@ -22,7 +22,7 @@ import yaml
 from ansible_collections.gpuharden.k8s.plugins.action import check_variables as cv
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin, _device_plugin_reconcile, _runtime_class
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults, _findings, _stage_plan, _vocabulary
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _defaults, _findings, _role_options, _stage_plan, _vocabulary
 from ansible_collections.gpuharden.k8s.plugins.module_utils.node import (
     _cgroup_memory,
     _containerd,
@@ -141,8 +141,12 @@ def test_a_change_in_the_table_reaches_every_generated_file(tmp_path):
 def test_every_playbook_fallback_is_the_tables_default():
     written = settings.written_defaults()
     # the scan reads every playbook and role file with Jinja's parser: it finds the fallbacks (78 at 942d3bb, 52 once the
-    # drift and unharden actions read theirs from the table themselves, 36 once harden's steps do, plugins/action/harden_node.py)
-    assert len(written) > 30 and {path.split("/")[0] for path, _name, _value in written} == {"playbooks", "roles"}
+    # drift and unharden actions read theirs from the table themselves, 30 once the roles' readers followed some in Python)
+    assert len(written) > 20 and {path.split("/")[0] for path, _name, _value in written} == {"playbooks", "roles"}
+    # those the roles' readers follow in Python are checked with them (the table's role default against its variable's)
+    followed = settings.followed_defaults(settings.load_table())
+    assert ("roles/postcheck/defaults/main.yml (postcheck_fail_severity, left unset: followed in Python)", "gpuharden_postcheck_fail_severity",
+            "error") in followed and len(followed) >= 10
     assert ("playbooks/harden_gpu_nodes.yml", "gpuharden_max_fail_percentage", 0) in written
     assert settings.default_disagreements() == []
 
@@ -252,8 +256,10 @@ def test_the_shared_defaults_reach_the_modules_and_the_roles():
     runtime_name = defaults["container_runtime"]["container_runtime_runtime_name"]
     assert _containerd.argument_spec()["runtime_name"]["default"] == runtime_name == _defaults.NVIDIA_RUNTIME_NAME
     # the device plugin role follows the runtime_class role's RuntimeClass, and that the container runtime's handler
-    assert defaults["device_plugin"]["device_plugin_runtime_class_name"] == "{{ runtime_class_name | default('nvidia') }}"
-    assert defaults["runtime_class"]["runtime_class_handler"] == "{{ container_runtime_handler | default('nvidia') }}"
+    # (each left unset in the role's defaults, its readers follow it in Python: core/_role_options.py followed)
+    assert "device_plugin_runtime_class_name" not in defaults["device_plugin"] and "runtime_class_handler" not in defaults["runtime_class"]
+    assert _role_options.FOLLOWED["device_plugin_runtime_class_name"] == (("runtime_class_name",), _defaults.RUNTIME_CLASS_NAME)
+    assert _role_options.FOLLOWED["runtime_class_handler"] == (("container_runtime_handler",), _defaults.NVIDIA_RUNTIME_NAME)
     assert _device_plugin_reconcile.OPTIONS["version"]["default"] is _defaults.DEVICE_PLUGIN_VERSION
     assert _runtime_class.OBJECT_OPTIONS["name"]["default"] is _defaults.RUNTIME_CLASS_NAME
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _errors
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._jinja_filters import as_bool, as_float, as_int
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, playbook_default
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import ROLES, UNSET, playbook_default
 
 
 class _Omit:
@@ -55,6 +55,32 @@ CGROUP_LIMITS_KUBELET_FIELDS = {
 # without role cgroup_limits merges none).
 OPTIONAL = {"gpuharden_node_plan": {}, "gpuharden_operator_takeover": playbook_default("gpuharden_operator_takeover"),
             "cgroup_limits_audit_kubelet_settings": {}}
+
+
+class _Undefined:
+    """A variable the calling task does not have (what ``followed``'s ``read`` returns for one)."""
+
+
+UNDEFINED = _Undefined()
+# The settings whose role default is left unset, their follows resolved here rather than by a Jinja default (the
+# table's follow_in_python): name -> (the variables read first, in order; the value where none is set, UNDEFINED for none).
+FOLLOWED = {entry["name"]: (entry["follows"], UNDEFINED if entry["default"] is UNSET else entry["default"])
+            for role in ROLES.values() for entry in role["settings"] if entry["follow_in_python"]}
+
+
+def followed(name, read):
+    """The variable ``name`` as the role reads it: ``read(name)`` where set; for one of FOLLOWED left unset, the first
+    of its follows that is set, else its default (as ``{{ a | default(b) | default(<default>) }}`` gave it); else
+    UNDEFINED.  ``read(variable)`` is the variable's templated value, or UNDEFINED where the calling task lacks it."""
+    value = read(name)
+    if value is not UNDEFINED or name not in FOLLOWED:
+        return value
+    follows, default = FOLLOWED[name]
+    for variable in follows:
+        value = read(variable)
+        if value is not UNDEFINED:
+            return value
+    return default
 
 
 def _settings_feeding(role, module):
@@ -113,6 +139,14 @@ def _mig_audit(values):
     return fed("mig", "mig_layout", values) if (values["mig_layout"] or values["mig_config"] or values["mig_config_file"]) else {}
 
 
+def _mig_refused(values):
+    """The plan's refusal of the mig check (harden's node_audit; [] without a plan, or where it refused nothing)."""
+    plan = values.get("gpuharden_node_plan", OPTIONAL["gpuharden_node_plan"])
+    checks = plan.get("checks") if isinstance(plan, dict) else None
+    mig = checks.get("mig") if isinstance(checks, dict) else None
+    return mig.get("refused", []) if isinstance(mig, dict) else []
+
+
 def _device_plugin(values):
     options = dict(fed("device_plugin", "device_plugin", values), node_selector=_label(values))
     # an option that is none is left out: the module takes an option given as null as given, and refuses it where it has choices
@@ -141,7 +175,11 @@ BUILDERS = {
     "mig_audit_options": ("mig", "mig_layout", _mig_audit, ()),
     "__mig_module_options": ("mig", "mig_layout", None, ()),
     "runtime_class_audit_options": ("runtime_class", "runtime_class", None, ()),
+    "__mig_operator_refused": ("mig", None, _mig_refused, ("gpuharden_node_plan",)),
 }
+# The maps no vars/main.yml exposes: only the stage actions read them (mig_plan, mig_stage), which build them where
+# they read them (plugins/plugin_utils/_stage_action.py role_setting).
+BUILT_WHERE_READ = ("__mig_module_options", "__mig_operator_refused")
 # The same map under the name the role's own tasks pass their module (their module call and the audit take one map).
 BUILDERS["__device_permissions_module_options"] = BUILDERS["device_permissions_audit_options"]
 BUILDERS["__kubelet_topology_module_options"] = BUILDERS["kubelet_topology_audit_options"]
@@ -161,6 +199,17 @@ def _builder(name):
         raise _errors.GpuhardenError("role options %r: unknown; one of %s" % (name, ", ".join(sorted(BUILDERS))),
                                      fix="name one of the roles' options maps (plugins/module_utils/core/_role_options.py BUILDERS)")
     return BUILDERS[name]
+
+
+def built(name, read):
+    """The map ``name`` from the variables ``read`` gives (followed: as the calling task sees them), as the lookup
+    builds it; GpuhardenError naming the variables it needs and cannot read."""
+    values = {variable: followed(variable, read) for variable in inputs(name)}
+    missing = [variable for variable, value in values.items() if value is UNDEFINED and variable not in OPTIONAL]
+    if missing:
+        raise _errors.GpuhardenError("role options %s: %s undefined" % (name, ", ".join(missing)),
+                                     fix="run the task in role gpuharden.k8s.%s, whose defaults set them" % BUILDERS[name][0])
+    return options(name, {variable: value for variable, value in values.items() if value is not UNDEFINED})
 
 
 def options(name, values):

@@ -21,6 +21,10 @@ A role setting:
   defaults/main.yml: an inventory's gpuharden_* variable, another role's variable, an Ansible magic variable); the
   argument spec then has no default, since its value is the first of them that is set;
 - ``template``: a default that is a Jinja expression of its own (written as it is; no argument spec default);
+- ``follow_in_python``: the follows are resolved where the setting is read, in Python (core/_role_options.py
+  ``followed``: the role_options lookup, the stage actions, role_preflight, postcheck_step, drift_play), not in Jinja:
+  defaults/main.yml leaves the setting unset (a comment says so), so that a value set anywhere, even one equal to the
+  default, still wins over the followed variables.  Only for a setting no Jinja reads (issue 45 item 1);
 - ``stage``: the role (the harden stage tag where the role is a stage, see STAGES);
 - ``feeds``: (module, option) the role passes the setting to (core/_role_options.py builds the roles' options maps from it);
 - ``feed_as``: how it is passed, where not as it is: ``float``/``bool`` (cast), ``omit_empty``/``omit_none`` (left out where
@@ -57,11 +61,11 @@ FORMATS = ("count_or_percent", "serial", "percentage")
 
 
 def setting(name, type, doc, default=UNSET, follows=(), template=UNSET, elements=None, choices=None, entry_points=None, entry_docs=None, feeds=None,  # noqa: A002
-            feed_as=None):
+            feed_as=None, follow_in_python=False):
     """One role option (see the module's docstring)."""
     return {"name": name, "type": type, "doc": doc, "default": default, "follows": tuple(follows), "template": template,
             "elements": elements, "choices": choices, "entry_points": entry_points, "entry_docs": entry_docs or {}, "feeds": feeds,
-            "feed_as": feed_as}
+            "feed_as": feed_as, "follow_in_python": follow_in_python}
 
 
 def entry(short_description, description):
@@ -97,13 +101,14 @@ def controller_python(role):
                    follows=("ansible_playbook_python",))
 
 
-def api_access(role):
-    """The settings every role that calls the Kubernetes API from the controller has, in this order."""
+def api_access(role, follow_in_python=False):
+    """The settings every role that calls the Kubernetes API from the controller has, in this order; ``follow_in_python``:
+    every reader of the role's kubeconfig is Python (see setting's follow_in_python)."""
     return (
         setting(role + "_kubeconfig", "str",
                 "kubeconfig on the controller; default C(gpuharden_kubeconfig). Empty uses the default kubeconfig or the in-cluster "
                 "service account.",
-                follows=("gpuharden_kubeconfig",), default=""),
+                follows=("gpuharden_kubeconfig",), default="", follow_in_python=follow_in_python),
         setting(role + "_kube_context", "str", "kubeconfig context; empty uses the current one.", default=""),
         controller_python(role),
     )
@@ -134,7 +139,7 @@ ROLES = {
         settings=(
             setting('cgroup_limits_cgroup_root', 'str',
                     "Where the node's cgroup v2 hierarchy is mounted; default C(gpuharden_cgroup_root), else /sys/fs/cgroup.",
-                    follows=('gpuharden_cgroup_root',),
+                    follows=('gpuharden_cgroup_root',), follow_in_python=True,
                     default='/sys/fs/cgroup',
                     feeds=('cgroup_memory', 'cgroup_root'),
                     ),
@@ -494,7 +499,7 @@ ROLES = {
                     ),
             setting('device_plugin_mig_strategy', 'str',
                     'migStrategy; default C(gpuharden_mig_strategy), else none.',
-                    follows=('gpuharden_mig_strategy',),
+                    follows=('gpuharden_mig_strategy',), follow_in_python=True,
                     default='none',
                     feeds=('device_plugin', 'mig_strategy'),
                     ),
@@ -557,7 +562,7 @@ ROLES = {
                         "The plugin pods' RuntimeClass (handler = containerd's nvidia runtime); default C(runtime_class_name), else nvidia.",
                         "Empty means nvidia is containerd's default runtime on every GPU node.",
                     ],
-                    follows=('runtime_class_name',),
+                    follows=('runtime_class_name',), follow_in_python=True,
                     default=RUNTIME_CLASS_NAME,
                     feeds=('device_plugin', 'runtime_class_name'),
                     ),
@@ -723,7 +728,7 @@ ROLES = {
                         'Further KubeletConfiguration fields, deep-merged (MemoryQoS from the cgroup_limits role).',
                         'Defaults to C(gpuharden_kubelet_extra_settings), the name other roles pass.',
                     ],
-                    follows=('gpuharden_kubelet_extra_settings',),
+                    follows=('gpuharden_kubelet_extra_settings',), follow_in_python=True,
                     default={},
                     ),
             setting('kubelet_topology_flavor', 'str',
@@ -902,7 +907,7 @@ ROLES = {
         settings=(
             setting('mig_layout', 'dict',
                     'Short form, for example C({all: {"1g.10gb": 7}}); default C(gpuharden_mig_layout).',
-                    follows=('gpuharden_mig_layout',),
+                    follows=('gpuharden_mig_layout',), follow_in_python=True,
                     default={},
                     feeds=('mig_layout', 'layout'),
                     feed_as='omit_empty',
@@ -1020,7 +1025,7 @@ ROLES = {
                     entry_points=('main',),
                     ),
             node_name('node_maintenance'),
-            *api_access('node_maintenance'),
+            *api_access('node_maintenance', follow_in_python=True),
             setting('node_maintenance_force', 'bool',
                     'Also evict pods without a controller. Never overrides a PodDisruptionBudget.',
                     default=False,
@@ -1071,7 +1076,7 @@ ROLES = {
                         'The most GPU nodes unavailable at once, a count or a percentage of the GPU fleet (rounded down, at least one).',
                         'Default C(gpuharden_max_unavailable), else 1.',
                     ],
-                    follows=('gpuharden_max_unavailable',),
+                    follows=('gpuharden_max_unavailable',), follow_in_python=True,
                     default=1,
                     entry_points=('main', 'cordon_drain', 'budget'),
                     ),
@@ -1114,7 +1119,7 @@ ROLES = {
                             "resumed by the next harden; a cordon without the record (someone else's) is left as it is."
                         ),
                     ],
-                    follows=('gpuharden_run_owner',),
+                    follows=('gpuharden_run_owner',), follow_in_python=True,
                     default='',
                     entry_points=('main', 'cordon_drain', 'uncordon'),
                     ),
@@ -1219,7 +1224,7 @@ ROLES = {
                         'Default C(gpuharden_postcheck_fail_severity), else V(error).',
                     ],
                     choices=FAIL_CHOICES,
-                    follows=('gpuharden_postcheck_fail_severity',),
+                    follows=('gpuharden_postcheck_fail_severity',), follow_in_python=True,
                     default='error',
                     ),
             setting('postcheck_fail_in_check_mode', 'bool',
@@ -1231,7 +1236,7 @@ ROLES = {
                     ),
             setting('postcheck_node_name', 'str',
                     "The node's Kubernetes name (default C(inventory_hostname)).",
-                    follows=('inventory_hostname',),
+                    follows=('inventory_hostname',), follow_in_python=True,
                     ),
             setting('postcheck_nvml', 'bool',
                     'Run the NVML post-check.',
@@ -1282,10 +1287,10 @@ ROLES = {
                     elements='str',
                     default=['nvidia.com/gpu'],
                     ),
-            *api_access('postcheck'),
+            *api_access('postcheck', follow_in_python=True),
             setting('postcheck_device_audit', 'bool',
                     ['Run the eBPF device-cgroup isolation audit on the node. Default C(gpuharden_postcheck_device_audit), else true.'],
-                    follows=('gpuharden_postcheck_device_audit',),
+                    follows=('gpuharden_postcheck_device_audit',), follow_in_python=True,
                     default=True,
                     ),
             setting('postcheck_cgroup_root', 'str',
@@ -1320,7 +1325,7 @@ ROLES = {
                             'C(gpuharden_postcheck_consistency), else true.'
                         ),
                     ],
-                    follows=('gpuharden_postcheck_consistency',),
+                    follows=('gpuharden_postcheck_consistency',), follow_in_python=True,
                     default=True,
                     ),
             setting('postcheck_advertise_settle_seconds', 'int',
@@ -1407,7 +1412,7 @@ ROLES = {
                     ),
             setting('runtime_class_handler', 'str',
                     "containerd's runtime name; default the C(container_runtime_handler) fact, else nvidia.",
-                    follows=('container_runtime_handler',),
+                    follows=('container_runtime_handler',), follow_in_python=True,
                     default=NVIDIA_RUNTIME_NAME,
                     feeds=('runtime_class', 'handler'),
                     ),
