@@ -35,6 +35,9 @@ NODE_SIDE_STAGES = ("device_permissions", "container_runtime", "kubelet_topology
 CHECK_OF_ACTION = {
     "gpuharden.k8s.nvidia_device_nodes": "device_nodes",
     "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
+    # the action that runs containerd_nvidia_runtime for role container_runtime's write (plugins/action/container_runtime_stage.py):
+    # its result is containerd_nvidia_runtime's
+    "gpuharden.k8s.container_runtime_stage": "containerd",
     "gpuharden.k8s.kubelet_config": "kubelet",
     # the action that runs kubelet_config for role kubelet_topology's write (plugins/action/kubelet_topology_apply.py):
     # its result is kubelet_config's

@@ -25,7 +25,7 @@ from gpuharden_lab import REPO_ROOT
 # Module -> where it runs (playbook or role task that calls it).
 NODE_SIDE = {
     "cgroup_memory": "roles/cgroup_limits (immediate.yml, preflight.yml) on each node",
-    "containerd_nvidia_runtime": "roles/container_runtime on each node",
+    "containerd_nvidia_runtime": "roles/container_runtime on each node (its container_runtime_stage action)",
     "device_cgroup_audit": "roles/postcheck on each node (reads the node's cgroups and BPF programs)",
     "gpu_facts": "pre_tasks of bootstrap, audit_node, roles/kubelet_topology plan.yml, on each node",
     "kubelet_config": "roles/kubelet_topology, roles/postcheck on each node",
@@ -50,6 +50,11 @@ CONTROLLER_SIDE = {
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
     "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
+    "container_runtime_stage": "action plugin (roles/container_runtime main.yml): runs stat and containerd_nvidia_runtime "
+                               "on the node; documentation only",
+    "container_runtime_wave": "action plugin (tasks/stage_container_runtime.yml): harden_rollout's wave step, run_once, runs "
+                              "disruption_budget delegated to localhost; documentation only",
+    "runtime_class_stage": "action plugin (roles/runtime_class main.yml, run_once): runs runtime_class delegated to localhost; documentation only",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
     "drift_play": "action plugin on the controller (drift_check.yml's start, cluster side and verdict: runs gpu_consistency and runtime_class "
                   "delegated to localhost); the module file is documentation only, no payload",
@@ -67,7 +72,7 @@ CONTROLLER_SIDE = {
     "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
-    "runtime_class": "roles/runtime_class, drift_check (its drift_play action), delegate_to localhost, run_once",
+    "runtime_class": "roles/runtime_class (its runtime_class_stage action), drift_check (its drift_play action), delegate_to localhost, run_once",
     "topology_check": "roles/kubelet_topology plan.yml, roles/postcheck (without workloads), delegate_to localhost "
                       "per node: it weighs the workloads gpu_workloads_info or gpu_consistency listed on the controller",
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
@@ -78,7 +83,8 @@ CONTROLLER_SIDE = {
                         "file is documentation only",
 }
 # The module files of action plugins that run no module of their own name.
-DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "drift_play", "harden_rollout",
+DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate", "container_runtime_stage",
+                      "container_runtime_wave", "drift_play", "harden_rollout", "runtime_class_stage",
                       "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget", "node_maintenance_step",
                       "node_plan_pods", "node_stages", "postcheck_step", "role_preflight", "unharden_node", "unharden_report", "unharden_rollout"}
 

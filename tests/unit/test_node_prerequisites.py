@@ -143,6 +143,8 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
                                                                                                 "gpuharden.k8s.cluster_stage_gate",
                                                                                                 # names each module's controller Python itself
                                                                                                 "gpuharden.k8s.drift_play",
+                                                                                                "gpuharden.k8s.container_runtime_wave",
+                                                                                                "gpuharden.k8s.runtime_class_stage",
                                                                                                 "gpuharden.k8s.role_preflight"}
 
 

@@ -41,7 +41,8 @@ def _tasks(data):
 PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
 # role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py)
-RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage"}
+RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage", "container_runtime": "gpuharden.k8s.container_runtime_stage",
+                 "runtime_class": "gpuharden.k8s.runtime_class_stage"}
 
 
 def _action_reads(action, names):
