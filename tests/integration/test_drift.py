@@ -37,6 +37,9 @@ CHECK_OF_ACTION = {
     # the action that runs nvidia_device_nodes for role device_permissions (plugins/action/device_permissions_repair.py)
     "gpuharden.k8s.device_permissions_repair": "device_nodes",
     "gpuharden.k8s.containerd_nvidia_runtime": "containerd",
+    # the action that runs containerd_nvidia_runtime for role container_runtime's write (plugins/action/container_runtime_stage.py):
+    # its result is containerd_nvidia_runtime's
+    "gpuharden.k8s.container_runtime_stage": "containerd",
     "gpuharden.k8s.kubelet_config": "kubelet",
     # the action that runs kubelet_config for role kubelet_topology's write (plugins/action/kubelet_topology_apply.py):
     # its result is kubelet_config's

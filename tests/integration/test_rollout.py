@@ -110,7 +110,7 @@ def test_containerd_restarts_on_a_canary_first_then_in_waves_within_the_budget(f
     with ReadyWatcher(fresh, FRESH[0]) as watcher:
         rc, events, output = harden(fresh, tags=["container_runtime"], extravars={"gpuharden_max_unavailable": 2})
     assert rc == 0, output[-5000:]
-    restarts = {host: res["readiness"] for host, res in results(events, "gpuharden.k8s.containerd_nvidia_runtime").items()
+    restarts = {host: res["readiness"] for host, res in results(events, "gpuharden.k8s.container_runtime_stage").items()
                 if res.get("restarted")}
     assert set(restarts) == set(FRESH), sorted(restarts)
     canary = min(restarts, key=lambda host: restarts[host]["restarted_at"])

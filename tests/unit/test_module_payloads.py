@@ -52,6 +52,11 @@ CONTROLLER_SIDE = {
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
     "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
+    "container_runtime_stage": "action plugin (roles/container_runtime main.yml): runs stat and containerd_nvidia_runtime "
+                               "on the node; documentation only",
+    "container_runtime_wave": "action plugin (tasks/stage_container_runtime.yml): harden_rollout's wave step, run_once, runs "
+                              "disruption_budget delegated to localhost; documentation only",
+    "runtime_class_stage": "action plugin (roles/runtime_class main.yml, run_once): runs runtime_class delegated to localhost; documentation only",
     "cluster_stage_gate": "action plugin on the controller (the stage engine's play-wide gate); the module file is documentation only, no payload",
     "drift_play": "action plugin on the controller (drift_check.yml's start, cluster side and verdict: runs gpu_consistency and runtime_class "
                   "delegated to localhost); the module file is documentation only, no payload",
@@ -75,7 +80,7 @@ CONTROLLER_SIDE = {
     "gpu_workloads_info": "roles/postcheck without the consistency check (run_once), roles/kubelet_topology "
                           "plan.yml (the batch's first host whose policy tightens), delegate_to localhost",
     "node_maintenance": "roles/node_maintenance (cordon, drain, uncordon), bootstrap, delegate_to localhost",
-    "runtime_class": "roles/runtime_class, drift_check (its drift_play action), delegate_to localhost, run_once",
+    "runtime_class": "roles/runtime_class (its runtime_class_stage action), drift_check (its drift_play action), delegate_to localhost, run_once",
     "topology_check": "roles/kubelet_topology plan.yml, roles/postcheck (without workloads), delegate_to localhost "
                       "per node: it weighs the workloads gpu_workloads_info or gpu_consistency listed on the controller",
     "unharden_cluster": "unharden_gpu_nodes, delegate_to localhost, run_once",
@@ -87,10 +92,11 @@ CONTROLLER_SIDE = {
 }
 # The module files of action plugins that run no module of their own name.
 DOCUMENTATION_ONLY = {"bootstrap_node", "cgroup_limits_immediate", "check_variables", "cluster_stage_gate",
-                      "device_permissions_repair", "device_plugin_stage", "drift_play", "harden_node",
-                      "harden_rollout", "kubelet_topology_apply", "kubelet_topology_plan", "mig_plan", "mig_stage",
-                      "node_maintenance_budget", "node_maintenance_step", "node_plan_pods", "node_prerequisites",
-                      "node_stages", "postcheck_step", "role_preflight", "stage_steps", "unharden_node",
+                      "container_runtime_stage", "container_runtime_wave", "device_permissions_repair",
+                      "device_plugin_stage", "drift_play", "harden_node", "harden_rollout", "kubelet_topology_apply",
+                      "kubelet_topology_plan", "mig_plan", "mig_stage", "node_maintenance_budget",
+                      "node_maintenance_step", "node_plan_pods", "node_prerequisites", "node_stages",
+                      "postcheck_step", "role_preflight", "runtime_class_stage", "stage_steps", "unharden_node",
                       "unharden_report", "unharden_rollout"}
 
 # module_utils is laid out by layer (plugins/module_utils/<layer>/), so where code runs is where it lives.  No node-side

@@ -153,13 +153,14 @@ ACTION_ONLY = {"ansible.builtin." + name for name in ("set_fact", "assert", "deb
 NAMES_ITS_PYTHON = {"gpuharden.k8s." + name: name for name in ("node_maintenance_step", "node_maintenance_budget", "kubelet_topology_plan",
                                                                "cgroup_limits_immediate", "drift_play", "node_plan_pods", "unharden_node",
                                                                "unharden_rollout", "postcheck_step", "device_plugin_stage",
-                                                               "harden_rollout", "bootstrap_node")}
+                                                               "harden_rollout", "bootstrap_node", "container_runtime_wave",
+                                                               "runtime_class_stage")}
 # The role variable each of them reads for that Python, where its role has one (test_postcheck_plan.py and
 # test_device_plugin_stage.py check the interpreter a delegated module run gets)
 ROLE_PYTHON = {"postcheck_step": "postcheck_controller_python", "device_plugin_stage": "device_plugin_controller_python",
                "node_maintenance_step": "node_maintenance_controller_python", "node_maintenance_budget": "node_maintenance_controller_python",
                "kubelet_topology_plan": "kubelet_topology_controller_python", "cgroup_limits_immediate": "cgroup_limits_controller_python",
-               "node_plan_pods": "cgroup_limits_controller_python"}
+               "node_plan_pods": "cgroup_limits_controller_python", "runtime_class_stage": "runtime_class_controller_python"}
 
 
 def _delegated_module_tasks(tasks, inherited, where):
@@ -273,6 +274,9 @@ def test_the_actions_exempted_for_their_python_name_it_where_they_run_a_module_d
     for action, name in NAMES_ITS_PYTHON.items():
         assert action not in ACTION_ONLY
         source = (REPO / "plugins" / "action" / ("%s.py" % name)).read_text()
+        # an action that subclasses another collection action (container_runtime_wave: harden_rollout) runs its modules
+        for base in re.findall(r"^class ActionModule\((\w+)\.ActionModule\)", source, flags=re.M):
+            source += (REPO / "plugins" / "action" / ("%s.py" % base)).read_text()
         assert "on_controller(" in source, name
         assert ROLE_PYTHON.get(name, "_controller_python") in source, name
         # every module the action runs on the controller by its name goes through on_controller (unharden_node: its cluster step)

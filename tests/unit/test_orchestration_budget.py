@@ -16,7 +16,7 @@ _SPEC = importlib.util.spec_from_file_location("orchestration_counts", REPO / "t
 counts = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(counts)
 
-CEILING = {"internal_variables": 59, "jinja_lines": 153, "spanning_expressions": 1}
+CEILING = {"internal_variables": 57, "jinja_lines": 117, "spanning_expressions": 0}
 GOAL = {"internal_variables": 20, "jinja_lines": 120, "spanning_expressions": 0}
 
 
@@ -32,8 +32,9 @@ def test_the_ceilings_follow_the_figures_down():
     assert not slack, "lower CEILING in this file to the new figures (figure, ceiling): %s" % slack
 
 
-def test_the_goal_is_never_above_the_ceiling():
-    assert all(GOAL[name] <= CEILING[name] for name in GOAL)
+def test_the_goal_is_the_issues():
+    # issue 45's Done-when; a ceiling may go below its goal once it is met
+    assert GOAL == {"internal_variables": 20, "jinja_lines": 120, "spanning_expressions": 0}
 
 
 def test_a_bare_conditional_and_its_list_items_count_as_jinja():

@@ -160,32 +160,3 @@ def test_runtime_class_preflight_refuses_hosts_that_disagree_on_containerd_s_run
         assert run.rc == 0, run.stdout.read()[-3000:]
         first = json.loads((Path(tmp) / "gpu-a.json").read_text())
     assert "they report nvidia, nvidia-cdi" in first, first
-
-
-def test_container_runtime_preflight_looks_for_the_unit_only_without_the_configuration_directory(tmp_path):
-    """One stat where containerd's configuration directory is there; without it (and without a unit) the role stops
-    with a message that names both."""
-    present = tmp_path / "containerd"
-    present.mkdir()
-    record = "{{ {'outcome': outcome, 'unit_looked_for': __container_runtime_unit is not skipped} | to_json }}"
-    cases = {
-        "directory there": {"container_runtime_config": str(present / "config.toml")},
-        "neither": {"container_runtime_config": str(tmp_path / "absent/config.toml"),
-                    "container_runtime_service": "gpuharden-test-no-such-unit"},
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        plays = [{
-            "hosts": "localhost", "gather_facts": False, "vars": values,
-            "tasks": [{"block": [{"ansible.builtin.include_role": {"name": "gpuharden.k8s.container_runtime", "tasks_from": "preflight"}},
-                                 {"ansible.builtin.set_fact": {"outcome": None}}],
-                       "rescue": [{"ansible.builtin.set_fact": {"outcome": "{{ ansible_failed_result.msg }}"}}]},
-                      {"ansible.builtin.copy": {"dest": str(Path(tmp) / ("%d.json" % index)), "content": record}}],
-        } for index, values in enumerate(cases.values())]
-        (Path(tmp) / "pb.yml").write_text(yaml.safe_dump(plays))
-        run = ansible_runner.run(private_data_dir=tmp, playbook=str(Path(tmp) / "pb.yml"), envvars=ENV, quiet=True,
-                                 inventory="localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
-        assert run.rc == 0, run.stdout.read()[-3000:]
-        there, neither = (json.loads((Path(tmp) / ("%d.json" % index)).read_text()) for index in range(2))
-    assert there == {"outcome": None, "unit_looked_for": False}
-    assert neither["unit_looked_for"] is True
-    assert "no %s and no gpuharden-test-no-such-unit.service" % (tmp_path / "absent") in neither["outcome"]

@@ -41,9 +41,10 @@ def _tasks(data):
 PLANNER = "gpuharden.k8s.kubelet_topology_plan"
 PLANNED = {"kubelet_topology": ("__kubelet_topology_stage.write_options",)}
 # role -> the action that runs the role's module itself, reading the role's map by name (plugins/action/mig_stage.py,
-# device_plugin_stage.py)
+# device_plugin_stage.py, container_runtime_stage.py)
 RUN_BY_ACTION = {"mig": "gpuharden.k8s.mig_stage", "cgroup_limits": "gpuharden.k8s.cgroup_limits_immediate",
-                 "device_permissions": "gpuharden.k8s.device_permissions_repair", "device_plugin": "gpuharden.k8s.device_plugin_stage"}
+                 "device_permissions": "gpuharden.k8s.device_permissions_repair", "device_plugin": "gpuharden.k8s.device_plugin_stage",
+                 "container_runtime": "gpuharden.k8s.container_runtime_stage", "runtime_class": "gpuharden.k8s.runtime_class_stage"}
 
 
 def _action_reads(action, names):
