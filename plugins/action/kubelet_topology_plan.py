@@ -123,8 +123,10 @@ class ActionModule(StageAction):
         if args["gate"]:
             args = self.with_role_variables(args, GATE_VARIABLES)
             if args["workloads_listed"] is None:
-                chosen = lister(task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {})
-                args["workloads_listed"] = self.role_variable("hostvars[%r].%s" % (chosen, LISTED)) if chosen else None
+                hostvars = task_vars.get("hostvars") or {}
+                chosen = lister(task_vars.get("ansible_play_batch") or [], hostvars)
+                # the lister's registered listing, read where it is (role_variable takes a variable name, not a subscript)
+                args["workloads_listed"] = hostvars[chosen].get(LISTED) if chosen else None
         if args["stage"] is not None:
             gated = args["stage"].get("switch")
             if gated and not args["node_name"]:
