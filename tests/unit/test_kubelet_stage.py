@@ -258,10 +258,11 @@ def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_whe
     stage = dict(action.decide_plan(_plan(), OPTIONS, True, drain), host="dgx-host")
     listed = {"workloads": [_workload("train-8g", 8)], "nodes": {}}
     variables = dict(DRAIN, __kubelet_topology_stage=stage, kubelet_topology_node_name="dgx-1", kubelet_topology_ignore_unadmittable_workloads=False)
-    # the listing the batch's lister registered (the first host of the batch whose plan is gated: not "other")
-    variables["hostvars['dgx-host'].__kubelet_topology_workloads_listed"] = listed
+    # the listing the batch's lister registered (the first host of the batch whose plan is gated: not "other"), read
+    # from its hostvars (a subscript is no variable name the templar resolves: the lab's harden runs failed on it)
     batch = {"ansible_play_batch": ["other", "dgx-host"], "hostvars": {"other": {"__kubelet_topology_stage": dict(stage, gated=False)},
-                                                                        "dgx-host": {"__kubelet_topology_stage": stage}}}
+                                                                        "dgx-host": {"__kubelet_topology_stage": stage,
+                                                                                     "__kubelet_topology_workloads_listed": listed}}}
     gate = _action({"gate": True}, variables=variables)
     gate._execute_module.side_effect = [{"ansible_facts": {"gpuharden": {"gpus": DGX_FACTS}}}, dict(_plan(cpu=False, after="none"), invocation={})]
     kept = gate.run(task_vars=dict(batch, inventory_hostname="dgx-host", ansible_check_mode=False))
