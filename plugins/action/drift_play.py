@@ -15,7 +15,9 @@ cluster-side modules it names through ``_execute_module`` with their controller 
   consistency check's options and the node reports are handed over instead, and the CLI runs the same check itself.
 - ``step=verdict`` (each host, a second play): the host's run data, as the run's stats (gpuharden_drift, aggregated),
   and why it fails (``failure``).  It never fails itself: ansible-core records stats only from a successful result.
-- ``step=fail`` (each host, after the verdict): fails the host with its verdict's ``failure``, where there is one.
+- ``step=fail`` (each host, after the verdict): fails the host with its verdict's ``failure``, where there is one, and
+  is skipped where there is none, so the verdict's result (with the run's stats) stays the host's last reported one:
+  callbacks that keep one result per host (ansible.builtin.tree, AWX's host summary) read the findings there.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ class ActionModule(ActionBase):
         if VERDICT_RESULT not in task_vars:
             raise GpuhardenError("step fail runs after step verdict (registered as %s)" % VERDICT_RESULT)
         failure = (self._templar.resolve_variable_expression(VERDICT_RESULT) or {}).get("failure") or ""
-        return {"failed": True, "msg": failure} if failure else {"msg": "no finding at or above the fail severity, every check ran"}
+        if failure:
+            return {"failed": True, "msg": failure}
+        return {"skipped": True, "skip_reason": "no finding at or above the fail severity, every check ran"}
 
     def _start(self, task_vars):
         hostvars = task_vars.get("hostvars") or {}
