@@ -1,0 +1,31 @@
+"""plugin_utils/_handover.py: a hand-over is taken only in the run that handed it over."""
+
+from __future__ import annotations
+
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+
+def test_a_hand_over_is_taken_in_the_run_that_made_it():
+    facts = _handover.handed_over("__stage_result", {"drain": True})
+    assert _handover.taken_over(facts, "__stage_result") == {"drain": True}
+    # Ansible without INJECT_FACTS_AS_VARS: under ansible_facts only
+    assert _handover.taken_over({"ansible_facts": facts}, "__stage_result") == {"drain": True}
+
+
+def test_a_hand_over_from_another_run_is_never_taken():
+    """A fact cache keeps host facts from one run to the next: the earlier run's hand-over decides nothing now."""
+    earlier = dict(_handover.this_run(), pid=1, start=0)
+    facts = _handover.handed_over("__stage_result", {"drain": True}, run=earlier)
+    assert _handover.taken_over(facts, "__stage_result", default="none") == "none"
+    assert _handover.taken_over(facts, "__stage_result", run=earlier) == {"drain": True}
+
+
+def test_a_missing_or_unstamped_value_is_the_default():
+    assert _handover.taken_over({}, "__stage_result") is None
+    assert _handover.taken_over({"__stage_result": {"drain": True}}, "__stage_result", default={}) == {}
+    assert _handover.taken_over({"ansible_facts": "not a mapping"}, "__stage_result", default=0) == 0
+
+
+def test_the_run_stamp_is_the_same_process_each_time():
+    first, second = _handover.this_run(), _handover.this_run()
+    assert first == second and first["pid"] and first["start"] is not None
