@@ -108,7 +108,8 @@ class ActionModule(StageAction):
             module_args = drain_args(settings) if step == "cordon_drain" else restart_args(settings)
         done = self.run_module(MODULE, module_args, on_controller(self._task, task_vars, self.role_variable("node_maintenance_controller_python")))
         if step == "cordon_drain":
-            done = dict(done, ansible_facts=_handover.handed_over(DRAIN, {key: value for key, value in done.items() if key not in ("ansible_facts", "invocation")}))
+            drained = {key: value for key, value in done.items() if key not in ("ansible_facts", "invocation")}
+            done = dict(done, ansible_facts=_handover.handed_over(DRAIN, drained))
         return done
 
     def _verdict(self, node, task_vars):

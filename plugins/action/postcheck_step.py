@@ -12,9 +12,10 @@ runs in check mode.
 
 The steps hand their results on by the names the role registers them under (NODE_READ, VERDICT), or, for the cluster
 step run once for the batch, as a hand-over of this run to every host of the batch (CLUSTER,
-plugins/plugin_utils/_handover.py); the steps after read them themselves: ``cluster`` every node read of the play's batch, ``verdict`` this host's node read and the
-batch's cluster result, ``fail`` and ``report`` the verdict: ``fail`` fails the host on the verdict's failure, ``report``
-shows a check run's report (as ansible.builtin.debug shows a message); each is skipped where the verdict says neither.
+plugins/plugin_utils/_handover.py); the steps after read them themselves: ``cluster`` every node read of the play's
+batch, ``verdict`` this host's node read and the batch's cluster result, ``fail`` and ``report`` the verdict: ``fail``
+fails the host on the verdict's failure, ``report`` shows a check run's report (as ansible.builtin.debug shows a
+message); each is skipped where the verdict says neither.
 """
 
 from __future__ import annotations
