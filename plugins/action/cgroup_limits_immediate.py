@@ -14,7 +14,9 @@ immediate.yml calls the action without arguments but its ``step``:
   listing reads in hostvars (a role's defaults are not there);
 - ``list`` (run_once, delegated to the controller): gpuharden.k8s.gpu_pods_info for the nodes the batch's hosts
   recorded, in one API call, with cgroup_limits_kubeconfig, cgroup_limits_kube_context, cgroup_limits_resource_prefixes
-  and cgroup_limits_controller_python; skipped where the plan's listing (cgroup_limits_gpu_pods) is given;
+  and cgroup_limits_controller_python; skipped where the plan's listing (cgroup_limits_gpu_pods) is given.  Its result
+  is handed over (plugins/plugin_utils/_handover.py, as LISTED) to every host of the batch (run_once's facts reach
+  them all), where ``fix`` takes it as ``gpu_pods_listed`` left out;
 - ``fix`` (the default): the immediate fix above;
 - ``preflight`` (tasks/preflight.yml, in check mode): cgroup_memory with the options alone, which refuses a node
   without cgroup v2 and its memory controller.
@@ -24,12 +26,15 @@ from __future__ import annotations
 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _cgroup_limits_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 CGROUP_MEMORY = "gpuharden.k8s.cgroup_memory"
 GPU_PODS_INFO = "gpuharden.k8s.gpu_pods_info"
 NODE_FACT = "gpuharden_cgroup_limits_node"  # step record's fact: this host's Kubernetes node name
+# step list's hand-over to step fix: gpu_pods_info's result for the batch
+LISTED = "__cgroup_limits_pods_listed"
 ARGUMENT_SPEC = {
     "step": {"type": "str", "default": "fix", "choices": ["fix", "record", "list", "preflight"]},
     "options": {"type": "dict"},
@@ -39,7 +44,7 @@ ARGUMENT_SPEC = {
 }
 # The role's variable each argument left out is read from (expression, default).
 ROLE_VARIABLES = {"options": ("__cgroup_limits_memory_options", None), "node_name": ("cgroup_limits_node_name", None),
-                  "gpu_pods": ("cgroup_limits_gpu_pods", None), "gpu_pods_listed": ("__cgroup_limits_pods_listed", None)}
+                  "gpu_pods": ("cgroup_limits_gpu_pods", None)}
 
 
 def decide(args, host, run_cgroup_memory):
@@ -72,7 +77,12 @@ class ActionModule(StageAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def decide_task(self, args, task_vars):
-        args = self.with_role_variables(args, ROLE_VARIABLES)
+        # the options only where the step runs cgroup_memory: the record and the listing need none (built from the
+        # role's variables, they would refuse a task outside the role for nothing)
+        wanted = {name: ROLE_VARIABLES[name] for name in ROLE_VARIABLES if name != "options" or args["step"] in ("fix", "preflight")}
+        args = self.with_role_variables(args, wanted)
+        if args["gpu_pods_listed"] is None:
+            args["gpu_pods_listed"] = _handover.taken_over(task_vars, LISTED)
         step = args["step"]
         if step == "list":
             return self._list(args, task_vars)
@@ -91,4 +101,6 @@ class ActionModule(StageAction):
             return {"skipped": True, "changed": False, "skip_reason": "the plan's listing of the GPU pods is used (cgroup_limits_gpu_pods)"}
         settings = {name: self.role_variable("cgroup_limits_" + name) for name in ("kubeconfig", "kube_context", "resource_prefixes")}
         module_args = listing_args(batch_nodes(task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {}), settings)
-        return self.run_module(GPU_PODS_INFO, module_args, on_controller(self._task, task_vars, self.role_variable("cgroup_limits_controller_python")))
+        listed = self.run_module(GPU_PODS_INFO, module_args, on_controller(self._task, task_vars, self.role_variable("cgroup_limits_controller_python")))
+        listed.pop("invocation", None)
+        return dict(listed, ansible_facts=_handover.handed_over(LISTED, {key: value for key, value in listed.items() if key != "ansible_facts"}))

@@ -16,16 +16,17 @@ With ``workloads`` (tasks/admission.yml, delegated to the controller): the batch
 the nodes' labels and taints (gpuharden.k8s.gpu_workloads_info, outside check mode: it only reads; with
 kubelet_topology_controller_kubeconfig, kubelet_topology_gpu_resources and kubelet_topology_controller_python), made
 by the batch's first host whose plan is gated (``lister``) and skipped on the others; a listing that fails is no
-failure of the task (``listing_failed``): the gate then keeps the node's policy, saying why.
+failure of the task (``listing_failed``): the gate then keeps the node's policy, saying why.  The lister hands its
+listing over on its host (LISTED, plugins/plugin_utils/_handover.py), where the gate of every host takes it.
 
 Both plan results carry ``drain``: who drains the node before the write (_kubelet_stage.maintenance(): the user's tasks file,
 node_maintenance, or nobody in a check run or for a change that is not disruptive), which roles/kubelet_topology/tasks/
 apply.yml includes.  With ``gate``, the admission inputs not given are the role's variables as its tasks see them
 (``__kubelet_topology_stage``, ``kubelet_topology_node_name``, the node's GPUs from gpu_facts, read on the node when no
-fact holds them yet, the batch's listing registered by the lister, and ``kubelet_topology_ignore_unadmittable_workloads``),
-and its verdict's message, where something is in the way, is the task's warning; the plan reads
-``__kubelet_topology_module_options``, ``__kubelet_topology_audited_plan`` and ``kubelet_topology_admission_check`` so
-where they are not given.
+fact holds them yet, the batch's listing the lister handed over in this run, and ``kubelet_topology_ignore_unadmittable_workloads``),
+and its verdict's message, where something is in the way, is the task's warning; the plan builds its options from
+the role's variables (``__kubelet_topology_module_options``, core/_role_options.py BUILT_WHERE_READ) and reads
+``__kubelet_topology_audited_plan`` and ``kubelet_topology_admission_check`` so where they are not given.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction, run_module_in_mode
 
 KUBELET_CONFIG = "gpuharden.k8s.kubelet_config"
 GPU_FACTS = "gpuharden.k8s.gpu_facts"
 GPU_WORKLOADS_INFO = "gpuharden.k8s.gpu_workloads_info"
-STAGE, LISTED = "__kubelet_topology_stage", "__kubelet_topology_workloads_listed"  # what plan.yml and admission.yml register
+STAGE = "__kubelet_topology_stage"  # what plan.yml and admission.yml register
+# the lister's listing, which it hands over on its host (plugins/plugin_utils/_handover.py) to the gate of every host
+LISTED = "__kubelet_topology_workloads_listed"
 # An argument left out is read from the role's variable of this name (the gate's with ``gate``, the plan's always).
 PLAN_VARIABLES = {"audited_plan": ("__kubelet_topology_audited_plan", None), "admission_check": ("kubelet_topology_admission_check", True)}
 GATE_VARIABLES = {"stage": (STAGE, None), "node_name": ("kubelet_topology_node_name", None),
@@ -117,16 +121,18 @@ class ActionModule(StageAction):
 
     def decide_task(self, args, task_vars):
         if args["workloads"]:
-            return decide_listing(task_vars["inventory_hostname"], task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {},
-                                  lambda: self._list_workloads(task_vars))
+            listing = decide_listing(task_vars["inventory_hostname"], task_vars.get("ansible_play_batch") or [], task_vars.get("hostvars") or {},
+                                     lambda: self._list_workloads(task_vars))
+            return listing if listing.get("skipped") else dict(listing, ansible_facts=_handover.handed_over(LISTED, listing))
         drainer = self._drainer(task_vars)
         if args["gate"]:
             args = self.with_role_variables(args, GATE_VARIABLES)
             if args["workloads_listed"] is None:
                 hostvars = task_vars.get("hostvars") or {}
                 chosen = lister(task_vars.get("ansible_play_batch") or [], hostvars)
-                # the lister's registered listing, read where it is (role_variable takes a variable name, not a subscript)
-                args["workloads_listed"] = hostvars[chosen].get(LISTED) if chosen else None
+                # the listing the lister handed over in this run, read in its hostvars (role_variable takes a
+                # variable name, not a subscript)
+                args["workloads_listed"] = _handover.taken_over(hostvars[chosen], LISTED) if chosen else None
         if args["stage"] is not None:
             gated = args["stage"].get("switch")
             if gated and not args["node_name"]:
@@ -141,7 +147,7 @@ class ActionModule(StageAction):
             return dict(decided, ansible_facts=facts) if facts else decided
         options = args["options"] if args["options"] is not None else self.role_variable("__kubelet_topology_module_options")
         if options is None:
-            raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's, by default the role's __kubelet_topology_module_options) "
+            raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's, by default built from the role's variables) "
                                  "is required without stage")
         args = self.with_role_variables(args, PLAN_VARIABLES)
         audited = args["audited_plan"]

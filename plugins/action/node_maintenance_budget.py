@@ -11,7 +11,9 @@ the rollout those of the hosts gone from the play (stop_on_failure), runs gpuhar
 that may not start, the line the role fails it with (not_started) or, in check mode, says (would_defer).  No host
 wants a step: no API call, nothing deferred.  An option the task does not give is the role's variable
 (node_maintenance_max_unavailable, node_maintenance_fleet, ...), where the task runs in the role; the module runs with
-node_maintenance_controller_python (else the playbook's Python), which the role's YAML does not spell out.
+node_maintenance_controller_python (else the playbook's Python), which the role's YAML does not spell out.  The
+result is handed over (plugins/plugin_utils/_handover.py, as BUDGET) to every host of the batch (run_once's facts
+reach them all), where node_maintenance_step's budget_verdict takes it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable, role_setting
 
@@ -40,6 +43,7 @@ ROLE_VARIABLES = {"kubeconfig": "node_maintenance_kubeconfig", "context": "node_
                   "stop_on_failure": "node_maintenance_stop_on_failure"}
 RECORD = "gpuharden_budget_record"  # node_maintenance_step budget_record's fact: {node, wanted}
 CONTROLLER_PYTHON = "node_maintenance_controller_python"
+BUDGET = "__node_maintenance_budget"  # the hand-over of the batch's budget to node_maintenance_step's budget_verdict
 EXHAUSTED_HINT = " (a play that runs the change on several nodes at once: serial 1, or a larger node_maintenance_max_unavailable)"
 
 
@@ -89,7 +93,7 @@ class ActionModule(ActionBase):
         result.update(changed=False, allowed=[], deferred={}, not_started={}, would_defer={})
         if not batch:
             result["skipped_reason"] = "no host of the batch wants a disruptive step now"
-            return result
+            return _handing_over(result)
         module_args = {"max_unavailable": args["max_unavailable"], "fleet": args["fleet"], "batch": batch,
                        "out_of_service_taints": args["out_of_service_taints"],
                        "stopped_by": stopped_nodes(hostvars, args["stopped_by"], task_vars.get("ansible_play_hosts_all", []),
@@ -104,4 +108,9 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("the disruption budget could not be checked: %s" % budget.get("msg", "failed"), result=budget)
         result.update(readable(budget))
         result["not_started"], result["would_defer"] = deferral_lines(budget.get("deferred") or {}, check_mode)
-        return result
+        return _handing_over(result)
+
+
+def _handing_over(result):
+    """The task's result, which it also hands over as BUDGET."""
+    return dict(result, ansible_facts=_handover.handed_over(BUDGET, {key: value for key, value in result.items() if key != "ansible_facts"}))

@@ -5,13 +5,14 @@
 role's variables (node_maintenance_*) read here rather than spelled out in Jinja, delegated to the controller.
 
 - ``cordon_drain`` (cordon_drain.yml): gpuharden.k8s.node_maintenance cordons the node and evicts its pods
-  (node_maintenance_state cordoned: cordons only); its result, registered, tells ``uncordon`` whether the node was
+  (node_maintenance_state cordoned: cordons only); its result, handed over (plugins/plugin_utils/_handover.py, as
+  DRAIN, on the inventory host: the task is delegated without delegate_facts), tells ``uncordon`` whether the node was
   cordoned before by someone else (``preexisting_cordon``, node_maintenance's record).
 - ``uncordon`` (uncordon.yml): makes the node schedulable again, waiting node_maintenance_ready_timeout for Ready; skipped,
   with the reason, where node_maintenance_keep_preexisting_cordon keeps a cordon someone else made before the drain.
 - ``restart_device_plugin`` (restart_device_plugin.yml): evicts the node's device plugin pods (their DaemonSets start
   them again).
-- ``budget_verdict`` (budget.yml, per host, after the batch's node_maintenance_budget): fails this host with the line
+- ``budget_verdict`` (budget.yml, per host, after the batch's node_maintenance_budget, whose hand-over it takes): fails this host with the line
   the budget gives where its step may not start now, says (warning, check mode) that a real run would defer it, and
   says whether the step may start in this play and batch (``allowed_in``, [play, batch] or []: cordon_drain.yml checks
   the budget itself unless it is this play and batch).  It opens no connection.
@@ -27,14 +28,15 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.action.node_maintenance_budget import BUDGET
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MODULE = "gpuharden.k8s.node_maintenance"
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["cordon_drain", "uncordon", "restart_device_plugin", "budget_verdict", "budget_record"]}}
-# the registered results the steps read: the drain's (uncordon.yml) and the batch's budget (budget.yml)
+# the hand-overs the steps read: the drain's (cordon_drain to uncordon) and the batch's budget (node_maintenance_budget's)
 DRAIN = "__node_maintenance_drain"
-BUDGET = "__node_maintenance_budget"
 RECORD = "gpuharden_budget_record"  # budget.yml's fact: this host's Node and whether it wants a disruptive step now
 SETTINGS = ("node_name", "kubeconfig", "kube_context", "state", "force", "delete_emptydir_data", "grace_period", "timeout", "retry_interval",
             "owner", "purpose", "ready_timeout", "keep_preexisting_cordon")
@@ -97,18 +99,22 @@ class ActionModule(StageAction):
         if step == "budget_record":
             return budget_record(settings["node_name"], self.variable("node_maintenance_budget_wanted"))
         if step == "uncordon":
-            module_args = uncordon_args(settings, self.variable(DRAIN) if DRAIN in task_vars else None)
+            module_args = uncordon_args(settings, _handover.taken_over(task_vars, DRAIN))
             if module_args is None:
                 return {"skipped": True, "changed": False,
                         "skip_reason": "%s was cordoned before the drain, by someone else: it stays cordoned (node_maintenance_keep_preexisting_cordon)"
                         % settings["node_name"]}
         else:
             module_args = drain_args(settings) if step == "cordon_drain" else restart_args(settings)
-        return self.run_module(MODULE, module_args, on_controller(self._task, task_vars, self.role_variable("node_maintenance_controller_python")))
+        done = self.run_module(MODULE, module_args, on_controller(self._task, task_vars, self.role_variable("node_maintenance_controller_python")))
+        if step == "cordon_drain":
+            drained = {key: value for key, value in done.items() if key not in ("ansible_facts", "invocation")}
+            done = dict(done, ansible_facts=_handover.handed_over(DRAIN, drained))
+        return done
 
     def _verdict(self, node, task_vars):
         wanted = self.variable("node_maintenance_budget_wanted")
-        failure, would_defer, allowed_in = budget_verdict(node, self.variable(BUDGET), wanted, task_vars.get("ansible_play_name"),
+        failure, would_defer, allowed_in = budget_verdict(node, _handover.taken_over(task_vars, BUDGET), wanted, task_vars.get("ansible_play_name"),
                                                           task_vars.get("ansible_play_batch") or [])
         if failure:
             raise AnsibleActionFail(failure)

@@ -10,10 +10,12 @@ localhost, on the controller's Python: postcheck_controller_python), and returns
 results.  Check mode passes to every module as the task has it, except kubelet_config, which only reads here and always
 runs in check mode.
 
-The steps hand their results on by the names the role registers them under (NODE_READ, CLUSTER, VERDICT), which the
-steps after read themselves: ``cluster`` every node read of the play's batch, ``verdict`` this host's node read and the
-batch's cluster result, ``fail`` and ``report`` the verdict: ``fail`` fails the host on the verdict's failure, ``report``
-shows a check run's report (as ansible.builtin.debug shows a message); each is skipped where the verdict says neither.
+The steps hand their results on by the names the role registers them under (NODE_READ, VERDICT), or, for the cluster
+step run once for the batch, as a hand-over of this run to every host of the batch (CLUSTER,
+plugins/plugin_utils/_handover.py); the steps after read them themselves: ``cluster`` every node read of the play's
+batch, ``verdict`` this host's node read and the batch's cluster result, ``fail`` and ``report`` the verdict: ``fail``
+fails the host on the verdict's failure, ``report`` shows a check run's report (as ansible.builtin.debug shows a
+message); each is skipped where the verdict says neither.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import role_setting
 
@@ -37,8 +40,9 @@ ARGUMENT_SPEC = {
 # The names roles/postcheck/tasks/main.yml registers the steps' results under (NODE_READ: harden_gpu_nodes.yml reads its
 # lock too; VERDICT: the role's published result, postcheck_result).
 NODE_READ = "__postcheck_node_read"
-CLUSTER = "__postcheck_cluster"
 VERDICT = "postcheck_result"
+# The cluster step's hand-over to the verdict step of every host of the batch (run_once's facts reach them all).
+CLUSTER = "__postcheck_cluster"
 
 
 def _data(result):
@@ -91,10 +95,11 @@ class ActionModule(ActionBase):
             if node_reads is None:
                 hostvars = task_vars.get("hostvars") or {}
                 node_reads = [hostvars[host].get(NODE_READ) for host in task_vars.get("ansible_play_batch") or [] if host in hostvars]
-            result.update(self._cluster(node_reads, task_vars))
+            cluster = self._cluster(node_reads, task_vars)
+            result.update(cluster, ansible_facts=_handover.handed_over(CLUSTER, cluster))
         elif step == "verdict":
             node_read = args["node_read"] if args["node_read"] is not None else task_vars.get(NODE_READ)
-            cluster = args["cluster"] if args["cluster"] is not None else task_vars.get(CLUSTER)
+            cluster = args["cluster"] if args["cluster"] is not None else _handover.taken_over(task_vars, CLUSTER)
             result.update(self._verdict(node_read, cluster, task_vars))
         else:
             result.update(plan.judged(task_vars.get(VERDICT), step))

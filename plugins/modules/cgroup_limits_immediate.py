@@ -15,9 +15,9 @@ description:
   - Role C(gpuharden.k8s.cgroup_limits) calls it in C(tasks/immediate.yml). It runs M(gpuharden.k8s.cgroup_memory)
     on the host with O(options) and the UIDs of the node's GPU pods, and returns that module's result with RV(report).
     The report also goes to the run's statistics (C(gpuharden_cgroup_limits), keyed by inventory host).
-  - An option left out is the role's variable, as the role's tasks see it - O(options) C(__cgroup_limits_memory_options),
-    O(node_name) C(cgroup_limits_node_name), O(gpu_pods) C(cgroup_limits_gpu_pods), O(gpu_pods_listed)
-    C(__cgroup_limits_pods_listed).
+  - An option left out is the role's variable, as the role's tasks see it - O(options) built from the role's variables,
+    O(node_name) C(cgroup_limits_node_name), O(gpu_pods) C(cgroup_limits_gpu_pods); O(gpu_pods_listed) is what the
+    V(list) step of this run handed over to every host of the batch.
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -25,7 +25,7 @@ extends_documentation_fragment:
   - gpuharden.k8s._attributes.ACTION
 options:
   options:
-    description: The options of M(gpuharden.k8s.cgroup_memory) but C(pod_uids) (the role's C(__cgroup_limits_memory_options)).
+    description: The options of M(gpuharden.k8s.cgroup_memory) but C(pod_uids) (left out, built from the role's variables).
     type: dict
   node_name:
     description: The Kubernetes node name of the host.

@@ -16,13 +16,13 @@ description:
     variables itself and runs M(gpuharden.k8s.node_maintenance) with the task's check mode (delegate it to the
     controller, with the controller's Python).
   - O(step=cordon_drain) cordons the node and evicts its pods (C(node_maintenance_state=cordoned) only cordons). The role
-    registers its result as C(__node_maintenance_drain).
+    hands its result over to O(step=uncordon) of this run itself (no registered variable).
   - O(step=uncordon) makes the node schedulable again, waiting C(node_maintenance_ready_timeout) for Ready. It is skipped,
     with the reason, where C(node_maintenance_keep_preexisting_cordon) keeps a cordon that someone else made before the
-    drain (C(preexisting_cordon) in C(__node_maintenance_drain)).
+    drain (C(preexisting_cordon) in the result the drain of this run handed over).
   - O(step=restart_device_plugin) evicts the node's device plugin pods (their DaemonSets start them again).
-  - O(step=budget_verdict) is this host's part of the batch's budget (M(gpuharden.k8s.node_maintenance_budget), registered
-    as C(__node_maintenance_budget)). It fails the host with the budget's line where its disruptive step may not start
+  - O(step=budget_verdict) is this host's part of the batch's budget (what M(gpuharden.k8s.node_maintenance_budget) of
+    this run handed over). It fails the host with the budget's line where its disruptive step may not start
     now, warns in check mode that a real run would defer it, and returns RV(allowed_in). It opens no connection.
   - O(step=budget_record) sets this host's fact C(gpuharden_budget_record) (C(node), C(wanted) from
     C(node_maintenance_budget_wanted)), which M(gpuharden.k8s.node_maintenance_budget) reads for the batch. It opens no

@@ -34,7 +34,8 @@ description:
   - V(report), per host, shows the verdict's RV(report) (a check run that only reports), as M(ansible.builtin.debug)
     shows a message; skipped where there is none.
   - Each step reads what the step before it registered in the role (C(__postcheck_node_read) of every host of the
-    batch, C(__postcheck_cluster), C(postcheck_result)) where the option that gives it is left out, and runs the
+    batch, C(postcheck_result)) or, for the V(cluster) step, handed over to every host of the batch in this run, where
+    the option that gives it is left out, and runs the
     controller modules of a step delegated to localhost on C(postcheck_controller_python).
 author:
   - gpuharden maintainers (@gpuharden)
@@ -57,7 +58,7 @@ options:
     description: V(verdict) only. This host's V(node) step result; left out, C(__postcheck_node_read).
     type: dict
   cluster:
-    description: V(verdict) only. The V(cluster) step's result; left out, C(__postcheck_cluster).
+    description: V(verdict) only. The V(cluster) step's result; left out, what that step of this run handed over.
     type: dict
 attributes:
   action:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuharden.k8s.plugins.action import cgroup_limits_immediate as action
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _cgroup_limits_stage
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _role_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 PODS = {"pod_uids_by_node": {"gpu-1": ["u1", "u2", "u3"], "gpu-2": ["u4"]},
         "pods": [{"uid": "u1", "namespace": "ml", "name": "train"}, {"uid": "u2", "namespace": "ml", "name": "infer"},
@@ -66,20 +68,32 @@ def _plugin(args, variables):
 
 
 def test_the_action_reads_what_immediate_yml_passed_it_from_the_roles_variables():
-    """immediate.yml calls the action without arguments (it passed the options, node name and listings in Jinja)."""
+    """immediate.yml calls the action without arguments (it passed the options, node name and listings in Jinja; the
+    batch's listing is the list step's hand-over now, no registered variable)."""
     from ansible.errors import AnsibleActionFail
 
-    variables = {"__cgroup_limits_memory_options": OPTIONS, "cgroup_limits_node_name": "gpu-1", "cgroup_limits_gpu_pods": None,
-                 "__cgroup_limits_pods_listed": PODS}
+    variables = {"__cgroup_limits_memory_options": OPTIONS, "cgroup_limits_node_name": "gpu-1", "cgroup_limits_gpu_pods": None}
     plugin = _plugin({}, variables)
-    result = plugin.run(task_vars={"inventory_hostname": "host-1"})
+    result = plugin.run(task_vars=dict(_handover.handed_over(action.LISTED, PODS), inventory_hostname="host-1"))
     assert plugin._execute_module.call_args.kwargs["module_args"] == dict(OPTIONS, pod_uids=["u1", "u2", "u3"])
     assert result["report"]["node"] == "gpu-1" and "host-1" in result["ansible_stats"]["data"]["gpuharden_cgroup_limits"]
     # an argument given wins over the role's variable; the plan's listing over the batch's
-    given = _plugin({"node_name": "gpu-2"}, dict(variables, cgroup_limits_gpu_pods=PODS, __cgroup_limits_pods_listed={"skipped": True}))
-    given.run(task_vars={"inventory_hostname": "host-2"})
+    given = _plugin({"node_name": "gpu-2"}, dict(variables, cgroup_limits_gpu_pods=PODS))
+    given.run(task_vars=dict(_handover.handed_over(action.LISTED, {"skipped": True}), inventory_hostname="host-2"))
     assert given._execute_module.call_args.kwargs["module_args"]["pod_uids"] == ["u4"]
-    with pytest.raises(AnsibleActionFail, match="cgroup_limits_immediate: options is required \\(the role's __cgroup_limits_memory_options\\)"):
+    # a listing an earlier run handed over (a fact cache kept it) is no listing of this batch
+    earlier = dict(_handover.this_run(), pid=1, start=0)
+    with pytest.raises(AnsibleActionFail, match="the GPU pods of the batch were not listed"):
+        _plugin({}, variables).run(task_vars=dict(_handover.handed_over(action.LISTED, PODS, run=earlier), inventory_hostname="host-1"))
+    # no vars entry holds the options: the action builds them from the role's variables, and refuses them undefined
+    role = {"cgroup_limits_node_name": "gpu-1", "cgroup_limits_gpu_pods": None, "cgroup_limits_cgroup_root": "/sys/fs/cgroup",
+            "cgroup_limits_factor": 0.8, "cgroup_limits_page_size": 4096}
+    built = _plugin({}, role)
+    built.run(task_vars=dict(_handover.handed_over(action.LISTED, PODS), inventory_hostname="host-1"))
+    assert built._execute_module.call_args.kwargs["module_args"] == dict(
+        _role_options.options("__cgroup_limits_memory_options", role), pod_uids=["u1", "u2", "u3"])
+    assert built._execute_module.call_args.kwargs["module_args"]["factor"] == 0.8
+    with pytest.raises(AnsibleActionFail, match="role options __cgroup_limits_memory_options: cgroup_limits_factor, cgroup_limits_page_size undefined"):
         _plugin({}, {"cgroup_limits_node_name": "gpu-1"}).run(task_vars={"inventory_hostname": "host-1"})
 
 
@@ -95,12 +109,18 @@ def test_each_host_records_its_node_and_the_batch_is_listed_once_on_the_controll
                 "host-3": {"ansible_facts": {}}}  # the role did not run there
     lister = _plugin({"step": "list"}, variables)
     lister._task.delegate_to = "localhost"
-    lister.run(task_vars={"inventory_hostname": "host-1", "ansible_play_batch": ["host-1", "host-2", "host-3"], "hostvars": hostvars,
-                          "ansible_python_interpreter": "/node/bin/python"})
+    lister._execute_module.return_value = dict(PODS, changed=False, invocation={"module_args": {}})
+    listed = lister.run(task_vars={"inventory_hostname": "host-1", "ansible_play_batch": ["host-1", "host-2", "host-3"], "hostvars": hostvars,
+                                   "ansible_python_interpreter": "/node/bin/python"})
     call = lister._execute_module.call_args.kwargs
     assert call["module_name"] == "gpuharden.k8s.gpu_pods_info"
     assert call["module_args"] == {"nodes": ["gpu-1", "gpu-2"], "resource_prefixes": ["nvidia.com/"], "kubeconfig": "/k"}
     assert call["task_vars"]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/bin/python"
+    # the listing goes to the fix step of every host of the batch as a hand-over of this run (run_once's facts reach
+    # them all): the fix step of host-2 takes it with no variable naming it
+    fixer = _plugin({}, dict(variables, __cgroup_limits_memory_options=OPTIONS, cgroup_limits_node_name="gpu-2"))
+    fixer.run(task_vars=dict(listed["ansible_facts"], inventory_hostname="host-2"))
+    assert fixer._execute_module.call_args.kwargs["module_args"]["pod_uids"] == ["u4"]
     planned = _plugin({"step": "list"}, dict(variables, cgroup_limits_gpu_pods=PODS))
     skipped = planned.run(task_vars={"inventory_hostname": "host-1", "ansible_play_batch": ["host-1"], "hostvars": hostvars})
     assert skipped["skipped"] and "cgroup_limits_gpu_pods" in skipped["skip_reason"] and not planned._execute_module.called

@@ -15,6 +15,7 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import device_plugin_stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _device_plugin_stage as plan
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = {"labels": {"nvidia.com/gpu.present": "true"}, "taint": None}
@@ -115,10 +116,13 @@ def test_a_gpu_node_that_is_no_boolean_fails_the_task():
 
 
 def test_the_apply_step_labels_every_host_of_the_play_in_one_run_on_the_controllers_python():
-    hostvars = {host: {plan.NODE_RESULT: part} for host, part in zip(("a", "b", "c"), PARTS, strict=True)}
+    # what each host's step node handed over in this run; a fourth host's answer is an earlier run's (a fact cache kept it)
+    hostvars = {host: _handover.handed_over(plan.NODE_RESULT, part) for host, part in zip(("a", "b", "c"), PARTS, strict=True)}
+    hostvars["d"] = {"ansible_facts": _handover.handed_over(plan.NODE_RESULT, {"node_name": "gpu-d", "gpu_node": True},
+                                                            run=dict(_handover.this_run(), pid=1, start=0))}
     result = {"changed": True, "diff": {"before": "", "after": "x"}, "node_labels": {"labelled": ["gpu-a", "gpu-c"]}, "invocation": {}}
     action, calls = _action("apply", {"gpuharden.k8s.device_plugin": result}, delegate_to="localhost")
-    done = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["a", "b", "c"],
+    done = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["a", "b", "c", "d"],
                                  "ansible_delegated_vars": {"localhost": {"ansible_python_interpreter": "/node/python"}}})
     [(name, args, check, task_vars)] = calls
     assert name == "gpuharden.k8s.device_plugin" and check is False
@@ -135,9 +139,15 @@ def test_the_apply_step_without_labels_passes_none():
     assert calls[0][1] == {"version": "v0.20.0", "kubeconfig": "/k"}
 
 
-def test_the_role_registers_the_name_the_apply_step_reads():
+def test_the_apply_step_takes_what_the_node_step_hands_over():
+    """The role's tasks register nothing between the steps: the node step's facts are what the apply step reads."""
+    action, _calls = _action("node", {}, device_plugin_gpu_node=True)
+    handed = action.run(task_vars={})["ansible_facts"]
+    applier, calls = _action("apply", {"gpuharden.k8s.device_plugin": {"changed": False}}, delegate_to="localhost")
+    applier.run(task_vars={"hostvars": {"a": handed}, "ansible_play_hosts": ["a"]})
+    assert calls[0][1]["node_labels"]["nodes"] == [action.run(task_vars={})["node_name"]]
     tasks = yaml.safe_load((REPO / "roles/device_plugin/tasks/main.yml").read_text())
     steps = {task["gpuharden.k8s.device_plugin_stage"]["step"]: task for task in tasks if "gpuharden.k8s.device_plugin_stage" in task}
-    assert steps["node"]["register"] == plan.NODE_RESULT and "delegate_to" not in steps["node"]
+    assert "register" not in steps["node"] and "delegate_to" not in steps["node"]
     apply = steps["apply"]
     assert (apply["register"], apply["delegate_to"], apply["run_once"], apply["become"]) == ("device_plugin_result", "localhost", True, False)

@@ -16,6 +16,7 @@ from ansible_collections.gpuharden.k8s.plugins.action import kubelet_topology_pl
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage, _topology
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _settings
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = [{"index": i, "numa_node": 0 if i < 4 else 1} for i in range(8)]
@@ -195,8 +196,11 @@ def test_the_action_reads_only_refuses_bad_arguments_and_names_a_failed_plan():
         _action({"options": OPTIONS}, check_mode=False).run(task_vars={"inventory_hostname": "gpu-1"})
     with pytest.raises(AnsibleActionFail, match="kubelet_topology_plan: .*admission_check"):
         _action({"options": OPTIONS, "admission_check": "perhaps"}).run(task_vars={"inventory_hostname": "gpu-1"})
-    with pytest.raises(AnsibleActionFail, match="options .* is required without stage"):
+    # no vars entry holds the options: built from the role's variables, they name those undefined outside the role
+    with pytest.raises(AnsibleActionFail, match="role options __kubelet_topology_module_options: kubelet_topology_topology_manager_policy, .* undefined"):
         _action({}).run(task_vars={"inventory_hostname": "gpu-1"})
+    with pytest.raises(AnsibleActionFail, match="options .* is required without stage"):
+        _action({}, variables={"__kubelet_topology_module_options": None}).run(task_vars={"inventory_hostname": "gpu-1"})
     failing = _action({"options": OPTIONS})
     failing._execute_module.return_value = {"failed": True, "msg": "kubelet_config: /var/lib/kubelet/config.yaml: not YAML"}
     with pytest.raises(AnsibleActionFail, match="not YAML"):
@@ -258,11 +262,11 @@ def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_whe
     stage = dict(action.decide_plan(_plan(), OPTIONS, True, drain), host="dgx-host")
     listed = {"workloads": [_workload("train-8g", 8)], "nodes": {}}
     variables = dict(DRAIN, __kubelet_topology_stage=stage, kubelet_topology_node_name="dgx-1", kubelet_topology_ignore_unadmittable_workloads=False)
-    # the listing the batch's lister registered (the first host of the batch whose plan is gated: not "other"), read
-    # from its hostvars (a subscript is no variable name the templar resolves: the lab's harden runs failed on it)
+    # the listing the batch's lister handed over in this run (the first host of the batch whose plan is gated: not
+    # "other"), read from its hostvars (a subscript is no variable name the templar resolves: the lab's harden runs failed on it)
     batch = {"ansible_play_batch": ["other", "dgx-host"], "hostvars": {"other": {"__kubelet_topology_stage": dict(stage, gated=False)},
-                                                                        "dgx-host": {"__kubelet_topology_stage": stage,
-                                                                                     "__kubelet_topology_workloads_listed": listed}}}
+                                                                        "dgx-host": dict(_handover.handed_over(action.LISTED, listed),
+                                                                                         __kubelet_topology_stage=stage)}}
     gate = _action({"gate": True}, variables=variables)
     gate._execute_module.side_effect = [{"ansible_facts": {"gpuharden": {"gpus": DGX_FACTS}}}, dict(_plan(cpu=False, after="none"), invocation={})]
     kept = gate.run(task_vars=dict(batch, inventory_hostname="dgx-host", ansible_check_mode=False))
@@ -306,6 +310,10 @@ def test_the_batch_s_first_gated_host_lists_the_workloads_once_on_the_controller
     assert listed["failed"] is False and listed["listing_failed"] is True and listed["msg"] == "forbidden" and "invocation" not in listed
     verdict = _kubelet_stage.admission({"policy": "single-numa-node", "scope": "container"}, "dgx-1", [], listed, False)
     assert verdict["managers"] is False and "could not be listed" in verdict["message"]
+    # admission.yml registers no listing: the lister hands it over on its host, where the gates read it; a skipped
+    # host hands nothing over
+    handed = _handover.taken_over(listed["ansible_facts"], action.LISTED)
+    assert handed["listing_failed"] is True and handed["msg"] == "forbidden" and "ansible_facts" not in skipped
 
 
 APPLY_SETTINGS = {"kubelet_topology_healthz_url": "http://127.0.0.1:10248/healthz", "kubelet_topology_health_timeout": 120,

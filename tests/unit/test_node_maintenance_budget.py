@@ -81,3 +81,15 @@ def test_the_budget_runs_disruption_budget_with_the_controller_s_python(monkeypa
     action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_batch": ["a"], "ansible_play_hosts": ["a"], "ansible_play_hosts_all": ["a"],
                           "ansible_python_interpreter": "/node/venv/bin/python", "ansible_playbook_python": "/controller/bin/python"})
     assert seen[0]["ansible_delegated_vars"]["localhost"]["ansible_python_interpreter"] == "/controller/bin/python"
+
+
+def test_the_budget_is_handed_over_to_the_batch(monkeypatch):
+    """budget.yml registers nothing: the budget task's facts hand its result over (every host of the batch gets them,
+    run_once), stamped with this run; a batch without a wanted step hands over an empty budget."""
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    result, _calls = _run(monkeypatch, {}, {"allowed": ["na"], "deferred": {"nd": "budget exhausted"}})
+    handed = _handover.taken_over(result["ansible_facts"], nmb.BUDGET)
+    assert handed["allowed"] == ["na"] and handed["not_started"] == result["not_started"] and "ansible_facts" not in handed
+    empty, _calls = _run(monkeypatch, {}, {}, batch=("b", "c"))
+    assert _handover.taken_over(empty["ansible_facts"], nmb.BUDGET)["allowed"] == []

@@ -105,3 +105,37 @@ def test_the_budget_record_is_this_host_s_fact(wanted, recorded):
     result = plugin.run(task_vars={})
     assert result == {"changed": False, "ansible_facts": {"gpuharden_budget_record": {"node": "gpu-1", "wanted": recorded}}}
     plugin._execute_module.assert_not_called()
+
+
+def test_the_uncordon_takes_the_drain_this_run_handed_over():
+    """cordon_drain hands its result over to uncordon (it registered __node_maintenance_drain before): a cordon someone
+    else made before the drain stays; a drain an earlier run handed over (a fact cache kept it) decides nothing."""
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    drainer = _plugin({"step": "cordon_drain"}, ROLE_VARIABLES)
+    drainer._execute_module.return_value = {"changed": True, "nodes": {"gpu-1": {"preexisting_cordon": True}}, "invocation": {}}
+    drained = drainer.run(task_vars={})
+    assert drained["nodes"] == {"gpu-1": {"preexisting_cordon": True}}
+    kept = _plugin({"step": "uncordon"}, ROLE_VARIABLES)
+    result = kept.run(task_vars=dict(drained["ansible_facts"]))
+    assert result["skipped"] and "stays cordoned" in result["skip_reason"]
+    kept._execute_module.assert_not_called()
+    earlier = _handover.handed_over(step.DRAIN, drained["ansible_facts"][step.DRAIN]["value"], run=dict(_handover.this_run(), pid=1, start=0))
+    stale = _plugin({"step": "uncordon"}, ROLE_VARIABLES)
+    stale.run(task_vars={"ansible_facts": earlier})
+    assert stale._execute_module.call_args.kwargs["module_args"]["state"] == "uncordoned"
+
+
+def test_the_verdict_takes_the_budget_the_batch_s_budget_task_handed_over():
+    from ansible.errors import AnsibleActionFail
+    from ansible_collections.gpuharden.k8s.plugins.action import node_maintenance_budget
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    handed = _handover.handed_over(node_maintenance_budget.BUDGET, BUDGET)
+    verdict = _plugin({"step": "budget_verdict"}, ROLE_VARIABLES, delegate_to=None)
+    assert verdict.run(task_vars=dict(handed, ansible_play_name="harden", ansible_play_batch=["a"]))["allowed_in"] == ["harden", ["a"]]
+    refused = _plugin({"step": "budget_verdict"}, dict(ROLE_VARIABLES, node_maintenance_node_name="gpu-2"), delegate_to=None)
+    with pytest.raises(AnsibleActionFail, match="disruption budget exhausted"):
+        refused.run(task_vars=dict(handed, ansible_play_name="harden", ansible_play_batch=["a"]))
+    # no budget of this run: nothing allowed, nothing refused
+    assert verdict.run(task_vars={"ansible_play_name": "harden", "ansible_play_batch": ["a"]})["allowed_in"] == []

@@ -20,6 +20,7 @@ from ansible_collections.gpuharden.k8s.plugins.action.check_variables import _tr
 from ansible_collections.gpuharden.k8s.plugins.lookup import postcheck_audit_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _findings, _role_options
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _postcheck_plan as plan
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = yaml.safe_load((REPO / "roles/postcheck/defaults/main.yml").read_text())
@@ -374,15 +375,20 @@ def test_the_steps_read_what_the_step_before_registered_and_run_on_the_controlle
     interpreters.clear()
     execute = action._execute_module
     action._execute_module = recording
-    verdict = action.run(task_vars={postcheck_step.NODE_READ: parts[1], postcheck_step.CLUSTER: cluster, "ansible_playbook_python": "/ctl/python"})
+    # the cluster step's facts are its hand-over to every host of the batch (run_once): the verdict takes it from them
+    verdict = action.run(task_vars=dict(cluster["ansible_facts"], **{postcheck_step.NODE_READ: parts[1], "ansible_playbook_python": "/ctl/python"}))
     assert [call[0] for call in calls] == ["gpuharden.k8s.topology_check"] and interpreters == ["/ctl/python"]
     assert verdict["failing"] == ["isolation_breach"] and verdict["nvml"] == parts[1]["nvml"]
+    # an earlier run's hand-over (a fact cache kept it) is no cluster result of this batch: the verdict weighs none
+    earlier = _handover.handed_over(postcheck_step.CLUSTER, cluster["ansible_facts"][postcheck_step.CLUSTER]["value"],
+                                    run=dict(_handover.this_run(), pid=1, start=0))
+    assert _handover.taken_over(dict(earlier), postcheck_step.CLUSTER) is None
 
 
 def test_the_role_registers_the_names_the_action_reads():
     tasks = yaml.safe_load((REPO / "roles/postcheck/tasks/main.yml").read_text())
     registered = {task["gpuharden.k8s.postcheck_step"]["step"]: task.get("register") for task in tasks if "gpuharden.k8s.postcheck_step" in task}
-    assert registered == {"node": postcheck_step.NODE_READ, "cluster": postcheck_step.CLUSTER, "verdict": postcheck_step.VERDICT,
+    assert registered == {"node": postcheck_step.NODE_READ, "cluster": None, "verdict": postcheck_step.VERDICT,
                           "fail": None, "report": None}
     # the delegated steps name no interpreter of their own: the action takes postcheck_controller_python
     assert all("vars" not in task for task in tasks if "gpuharden.k8s.postcheck_step" in task)

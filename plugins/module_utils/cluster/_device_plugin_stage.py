@@ -24,7 +24,8 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 # The NVIDIA driver lists one directory per GPU it drives here (the kernel module's procfs, nvidia/gpus/<bus id>): the
 # directory exists where the driver is loaded with a GPU, the same fact gpu_facts' driver_gpus reads (core/_host.py).
 DRIVER_GPUS = "/proc/driver/nvidia/gpus"
-# The step node's result, registered by the role's tasks/main.yml and read by the step apply from every host of the play.
+# The step node's answer (node_part), which it hands over on its host and the step apply takes from every host of the play
+# (plugins/plugin_utils/_handover.py).
 NODE_RESULT = "__device_plugin_node"
 
 

@@ -177,9 +177,11 @@ BUILDERS = {
     "runtime_class_audit_options": ("runtime_class", "runtime_class", None, ()),
     "__mig_operator_refused": ("mig", None, _mig_refused, ("gpuharden_node_plan",)),
 }
-# The maps no vars/main.yml exposes: only the stage actions read them (mig_plan, mig_stage), which build them where
-# they read them (plugins/plugin_utils/_stage_action.py role_setting).
-BUILT_WHERE_READ = ("__mig_module_options", "__mig_operator_refused")
+# The maps no vars/main.yml exposes: only the stage actions read them (mig_plan, mig_stage, kubelet_topology_plan,
+# device_permissions_repair, cgroup_limits_immediate, device_plugin_stage), which build them where they read them
+# (plugins/plugin_utils/_stage_action.py role_setting).
+BUILT_WHERE_READ = ("__mig_module_options", "__mig_operator_refused", "__kubelet_topology_module_options",
+                    "__device_permissions_module_options", "__cgroup_limits_memory_options", "__device_plugin_label_options")
 # The same map under the name the role's own tasks pass their module (their module call and the audit take one map).
 BUILDERS["__device_permissions_module_options"] = BUILDERS["device_permissions_audit_options"]
 BUILDERS["__kubelet_topology_module_options"] = BUILDERS["kubelet_topology_audit_options"]
