@@ -13,8 +13,10 @@ cluster-side modules it names through ``_execute_module`` with their controller 
   the RuntimeClass dry run folded in where both use the same identity and Python) and the RuntimeClass dry run by
   itself where that run did not check it.  Under ``gpuharden drift`` (gpuharden_drift_cluster_in_process) the
   consistency check's options and the node reports are handed over instead, and the CLI runs the same check itself.
+  The consistency check's result is handed over to each host's verdict (plugins/plugin_utils/_handover.py, CLUSTER).
 - ``step=verdict`` (each host, a second play): the host's run data, as the run's stats (gpuharden_drift, aggregated),
-  and why it fails (``failure``).  It never fails itself: ansible-core records stats only from a successful result.
+  and why it fails (``failure``, handed over to step ``fail``: VERDICT).  It never fails itself: ansible-core records
+  stats only from a successful result.
 - ``step=fail`` (each host, after the verdict): fails the host with its verdict's ``failure``, where there is one, and
   is skipped where there is none, so the verdict's result (with the run's stats) stays the host's last reported one:
   callbacks that keep one result per host (ansible.builtin.tree, AWX's host summary) read the findings there.
@@ -31,18 +33,21 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._role_options import UNDEFINED
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import role_setting, run_module_in_mode
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict", "fail"]}}
 NODE_NAME = "gpuharden_k8s_node_name"
-# The results of drift_check.yml this action reads: the start step's (registered), the plan's LIST of pods
-# (tasks/node_plan_inputs.yml), each host's plan (tasks/node_stages.yml), the cluster step's (registered).
+# The results of drift_check.yml this action reads: the start step's (registered: node_stages' inputs in the playbook
+# read it too), the plan's LIST of pods (tasks/node_plan_inputs.yml), each host's plan (tasks/node_stages.yml).
 START_RESULT = "__drift_run"
 GPU_PODS_RESULT = "__node_plan_gpu_pods"
 NODE_PLAN = "gpuharden_node_plan"
-CLUSTER_RESULT = "__drift_cluster"
-VERDICT_RESULT = "__drift_verdict"
+# What one step hands over to a later one (plugins/plugin_utils/_handover.py): step cluster's consistency check
+# ({consistency}: every host, a run_once task's facts) to step verdict; step verdict's {failure} to step fail.
+CLUSTER = "__drift_cluster"
+VERDICT = "__drift_verdict"
 RUN_DATA_STAT = "gpuharden_drift"
 BOOKKEEPING = ("invocation", "changed", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
 
@@ -74,9 +79,10 @@ class ActionModule(ActionBase):
         return result
 
     def _fail(self, task_vars):
-        if VERDICT_RESULT not in task_vars:
-            raise GpuhardenError("step fail runs after step verdict (registered as %s)" % VERDICT_RESULT)
-        failure = (self._templar.resolve_variable_expression(VERDICT_RESULT) or {}).get("failure") or ""
+        verdict = _handover.taken_over(task_vars, VERDICT)
+        if verdict is None:
+            raise GpuhardenError("step fail runs after step verdict, in the same run (it hands over %s)" % VERDICT)
+        failure = verdict.get("failure") or ""
         if failure:
             return {"failed": True, "msg": failure}
         return {"skipped": True, "skip_reason": "no finding at or above the fail severity, every check ran"}
@@ -123,14 +129,16 @@ class ActionModule(ActionBase):
             retries += done.get("api_retries") or 0
             outcome["runtime_class"] = _data(done)
         outcome["api_retries"] = retries
+        outcome["ansible_facts"] = _handover.handed_over(CLUSTER, {"consistency": outcome["consistency"]})
         return outcome
 
     def _verdict(self, task_vars):
         settings = self._settings(plan.VERDICT_SETTINGS, task_vars)
-        cluster = task_vars.get(CLUSTER_RESULT) or {}
+        cluster = _handover.taken_over(task_vars, CLUSTER) or {}
         decided = plan.verdict(settings, task_vars.get(NODE_PLAN), cluster.get("consistency"))
         host = task_vars["inventory_hostname"]
-        return dict(decided, ansible_stats={"data": {RUN_DATA_STAT: {host: decided["run_data"]}}, "per_host": False, "aggregate": True})
+        return dict(decided, ansible_stats={"data": {RUN_DATA_STAT: {host: decided["run_data"]}}, "per_host": False, "aggregate": True},
+                    ansible_facts=_handover.handed_over(VERDICT, {"failure": decided.get("failure") or ""}))
 
     def _module(self, name, module_args, task_vars, python, check_mode=None):
         """One cluster-side module run on the controller, with ``python`` (the role's controller Python) as its

@@ -4,12 +4,18 @@
 """Action gpuharden.k8s.unharden_files: the module of that name on the node, each option the task does not give
 taken from the uninstall's play variable or role option that sets it (PLAY_OPTIONS), so that
 playbooks/unharden_gpu_nodes.yml and tasks/unharden_kubelet_drained.yml pass none of them in Jinja.  The module's result
-is the task's (its task_action stays gpuharden.k8s.unharden_files: what the lab tests read)."""
+is the task's (its task_action stays gpuharden.k8s.unharden_files: what the lab tests read).
+
+What the later steps read of it (which writers wait for the drained pass, what was left in conflict) it hands over
+(plugins/plugin_utils/_handover.py): the first pass (defer_disruptive: it may leave files for a drain) to
+unharden_rollout and unharden_report, the drained pass to unharden_report (module_utils/cluster/_unharden_run.py)."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.action.unharden_node import play_setting
+from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 # module option: the variable it follows where the task does not give it (its default: the settings table's)
 PLAY_OPTIONS = {
@@ -22,6 +28,11 @@ PLAY_OPTIONS = {
     "kubelet_health_timeout": "kubelet_topology_health_timeout",
 }
 BOOLEAN_OPTIONS = ("kubelet", "force", "keep_backups")
+
+
+def handover_name(module_args):
+    """The hand-over of this pass: the first (it defers what needs a drain) or the drained one."""
+    return _unharden_run.HANDOVERS["first_pass" if module_args.get("defer_disruptive") else "drained_pass"]
 
 
 class ActionModule(ActionBase):
@@ -37,4 +48,7 @@ class ActionModule(ActionBase):
             if module_args.get(option) is None:
                 module_args[option] = play_setting(self._templar, task_vars, variable, bool if option in BOOLEAN_OPTIONS else str)
         result.update(self._execute_module(module_name="gpuharden.k8s.unharden_files", module_args=module_args, task_vars=task_vars))
+        if not result.get("failed"):
+            passed = {"deferred": result.get("deferred") or [], "conflicts": result.get("conflicts") or []}
+            result["ansible_facts"] = _handover.handed_over(handover_name(module_args), passed)
         return result

@@ -6,15 +6,20 @@ play's variables itself (plugins/modules/unharden_node.py documents it), so that
 builds no option in Jinja.
 
 - ``lock``: take the node's run lock (gpuharden.k8s.node_lock on the node) for this run's owner; returns the owner,
-  the lock's path and the Node name, which the later steps read from its registered result.
+  the lock's path and the Node name, and hands them over to the later steps (_unharden_run.HANDOVERS, where a lock
+  that was not taken hands nothing over: there is nothing to give back).
 - ``cluster``: once for the play, delegated to the controller: gpuharden.k8s.unharden_cluster for the Nodes of the
   play's hosts, or nothing where gpuharden_unharden_cluster is false (``ran``: false, with why).
 - ``deferred``: in the rescue of the drained pass's budget: why it was not started (the budget's failure).
 - ``failed``: in the rescue of the drained pass: which step failed, and why; the node stays in the play (a host that
   fails in a serial play's batch of one ends the whole run: ansible-core 2.19 executor/playbook_executor.py breaks out
-  of the playbook when a batch failed whole), stops the rollout (node_maintenance_stopped_by) and fails in the report.
+  of the playbook when a batch failed whole), stops the rollout (step ``stopped``) and fails in the report; handed over.
+- ``stopped``: once per batch of the drained pass, delegated to the controller: the Nodes of the hosts whose drained
+  pass failed (the ``failed`` step's hand-over) and the fleet (unharden_rollout's fact on localhost), as the facts
+  node_maintenance_stopped_by and node_maintenance_fleet of the batch's hosts, which the role's budget reads over its
+  defaults (as harden_rollout step=stopped does for harden).
 - ``release``: give the run lock back; ``then_fail`` fails the node after it: with the step that failed (a rescue),
-  or with the report's failure (unharden_report's registered result).
+  or with the report's failure (unharden_report's hand-over).
 """
 
 from __future__ import annotations
@@ -28,16 +33,18 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default, role_settings
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import readable
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True, "choices": ["lock", "cluster", "deferred", "failed", "release"]},
+    "step": {"type": "str", "required": True, "choices": ["lock", "cluster", "deferred", "failed", "stopped", "release"]},
     "then_fail": {"type": "str", "default": "never", "choices": ["never", "failed_step", "report"]},
 }
 PLAYBOOK = "unharden_gpu_nodes"
-LOCK = _unharden_run.RESULTS["lock"]
-REPORT = _unharden_run.RESULTS["report"]
+LOCK = _unharden_run.HANDOVERS["lock"]
+REPORT = _unharden_run.HANDOVERS["report"]
+FAILED = _unharden_run.HANDOVERS["failed"]
 
 
 def setting_default(name):
@@ -59,9 +66,10 @@ def play_setting(templar, task_vars, name, kind=str):
 
 
 def lock_of(task_vars, host):
-    """The lock step's registered result of this host: {owner, path, node}; a host whose lock step did not run has
-    none (its Node name is then the inventory's, and there is no lock to give back)."""
-    lock = task_vars.get(LOCK)
+    """What the lock step of this host handed over: {owner, path, node}; a host whose lock step did not run, or did not
+    take the lock, has none (its Node name is then the inventory's, and there is no lock to give back).  ``task_vars``:
+    the host's task variables or its hostvars."""
+    lock = _handover.taken_over(task_vars, LOCK)
     return lock if hasattr(lock, "get") and lock.get("owner") else {"node": _unharden_run.node_name(host, task_vars)}
 
 
@@ -104,7 +112,10 @@ class ActionModule(ActionBase):
                  "node": self._templar.template(_unharden_run.node_name(host, task_vars))}
         module_args = {"owner": owner, "path": taken["path"], "timeout": int(self._setting(task_vars, "gpuharden_lock_timeout"))}
         lock = self._execute_module(module_name="gpuharden.k8s.node_lock", module_args=module_args, task_vars=task_vars)
-        return dict(lock_outcome(lock), **taken)
+        outcome = dict(lock_outcome(lock), **taken)
+        if not outcome.get("failed"):
+            outcome["ansible_facts"] = _handover.handed_over(LOCK, taken)
+        return outcome
 
     def _cluster(self, task_vars, _args):
         if not self._setting(task_vars, "gpuharden_unharden_cluster", bool):
@@ -122,7 +133,11 @@ class ActionModule(ActionBase):
         # on the controller's Python (the task is delegated to localhost), never the play's node Python
         cluster = self._execute_module(module_name="gpuharden.k8s.unharden_cluster", module_args=module_args,
                                        task_vars=on_controller(self._task, task_vars))
-        return dict(cluster, ran=True)
+        outcome = dict(cluster, ran=True)
+        if not cluster.get("failed"):
+            # facts of a run_once task reach every host of the play (one batch): each report reads its Node's conflicts
+            outcome["ansible_facts"] = _handover.handed_over(_unharden_run.HANDOVERS["cluster"], {"conflicts": cluster.get("conflicts") or []})
+        return outcome
 
     def _deferred(self, task_vars, _args):
         why = (task_vars.get("ansible_failed_result") or {}).get("msg") or "the disruption budget could not be checked"
@@ -131,7 +146,19 @@ class ActionModule(ActionBase):
     def _failed(self, task_vars, _args):
         node = lock_of(task_vars, task_vars["inventory_hostname"])["node"]
         why = _unharden_run.failure_message(node, task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"))
-        return {"changed": False, "node": node, "why": why}
+        return {"changed": False, "node": node, "why": why, "ansible_facts": _handover.handed_over(FAILED, {"node": node, "why": why})}
+
+    def _stopped(self, task_vars, _args):
+        hostvars = task_vars["hostvars"]
+        stopped_by = []
+        for host in task_vars["ansible_play_hosts_all"]:
+            failed = _handover.taken_over(hostvars[host], FAILED)
+            if failed:
+                stopped_by.append(failed["node"])
+        localhost = hostvars.get("localhost") or {}
+        fleet = (localhost.get(_unharden_run.ROLLOUT) or {}).get("fleet") or []
+        return {"changed": False, "stopped_by": stopped_by, "fleet": fleet,
+                "ansible_facts": {"node_maintenance_stopped_by": stopped_by, "node_maintenance_fleet": fleet}}
 
     def _release(self, task_vars, args):
         host = task_vars["inventory_hostname"]
@@ -147,7 +174,7 @@ class ActionModule(ActionBase):
         if args["then_fail"] == "failed_step":
             failure = _unharden_run.failure_message(lock["node"], task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"))
         elif args["then_fail"] == "report":
-            failure = (task_vars.get(REPORT) or {}).get("failure")
+            failure = (_handover.taken_over(task_vars, REPORT) or {}).get("failure")
         if failure:
             outcome.update(failed=True, msg=failure)
         return outcome

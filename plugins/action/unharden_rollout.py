@@ -3,11 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Controller-side action gpuharden.k8s.unharden_rollout: plan the drained pass of the uninstall, once for the play.
 
-It reads each play host's first-pass result (unharden_files, registered under _unharden_run.RESULTS["first_pass"], or
+It reads each play host's first-pass result (what unharden_files hands over, _unharden_run.HANDOVERS["first_pass"], or
 the variable ``first_pass`` names), runs gpuharden.k8s.disruption_budget once (outside check mode too: it only reads)
 when a host's kubelet files wait for a drain, with gpuharden_kubeconfig and gpuharden_max_unavailable unless the task
 gives them, and returns the rollout
-(module_utils/cluster/_unharden_run.py decides) as the fact ``__unharden_rollout`` of the host it runs for:
+(module_utils/cluster/_unharden_run.py decides) as the fact _unharden_run.ROLLOUT of the host it runs for:
 delegated to localhost with ``delegate_facts``, the next play's ``hosts`` and ``serial`` read it there (a play keyword
 sees no play host's variables: ansible-core 2.19 executor/playbook_executor.py templates it with
 ``VariableManager.get_vars(play=play)``, where ``hostvars`` is available).
@@ -19,20 +19,23 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
-FACT = _unharden_run.RESULTS["rollout"]
+FACT = _unharden_run.ROLLOUT
 PLAYBOOK = "unharden_gpu_nodes"
 
 
-def play_hosts(hostvars, names, first_pass):
+def play_hosts(hostvars, names, first_pass=None):
     """[{host, node, first_pass}] of ``names``: the Node name is the host's gpuharden_k8s_node_name, else its inventory
-    name; ``first_pass`` the host's registered result of that name (None where it has none)."""
+    name; ``first_pass`` the host's variable of that name where given, else what its first pass handed over (None where
+    it has none)."""
     hosts = []
     for name in names:
         variables = hostvars[name]
-        hosts.append({"host": name, "node": _unharden_run.node_name(name, variables), "first_pass": variables.get(first_pass)})
+        passed = variables.get(first_pass) if first_pass else _handover.taken_over(variables, _unharden_run.HANDOVERS["first_pass"])
+        hosts.append({"host": name, "node": _unharden_run.node_name(name, variables), "first_pass": passed})
     return hosts
 
 
@@ -55,7 +58,7 @@ class ActionModule(ActionBase):
         unknown = sorted(set(args) - {"first_pass", "kubeconfig", "max_unavailable"})
         if unknown:
             raise AnsibleActionFail("unharden_rollout: options are first_pass, kubeconfig, max_unavailable; got %s" % ", ".join(sorted(args)))
-        first_pass = args.get("first_pass") or _unharden_run.RESULTS["first_pass"]
+        first_pass = args.get("first_pass")
         hostvars = task_vars["hostvars"]
         hosts = play_hosts(hostvars, task_vars["ansible_play_hosts"], first_pass)
         fleet = [entry["node"] for entry in play_hosts(hostvars, task_vars["ansible_play_hosts_all"], first_pass)]

@@ -12,8 +12,8 @@ module: unharden_report
 short_description: One node's verdict at the end of the uninstall - what was left in conflict, and why it fails
 version_added: 0.2.0
 description:
-  - Reads this host's results by the variable names its options give (by default the names
-    playbooks/unharden_gpu_nodes.yml registers them under), on the controller (no connection to the node).
+  - Reads this host's results by the variable names its options give (by default what the steps of
+    playbooks/unharden_gpu_nodes.yml handed over in this run), on the controller (no connection to the node).
   - A node whose drained pass failed (O(failed)) gets that step's message in RV(failure), and nothing else.
   - Otherwise what was left in conflict on it - the files of every pass in O(passes), and its Node's labels and taints in the
     O(cluster) result - goes to the run's stats as C(gpuharden_unharden_conflicts) (per inventory host, aggregated),
@@ -33,19 +33,19 @@ options:
     description:
       - The names of the variables holding this host's M(gpuharden.k8s.unharden_files) results, the first pass first
         (one that is undefined is skipped).
-      - Default V([__unharden_files, __unharden_kubelet_files]).
+      - Default what the two passes of M(gpuharden.k8s.unharden_files) handed over.
     type: list
     elements: str
   cluster:
     description:
       - The name of the variable holding the M(gpuharden.k8s.unharden_cluster) result (its conflicts of this node count).
-      - Default V(__unharden_cluster).
+      - Default what M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=cluster) handed over.
     type: str
   failed:
     description:
       - The name of the variable that holds why this node's drained pass failed, where it did (a message, or the
         result of M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=failed)).
-      - Default V(__unharden_failed).
+      - Default what M(gpuharden.k8s.unharden_node) with O(gpuharden.k8s.unharden_node#module:step=failed) handed over.
     type: str
   deferred:
     description:

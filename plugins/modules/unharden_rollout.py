@@ -14,7 +14,7 @@ version_added: 0.2.0
 description:
   - Once for the play (C(run_once), delegated to localhost with C(delegate_facts)), after the first pass of the
     uninstall (M(gpuharden.k8s.unharden_files) with C(defer_disruptive)), reads each play host's first-pass result,
-    registered under the name O(first_pass).
+    as that task handed it over (or the variable O(first_pass) names).
   - O(kubeconfig) and O(max_unavailable) follow the play's C(gpuharden_kubeconfig) and C(gpuharden_max_unavailable)
     where the task does not give them.
   - The hosts whose kubelet files were deferred (C(deferred)) need a drain. When there are any, it reads the fleet's
@@ -35,7 +35,7 @@ options:
   first_pass:
     description:
       - The name of the variable under which each host registered its first-pass M(gpuharden.k8s.unharden_files) result.
-      - Default V(__unharden_files), the name playbooks/unharden_gpu_nodes.yml registers it under.
+      - Default what M(gpuharden.k8s.unharden_files) with C(defer_disruptive) handed over in this run.
     type: str
   kubeconfig:
     description:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 from gpuharden import drift_report
 from tests.unit.test_drift_playbook import PLAYBOOKS, _tasks
@@ -156,13 +157,11 @@ def test_the_drift_check_decides_nothing_in_jinja_but_the_engine_s_inputs():
 @pytest.mark.parametrize(("failure", "failed"), [("gpu-a drifted: kubelet_setting (stages to run: kubelet_topology)", True), ("", False)])
 def test_the_fail_step_fails_the_host_with_its_verdict_s_failure_only(failure, failed):
     """drift_check.yml's last task: the verdict step never fails (stats come only from a successful result), this one does."""
-    from types import SimpleNamespace
-
     from ansible_collections.gpuharden.k8s.plugins.action import drift_play as action
 
     step = action.ActionModule.__new__(action.ActionModule)
-    task_vars = {"__drift_verdict": {"failure": failure, "run_data": {}}}
-    step._templar = SimpleNamespace(resolve_variable_expression=task_vars.__getitem__)
+    # what step verdict hands over, as Ansible injects a task's facts into the host's variables
+    task_vars = dict(_handover.handed_over(action.VERDICT, {"failure": failure}))
     decided = step._fail(task_vars)
     if failed:
         assert decided == {"failed": True, "msg": failure}
@@ -170,3 +169,28 @@ def test_the_fail_step_fails_the_host_with_its_verdict_s_failure_only(failure, f
         assert decided.get("skipped") is True and "fail severity" in decided["skip_reason"] and "failed" not in decided
     with pytest.raises(GpuhardenError, match="after step verdict"):
         step._fail({})
+    # a fact cache's verdict of an earlier run is not this run's
+    stale = {name: dict(value, run=dict(value["run"], pid=-1)) for name, value in task_vars.items()}
+    with pytest.raises(GpuhardenError, match="after step verdict"):
+        step._fail(stale)
+
+
+def test_the_cluster_step_s_consistency_check_reaches_each_host_s_verdict(monkeypatch):
+    """Step cluster hands the consistency check over (a run_once task's facts: every host); step verdict decides with it
+    and hands its failure to step fail."""
+    from ansible_collections.gpuharden.k8s.plugins.action import drift_play as action
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    seen = {}
+
+    def verdict(settings, node_plan, consistency):
+        seen["consistency"] = consistency
+        return {"run_data": {}, "failure": "gpu-a: the consistency check could not run"}
+
+    monkeypatch.setattr(action.plan, "verdict", verdict)
+    monkeypatch.setattr(step, "_settings", lambda names, task_vars: {}, raising=False)
+    cluster = {"findings": [], "failed": True, "msg": "forbidden"}
+    handed = _handover.handed_over(action.CLUSTER, {"consistency": cluster})
+    decided = step._verdict(dict(handed, inventory_hostname="gpu-a"))
+    assert seen["consistency"] == cluster
+    assert step._fail(dict(decided["ansible_facts"])) == {"failed": True, "msg": "gpu-a: the consistency check could not run"}

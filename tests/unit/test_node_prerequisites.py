@@ -283,11 +283,15 @@ def test_the_actions_exempted_for_their_python_name_it_where_they_run_a_module_d
         runs = re.findall(r"(?:_execute_module|read_outside_check_mode)\(([^\n]*\n?[^\n]*)", source)
         delegated = [call for call in runs if "unharden_cluster" in call or "disruption_budget" in call or "gpu_pods_info" in call]
         assert all("on_controller(" in call for call in delegated), (name, runs)
-    # unharden_node runs node_lock on the node: only its cluster step is delegated
+    # unharden_node runs node_lock on the node: only its cluster step (unharden_cluster, on_controller above) and its
+    # stopped step, which runs no module at all (it reads hostvars), are delegated
     plays = yaml.safe_load((REPO / "playbooks" / "unharden_gpu_nodes.yml").read_text())
     steps = [task["gpuharden.k8s.unharden_node"]["step"] for play in plays for task in _delegated_tasks(play["tasks"])
              if "gpuharden.k8s.unharden_node" in task]
-    assert steps == ["cluster"]
+    assert steps == ["cluster", "stopped"]
+    source = (REPO / "plugins" / "action" / "unharden_node.py").read_text()
+    stopped = re.search(r"\n    def _stopped\(.*?(?=\n    def |\Z)", source, flags=re.S).group(0)
+    assert "_execute_module" not in stopped and "read_outside_check_mode" not in stopped
 
 
 def _delegated_tasks(tasks):

@@ -258,12 +258,70 @@ def test_the_actions_read_the_play_variables_defaults_from_the_settings_table():
         assert unharden_node.setting_default(variable) == spec[option]["default"], option
 
 
-def test_the_playbook_registers_what_the_actions_read():
-    """The actions read the step results by the names in _unharden_run.RESULTS: the playbook must register them so."""
+def test_the_playbook_registers_only_what_an_include_reads():
+    """The steps hand their results over in Python (_unharden_run.HANDOVERS): the playbook registers none of them, only
+    the deferral the drained pass's include reads in its `when` (and the report with it)."""
     registered = set()
     for path in ("playbooks/unharden_gpu_nodes.yml", "playbooks/tasks/unharden_kubelet_drained.yml"):
-        registered |= set(re.findall(r"register: (\S+)", (REPO_ROOT / path).read_text()))
-    assert registered == {name for step, name in _unharden_run.RESULTS.items() if step != "rollout"}
+        text = (REPO_ROOT / path).read_text()
+        registered |= set(re.findall(r"register: (\S+)", text))
+        assert not [name for name in _unharden_run.HANDOVERS.values() if name in text], path
+    assert registered == {_unharden_run.DEFERRED}
+    play2 = yaml.safe_load((REPO_ROOT / "playbooks/unharden_gpu_nodes.yml").read_text())[1]
+    assert "vars" not in play2  # node_maintenance's fleet and stopped_by: facts of step stopped
+
+
+RUN = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 1}
+
+
+def _handed(result):
+    """A host's variables after a task returned ``result`` (its facts, as Ansible injects them)."""
+    return dict(result.get("ansible_facts") or {})
+
+
+def test_what_each_step_hands_over_the_next_reads(monkeypatch):
+    """Producer to consumer through _handover, stamped with one run: the first pass to the rollout and the report, the
+    failed step to the stopped step and the report, the report to the release; another run's are never taken."""
+    from ansible_collections.gpuharden.k8s.plugins.action import unharden_report
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    monkeypatch.setattr(_handover, "this_run", lambda *args, **kwargs: dict(RUN))
+    first = _handover.handed_over(unharden_files_action.handover_name({"defer_disruptive": True}), {"deferred": ["kubelet_config"], "conflicts": []})
+    drained = _handover.handed_over(unharden_files_action.handover_name({"stop_kubelet": True}), {"deferred": [], "conflicts": [{"reason": "r"}]})
+    assert set(first) == {_unharden_run.HANDOVERS["first_pass"]} and set(drained) == {_unharden_run.HANDOVERS["drained_pass"]}
+    hostvars = {"a": dict(first), "b": {}}
+    assert [entry["first_pass"] for entry in unharden_rollout.play_hosts(hostvars, ["a", "b"])] == [{"deferred": ["kubelet_config"], "conflicts": []}, None]
+    stale = {name: dict(value, run=dict(RUN, pid=8)) for name, value in first.items()}  # a fact cache's, from another run
+    assert unharden_rollout.play_hosts({"a": stale}, ["a"])[0]["first_pass"] is None
+
+    # the failed step's hand-over stops the rollout (step stopped) and fails the node in its report
+    step = unharden_node.ActionModule.__new__(unharden_node.ActionModule)
+    lock = step._failed({"inventory_hostname": "b", **_handover.handed_over(_unharden_run.HANDOVERS["lock"], {"node": "node-b", "owner": "o", "path": "/l"})},
+                        {})
+    assert lock["node"] == "node-b"
+    hostvars = {"a": dict(first), "b": _handed(lock), "localhost": {_unharden_run.ROLLOUT: {"fleet": ["a", "node-b"]}}}
+    stopped = step._stopped({"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b"]}, {})
+    assert stopped["ansible_facts"] == {"node_maintenance_stopped_by": ["node-b"], "node_maintenance_fleet": ["a", "node-b"]}
+
+    class Templar:
+        def copy_with_new_env(self, **_kwargs):
+            return self
+
+        def template(self, value):
+            return value
+
+    report = unharden_report.ActionModule.__new__(unharden_report.ActionModule)
+    report._task = type("Task", (), {"args": {}, "async_val": 0, "check_mode": False, "diff": False})()
+    report._templar = Templar()
+    monkeypatch.setattr(unharden_report.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    localhost = {_unharden_run.ROLLOUT: {"hosts": ["a", "b"]}}
+    done = report.run(task_vars={"inventory_hostname": "a", "hostvars": {"localhost": localhost}, **first, **drained})
+    assert done["conflicts"] == [{"reason": "r"}] and done["failure"].startswith("a: left as they are")
+    failed = report.run(task_vars={"inventory_hostname": "b", "hostvars": {"localhost": localhost}, **_handed(lock)})
+    assert failed["failure"] == lock["why"]
+    # the release fails the node with the report's failure, and gives back the lock the lock step handed over
+    released = step._release({"inventory_hostname": "b", **_handed(failed)}, {"then_fail": "report"})
+    assert released == {"changed": False, "lock": None, "node": "b", "failed": True, "msg": lock["why"]}
 
 
 def test_play_hosts_reads_node_names_and_first_pass_results():
@@ -397,10 +455,10 @@ ROLLOUT_STOPS = """
         - name: Take the node's run lock
           gpuharden.k8s.unharden_node:
             step: lock
-          register: __unharden_lock
         - name: First pass result stand-in
-          ansible.builtin.set_fact:
-            __unharden_files: {deferred: "{{ [] if inventory_hostname == 'gpu-a' else ['kubelet_config'] }}", conflicts: []}
+          handover_stub:
+            step: first_pass
+            value: {deferred: "{{ [] if inventory_hostname == 'gpu-a' else ['kubelet_config'] }}", conflicts: []}
         - name: Plan the rollout
           unharden_rollout_stub:
           delegate_to: localhost
@@ -411,10 +469,10 @@ ROLLOUT_STOPS = """
   serial: "{{ hostvars['localhost']['__unharden_rollout']['serial'] | default(1) }}"
   max_fail_percentage: 100
   gather_facts: false
-  vars: {}  # the real playbook's second play's vars (the test puts them here)
   tasks:
     - name: Drained
       block:
+        # the real playbook's step stopped goes here (the test puts it)
         - name: Budget stand-in, what node_maintenance's budget would be told
           ansible.builtin.set_fact:
             stopped_by_seen: "{{ node_maintenance_stopped_by }}"
@@ -423,13 +481,13 @@ ROLLOUT_STOPS = """
             msg: a PodDisruptionBudget allows no eviction
           when: inventory_hostname == 'gpu-b'
         - name: Drained pass result stand-in
-          ansible.builtin.set_fact:
-            __unharden_kubelet_files: {conflicts: []}
+          handover_stub:
+            step: drained_pass
+            value: {deferred: [], conflicts: []}
       rescue:
         - name: Remember the node that stops the rollout
           gpuharden.k8s.unharden_node:
             step: failed
-          register: __unharden_failed
 - name: Report
   hosts: gpu_nodes
   gather_facts: false
@@ -438,7 +496,6 @@ ROLLOUT_STOPS = """
       block:
         - name: Report
           gpuharden.k8s.unharden_report:
-          register: __unharden_report
       always:
         - name: Release
           gpuharden.k8s.unharden_node:
@@ -460,8 +517,18 @@ def test_a_failed_drained_pass_stops_the_rollout_and_fails_its_node_in_the_repor
         "    def _execute_module(self, module_name=None, module_args=None, task_vars=None, **kwargs):\n"
         "        assert module_name == 'gpuharden.k8s.disruption_budget' and module_args['max_unavailable'] == '1'\n"
         "        return {'budget': 1, 'unavailable': [], 'fleet': module_args['fleet']}\n")
+    (plugin_dir / "handover_stub.py").write_text(
+        "from ansible.plugins.action import ActionBase\n"
+        "from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _unharden_run\n"
+        "from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover\n"
+        "class ActionModule(ActionBase):\n"
+        "    def run(self, tmp=None, task_vars=None):\n"
+        "        args = self._task.args\n"
+        "        return {'ansible_facts': _handover.handed_over(_unharden_run.HANDOVERS[args['step']], args['value'])}\n")
     plays = yaml.safe_load(ROLLOUT_STOPS)
-    plays[1]["vars"] = yaml.safe_load((REPO_ROOT / "playbooks/unharden_gpu_nodes.yml").read_text())[1]["vars"]
+    real = yaml.safe_load((REPO_ROOT / "playbooks/unharden_gpu_nodes.yml").read_text())[1]["tasks"][0]["block"][0]["block"]
+    [stopped] = [task for task in real if (task.get("gpuharden.k8s.unharden_node") or {}).get("step") == "stopped"]
+    plays[1]["tasks"][0]["block"].insert(0, stopped)
     (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
     rc, events, out = _run_playbook(tmp_path, tmp_path / "play.yml", ["gpu-a", "gpu-b", "gpu-c"], plugin_dir=plugin_dir)
     assert rc != 0, out[-4000:]

@@ -20,23 +20,27 @@ result (unharden_files ``deferred``: its kubelet files wait for a drain) and the
   stats, and the node fails when its drained pass was not started (the budget deferred it, or the rollout took it but
   never reached it) or something is left in conflict.
 
-The playbook registers each step's result under the names in RESULTS; the actions read them there (a host's
-variables), so that the playbook names no result twice and builds no option in Jinja.
+What one step hands to a later one, it hands over in Python (plugins/plugin_utils/_handover.py: a fact of the host,
+stamped with this ansible-playbook run), by the names in HANDOVERS, so that the playbook registers, names and templates
+none of it.
 """
 
 from __future__ import annotations
 
-# The results playbooks/unharden_gpu_nodes.yml registers (and the fact unharden_rollout sets on localhost), by step.
-RESULTS = {
-    "lock": "__unharden_lock",  # unharden_node step=lock: the run lock's owner and path, the Node name
-    "cluster": "__unharden_cluster",  # unharden_node step=cluster (once for the play)
-    "first_pass": "__unharden_files",  # unharden_files, play 1
-    "drained_pass": "__unharden_kubelet_files",  # unharden_files, play 2 (tasks/unharden_kubelet_drained.yml)
-    "deferred": "__unharden_deferred",  # unharden_node step=deferred: why the budget did not start the drained pass
-    "failed": "__unharden_failed",  # unharden_node step=failed: the drained pass's step that failed (stops the rollout)
-    "report": "__unharden_report",  # unharden_report, play 3
-    "rollout": "__unharden_rollout",  # unharden_rollout's fact, on localhost (delegate_facts)
+# What each step hands over (plugins/plugin_utils/_handover.py), by step: the action that sets it and those that read it.
+HANDOVERS = {
+    "lock": "__unharden_lock",  # unharden_node step=lock: {owner, path, node}; read by steps failed, release, cluster
+    "cluster": "__unharden_cluster",  # unharden_node step=cluster (once for the play, every host): read by unharden_report
+    "first_pass": "__unharden_files",  # unharden_files with defer_disruptive (play 1): read by unharden_rollout and _report
+    "drained_pass": "__unharden_kubelet_files",  # unharden_files without it (play 2): read by unharden_report
+    "failed": "__unharden_failed",  # unharden_node step=failed: {node, why}; read by steps stopped and unharden_report
+    "report": "__unharden_report",  # unharden_report: {failure}; read by unharden_node step=release then_fail=report
 }
+# Registered by the playbook, where the drained pass's include_tasks reads it in its `when` (a task an action cannot
+# skip): unharden_node step=deferred, why the budget did not start the drained pass; unharden_report reads it too.
+DEFERRED = "__unharden_deferred"
+# unharden_rollout's fact on localhost (delegate_facts): the second play's hosts and serial (play keywords read it).
+ROLLOUT = "__unharden_rollout"
 NODE_NAME = "gpuharden_k8s_node_name"
 
 
