@@ -5,8 +5,9 @@
 the play from every host's plan (module_utils/core/_stage_plan.py runtime_class_needed, device_plugin_needed).
 
 It reads the play's hosts' variables (hostvars: each node's plan, gpuharden_node_plan; the plan's one LIST,
-__node_plan_gpu_pods, with its dry runs of the two stages; a failed rollout step, __harden_failed) and returns ``run``
-with ``why``; it contacts no host.
+__node_plan_gpu_pods, with its dry runs of the two stages; a failed rollout step, harden_node step=failed's hand-over)
+and returns ``run`` with ``why``; it contacts no host.  harden_gpu_nodes.yml asks it for the device plugin stage; the
+RuntimeClass stage's gate (runtime_class_gate) is decided in harden_rollout step=restarts, the task before the stages.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 ARGUMENT_SPEC = {"stage": {"type": "str", "required": True, "choices": ["runtime_class", "device_plugin"]}}
 
@@ -76,7 +78,9 @@ class ActionModule(ActionBase):
         if args["stage"] == "runtime_class":
             run, why = runtime_class_gate([variables(host) for host in task_vars.get("ansible_play_batch", [])])
         else:
-            failed = [host for host in task_vars.get("ansible_play_hosts_all", []) if _harden_run.recorded(hostvars[host], _harden_run.FAILED)]
+            this_run = _handover.this_run()
+            failed = [host for host in task_vars.get("ansible_play_hosts_all", [])
+                      if _handover.taken_over(hostvars[host], _harden_run.FAILED, run=this_run)]
             run, why = device_plugin_gate([variables(host) for host in task_vars.get("ansible_play_hosts", [])], failed)
         result.update(changed=False, run=run, why=why)
         return result

@@ -9,9 +9,9 @@ that the playbook builds no message or condition in Jinja.
   Node (gpuharden_k8s_node_name, else the inventory name) and this run's ansible-playbook process, as facts of the host.
 - ``verdict``: fail the node where the run decided so (``of``: restarts, cordons, failed, deferred).
 - ``rescue`` (first play): give the failed node's run lock back, and fail the node with the step that failed.
-- ``deferred`` / ``failed`` (second play's rescues): record why the node's draining step was not started, or which
-  one failed (registered: a fact would outlive the run in a persistent fact cache; ``failed`` also reports it in the
-  run's stats), without failing the host there.
+- ``deferred`` / ``failed`` (second play's rescues): hand over why the node's draining step was not started, or which
+  one failed (plugin_utils/_handover.py, stamped with this run: a fact cache's from an earlier run counts for nothing;
+  ``failed`` also reports it in the run's stats), without failing the host there.
 - ``draining`` (second play): which draining steps run on the node (none where the budget deferred it).
 - ``release`` (last play): give the node's run lock back, unless the plan's audit or the post-check's read did.
 - ``targeted`` (the run's end): fail a run whose first play matched no host.
@@ -29,6 +29,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run as run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import readable
 
 ARGUMENT_SPEC = {
@@ -82,7 +83,8 @@ class ActionModule(ActionBase):
     def _verdict(self, task_vars, args):
         host = task_vars["inventory_hostname"]
         localhost = (task_vars.get("hostvars") or {}).get("localhost") or {}
-        why = run.verdict(args["of"], host, task_vars, localhost)
+        handed = {name: _handover.taken_over(task_vars, name) for name in (run.DEFERRED, run.FAILED)} if args["of"] in ("failed", "deferred") else {}
+        why = run.verdict(args["of"], host, task_vars, localhost, handed)
         return {"failed": True, "msg": why} if why else {}
 
     def _lock_module_args(self, task_vars):
@@ -106,19 +108,19 @@ class ActionModule(ActionBase):
 
     def _deferred(self, task_vars, _args):
         why = (task_vars.get("ansible_failed_result") or {}).get("msg") or "the disruption budget could not be checked"
-        return {"why": why}
+        return {"why": why, "ansible_facts": _handover.handed_over(run.DEFERRED, why)}
 
     def _failed(self, task_vars, _args):
         host = task_vars["inventory_hostname"]
         why = run.failure_message(task_vars.get("ansible_failed_task"), task_vars.get("ansible_failed_result"), "a disruptive step")
         node = self._fact(task_vars, run.NODE) or host
-        return {"node": node, "why": why,
+        return {"node": node, "why": why, "ansible_facts": _handover.handed_over(run.FAILED, why),
                 "ansible_stats": {"data": {run.ROLLOUT_FAILED_STAT: {host: {"node": node, "reason": why}}}, "per_host": False, "aggregate": True}}
 
     def _draining(self, task_vars, _args):
         planned = {stage: boolean(self._variable(task_vars, name), strict=False) if name in task_vars else None
                    for stage, name in run.DRAINING_PLANS.items()}
-        steps = run.draining_steps(run.recorded(task_vars, run.DEFERRED), planned)
+        steps = run.draining_steps(_handover.taken_over(task_vars, run.DEFERRED), planned)
         # every cordon of the rollout records this run (node_maintenance's record, annotation gpuharden.io/cordon): the
         # drift check names one an interrupted run left, and the next harden releases or resumes it
         return dict(steps, ansible_facts={"node_maintenance_owner": self._fact(task_vars, run.OWNER)})

@@ -10,7 +10,9 @@ The steps, in the plays' order:
 - ``restarts``, before the stages: one read of the fleet (gpuharden.k8s.disruption_budget): the containerd restarts'
   canary and waves, the restarts the budget does not allow at all, and the cordons an ended run left.  Skipped (no
   API call) where the run's --tags select no node stage; in check mode the read still runs, but nothing restarts in
-  waves and no node is failed for its restart.
+  waves and no node is failed for its restart.  With it, whether the RuntimeClass stage runs for the batch
+  (``runtime_class``, ``runtime_class_why``: cluster_stage_gate.runtime_class_gate over the batch's hosts but those
+  failed for their restart), which tasks/stages.yml's importer passes on: one task before the stages, not two.
 - ``cordons``, after the stages: which of those cordons this run releases, and which stay, with why.
 - ``rollout``: where a host of the batch has a step that drains its node, the budget read again (the nodes the
   stages just restarted settle first); each host's group of the second play; that play's hosts and serial, the fleet
@@ -23,9 +25,11 @@ The steps, in the plays' order:
 The modules it runs on the controller take the controller's ansible-playbook Python (on_controller), never the play's
 node Python: its tasks need no ansible_python_interpreter of their own.
 
-The hosts' variables read: the plan (gpuharden_node_plan), the Node name (__harden_node), whether the kubelet and MIG
-plans ran and drain (__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran),
-and what the stages restarted (container_runtime_result, __kubelet_topology_config).
+The hosts' variables read: the plan (gpuharden_node_plan, and the plan's LIST __node_plan_gpu_pods for the
+RuntimeClass gate), the Node name (harden_node step=start's fact), whether the kubelet and MIG plans ran and drain
+(__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran), what the stages
+restarted (container_runtime_result, __kubelet_topology_config), and the draining steps that failed (harden_node
+step=failed's hand-over).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.action.cluster_stage_gate import runtime_class_gate
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode, readable
 
@@ -59,8 +65,10 @@ PLAY_DEFAULTS = {
 NODE = _harden_run.NODE
 # the run's lock owner on this host (harden_gpu_nodes.yml's first play)
 OWNER = _harden_run.OWNER
-# the second play's record of a host whose disruptive step failed
+# the second play's hand-over of a host whose disruptive step failed
 FAILED = _harden_run.FAILED
+# what the RuntimeClass gate reads of each host of the batch (cluster_stage_gate.runtime_class_gate)
+GATE_READS = ("gpuharden_node_plan", "__node_plan_gpu_pods")
 # the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
 WAVE_NODE = "__stages_node_name"
 # the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
@@ -124,11 +132,13 @@ class ActionModule(ActionBase):
         result["changed"] = False
         if args["step"] == "restarts":
             result.update(self._restarts(hosts, common, task_vars, check_mode))
+            result.update(self._runtime_class(task_vars, result["restart_not_allowed"]))
         elif args["step"] == "stopped":
             # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
             all_hosts = task_vars.get("ansible_play_hosts_all", [])
+            this_run = _handover.this_run()
             result["stopped_by"] = [_harden_run.fact(hostvars[host], NODE) or host for host in all_hosts
-                                    if _harden_run.recorded(hostvars[host], FAILED)]
+                                    if _handover.taken_over(hostvars[host], FAILED, run=this_run)]
             # for the role node_maintenance's budget, as facts of the batch's hosts over its defaults: the nodes above,
             # and the fleet the first play's rollout step read
             fleet = (_harden_run.fact(hostvars.get("localhost") or {}, _harden_run.ROLLOUT) or {}).get("fleet") or []
@@ -153,6 +163,16 @@ class ActionModule(ActionBase):
                     restart_steps=empty["restart_steps"] if check_mode else budget.get("restart_steps", [None]),
                     restart_not_allowed={} if check_mode else {host["host"]: "containerd not changed: %s" % deferred[host["node"]]
                                                                for host in hosts if host["node"] in deferred})
+
+    @staticmethod
+    def _runtime_class(task_vars, restart_not_allowed):
+        """Whether the RuntimeClass stage runs, once for the batch (cluster_stage_gate.runtime_class_gate): its hosts
+        but those harden_node step=verdict of=restarts fails right after this task, as when the gate was a task of
+        its own after that verdict (a failed host is out of the batch)."""
+        hostvars = task_vars.get("hostvars") or {}
+        batch = [hostvars[host] for host in task_vars.get("ansible_play_batch", []) if host not in restart_not_allowed]
+        run, why = runtime_class_gate([{name: variables[name] for name in GATE_READS if name in variables} for variables in batch])
+        return {"runtime_class": run, "runtime_class_why": why}
 
     def _postcheck(self, task_vars):
         """This host's post-check inputs (_stage_plan.postcheck_inputs), as facts of the host: the post-check role

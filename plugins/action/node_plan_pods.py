@@ -23,7 +23,8 @@ from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python i
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
 ARGUMENT_SPEC = {
-    # each left out: the importing task's __node_plan (playbooks/tasks/node_stages.yml) has it, else false (nodes: required)
+    # each left out: the importing task's __node_plan (playbooks/tasks/node_stages.yml) has it, else false (nodes: the
+    # Nodes of the serial batch's hosts, each gpuharden_k8s_node_name else the inventory name, as node_stages names them)
     "nodes": {"type": "list", "elements": "str"},
     "pods_snapshot": {"type": "bool"},
     # harden's: dry-run the cluster-side stages in the LIST, where the play skips compliant stages
@@ -41,6 +42,19 @@ class ActionModule(ActionBase):
     def _variable(self, task_vars, name, default=None):
         return self._templar.template(task_vars[name]) if name in task_vars else default
 
+    def _batch_nodes(self, task_vars):
+        """The Node of each host of the serial batch: its gpuharden_k8s_node_name, else its inventory name."""
+        hostvars = task_vars.get("hostvars") or {}
+        nodes = []
+        for host in task_vars.get("ansible_play_batch") or ():
+            variables = hostvars.get(host) or {}
+            name = self._templar.template(variables["gpuharden_k8s_node_name"]) if "gpuharden_k8s_node_name" in variables else None
+            nodes.append(name or host)
+        if not nodes:
+            raise AnsibleActionFail("node_plan_pods: nodes is not given (the option, or __node_plan.nodes of the importing task) "
+                                    "and the play's batch has no host")
+        return nodes
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
@@ -50,7 +64,7 @@ class ActionModule(ActionBase):
             if args[name] is None:
                 args[name] = given.get(name) if isinstance(given, dict) else None
         if args["nodes"] is None:
-            raise AnsibleActionFail("node_plan_pods: nodes is required (the option, or __node_plan.nodes of the importing task)")
+            args["nodes"] = self._batch_nodes(task_vars)
         args["nodes"] = [str(node) for node in args["nodes"]]
         for name in ("pods_snapshot", "dry_runs"):
             args[name] = boolean(args[name] or False, strict=False)

@@ -25,7 +25,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 
 display = Display()
@@ -44,8 +44,9 @@ ARGUMENT_SPEC = {
     "run_stages": {"type": "bool", "default": True},
     # the node's run lock, taken by the audit (its lock option, built here: none in check mode); path and timeout
     # default to the play's gpuharden_lock_path and gpuharden_lock_timeout
+    # owner (and controller) left out: this harden run's, named by harden_node step=start as facts of the host
     "lock": {"type": "dict", "options": {
-        "owner": {"type": "str", "required": True},
+        "owner": {"type": "str"},
         "controller": {"type": "dict"},
         "path": {"type": "str"},
         "timeout": {"type": "int"},
@@ -140,12 +141,21 @@ class ActionModule(ActionBase):
         serialising, and node_lock could not give a lock taken there back)."""
         if lock is None or self._task.check_mode:
             return None
-        audit_lock = {"owner": lock["owner"], "hold": lock["hold"]}
+        owner, controller = lock["owner"], lock["controller"]
+        if owner is None:
+            # harden_gpu_nodes.yml's lock: the run harden_node step=start named on this host (tags always, before the plan)
+            owner = self._templar.template(_harden_run.fact(task_vars, _harden_run.OWNER))
+            if not owner:
+                raise AnsibleActionFail("node_stages: lock.owner is not given and harden_node step=start did not name this run on %s "
+                                        "(give lock.owner, or run that step first)" % task_vars.get("inventory_hostname"))
+            if controller is None:
+                controller = self._templar.template(_harden_run.fact(task_vars, _harden_run.CONTROLLER))
+        audit_lock = {"owner": owner, "hold": lock["hold"]}
         for option, (variable, default) in LOCK_DEFAULTS.items():
             value = lock[option] if lock[option] is not None else self._play_variable(task_vars, variable, default)
             audit_lock[option] = int(value) if option == "timeout" else value
-        if lock["controller"] is not None:
-            audit_lock["controller"] = lock["controller"]
+        if controller is not None:
+            audit_lock["controller"] = controller
         if lock["release_if_nothing_cluster_side"]:
             gpu_pods = self._templar.template(task_vars.get(GPU_PODS)) or {}
             audit_lock["release_if_compliant"] = _stage_plan.nothing_cluster_side(

@@ -16,7 +16,8 @@ description:
     dry runs of the plan's one LIST of the GPU pods, and returns whether the C(harden_gpu_nodes.yml) stage named in
     O(stage) runs.
   - C(runtime_class) runs unless the dry run of it would change and report nothing and no node of the serial batch
-    has its containerd stage to run.
+    has its containerd stage to run. C(harden_gpu_nodes.yml) decides it with its fleet read instead
+    (M(gpuharden.k8s.harden_rollout) with C(step=restarts), the same code).
   - C(device_plugin) runs unless every node's dry run of it is clean, no node-side stage runs on any node, no host
     sets C(gpuharden_gpu_node) and every node's facts show its GPUs; never after a failed step of the rollout (a
     node left with its kubelet stopped would hold the plugin's rolling update).

@@ -24,9 +24,11 @@ description:
     O(of=failed) where its draining step failed, O(of=deferred) where its draining step was not started.
   - V(rescue), in the first play's rescue, gives the node's run lock back (M(gpuharden.k8s.node_lock)) and fails the
     node with the step that failed and its message.
-  - V(deferred) and V(failed), in the second play's rescues, record why the node's draining step was not started, or
-    which one failed (register them as C(__harden_deferred) and C(__harden_failed)); V(failed) also adds the node to the run's
-    stat C(gpuharden_rollout_failed). The host does not fail there, so the other nodes' run locks are still given back.
+  - V(deferred) and V(failed), in the second play's rescues, hand over why the node's draining step was not started, or
+    which one failed, as facts of the host stamped with this run (a fact cache's from an earlier run counts for nothing),
+    which V(draining), V(verdict), M(gpuharden.k8s.harden_rollout) and M(gpuharden.k8s.cluster_stage_gate) read
+    themselves; V(failed) also adds the node to the run's stat C(gpuharden_rollout_failed). The host does not fail
+    there, so the other nodes' run locks are still given back.
   - V(draining) says which draining steps run on the node (RV(kubelet_topology), RV(mig)) - those its plans drain it for,
     none where the budget did not start them - and sets C(node_maintenance_owner) to the run's owner for the cordons.
   - V(release) gives the node's run lock back, skipped where the plan's audit or the post-check's read already did.

@@ -13,12 +13,15 @@ short_description: Decide harden's rollout once for the batch - the containerd r
 version_added: 0.2.0
 description:
   - Once for the first play's batch of C(harden_gpu_nodes.yml) (C(run_once), delegated to localhost), from every play
-    host's plan (C(gpuharden_node_plan)), its Node name (C(__harden_node)) and what its stages planned and restarted.
+    host's plan (C(gpuharden_node_plan)), its Node name (M(gpuharden.k8s.harden_node) V(start)'s) and what its stages
+    planned and restarted.
   - O(step=restarts), before the stages, reads the fleet once with M(gpuharden.k8s.disruption_budget) - the containerd
     restarts' canary and waves (RV(restart_steps)), the hosts whose restart the budget does not allow at all
     (RV(restart_not_allowed)) and the cordons an ended gpuharden run left (RV(left_cordoned)). It reads nothing where
     the run's C(--tags) select no node stage. In check mode nothing restarts in waves (RV(restart_steps) is V([null]))
-    and no host is refused its restart.
+    and no host is refused its restart. It also decides, once for the batch, whether the RuntimeClass stage runs
+    (RV(runtime_class), RV(runtime_class_why)) - unless the plan's dry run of it would change and report nothing and no
+    node's containerd changes (the hosts refused their restart aside).
   - O(step=wave), before each wave of containerd restarts but the first (O(wave), one of RV(restart_steps)), waits
     for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
     host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
@@ -26,7 +29,7 @@ description:
   - O(step=rollout), after the stages, first decides which of the cordons an ended run left (O(left_cordoned), by
     default those of O(step=restarts) registered as C(__harden_rollout)) this
     run releases (RV(release), the node has nothing to drain it for) and releases them once Ready with
-    M(gpuharden.k8s.node_maintenance) (one run per lock owner of the hosts, C(__harden_owner); RV(release_failed)
+    M(gpuharden.k8s.node_maintenance) (one run per lock owner of the hosts; RV(release_failed)
     names the hosts whose release failed, for the play to fail), and which stay (RV(kept), with why - a draining stage
     the node needs was left out by C(--tags); a warning each). Then, where a host of the batch has a step that drains
     its node (a kubelet CPU or Memory Manager policy change or stale checkpoint, a MIG layout change), reads the budget
@@ -35,7 +38,7 @@ description:
     unavailable nodes first, the hosts whose release failed left out; the batches of the first play add up) and
     serial (a canary, then the batch size), the fleet and the failed releases.
   - O(step=stopped), in the second play, returns the Nodes of the hosts whose disruptive step failed (their
-    C(__harden_failed)) as RV(stopped_by), and sets them and the fleet as the facts C(node_maintenance_stopped_by) and
+    M(gpuharden.k8s.harden_node) V(failed)'s hand-over) as RV(stopped_by), and sets them and the fleet as the facts C(node_maintenance_stopped_by) and
     C(node_maintenance_fleet) of the batch's hosts, for the role C(node_maintenance)'s budget.
   - The modules it runs on the controller take the controller's C(ansible_playbook_python), never the play's node
     Python - its tasks need no C(ansible_python_interpreter).
@@ -110,6 +113,14 @@ restart_not_allowed:
   description: With O(step=restarts), per host whose containerd restart the budget does not allow at all, why.
   returned: when O(step=restarts)
   type: dict
+runtime_class:
+  description: With O(step=restarts), whether the RuntimeClass stage runs for the batch.
+  returned: when O(step=restarts)
+  type: bool
+runtime_class_why:
+  description: With O(step=restarts), why the RuntimeClass stage runs or not.
+  returned: when O(step=restarts)
+  type: str
 left_cordoned:
   description: With O(step=restarts), the fleet's nodes an ended gpuharden run left cordoned, each with its record.
   returned: when O(step=restarts)

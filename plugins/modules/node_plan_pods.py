@@ -37,7 +37,8 @@ options:
   nodes:
     description:
       - The Kubernetes names of the nodes whose GPU pods are listed (the play's, or the serial batch's).
-      - Required, here or as C(__node_plan.nodes), the mapping the task importing C(playbooks/tasks/node_stages.yml) sets.
+      - Here or as C(__node_plan.nodes), the mapping the task importing C(playbooks/tasks/node_stages.yml) sets; else
+        the Nodes of the serial batch's hosts, each its C(gpuharden_k8s_node_name), else its inventory name.
     type: list
     elements: str
   pods_snapshot:

@@ -89,11 +89,15 @@ options:
     type: dict
     suboptions:
       owner:
-        description: Who holds the lock (unique per run).
+        description:
+          - Who holds the lock (unique per run).
+          - Default the run M(gpuharden.k8s.harden_node) V(start) named on the host (C(harden_gpu_nodes.yml)); the task
+            fails where that step did not run.
         type: str
-        required: true
       controller:
-        description: This run's controller process (the lookup C(gpuharden.k8s.controller_run)).
+        description:
+          - This run's controller process (the lookup C(gpuharden.k8s.controller_run)).
+          - Default, where O(lock.owner) is left out, the one M(gpuharden.k8s.harden_node) V(start) recorded.
         type: dict
       path:
         description: The lock file on the node. Default the play's C(gpuharden_lock_path), else C(/run/gpuharden/run.lock).

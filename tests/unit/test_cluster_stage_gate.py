@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ansible_collections.gpuharden.k8s.plugins.action import cluster_stage_gate as gate
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 QUIET = {"runtime_class_check": {"changed": False, "findings": []}, "device_plugin_check": {"clean": True}}
 COMPLIANT = {"plan": {"runs": {"device_permissions": False, "container_runtime": False}}}
@@ -41,8 +42,13 @@ def test_device_plugin_gate():
     assert run is False and "gpu-b" in why
 
 
-def test_the_action_reads_the_plays_hostvars():
-    hostvars = {"a": _host(), "b": _host(runs={"container_runtime": True}), "c": _host(__harden_failed={"why": "x failed"})}
+def test_the_action_reads_the_plays_hostvars(monkeypatch):
+    this_run, earlier_run = {"pid": 7, "start": 9}, {"pid": 6, "start": 9}
+    monkeypatch.setattr(_handover, "this_run", lambda: this_run)
+    # c's draining step failed in this run (harden_node step=failed's hand-over); d's in an earlier one (a fact cache kept it)
+    hostvars = {"a": _host(), "b": _host(runs={"container_runtime": True}),
+                "c": _host(ansible_facts=_handover.handed_over("__harden_failed", "x failed", run=this_run)),
+                "d": _host(**_handover.handed_over("__harden_failed", "y failed", run=earlier_run))}
     task = SimpleNamespace(args={"stage": "runtime_class"}, async_val=0, check_mode=False, diff=False, action="x")
     action = gate.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, None, None)
     task_vars = {"hostvars": hostvars, "ansible_play_batch": ["a"], "ansible_play_hosts": ["a", "b"], "ansible_play_hosts_all": ["a", "b"]}
@@ -51,4 +57,5 @@ def test_the_action_reads_the_plays_hostvars():
     task.args = {"stage": "device_plugin"}
     assert action.run(task_vars=dict(task_vars, ansible_play_hosts=["a"]))["run"] is False
     assert action.run(task_vars=task_vars)["run"] is True
+    assert action.run(task_vars=dict(task_vars, ansible_play_hosts_all=["a", "b", "d"]))["run"] is True
     assert action.run(task_vars=dict(task_vars, ansible_play_hosts_all=["a", "b", "c"]))["run"] is False

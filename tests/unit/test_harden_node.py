@@ -13,6 +13,15 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import harden_node
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run as run
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+# this ansible-playbook run, as plugin_utils/_handover.py stamps a hand-over, and an earlier one (a fact cache kept it)
+THIS_RUN = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+EARLIER_RUN = dict(THIS_RUN, pid=6)
+
+
+def _handed(name, why, stamp=None):
+    return _handover.handed_over(name, why, run=stamp or THIS_RUN)[name]
 
 
 class Templar:
@@ -29,6 +38,7 @@ def _run(monkeypatch, args, lock=None, check_mode=False, **task_vars):
         return dict(lock or {"changed": True})
 
     monkeypatch.setattr(harden_node.ActionModule, "_execute_module", execute)
+    monkeypatch.setattr(_handover, "this_run", lambda: THIS_RUN)
     task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=False, action="gpuharden.k8s.harden_node")
     action = harden_node.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
     return action.run(task_vars=dict({"inventory_hostname": "gpu-a"}, **task_vars)), calls
@@ -65,12 +75,17 @@ def test_verdicts_fail_only_the_node_the_run_decided_so(monkeypatch):
     result, _calls = _run(monkeypatch, {"step": "verdict", "of": "cordons"}, inventory_hostname="gpu-b", hostvars={"localhost": localhost})
     assert result["failed"] is True and result["msg"] == "nb not Ready"
     # the rollout's records of the second play
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "failed"}, __harden_node="na", __harden_failed={"why": "Drain failed: PDB"})
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "failed"}, __harden_node="na",
+                          __harden_failed=_handed(run.FAILED, "Drain failed: PDB"))
     assert result["msg"] == "na: Drain failed: PDB"
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "deferred"}, __harden_deferred={"why": "budget exhausted"})
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "deferred"}, ansible_facts={run.DEFERRED: _handed(run.DEFERRED, "budget exhausted")})
     assert result["msg"] == "budget exhausted"
     for kind in ("failed", "deferred"):
         result, _calls = _run(monkeypatch, {"step": "verdict", "of": kind})
+        assert "failed" not in result, kind
+        # an earlier run's hand-over, kept by a persistent fact cache, fails nothing in this run
+        name = run.FAILED if kind == "failed" else run.DEFERRED
+        result, _calls = _run(monkeypatch, {"step": "verdict", "of": kind}, **{name: _handed(name, "old", EARLIER_RUN)})
         assert "failed" not in result, kind
     with pytest.raises(AnsibleActionFail, match="step=verdict needs it"):
         _run(monkeypatch, {"step": "verdict"})
@@ -99,13 +114,20 @@ def test_rescue_gives_the_lock_back_then_fails_the_node_with_the_step_that_faile
 
 def test_the_second_plays_records_and_draining_steps(monkeypatch):
     result, _calls = _run(monkeypatch, {"step": "deferred"}, ansible_failed_result={"msg": "budget exhausted"})
-    # registered (a fact would outlive the run in a persistent fact cache)
-    assert result["why"] == "budget exhausted" and "ansible_facts" not in result and "failed" not in result
+    # handed over, stamped with this run (a fact cache's from an earlier run counts for nothing)
+    assert result["why"] == "budget exhausted" and "failed" not in result
+    assert result["ansible_facts"] == {run.DEFERRED: _handed(run.DEFERRED, "budget exhausted")}
+    deferred_facts = result["ansible_facts"]
     result, _calls = _run(monkeypatch, {"step": "deferred"})
     assert result["why"] == "the disruption budget could not be checked"
     result, _calls = _run(monkeypatch, {"step": "failed"}, __harden_node="na",
                           ansible_failed_task={"name": "Drain"}, ansible_failed_result={"msg": "PDB"})
-    assert result["why"] == "Drain failed: PDB" and "ansible_facts" not in result and "failed" not in result
+    assert result["why"] == "Drain failed: PDB" and "failed" not in result
+    assert result["ansible_facts"] == {run.FAILED: _handed(run.FAILED, "Drain failed: PDB")}
+    # the last play's verdict reads what the rescue handed over (facts injected as variables, or not)
+    for facts in (result["ansible_facts"], {"ansible_facts": result["ansible_facts"]}):
+        verdict, _calls = _run(monkeypatch, {"step": "verdict", "of": "failed"}, __harden_node="na", **facts)
+        assert verdict["failed"] is True and verdict["msg"] == "na: Drain failed: PDB"
     assert result["ansible_stats"] == {"data": {"gpuharden_rollout_failed": {"gpu-a": {"node": "na", "reason": "Drain failed: PDB"}}},
                                        "per_host": False, "aggregate": True}
     result, _calls = _run(monkeypatch, {"step": "failed"})
@@ -114,9 +136,12 @@ def test_the_second_plays_records_and_draining_steps(monkeypatch):
     result, _calls = _run(monkeypatch, {"step": "draining"}, __harden_owner="harden@x", __kubelet_topology_disruptive="True")
     assert (result["kubelet_topology"], result["mig"]) == (True, False)
     assert result["ansible_facts"] == {"node_maintenance_owner": "harden@x"}
-    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes",
-                          __harden_deferred={"why": "budget exhausted"})
+    # the deferred step's hand-over, as the rescue returned it: no draining step runs
+    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes", **deferred_facts)
     assert (result["kubelet_topology"], result["mig"]) == (False, False)
+    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes",
+                          __harden_deferred=_handed(run.DEFERRED, "old", EARLIER_RUN))
+    assert (result["kubelet_topology"], result["mig"]) == (True, True)
 
 
 def test_release_gives_the_lock_back_unless_the_plan_or_the_post_check_did(monkeypatch):

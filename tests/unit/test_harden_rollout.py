@@ -12,6 +12,15 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+# this ansible-playbook run, as plugin_utils/_handover.py stamps a hand-over
+THIS_RUN = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+
+
+def _failed(why, stamp=THIS_RUN):
+    """harden_node step=failed's hand-over, as a variable of the host."""
+    return _handover.handed_over("__harden_failed", why, run=stamp)["__harden_failed"]
 
 
 def _host(node, runs=None, **variables):
@@ -40,6 +49,7 @@ def _run(monkeypatch, args, hostvars, budget=None, check_mode=False, **task_vars
         return dict(budget or {})
 
     monkeypatch.setattr(harden_rollout.ActionModule, "_execute_module", execute)
+    monkeypatch.setattr(_handover, "this_run", lambda: THIS_RUN)
     task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, diff=False, action="gpuharden.k8s.harden_rollout")
     action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
     localhost = task_vars.pop("hostvars_localhost", None)
@@ -195,15 +205,40 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
     assert result["stopped"] is None and result["settle"] == {"not_ready": {}} and result["not_started"] == {}
 
 
+def test_restarts_decides_the_runtime_class_stage_for_the_batch(monkeypatch):
+    """The RuntimeClass gate (cluster_stage_gate.runtime_class_gate) with the fleet read, for the batch's hosts but those
+    the verdict right after fails for their restart (as when the gate was its own task after that verdict)."""
+    quiet = {"runtime_class_check": {"changed": False, "findings": []}}
+    hostvars = {"a": _host("na", {"container_runtime": True}, __node_plan_gpu_pods=quiet), "b": _host("nb", __node_plan_gpu_pods=quiet)}
+    budget = {"restart_steps": [None], "restart_deferred": {}}
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["a", "b"])
+    assert result["runtime_class"] is True and "containerd changes" in result["runtime_class_why"]
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["b"])
+    assert result["runtime_class"] is False
+    # a's restart is not allowed: a fails right after, and its containerd does not change
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, dict(budget, restart_deferred={"na": "budget exhausted"}),
+                          ansible_play_batch=["a", "b"])
+    assert result["restart_not_allowed"] == {"a": "containerd not changed: budget exhausted"} and result["runtime_class"] is False
+    # the plan's dry run would change something: the stage runs
+    hostvars["b"]["__node_plan_gpu_pods"] = {"runtime_class_check": {"changed": True, "findings": []}}
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["b"])
+    assert result["runtime_class"] is True
+    # --tags without a node stage: no fleet read, the gate still decided
+    result, calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["b"], ansible_run_tags=["runtime_class"])
+    assert calls == [] and result["runtime_class"] is True
+
+
 def test_the_nodes_whose_disruptive_step_failed_stop_the_rollout(monkeypatch):
-    hostvars = {"a": {"__harden_node": "na", "__harden_failed": {"why": "drain failed"}}, "b": {"__harden_node": "nb"},
-                "c": {"__harden_failed": {"why": "x"}}}
+    # d's hand-over is an earlier run's, kept by a persistent fact cache: it stops nothing
+    hostvars = {"a": {"__harden_node": "na", "__harden_failed": _failed("drain failed")}, "b": {"__harden_node": "nb"},
+                "c": {"__harden_failed": _failed("x")}, "d": {"__harden_failed": _failed("y", dict(THIS_RUN, pid=6))}}
     result, calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"])
     assert calls == [] and result["stopped_by"] == ["na", "c"]
+    del hostvars["d"]
     # the role node_maintenance's budget reads them as facts of the batch's hosts, with the fleet the rollout step set
     # on localhost (facts read under ansible_facts too, where Ansible injects none as variables)
     hostvars["localhost"] = {"ansible_facts": {"__harden_rollout_plan": {"fleet": ["na", "nb"]}}}
-    hostvars["b"] = {"ansible_facts": {"__harden_node": "nb"}, "__harden_failed": {"why": "mig failed"}}
+    hostvars["b"] = {"ansible_facts": {"__harden_node": "nb", "__harden_failed": _failed("mig failed")}}
     result, _calls = _run(monkeypatch, {"step": "stopped"}, hostvars, ansible_play_hosts=["b"], ansible_play_hosts_all=["a", "b", "c"])
     assert result["ansible_facts"] == {"node_maintenance_stopped_by": ["na", "nb", "c"], "node_maintenance_fleet": ["na", "nb"]}
 
@@ -234,6 +269,7 @@ def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_t
         return {"budget": 1, "unavailable": [], "released": ["na"]}
 
     monkeypatch.setattr(harden_rollout.ActionModule, "_execute_module", execute)
+    monkeypatch.setattr(_handover, "this_run", lambda: THIS_RUN)
     task = SimpleNamespace(args={"step": "rollout"}, async_val=0, check_mode=False, diff=False, action="gpuharden.k8s.harden_rollout",
                            delegate_to="localhost")
     action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)

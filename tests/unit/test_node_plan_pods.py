@@ -103,10 +103,16 @@ def test_the_importing_task_s_one_mapping_gives_what_the_task_leaves_out_and_the
     [(module_args, python)] = seen
     assert module_args["nodes"] == ["gpu-a", "gpu-b"] and module_args["pods_snapshot"] is False and "runtime_class" in module_args
     assert python == "/usr/bin/python3"
-    # the task's own option wins; no nodes anywhere is refused, naming both places
+    # the task's own option wins
     task.args = {"nodes": ["gpu-c"], "dry_runs": False}
     action.run(task_vars=task_vars)
     assert seen[-1][0]["nodes"] == ["gpu-c"] and "runtime_class" not in seen[-1][0]
+    # no nodes given (harden_gpu_nodes.yml): the serial batch's Nodes, each gpuharden_k8s_node_name else the inventory name
     task.args = {}
+    batch = dict(task_vars, __node_plan={"dry_runs": True}, ansible_play_batch=["gpu-a", "gpu-b"],
+                 hostvars={"gpu-a": {"gpuharden_k8s_node_name": "node-a"}, "gpu-b": {}, "gpu-c": {}})
+    action.run(task_vars=batch)
+    assert seen[-1][0]["nodes"] == ["node-a", "gpu-b"]
+    # nor a batch to take them from: refused, naming both places
     with pytest.raises(AnsibleActionFail, match="__node_plan.nodes"):
         action.run(task_vars=dict(SETTINGS))

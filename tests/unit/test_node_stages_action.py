@@ -187,6 +187,23 @@ def test_the_engine_builds_the_audits_lock_from_plain_options_and_the_plays_vari
     assert "release_if_compliant" not in _audit_lock(monkeypatch, lock=dict(LOCK, release_if_nothing_cluster_side=False), **CLEAN_PLUGIN, **ONE_BATCH)
 
 
+def test_a_lock_without_owner_is_the_harden_runs_the_start_step_named(monkeypatch, cliargs):
+    """harden_gpu_nodes.yml gives the lock without owner: node_stages takes the owner and controller harden_node
+    step=start set on the host (facts injected as variables or not), and refuses a lock it cannot name."""
+    harden_lock = {"hold": True, "release_if_nothing_cluster_side": False}
+    started = {"__harden_owner": "harden@s", "__harden_controller": {"pid": 3}}
+    assert _audit_lock(monkeypatch, lock=harden_lock, **started) == {
+        "owner": "harden@s", "hold": True, "controller": {"pid": 3}, "path": "/run/gpuharden/run.lock", "timeout": 600}
+    assert _audit_lock(monkeypatch, lock=harden_lock, ansible_facts=started)["owner"] == "harden@s"
+    # a given owner is the task's (drift_check.yml's), with its own controller or none
+    assert "controller" not in _audit_lock(monkeypatch, lock=dict(harden_lock, owner="drift@d"), **started)
+    assert _audit_lock(monkeypatch, lock=dict(harden_lock, owner="drift@d"), **started)["owner"] == "drift@d"
+    with pytest.raises(AnsibleActionFail, match="lock.owner is not given and harden_node step=start did not name this run on gpu-a"):
+        _audit_lock(monkeypatch, lock=harden_lock)
+    # check mode takes no lock: nothing to name
+    assert _audit_lock(monkeypatch, check_mode=True, lock=harden_lock) is None
+
+
 def test_the_audits_options_come_from_the_roles_variables_where_asked(monkeypatch, cliargs):
     """audit_from_play: node_audit's options built from the play (tasks/node_stages.yml's, once Jinja there); audit wins."""
     play = {"device_permissions_audit_options": {"policy": "restricted"}, "mig_audit_options": {"config": "all-1g"},

@@ -14,11 +14,14 @@ from __future__ import annotations
 NODE = "__harden_node"  # harden_node step=start: this host's Node name
 OWNER = "__harden_owner"  # harden_node step=start: this run's name in the node's run lock and its cordon records
 CONTROLLER = "__harden_controller"  # harden_node step=start: this run's ansible-playbook process
-RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed)
+RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed, restart_steps, runtime_class)
 ROLLOUT = "__harden_rollout_plan"  # localhost: harden_rollout step=rollout, the second play's hosts (rollout_plan_fact)
-# Registered, not facts: a fact outlives the run in a persistent fact cache, where the next run would take it for its own.
-DEFERRED = "__harden_deferred"  # registered: harden_node step=deferred, why the budget did not start the draining step
-FAILED = "__harden_failed"  # registered: harden_node step=failed, the draining step that failed (it stops the rollout)
+# Hand-overs (plugin_utils/_handover.py: stamped with this run, as a fact cache keeps facts from an earlier run), each
+# value the why: harden_node step=deferred hands over why the budget did not start the node's draining step (read by
+# step=draining and step=verdict of=deferred); step=failed the draining step that failed, which stops the rollout
+# (read by step=verdict of=failed, harden_rollout step=stopped and cluster_stage_gate stage=device_plugin).
+DEFERRED = "__harden_deferred"
+FAILED = "__harden_failed"
 # registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
 POSTCHECK_READ = "__postcheck_node_read"
 # set by the plans of the draining stages (roles/kubelet_topology/tasks/plan.yml, roles/mig/tasks/plan.yml)
@@ -35,12 +38,6 @@ def fact(variables, name, default=None):
     return facts.get(name, default) if hasattr(facts, "get") else default
 
 
-def recorded(variables, name):
-    """Why of a second-play rescue's registered result (DEFERRED, FAILED), or None where that rescue did not run."""
-    result = variables.get(name)
-    return (result.get("why") or None) if hasattr(result, "get") else None
-
-
 def run_owner(given, now, number):
     """The run's name in the node locks: gpuharden_run_owner where given, else ``harden@<UTC time>-<number>`` (``now``
     a datetime in UTC, ``number`` a random one: two runs started in the same second differ)."""
@@ -52,21 +49,24 @@ def failure_message(failed_task, failed_result, step):
     return "%s failed: %s" % ((failed_task or {}).get("name") or step, (failed_result or {}).get("msg") or "failed")
 
 
-def verdict(kind, host, variables, localhost_variables=None):
+def verdict(kind, host, variables, localhost_variables=None, handed=None):
     """Why the node fails at this point of the run, or None.
 
     - ``restarts``: the budget does not allow its containerd restart at all (harden_rollout step=restarts);
     - ``cordons``: the cordon an ended run left could not be released (harden_rollout step=rollout, on localhost);
     - ``failed``: its draining step failed in the rollout (it stays as that step left it, cordoned if it was);
-    - ``deferred``: its draining step was not started (the budget, or a node that failed before it)."""
+    - ``deferred``: its draining step was not started (the budget, or a node that failed before it).
+
+    handed: this run's hand-overs of the host, {DEFERRED: why, FAILED: why} (each None or absent where not handed over)."""
+    handed = handed or {}
     if kind == "restarts":
         return ((variables.get(RESTARTS) or {}).get("restart_not_allowed") or {}).get(host)
     if kind == "cordons":
         return ((fact(localhost_variables or {}, ROLLOUT) or {}).get("release_failed") or {}).get(host)
     if kind == "failed":
-        failed = recorded(variables, FAILED)
+        failed = handed.get(FAILED)
         return "%s: %s" % (fact(variables, NODE) or host, failed) if failed else None
-    return recorded(variables, DEFERRED)
+    return handed.get(DEFERRED) or None
 
 
 def same_run(variables, run):
