@@ -16,7 +16,10 @@ task (issue 45: the decisions left the playbook's Jinja for module_utils/cluster
 - ``keep_out`` (delegated to the controller, in the rescue): keep the failed node tainted and cordoned, and report it
   (stats ``gpuharden_bootstrap_failed``; Ansible records stats only from a successful result, so it does not fail).
 - ``fail`` (in the rescue, after keep_out): fail the node with the message its report makes.
-- ``no_target`` (the last play, once): fail a run whose first play matched no host.
+- ``targeted`` (the first task, once, delegated to the controller with delegate_facts): hands TARGETED over to
+  localhost, this run's record that the first play had nodes to bootstrap.
+- ``no_target`` (the last play, once): fail a run whose first play matched no host (no TARGETED of this run on
+  localhost: one a fact cache kept from an earlier run does not count).
 
 The delegated steps run their modules with the controller's Python (ansible_playbook_python): the play's interpreter
 is the node tasks' (vars/node_python.yml), a path that need not exist on the controller.
@@ -34,11 +37,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 
-STEPS = ["settings", "connect", "python", "facts", "lock", "admit", "keep_out", "fail", "unlock", "no_target"]
+STEPS = ["targeted", "settings", "connect", "python", "facts", "lock", "admit", "keep_out", "fail", "unlock", "no_target"]
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": STEPS}}
-# Set by the first task of the run on localhost; the settings step's result is registered under SETTINGS.
+# Handed over to localhost by step targeted (plugin_utils/_handover.py), taken over by step no_target; the settings
+# step's result is registered under SETTINGS.
 TARGETED = "__bootstrap_targeted"
 SETTINGS = "__bootstrap"
 # vars/node_python.yml's name for the host's own Python (the node's, before the venv exists)
@@ -103,6 +108,9 @@ class ActionModule(ActionBase):
         return dict(module_args, kubeconfig=settings["kubeconfig"]) if settings["kubeconfig"] else module_args
 
     # the steps -------------------------------------------------------------------------------------------------------
+
+    def _step_targeted(self):
+        return {"changed": False, "ansible_facts": _handover.handed_over(TARGETED, True)}
 
     def _step_settings(self):
         host = self._variables["inventory_hostname"]
@@ -219,6 +227,6 @@ class ActionModule(ActionBase):
 
     def _step_no_target(self):
         localhost = (self._variables.get("hostvars") or {}).get("localhost") or {}
-        if TARGETED in localhost:
+        if _handover.taken_over(localhost, TARGETED):
             return {"changed": False, "why": "the first play had nodes to bootstrap"}
         raise GpuhardenError(plan.no_target_message(self._value("gpuharden_target_hosts", "gpu_nodes"), self._value("ansible_limit")))

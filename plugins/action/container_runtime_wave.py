@@ -2,17 +2,20 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Action gpuharden.k8s.container_runtime_wave: one step of the run's containerd restarts
-(playbooks/tasks/stage_container_runtime.yml; tasks/stages.yml loops over the steps as ``__stages_container_runtime_step``:
-one of harden_rollout's restart_steps, or None where the importing playbook gives none: every node at once).
+(playbooks/tasks/stage_container_runtime.yml; tasks/stages.yml includes it once per step, looping over the step labels
+of step stages' result: one of harden_rollout's restart_steps, or None where the importing playbook gives none: every
+node at once).  The step itself is taken from that result (registered as ``__stages_run``) by the loop's item, the
+label: no step travels through a variable of the YAML.
 
 - ``gate`` (once for the step, delegated to the controller): before each step but the first, harden_rollout's wave step
   (has the previous wave come back, did no node fail), with the controller's Python; skipped, with why, for the first
   step and for every node at once.
 - ``host`` (each host): fails the host the gate stopped (``__stages_container_runtime_gate``'s not_started), else says
-  whether the container runtime stage runs on it in this step (``run``): its plan runs the stage (``__stages_run``) and
-  its Node (``__stages_node_name``) is one of the step's.
+  whether the container runtime stage runs on it in this step (``run``): its plan runs the stage and its Node (the
+  node_name of step stages' result) is one of the step's.
 
-The decisions are module_utils/cluster/_container_runtime_stage.py's and plugins/action/harden_rollout.py's.
+The decisions are module_utils/cluster/_container_runtime_stage.py's, module_utils/core/_stage_steps.py's (the step of
+a label) and plugins/action/harden_rollout.py's.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _container_runtime_stage as stage
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["gate", "host"]}}
-STEP = "__stages_container_runtime_step"
 GATE = "__stages_container_runtime_gate"
+# step stages' result (gpuharden.k8s.stage_steps, tasks/stages.yml): the plan's runs, the Node name, the restarts' steps
 RUNS = "__stages_run"
-NODE = "__stages_node_name"
 
 
 class ActionModule(harden_rollout.ActionModule):
@@ -34,11 +38,16 @@ class ActionModule(harden_rollout.ActionModule):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        step = self._templar.resolve_variable_expression(STEP)
+        runs = self._templar.resolve_variable_expression(RUNS) if RUNS in task_vars else None
+        # the include's loop item (ansible_loop_var names its variable: Ansible's "item" unless a loop_control renames it)
+        label = task_vars.get(task_vars.get("ansible_loop_var") or "item")
+        try:
+            step = _stage_steps.wave_step(runs, label)
+        except GpuhardenError as error:
+            raise AnsibleActionFail("container_runtime_wave: %s" % error.msg) from None
         if args["step"] == "host":
-            decided = stage.wave_host(step, boolean((self._templar.resolve_variable_expression(RUNS) or {}).get("container_runtime"), strict=False),
-                                      self._templar.resolve_variable_expression(NODE), (task_vars.get(GATE) or {}).get("not_started"),
-                                      task_vars.get("inventory_hostname"))
+            decided = stage.wave_host(step, boolean(runs.get("container_runtime"), strict=False), runs.get("node_name"),
+                                      (task_vars.get(GATE) or {}).get("not_started"), task_vars.get("inventory_hostname"))
             if decided.get("failed"):
                 raise AnsibleActionFail(decided["msg"])
             return dict(decided, changed=False)

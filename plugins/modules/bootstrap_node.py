@@ -41,7 +41,10 @@ description:
   - O(step=fail), after O(step=keep_out), fails the node with that message.
   - The delegated steps run their modules with the controller's Python (C(ansible_playbook_python)), whatever the play's
     interpreter is.
-  - O(step=no_target) fails a run whose first play matched no host (C(__bootstrap_targeted) unset on localhost).
+  - O(step=targeted), the run's first task (once, delegated to localhost with C(delegate_facts)), records on localhost
+    that the first play had nodes to bootstrap, stamped with this run.
+  - O(step=no_target) fails a run whose first play matched no host (no record of this run on localhost; one a fact
+    cache kept from an earlier run does not count).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -53,7 +56,7 @@ options:
     description: Which step runs (see the description).
     type: str
     required: true
-    choices: [settings, connect, python, facts, lock, admit, keep_out, fail, unlock, no_target]
+    choices: [targeted, settings, connect, python, facts, lock, admit, keep_out, fail, unlock, no_target]
 attributes:
   check_mode:
     support: full

@@ -74,10 +74,18 @@ cgroup_limits:
   returned: O(step=stages)
   type: bool
 container_runtime_steps:
-  description: The containerd restarts' steps the container runtime stage loops over; V([null]) is every node at once.
+  description: The containerd restarts' steps of the container runtime stage; V([null]) is every node at once.
   returned: O(step=stages)
   type: list
   elements: raw
+container_runtime_waves:
+  description:
+    - One label per step of RV(container_runtime_steps), in their order (V(every node), V(wave 1 - gpu-b, gpu-c) with a
+      colon after the index); C(stages.yml) loops over them, and M(gpuharden.k8s.container_runtime_wave) takes the step
+      of a label from this result.
+  returned: O(step=stages)
+  type: list
+  elements: str
 node_name:
   description: The host's Node name, for the containerd waves.
   returned: O(step=stages)

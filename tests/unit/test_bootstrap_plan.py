@@ -6,6 +6,7 @@ ansible-playbook on localhost at the end of this file."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -217,8 +218,11 @@ SETTINGS_FIRST = """
         step: settings
       register: __bootstrap
 """
-PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
-        __bootstrap_targeted: true
+PLAY = SETTINGS_FIRST + """    - gpuharden.k8s.bootstrap_node:
+        step: targeted
+      delegate_to: localhost
+      delegate_facts: true
+      run_once: true
     - gpuharden.k8s.bootstrap_node:
         step: no_target
       register: last
@@ -253,6 +257,25 @@ def test_the_settings_step_reads_the_hosts_variables(tmp_path):
     assert shown["settings"]["taint_key"] == "example.com/joining" and shown["settings"]["owner"] == "ci-1"
     assert shown["tolerations"][-1] == {"key": "example.com/joining", "operator": "Exists", "effect": "NoSchedule"}
     assert shown["last"] == "the first play had nodes to bootstrap"
+
+
+def test_a_record_that_this_run_did_not_hand_over_does_not_make_a_run_targeted(tmp_path):
+    """A fact cache keeps localhost's facts between runs: the record of an earlier run (another stamp), or a plain fact
+    of that name, must not make a run whose first play matched no host pass."""
+    earlier = {"run": {"boot_id": "x", "pid_ns": "pid:[1]", "pid": 1, "start": 1}, "value": True}
+    for record in (True, earlier):
+        text = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.set_fact:
+        __bootstrap_targeted: %s
+    - gpuharden.k8s.bootstrap_node:
+        step: no_target
+""" % json.dumps(record)
+        runner, events = _play(tmp_path, text, {})
+        failed = [event["event_data"]["res"]["msg"] for event in events if event["event"] == "runner_on_failed"]
+        assert runner.rc != 0 and failed and failed[0].startswith("No GPU node to bootstrap"), failed
 
 
 def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):

@@ -169,10 +169,12 @@ def test_every_node_at_once_the_gate_waits_for_nothing_and_a_host_whose_plan_ski
     record = "{{ __stages_container_runtime_gate | to_json }}"
     plays = [{
         "hosts": "localhost", "gather_facts": False,
-        "vars": {"__stages_run": {"container_runtime": False}, "__stages_node_name": "node-a", "__stages_container_runtime_step": None,
+        "vars": {"__stages_run": {"container_runtime": False, "node_name": "node-a", "container_runtime_steps": [None],
+                                  "container_runtime_waves": ["every node"]},
                  # the role would fail here: no containerd in a temporary directory
                  "container_runtime_config": str(tmp_path / "absent/config.toml")},
-        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml")},
+        # as tasks/stages.yml includes it: once per step label (the actions take the step by it)
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["every node"]},
                   {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": record}}],
     }]
     with tempfile.TemporaryDirectory() as tmp:

@@ -78,16 +78,20 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
     runs (one key per node-side stage: what tasks/stage_container_runtime.yml tests) and, per include:
     container_runtime_steps (the loop: [None] is every node at once), runtime_class, kubelet_audited_plan (the kubelet
     plan's audited plan, or None), budget (the disruption budget runs here), cgroup_limits_gpu_pods (the LIST the
-    cgroup_limits stage takes, or None: it lists itself), device_plugin."""
+    cgroup_limits stage takes, or None: it lists itself), device_plugin.  The include of the containerd restarts loops
+    over container_runtime_waves, one label per step (wave_label): its tasks take the step itself from this result
+    (wave_step), so no step travels through a loop variable of the YAML."""
     mode = _mode(stages)
     runs = _runs(mode["plan"])
     audited = mode["plan"].get("kubelet_plan") if mode["audited_kubelet_plan"] else None
     # a LIST that failed, or none made, carries no pod_uids_by_node: the stage then lists the pods itself
     listed = isinstance(gpu_pods, dict) and "pod_uids_by_node" in gpu_pods
+    restart_steps = mode["container_runtime_steps"] or [None]
     return dict(
         runs,
         node_name=mode["node_name"] or node_name,
-        container_runtime_steps=mode["container_runtime_steps"] or [None],
+        container_runtime_steps=restart_steps,
+        container_runtime_waves=[wave_label(step) for step in restart_steps],
         runtime_class=mode["runtime_class"],
         kubelet_audited_plan=audited if isinstance(audited, dict) else None,
         budget=mode["inline_disruptive"],
@@ -95,6 +99,27 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
         device_plugin=not mode["device_plugin_later"],
         inline_disruptive=mode["inline_disruptive"],
     )
+
+
+def wave_label(step):
+    """What the run prints for one step of the containerd restarts (the include's loop item): unique within a run, as
+    it names the step's index."""
+    if step is None:
+        return "every node"
+    nodes = ", ".join(step.get("nodes") or ()) or "the last wave back"
+    return "wave %s: %s" % (step.get("index", 0), nodes)
+
+
+def wave_step(steps, label):
+    """The step of the containerd restarts the include's loop item ``label`` names, from step stages' result
+    ``steps``."""
+    restart_steps = steps.get("container_runtime_steps") if isinstance(steps, dict) else None
+    if not isinstance(restart_steps, list):
+        raise GpuhardenError("the containerd restarts run after step stages of gpuharden.k8s.stage_steps (its container_runtime_steps)")
+    for step in restart_steps:
+        if wave_label(step) == label:
+            return step
+    raise GpuhardenError("the containerd restarts have no step %r: loop over container_runtime_waves of step stages' result" % (label,))
 
 
 def drain_steps(steps, *, kubelet_disruptive, mig_disruptive):
