@@ -206,6 +206,36 @@ def test_a_run_without_nodes_names_the_pattern_and_the_limit():
     assert "matched no host of the inventory within --limit 'cp-1'. Put the new GPU nodes" in plan.no_target_message("gpu_nodes", "cp-1")
 
 
+def test_step_plan_runs_the_engine_for_a_new_node_and_hands_its_plan_to_the_stages():
+    """What bootstrap_node's step plan hands over, stage_steps (tasks/stages.yml's first step) reads: bootstrap's
+    __stages gives no plan."""
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.action import bootstrap_node, stage_steps
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core._stage_plan import NODE_STAGE_NAMES
+
+    runs = {name: name == "mig" for name in NODE_STAGE_NAMES}
+    engine = {"changed": True, "plan": {"runs": runs, "stages": []}, "kubelet_plan": None, "diff": [{"before": "a", "after": "b"}],
+              "ansible_facts": {"gpuharden": {"gpu_count": 1}}}
+    calls = []
+    action = object.__new__(bootstrap_node.ActionModule)
+    action._variables = {"inventory_hostname": "gpu-a"}
+    action._action = lambda name, args, task_vars: calls.append((name, args)) or engine
+    result = action._step_plan()
+    assert calls == [("gpuharden.k8s.node_stages", {"skip_compliant": False, "allow_non_gpu_nodes": True, "audit_from_play": ["mig"]})]
+    # the engine's result is the task's (its diff, its facts), with the hand-over added
+    assert result["diff"] == engine["diff"] and result["changed"] is True and result["ansible_facts"]["gpuharden"] == {"gpu_count": 1}
+    consumer = object.__new__(stage_steps.ActionModule)
+    consumer._templar = SimpleNamespace(template=lambda value: value)
+    consumer.role_variable = lambda name, default=None: default
+    steps = consumer.decide_task({"step": "stages"}, dict({"inventory_hostname": "gpu-a", "__stages": {"inline_disruptive": True}},
+                                                          **result["ansible_facts"]))
+    assert {name: steps[name] for name in NODE_STAGE_NAMES} == runs and steps["budget"] is True
+    # an engine that failed hands nothing over (the node fails here)
+    engine = {"failed": True, "msg": "node_audit failed: no NVML"}
+    assert "ansible_facts" not in action._step_plan()
+
+
 # ---------------------------------------------------------------------------------------------------
 # the action, through ansible-playbook on localhost (no node is contacted by these steps)
 

@@ -185,3 +185,23 @@ def test_every_node_at_once_the_gate_waits_for_nothing_and_a_host_whose_plan_ski
     assert len(gates) == 1
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["run"] is False and "plan" in out["reason"]
+
+
+def test_a_wave_step_is_taken_by_its_label_and_a_node_of_another_wave_includes_no_role(tmp_path):
+    """The include's loop item is the step's label (tasks/stages.yml loops over container_runtime_waves): the host step
+    takes the step and the Node name from step stages' result; a node whose plan runs the stage waits for its wave."""
+    record = "{{ __stages_container_runtime_gate | to_json }}"
+    plays = [{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"__stages_run": {"container_runtime": True, "node_name": "node-a", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
+                                  "container_runtime_waves": ["wave 0: node-b"]},
+                 # the role would fail here: no containerd in a temporary directory
+                 "container_runtime_config": str(tmp_path / "absent/config.toml")},
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["wave 0: node-b"]},
+                  {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": record}}],
+    }]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
+        assert run.rc == 0, run.stdout.read()[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["run"] is False and out["reason"] == "node node-a restarts containerd in another wave"

@@ -52,7 +52,8 @@ def _mode(stages):
         value = stages.get(key)
         if value is None:
             if key in REQUIRED:
-                raise GpuhardenError("__stages.%s is missing: the task importing playbooks/tasks/stages.yml must set it" % key)
+                raise GpuhardenError("__stages.%s is missing: the task importing playbooks/tasks/stages.yml must set it%s"
+                                     % (key, " (or a task before hand the stage engine's plan over)" if key == "plan" else ""))
             value = default
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise GpuhardenError("__stages.%s is %r (%s), not a %s" % (key, value, type(value).__name__, kind.__name__))
