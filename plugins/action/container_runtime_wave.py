@@ -8,11 +8,12 @@ node at once).  The step itself is taken from that result (registered as ``__sta
 label: no step travels through a variable of the YAML.
 
 - ``gate`` (once for the step, delegated to the controller): before each step but the first, harden_rollout's wave step
-  (has the previous wave come back, did no node fail), with the controller's Python; skipped, with why, for the first
-  step and for every node at once.
-- ``host`` (each host): fails the host the gate stopped (``__stages_container_runtime_gate``'s not_started), else says
-  whether the container runtime stage runs on it in this step (``run``): its plan runs the stage and its Node (the
-  node_name of step stages' result) is one of the step's.
+  (has the previous wave come back, did no node fail), with the controller's Python; its not_started (the hosts that
+  fail, and why) is handed over as GATE to every host of the batch (the facts of a run_once task), stamped with this
+  run and the step's label.  Skipped, with why, for the first step and for every node at once.
+- ``host`` (each host): fails the host the gate stopped, else says whether the container runtime stage runs on it in
+  this step (``run``, ``reason``: its plan runs the stage and its Node, the node_name of step stages' result, is one of
+  the step's; the include of the role tests the same rule, step stages' container_runtime_here).
 
 The decisions are module_utils/cluster/_container_runtime_stage.py's, module_utils/core/_stage_steps.py's (the step of
 a label) and plugins/action/harden_rollout.py's.
@@ -26,8 +27,10 @@ from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _container_runtime_stage as stage
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["gate", "host"]}}
+# the gate's hand-over to the host step of the same step (plugin_utils/_handover.py): {"step": label, "not_started": ...}
 GATE = "__stages_container_runtime_gate"
 # step stages' result (gpuharden.k8s.stage_steps, tasks/stages.yml): the plan's runs, the Node name, the restarts' steps
 RUNS = "__stages_run"
@@ -45,15 +48,21 @@ class ActionModule(harden_rollout.ActionModule):
             step = _stage_steps.wave_step(runs, label)
         except GpuhardenError as error:
             raise AnsibleActionFail("container_runtime_wave: %s" % error.msg) from None
+        waits = bool((step or {}).get("index"))
         if args["step"] == "host":
+            gate = _handover.taken_over(task_vars, GATE) or {}
+            if waits and gate.get("step") != label:
+                raise AnsibleActionFail("container_runtime_wave: the gate of step %r did not run before the host step" % label)
             decided = stage.wave_host(step, boolean(runs.get("container_runtime"), strict=False), runs.get("node_name"),
-                                      (task_vars.get(GATE) or {}).get("not_started"), task_vars.get("inventory_hostname"))
+                                      gate.get("not_started") if waits else None, task_vars.get("inventory_hostname"))
             if decided.get("failed"):
                 raise AnsibleActionFail(decided["msg"])
             return dict(decided, changed=False)
-        if not (step or {}).get("index"):
+        if not waits:
             return {"skipped": True, "changed": False, "not_started": {},
                     "skip_reason": "the first wave, or every node at once: nothing to wait for"}
         # harden_rollout's own wave step, as the task ``harden_rollout: {step: wave, wave: <step>}`` would run it
         self._task.args = {"step": "wave", "wave": step}
-        return super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
+        result["ansible_facts"] = _handover.handed_over(GATE, {"step": label, "not_started": result.get("not_started") or {}})
+        return result

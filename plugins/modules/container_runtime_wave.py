@@ -20,6 +20,8 @@ description:
   - O(step=gate), once for the step and delegated to localhost, runs M(gpuharden.k8s.harden_rollout)'s wave step (the
     nodes the previous wave restarted are Ready again, and no node failed) on the controller's Python; it is skipped,
     with why, for the first step and for every node at once.
+  - The gate hands its C(not_started) over to the host step of the same step in Python (the facts of a run_once task
+    reach every host of the batch, stamped with this run and the step).
   - O(step=host), on each host, fails the host the gate stopped (its C(not_started)), else returns RV(run) - whether the
     container runtime stage runs on it in this step.
 author:
@@ -49,7 +51,6 @@ EXAMPLES = r"""
     step: gate
   delegate_to: localhost
   run_once: true
-  register: __stages_container_runtime_gate
 """
 
 RETURN = r"""

@@ -88,6 +88,13 @@ container_runtime_waves:
   returned: O(step=stages)
   type: list
   elements: str
+container_runtime_here:
+  description:
+    - The labels of the steps whose containerd restarts include this host (its plan runs the container runtime stage and
+      its Node is one of the step's); C(stage_container_runtime.yml) includes the role in those.
+  returned: O(step=stages)
+  type: list
+  elements: str
 node_name:
   description: The host's Node name, for the containerd waves.
   returned: O(step=stages)

@@ -100,6 +100,11 @@ def test_each_include_of_stages_yml_tests_one_value_the_action_returns():
             text = " ".join(str(value) for value in (when, task.get("loop"), task.get("vars")) if value)
             read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", text)
     assert len(read) >= 10
+    # and the include of the role in tasks/stage_container_runtime.yml (its when reads step stages' result)
+    wave_tasks = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "stage_container_runtime.yml").read_text())
+    [role] = [task for task in wave_tasks if "ansible.builtin.include_role" in task]
+    read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", role["when"])
+    assert ("__stages_run", "container_runtime_here") in read
     assert [(name, key) for name, key in read if key not in returned[name]] == []
 
 
@@ -131,8 +136,15 @@ def test_each_step_of_the_containerd_restarts_has_one_label_and_the_label_gives_
     steps = _stage_steps.stage_steps(_harden(container_runtime_steps=restart_steps), node_name="gpu-a")
     assert steps["container_runtime_waves"] == ["wave 0: gpu-a", "wave 1: gpu-b, gpu-c", "wave 2: the last wave back"]
     assert [_stage_steps.wave_step(steps, label) for label in steps["container_runtime_waves"]] == restart_steps
+    # the steps whose restarts include this host (what the include of the role tests): gpu-a's canary wave only, and
+    # none where its plan finds containerd as the role wants it
+    assert steps["container_runtime_here"] == ["wave 0: gpu-a"]
+    assert _stage_steps.stage_steps(_harden(container_runtime_steps=restart_steps), node_name="gpu-c")["container_runtime_here"] == ["wave 1: gpu-b, gpu-c"]
+    compliant = _harden(plan={"plan": {"runs": dict(RUNS, container_runtime=False)}}, container_runtime_steps=restart_steps)
+    assert _stage_steps.stage_steps(compliant, node_name="gpu-a")["container_runtime_here"] == []
     every = _stage_steps.stage_steps({"plan": PLAN, "inline_disruptive": True}, node_name="gpu-a")
     assert every["container_runtime_waves"] == ["every node"] and _stage_steps.wave_step(every, "every node") is None
+    assert every["container_runtime_here"] == ["every node"]
     with pytest.raises(GpuhardenError, match="no step 'wave 9: gpu-z'"):
         _stage_steps.wave_step(steps, "wave 9: gpu-z")
     with pytest.raises(GpuhardenError, match="after step stages"):

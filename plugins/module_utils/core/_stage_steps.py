@@ -81,7 +81,8 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
     plan's audited plan, or None), budget (the disruption budget runs here), cgroup_limits_gpu_pods (the LIST the
     cgroup_limits stage takes, or None: it lists itself), device_plugin.  The include of the containerd restarts loops
     over container_runtime_waves, one label per step (wave_label): its tasks take the step itself from this result
-    (wave_step), so no step travels through a loop variable of the YAML."""
+    (wave_step), so no step travels through a loop variable of the YAML; container_runtime_here: the labels of the steps
+    whose containerd restarts include this host (restarts_here), what the include of the role tests."""
     mode = _mode(stages)
     runs = _runs(mode["plan"])
     audited = mode["plan"].get("kubelet_plan") if mode["audited_kubelet_plan"] else None
@@ -93,6 +94,8 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
         node_name=mode["node_name"] or node_name,
         container_runtime_steps=restart_steps,
         container_runtime_waves=[wave_label(step) for step in restart_steps],
+        container_runtime_here=[wave_label(step) for step in restart_steps
+                                if restarts_here(step, runs["container_runtime"], mode["node_name"] or node_name)[0]],
         runtime_class=mode["runtime_class"],
         kubelet_audited_plan=audited if isinstance(audited, dict) else None,
         budget=mode["inline_disruptive"],
@@ -109,6 +112,17 @@ def wave_label(step):
         return "every node"
     nodes = ", ".join(step.get("nodes") or ()) or "the last wave back"
     return "wave %s: %s" % (step.get("index", 0), nodes)
+
+
+def restarts_here(step, runs, node):
+    """Whether the container runtime stage runs on the host of Node ``node`` in ``step`` (one of harden_rollout's
+    restart_steps, or None: every node at once), and why: its plan runs the stage (``runs``) and its Node is one of
+    the step's."""
+    if not runs:
+        return False, "the plan found containerd as the role wants it (or --tags left the stage out)"
+    if step is not None and node not in (step.get("nodes") or ()):
+        return False, "node %s restarts containerd in another wave" % node
+    return True, "every node at once" if step is None else "wave %s" % step.get("index", 0)
 
 
 def wave_step(steps, label):
