@@ -10,13 +10,19 @@ task (issue 45: the decisions left the playbook's Jinja for module_utils/cluster
 - ``python`` (on the node): the Python facts of the node's module Python, whether pynvml.py is shipped to it and where,
   the copy (ansible.builtin.copy's own action, which transfers the file) and the check that the Python imports it then.
 - ``facts`` (on the node): gpu_facts, then the refusal of a host that shows no GPU.
+- ``plan`` (the node, once locked): the stage engine (gpuharden.k8s.node_stages) plans every stage of the new node and
+  runs the stages it owns; its result is this task's, and its plan is handed over to tasks/stages.yml's first step
+  (stage_steps.PLAN).
 - ``lock`` / ``unlock`` (on the node): take and give back the node's run lock (node_lock) as the settings name it.
 - ``admit`` (delegated to the controller, for each node that reached it: it follows the post-check): label the node,
   remove its bootstrap taint and uncordon it; the run's stats ``gpuharden_bootstrap_ready``.
 - ``keep_out`` (delegated to the controller, in the rescue): keep the failed node tainted and cordoned, and report it
   (stats ``gpuharden_bootstrap_failed``; Ansible records stats only from a successful result, so it does not fail).
 - ``fail`` (in the rescue, after keep_out): fail the node with the message its report makes.
-- ``no_target`` (the last play, once): fail a run whose first play matched no host.
+- ``targeted`` (the first task, once, delegated to the controller with delegate_facts): hands TARGETED over to
+  localhost, this run's record that the first play had nodes to bootstrap.
+- ``no_target`` (the last play, once): fail a run whose first play matched no host (no TARGETED of this run on
+  localhost: one a fact cache kept from an earlier run does not count).
 
 The delegated steps run their modules with the controller's Python (ansible_playbook_python): the play's interpreter
 is the node tasks' (vars/node_python.yml), a path that need not exist on the controller.
@@ -32,15 +38,23 @@ from datetime import UTC, datetime
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.action import stage_steps
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _bootstrap_plan as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 
-STEPS = ["settings", "connect", "python", "facts", "lock", "admit", "keep_out", "fail", "unlock", "no_target"]
+STEPS = ["targeted", "settings", "connect", "python", "facts", "lock", "plan", "admit", "keep_out", "fail", "unlock", "no_target"]
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": STEPS}}
-# Set by the first task of the run on localhost; the settings step's result is registered under SETTINGS.
+# Handed over to localhost by step targeted (plugin_utils/_handover.py), taken over by step no_target; the settings
+# step's result is registered under SETTINGS.
 TARGETED = "__bootstrap_targeted"
 SETTINGS = "__bootstrap"
+# The stage engine's arguments for a new node: every stage planned (skip_compliant false: MIG only where a layout is
+# asked for, the one its audit's MIG check takes, with the role's options: audit_from_play); the GPU refusal is step
+# facts' (allow_non_gpu_nodes: the engine refuses nothing again); the node's name is the engine's default, as the
+# settings step's.
+ENGINE_ARGS = {"skip_compliant": False, "allow_non_gpu_nodes": True, "audit_from_play": ["mig"]}
 # vars/node_python.yml's name for the host's own Python (the node's, before the venv exists)
 HOST_PYTHON = "__gpuharden_host_python"
 PROBE = ("import json, sys, sysconfig\n"
@@ -103,6 +117,9 @@ class ActionModule(ActionBase):
         return dict(module_args, kubeconfig=settings["kubeconfig"]) if settings["kubeconfig"] else module_args
 
     # the steps -------------------------------------------------------------------------------------------------------
+
+    def _step_targeted(self):
+        return {"changed": False, "ansible_facts": _handover.handed_over(TARGETED, True)}
 
     def _step_settings(self):
         host = self._variables["inventory_hostname"]
@@ -175,6 +192,14 @@ class ActionModule(ActionBase):
     def _step_lock(self):
         return self._module("gpuharden.k8s.node_lock", plan.lock_args(self._settings(), release=False))
 
+    def _step_plan(self):
+        engine = self._action("gpuharden.k8s.node_stages", ENGINE_ARGS, self._variables)
+        if engine.get("failed") or not isinstance(engine.get("plan"), dict):
+            return engine
+        # what tasks/stages.yml reads of it: the node stages' runs (and the audit's kubelet plan)
+        handed = _handover.handed_over(stage_steps.PLAN, {"plan": {"runs": engine["plan"].get("runs")}, "kubelet_plan": engine.get("kubelet_plan")})
+        return dict(engine, ansible_facts=dict(engine.get("ansible_facts") or {}, **handed))
+
     def _step_unlock(self):
         return self._module("gpuharden.k8s.node_lock", plan.lock_args(self._settings(), release=True))
 
@@ -219,6 +244,6 @@ class ActionModule(ActionBase):
 
     def _step_no_target(self):
         localhost = (self._variables.get("hostvars") or {}).get("localhost") or {}
-        if TARGETED in localhost:
+        if _handover.taken_over(localhost, TARGETED):
             return {"changed": False, "why": "the first play had nodes to bootstrap"}
         raise GpuhardenError(plan.no_target_message(self._value("gpuharden_target_hosts", "gpu_nodes"), self._value("ansible_limit")))

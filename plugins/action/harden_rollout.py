@@ -69,8 +69,9 @@ OWNER = _harden_run.OWNER
 FAILED = _harden_run.FAILED
 # what the RuntimeClass gate reads of each host of the batch (cluster_stage_gate.runtime_class_gate)
 GATE_READS = ("gpuharden_node_plan", "__node_plan_gpu_pods")
-# the Node name tasks/stages.yml's importer gives each host (harden and bootstrap), for the containerd waves
-WAVE_NODE = "__stages_node_name"
+# tasks/stages.yml's step stages (gpuharden.k8s.stage_steps), registered on each host: its node_name is the host's Node
+# in the containerd waves (a registered result is in hostvars, a variable of an include is not)
+WAVE_STEPS = "__stages_run"
 # the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
 DRAINING_PLANS = _harden_run.DRAINING_PLANS
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
@@ -80,6 +81,11 @@ RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
 ADVERTISED_CHANGES = ("device_plugin_result", "__kubelet_topology_config", "__mig_apply", "__mig_reapply")
 # the tags that select a node-side stage: a run without any needs no fleet read before the stages
 NODE_STAGE_TAGS = frozenset(tag for stage in _stage_plan.STAGES if stage.side == "node" for tag in stage.tags) | {"all"}
+
+
+def wave_node(variables):
+    """One host's Node in the containerd waves (None before tasks/stages.yml's first step ran on it)."""
+    return (variables.get(WAVE_STEPS) or {}).get("node_name")
 
 
 def host_view(host, variables):
@@ -192,7 +198,7 @@ class ActionModule(ActionBase):
         host gone from the play whose Node restarted before)? Where not, the hosts not Ready and this wave's fail."""
         hostvars = task_vars.get("hostvars") or {}
         gone = [host for host in task_vars.get("ansible_play_hosts_all", []) if host not in task_vars.get("ansible_play_hosts", [])]
-        stopped_by = [node for node in (hostvars[host].get(WAVE_NODE, "") for host in gone) if node in (wave.get("before") or ())]
+        stopped_by = [node for node in (wave_node(hostvars[host]) for host in gone) if node in (wave.get("before") or ())]
         # the budget's arithmetic is not asked here: no fleet
         wave_args = {key: value for key, value in common.items() if key != "fleet"}
         budget = self._budget(dict(wave_args, settle_nodes=wave.get("settle") or [], settle_seconds=settle_seconds, settle_required=True,
@@ -201,7 +207,7 @@ class ActionModule(ActionBase):
         if budget.get("stopped") is not None:
             not_ready = (budget.get("settle") or {}).get("not_ready") or {}
             for host in task_vars.get("ansible_play_hosts", []):
-                node = hostvars[host].get(WAVE_NODE)
+                node = wave_node(hostvars[host])
                 if node in not_ready:
                     not_started[host] = ("containerd was restarted, and the node is not Ready %s s later: %s"
                                          % (settle_seconds, ", ".join(not_ready[node])))

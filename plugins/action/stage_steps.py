@@ -5,7 +5,8 @@
 
 ``step: stages`` (first in tasks/stages.yml) reads the importing task's one mapping ``__stages`` (the stage engine's
 result and the playbook's mode), the plan's LIST of GPU pods (``__node_plan_gpu_pods``, where the playbook made one) and
-the host's Node name, and returns one plain value per include of the file; tasks/stages.yml registers it as
+the host's Node name, and returns one plain value per include of the file (where ``__stages`` gives no plan, the plan a
+task before handed over as PLAN: bootstrap_node's step plan); tasks/stages.yml registers it as
 ``__stages_run``.  ``step: drains`` (once the kubelet and MIG plans ran) reads that result and what the plans published
 (``__kubelet_topology_disruptive``, ``__mig_disruptive``: undefined where the plan did not run) and returns the steps
 that depend on whether the node drains.  The decisions are module_utils/core/_stage_steps.py's.  No module runs: the
@@ -18,6 +19,7 @@ from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 ARGUMENT_SPEC = {"step": {"type": "str", "default": "stages", "choices": ["stages", "drains"]}}
@@ -26,6 +28,10 @@ STAGES = "__stages"
 GPU_PODS = "__node_plan_gpu_pods"
 STEPS = "__stages_run"
 DISRUPTIVE = {"kubelet_disruptive": "__kubelet_topology_disruptive", "mig_disruptive": "__mig_disruptive"}
+# the stage engine's plan of this node, as a task before this file hands it over (plugin_utils/_handover.py: this run's
+# only), where the importing task's __stages gives none: {"plan": {"runs": ...}, "kubelet_plan": ...} (bootstrap_node
+# step plan)
+PLAN = "__stages_plan"
 
 
 class ActionModule(StageAction):
@@ -52,7 +58,12 @@ class ActionModule(StageAction):
             host = task_vars["inventory_hostname"]
             if STAGES not in task_vars:
                 raise GpuhardenError("stage_steps: __stages is not defined: the task importing playbooks/tasks/stages.yml sets it")
-            steps = _stage_steps.stage_steps(self._stages(task_vars[STAGES]), node_name=self.role_variable("gpuharden_k8s_node_name", host),
+            stages = self._stages(task_vars[STAGES])
+            if isinstance(stages, dict) and stages.get("plan") is None:
+                handed = _handover.taken_over(task_vars, PLAN)
+                if handed is not None:
+                    stages = dict(stages, plan=handed)
+            steps = _stage_steps.stage_steps(stages, node_name=self.role_variable("gpuharden_k8s_node_name", host),
                                              gpu_pods=self.role_variable(GPU_PODS))
         else:
             if STEPS not in task_vars:

@@ -30,6 +30,10 @@ description:
     C(gpuharden_allow_non_gpu_nodes).
   - O(step=lock) and O(step=unlock) take and give back the node's run lock with M(gpuharden.k8s.node_lock), as this run's
     owner, at C(gpuharden_lock_path) (C(gpuharden_lock_timeout)).
+  - O(step=plan) runs the stage engine M(gpuharden.k8s.node_stages) for a new node (every stage planned, MIG only where
+    a layout is asked for, with the role's options) and the stages it owns, with the task's check mode and diff; its
+    result is this task's, and the node stages' plan is handed over to M(gpuharden.k8s.stage_steps), the first step of
+    C(playbooks/tasks/stages.yml).
   - O(step=admit), delegated to the controller for each node that passed the post-check (the task follows it), labels
     the node with M(gpuharden.k8s.gpu_node_labels), removes its bootstrap taint and uncordons it with
     M(gpuharden.k8s.node_maintenance) (with C(gpuharden_bootstrap_uncordon)), and adds it to the run's stats
@@ -41,7 +45,10 @@ description:
   - O(step=fail), after O(step=keep_out), fails the node with that message.
   - The delegated steps run their modules with the controller's Python (C(ansible_playbook_python)), whatever the play's
     interpreter is.
-  - O(step=no_target) fails a run whose first play matched no host (C(__bootstrap_targeted) unset on localhost).
+  - O(step=targeted), the run's first task (once, delegated to localhost with C(delegate_facts)), records on localhost
+    that the first play had nodes to bootstrap, stamped with this run.
+  - O(step=no_target) fails a run whose first play matched no host (no record of this run on localhost; one a fact
+    cache kept from an earlier run does not count).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:
@@ -53,14 +60,17 @@ options:
     description: Which step runs (see the description).
     type: str
     required: true
-    choices: [settings, connect, python, facts, lock, admit, keep_out, fail, unlock, no_target]
+    choices: [targeted, settings, connect, python, facts, lock, plan, admit, keep_out, fail, unlock, no_target]
 attributes:
   check_mode:
     support: full
     description: The modules a step runs run in check mode; O(step=python)'s question to the node's Python runs anyway.
   diff_mode:
-    support: none
+    support: partial
+    description: O(step=plan) returns the diffs of the stages the engine runs (M(gpuharden.k8s.node_stages)'s); the other steps none.
 seealso:
+  - module: gpuharden.k8s.node_stages
+  - module: gpuharden.k8s.stage_steps
   - module: gpuharden.k8s.gpu_facts
   - module: gpuharden.k8s.gpu_node_labels
   - module: gpuharden.k8s.node_maintenance
@@ -107,6 +117,11 @@ nodes:
   returned: success
   type: list
   elements: str
+plan:
+  description: O(step=plan) - the stage engine's plan of the node, as M(gpuharden.k8s.node_stages) returns it (with its
+    other keys - the audit, C(stages), C(kubelet_plan)).
+  returned: step plan
+  type: dict
 report:
   description: O(step=keep_out) - the failed node's report.
   returned: success

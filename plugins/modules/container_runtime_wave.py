@@ -12,12 +12,16 @@ module: container_runtime_wave
 short_description: One step of a run's containerd restarts, a canary first, then waves
 version_added: 0.1.0
 description:
-  - C(playbooks/tasks/stage_container_runtime.yml) calls it for each step of the run's containerd restarts, which
-    C(tasks/stages.yml) loops over as C(__stages_container_runtime_step) (one of M(gpuharden.k8s.harden_rollout)'s
-    C(restart_steps), or V(null) - every node at once).
+  - C(playbooks/tasks/stage_container_runtime.yml) calls it for each step of the run's containerd restarts (one of
+    M(gpuharden.k8s.harden_rollout)'s C(restart_steps), or V(null) - every node at once). C(tasks/stages.yml) includes
+    that file once per step, looping over the step labels M(gpuharden.k8s.stage_steps) returns
+    (C(container_runtime_waves)); the action takes the step, and the host's Node name, from that result (registered as
+    C(__stages_run)) by the loop's item.
   - O(step=gate), once for the step and delegated to localhost, runs M(gpuharden.k8s.harden_rollout)'s wave step (the
     nodes the previous wave restarted are Ready again, and no node failed) on the controller's Python; it is skipped,
     with why, for the first step and for every node at once.
+  - The gate hands its C(not_started) over to the host step of the same step in Python (the facts of a run_once task
+    reach every host of the batch, stamped with this run and the step).
   - O(step=host), on each host, fails the host the gate stopped (its C(not_started)), else returns RV(run) - whether the
     container runtime stage runs on it in this step.
 author:
@@ -47,7 +51,6 @@ EXAMPLES = r"""
     step: gate
   delegate_to: localhost
   run_once: true
-  register: __stages_container_runtime_gate
 """
 
 RETURN = r"""

@@ -17,7 +17,9 @@ description:
   - With O(step=stages) it reads the importing task's mapping C(__stages) - C(plan), the result of
     M(gpuharden.k8s.node_stages) for the node, and C(inline_disruptive), C(container_runtime_steps), C(runtime_class),
     C(device_plugin_later), C(audited_kubelet_plan), C(node_name) - and the plan's LIST of GPU pods
-    (C(__node_plan_gpu_pods)) where the playbook made one. C(stages.yml) registers the result as C(__stages_run).
+    (C(__node_plan_gpu_pods)) where the playbook made one. Where C(__stages) gives no C(plan), it takes the plan a
+    task before handed over in this run (M(gpuharden.k8s.bootstrap_node)'s O(step=plan)).
+    C(stages.yml) registers the result as C(__stages_run).
   - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and what the plans published
     (C(__kubelet_topology_disruptive), C(__mig_disruptive); undefined where a plan did not run) and says which steps
     that depend on a drain run.
@@ -74,10 +76,25 @@ cgroup_limits:
   returned: O(step=stages)
   type: bool
 container_runtime_steps:
-  description: The containerd restarts' steps the container runtime stage loops over; V([null]) is every node at once.
+  description: The containerd restarts' steps of the container runtime stage; V([null]) is every node at once.
   returned: O(step=stages)
   type: list
   elements: raw
+container_runtime_waves:
+  description:
+    - One label per step of RV(container_runtime_steps), in their order (V(every node), V(wave 1 - gpu-b, gpu-c) with a
+      colon after the index); C(stages.yml) loops over them, and M(gpuharden.k8s.container_runtime_wave) takes the step
+      of a label from this result.
+  returned: O(step=stages)
+  type: list
+  elements: str
+container_runtime_here:
+  description:
+    - The labels of the steps whose containerd restarts include this host (its plan runs the container runtime stage and
+      its Node is one of the step's); C(stage_container_runtime.yml) includes the role in those.
+  returned: O(step=stages)
+  type: list
+  elements: str
 node_name:
   description: The host's Node name, for the containerd waves.
   returned: O(step=stages)

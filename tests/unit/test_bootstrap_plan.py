@@ -6,6 +6,7 @@ ansible-playbook on localhost at the end of this file."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -205,6 +206,36 @@ def test_a_run_without_nodes_names_the_pattern_and_the_limit():
     assert "matched no host of the inventory within --limit 'cp-1'. Put the new GPU nodes" in plan.no_target_message("gpu_nodes", "cp-1")
 
 
+def test_step_plan_runs_the_engine_for_a_new_node_and_hands_its_plan_to_the_stages():
+    """What bootstrap_node's step plan hands over, stage_steps (tasks/stages.yml's first step) reads: bootstrap's
+    __stages gives no plan."""
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.action import bootstrap_node, stage_steps
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core._stage_plan import NODE_STAGE_NAMES
+
+    runs = {name: name == "mig" for name in NODE_STAGE_NAMES}
+    engine = {"changed": True, "plan": {"runs": runs, "stages": []}, "kubelet_plan": None, "diff": [{"before": "a", "after": "b"}],
+              "ansible_facts": {"gpuharden": {"gpu_count": 1}}}
+    calls = []
+    action = object.__new__(bootstrap_node.ActionModule)
+    action._variables = {"inventory_hostname": "gpu-a"}
+    action._action = lambda name, args, task_vars: calls.append((name, args)) or engine
+    result = action._step_plan()
+    assert calls == [("gpuharden.k8s.node_stages", {"skip_compliant": False, "allow_non_gpu_nodes": True, "audit_from_play": ["mig"]})]
+    # the engine's result is the task's (its diff, its facts), with the hand-over added
+    assert result["diff"] == engine["diff"] and result["changed"] is True and result["ansible_facts"]["gpuharden"] == {"gpu_count": 1}
+    consumer = object.__new__(stage_steps.ActionModule)
+    consumer._templar = SimpleNamespace(template=lambda value: value)
+    consumer.role_variable = lambda name, default=None: default
+    steps = consumer.decide_task({"step": "stages"}, dict({"inventory_hostname": "gpu-a", "__stages": {"inline_disruptive": True}},
+                                                          **result["ansible_facts"]))
+    assert {name: steps[name] for name in NODE_STAGE_NAMES} == runs and steps["budget"] is True
+    # an engine that failed hands nothing over (the node fails here)
+    engine = {"failed": True, "msg": "node_audit failed: no NVML"}
+    assert "ansible_facts" not in action._step_plan()
+
+
 # ---------------------------------------------------------------------------------------------------
 # the action, through ansible-playbook on localhost (no node is contacted by these steps)
 
@@ -217,8 +248,11 @@ SETTINGS_FIRST = """
         step: settings
       register: __bootstrap
 """
-PLAY = SETTINGS_FIRST + """    - ansible.builtin.set_fact:
-        __bootstrap_targeted: true
+PLAY = SETTINGS_FIRST + """    - gpuharden.k8s.bootstrap_node:
+        step: targeted
+      delegate_to: localhost
+      delegate_facts: true
+      run_once: true
     - gpuharden.k8s.bootstrap_node:
         step: no_target
       register: last
@@ -253,6 +287,25 @@ def test_the_settings_step_reads_the_hosts_variables(tmp_path):
     assert shown["settings"]["taint_key"] == "example.com/joining" and shown["settings"]["owner"] == "ci-1"
     assert shown["tolerations"][-1] == {"key": "example.com/joining", "operator": "Exists", "effect": "NoSchedule"}
     assert shown["last"] == "the first play had nodes to bootstrap"
+
+
+def test_a_record_that_this_run_did_not_hand_over_does_not_make_a_run_targeted(tmp_path):
+    """A fact cache keeps localhost's facts between runs: the record of an earlier run (another stamp), or a plain fact
+    of that name, must not make a run whose first play matched no host pass."""
+    earlier = {"run": {"boot_id": "x", "pid_ns": "pid:[1]", "pid": 1, "start": 1}, "value": True}
+    for record in (True, earlier):
+        text = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.set_fact:
+        __bootstrap_targeted: %s
+    - gpuharden.k8s.bootstrap_node:
+        step: no_target
+""" % json.dumps(record)
+        runner, events = _play(tmp_path, text, {})
+        failed = [event["event_data"]["res"]["msg"] for event in events if event["event"] == "runner_on_failed"]
+        assert runner.rc != 0 and failed and failed[0].startswith("No GPU node to bootstrap"), failed
 
 
 def test_the_settings_step_fails_on_a_wrong_value_in_one_line(tmp_path):

@@ -166,20 +166,71 @@ def test_the_role_stops_before_any_write_without_containerd(tmp_path):
 
 def test_every_node_at_once_the_gate_waits_for_nothing_and_a_host_whose_plan_skips_the_stage_includes_no_role(tmp_path):
     """tasks/stage_container_runtime.yml as tasks/stages.yml runs it where the playbook gives no waves (a step of None)."""
-    record = "{{ __stages_container_runtime_gate | to_json }}"
     plays = [{
         "hosts": "localhost", "gather_facts": False,
-        "vars": {"__stages_run": {"container_runtime": False}, "__stages_node_name": "node-a", "__stages_container_runtime_step": None,
+        "vars": {"__stages_run": {"container_runtime": False, "node_name": "node-a", "container_runtime_steps": [None],
+                                  "container_runtime_waves": ["every node"], "container_runtime_here": []},
                  # the role would fail here: no containerd in a temporary directory
                  "container_runtime_config": str(tmp_path / "absent/config.toml")},
-        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml")},
-                  {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": record}}],
+        # as tasks/stages.yml includes it: once per step label (the actions take the step by it)
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["every node"]}],
     }]
     with tempfile.TemporaryDirectory() as tmp:
         run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
         assert run.rc == 0, run.stdout.read()[-3000:]
-        gates = [event["event_data"] for event in run.events if event.get("event") == "runner_on_skipped"
-                 and event["event_data"].get("task", "").startswith("Stage | containerd restarts | has the previous wave come back")]
+        events = list(run.events)
+    gates = [event["event_data"] for event in events if event.get("event") == "runner_on_skipped"
+             and event["event_data"].get("task", "").startswith("Stage | containerd restarts | has the previous wave come back")]
     assert len(gates) == 1
-    out = json.loads((tmp_path / "out.json").read_text())
+    out = _host_step(events)
     assert out["run"] is False and "plan" in out["reason"]
+    assert not _role_tasks(events)
+
+
+def test_a_wave_step_is_taken_by_its_label_and_a_node_of_another_wave_includes_no_role(tmp_path):
+    """The include's loop item is the step's label (tasks/stages.yml loops over container_runtime_waves): the host step
+    takes the step and the Node name from step stages' result; a node whose plan runs the stage waits for its wave."""
+    plays = [{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"__stages_run": {"container_runtime": True, "node_name": "node-a", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
+                                  "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": []},
+                 # the role would fail here: no containerd in a temporary directory
+                 "container_runtime_config": str(tmp_path / "absent/config.toml")},
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["wave 0: node-b"]}],
+    }]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
+        assert run.rc == 0, run.stdout.read()[-3000:]
+        events = list(run.events)
+    out = _host_step(events)
+    assert out["run"] is False and out["reason"] == "node node-a restarts containerd in another wave"
+    assert not _role_tasks(events)
+
+
+def test_the_step_of_a_host_that_restarts_includes_the_role(tmp_path):
+    """The same step for a node of the wave (step stages' container_runtime_here names it): the role runs, and fails
+    here (no containerd in a temporary directory), which a condition that never held would not show."""
+    plays = [{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"__stages_run": {"container_runtime": True, "node_name": "node-b", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
+                                  "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": ["wave 0: node-b"]},
+                 "container_runtime_config": str(tmp_path / "absent/config.toml"), "container_runtime_service": "gpuharden-test-no-such-unit"},
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["wave 0: node-b"]}],
+    }]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
+        events = list(run.events)
+    assert _host_step(events) == {"run": True, "reason": "wave 0", "changed": False}
+    failed = [event["event_data"]["res"]["msg"] for event in _role_tasks(events) if event["event"] == "runner_on_failed"]
+    assert failed and "install containerd before adding the NVIDIA runtime" in failed[0], failed
+
+
+def _host_step(events):
+    [result] = [event["event_data"]["res"] for event in events if event.get("event") == "runner_on_ok"
+                and event["event_data"].get("task", "").startswith("Stage | containerd restarts | fail the node")]
+    return {key: result[key] for key in ("run", "reason", "changed")}
+
+
+def _role_tasks(events):
+    return [event for event in events if event.get("event") in ("runner_on_ok", "runner_on_failed")
+            and str(event["event_data"].get("role", "")).endswith("container_runtime")]

@@ -175,8 +175,8 @@ def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
 
 
 def test_a_wave_of_containerd_restarts_waits_for_the_previous_one_and_stops_at_a_failed_node(monkeypatch):
-    hostvars = {"a": {"__stages_node_name": "na"}, "b": {"__stages_node_name": "nb"}, "c": {"__stages_node_name": "nc"},
-                "gone": {"__stages_node_name": "ng"}}
+    # each host's Node as tasks/stages.yml's step stages registered it (in hostvars, where an include's variable is not)
+    hostvars = {host: {"__stages_run": {"node_name": node}} for host, node in (("a", "na"), ("b", "nb"), ("c", "nc"), ("gone", "ng"))}
     wave = {"index": 1, "nodes": ["nb", "nc"], "settle": ["na"], "before": ["na", "ng"]}
     stopped = {"stopped": "na is not Ready", "settle": {"not_ready": {"na": ["NotReady"]}}}
     result, calls = _run(monkeypatch, {"step": "wave", "wave": wave}, hostvars, stopped, ansible_play_hosts=["a", "b", "c"],
@@ -201,7 +201,7 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
     result, _calls = _run(monkeypatch, {"step": "restarts"}, {"a": _host("na")}, budget)
     assert result["restart_waves"] == [["na"]] and result["stopped"] is None and "invocation" not in result
     result, _calls = _run(monkeypatch, {"step": "wave", "wave": {"index": 1, "nodes": [], "settle": ["na"]}},
-                          {"a": {"__stages_node_name": "na"}}, budget)
+                          {"a": {"__stages_run": {"node_name": "na"}}}, budget)
     assert result["stopped"] is None and result["settle"] == {"not_ready": {}} and result["not_started"] == {}
 
 

@@ -50,7 +50,7 @@ CONTROLLER_SIDE = {
     "mig_stage": "action plugin (roles/mig apply.yml): runs mig_layout and the reset command on the node; documentation only",
     "node_maintenance_step": "action plugin (roles/node_maintenance task files): runs node_maintenance delegated to localhost; documentation only",
     "node_stages": "action plugin on the controller (the stage engine); the module file is documentation only, no payload",
-    "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, gpu_node_labels and "
+    "bootstrap_node": "action plugin of bootstrap_gpu_node.yml: runs gpu_facts and setup on each node, the stage engine node_stages, gpu_node_labels and "
                       "node_maintenance delegated to localhost; the module file is documentation only, no payload",
     "container_runtime_stage": "action plugin (roles/container_runtime main.yml): runs stat and containerd_nvidia_runtime "
                                "on the node; documentation only",

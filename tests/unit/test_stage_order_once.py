@@ -91,13 +91,19 @@ def test_the_playbook_imports_the_one_order_and_names_no_stage_itself(playbook):
     assert len(imports) == 1, "%s: its first play imports tasks/stages.yml %d times" % (playbook, len(imports))
     # the stage engine's plan (node_stages: node_audit's stage table, or every stage with skip_compliant false), the
     # task before it registers; the planner's node stages are the audit's
-    stages_run = imports[0]["vars"]["__stages"]["plan"]
-    registered = re.fullmatch(r"\{\{ (\w+) \}\}", stages_run).group(1)
-    engines = [task for task in _play_tasks(first) if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
     if playbook == "harden_gpu_nodes.yml":  # through tasks/node_stages.yml (the drift check's inputs and audit)
+        stages_run = imports[0]["vars"]["__stages"]["plan"]
+        registered = re.fullmatch(r"\{\{ (\w+) \}\}", stages_run).group(1)
         engines = [task for task in yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())
                    if "gpuharden.k8s.node_stages" in task and task.get("register") == registered]
-    assert len(engines) == 1, (playbook, registered)
+    else:
+        # bootstrap_node's step plan runs the engine and hands its plan over to stage_steps (no plan in __stages:
+        # test_bootstrap_plan.py checks the hand-over), before the import
+        assert "plan" not in imports[0]["vars"]["__stages"]
+        tasks = list(_play_tasks(first))
+        engines = [task for task in tasks if (task.get("gpuharden.k8s.bootstrap_node") or {}).get("step") == "plan"]
+        assert engines and tasks.index(engines[0]) < tasks.index(imports[0])
+    assert len(engines) == 1, playbook
     assert tuple(stage for stage, _check in _node_audit.NODE_STAGES) == _stage_plan.NODE_STAGE_NAMES
     named = [(play["name"], step) for play in plays for step in map(_role_step, _play_tasks(play)) if step]
     rollout = [(name, step) for name, step in named if "disruptive stages" in name]

@@ -100,6 +100,11 @@ def test_each_include_of_stages_yml_tests_one_value_the_action_returns():
             text = " ".join(str(value) for value in (when, task.get("loop"), task.get("vars")) if value)
             read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", text)
     assert len(read) >= 10
+    # and the include of the role in tasks/stage_container_runtime.yml (its when reads step stages' result)
+    wave_tasks = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "stage_container_runtime.yml").read_text())
+    [role] = [task for task in wave_tasks if "ansible.builtin.include_role" in task]
+    read += re.findall(r"(__stages_(?:run|drains))\.(\w+)", role["when"])
+    assert ("__stages_run", "container_runtime_here") in read
     assert [(name, key) for name, key in read if key not in returned[name]] == []
 
 
@@ -123,3 +128,54 @@ def test_a_key_whose_variable_tags_left_undefined_takes_its_default_and_a_requir
     assert _stage_steps.stage_steps(stages, node_name="gpu-a")["runtime_class"] is True
     with pytest.raises(GpuhardenError, match="__stages.plan is missing"):
         _stage_steps.stage_steps(step._stages({"plan": "{{ missing }}", "inline_disruptive": True}), node_name="gpu-a")
+
+
+def test_each_step_of_the_containerd_restarts_has_one_label_and_the_label_gives_the_step_back():
+    """tasks/stages.yml loops over the labels; the wave action takes the step of its loop item from this result."""
+    restart_steps = [{"index": 0, "nodes": ["gpu-a"]}, {"index": 1, "nodes": ["gpu-b", "gpu-c"]}, {"index": 2, "nodes": []}]
+    steps = _stage_steps.stage_steps(_harden(container_runtime_steps=restart_steps), node_name="gpu-a")
+    assert steps["container_runtime_waves"] == ["wave 0: gpu-a", "wave 1: gpu-b, gpu-c", "wave 2: the last wave back"]
+    assert [_stage_steps.wave_step(steps, label) for label in steps["container_runtime_waves"]] == restart_steps
+    # the steps whose restarts include this host (what the include of the role tests): gpu-a's canary wave only, and
+    # none where its plan finds containerd as the role wants it
+    assert steps["container_runtime_here"] == ["wave 0: gpu-a"]
+    assert _stage_steps.stage_steps(_harden(container_runtime_steps=restart_steps), node_name="gpu-c")["container_runtime_here"] == ["wave 1: gpu-b, gpu-c"]
+    compliant = _harden(plan={"plan": {"runs": dict(RUNS, container_runtime=False)}}, container_runtime_steps=restart_steps)
+    assert _stage_steps.stage_steps(compliant, node_name="gpu-a")["container_runtime_here"] == []
+    every = _stage_steps.stage_steps({"plan": PLAN, "inline_disruptive": True}, node_name="gpu-a")
+    assert every["container_runtime_waves"] == ["every node"] and _stage_steps.wave_step(every, "every node") is None
+    assert every["container_runtime_here"] == ["every node"]
+    with pytest.raises(GpuhardenError, match="no step 'wave 9: gpu-z'"):
+        _stage_steps.wave_step(steps, "wave 9: gpu-z")
+    with pytest.raises(GpuhardenError, match="after step stages"):
+        _stage_steps.wave_step(None, "every node")
+
+
+def _stage_steps_action(task_vars):
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.action import stage_steps as action
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    step._templar = SimpleNamespace(template=lambda value: value)
+    step.role_variable = lambda name, default=None: task_vars.get(name, default)
+    step.variable = lambda name: task_vars[name]
+    return step, action
+
+
+def test_step_stages_takes_the_plan_this_run_handed_over_where_stages_gives_none():
+    """bootstrap_gpu_node.yml: bootstrap_node's step plan hands the engine's plan over (test_bootstrap_plan.py checks what
+    it hands over); a hand-over of another run (a fact cache's) is never taken."""
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    handed = {"plan": {"runs": dict(RUNS, mig=True)}, "kubelet_plan": None}
+    task_vars = {"inventory_hostname": "gpu-a", "__stages": {"inline_disruptive": True}}
+    step, action = _stage_steps_action(task_vars)
+    steps = step.decide_task({"step": "stages"}, dict(task_vars, **_handover.handed_over(action.PLAN, handed)))
+    assert steps["mig"] is True and steps["node_name"] == "gpu-a"
+    # a plan in __stages (harden's) wins over a hand-over
+    explicit = dict(task_vars, __stages={"plan": PLAN, "inline_disruptive": True}, **_handover.handed_over(action.PLAN, handed))
+    assert step.decide_task({"step": "stages"}, explicit)["mig"] is False
+    earlier = _handover.handed_over(action.PLAN, handed, run={"boot_id": "x", "pid_ns": "pid:[1]", "pid": 1, "start": 1})
+    with pytest.raises(GpuhardenError, match="__stages.plan is missing"):
+        step.decide_task({"step": "stages"}, dict(task_vars, **earlier))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import posixpath
 
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_steps
+
 CONTAINERD = "gpuharden.k8s.containerd_nvidia_runtime"
 STAT = "ansible.legacy.stat"
 # Where systemd reads a unit from, the administrator's first (systemd.unit(5), "Unit File Load Path", system mode).
@@ -96,8 +98,6 @@ def wave_host(step, runs, node, not_started, host):
     stopped the restarts (``not_started``: harden_rollout's wave step's, by host)."""
     if host in (not_started or {}):
         return {"failed": True, "msg": not_started[host]}
-    if not runs:
-        return {"run": False, "reason": "the plan found containerd as the role wants it (or --tags left the stage out)"}
-    if step is not None and node not in (step.get("nodes") or ()):
-        return {"run": False, "reason": "node %s restarts containerd in another wave" % node}
-    return {"run": True, "reason": "every node at once" if step is None else "wave %s" % step.get("index", 0)}
+    # the one rule, which tasks/stages.yml's first step also applies to every step (its container_runtime_here)
+    run, reason = _stage_steps.restarts_here(step, runs, node)
+    return {"run": run, "reason": reason}

@@ -52,7 +52,8 @@ def _mode(stages):
         value = stages.get(key)
         if value is None:
             if key in REQUIRED:
-                raise GpuhardenError("__stages.%s is missing: the task importing playbooks/tasks/stages.yml must set it" % key)
+                raise GpuhardenError("__stages.%s is missing: the task importing playbooks/tasks/stages.yml must set it%s"
+                                     % (key, " (or a task before hand the stage engine's plan over)" if key == "plan" else ""))
             value = default
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise GpuhardenError("__stages.%s is %r (%s), not a %s" % (key, value, type(value).__name__, kind.__name__))
@@ -78,16 +79,23 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
     runs (one key per node-side stage: what tasks/stage_container_runtime.yml tests) and, per include:
     container_runtime_steps (the loop: [None] is every node at once), runtime_class, kubelet_audited_plan (the kubelet
     plan's audited plan, or None), budget (the disruption budget runs here), cgroup_limits_gpu_pods (the LIST the
-    cgroup_limits stage takes, or None: it lists itself), device_plugin."""
+    cgroup_limits stage takes, or None: it lists itself), device_plugin.  The include of the containerd restarts loops
+    over container_runtime_waves, one label per step (wave_label): its tasks take the step itself from this result
+    (wave_step), so no step travels through a loop variable of the YAML; container_runtime_here: the labels of the steps
+    whose containerd restarts include this host (restarts_here), what the include of the role tests."""
     mode = _mode(stages)
     runs = _runs(mode["plan"])
     audited = mode["plan"].get("kubelet_plan") if mode["audited_kubelet_plan"] else None
     # a LIST that failed, or none made, carries no pod_uids_by_node: the stage then lists the pods itself
     listed = isinstance(gpu_pods, dict) and "pod_uids_by_node" in gpu_pods
+    restart_steps = mode["container_runtime_steps"] or [None]
     return dict(
         runs,
         node_name=mode["node_name"] or node_name,
-        container_runtime_steps=mode["container_runtime_steps"] or [None],
+        container_runtime_steps=restart_steps,
+        container_runtime_waves=[wave_label(step) for step in restart_steps],
+        container_runtime_here=[wave_label(step) for step in restart_steps
+                                if restarts_here(step, runs["container_runtime"], mode["node_name"] or node_name)[0]],
         runtime_class=mode["runtime_class"],
         kubelet_audited_plan=audited if isinstance(audited, dict) else None,
         budget=mode["inline_disruptive"],
@@ -95,6 +103,38 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
         device_plugin=not mode["device_plugin_later"],
         inline_disruptive=mode["inline_disruptive"],
     )
+
+
+def wave_label(step):
+    """What the run prints for one step of the containerd restarts (the include's loop item): unique within a run, as
+    it names the step's index."""
+    if step is None:
+        return "every node"
+    nodes = ", ".join(step.get("nodes") or ()) or "the last wave back"
+    return "wave %s: %s" % (step.get("index", 0), nodes)
+
+
+def restarts_here(step, runs, node):
+    """Whether the container runtime stage runs on the host of Node ``node`` in ``step`` (one of harden_rollout's
+    restart_steps, or None: every node at once), and why: its plan runs the stage (``runs``) and its Node is one of
+    the step's."""
+    if not runs:
+        return False, "the plan found containerd as the role wants it (or --tags left the stage out)"
+    if step is not None and node not in (step.get("nodes") or ()):
+        return False, "node %s restarts containerd in another wave" % node
+    return True, "every node at once" if step is None else "wave %s" % step.get("index", 0)
+
+
+def wave_step(steps, label):
+    """The step of the containerd restarts the include's loop item ``label`` names, from step stages' result
+    ``steps``."""
+    restart_steps = steps.get("container_runtime_steps") if isinstance(steps, dict) else None
+    if not isinstance(restart_steps, list):
+        raise GpuhardenError("the containerd restarts run after step stages of gpuharden.k8s.stage_steps (its container_runtime_steps)")
+    for step in restart_steps:
+        if wave_label(step) == label:
+            return step
+    raise GpuhardenError("the containerd restarts have no step %r: loop over container_runtime_waves of step stages' result" % (label,))
 
 
 def drain_steps(steps, *, kubelet_disruptive, mig_disruptive):
