@@ -33,8 +33,22 @@ def this_run(proc="/proc", pid=None):
 
 
 def handed_over(name, value, run=None):
-    """The facts an action returns to hand ``value`` over as ``name`` to a later task of this run."""
-    return {name: {RUN: run if run is not None else this_run(), VALUE: value}}
+    """The facts an action returns to hand ``value`` (its plain data) over as ``name`` to a later task of this run."""
+    return {name: {RUN: run if run is not None else this_run(), VALUE: plain_data(value)}}
+
+
+def plain_data(value):
+    """``value`` with JSON's kinds of data only (mappings, sequences, strings, numbers, booleans, None): anything else,
+    such as a failed module run's captured exception, is left out, from a mapping with its key."""
+    if isinstance(value, dict):
+        return {str(key): plain_data(item) for key, item in value.items() if _is_data(item)}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain_data(item) for item in value if _is_data(item)]
+    return value
+
+
+def _is_data(value):
+    return value is None or isinstance(value, (dict, list, tuple, set, frozenset, str, int, float, bool))
 
 
 def taken_over(variables, name, default=None, run=None):

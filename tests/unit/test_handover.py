@@ -29,3 +29,22 @@ def test_a_missing_or_unstamped_value_is_the_default():
 def test_the_run_stamp_is_the_same_process_each_time():
     first, second = _handover.this_run(), _handover.this_run()
     assert first == second and first["pid"] and first["start"] is not None
+
+
+def test_a_failed_module_run_s_result_is_handed_over_as_plain_data_the_fact_cache_keeps():
+    """ansible-core 2.19 serialises host facts (the in-memory cache too): a failed run's captured exception object
+    would stop ansible-playbook with an unexpected error instead of the step's failure being reported."""
+    import json
+
+    import pytest
+    from ansible._internal._errors import _captured
+    from ansible._internal._json._profiles import _cache_persistence
+
+    failed = {"failed": True, "msg": "401 Unauthorized", "exception": "Traceback (most recent call last):\n  boom\n",
+              "listed": {"nodes": ("gpu-a",), "odd": object()}}
+    _captured.AnsibleModuleCapturedError.normalize_result_exception(failed)
+    with pytest.raises(TypeError):
+        json.dumps(failed, cls=_cache_persistence.Encoder)
+    facts = _handover.handed_over("__stage_result", failed)
+    assert json.loads(json.dumps(facts, cls=_cache_persistence.Encoder), cls=_cache_persistence.Decoder) == facts
+    assert _handover.taken_over(facts, "__stage_result") == {"failed": True, "msg": "401 Unauthorized", "listed": {"nodes": ["gpu-a"]}}
