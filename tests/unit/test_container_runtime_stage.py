@@ -166,19 +166,10 @@ def test_the_role_stops_before_any_write_without_containerd(tmp_path):
 
 def test_every_node_at_once_the_gate_waits_for_nothing_and_a_host_whose_plan_skips_the_stage_includes_no_role(tmp_path):
     """tasks/stage_container_runtime.yml as tasks/stages.yml runs it where the playbook gives no waves (a step of None)."""
-    plays = [{
-        "hosts": "localhost", "gather_facts": False,
-        "vars": {"__stages_run": {"container_runtime": False, "node_name": "node-a", "container_runtime_steps": [None],
-                                  "container_runtime_waves": ["every node"], "container_runtime_here": []},
-                 # the role would fail here: no containerd in a temporary directory
-                 "container_runtime_config": str(tmp_path / "absent/config.toml")},
-        # as tasks/stages.yml includes it: once per step label (the actions take the step by it)
-        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["every node"]}],
-    }]
-    with tempfile.TemporaryDirectory() as tmp:
-        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
-        assert run.rc == 0, run.stdout.read()[-3000:]
-        events = list(run.events)
+    # as tasks/stages.yml includes it: once per step label (the actions take the step by it)
+    rc, tail, events = _include_the_stage(tmp_path, {"container_runtime": False, "node_name": "node-a", "container_runtime_steps": [None],
+                                                    "container_runtime_waves": ["every node"], "container_runtime_here": []})
+    assert rc == 0, tail
     gates = [event["event_data"] for event in events if event.get("event") == "runner_on_skipped"
              and event["event_data"].get("task", "").startswith("Stage | containerd restarts | has the previous wave come back")]
     assert len(gates) == 1
@@ -190,18 +181,10 @@ def test_every_node_at_once_the_gate_waits_for_nothing_and_a_host_whose_plan_ski
 def test_a_wave_step_is_taken_by_its_label_and_a_node_of_another_wave_includes_no_role(tmp_path):
     """The include's loop item is the step's label (tasks/stages.yml loops over container_runtime_waves): the host step
     takes the step and the Node name from step stages' result; a node whose plan runs the stage waits for its wave."""
-    plays = [{
-        "hosts": "localhost", "gather_facts": False,
-        "vars": {"__stages_run": {"container_runtime": True, "node_name": "node-a", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
-                                  "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": []},
-                 # the role would fail here: no containerd in a temporary directory
-                 "container_runtime_config": str(tmp_path / "absent/config.toml")},
-        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["wave 0: node-b"]}],
-    }]
-    with tempfile.TemporaryDirectory() as tmp:
-        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
-        assert run.rc == 0, run.stdout.read()[-3000:]
-        events = list(run.events)
+    rc, tail, events = _include_the_stage(
+        tmp_path, {"container_runtime": True, "node_name": "node-a", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
+                   "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": []})
+    assert rc == 0, tail
     out = _host_step(events)
     assert out["run"] is False and out["reason"] == "node node-a restarts containerd in another wave"
     assert not _role_tasks(events)
@@ -210,19 +193,27 @@ def test_a_wave_step_is_taken_by_its_label_and_a_node_of_another_wave_includes_n
 def test_the_step_of_a_host_that_restarts_includes_the_role(tmp_path):
     """The same step for a node of the wave (step stages' container_runtime_here names it): the role runs, and fails
     here (no containerd in a temporary directory), which a condition that never held would not show."""
-    plays = [{
-        "hosts": "localhost", "gather_facts": False,
-        "vars": {"__stages_run": {"container_runtime": True, "node_name": "node-b", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
-                                  "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": ["wave 0: node-b"]},
-                 "container_runtime_config": str(tmp_path / "absent/config.toml"), "container_runtime_service": "gpuharden-test-no-such-unit"},
-        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"), "loop": ["wave 0: node-b"]}],
-    }]
-    with tempfile.TemporaryDirectory() as tmp:
-        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
-        events = list(run.events)
+    _rc, _out, events = _include_the_stage(
+        tmp_path, {"container_runtime": True, "node_name": "node-b", "container_runtime_steps": [{"index": 0, "nodes": ["node-b"]}],
+                   "container_runtime_waves": ["wave 0: node-b"], "container_runtime_here": ["wave 0: node-b"]},
+        container_runtime_service="gpuharden-test-no-such-unit")
     assert _host_step(events) == {"run": True, "reason": "wave 0", "changed": False}
     failed = [event["event_data"]["res"]["msg"] for event in _role_tasks(events) if event["event"] == "runner_on_failed"]
     assert failed and "install containerd before adding the NVIDIA runtime" in failed[0], failed
+
+
+def _include_the_stage(tmp_path, stages_run, **variables):
+    """tasks/stage_container_runtime.yml included as tasks/stages.yml does it, once per step label, for one host whose
+    step stages gave ``stages_run``; the role would fail (no containerd in a temporary directory) where it runs."""
+    plays = [{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": dict({"__stages_run": stages_run, "container_runtime_config": str(tmp_path / "absent/config.toml")}, **variables),
+        "tasks": [{"ansible.builtin.include_tasks": str(REPO / "playbooks/tasks/stage_container_runtime.yml"),
+                   "loop": stages_run["container_runtime_waves"]}],
+    }]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = _run(tmp, plays, "localhost ansible_connection=local ansible_python_interpreter=%s" % sys.executable)
+        return run.rc, run.stdout.read()[-3000:], list(run.events)
 
 
 def _host_step(events):
