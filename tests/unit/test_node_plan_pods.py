@@ -10,6 +10,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 IDENTITY = {"kubeconfig": "/k", "kube_context": "", "controller_python": "/usr/bin/python3"}
 SETTINGS = dict(
@@ -81,8 +82,23 @@ def test_the_action_lists_nothing_where_the_reading_is_given_or_no_memory_check_
     given = {"pod_uids_by_node": {"gpu-a": ["u"]}, "gpu_operator": {"nodes": {}}}
     result, calls, _task = _run(monkeypatch, dict(SETTINGS, gpuharden_gpu_pods_given=given), {"nodes": ["gpu-a"]})
     assert calls == [] and result["pod_uids_by_node"] == {"gpu-a": ["u"]} and result["changed"] is False
+    assert _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED) == dict(given, changed=False)
     result, calls, _task = _run(monkeypatch, dict(SETTINGS, cgroup_limits_immediate="no"), {"nodes": ["gpu-a"]})
-    assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result
+    # skipped: Ansible sets no fact of a skipped result, and the readers then take none (the stage lists itself)
+    assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result and "ansible_facts" not in result
+
+
+def test_the_reading_is_handed_over_to_the_batch_not_registered(monkeypatch):
+    """Every host of the batch gets the reading as a hand-over (a run_once task's facts), stamped with this run, without
+    Ansible's bookkeeping; a failed LIST is handed over too (its msg is the plan's reading)."""
+    result, _calls, _task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"]},
+                                 listed={"pod_uids_by_node": {"gpu-a": ["u"]}, "runtime_class_check": {"changed": False}, "invocation": {}})
+    handed = _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED)
+    assert handed == {"pod_uids_by_node": {"gpu-a": ["u"]}, "runtime_class_check": {"changed": False}, "changed": False, "failed": False}
+    earlier = {name: dict(value, run=dict(value["run"], pid=-1)) for name, value in result["ansible_facts"].items()}
+    assert _handover.taken_over(earlier, node_plan_pods.LISTED) is None
+    result, _calls, _task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"]}, listed={"failed": True, "msg": "401 Unauthorized"})
+    assert _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED)["msg"] == "401 Unauthorized"
 
 
 def test_the_importing_task_s_one_mapping_gives_what_the_task_leaves_out_and_the_list_runs_on_the_stage_s_python(monkeypatch):
