@@ -8,7 +8,9 @@ roles' options, the gpuharden_* settings, the hosts' plans from hostvars), lets 
 cluster-side modules it names through ``_execute_module`` with their controller Python.
 
 - ``step=start`` (run once, before the audits): each host's Node name, the play's nodes, node_audit's lock option and
-  whether the plan's LIST of pods is kept for the consistency check.  Contacts no host.
+  whether the plan's LIST of pods is kept for the consistency check.  Contacts no host.  Handed over to every host
+  (START, a run_once task's facts): node_plan_pods takes the nodes and the snapshot, node_stages the lock (where the
+  importing task's __node_plan leaves them out), step cluster the Node names.
 - ``step=cluster`` (run once, delegated to localhost, after the audits): the consistency check (gpu_consistency, with
   the RuntimeClass dry run folded in where both use the same identity and Python) and the RuntimeClass dry run by
   itself where that run did not check it.  Under ``gpuharden drift`` (gpuharden_drift_cluster_in_process) the
@@ -29,6 +31,7 @@ import random
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play as plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _node_lock
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
@@ -39,13 +42,14 @@ from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import
 
 ARGUMENT_SPEC = {"step": {"type": "str", "required": True, "choices": ["start", "cluster", "verdict", "fail"]}}
 NODE_NAME = "gpuharden_k8s_node_name"
-# The results of drift_check.yml this action reads: the start step's (registered: node_stages' inputs in the playbook
-# read it too), the plan's LIST of pods (tasks/node_plan_inputs.yml), each host's plan (tasks/node_stages.yml).
-START_RESULT = "__drift_run"
-GPU_PODS_RESULT = "__node_plan_gpu_pods"
+# Each host's plan (tasks/node_stages.yml, registered), which step cluster reads.
 NODE_PLAN = "gpuharden_node_plan"
-# What one step hands over to a later one (plugins/plugin_utils/_handover.py): step cluster's consistency check
-# ({consistency}: every host, a run_once task's facts) to step verdict; step verdict's {failure} to step fail.
+# What one step hands over to a later one (plugins/plugin_utils/_handover.py): step start's decisions ({node_names,
+# nodes, lock, pods_snapshot}: every host, a run_once task's facts) to node_plan_pods, node_stages and step cluster;
+# the plan's LIST of pods, node_plan_pods' (tasks/node_plan_inputs.yml), to step cluster; step cluster's consistency
+# check ({consistency}: every host) to step verdict; step verdict's {failure} to step fail.
+START = node_plan_pods.DRIFT_START
+GPU_PODS = node_plan_pods.LISTED
 CLUSTER = "__drift_cluster"
 VERDICT = "__drift_verdict"
 RUN_DATA_STAT = "gpuharden_drift"
@@ -101,15 +105,16 @@ class ActionModule(ActionBase):
         except (OSError, ValueError, IndexError) as error:
             raise AnsibleActionFail("drift_play: cannot read this controller's processes in /proc: %s" % error) from None
         owner = plan.made_up_owner(datetime.datetime.now(datetime.UTC), random.randrange(1000000000))  # noqa: S311 (a name, no secret)
-        return plan.start(self._settings(plan.START_SETTINGS, task_vars), play_hosts, named, controller, owner)
+        started = plan.start(self._settings(plan.START_SETTINGS, task_vars), play_hosts, named, controller, owner)
+        return dict(started, ansible_facts=_handover.handed_over(START, started))
 
     def _cluster(self, task_vars):
         settings = self._settings(plan.CLUSTER_SETTINGS, task_vars)
         hostvars = task_vars.get("hostvars") or {}
         play_hosts = list(task_vars.get("ansible_play_hosts") or [])
-        names = (task_vars.get(START_RESULT) or {}).get("node_names") or {}
+        names = (_handover.taken_over(task_vars, START) or {}).get("node_names") or {}
         plans = [hostvars[host].get(NODE_PLAN) or {} for host in play_hosts]
-        pods = task_vars.get(GPU_PODS_RESULT) or {}
+        pods = _handover.taken_over(task_vars, GPU_PODS) or {}
         decided = plan.cluster_plan(settings, [names.get(host, host) for host in play_hosts], plans, pods.get("pods_snapshot"))
         outcome, retries = {"consistency": None, "consistency_options": None, "node_reports": None, "runtime_class": None}, 0
         options = decided["consistency"]

@@ -83,7 +83,8 @@ class ActionModule(ActionBase):
     def _verdict(self, task_vars, args):
         host = task_vars["inventory_hostname"]
         localhost = (task_vars.get("hostvars") or {}).get("localhost") or {}
-        handed = {name: _handover.taken_over(task_vars, name) for name in (run.DEFERRED, run.FAILED)} if args["of"] in ("failed", "deferred") else {}
+        names = {"failed": (run.DEFERRED, run.FAILED), "deferred": (run.DEFERRED, run.FAILED), "restarts": (run.RESTARTS,)}.get(args["of"], ())
+        handed = {name: _handover.taken_over(task_vars, name) for name in names}
         why = run.verdict(args["of"], host, task_vars, localhost, handed)
         return {"failed": True, "msg": why} if why else {}
 

@@ -12,7 +12,9 @@ The steps, in the plays' order:
   API call) where the run's --tags select no node stage; in check mode the read still runs, but nothing restarts in
   waves and no node is failed for its restart.  With it, whether the RuntimeClass stage runs for the batch
   (``runtime_class``, ``runtime_class_why``: cluster_stage_gate.runtime_class_gate over the batch's hosts but those
-  failed for their restart), which tasks/stages.yml's importer passes on: one task before the stages, not two.
+  failed for their restart): one task before the stages, not two.  Handed over to every host of the batch
+  (plugins/plugin_utils/_handover.py, _harden_run.RESTARTS): tasks/stages.yml's stage_steps, harden_node step=verdict
+  of=restarts and step rollout take it there.
 - ``cordons``, after the stages: which of those cordons this run releases, and which stay, with why.
 - ``rollout``: where a host of the batch has a step that drains its node, the budget read again (the nodes the
   stages just restarted settle first); each host's group of the second play; that play's hosts and serial, the fleet
@@ -25,7 +27,7 @@ The steps, in the plays' order:
 The modules it runs on the controller take the controller's ansible-playbook Python (on_controller), never the play's
 node Python: its tasks need no ansible_python_interpreter of their own.
 
-The hosts' variables read: the plan (gpuharden_node_plan, and the plan's LIST __node_plan_gpu_pods for the
+The hosts' variables read: the plan (gpuharden_node_plan, and the plan's LIST, node_plan_pods' hand-over, for the
 RuntimeClass gate), the Node name (harden_node step=start's fact), whether the kubelet and MIG plans ran and drain
 (__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran), what the stages
 restarted (container_runtime_result, __kubelet_topology_config), and the draining steps that failed (harden_node
@@ -37,7 +39,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpuharden.k8s.plugins.action.cluster_stage_gate import runtime_class_gate
+from ansible_collections.gpuharden.k8s.plugins.action.cluster_stage_gate import gate_variables, runtime_class_gate
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
@@ -49,7 +51,7 @@ ARGUMENT_SPEC = {
     # one of the restarts step's restart_steps ({index, nodes, settle, before}), or None (every node at once), for the
     # wave step
     "wave": {"type": "dict"},
-    # the fleet read's left_cordoned, for the rollout step: released or kept first (None: the restarts step's, registered)
+    # the fleet read's left_cordoned, for the rollout step: released or kept first (None: the restarts step's hand-over)
     "left_cordoned": {"type": "list", "elements": "dict"},
     # each None: the play's variable below
     "kubeconfig": {"type": "str"},
@@ -67,8 +69,9 @@ NODE = _harden_run.NODE
 OWNER = _harden_run.OWNER
 # the second play's hand-over of a host whose disruptive step failed
 FAILED = _harden_run.FAILED
-# what the RuntimeClass gate reads of each host of the batch (cluster_stage_gate.runtime_class_gate)
-GATE_READS = ("gpuharden_node_plan", "__node_plan_gpu_pods")
+# what the RuntimeClass gate reads of each host of the batch (cluster_stage_gate.runtime_class_gate): its plan, and the
+# plan's LIST that node_plan_pods handed over (taken over as cluster_stage_gate.gate_variables does)
+GATE_READS = ("gpuharden_node_plan",)
 # tasks/stages.yml's step stages (gpuharden.k8s.stage_steps), registered on each host: its node_name is the host's Node
 # in the containerd waves (a registered result is in hostvars, a variable of an include is not)
 WAVE_STEPS = "__stages_run"
@@ -139,6 +142,9 @@ class ActionModule(ActionBase):
         if args["step"] == "restarts":
             result.update(self._restarts(hosts, common, task_vars, check_mode))
             result.update(self._runtime_class(task_vars, result["restart_not_allowed"]))
+            # to every host of the batch (run_once's facts): what the stages, the verdict and step rollout read of it
+            result["ansible_facts"] = _handover.handed_over(_harden_run.RESTARTS, {key: result[key] for key in (
+                "restart_steps", "restart_not_allowed", "runtime_class", "left_cordoned")})
         elif args["step"] == "stopped":
             # the second play: the Nodes of the hosts whose disruptive step failed (its rescue's record) stop the rollout
             all_hosts = task_vars.get("ansible_play_hosts_all", [])
@@ -177,7 +183,7 @@ class ActionModule(ActionBase):
         its own after that verdict (a failed host is out of the batch)."""
         hostvars = task_vars.get("hostvars") or {}
         batch = [hostvars[host] for host in task_vars.get("ansible_play_batch", []) if host not in restart_not_allowed]
-        run, why = runtime_class_gate([{name: variables[name] for name in GATE_READS if name in variables} for variables in batch])
+        run, why = runtime_class_gate(gate_variables(batch, GATE_READS))
         return {"runtime_class": run, "runtime_class_why": why}
 
     def _postcheck(self, task_vars):
@@ -223,7 +229,7 @@ class ActionModule(ActionBase):
         (release_failed), as the host's own task did."""
         left_cordoned = args["left_cordoned"]
         if left_cordoned is None:
-            left_cordoned = (task_vars.get(_harden_run.RESTARTS) or {}).get("left_cordoned") or []
+            left_cordoned = (_handover.taken_over(task_vars, _harden_run.RESTARTS) or {}).get("left_cordoned") or []
         decided = _stage_plan.cordon_plan(hosts, left_cordoned)
         for host, why in sorted(decided["kept"].items()):
             self._display.warning("%s: %s" % (host, why))

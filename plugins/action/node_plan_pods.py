@@ -10,6 +10,11 @@ stages where their roles use the same identity and Python) and runs the module o
 check run plans what a real run would).  A LIST that fails does not fail the task: the audit then leaves the memory
 check out, and harden's cgroup_limits stage lists again and fails there.  Where the caller made the reading already
 (gpuharden_gpu_pods_given: gpuharden explain) it is returned as it is; where cgroup_limits_immediate is false, no LIST.
+
+The reading is handed over to every host of the batch (plugins/plugin_utils/_handover.py, as LISTED: a run_once task's
+facts reach each), where node_stages, stage_steps, harden_rollout, cluster_stage_gate and drift_play take it: no
+registered variable.  Where the importing task's __node_plan leaves nodes or pods_snapshot out, drift_play step=start's
+hand-over (drift_check.yml) gives them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import read_outside_check_mode
 
@@ -31,6 +37,14 @@ ARGUMENT_SPEC = {
     "dry_runs": {"type": "bool"},
 }
 PLAN_INPUT = "__node_plan"
+# The hand-over of the reading (plugins/plugin_utils/_handover.py): gpu_pods_info's result without Ansible's bookkeeping;
+# read by node_stages (the memory check's pods, the GPU Operator's reading, the device plugin dry run), stage_steps
+# (the cgroup_limits stage's LIST), harden_rollout step=restarts and cluster_stage_gate (the dry runs), drift_play
+# step=cluster (the pods snapshot).  None where no reading was made (cgroup_limits_immediate false, the task left out).
+LISTED = "__node_plan_pods"
+# drift_play step=start's hand-over (plugins/action/drift_play.py START, the same name): {nodes, pods_snapshot, lock, ...}
+DRIFT_START = "__drift_start"
+BOOKKEEPING = ("invocation", "ansible_facts", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
 GIVEN = "gpuharden_gpu_pods_given"
 BOOLEANS = ("device_plugin_label_nodes",)
 
@@ -60,9 +74,13 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         given = self._variable(task_vars, PLAN_INPUT, {})
+        given = given if isinstance(given, dict) else {}
+        # what __node_plan leaves out: drift_check.yml's start step decided the nodes and the snapshot (harden's has none)
+        started = _handover.taken_over(task_vars, DRIFT_START) if PLAN_INPUT in task_vars else None
+        started = started if hasattr(started, "get") else {}
         for name in ARGUMENT_SPEC:
             if args[name] is None:
-                args[name] = given.get(name) if isinstance(given, dict) else None
+                args[name] = given[name] if given.get(name) is not None else started.get(name)
         if args["nodes"] is None:
             args["nodes"] = self._batch_nodes(task_vars)
         args["nodes"] = [str(node) for node in args["nodes"]]
@@ -70,7 +88,7 @@ class ActionModule(ActionBase):
             args[name] = boolean(args[name] or False, strict=False)
         if GIVEN in task_vars:
             # gpuharden explain made the same reading in its own Python (the module's gather()): no module run for it
-            return dict(result, **dict(self._variable(task_vars, GIVEN), changed=False))
+            return self._hand_over(dict(result, **dict(self._variable(task_vars, GIVEN), changed=False)))
         if not boolean(self._variable(task_vars, "cgroup_limits_immediate", True), strict=False):
             return dict(result, changed=False, skipped=True, skip_reason="cgroup_limits_immediate is false: no LIST of the GPU pods")
         settings = {name: self._variable(task_vars, name) for name in _stage_plan.LIST_SETTINGS}
@@ -84,4 +102,24 @@ class ActionModule(ActionBase):
         python = self._variable(task_vars, "cgroup_limits_controller_python")
         listed = read_outside_check_mode(self, "gpuharden.k8s.gpu_pods_info", module_args, on_controller(self._task, task_vars, python))
         # a failed LIST is the plan's reading too (its msg names why), not the task's failure
-        return dict(result, **dict(listed, failed=False, changed=False))
+        return self._hand_over(dict(result, **dict(listed, failed=False, changed=False)))
+
+    @staticmethod
+    def _hand_over(result):
+        """The result, with the reading handed over as LISTED to every host of the batch (a run_once task's facts)."""
+        reading = {key: value for key, value in result.items() if key not in BOOKKEEPING}
+        return dict(result, ansible_facts=_handover.handed_over(LISTED, plain_data(reading)))
+
+
+def plain_data(value):
+    """``value`` with only JSON's kinds of data: Ansible's fact cache keeps a host's facts and refuses anything else (a
+    failed module run's ``exception`` is an ansible-core object since 2.19, and would stop the run)."""
+    if isinstance(value, dict):
+        return {str(key): plain_data(item) for key, item in value.items() if _is_data(item)}
+    if isinstance(value, (list, tuple)):
+        return [plain_data(item) for item in value if _is_data(item)]
+    return value
+
+
+def _is_data(value):
+    return value is None or isinstance(value, (dict, list, tuple, str, int, float, bool))

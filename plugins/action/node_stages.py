@@ -25,8 +25,10 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 display = Display()
 
@@ -66,10 +68,12 @@ PLAY_DEFAULTS = {
 # The settings table's defaults; the lock timeout is harden's and bootstrap's (drift_check.yml gives its shorter one).
 LOCK_DEFAULTS = {"path": ("gpuharden_lock_path", playbook_default("gpuharden_lock_path")),
                  "timeout": ("gpuharden_lock_timeout", playbook_default("gpuharden_lock_timeout", "harden_gpu_nodes"))}
-# the plan's one LIST of the batch (tasks/node_plan_inputs.yml), with its dry run of the device plugin stage
-GPU_PODS = "__node_plan_gpu_pods"
+# the plan's one LIST of the batch (tasks/node_plan_inputs.yml), with its dry run of the device plugin stage: node_plan_pods'
+# hand-over (plugins/plugin_utils/_handover.py), this run's only
+GPU_PODS = node_plan_pods.LISTED
 # the importing task's one mapping (playbooks/tasks/node_stages.yml): {node, facts, lock} are this task's node_name,
-# audit.facts and lock where the task leaves them out; {nodes, pods_snapshot, dry_runs} are node_plan_pods'
+# audit.facts and lock where the task leaves them out; {nodes, pods_snapshot, dry_runs} are node_plan_pods'.  Where it
+# leaves lock out, the lock drift_play step=start handed over (drift_check.yml; node_plan_pods.DRIFT_START) is taken.
 PLAN_INPUT = "__node_plan"
 PLAN_INPUT_KEYS = ("node", "facts", "lock", "nodes", "pods_snapshot", "dry_runs")
 # each engine stage's result keys kept in the task's result (the whole module result stays under result)
@@ -120,6 +124,10 @@ class ActionModule(ActionBase):
         given = self._templar.template(task_vars[PLAN_INPUT]) if PLAN_INPUT in task_vars else {}
         if not isinstance(given, dict) or not set(given) <= set(PLAN_INPUT_KEYS):
             raise AnsibleActionFail("node_stages: __node_plan must be a mapping of %s, not %r" % (", ".join(PLAN_INPUT_KEYS), given))
+        if PLAN_INPUT in task_vars and "lock" not in given and args.get("lock") is None:
+            started = _handover.taken_over(task_vars, node_plan_pods.DRIFT_START)
+            if hasattr(started, "get") and started.get("lock") is not None:
+                given = dict(given, lock=started["lock"])
         for option, key in (("node_name", "node"), ("lock", "lock")):
             if args.get(option) is None and given.get(key) is not None:
                 args[option] = given[key]
@@ -157,7 +165,7 @@ class ActionModule(ActionBase):
         if controller is not None:
             audit_lock["controller"] = controller
         if lock["release_if_nothing_cluster_side"]:
-            gpu_pods = self._templar.template(task_vars.get(GPU_PODS)) or {}
+            gpu_pods = _handover.taken_over(task_vars, GPU_PODS) or {}
             audit_lock["release_if_compliant"] = _stage_plan.nothing_cluster_side(
                 skip_compliant=skip_compliant, gpu_node_set="gpuharden_gpu_node" in task_vars,
                 whole_play=len(task_vars.get("ansible_play_batch", ())) == len(task_vars.get("ansible_play_hosts_all", ())),
@@ -174,7 +182,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("node_stages: audit_from_play needs %s, which the play does not define (import the role's "
                                     "tasks/audit_params.yml first, as tasks/node_plan_inputs.yml does)" % ", ".join(missing))
         roles = {name: self._templar.template(task_vars[name]) for name in names}
-        return _stage_plan.audit_options(wanted, roles, node_name, self._templar.template(task_vars.get(GPU_PODS)),
+        return _stage_plan.audit_options(wanted, roles, node_name, _handover.taken_over(task_vars, GPU_PODS),
                                          self._templar.template(task_vars.get("gpuharden_operator_takeover", [])))
 
     def _role_options(self, task_vars, role):

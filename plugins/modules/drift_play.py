@@ -18,7 +18,9 @@ description:
     inventory name), the play's nodes, the node run lock's options for M(gpuharden.k8s.node_audit) (owner from
     C(gpuharden_run_owner) or made up, path from C(gpuharden_lock_path), timeout from C(gpuharden_lock_timeout),
     default 60, and this run's controller process), and whether the plan's one LIST of the GPU pods is kept for the
-    consistency check. Contacts no host.
+    consistency check. Contacts no host. Handed over to every host (a fact stamped with this ansible-playbook run) -
+    M(gpuharden.k8s.node_plan_pods) takes the nodes and the snapshot, M(gpuharden.k8s.node_stages) the lock, where
+    C(__node_plan) leaves them out, and O(step=cluster) the Node names.
   - O(step=cluster), once for the play after the audits, delegated to localhost - runs M(gpuharden.k8s.gpu_consistency)
     on the plans' node reports where C(postcheck_consistency) and C(postcheck_nvml) are on (harden's admission check
     predicted where C(kubelet_topology_admission_check) is on), with the RuntimeClass dry run folded into that run
@@ -58,7 +60,6 @@ EXAMPLES = r"""
   gpuharden.k8s.drift_play:
     step: start
   run_once: true
-  register: __drift_run
 
 - name: The cluster side of the drift check, once for the play
   gpuharden.k8s.drift_play:

@@ -19,7 +19,7 @@ description:
     name) and C(__harden_controller) (this run's ansible-playbook process, as the lookup
     P(gpuharden.k8s.controller_run#lookup) names it).
   - V(verdict) fails the node where the run decided so - O(of=restarts) where the disruption budget does not allow its
-    containerd restart at all (M(gpuharden.k8s.harden_rollout) V(restarts), registered as C(__harden_rollout)),
+    containerd restart at all (M(gpuharden.k8s.harden_rollout) V(restarts), handed over in this run),
     O(of=cordons) where the cordon an ended run left could not be released (V(rollout), a fact of localhost),
     O(of=failed) where its draining step failed, O(of=deferred) where its draining step was not started.
   - V(rescue), in the first play's rescue, gives the node's run lock back (M(gpuharden.k8s.node_lock)) and fails the

@@ -21,13 +21,16 @@ description:
     the run's C(--tags) select no node stage. In check mode nothing restarts in waves (RV(restart_steps) is V([null]))
     and no host is refused its restart. It also decides, once for the batch, whether the RuntimeClass stage runs
     (RV(runtime_class), RV(runtime_class_why)) - unless the plan's dry run of it would change and report nothing and no
-    node's containerd changes (the hosts refused their restart aside).
+    node's containerd changes (the hosts refused their restart aside). RV(restart_steps), RV(restart_not_allowed),
+    RV(runtime_class) and RV(left_cordoned) are handed over to every host of the batch (a fact stamped with this
+    ansible-playbook run), where M(gpuharden.k8s.stage_steps), M(gpuharden.k8s.harden_node) and O(step=rollout) take
+    them.
   - O(step=wave), before each wave of containerd restarts but the first (O(wave), one of RV(restart_steps)), waits
     for the nodes the previous wave restarted to be Ready again (up to O(settle_seconds)) and stops the restarts at a
     host gone from the play whose Node restarted before; RV(not_started) names the hosts that fail then, with why.
     The first wave, or O(wave=null) (every node at once), reads nothing.
   - O(step=rollout), after the stages, first decides which of the cordons an ended run left (O(left_cordoned), by
-    default those of O(step=restarts) registered as C(__harden_rollout)) this
+    default those O(step=restarts) handed over in this run) this
     run releases (RV(release), the node has nothing to drain it for) and releases them once Ready with
     M(gpuharden.k8s.node_maintenance) (one run per lock owner of the hosts; RV(release_failed)
     names the hosts whose release failed, for the play to fail), and which stay (RV(kept), with why - a draining stage
@@ -68,7 +71,7 @@ options:
   left_cordoned:
     description:
       - For O(step=rollout), RV(left_cordoned) of the O(step=restarts) run.
-      - Default that of the O(step=restarts) result registered as C(__harden_rollout).
+      - Default that O(step=restarts) handed over in this run.
     type: list
     elements: dict
   kubeconfig:
@@ -93,7 +96,6 @@ EXAMPLES = r"""
     step: restarts
   delegate_to: localhost
   run_once: true
-  register: __harden_rollout
 
 - name: Put the nodes with disruptive steps into the budgeted rollout
   gpuharden.k8s.harden_rollout:

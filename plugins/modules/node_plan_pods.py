@@ -13,8 +13,10 @@ short_description: List the GPU pods of a batch of nodes once, for the plan of h
 version_added: 0.1.0
 description:
   - The one LIST of the plan of C(harden_gpu_nodes.yml) and C(drift_check.yml) (C(playbooks/tasks/node_plan_inputs.yml)),
-    registered as C(__node_plan_gpu_pods) and read by M(gpuharden.k8s.node_stages) (the memory check's pods, the GPU
-    Operator's reading) and M(gpuharden.k8s.cluster_stage_gate) (the dry runs).
+    handed over to every host of the batch (a fact stamped with this ansible-playbook run, never taken in another) and
+    read there by M(gpuharden.k8s.node_stages) (the memory check's pods, the GPU Operator's reading),
+    M(gpuharden.k8s.stage_steps) (the cgroup_limits stage's pods), M(gpuharden.k8s.harden_rollout) and
+    M(gpuharden.k8s.cluster_stage_gate) (the dry runs) and M(gpuharden.k8s.drift_play) (the pods snapshot).
   - Runs M(gpuharden.k8s.gpu_pods_info) with options built from the roles' variables - the cgroup_limits role's
     cluster identity and resource prefixes, the GPU Operator's ClusterPolicy read for every node - outside check mode
     too (it only reads; a check run plans what a real run would).
@@ -38,13 +40,15 @@ options:
     description:
       - The Kubernetes names of the nodes whose GPU pods are listed (the play's, or the serial batch's).
       - Here or as C(__node_plan.nodes), the mapping the task importing C(playbooks/tasks/node_stages.yml) sets; else
-        the Nodes of the serial batch's hosts, each its C(gpuharden_k8s_node_name), else its inventory name.
+        the nodes M(gpuharden.k8s.drift_play) C(step=start) handed over in this run;
+        else the Nodes of the serial batch's hosts, each its C(gpuharden_k8s_node_name), else its inventory name.
     type: list
     elements: str
   pods_snapshot:
     description:
       - Also return the listed pods, for a M(gpuharden.k8s.gpu_consistency) run later in the play.
-      - Default C(__node_plan.pods_snapshot), else V(false).
+      - Default C(__node_plan.pods_snapshot), else that of M(gpuharden.k8s.drift_play) C(step=start)
+        in this run, else V(false).
     type: bool
   dry_runs:
     description:
@@ -62,7 +66,6 @@ EXAMPLES = r"""
     ansible_python_interpreter: "{{ cgroup_limits_controller_python }}"
   delegate_to: localhost
   run_once: true
-  register: node_plan_gpu_pods
 """
 
 RETURN = r"""

@@ -49,7 +49,7 @@ options:
       - The options of M(gpuharden.k8s.node_audit) to build from the play's variables, each from its role's
         C(<role>_audit_options) (the role's C(vars/main.yml), exposed by its C(tasks/audit_params.yml)).
       - C(kubelet) also merges C(cgroup_limits_audit_kubelet_settings) into the kubelet settings, at every depth.
-      - C(cgroup_memory) is asked only with the plan's LIST of the GPU pods (C(__node_plan_gpu_pods)), with the pods it
+      - C(cgroup_memory) is asked only with the plan's LIST of the GPU pods (M(gpuharden.k8s.node_plan_pods)'s, handed over), with the pods it
         found on the node. C(mig), C(nvml) and C(device_cgroups) are asked only where their role gives options.
       - C(gpu_operator) is the node's entry of the GPU Operator reading that LIST took, with the play's
         C(gpuharden_operator_takeover) and why the reading is missing.
@@ -85,7 +85,9 @@ options:
       - The node's run lock, taken by the audit (M(gpuharden.k8s.node_audit)'s
         O(gpuharden.k8s.node_audit#module:lock), built from these options). None in check mode, which changes
         nothing that needs serialising. Give either this or C(audit.lock).
-      - Default C(__node_plan.lock); C(__node_plan.facts) is C(audit.facts) where O(audit) does not set it.
+      - Default C(__node_plan.lock); where C(__node_plan) has no C(lock), the lock M(gpuharden.k8s.drift_play)
+        C(step=start) handed over in this run. C(__node_plan.facts) is C(audit.facts)
+        where O(audit) does not set it.
     type: dict
     suboptions:
       owner:
@@ -112,7 +114,7 @@ options:
       release_if_nothing_cluster_side:
         description:
           - With O(lock.hold), give the lock back in the audit's run on a compliant node when nothing cluster-side
-            will touch the node either - the plan's dry run of the device plugin stage (C(__node_plan_gpu_pods)) ran and
+            will touch the node either - the plan's dry run of the device plugin stage (M(gpuharden.k8s.node_plan_pods)'s) ran and
             would change nothing, the play runs in one batch, and the host does not set C(gpuharden_gpu_node).
         type: bool
         default: false

@@ -17,8 +17,10 @@ description:
   - With O(step=stages) it reads the importing task's mapping C(__stages) - C(plan), the result of
     M(gpuharden.k8s.node_stages) for the node, and C(inline_disruptive), C(container_runtime_steps), C(runtime_class),
     C(device_plugin_later), C(audited_kubelet_plan), C(node_name) - and the plan's LIST of GPU pods
-    (C(__node_plan_gpu_pods)) where the playbook made one. Where C(__stages) gives no C(plan), it takes the plan a
-    task before handed over in this run (M(gpuharden.k8s.bootstrap_node)'s O(step=plan)).
+    (M(gpuharden.k8s.node_plan_pods)'s, handed over) where the playbook made one. Where C(__stages) gives no C(plan),
+    it takes the plan a task before handed over in this run (M(gpuharden.k8s.bootstrap_node)'s O(step=plan)); where it
+    gives no C(container_runtime_steps) or C(runtime_class), those M(gpuharden.k8s.harden_rollout) O(step=restarts)
+    handed over in this run (C(restart_steps), C(runtime_class)), else every node at once and V(true).
     C(stages.yml) registers the result as C(__stages_run).
   - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and what the plans published
     (C(__kubelet_topology_disruptive), C(__mig_disruptive); undefined where a plan did not run) and says which steps

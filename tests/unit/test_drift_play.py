@@ -151,7 +151,57 @@ def test_the_drift_check_decides_nothing_in_jinja_but_the_engine_s_inputs():
     assert steps == ["start", "cluster", "verdict", "fail"]
     assert "vars" not in first and "vars" not in second
     [engine] = [task for task in first["tasks"] if task.get("ansible.builtin.import_tasks") == "tasks/node_stages.yml"]
-    assert engine["vars"]["__node_plan"]["lock"] == "{{ __drift_run.lock }}"
+    # the nodes, the pods snapshot and the lock: the start step's hand-over (node_plan_pods and node_stages take it)
+    assert engine["vars"]["__node_plan"] == {"facts": False}
+    [start] = [task for task in first["tasks"] if task.get("gpuharden.k8s.drift_play", {}).get("step") == "start"]
+    assert "register" not in start and start["run_once"] is True
+
+
+def test_the_start_step_hands_its_decisions_to_the_plan_and_the_cluster_side(monkeypatch):
+    """Step start's decisions reach every host as a hand-over (a run_once task's facts; no registered variable):
+    node_plan_pods takes the nodes and the snapshot where __node_plan leaves them out, step cluster the Node names and
+    the plan's pods snapshot (node_plan_pods' hand-over)."""
+    from types import SimpleNamespace
+
+    from ansible_collections.gpuharden.k8s.plugins.action import drift_play as action
+    from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
+
+    step = action.ActionModule.__new__(action.ActionModule)
+    monkeypatch.setattr(step, "_settings", lambda names, task_vars: dict(SAME, gpuharden_lock_timeout=60, gpuharden_lock_path="/run/l"),
+                        raising=False)
+    monkeypatch.setattr(action._node_lock, "controller_identity", lambda: CONTROLLER)
+    started = step._start({"ansible_play_hosts": ["a", "b"], "hostvars": {"a": {}, "b": {"gpuharden_k8s_node_name": "node-b"}}})
+    handed = started["ansible_facts"]
+    assert _handover.taken_over(handed, action.START) == {key: started[key] for key in ("node_names", "nodes", "lock", "pods_snapshot")}
+    assert started["nodes"] == ["a", "node-b"] and started["pods_snapshot"] is True
+
+    # node_plan_pods: the nodes and the snapshot from the hand-over, where __node_plan leaves them out
+    seen = []
+    monkeypatch.setattr(node_plan_pods.ActionModule, "_execute_module",
+                        lambda self, module_name, module_args, task_vars: seen.append(module_args) or {"pods_snapshot": "/tmp/snap"})
+    task = SimpleNamespace(args={}, async_val=0, check_mode=False, diff=False, action="gpuharden.k8s.node_plan_pods")
+    lister = node_plan_pods.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None,
+                                         SimpleNamespace(template=lambda value: value), None)
+    settings = {name: None for name in node_plan_pods._stage_plan.LIST_SETTINGS}
+    listed = lister.run(task_vars=dict(handed, __node_plan={"facts": False}, device_plugin_label_nodes=False, **{
+        name: value for name, value in settings.items() if name != "device_plugin_label_nodes"}))
+    assert seen[0]["nodes"] == ["a", "node-b"] and seen[0]["pods_snapshot"] is True
+    # an earlier run's start (a fact cache kept it) is not this run's: the batch's hosts then
+    stale = {name: dict(value, run=dict(value["run"], pid=-1)) for name, value in handed.items()}
+    lister.run(task_vars=dict(stale, __node_plan={"facts": False}, ansible_play_batch=["a"], hostvars={"a": {}}, **settings))
+    assert seen[1]["nodes"] == ["a"] and seen[1]["pods_snapshot"] is False
+
+    # step cluster: the Node names from step start's hand-over, the snapshot from node_plan_pods'
+    decided = {}
+
+    def cluster_plan(settings, nodes, plans, pods_snapshot):
+        decided.update(nodes=nodes, pods_snapshot=pods_snapshot)
+        return {"consistency": None, "runtime_class": None, "runtime_class_folded": False, "in_process": False}
+
+    monkeypatch.setattr(action.plan, "cluster_plan", cluster_plan)
+    monkeypatch.setattr(action.plan, "runtime_class_alone", lambda decided, consistency: False)
+    step._cluster(dict(handed, **listed["ansible_facts"], ansible_play_hosts=["a", "b"], hostvars={"a": {}, "b": {}}))
+    assert decided == {"nodes": ["a", "node-b"], "pods_snapshot": "/tmp/snap"}
 
 
 @pytest.mark.parametrize(("failure", "failed"), [("gpu-a drifted: kubelet_setting (stages to run: kubelet_topology)", True), ("", False)])

@@ -40,10 +40,10 @@ def test_the_drift_check_audits_through_the_engine_plan_only():
     # one mapping, read by the plan's actions (node_plan_pods, node_stages); the node: node_stages' default, the Node name
     # drift_play's start step gives each host too (gpuharden_k8s_node_name, else the inventory name)
     assert set(plan["vars"]) == {"__node_plan"}
-    assert {"nodes", "facts", "lock", "pods_snapshot"} == set(plan["vars"]["__node_plan"])
-    assert plan["vars"]["__node_plan"]["facts"] is False
-    # the lock option is the drift_play action's start step's (its keys: tests/unit/test_drift_play.py)
-    assert plan["vars"]["__node_plan"]["lock"] == "{{ __drift_run.lock }}"
+    assert plan["vars"]["__node_plan"] == {"facts": False}
+    # the nodes, the pods snapshot and the lock option are the drift_play action's start step's, handed over to every
+    # host, where node_plan_pods and node_stages take them (tests/unit/test_drift_play.py, test_node_stages_action.py)
+    assert not [task for task in play["tasks"] if "register" in task]
     # the engine's task leaves run_stages to the caller: a task's own argument would win over module_defaults
     [engine] = [task for task in _tasks(yaml.safe_load((PLAYBOOKS / "tasks" / "node_stages.yml").read_text())) if "gpuharden.k8s.node_stages" in task]
     assert "run_stages" not in engine["gpuharden.k8s.node_stages"] and engine["register"] == "gpuharden_node_plan"

@@ -63,10 +63,15 @@ def test_start_names_the_run_the_node_and_the_controller_process(monkeypatch):
 
 
 def test_verdicts_fail_only_the_node_the_run_decided_so(monkeypatch):
+    # of=restarts: harden_rollout step=restarts' hand-over to every host of the batch (no registered variable)
     restarts = {"restart_not_allowed": {"gpu-a": "containerd not changed: budget exhausted"}}
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, __harden_rollout=restarts)
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, **{run.RESTARTS: _handed(run.RESTARTS, restarts)})
     assert result["failed"] is True and result["msg"] == "containerd not changed: budget exhausted"
-    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, inventory_hostname="gpu-b", __harden_rollout=restarts)
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, inventory_hostname="gpu-b",
+                          **{run.RESTARTS: _handed(run.RESTARTS, restarts)})
+    assert "failed" not in result
+    # an earlier run's (a fact cache kept it) fails nothing
+    result, _calls = _run(monkeypatch, {"step": "verdict", "of": "restarts"}, ansible_facts={run.RESTARTS: _handed(run.RESTARTS, restarts, EARLIER_RUN)})
     assert "failed" not in result
     # of=cordons: the rollout step's decision on localhost (a fact there)
     localhost = {"ansible_facts": {"__harden_rollout_plan": {"hosts": ["gpu-a"], "release_failed": {"gpu-b": "nb not Ready"}}}}

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
+from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout, node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
@@ -208,19 +208,29 @@ def test_the_fleet_read_and_the_wave_gate_keep_disruption_budgets_keys(monkeypat
 def test_restarts_decides_the_runtime_class_stage_for_the_batch(monkeypatch):
     """The RuntimeClass gate (cluster_stage_gate.runtime_class_gate) with the fleet read, for the batch's hosts but those
     the verdict right after fails for their restart (as when the gate was its own task after that verdict)."""
-    quiet = {"runtime_class_check": {"changed": False, "findings": []}}
-    hostvars = {"a": _host("na", {"container_runtime": True}, __node_plan_gpu_pods=quiet), "b": _host("nb", __node_plan_gpu_pods=quiet)}
+    # the plan's LIST with its dry runs: node_plan_pods' hand-over to every host of the batch
+    quiet = _handover.handed_over(node_plan_pods.LISTED, {"runtime_class_check": {"changed": False, "findings": []}}, run=THIS_RUN)
+    hostvars = {"a": _host("na", {"container_runtime": True}, **quiet), "b": _host("nb", **quiet)}
     budget = {"restart_steps": [None], "restart_deferred": {}}
     result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["a", "b"])
     assert result["runtime_class"] is True and "containerd changes" in result["runtime_class_why"]
     result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["b"])
     assert result["runtime_class"] is False
+    # handed over to every host of the batch (run_once's facts): what the stages, the verdict and step rollout take
+    assert _handover.taken_over(result["ansible_facts"], harden_rollout._harden_run.RESTARTS, run=THIS_RUN) == {
+        "restart_steps": [None], "restart_not_allowed": {}, "runtime_class": False, "left_cordoned": []}
+    # a listing an earlier run handed over (a fact cache kept it) is no dry run: the stage runs
+    earlier = _handover.handed_over(node_plan_pods.LISTED, {"runtime_class_check": {"changed": False, "findings": []}},
+                                    run=dict(THIS_RUN, pid=6))
+    result, _calls = _run(monkeypatch, {"step": "restarts"}, {"b": _host("nb", **earlier)}, budget, ansible_play_batch=["b"])
+    assert result["runtime_class"] is True
     # a's restart is not allowed: a fails right after, and its containerd does not change
     result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, dict(budget, restart_deferred={"na": "budget exhausted"}),
                           ansible_play_batch=["a", "b"])
     assert result["restart_not_allowed"] == {"a": "containerd not changed: budget exhausted"} and result["runtime_class"] is False
     # the plan's dry run would change something: the stage runs
-    hostvars["b"]["__node_plan_gpu_pods"] = {"runtime_class_check": {"changed": True, "findings": []}}
+    hostvars["b"].update(_handover.handed_over(node_plan_pods.LISTED, {"runtime_class_check": {"changed": True, "findings": []}},
+                                               run=THIS_RUN))
     result, _calls = _run(monkeypatch, {"step": "restarts"}, hostvars, budget, ansible_play_batch=["b"])
     assert result["runtime_class"] is True
     # --tags without a node stage: no fleet read, the gate still decided
@@ -259,7 +269,7 @@ def test_the_second_plays_hosts_add_up_over_the_first_plays_batches_of_this_run(
     assert other["hosts"] == ["e"] and other["serial"] == [1, 1] and other["release_failed"] == {}
 
 
-def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_the_registered_fleet_read(monkeypatch):
+def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_the_handed_over_fleet_read(monkeypatch):
     """Its tasks, delegated to localhost, no longer name ansible_python_interpreter (tests/unit/test_node_prerequisites.py
     lists the action among those that name it themselves): the modules it runs must not take the play's node Python."""
     seen = []
@@ -276,7 +286,7 @@ def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_t
     hostvars = {"a": _host("na", __kubelet_topology_disruptive=True, __harden_owner="harden@a"), "b": _host("nb", __harden_owner="harden@a")}
     left = {"left_cordoned": [{"node": "nb", "record": {"owner": "harden@old"}}]}
     result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["a", "b"], "ansible_play_hosts_all": ["a", "b"],
-                                   "ansible_playbook_python": "/venv/bin/python", "__harden_rollout": left,
+                                   "ansible_playbook_python": "/venv/bin/python", **_handover.handed_over(harden_rollout._harden_run.RESTARTS, left),
                                    "ansible_delegated_vars": {"localhost": {"ansible_python_interpreter": "/node/python"}}})
     assert seen == [("gpuharden.k8s.node_maintenance", "/venv/bin/python"), ("gpuharden.k8s.disruption_budget", "/venv/bin/python")]
     assert result["release"] == ["b"] and result["released"] == ["na"]

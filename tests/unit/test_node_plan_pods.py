@@ -10,6 +10,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan as sp
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 IDENTITY = {"kubeconfig": "/k", "kube_context": "", "controller_python": "/usr/bin/python3"}
 SETTINGS = dict(
@@ -81,8 +82,46 @@ def test_the_action_lists_nothing_where_the_reading_is_given_or_no_memory_check_
     given = {"pod_uids_by_node": {"gpu-a": ["u"]}, "gpu_operator": {"nodes": {}}}
     result, calls, _task = _run(monkeypatch, dict(SETTINGS, gpuharden_gpu_pods_given=given), {"nodes": ["gpu-a"]})
     assert calls == [] and result["pod_uids_by_node"] == {"gpu-a": ["u"]} and result["changed"] is False
+    assert _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED) == dict(given, changed=False)
     result, calls, _task = _run(monkeypatch, dict(SETTINGS, cgroup_limits_immediate="no"), {"nodes": ["gpu-a"]})
-    assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result
+    # skipped: Ansible sets no fact of a skipped result, and the readers then take none (the stage lists itself)
+    assert calls == [] and result["skipped"] is True and "pod_uids_by_node" not in result and "ansible_facts" not in result
+
+
+def test_the_reading_is_handed_over_to_the_batch_not_registered(monkeypatch):
+    """Every host of the batch gets the reading as a hand-over (a run_once task's facts), stamped with this run, without
+    Ansible's bookkeeping; a failed LIST is handed over too (its msg is the plan's reading)."""
+    result, _calls, _task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"]},
+                                 listed={"pod_uids_by_node": {"gpu-a": ["u"]}, "runtime_class_check": {"changed": False}, "invocation": {}})
+    handed = _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED)
+    assert handed == {"pod_uids_by_node": {"gpu-a": ["u"]}, "runtime_class_check": {"changed": False}, "changed": False, "failed": False}
+    earlier = {name: dict(value, run=dict(value["run"], pid=-1)) for name, value in result["ansible_facts"].items()}
+    assert _handover.taken_over(earlier, node_plan_pods.LISTED) is None
+    # a failed module run's exception is an ansible-core object (2.19): the fact cache refuses it, so it is left out
+    captured = object()
+    result, _calls, _task = _run(monkeypatch, SETTINGS, {"nodes": ["gpu-a"]},
+                                 listed={"failed": True, "msg": "401 Unauthorized", "exception": captured, "access": {"kind": [captured, "x"]}})
+    handed = _handover.taken_over(result["ansible_facts"], node_plan_pods.LISTED)
+    assert handed == {"msg": "401 Unauthorized", "access": {"kind": ["x"]}, "failed": False, "changed": False}
+    assert result["exception"] is captured
+
+
+def test_the_hand_over_survives_ansibles_fact_cache():
+    """What node_plan_pods hands over goes through the fact cache's serialisation (ansible-core's cache_persistence
+    profile, which the in-memory cache uses too): a failed LIST's exception object would stop ansible-playbook with an
+    unexpected error (no registered variable went there before)."""
+    import json
+
+    from ansible._internal._errors import _captured
+    from ansible._internal._json._profiles import _cache_persistence
+
+    failed = {"failed": True, "msg": "connection refused", "exception": "Traceback (most recent call last):\n  boom\n"}
+    _captured.AnsibleModuleCapturedError.normalize_result_exception(failed)
+    with pytest.raises(TypeError):
+        json.dumps(failed, cls=_cache_persistence.Encoder)
+    facts = node_plan_pods.ActionModule._hand_over(dict(failed, pod_uids_by_node=None))["ansible_facts"]
+    assert json.loads(json.dumps(facts, cls=_cache_persistence.Encoder), cls=_cache_persistence.Decoder) == facts
+    assert "exception" not in facts[node_plan_pods.LISTED]["value"]
 
 
 def test_the_importing_task_s_one_mapping_gives_what_the_task_leaves_out_and_the_list_runs_on_the_stage_s_python(monkeypatch):

@@ -13,6 +13,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.context_objects import CLIArgs
 from ansible_collections.gpuharden.k8s.plugins.action import node_stages
 from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _node_audit
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 GPU_FACTS = {"gpuharden": {"driver_gpus": {"0000:01:00.0": {}}, "gpu_count": 1}}
 
@@ -157,7 +158,12 @@ def test_the_play_gives_the_defaults_and_the_roles_options(monkeypatch, cliargs)
 
 
 LOCK = {"owner": "harden@x", "controller": {"pid": 1}, "hold": True, "release_if_nothing_cluster_side": True}
-CLEAN_PLUGIN = {"__node_plan_gpu_pods": {"device_plugin_check": {"changed": False}}}
+def _listed(reading, run=None):
+    """The plan's LIST as node_plan_pods hands it over to the host (a fact stamped with this run, or ``run``)."""
+    return _handover.handed_over(node_stages.GPU_PODS, reading, run=run)
+
+
+CLEAN_PLUGIN = _listed({"device_plugin_check": {"changed": False}})
 ONE_BATCH = {"ansible_play_batch": ["gpu-a", "gpu-b"], "ansible_play_hosts_all": ["gpu-a", "gpu-b"]}
 
 
@@ -177,9 +183,12 @@ def test_the_engine_builds_the_audits_lock_from_plain_options_and_the_plays_vari
     assert _audit_lock(monkeypatch, check_mode=True, **CLEAN_PLUGIN, **ONE_BATCH) is None
     assert _audit_lock(monkeypatch, lock=None) is None
     # the dry run would change the plugin, failed, did not run; the play runs in batches; the host labels itself
-    assert _audit_lock(monkeypatch, __node_plan_gpu_pods={"device_plugin_check": {"changed": True}}, **ONE_BATCH)["release_if_compliant"] is False
-    assert _audit_lock(monkeypatch, __node_plan_gpu_pods={"device_plugin_check": {"failed": True, "changed": False}},
+    assert _audit_lock(monkeypatch, **_listed({"device_plugin_check": {"changed": True}}), **ONE_BATCH)["release_if_compliant"] is False
+    assert _audit_lock(monkeypatch, **_listed({"device_plugin_check": {"failed": True, "changed": False}}),
                        **ONE_BATCH)["release_if_compliant"] is False
+    # a clean dry run an earlier run handed over (a fact cache kept it) is no dry run of this run
+    earlier = _listed({"device_plugin_check": {"changed": False}}, run=dict(_handover.this_run(), pid=1, start=0))
+    assert _audit_lock(monkeypatch, **earlier, **ONE_BATCH)["release_if_compliant"] is False
     assert _audit_lock(monkeypatch, **ONE_BATCH)["release_if_compliant"] is False
     assert _audit_lock(monkeypatch, **CLEAN_PLUGIN, ansible_play_batch=["gpu-a"], ansible_play_hosts_all=["gpu-a", "gpu-b"])["release_if_compliant"] is False
     assert _audit_lock(monkeypatch, gpuharden_gpu_node=True, **CLEAN_PLUGIN, **ONE_BATCH)["release_if_compliant"] is False
@@ -208,7 +217,7 @@ def test_the_audits_options_come_from_the_roles_variables_where_asked(monkeypatc
     """audit_from_play: node_audit's options built from the play (tasks/node_stages.yml's, once Jinja there); audit wins."""
     play = {"device_permissions_audit_options": {"policy": "restricted"}, "mig_audit_options": {"config": "all-1g"},
             "container_runtime_audit_options": {"runtime": "nvidia"},
-            "__node_plan_gpu_pods": {"gpu_operator": {"nodes": {"gpu-a": {"owned": []}}}}, "gpuharden_operator_takeover": ["containerd"]}
+            **_listed({"gpu_operator": {"nodes": {"gpu-a": {"owned": []}}}}), "gpuharden_operator_takeover": ["containerd"]}
     results = {"gpuharden.k8s.node_audit": _audit_result()}
     _result, calls, _task = _run(monkeypatch, results, {"audit": {"facts": False, "containerd": {"runtime": "given"}},
                                                          "audit_from_play": ["gpu_operator", "device_nodes", "containerd", "mig"]},
@@ -236,3 +245,25 @@ def test_the_importing_task_s_one_mapping_gives_the_node_its_facts_and_its_lock(
     assert calls[0][1]["node_name"] == "gpu-a" and calls[0][1]["facts"] is True
     with pytest.raises(AnsibleActionFail, match="__node_plan must be a mapping of node, facts, lock"):
         _run(monkeypatch, {"gpuharden.k8s.node_audit": _audit_result()}, {}, task_vars={"__node_plan": {"nod": "x"}})
+
+
+def test_a_mapping_without_lock_takes_the_lock_the_drift_checks_start_handed_over(monkeypatch, cliargs):
+    """drift_check.yml's __node_plan gives no lock: drift_play step=start decided it and handed it over to every host
+    (no registered variable); a hand-over of an earlier run (a fact cache kept it) is not taken, nor outside the
+    importing task's mapping (a node_stages task of another playbook)."""
+    from ansible_collections.gpuharden.k8s.plugins.action import drift_play
+
+    lock = {"owner": "drift@d", "path": "/run/l", "timeout": 60, "controller": {"pid": 3}}
+    started = _handover.handed_over(drift_play.START, {"node_names": {"gpu-a": "gpu-a"}, "nodes": ["gpu-a"], "lock": lock, "pods_snapshot": True})
+    results = {"gpuharden.k8s.node_audit": _audit_result()}
+    _result, calls, _task = _run(monkeypatch, results, {"run_stages": False}, task_vars=dict(started, __node_plan={"facts": False}))
+    assert calls[0][1]["lock"] == {"owner": "drift@d", "hold": False, "path": "/run/l", "timeout": 60, "controller": {"pid": 3}}
+    # the mapping's own lock wins (harden's)
+    _result, calls, _task = _run(monkeypatch, results, {"run_stages": False},
+                                 task_vars=dict(started, __node_plan={"lock": {"owner": "harden@h", "hold": True}}))
+    assert calls[0][1]["lock"]["owner"] == "harden@h"
+    earlier = {name: dict(value, run=dict(value["run"], pid=-1)) for name, value in started.items()}
+    _result, calls, _task = _run(monkeypatch, results, {"run_stages": False}, task_vars=dict(earlier, __node_plan={"facts": False}))
+    assert "lock" not in calls[0][1]
+    _result, calls, _task = _run(monkeypatch, results, {"run_stages": False}, task_vars=started)
+    assert "lock" not in calls[0][1]

@@ -179,3 +179,29 @@ def test_step_stages_takes_the_plan_this_run_handed_over_where_stages_gives_none
     earlier = _handover.handed_over(action.PLAN, handed, run={"boot_id": "x", "pid_ns": "pid:[1]", "pid": 1, "start": 1})
     with pytest.raises(GpuhardenError, match="__stages.plan is missing"):
         step.decide_task({"step": "stages"}, dict(task_vars, **earlier))
+
+
+def test_step_stages_takes_the_restarts_and_the_list_harden_handed_over():
+    """harden_gpu_nodes.yml: harden_rollout step=restarts hands the containerd restarts' steps and the RuntimeClass gate
+    over (no registered variable), node_plan_pods the plan's LIST; __stages' own keys win, another run's hand-overs
+    (a fact cache's) are never taken."""
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    waves = [{"index": 0, "nodes": ["gpu-a"]}, {"index": 1, "nodes": ["gpu-b"], "before": ["gpu-a"]}]
+    restarts = {"restart_steps": waves, "restart_not_allowed": {}, "runtime_class": False, "left_cordoned": []}
+    task_vars = {"inventory_hostname": "gpu-b", "__stages": {"plan": _harden()["plan"], "inline_disruptive": False}}
+    step, action = _stage_steps_action(task_vars)
+    handed = dict(_handover.handed_over(action.RESTARTS, restarts), **_handover.handed_over(action.GPU_PODS, LISTED))
+    steps = step.decide_task({"step": "stages"}, dict(task_vars, **handed))
+    assert steps["container_runtime_steps"] == waves and steps["runtime_class"] is False and steps["cgroup_limits_gpu_pods"] == LISTED
+    # the mapping's own keys win
+    given = dict(task_vars, __stages=dict(task_vars["__stages"], container_runtime_steps=[None], runtime_class=True), **handed)
+    steps = step.decide_task({"step": "stages"}, given)
+    assert steps["container_runtime_steps"] == [None] and steps["runtime_class"] is True
+    # nothing handed over in this run (bootstrap, or a fact cache's from an earlier run): every node at once, the
+    # RuntimeClass stage runs, the cgroup_limits stage lists itself
+    earlier_run = {"boot_id": "x", "pid_ns": "pid:[1]", "pid": 1, "start": 1}
+    earlier = dict(_handover.handed_over(action.RESTARTS, restarts, run=earlier_run), **_handover.handed_over(action.GPU_PODS, LISTED, run=earlier_run))
+    for stale in ({}, earlier):
+        steps = step.decide_task({"step": "stages"}, dict(task_vars, **stale))
+        assert steps["container_runtime_steps"] == [None] and steps["runtime_class"] is True and steps["cgroup_limits_gpu_pods"] is None

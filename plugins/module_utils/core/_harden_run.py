@@ -14,7 +14,6 @@ from __future__ import annotations
 NODE = "__harden_node"  # harden_node step=start: this host's Node name
 OWNER = "__harden_owner"  # harden_node step=start: this run's name in the node's run lock and its cordon records
 CONTROLLER = "__harden_controller"  # harden_node step=start: this run's ansible-playbook process
-RESTARTS = "__harden_rollout"  # registered: harden_rollout step=restarts (restart_not_allowed, restart_steps, runtime_class)
 ROLLOUT = "__harden_rollout_plan"  # localhost: harden_rollout step=rollout, the second play's hosts (rollout_plan_fact)
 # Hand-overs (plugin_utils/_handover.py: stamped with this run, as a fact cache keeps facts from an earlier run), each
 # value the why: harden_node step=deferred hands over why the budget did not start the node's draining step (read by
@@ -22,6 +21,10 @@ ROLLOUT = "__harden_rollout_plan"  # localhost: harden_rollout step=rollout, the
 # (read by step=verdict of=failed, harden_rollout step=stopped and cluster_stage_gate stage=device_plugin).
 DEFERRED = "__harden_deferred"
 FAILED = "__harden_failed"
+# harden_rollout step=restarts (run_once: every host of the batch) hands over {restart_steps, restart_not_allowed,
+# runtime_class, left_cordoned}: read by stage_steps (tasks/stages.yml's containerd waves and RuntimeClass gate, where
+# __stages gives them not), harden_node step=verdict of=restarts and harden_rollout step=rollout (the cordons to release).
+RESTARTS = "__harden_restarts"
 # registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
 POSTCHECK_READ = "__postcheck_node_read"
 # set by the plans of the draining stages (roles/kubelet_topology/tasks/plan.yml, roles/mig/tasks/plan.yml)
@@ -57,10 +60,11 @@ def verdict(kind, host, variables, localhost_variables=None, handed=None):
     - ``failed``: its draining step failed in the rollout (it stays as that step left it, cordoned if it was);
     - ``deferred``: its draining step was not started (the budget, or a node that failed before it).
 
-    handed: this run's hand-overs of the host, {DEFERRED: why, FAILED: why} (each None or absent where not handed over)."""
+    handed: this run's hand-overs of the host, {DEFERRED: why, FAILED: why, RESTARTS: harden_rollout step=restarts'}
+    (each None or absent where not handed over)."""
     handed = handed or {}
     if kind == "restarts":
-        return ((variables.get(RESTARTS) or {}).get("restart_not_allowed") or {}).get(host)
+        return ((handed.get(RESTARTS) or {}).get("restart_not_allowed") or {}).get(host)
     if kind == "cordons":
         return ((fact(localhost_variables or {}, ROLLOUT) or {}).get("release_failed") or {}).get(host)
     if kind == "failed":

@@ -26,7 +26,8 @@ MODE = {
     # true: the steps that drain the node (kubelet manager policy, MIG layout) run here, in order, once the fleet's
     # disruption budget lets them (bootstrap); false: only their plans run here, the playbook drains later (harden)
     "inline_disruptive": (bool, None),
-    # the containerd restarts' canary and waves (harden_rollout's restart_steps); none or empty: every node at once
+    # the containerd restarts' canary and waves (harden_rollout's restart_steps: left out, action stage_steps takes its
+    # hand-over); none or empty: every node at once
     "container_runtime_steps": (list, None),
     # false: the RuntimeClass stage is left out (harden's gate found its dry run would change and report nothing)
     "runtime_class": (bool, True),
@@ -75,7 +76,7 @@ def stage_steps(stages, *, node_name, gpu_pods=None):
     """The steps of tasks/stages.yml on this host, from the importing task's ``__stages``.
 
     ``node_name``: the Node name where __stages gives none; ``gpu_pods``: the plan's one LIST of the batch's GPU pods
-    (tasks/node_plan_inputs.yml's __node_plan_gpu_pods), or None where the playbook made none.  Returns the node stages'
+    (node_plan_pods' hand-over), or None where the playbook made none.  Returns the node stages'
     runs (one key per node-side stage: what tasks/stage_container_runtime.yml tests) and, per include:
     container_runtime_steps (the loop: [None] is every node at once), runtime_class, kubelet_audited_plan (the kubelet
     plan's audited plan, or None), budget (the disruption budget runs here), cgroup_limits_gpu_pods (the LIST the
