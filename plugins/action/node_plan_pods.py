@@ -108,18 +108,4 @@ class ActionModule(ActionBase):
     def _hand_over(result):
         """The result, with the reading handed over as LISTED to every host of the batch (a run_once task's facts)."""
         reading = {key: value for key, value in result.items() if key not in BOOKKEEPING}
-        return dict(result, ansible_facts=_handover.handed_over(LISTED, plain_data(reading)))
-
-
-def plain_data(value):
-    """``value`` with only JSON's kinds of data: Ansible's fact cache keeps a host's facts and refuses anything else (a
-    failed module run's ``exception`` is an ansible-core object since 2.19, and would stop the run)."""
-    if isinstance(value, dict):
-        return {str(key): plain_data(item) for key, item in value.items() if _is_data(item)}
-    if isinstance(value, (list, tuple)):
-        return [plain_data(item) for item in value if _is_data(item)]
-    return value
-
-
-def _is_data(value):
-    return value is None or isinstance(value, (dict, list, tuple, str, int, float, bool))
+        return dict(result, ansible_facts=_handover.handed_over(LISTED, reading))
