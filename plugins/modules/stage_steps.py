@@ -20,9 +20,9 @@ description:
     (C(__node_plan_gpu_pods)) where the playbook made one. Where C(__stages) gives no C(plan), it takes the plan a
     task before handed over in this run (M(gpuharden.k8s.bootstrap_node)'s O(step=plan)).
     C(stages.yml) registers the result as C(__stages_run).
-  - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and what the plans published
-    (C(__kubelet_topology_disruptive), C(__mig_disruptive); undefined where a plan did not run) and says which steps
-    that depend on a drain run.
+  - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and whether each plan drains the
+    node, as M(gpuharden.k8s.kubelet_topology_plan) and M(gpuharden.k8s.mig_plan) hand it over in this run (not
+    handed over where a plan did not run), and says which steps that depend on a drain run.
   - No module runs and the host is not contacted; a C(__stages) with an unknown key, a missing one or a value of the
     wrong type fails the task, naming it.
 author:
