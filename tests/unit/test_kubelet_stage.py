@@ -407,7 +407,7 @@ def test_the_plan_hands_over_whether_it_drains_to_harden_s_readers_of_this_run_o
     run = {"inventory_hostname": "gpu-1", "ansible_check_mode": False}
     variables = dict(DRAIN, kubelet_topology_admission_check=False)
     planned = _action({"options": OPTIONS}, variables=variables).run(task_vars=run)
-    assert planned["disruptive"] is True and action.DISRUPTIVE == _harden_run.DRAINING_PLANS["kubelet_topology"]
+    assert planned["disruptive"] is True and _harden_run.DRAINING_PLANS["kubelet_topology"] == action.DISRUPTIVE
     host = dict(planned["ansible_facts"], gpuharden_node_plan={"plan": {"runs": {"kubelet_topology": True}}})
     view = harden_rollout.host_view("gpu-1", host)
     assert view["disruptive"] is True and view["unplanned"] == []

@@ -55,7 +55,7 @@ def test_the_plan_hands_over_whether_it_drains_to_the_rollout_of_this_run_only(m
     monkeypatch.setattr(_handover, "this_run", lambda: this_run)
     variables = {"__mig_operator_refused": refused, "__mig_module_options": {}, "mig_drain": True}
     planned = _plan_action(variables, layout).decide_task({"refused": None, "options": None}, {})
-    assert mig_plan.DISRUPTIVE == _harden_run.DRAINING_PLANS["mig"]
+    assert _harden_run.DRAINING_PLANS["mig"] == mig_plan.DISRUPTIVE
     assert planned["ansible_facts"] == _handover.handed_over(mig_plan.DISRUPTIVE, disruptive)
     host = dict(planned["ansible_facts"], gpuharden_node_plan={"plan": {"runs": {"mig": True}}})
     assert harden_rollout.host_view("gpu-1", host)["disruptive"] is disruptive and harden_rollout.host_view("gpu-1", host)["unplanned"] == []
