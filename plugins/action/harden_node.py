@@ -119,8 +119,9 @@ class ActionModule(ActionBase):
                 "ansible_stats": {"data": {run.ROLLOUT_FAILED_STAT: {host: {"node": node, "reason": why}}}, "per_host": False, "aggregate": True}}
 
     def _draining(self, task_vars, _args):
-        planned = {stage: boolean(self._variable(task_vars, name), strict=False) if name in task_vars else None
-                   for stage, name in run.DRAINING_PLANS.items()}
+        # each plan's hand-over of this run (None: that plan did not run in this run)
+        handed = {stage: _handover.taken_over(task_vars, name) for stage, name in run.DRAINING_PLANS.items()}
+        planned = {stage: None if value is None else boolean(value, strict=False) for stage, value in handed.items()}
         steps = run.draining_steps(_handover.taken_over(task_vars, run.DEFERRED), planned)
         # every cordon of the rollout records this run (node_maintenance's record, annotation gpuharden.io/cordon): the
         # drift check names one an interrupted run left, and the next harden releases or resumes it

@@ -29,7 +29,7 @@ node Python: its tasks need no ansible_python_interpreter of their own.
 
 The hosts' variables read: the plan (gpuharden_node_plan, and the plan's LIST, node_plan_pods' hand-over, for the
 RuntimeClass gate), the Node name (harden_node step=start's fact), whether the kubelet and MIG plans ran and drain
-(__kubelet_topology_disruptive, __mig_disruptive: set by the stages, defined where the plan ran), what the stages
+(their hand-overs of this run, _harden_run.DRAINING_PLANS: handed over where the plan ran), what the stages
 restarted (container_runtime_result, __kubelet_topology_config), and the draining steps that failed (harden_node
 step=failed's hand-over).
 """
@@ -75,7 +75,7 @@ GATE_READS = ("gpuharden_node_plan",)
 # tasks/stages.yml's step stages (gpuharden.k8s.stage_steps), registered on each host: its node_name is the host's Node
 # in the containerd waves (a registered result is in hostvars, a variable of an include is not)
 WAVE_STEPS = "__stages_run"
-# the draining stages and the variable their plan sets (defined where it ran: true where the step drains the node)
+# the draining stages and the name their plan hands over under (handed over where it ran: true where the step drains the node)
 DRAINING_PLANS = _harden_run.DRAINING_PLANS
 # the registered results whose "restarted" says the stage restarted containerd or the kubelet
 RESTARTS = ("container_runtime_result", "__kubelet_topology_config")
@@ -95,12 +95,14 @@ def host_view(host, variables):
     """What the rollout reads of one host: its Node, its plan's runs, whether it drains, the draining stages it needs
     but did not plan (--tags), whether the stages restarted containerd or the kubelet."""
     runs = ((variables.get("gpuharden_node_plan") or {}).get("plan") or {}).get("runs")
-    planned = [stage for stage, name in DRAINING_PLANS.items() if name in variables]
+    # each draining plan's hand-over of this run: None where that plan did not run in this run
+    handed = {stage: _handover.taken_over(variables, name) for stage, name in DRAINING_PLANS.items()}
+    planned = [stage for stage, value in handed.items() if value is not None]
     return {
         "host": host,
         "node": _harden_run.fact(variables, NODE) or host,
         "runs": runs,
-        "disruptive": any(boolean(variables.get(name), strict=False) for name in DRAINING_PLANS.values()),
+        "disruptive": any(boolean(value, strict=False) for value in handed.values() if value is not None),
         "unplanned": _stage_plan.unplanned_draining_steps(runs or {}, planned),
         "restarted": any(boolean((variables.get(name) or {}).get("restarted"), strict=False) for name in RESTARTS),
     }

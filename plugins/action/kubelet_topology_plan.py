@@ -27,12 +27,17 @@ fact holds them yet, the batch's listing the lister handed over in this run, and
 and its verdict's message, where something is in the way, is the task's warning; the plan builds its options from
 the role's variables (``__kubelet_topology_module_options``, core/_role_options.py BUILT_WHERE_READ) and reads
 ``__kubelet_topology_audited_plan`` and ``kubelet_topology_admission_check`` so where they are not given.
+
+The plan, and the gate after it (which may plan again), hand ``disruptive`` over (DISRUPTIVE,
+plugins/plugin_utils/_handover.py) to harden's rollout and stage steps: handed over in this run = the plan ran; the
+gate's, later, replaces the plan's.
 """
 
 from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuharden.k8s.plugins.module_utils.cluster import _kubelet_stage
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import GpuhardenError
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._controller_python import on_controller
@@ -44,6 +49,9 @@ GPU_WORKLOADS_INFO = "gpuharden.k8s.gpu_workloads_info"
 STAGE = "__kubelet_topology_stage"  # what plan.yml and admission.yml register
 # the lister's listing, which it hands over on its host (plugins/plugin_utils/_handover.py) to the gate of every host
 LISTED = "__kubelet_topology_workloads_listed"
+# whether the change drains the node and stops the kubelet, handed over to harden_node step=draining, harden_rollout and
+# stage_steps (and read as the plan's disruptive by nobody else)
+DISRUPTIVE = _harden_run.DRAINING_PLANS["kubelet_topology"]
 # An argument left out is read from the role's variable of this name (the gate's with ``gate``, the plan's always).
 PLAN_VARIABLES = {"audited_plan": ("__kubelet_topology_audited_plan", None), "admission_check": ("kubelet_topology_admission_check", True)}
 GATE_VARIABLES = {"stage": (STAGE, None), "node_name": ("kubelet_topology_node_name", None),
@@ -114,6 +122,12 @@ def decide_admission(stage, node_name, gpus, listed, ignore, replan, drainer=Non
     return decided
 
 
+def with_handover(decided, facts=None):
+    """The plan's (or the gate's) result with its facts (``facts``: gpu_facts', where the gate read them) and the
+    hand-over of whether the change is disruptive."""
+    return dict(decided, ansible_facts=dict(facts or {}, **_handover.handed_over(DISRUPTIVE, bool(decided["disruptive"]))))
+
+
 class ActionModule(StageAction):
     NAME = "kubelet_topology_plan"
     ARGUMENT_SPEC = ARGUMENT_SPEC
@@ -143,8 +157,7 @@ class ActionModule(StageAction):
                 args["gpus"] = facts["gpuharden"]["gpus"]
             decided = decide_admission(args["stage"], args["node_name"], args["gpus"] or [], args["workloads_listed"],
                                        bool(args["ignore_unadmittable_workloads"]), lambda narrowed: self._kubelet_plan(narrowed, task_vars), drainer)
-            decided = self._with_drain_tasks(decided)
-            return dict(decided, ansible_facts=facts) if facts else decided
+            return with_handover(self._with_drain_tasks(decided), facts)
         options = args["options"] if args["options"] is not None else self.role_variable("__kubelet_topology_module_options")
         if options is None:
             raise GpuhardenError("kubelet_topology_plan: options (kubelet_config's, by default built from the role's variables) "
@@ -153,8 +166,8 @@ class ActionModule(StageAction):
         audited = args["audited_plan"]
         plan = dict(audited, audited=True) if isinstance(audited, dict) else self._kubelet_plan(options, task_vars)
         # host: the batch's workload listing is made by the first host whose plan needs the admission check
-        return self._with_drain_tasks(dict(decide_plan(plan, options, boolean(args["admission_check"], strict=False), drainer),
-                                           host=task_vars["inventory_hostname"]))
+        return with_handover(self._with_drain_tasks(dict(decide_plan(plan, options, boolean(args["admission_check"], strict=False), drainer),
+                                                         host=task_vars["inventory_hostname"])))
 
     def _with_drain_tasks(self, decided):
         """The result with ``drain_tasks``: the file apply.yml includes to drain the node (who: ``drain``), or ""."""

@@ -9,11 +9,15 @@ said as a warning; else gpuharden.k8s.mig_layout runs on the node in check mode 
 way the result says ``disruptive``: the layout changes or a mode change waits for a reset, and ``drain``: disruptive
 and mig_drain (apply.yml cordons and drains the node, and uncordons it after).
 ``options`` and ``refused`` default to the role's ``__mig_module_options`` and ``__mig_operator_refused``.
+A plan that did not fail hands ``disruptive`` over (DISRUPTIVE, plugins/plugin_utils/_handover.py) to harden's rollout
+and stage steps: handed over in this run = the MIG plan ran.
 """
 
 from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run
+from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 MIG_LAYOUT = "gpuharden.k8s.mig_layout"
@@ -21,6 +25,8 @@ ARGUMENT_SPEC = {
     "options": {"type": "dict"},
     "refused": {"type": "list", "elements": "dict"},
 }
+# whether the layout change drains the node, handed over to harden_node step=draining, harden_rollout, stage_steps
+DISRUPTIVE = _harden_run.DRAINING_PLANS["mig"]
 
 
 def decide(refused, run_mig_layout, drain=True):
@@ -43,4 +49,11 @@ class ActionModule(StageAction):
     def decide_task(self, args, task_vars):
         refused = self.variable("__mig_operator_refused") if args["refused"] is None else args["refused"]
         options = self.variable("__mig_module_options") if args["options"] is None else args["options"]
-        return decide(refused, lambda: self.run_module(MIG_LAYOUT, options, task_vars), boolean(self.variable("mig_drain"), strict=False))
+        planned = decide(refused, lambda: self.run_module(MIG_LAYOUT, options, task_vars), boolean(self.variable("mig_drain"), strict=False))
+        return planned if planned.get("failed") else with_handover(planned)
+
+
+def with_handover(planned):
+    """The plan's result, handing over whether it is disruptive (a failed plan's facts are not kept: nothing handed over)."""
+    facts = dict(planned.get("ansible_facts") or {}, **_handover.handed_over(DISRUPTIVE, bool(planned.get("disruptive"))))
+    return dict(planned, ansible_facts=facts)

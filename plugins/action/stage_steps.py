@@ -9,7 +9,7 @@ and the host's Node name, and returns one plain value per include of the file (w
 plan a task before handed over as PLAN: bootstrap_node's step plan; where it gives no container_runtime_steps or
 runtime_class, harden_rollout step=restarts' hand-over RESTARTS: harden's); tasks/stages.yml registers it as
 ``__stages_run``.  ``step: drains`` (once the kubelet and MIG plans ran) reads that result and what the plans published
-(``__kubelet_topology_disruptive``, ``__mig_disruptive``: undefined where the plan did not run) and returns the steps
+(their hand-overs of this run, _harden_run.DRAINING_PLANS: none where the plan did not run) and returns the steps
 that depend on whether the node drains.  The decisions are module_utils/core/_stage_steps.py's.  No module runs: the
 host is not contacted.
 """
@@ -25,11 +25,11 @@ from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils._stage_action import StageAction
 
 ARGUMENT_SPEC = {"step": {"type": "str", "default": "stages", "choices": ["stages", "drains"]}}
-# the importing task's mapping, the plan's LIST, the first step's registered result, what the draining plans publish
+# the importing task's mapping, the plan's LIST, the first step's registered result, what the draining plans hand over
 STAGES = "__stages"
 GPU_PODS = node_plan_pods.LISTED
 STEPS = "__stages_run"
-DISRUPTIVE = {"kubelet_disruptive": "__kubelet_topology_disruptive", "mig_disruptive": "__mig_disruptive"}
+DISRUPTIVE = {"kubelet_disruptive": _harden_run.DRAINING_PLANS["kubelet_topology"], "mig_disruptive": _harden_run.DRAINING_PLANS["mig"]}
 # the stage engine's plan of this node, as a task before this file hands it over (plugin_utils/_handover.py: this run's
 # only), where the importing task's __stages gives none: {"plan": {"runs": ...}, "kubelet_plan": ...} (bootstrap_node
 # step plan)
@@ -80,5 +80,5 @@ class ActionModule(StageAction):
             if STEPS not in task_vars:
                 raise GpuhardenError("stage_steps: step drains runs after step stages (registered as %s)" % STEPS)
             steps = _stage_steps.drain_steps(self.variable(STEPS), **{
-                key: boolean(self.role_variable(name, False), strict=False) for key, name in DISRUPTIVE.items()})
+                key: boolean(_handover.taken_over(task_vars, name, False), strict=False) for key, name in DISRUPTIVE.items()})
         return dict(steps, changed=False)

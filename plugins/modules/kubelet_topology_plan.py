@@ -34,6 +34,9 @@ description:
     skip. A listing that fails does not fail the task (RV(listing_failed)) - the gate keeps the node's policy and says why.
   - Both return RV(drain), who drains the node before the write, from C(kubelet_topology_drain_tasks),
     C(kubelet_topology_drain) and the run's check mode.
+  - The plan and the gate hand RV(disruptive) over to the later tasks of the same run (a fact stamped with the run, the
+    gate's replacing the plan's, read by C(gpuharden.k8s.harden_node), C(gpuharden.k8s.harden_rollout) and
+    C(gpuharden.k8s.stage_steps) - handed over means the kubelet plan ran).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

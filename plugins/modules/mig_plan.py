@@ -18,6 +18,9 @@ description:
     M(gpuharden.k8s.mig_layout) runs on the host in check mode with O(options), and its result is this task's.
   - Either way RV(disruptive) says whether the change is disruptive (the layout changes, or a mode change waits for a
     reset), and RV(drain) whether the role drains the node for it (disruptive, and C(mig_drain)).
+  - A plan that did not fail hands RV(disruptive) over to the later tasks of the same run (a fact stamped with the run,
+    read by C(gpuharden.k8s.harden_node), C(gpuharden.k8s.harden_rollout) and C(gpuharden.k8s.stage_steps) - handed over
+    means the MIG plan ran).
 author:
   - gpuharden maintainers (@gpuharden)
 extends_documentation_fragment:

@@ -22,9 +22,9 @@ description:
     gives no C(container_runtime_steps) or C(runtime_class), those M(gpuharden.k8s.harden_rollout) O(step=restarts)
     handed over in this run (C(restart_steps), C(runtime_class)), else every node at once and V(true).
     C(stages.yml) registers the result as C(__stages_run).
-  - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and what the plans published
-    (C(__kubelet_topology_disruptive), C(__mig_disruptive); undefined where a plan did not run) and says which steps
-    that depend on a drain run.
+  - With O(step=drains), once the kubelet and MIG plans ran, it reads C(__stages_run) and whether each plan drains the
+    node, as M(gpuharden.k8s.kubelet_topology_plan) and M(gpuharden.k8s.mig_plan) hand it over in this run (not
+    handed over where a plan did not run), and says which steps that depend on a drain run.
   - No module runs and the host is not contacted; a C(__stages) with an unknown key, a missing one or a value of the
     wrong type fails the task, naming it.
 author:

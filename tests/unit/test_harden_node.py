@@ -18,6 +18,8 @@ from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 # this ansible-playbook run, as plugin_utils/_handover.py stamps a hand-over, and an earlier one (a fact cache kept it)
 THIS_RUN = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
 EARLIER_RUN = dict(THIS_RUN, pid=6)
+# the draining plans' hand-overs (kubelet_topology_plan, mig_plan)
+KUBELET, MIG = run.DRAINING_PLANS["kubelet_topology"], run.DRAINING_PLANS["mig"]
 
 
 def _handed(name, why, stamp=None):
@@ -137,15 +139,19 @@ def test_the_second_plays_records_and_draining_steps(monkeypatch):
                                        "per_host": False, "aggregate": True}
     result, _calls = _run(monkeypatch, {"step": "failed"})
     assert result["why"] == "a disruptive step failed: failed"
-    # which draining steps run: the plans' facts as Ansible's bool filter reads them, none where deferred
-    result, _calls = _run(monkeypatch, {"step": "draining"}, __harden_owner="harden@x", __kubelet_topology_disruptive="True")
+    # which draining steps run: the plans' hand-overs of this run as Ansible's bool filter reads them, none where deferred
+    result, _calls = _run(monkeypatch, {"step": "draining"}, __harden_owner="harden@x", __kubelet_topology_disruptive=_handed(KUBELET, "True"))
     assert (result["kubelet_topology"], result["mig"]) == (True, False)
     assert result["ansible_facts"] == {"node_maintenance_owner": "harden@x"}
+    # a plan's hand-over of an earlier run (a fact cache kept it): that plan did not run in this one
+    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=_handed(KUBELET, True, EARLIER_RUN),
+                          __mig_disruptive=_handed(MIG, True))
+    assert (result["kubelet_topology"], result["mig"]) == (False, True)
     # the deferred step's hand-over, as the rescue returned it: no draining step runs
-    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes", **deferred_facts)
+    plans = {"__kubelet_topology_disruptive": _handed(KUBELET, True), "__mig_disruptive": _handed(MIG, "yes")}
+    result, _calls = _run(monkeypatch, {"step": "draining"}, **plans, **deferred_facts)
     assert (result["kubelet_topology"], result["mig"]) == (False, False)
-    result, _calls = _run(monkeypatch, {"step": "draining"}, __kubelet_topology_disruptive=True, __mig_disruptive="yes",
-                          __harden_deferred=_handed(run.DEFERRED, "old", EARLIER_RUN))
+    result, _calls = _run(monkeypatch, {"step": "draining"}, **plans, __harden_deferred=_handed(run.DEFERRED, "old", EARLIER_RUN))
     assert (result["kubelet_topology"], result["mig"]) == (True, True)
 
 

@@ -16,11 +16,17 @@ from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
 
 # this ansible-playbook run, as plugin_utils/_handover.py stamps a hand-over
 THIS_RUN = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+EARLIER_RUN = dict(THIS_RUN, pid=6)
 
 
 def _failed(why, stamp=THIS_RUN):
     """harden_node step=failed's hand-over, as a variable of the host."""
     return _handover.handed_over("__harden_failed", why, run=stamp)["__harden_failed"]
+
+
+def _plan(disruptive, stamp=THIS_RUN):
+    """A draining stage's plan hand-over (kubelet_topology_plan, mig_plan), as a variable of the host."""
+    return _handover.handed_over("__plan", disruptive, run=stamp)["__plan"]
 
 
 def _host(node, runs=None, **variables):
@@ -127,9 +133,10 @@ def test_a_budget_that_cannot_be_read_fails_the_task(monkeypatch):
 def test_the_rollout_step_releases_the_cordons_an_ended_run_left_before_it_reads_the_budget(monkeypatch):
     """The cordons an ended run left (harden_gpu_nodes.yml's two tasks per host once): released where this run has nothing
     to drain the node for, one node_maintenance run per lock owner, before the budget read; kept with why elsewhere."""
-    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=False, __harden_owner="harden@a"),
-                "b": _host("nb", {"kubelet_topology": True}, __harden_owner="harden@b"),  # its kubelet plan did not run (--tags)
-                "c": _host("nc", __mig_disruptive="True", __harden_owner="harden@c"),
+    hostvars = {"a": _host("na", {"kubelet_topology": True}, __kubelet_topology_disruptive=_plan(False), __harden_owner="harden@a"),
+                # its kubelet plan did not run (--tags): what it handed over in an earlier run (a fact cache) counts for nothing
+                "b": _host("nb", {"kubelet_topology": True}, __kubelet_topology_disruptive=_plan(True, EARLIER_RUN), __harden_owner="harden@b"),
+                "c": _host("nc", __mig_disruptive=_plan("True"), __harden_owner="harden@c"),
                 "d": _host("nd", __harden_owner="harden@a")}
     left = [{"node": node, "record": {"owner": "harden@old"}} for node in ("na", "nb", "nc", "nd")]
     budget = {"budget": 1, "unavailable": [{"node": "nc"}], "changed": True, "released": ["na", "nd"]}
@@ -142,7 +149,7 @@ def test_the_rollout_step_releases_the_cordons_an_ended_run_left_before_it_reads
     # the Nodes released, as node_maintenance names them (tests/integration/test_rollout.py reads them), each host's run
     assert result["released"] == ["na", "nd"] and result["release_results"]["d"]["released"] == ["na", "nd"]
     # a release that fails fails its hosts (the next task), not the others; in check mode too (the module's own check mode)
-    hostvars["c"]["__mig_disruptive"] = False
+    hostvars["c"]["__mig_disruptive"] = _plan(False)
     result, calls = _run(monkeypatch, {"step": "rollout", "left_cordoned": left}, hostvars, {"failed": True, "msg": "nd not Ready"},
                          check_mode=True)
     # c has nothing to drain now: released too, in its own owner's run
@@ -153,8 +160,8 @@ def test_the_rollout_step_releases_the_cordons_an_ended_run_left_before_it_reads
 
 
 def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
-    hostvars = {"a": _host("na", __kubelet_topology_disruptive=True, container_runtime_result={"restarted": True}),
-                "b": _host("nb", __mig_disruptive=False, __kubelet_topology_config={"restarted": True}),
+    hostvars = {"a": _host("na", __kubelet_topology_disruptive=_plan(True), container_runtime_result={"restarted": True}),
+                "b": _host("nb", __mig_disruptive=_plan(False), __kubelet_topology_config={"restarted": True}),
                 "c": _host("nc")}
     budget = {"budget": 3, "unavailable": [{"node": "nc"}]}
     result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget, check_mode=True, gpuharden_restart_settle_seconds="30")
@@ -168,7 +175,7 @@ def test_rollout_reads_the_budget_only_where_a_node_drains(monkeypatch):
     assert result["ansible_facts"] == {"__harden_rollout_plan": plan}
     # the next batch of the first play adds its hosts (its plan on localhost, of the same run): no host drains there,
     # so the batch size of the one before stands
-    hostvars["a"]["__kubelet_topology_disruptive"] = False
+    hostvars["a"]["__kubelet_topology_disruptive"] = _plan(False)
     result, calls = _run(monkeypatch, {"step": "rollout"}, hostvars, budget, hostvars_localhost=plan)
     assert calls == [] and result["batch"] is None and set(result["groups"].values()) == {"gpuharden_no_rollout"}
     assert result["ansible_facts"]["__harden_rollout_plan"] == plan
@@ -283,7 +290,7 @@ def test_the_modules_it_runs_take_the_controllers_python_and_the_rollout_reads_t
     task = SimpleNamespace(args={"step": "rollout"}, async_val=0, check_mode=False, diff=False, action="gpuharden.k8s.harden_rollout",
                            delegate_to="localhost")
     action = harden_rollout.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir="/tmp/x")), None, None, Templar(), None)
-    hostvars = {"a": _host("na", __kubelet_topology_disruptive=True, __harden_owner="harden@a"), "b": _host("nb", __harden_owner="harden@a")}
+    hostvars = {"a": _host("na", __kubelet_topology_disruptive=_plan(True), __harden_owner="harden@a"), "b": _host("nb", __harden_owner="harden@a")}
     left = {"left_cordoned": [{"node": "nb", "record": {"owner": "harden@old"}}]}
     result = action.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["a", "b"], "ansible_play_hosts_all": ["a", "b"],
                                    "ansible_playbook_python": "/venv/bin/python", **_handover.handed_over(harden_rollout._harden_run.RESTARTS, left),

@@ -273,14 +273,15 @@ def test_the_gate_reads_its_inputs_from_the_role_and_the_gpus_from_gpu_facts_whe
     # the line the run prints (admission.yml printed it in a debug task of its own)
     assert kept["warnings"] == [kept["admission"]["message"]] and kept["warnings"][0].startswith("Not switching dgx-1 to topologyManagerPolicy")
     assert [call.kwargs["module_name"] for call in gate._execute_module.call_args_list] == ["gpuharden.k8s.gpu_facts", "gpuharden.k8s.kubelet_config"]
-    assert kept["ansible_facts"] == {"gpuharden": {"gpus": DGX_FACTS}}  # set as the gpu_facts task set them
+    # set as the gpu_facts task set them, with the gate's hand-over of whether the change (now) is disruptive
+    assert kept["ansible_facts"] == dict({"gpuharden": {"gpus": DGX_FACTS}}, **_handover.handed_over(action.DISRUPTIVE, False))
     assert kept["admission"]["managers"] is False and [entry["workload"]["name"] for entry in kept["admission"]["blocked"]] == ["train-8g"]
     assert kept["write_options"] == _kubelet_stage.without_managers(OPTIONS) and kept["drain"] == ""
     # the GPUs already in the facts: no second read of the node; forced by the role's variable: written as planned
     variables.update({"ansible_facts.gpuharden.gpus": DGX_FACTS, "kubelet_topology_ignore_unadmittable_workloads": True})
     forced_gate = _action({"gate": True}, variables=variables)
     forced = forced_gate.run(task_vars=dict(batch, inventory_hostname="dgx-host", ansible_check_mode=False))
-    assert not forced_gate._execute_module.called and "ansible_facts" not in forced
+    assert not forced_gate._execute_module.called and forced["ansible_facts"] == _handover.handed_over(action.DISRUPTIVE, True)
     assert forced["warnings"][0].startswith("Applying anyway (kubelet_topology_ignore_unadmittable_workloads)")
     assert forced["write_options"] == OPTIONS and forced["drain"] == "node_maintenance" and forced["admission"]["managers"] is True
 
@@ -392,3 +393,27 @@ def test_the_apply_action_reads_the_plan_and_the_role_variables_as_the_role_sees
     result = plugin.run(task_vars={"inventory_hostname": "gpu-1", "ansible_check_mode": False})
     assert result == {"changed": False, "restarted": False, "persistence": "durable", "uncordon": "", "uncordon_tasks": ""}
     assert plugin._execute_module.call_args.kwargs["module_args"]["restart"] == "if_required"
+
+
+def test_the_plan_hands_over_whether_it_drains_to_harden_s_readers_of_this_run_only(monkeypatch):
+    """plan.yml published __kubelet_topology_disruptive with set_fact (defined = the plan ran): the plan action hands it
+    over now, and harden's readers (harden_rollout's host view, harden_node step=draining, stage_steps step=drains) take
+    what it handed over in this run, never a fact cache's value of an earlier run."""
+    from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run
+
+    this_run = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+    monkeypatch.setattr(_handover, "this_run", lambda: this_run)
+    run = {"inventory_hostname": "gpu-1", "ansible_check_mode": False}
+    variables = dict(DRAIN, kubelet_topology_admission_check=False)
+    planned = _action({"options": OPTIONS}, variables=variables).run(task_vars=run)
+    assert planned["disruptive"] is True and _harden_run.DRAINING_PLANS["kubelet_topology"] == action.DISRUPTIVE
+    host = dict(planned["ansible_facts"], gpuharden_node_plan={"plan": {"runs": {"kubelet_topology": True}}})
+    view = harden_rollout.host_view("gpu-1", host)
+    assert view["disruptive"] is True and view["unplanned"] == []
+    restart_only = _action({"options": OPTIONS}, variables=dict(variables, __kubelet_topology_audited_plan=_plan(cpu=False))).run(task_vars=run)
+    assert harden_rollout.host_view("gpu-1", dict(host, **restart_only["ansible_facts"]))["disruptive"] is False
+    # the same hand-over kept by a fact cache from an earlier run: the plan did not run in this one
+    monkeypatch.setattr(_handover, "this_run", lambda: dict(this_run, pid=8))
+    view = harden_rollout.host_view("gpu-1", host)
+    assert view["disruptive"] is False and view["unplanned"] == ["kubelet_topology"]

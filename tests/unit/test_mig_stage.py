@@ -32,6 +32,45 @@ def test_a_failed_plan_is_the_tasks_failure():
     assert mig_plan.decide([], lambda: dict(failed)) == failed
 
 
+def _plan_action(variables, layout):
+    action = mig_plan.ActionModule.__new__(mig_plan.ActionModule)
+    action.variable = lambda name: variables[name]
+    action.run_module = lambda name, options, task_vars: dict(layout)
+    return action
+
+
+@pytest.mark.parametrize(("refused", "layout", "disruptive"), [
+    ([], {"changed": True, "reset_required": False}, True),
+    ([], {"changed": False, "reset_required": False}, False),
+    ([{"what": "mig", "why": "the operator owns it", "fix": "takeover"}], {"changed": True}, False),
+])
+def test_the_plan_hands_over_whether_it_drains_to_the_rollout_of_this_run_only(monkeypatch, refused, layout, disruptive):
+    """plan.yml published __mig_disruptive with set_fact (defined = the plan ran): the action hands it over now, and
+    harden_node step=draining and the rollout read that hand-over of this run (a fact cache's of an earlier run: no plan)."""
+    from ansible_collections.gpuharden.k8s.plugins.action import harden_rollout
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    this_run = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+    monkeypatch.setattr(_handover, "this_run", lambda: this_run)
+    variables = {"__mig_operator_refused": refused, "__mig_module_options": {}, "mig_drain": True}
+    planned = _plan_action(variables, layout).decide_task({"refused": None, "options": None}, {})
+    assert _harden_run.DRAINING_PLANS["mig"] == mig_plan.DISRUPTIVE
+    assert planned["ansible_facts"] == _handover.handed_over(mig_plan.DISRUPTIVE, disruptive)
+    host = dict(planned["ansible_facts"], gpuharden_node_plan={"plan": {"runs": {"mig": True}}})
+    assert harden_rollout.host_view("gpu-1", host)["disruptive"] is disruptive and harden_rollout.host_view("gpu-1", host)["unplanned"] == []
+    assert _harden_run.draining_steps(None, {"mig": _handover.taken_over(host, mig_plan.DISRUPTIVE)})["mig"] is disruptive
+    monkeypatch.setattr(_handover, "this_run", lambda: dict(this_run, pid=8))
+    assert harden_rollout.host_view("gpu-1", host)["unplanned"] == ["mig"]
+
+
+def test_a_failed_plan_hands_nothing_over():
+    failed = {"failed": True, "msg": "GPU processes run on GPUs the MIG plan touches"}
+    planned = _plan_action({"__mig_operator_refused": [], "__mig_module_options": {}, "mig_drain": True}, failed).decide_task(
+        {"refused": None, "options": None}, {})
+    assert planned == failed
+
+
 # The apply's steps (the action gpuharden.k8s.mig_stage, roles/mig/tasks/apply.yml): a chain of set_fact, fail, command
 # and assert tasks with Jinja conditions decided them before.
 PENDING = {"changed": True, "reset_required": True, "gpus_to_reset": ["00000000:5D:00.0"], "after": {}}

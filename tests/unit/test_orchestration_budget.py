@@ -16,7 +16,7 @@ _SPEC = importlib.util.spec_from_file_location("orchestration_counts", REPO / "t
 counts = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(counts)
 
-CEILING = {"internal_variables": 22, "jinja_lines": 102, "spanning_expressions": 0}
+CEILING = {"internal_variables": 20, "jinja_lines": 100, "spanning_expressions": 0}
 GOAL = {"internal_variables": 20, "jinja_lines": 120, "spanning_expressions": 0}
 
 

@@ -205,3 +205,24 @@ def test_step_stages_takes_the_restarts_and_the_list_harden_handed_over():
     for stale in ({}, earlier):
         steps = step.decide_task({"step": "stages"}, dict(task_vars, **stale))
         assert steps["container_runtime_steps"] == [None] and steps["runtime_class"] is True and steps["cgroup_limits_gpu_pods"] is None
+def test_step_drains_reads_what_the_draining_plans_handed_over_in_this_run(monkeypatch):
+    """The kubelet and MIG plans hand over whether they drain (kubelet_topology_plan, mig_plan: plan.yml's set_fact
+    before); a hand-over of an earlier run (a fact cache's) counts as a plan that did not drain."""
+    from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run
+    from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
+
+    this_run = {"boot_id": "b", "pid_ns": "pid:[1]", "pid": 7, "start": 9}
+    monkeypatch.setattr(_handover, "this_run", lambda: this_run)
+    steps = _stage_steps.stage_steps(_harden(inline_disruptive=True), node_name="gpu-a")
+    task_vars = {"inventory_hostname": "gpu-a", "__stages_run": steps}
+    step, _action = _stage_steps_action(task_vars)
+    kubelet, mig = _harden_run.DRAINING_PLANS["kubelet_topology"], _harden_run.DRAINING_PLANS["mig"]
+    handed = dict(task_vars, **_handover.handed_over(kubelet, True), **_handover.handed_over(mig, False))
+    assert step.decide_task({"step": "drains"}, handed) == dict(
+        _stage_steps.drain_steps(steps, kubelet_disruptive=True, mig_disruptive=False), changed=False)
+    earlier = dict(handed, **_handover.handed_over(kubelet, True, run=dict(this_run, pid=6)))
+    assert step.decide_task({"step": "drains"}, earlier) == dict(
+        _stage_steps.drain_steps(steps, kubelet_disruptive=False, mig_disruptive=False), changed=False)
+    # the two differ: the test can fail
+    assert _stage_steps.drain_steps(steps, kubelet_disruptive=True, mig_disruptive=False) != _stage_steps.drain_steps(
+        steps, kubelet_disruptive=False, mig_disruptive=False)

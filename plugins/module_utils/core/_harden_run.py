@@ -27,7 +27,9 @@ FAILED = "__harden_failed"
 RESTARTS = "__harden_restarts"
 # registered by roles/postcheck/tasks/main.yml: its node_audit read, which gives the run lock back itself
 POSTCHECK_READ = "__postcheck_node_read"
-# set by the plans of the draining stages (roles/kubelet_topology/tasks/plan.yml, roles/mig/tasks/plan.yml)
+# Hand-overs of the plans of the draining stages (plugins/action/kubelet_topology_plan.py, the plan and the admission
+# gate after it; plugins/action/mig_plan.py), each value whether the stage's change drains the node: handed over in this
+# run = that plan ran (read by harden_node step=draining, harden_rollout, stage_steps step=drains).
 DRAINING_PLANS = {"kubelet_topology": "__kubelet_topology_disruptive", "mig": "__mig_disruptive"}
 # the custom stat a stopped rollout reports (gpuharden's CLI reads it from the run's stats)
 ROLLOUT_FAILED_STAT = "gpuharden_rollout_failed"
@@ -109,7 +111,8 @@ def rollout_plan_fact(previous, run, groups, batch, fleet, release_failed):
 
 def draining_steps(deferred, planned):
     """Which draining steps run on the node in the rollout: those whose plan drains it (``planned``: each stage's plan
-    fact, as Ansible's bool filter reads it; None where that plan did not run), none where the budget deferred it."""
+    hand-over, as Ansible's bool filter reads it; None where that plan did not run in this run), none where the budget
+    deferred it."""
     return {stage: not deferred and bool(planned.get(stage)) for stage in DRAINING_PLANS}
 
 
