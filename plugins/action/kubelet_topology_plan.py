@@ -57,7 +57,8 @@ PLAN_VARIABLES = {"audited_plan": ("__kubelet_topology_audited_plan", None), "ad
 GATE_VARIABLES = {"stage": (STAGE, None), "node_name": ("kubelet_topology_node_name", None),
                   "gpus": ("ansible_facts.gpuharden.gpus", None),
                   "ignore_unadmittable_workloads": ("kubelet_topology_ignore_unadmittable_workloads", False)}
-DRAIN_TASKS, DRAIN = ("kubelet_topology_drain_tasks", ""), ("kubelet_topology_drain", True)
+DRAIN_TASKS = ("kubelet_topology_drain_tasks", "")
+DRAIN = ("kubelet_topology_drain", True)
 ARGUMENT_SPEC = {
     "options": {"type": "dict"},
     "audited_plan": {"type": "raw"},

@@ -206,7 +206,7 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     from kubernetes import client
 
     from tests.integration.cluster_side import admin, wait_for
-    from tests.integration.test_real_nodes import DAEMONSET, NAMESPACE, plugin_exited, plugin_log, plugin_running, plugin_statuses, restart_plugin_pods
+    from tests.integration.test_real_nodes import DAEMONSET, NAMESPACE, plugin_exited, plugin_log_says, plugin_running, plugin_statuses, restart_plugin_pods
 
     def patch_container(operations):
         api = admin(lab)
@@ -224,7 +224,7 @@ def test_the_plugin_without_the_mig_monitor_settings_fails_as_on_a_real_node_and
     assert container.security_context.capabilities.add == ["SYS_ADMIN"], container.security_context
     assert [(e.name, e.value) for e in container.env] == [("NVIDIA_MIG_MONITOR_DEVICES", "all")], container.env
     wait_for(lambda: plugin_exited(lab, C17), timeout=90, what="the real plugin failing on the MIG node")
-    assert "Insufficient Permissions" in plugin_log(lab, C17), plugin_log(lab, C17)[-2000:]
+    plugin_log_says(lab, C17, "Insufficient Permissions")
     wait_for(lambda: plugin_running(lab, C2), timeout=90, what="the real plugin running on the L4 node")
 
     patch_container([{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}]},
