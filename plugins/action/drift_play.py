@@ -48,7 +48,7 @@ NODE_PLAN = "gpuharden_node_plan"
 # nodes, lock, pods_snapshot}: every host, a run_once task's facts) to node_plan_pods, node_stages and step cluster;
 # the plan's LIST of pods, node_plan_pods' (tasks/node_plan_inputs.yml), to step cluster; step cluster's consistency
 # check ({consistency}: every host) to step verdict; step verdict's {failure} to step fail.
-START = node_plan_pods.DRIFT_START
+START = plan.START_HANDOVER
 GPU_PODS = node_plan_pods.LISTED
 CLUSTER = "__drift_cluster"
 VERDICT = "__drift_verdict"

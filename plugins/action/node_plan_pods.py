@@ -22,6 +22,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
@@ -42,8 +43,6 @@ PLAN_INPUT = "__node_plan"
 # (the cgroup_limits stage's LIST), harden_rollout step=restarts and cluster_stage_gate (the dry runs), drift_play
 # step=cluster (the pods snapshot).  None where no reading was made (cgroup_limits_immediate false, the task left out).
 LISTED = "__node_plan_pods"
-# drift_play step=start's hand-over (plugins/action/drift_play.py START, the same name): {nodes, pods_snapshot, lock, ...}
-DRIFT_START = "__drift_start"
 BOOKKEEPING = ("invocation", "ansible_facts", "_ansible_no_log", "_ansible_verbose_always", "_ansible_parsed")
 GIVEN = "gpuharden_gpu_pods_given"
 BOOLEANS = ("device_plugin_label_nodes",)
@@ -76,7 +75,7 @@ class ActionModule(ActionBase):
         given = self._variable(task_vars, PLAN_INPUT, {})
         given = given if isinstance(given, dict) else {}
         # what __node_plan leaves out: drift_check.yml's start step decided the nodes and the snapshot (harden's has none)
-        started = _handover.taken_over(task_vars, DRIFT_START) if PLAN_INPUT in task_vars else None
+        started = _handover.taken_over(task_vars, _drift_play.START_HANDOVER) if PLAN_INPUT in task_vars else None
         started = started if hasattr(started, "get") else {}
         for name in ARGUMENT_SPEC:
             if args[name] is None:

@@ -26,6 +26,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpuharden.k8s.plugins.action import node_plan_pods
+from ansible_collections.gpuharden.k8s.plugins.module_utils.audit import _drift_play
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core import _harden_run, _stage_plan
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import playbook_default
 from ansible_collections.gpuharden.k8s.plugins.plugin_utils import _handover
@@ -73,7 +74,7 @@ LOCK_DEFAULTS = {"path": ("gpuharden_lock_path", playbook_default("gpuharden_loc
 GPU_PODS = node_plan_pods.LISTED
 # the importing task's one mapping (playbooks/tasks/node_stages.yml): {node, facts, lock} are this task's node_name,
 # audit.facts and lock where the task leaves them out; {nodes, pods_snapshot, dry_runs} are node_plan_pods'.  Where it
-# leaves lock out, the lock drift_play step=start handed over (drift_check.yml; node_plan_pods.DRIFT_START) is taken.
+# leaves lock out, the lock drift_play step=start handed over (drift_check.yml; _drift_play.START_HANDOVER) is taken.
 PLAN_INPUT = "__node_plan"
 PLAN_INPUT_KEYS = ("node", "facts", "lock", "nodes", "pods_snapshot", "dry_runs")
 # each engine stage's result keys kept in the task's result (the whole module result stays under result)
@@ -125,7 +126,7 @@ class ActionModule(ActionBase):
         if not isinstance(given, dict) or not set(given) <= set(PLAN_INPUT_KEYS):
             raise AnsibleActionFail("node_stages: __node_plan must be a mapping of %s, not %r" % (", ".join(PLAN_INPUT_KEYS), given))
         if PLAN_INPUT in task_vars and "lock" not in given and args.get("lock") is None:
-            started = _handover.taken_over(task_vars, node_plan_pods.DRIFT_START)
+            started = _handover.taken_over(task_vars, _drift_play.START_HANDOVER)
             if hasattr(started, "get") and started.get("lock") is not None:
                 given = dict(given, lock=started["lock"])
         for option, key in (("node_name", "node"), ("lock", "lock")):

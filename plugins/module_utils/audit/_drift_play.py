@@ -23,6 +23,9 @@ from ansible_collections.gpuharden.k8s.plugins.module_utils.core._errors import 
 from ansible_collections.gpuharden.k8s.plugins.module_utils.core._settings import UNSET, playbook_default
 
 PLAYBOOK = "drift_check"
+# The start step's hand-over (plugins/plugin_utils/_handover.py: every host, a run_once task's facts): {node_names,
+# nodes, lock, pods_snapshot}, which node_plan_pods, node_stages and the cluster step take
+START_HANDOVER = "__drift_start"
 # The variables each step reads (the roles' options and the play's gpuharden_* variables); one undefined is None here
 # and takes the settings table's default for drift_check.yml.
 START_SETTINGS = ("gpuharden_run_owner", "gpuharden_lock_path", "gpuharden_lock_timeout", "postcheck_consistency", "postcheck_nvml",
